@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# hetex build driver.
+#   ./build.sh                 build (Release) into build/
+#   ./build.sh test            build and run the test suite (ctest)
+#   ./build.sh run             run the project's main job
+#   ./build.sh bench NAME      run one benchmark (JSON lines on stdout)
+#   ./build.sh install --prefix DIR
+#   ./build.sh sanitize [address,undefined|thread]   test suite in a sanitizer build
+set -euo pipefail
+cd "$(dirname "$0")"
+root=$PWD
+jobs=$(nproc 2>/dev/null || echo 2)
+
+# Debian packages the build needs, by the file that proves each is there.
+need_pkgs() {
+  local missing=()
+  command -v cmake >/dev/null || missing+=(cmake)
+  command -v cc >/dev/null || missing+=(gcc)
+  command -v pkg-config >/dev/null || missing+=(pkg-config)
+  [ -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ] || [ -e /usr/include/openblas/cblas.h ] ||
+    missing+=(libopenblas-openmp-dev)
+  [ -e /usr/include/xxhash.h ] || missing+=(libxxhash-dev)
+  [ -e /usr/lib/x86_64-linux-gnu/libgomp.so.1 ] || missing+=(libgomp1)
+  echo "${missing[@]:-}"
+}
+
+ensure_deps() {
+  local missing
+  missing=$(need_pkgs)
+  [ -z "$missing" ] && return 0
+  echo "build.sh: installing missing Debian packages: $missing" >&2
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo="sudo -n"
+  if command -v apt-get >/dev/null &&
+     { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing; } >&2; then
+    return 0
+  fi
+  echo "build.sh: could not install: $missing. Install them with: apt-get install $missing" >&2
+  exit 1
+}
+
+configure() { # dir, extra cmake args...
+  local dir=$1; shift
+  cmake -S "$root" -B "$dir" -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" "$@" >/dev/null
+}
+
+build() { # dir, extra cmake args...
+  local dir=$1; shift
+  ensure_deps
+  configure "$dir" "$@"
+  cmake --build "$dir" -j "$jobs"
+}
+
+cmd=${1:-build}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  build) build build -DCMAKE_BUILD_TYPE=Release ;;
+  test)
+    build build -DCMAKE_BUILD_TYPE=Release
+    cd build && ctest --output-on-failure -j "$jobs" -LE gpu "$@" ;;
+  sanitize)
+    san=${1:-address,undefined}
+    dir=build-$(echo "$san" | tr ',' '-')
+    build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san"
+    shift || true
+    # OpenBLAS/libgomp keep thread pools that LeakSanitizer cannot see into.
+    cd "$dir" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      TSAN_OPTIONS="halt_on_error=1 suppressions=$root/tests/tsan.supp" \
+      HX_TEST_SANITIZER="$san" ctest --output-on-failure -j "$jobs" -LE gpu "$@" ;;
+  run)
+    build build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    exec build/hetex mlp "$@" ;;
+  bench)
+    name=${1:?usage: ./build.sh bench NAME}
+    shift
+    build build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    [ -x "build/bench_$name" ] || { echo "build.sh: no benchmark '$name' (bench/bench_$name.c)" >&2; exit 2; }
+    exec "build/bench_$name" "$@" ;;
+  install)
+    prefix=""
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --prefix) prefix=$2; shift 2 ;;
+        --prefix=*) prefix=${1#--prefix=}; shift ;;
+        *) echo "build.sh install: unknown option $1" >&2; exit 2 ;;
+      esac
+    done
+    [ -n "$prefix" ] || { echo "usage: ./build.sh install --prefix DIR" >&2; exit 2; }
+    build build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --install build --prefix "$prefix" ;;
+  *) echo "usage: ./build.sh [build|test|run|bench NAME|install --prefix DIR|sanitize [KIND]]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,158 @@
+/* hetex CPU kernels: plain functions on pointers and sizes.
+ *
+ * Kernels never see a graph. Shapes are row-major; every kernel takes its
+ * thread count as an argument (nthreads >= 1) and never relies on OpenMP
+ * defaults. Kernels that can meet bad data (ids, labels) return 0 on success
+ * and -1 on failure, writing the offending position to *bad_pos.
+ * Tiny inputs run on the calling thread: spreading a 16-element op over
+ * threads costs more than the op.
+ */
+#ifndef HX_KERNELS_H
+#define HX_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HX_K_MAX_DIMS 8
+
+/* Below this many elements an elementwise kernel stays on one thread. */
+#define HX_K_PARALLEL_MIN 32768
+
+/* Same numbering as hx_dtype in include/hetex.h (checked where both meet). */
+typedef enum hx_kdtype { HX_K_F32 = 0, HX_K_F16, HX_K_BF16, HX_K_I32, HX_K_I64 } hx_kdtype;
+
+size_t hx_k_dtype_size(hx_kdtype dt);
+
+/* ---- elementwise ------------------------------------------------------- */
+
+typedef enum hx_binary_op { HX_BINARY_ADD, HX_BINARY_SUB, HX_BINARY_MUL, HX_BINARY_DIV } hx_binary_op;
+
+/* out (contiguous, `shape`) = a op b, with a and b read through element
+ * strides per output dimension (stride 0 on a broadcast dimension). */
+void hx_k_binary_f32(hx_binary_op op, float *out, const float *a, const int64_t *a_strides,
+                     const float *b, const int64_t *b_strides, const int64_t *shape, int ndim,
+                     int nthreads);
+
+typedef enum hx_unary_op {
+    HX_UNARY_RELU, HX_UNARY_GELU, HX_UNARY_SIGMOID, HX_UNARY_TANH,
+    HX_UNARY_EXP, HX_UNARY_LOG, HX_UNARY_SQRT
+} hx_unary_op;
+
+/* y[i] = f(x[i]). GELU is the tanh approximation (GPT-2). */
+void hx_k_unary_f32(hx_unary_op op, float *y, const float *x, int64_t n, int nthreads);
+
+/* dx[i] = dy[i] * f'(.) where relu and gelu read x, sigmoid and tanh read
+ * y = f(x); exp, log and sqrt are differentiated by the graph with
+ * elementwise ops and have no backward kernel. */
+void hx_k_unary_backward_f32(hx_unary_op op, float *dx, const float *dy, const float *x,
+                             const float *y, int64_t n, int nthreads);
+
+/* y = s * x */
+void hx_k_scale_f32(float *y, const float *x, float s, int64_t n, int nthreads);
+
+/* y (rows, n) = x (rows, n) + b (n) */
+void hx_k_bias_add_f32(float *y, const float *x, const float *b, int64_t rows, int64_t n,
+                       int nthreads);
+
+/* ---- rows: softmax, log-softmax, layernorm (last axis) ------------------ */
+
+void hx_k_softmax_forward_f32(float *y, const float *x, int64_t rows, int64_t n, int nthreads);
+/* dx = y * (dy - sum(dy * y)) */
+void hx_k_softmax_backward_f32(float *dx, const float *dy, const float *y, int64_t rows,
+                               int64_t n, int nthreads);
+void hx_k_log_softmax_forward_f32(float *y, const float *x, int64_t rows, int64_t n,
+                                  int nthreads);
+/* dx = dy - exp(y) * sum(dy) */
+void hx_k_log_softmax_backward_f32(float *dx, const float *dy, const float *y, int64_t rows,
+                                   int64_t n, int nthreads);
+
+/* y = (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps), biased var. */
+void hx_k_layernorm_forward_f32(float *y, const float *x, const float *gamma,
+                                const float *beta, float eps, int64_t rows, int64_t n,
+                                int nthreads);
+/* dx for the layernorm above (mean and rstd recomputed from x). */
+void hx_k_layernorm_backward_x_f32(float *dx, const float *dy, const float *x,
+                                   const float *gamma, float eps, int64_t rows, int64_t n,
+                                   int nthreads);
+/* dgamma (n) = sum over rows of dy * xhat. Deterministic for a thread count. */
+void hx_k_layernorm_backward_gamma_f32(float *dgamma, const float *dy, const float *x,
+                                       float eps, int64_t rows, int64_t n, int nthreads);
+
+/* ---- reductions and data movement ---------------------------------------- */
+
+/* out = sum of x over the dimensions where reduce[d] != 0; out holds the
+ * shape of x with those dimensions removed (row-major). Accumulates in fp32
+ * in a fixed order, so the result does not depend on nthreads. */
+void hx_k_reduce_sum_f32(float *out, const float *x, const int64_t *shape, int ndim,
+                         const uint8_t *reduce, int nthreads);
+
+/* Copies `shape` elements of elem_size bytes: element (i0..i{ndim-1}) goes
+ * from x + sum(i_k * x_strides[k]) to out + sum(i_k * out_strides[k])
+ * (strides in elements). Serves permute, broadcast, slice and concat. */
+void hx_k_copy_strided(void *out, const int64_t *out_strides, const void *x,
+                       const int64_t *x_strides, const int64_t *shape, int ndim,
+                       size_t elem_size, int nthreads);
+
+/* Converts n elements between any two of f32, f16, bf16, i32, i64.
+ * f32 -> f16/bf16 rounds to nearest even and keeps NaN a NaN; uses F16C /
+ * AVX-512 where the CPU has them (chosen at run time). */
+void hx_k_cast(void *y, hx_kdtype ydt, const void *x, hx_kdtype xdt, int64_t n, int nthreads);
+
+/* ---- matmul (OpenBLAS) ----------------------------------------------------- */
+
+/* C (M,N) = alpha * op(A) op(B) + beta * C for `batch` matrices at the given
+ * element strides (stride 0 reuses one matrix for every batch). op(A) is
+ * (M,K), op(B) is (K,N); lda/ldb/ldc are row-major leading dimensions. */
+void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                   float alpha, const float *A, int64_t lda, int64_t stride_a,
+                   const float *B, int64_t ldb, int64_t stride_b, float beta, float *C,
+                   int64_t ldc, int64_t stride_c, int nthreads);
+
+/* ---- rows by id ---------------------------------------------------------- */
+
+/* out (n, row_bytes) = table[ids[i]] ; ids are i32 or i64. */
+int hx_k_gather_rows(void *out, const void *table, int64_t rows, size_t row_bytes,
+                     const void *ids, hx_kdtype id_dt, int64_t n, int nthreads, int64_t *bad_pos);
+/* dtable (rows, dim) = 0, then dtable[ids[i]] += dy[i] for every i, in order of i
+ * per row (deterministic, thread-count independent). */
+int hx_k_scatter_add_rows_f32(float *dtable, int64_t rows, int64_t dim, const float *dy,
+                              const void *ids, hx_kdtype id_dt, int64_t n, int nthreads,
+                              int64_t *bad_pos);
+
+/* ---- masks, dropout --------------------------------------------------------- */
+
+/* x, y: (B, T, T). y = x where col <= row, `fill` above the diagonal. */
+void hx_k_causal_mask_f32(float *y, const float *x, int64_t batch, int64_t T, float fill,
+                          int nthreads);
+
+/* y[i] = keep(i) ? x[i] / (1 - p) : 0, where keep(i) is a pure function of
+ * (seed, stream, i): the same mask at any thread count, and the backward pass
+ * reproduces it by calling this with the same seed and stream. */
+void hx_k_dropout_f32(float *y, const float *x, float p, uint64_t seed, uint64_t stream,
+                      int64_t n, int nthreads);
+
+/* ---- losses (mean over the batch) -------------------------------------------- */
+
+/* loss[0] = mean_i( logsumexp(logits[i,:]) - logits[i, labels[i]] ), logits (N, C). */
+int hx_k_cross_entropy_forward_f32(float *loss, const float *logits, const void *labels,
+                                   hx_kdtype label_dt, int64_t N, int64_t C, int nthreads,
+                                   int64_t *bad_pos);
+/* dlogits = dloss[0] / N * (softmax(logits) - onehot(labels)) */
+int hx_k_cross_entropy_backward_f32(float *dlogits, const float *dloss, const float *logits,
+                                    const void *labels, hx_kdtype label_dt, int64_t N, int64_t C,
+                                    int nthreads, int64_t *bad_pos);
+/* loss[0] = mean( max(x,0) - x*t + log(1 + exp(-|x|)) ) */
+void hx_k_bce_logits_forward_f32(float *loss, const float *x, const float *t, int64_t n,
+                                 int nthreads);
+/* dx = dloss[0] / n * (sigmoid(x) - t) */
+void hx_k_bce_logits_backward_f32(float *dx, const float *dloss, const float *x, const float *t,
+                                  int64_t n, int nthreads);
+
+/* ---- CPU features ------------------------------------------------------------ */
+
+typedef enum hx_isa { HX_ISA_SCALAR = 0, HX_ISA_AVX2 = 1, HX_ISA_AVX512 = 2 } hx_isa;
+/* Best ISA this CPU runs (CPUID), lowered by HX_ISA=scalar|avx2|avx512. */
+hx_isa hx_k_isa(void);
+const char *hx_k_isa_name(hx_isa isa);
+
+#endif

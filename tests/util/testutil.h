@@ -1,0 +1,41 @@
+/* Small helpers shared by the ctest programs: checks that count instead of
+ * aborting, a seeded random source, and tolerance comparisons. */
+#ifndef HX_TESTUTIL_H
+#define HX_TESTUTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+extern int hx_test_failures;
+extern int hx_test_checks;
+
+/* Records a failure with file:line and a printf-style message; never aborts. */
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        hx_test_checks++;                                                       \
+        if (!(cond)) {                                                          \
+            hx_test_failures++;                                                 \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);    \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fputc('\n', stderr);                                                \
+        }                                                                       \
+    } while (0)
+
+/* Deterministic random numbers (splitmix64). */
+typedef struct test_rng { uint64_t s; } test_rng;
+test_rng test_rng_make(uint64_t seed);
+uint64_t test_rng_u64(test_rng *r);
+double test_rng_uniform(test_rng *r, double lo, double hi);
+double test_rng_normal(test_rng *r);
+void test_fill_uniform(test_rng *r, float *x, int64_t n, double lo, double hi);
+
+/* |a-b| <= atol + rtol*|b| elementwise; prints the first mismatch under `what`. */
+int test_close_f32(const char *what, const float *got, const double *want, int64_t n,
+                   double rtol, double atol);
+/* Largest relative error max|a-b| / max(|b|, floor). */
+double test_max_rel_err(const float *got, const double *want, int64_t n, double floor);
+
+/* Prints "N passed, N failed" (checks) and returns the process exit code. */
+int test_finish(const char *suite);
+
+#endif
