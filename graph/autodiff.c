@@ -1,0 +1,230 @@
+/* Reverse-mode autodiff over the graph, and optimizer update nodes. */
+#include "graph/graph.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_leaf(const hx_tensor *t) { return t->op <= HX_OP_STATE; }
+
+/* Marks tensors whose value depends on a parameter (float tensors only). */
+static void mark_requires_grad(const hx_graph *g, int n, bool *req)
+{
+    for (int i = 0; i < n; i++) {
+        const hx_tensor *t = g->tensors[i];
+        req[i] = t->kind == HX_TENSOR_PARAMETER;
+        for (int k = 0; !req[i] && k < t->n_src && !is_leaf(t); k++) req[i] = req[t->src[k]->id];
+        req[i] = req[i] && hx__is_float(t->dtype) && t->kind != HX_TENSOR_UPDATE;
+    }
+}
+
+/* Builds the gradients of node t's inputs from its gradient and adds them
+ * into grad[]. Runs with t's target as the scoped default, so gradient nodes
+ * inherit the target of their forward op. */
+static hx_status backprop_node(hx_graph *g, hx_tensor *t, hx_tensor **grad, const bool *req)
+{
+    const hx_op_info *info = &hx__ops[t->op];
+    bool needs[t->n_src];
+    hx_tensor *dsrc[t->n_src];
+    bool any = false;
+    for (int k = 0; k < t->n_src; k++) {
+        needs[k] = req[t->src[k]->id];
+        dsrc[k] = NULL;
+        any |= needs[k];
+    }
+    if (!any) return HX_OK;
+    if (!info->backward)
+        return hx__error(HX_ERR_UNSUPPORTED,
+                         "hx_graph_backward: op '%s' (%s) has no gradient rule", t->name,
+                         info->name);
+    hx_status st = hx_graph_push_target(g, t->target);
+    if (st) return st;
+    st = info->backward(g, t, grad[t->id], needs, dsrc);
+    for (int k = 0; !st && k < t->n_src; k++) {
+        if (!needs[k]) continue;
+        if (!dsrc[k]) { st = HX_ERR_INTERNAL; break; } /* the builder set the message */
+        int s = t->src[k]->id;
+        grad[s] = grad[s] ? hx_add(g, grad[s], dsrc[k]) : dsrc[k];
+        if (!grad[s]) st = HX_ERR_INTERNAL;
+    }
+    hx_graph_pop_target(g);
+    return st;
+}
+
+hx_status hx_graph_backward(hx_graph *g, hx_tensor *loss)
+{
+    hx_tensor *src[1] = {loss};
+    hx_status st = hx__check_srcs(g, "hx_graph_backward", 1, src);
+    if (st) return st;
+    if (g->has_backward)
+        return hx__error(HX_ERR_STATE,
+                         "hx_graph_backward: the graph already has gradients; it is called once "
+                         "per graph (sum several losses into one first)");
+    char sl[HX_SHAPE_STR_LEN];
+    if (loss->dtype != HX_DTYPE_F32 || hx_tensor_numel(loss) != 1)
+        return hx__error(HX_ERR_SHAPE,
+                         "hx_graph_backward: loss '%s' is %s %s; it must be an f32 scalar "
+                         "(reduce it with hx_reduce_mean or hx_reduce_sum)", loss->name,
+                         hx_dtype_name(loss->dtype), hx__shape_str(loss, sl, sizeof sl));
+
+    int n0 = g->n;
+    bool *req = calloc(n0, sizeof *req);
+    hx_tensor **grad = calloc(n0, sizeof *grad);
+    if (!req || !grad) {
+        free(req);
+        free(grad);
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_graph_backward: out of host memory");
+    }
+    mark_requires_grad(g, n0, req);
+    if (!req[loss->id]) {
+        st = hx__error(HX_ERR_INVALID_ARGUMENT,
+                       "hx_graph_backward: loss '%s' does not depend on any parameter",
+                       loss->name);
+        goto out;
+    }
+
+    char seed_name[512];
+    snprintf(seed_name, sizeof seed_name, "%s/grad_seed", loss->name);
+    const float one = 1.0f;
+    grad[loss->id] = hx_graph_constant(g, seed_name, HX_DTYPE_F32, loss->ndim, loss->shape, &one);
+    st = grad[loss->id] ? HX_OK : HX_ERR_INTERNAL;
+    for (int i = loss->id; !st && i >= 0; i--) {
+        hx_tensor *t = g->tensors[i];
+        if (grad[i] && !is_leaf(t)) st = backprop_node(g, t, grad, req);
+    }
+    if (st) {
+        hx__graph_truncate(g, n0);
+        goto out;
+    }
+    for (int i = 0; i < n0; i++) g->tensors[i]->grad = grad[i];
+    g->has_backward = true;
+out:
+    free(req);
+    free(grad);
+    return st;
+}
+
+hx_tensor *hx_tensor_grad(const hx_tensor *t)
+{
+    if (!t) {
+        hx__error(HX_ERR_INVALID_ARGUMENT, "hx_tensor_grad: tensor is NULL");
+        return NULL;
+    }
+    if (!t->grad)
+        hx__error(HX_ERR_NOT_FOUND,
+                  t->graph->has_backward
+                      ? "hx_tensor_grad: '%s' has no gradient: it does not reach the loss (or "
+                        "is not a float tensor that depends on a parameter)"
+                      : "hx_tensor_grad: '%s' has no gradient yet: call hx_graph_backward first",
+                  t->name);
+    return t->grad;
+}
+
+/* ---- optimizers ----------------------------------------------------------------- */
+
+hx_optimizer_config hx_optimizer_config_default(hx_optimizer_kind kind)
+{
+    hx_optimizer_config c = {.kind = kind, .lr = 0.01f};
+    return c;
+}
+
+static hx_status check_config(const hx_optimizer_config *c)
+{
+    if (!c) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_graph_apply_optimizer: config is NULL");
+    if (c->kind != HX_OPTIMIZER_SGD)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_graph_apply_optimizer: unknown optimizer kind %d", (int)c->kind);
+    if (!(c->lr >= 0) || !isfinite(c->lr) || !(c->momentum >= 0) || !isfinite(c->momentum) ||
+        !(c->weight_decay >= 0) || !isfinite(c->weight_decay) || !isfinite(c->dampening))
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_graph_apply_optimizer: lr %g, momentum %g, weight_decay %g must be "
+                         "finite and >= 0", (double)c->lr, (double)c->momentum,
+                         (double)c->weight_decay);
+    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_graph_apply_optimizer: Nesterov momentum needs momentum > 0 and "
+                         "dampening 0");
+    return HX_OK;
+}
+
+static bool has_update(const hx_graph *g, const hx_tensor *p)
+{
+    for (int i = p->id + 1; i < g->n; i++)
+        if (g->tensors[i]->kind == HX_TENSOR_UPDATE && g->tensors[i]->param == p) return true;
+    return false;
+}
+
+/* attr: f[0] lr, f[1] momentum, f[2] dampening, f[3] weight decay, i[0] nesterov.
+ * srcs: param, grad, and the momentum buffer when momentum > 0. */
+static hx_status add_sgd(hx_graph *g, hx_tensor *p, const hx_optimizer_config *c)
+{
+    hx_tensor *src[3] = {p, p->grad, NULL};
+    int n = 2;
+    if (c->momentum > 0) {
+        src[n] = hx__state_new(g, p, "momentum", hx_init_zeros());
+        if (!src[n++]) return HX_ERR_INTERNAL;
+    }
+    hx_attrs at = {.f = {c->lr, c->momentum, c->dampening, c->weight_decay}, .i = {c->nesterov}};
+    hx_tensor *u = hx__node_new(g, HX_OP_SGD_UPDATE, n, src, p->dtype, p->ndim, p->shape, &at);
+    if (!u) return HX_ERR_INTERNAL;
+    u->param = p;
+    if (p->target != HX_TARGET_DEFAULT) u->target = p->target;
+    return HX_OK;
+}
+
+static hx_status check_param(const hx_graph *g, const hx_tensor *p)
+{
+    if (p->graph != g || p->kind != HX_TENSOR_PARAMETER)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_graph_apply_optimizer: '%s' is not a parameter of this graph",
+                         p->name);
+    if (!p->grad)
+        return hx__error(HX_ERR_NOT_FOUND,
+                         "hx_graph_apply_optimizer: parameter '%s' has no gradient: it does "
+                         "not reach the loss; remove it or use it", p->name);
+    if (p->dtype != HX_DTYPE_F32)
+        return hx__error(HX_ERR_DTYPE,
+                         "hx_graph_apply_optimizer: parameter '%s' is %s; updates need an f32 "
+                         "master (keep the parameter f32 and hx_cast it for use)", p->name,
+                         hx_dtype_name(p->dtype));
+    if (has_update(g, p))
+        return hx__error(HX_ERR_STATE,
+                         "hx_graph_apply_optimizer: parameter '%s' already has an optimizer",
+                         p->name);
+    return HX_OK;
+}
+
+hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param, const hx_optimizer_config *cfg)
+{
+    hx_status st = hx__check_srcs(g, "hx_graph_apply_optimizer", 0, NULL);
+    if (!st) st = check_config(cfg);
+    if (st) return st;
+    if (!g->has_backward)
+        return hx__error(HX_ERR_STATE,
+                         "hx_graph_apply_optimizer: the graph has no gradients; call "
+                         "hx_graph_backward first");
+    if (param) {
+        int n0 = g->n;
+        st = check_param(g, param);
+        if (!st && (st = add_sgd(g, param, cfg))) hx__graph_truncate(g, n0);
+        return st;
+    }
+    int n0 = g->n, added = 0;
+    for (int i = 0; i < n0 && !st; i++) {
+        hx_tensor *p = g->tensors[i];
+        if (p->kind != HX_TENSOR_PARAMETER || !p->grad || has_update(g, p)) continue;
+        st = check_param(g, p);
+        if (!st) st = add_sgd(g, p, cfg);
+        added++;
+    }
+    if (st) {
+        hx__graph_truncate(g, n0);
+        return st;
+    }
+    if (!added)
+        return hx__error(HX_ERR_NOT_FOUND,
+                         "hx_graph_apply_optimizer: no parameter without an optimizer has a "
+                         "gradient");
+    return HX_OK;
+}

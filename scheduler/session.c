@@ -1,0 +1,315 @@
+/* Sessions: persistent storage, feeds and fetches, plan cache, the run loop. */
+#include "scheduler/sched.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 64
+
+hx_session_config hx_session_config_default(void)
+{
+    hx_session_config c = {.n_threads = 0, .seed = 42, .accelerator = HX_ACCELERATOR_AUTO};
+    return c;
+}
+
+static void *aligned_bytes(size_t n)
+{
+    return aligned_alloc(ALIGN, (n + ALIGN - 1) / ALIGN * ALIGN + ALIGN);
+}
+
+void hx_session_free(hx_session *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n_plans; i++) hx__plan_free(s->plans[i]);
+    free(s->plans);
+    for (int i = 0; s->persist && i < s->g->n; i++) free(s->persist[i]);
+    free(s->persist);
+    free(s->arena);
+    s->g->n_sessions--;
+    free(s);
+}
+
+static hx_status alloc_persistent(hx_session *s)
+{
+    const hx_graph *g = s->g;
+    for (int i = 0; i < g->n; i++) {
+        const hx_tensor *t = g->tensors[i];
+        if (t->kind != HX_TENSOR_PARAMETER && t->kind != HX_TENSOR_CONSTANT &&
+            t->kind != HX_TENSOR_STATE)
+            continue;
+        size_t bytes = hx_tensor_nbytes(t);
+        s->persist[i] = aligned_bytes(bytes);
+        if (!s->persist[i])
+            return hx__error(HX_ERR_OUT_OF_MEMORY,
+                             "hx_session_create: out of host memory for '%s' (%zu bytes)",
+                             t->name, bytes);
+        s->persist_bytes += bytes;
+        if (t->kind == HX_TENSOR_CONSTANT) {
+            memcpy(s->persist[i], t->data, bytes);
+        } else {
+            hx_status st = hx__param_init(t, s->persist[i], s->cfg.seed, s->nthreads);
+            if (st) return st;
+        }
+    }
+    return HX_OK;
+}
+
+hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_session **out)
+{
+    if (!out) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: out is NULL");
+    *out = NULL;
+    if (!g) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: graph is NULL");
+    hx_session_config c = cfg ? *cfg : hx_session_config_default();
+    if (c.n_threads < 0 || (unsigned)c.accelerator > HX_ACCELERATOR_NONE)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_session_create: n_threads %d must be >= 0 (0: all cores) and "
+                         "accelerator one of HX_ACCELERATOR_*", c.n_threads);
+    if (c.accelerator == HX_ACCELERATOR_CUDA || c.accelerator == HX_ACCELERATOR_EMU)
+        return hx__error(HX_ERR_UNSUPPORTED,
+                         "hx_session_create: accelerator '%s' is not in this build; use "
+                         "HX_ACCELERATOR_NONE or AUTO (all ops on the CPU)",
+                         c.accelerator == HX_ACCELERATOR_CUDA ? "cuda" : "emu");
+    hx_session *s = calloc(1, sizeof *s);
+    if (!s) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    s->g = g;
+    s->cfg = c;
+    s->nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
+    g->n_sessions++;
+    s->persist = calloc(g->n ? g->n : 1, sizeof *s->persist);
+    hx_status st = s->persist ? alloc_persistent(s)
+                              : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    if (st) {
+        hx_session_free(s);
+        return st;
+    }
+    *out = s;
+    return HX_OK;
+}
+
+int64_t hx_session_step(const hx_session *s) { return s ? s->step : 0; }
+
+/* ---- feeds and fetches -------------------------------------------------------- */
+
+static hx_tensor *resolve(const hx_session *s, const char *what, int i, const char *name,
+                          const hx_tensor *t)
+{
+    if (t) {
+        if (t->graph != s->g) {
+            hx__error(HX_ERR_INVALID_ARGUMENT,
+                      "hx_session_run: %s %d names tensor '%s' of another graph; use the "
+                      "tensors of the session's graph", what, i, t->name);
+            return NULL;
+        }
+        return (hx_tensor *)t;
+    }
+    if (!name) {
+        hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: %s %d has neither tensor nor name",
+                  what, i);
+        return NULL;
+    }
+    hx_tensor *found = hx_graph_find(s->g, name);
+    if (!found)
+        hx__error(HX_ERR_NOT_FOUND, "hx_session_run: %s %d names '%s', which is not in the graph",
+                  what, i, name);
+    return found;
+}
+
+static hx_status check_bytes(const char *what, int i, const hx_tensor *t, const void *data,
+                             size_t bytes)
+{
+    char sh[HX_SHAPE_STR_LEN];
+    if (!data)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: %s %d ('%s') data is NULL",
+                         what, i, t->name);
+    if (bytes != hx_tensor_nbytes(t))
+        return hx__error(HX_ERR_SHAPE,
+                         "hx_session_run: %s %d ('%s') has %zu bytes; the tensor is %s %s = "
+                         "%zu bytes", what, i, t->name, bytes, hx_dtype_name(t->dtype),
+                         hx__shape_str(t, sh, sizeof sh), hx_tensor_nbytes(t));
+    return HX_OK;
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* The cached plan for this fetch set and flag, built on first use. */
+static hx_status get_plan(hx_session *s, int *ids, int n, bool train, hx_plan **out)
+{
+    qsort(ids, n, sizeof *ids, cmp_int);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!m || ids[m - 1] != ids[i]) ids[m++] = ids[i];
+    for (int i = 0; i < s->n_plans; i++) {
+        hx_plan *p = s->plans[i];
+        if (p->key_len == m + 1 && p->key[m] == train && !memcmp(p->key, ids, sizeof *ids * m)) {
+            *out = p;
+            return HX_OK;
+        }
+    }
+    hx_plan *p;
+    hx_status st = hx__plan_build(s, ids, m, train, &p);
+    if (st) return st;
+    hx_plan **plans = realloc(s->plans, sizeof *plans * (s->n_plans + 1));
+    if (!plans) {
+        hx__plan_free(p);
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    }
+    s->plans = plans;
+    s->plans[s->n_plans++] = p;
+    if (p->arena_bytes > s->arena_bytes) { /* grow; plans rebind lazily */
+        char *arena = aligned_bytes(p->arena_bytes);
+        if (!arena)
+            return hx__error(HX_ERR_OUT_OF_MEMORY,
+                             "hx_session_run: out of host memory for a %zu-byte activation arena",
+                             p->arena_bytes);
+        free(s->arena);
+        s->arena = arena;
+        s->arena_bytes = p->arena_bytes;
+    }
+    *out = p;
+    return HX_OK;
+}
+
+hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
+                         const hx_fetch *fetches, int n_fetches, unsigned flags)
+{
+    if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: session is NULL");
+    if (n_feeds < 0 || n_fetches < 0 || (n_feeds && !feeds) || (n_fetches && !fetches))
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_session_run: %d feeds at %p, %d fetches at %p", n_feeds,
+                         (const void *)feeds, n_fetches, (const void *)fetches);
+    if (flags & ~(unsigned)HX_RUN_TRAIN)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: unknown flags 0x%x", flags);
+
+    enum { SMALL = 16 };
+    const hx_tensor *feed_small[SMALL], *fetch_small[SMALL];
+    int id_small[SMALL];
+    const hx_tensor **feed_t = n_feeds <= SMALL ? feed_small : malloc(sizeof *feed_t * n_feeds);
+    const hx_tensor **fetch_t = n_fetches <= SMALL ? fetch_small : malloc(sizeof *fetch_t * n_fetches);
+    int *ids = n_fetches <= SMALL ? id_small : malloc(sizeof *ids * n_fetches);
+    hx_status st = HX_OK;
+    if (!feed_t || !fetch_t || !ids) {
+        st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+        goto out;
+    }
+
+    for (int i = 0; i < n_feeds && !st; i++) {
+        const hx_tensor *t = feed_t[i] = resolve(s, "feed", i, feeds[i].name, feeds[i].tensor);
+        if (!t) { st = HX_ERR_NOT_FOUND; break; }
+        if (t->kind != HX_TENSOR_INPUT)
+            st = hx__error(HX_ERR_INVALID_ARGUMENT,
+                           "hx_session_run: feed %d names '%s', which is not an input (it is "
+                           "%s); set parameters with hx_session_write", i, t->name,
+                           hx__ops[t->op].name);
+        if (!st) st = check_bytes("feed", i, t, feeds[i].data, feeds[i].bytes);
+        for (int j = 0; j < i && !st; j++)
+            if (feed_t[j] == t)
+                st = hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: '%s' is fed twice",
+                               t->name);
+    }
+    for (int i = 0; i < n_fetches && !st; i++) {
+        const hx_tensor *t = fetch_t[i] = resolve(s, "fetch", i, fetches[i].name, fetches[i].tensor);
+        if (!t) { st = HX_ERR_NOT_FOUND; break; }
+        if (t->kind == HX_TENSOR_UPDATE)
+            st = hx__error(HX_ERR_INVALID_ARGUMENT,
+                           "hx_session_run: fetch %d names '%s', an optimizer update, which has "
+                           "no value; fetch the parameter instead", i, t->name);
+        if (!st) st = check_bytes("fetch", i, t, fetches[i].data, fetches[i].bytes);
+        ids[i] = t->id;
+    }
+    if (st) goto out;
+
+    bool train = flags & HX_RUN_TRAIN;
+    hx_plan *p = NULL;
+    if ((st = get_plan(s, ids, n_fetches, train, &p))) goto out;
+    for (int k = 0; k < p->n_inputs; k++) {
+        const hx_tensor *in = s->g->tensors[p->inputs[k]];
+        int j = 0;
+        while (j < n_feeds && feed_t[j] != in) j++;
+        if (j == n_feeds) {
+            st = hx__error(HX_ERR_INVALID_ARGUMENT,
+                           "hx_session_run: input '%s' is needed by this run but not fed",
+                           in->name);
+            goto out;
+        }
+        memcpy(s->arena + p->offset[in->id], feeds[j].data, feeds[j].bytes);
+    }
+    if (p->bound_to != s->arena) hx__plan_bind(s, p);
+
+    hx_exec ex = {.nthreads = s->nthreads, .step = s->step, .train = train};
+    for (int k = 0; k < p->n_steps && !st; k++) {
+        const hx_step *sp = &p->steps[k];
+        st = sp->fn(&ex, sp->node, sp->out, sp->in);
+    }
+    if (st) goto out;
+    for (int i = 0; i < n_fetches; i++) {
+        const hx_tensor *t = fetch_t[i];
+        const void *src = p->offset[t->id] >= 0 ? s->arena + p->offset[t->id] : s->persist[t->id];
+        memcpy(fetches[i].data, src, fetches[i].bytes);
+    }
+    if (train) s->step++;
+out:
+    if (feed_t != feed_small) free(feed_t);
+    if (fetch_t != fetch_small) free(fetch_t);
+    if (ids != id_small) free(ids);
+    return st;
+}
+
+/* ---- parameter access, statistics ------------------------------------------------ */
+
+static hx_status persistent_of(hx_session *s, const char *fn, const hx_tensor *t, size_t bytes,
+                               const void *data, void **out)
+{
+    if (!s || !t || !data)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
+                         !s ? "session" : !t ? "tensor" : "data");
+    if (t->graph != s->g)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: '%s' belongs to another graph", fn, t->name);
+    if (!s->persist[t->id])
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "%s: '%s' is not a parameter, constant or optimizer state; fetch it "
+                         "with hx_session_run", fn, t->name);
+    if (bytes != hx_tensor_nbytes(t))
+        return hx__error(HX_ERR_SHAPE, "%s: '%s' is %zu bytes, not %zu", fn, t->name,
+                         hx_tensor_nbytes(t), bytes);
+    *out = s->persist[t->id];
+    return HX_OK;
+}
+
+hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t bytes)
+{
+    void *p = NULL;
+    hx_status st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
+    if (!st) memcpy(data, p, bytes);
+    return st;
+}
+
+hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, size_t bytes)
+{
+    void *p = NULL;
+    hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
+    if (!st) memcpy(p, data, bytes);
+    return st;
+}
+
+hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
+{
+    if (!s || !out)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_memory_stats: %s is NULL",
+                         s ? "out" : "session");
+    if (!s->n_plans) { /* plan the training step without running it */
+        hx_plan *p = NULL;
+        int no_fetch[1];
+        hx_status st = get_plan(s, no_fetch, 0, true, &p);
+        if (st) return st;
+    }
+    *out = (hx_memory_stats){.persistent_bytes = s->persist_bytes};
+    for (int i = 0; i < s->n_plans; i++) {
+        const hx_plan *p = s->plans[i];
+        if (p->arena_bytes > out->transient_planned_bytes) {
+            out->transient_planned_bytes = p->arena_bytes;
+            out->transient_tensor_bytes = p->transient_tensor_bytes;
+        }
+    }
+    return HX_OK;
+}

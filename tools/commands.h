@@ -1,0 +1,8 @@
+/* Subcommands of the hetex CLI: each takes argv from its own name on and
+ * returns the process exit code. */
+#ifndef HX_TOOLS_COMMANDS_H
+#define HX_TOOLS_COMMANDS_H
+
+int hx_cmd_mlp(int argc, char **argv);
+
+#endif
