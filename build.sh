@@ -67,7 +67,7 @@ case "$cmd" in
     cd "$dir" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       TSAN_OPTIONS="halt_on_error=1 suppressions=$root/tests/tsan.supp" \
-      HX_TEST_SANITIZER="$san" ctest --output-on-failure -j "$jobs" -LE gpu "$@" ;;
+      HX_TEST_SANITIZER="$san" ctest --output-on-failure -j "$jobs" -LE 'gpu|install' "$@" ;;
   run)
     build build -DCMAKE_BUILD_TYPE=Release >/dev/null
     exec build/hetex mlp "$@" ;;

@@ -237,15 +237,25 @@ static hx_status check_graph_open(const hx_graph *g, const char *what)
     return HX_OK;
 }
 
+/* A NULL input usually means the op that should have made it failed: keep
+ * that first failure's message, so the end of a chain reports its cause. */
+static hx_status null_input(const char *opname, int i)
+{
+    static const char *marker = " is NULL because an earlier call failed: ";
+    if (strstr(last_error, marker)) return HX_ERR_INVALID_ARGUMENT;
+    if (!last_error[0])
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: input %d is NULL", opname, i);
+    char first[sizeof last_error];
+    memcpy(first, last_error, sizeof first);
+    return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: input %d%s%s", opname, i, marker, first);
+}
+
 hx_status hx__check_srcs(hx_graph *g, const char *opname, int n, hx_tensor *const *srcs)
 {
     hx_status st = check_graph_open(g, opname);
     if (st) return st;
     for (int i = 0; i < n; i++) {
-        if (!srcs[i])
-            return hx__error(HX_ERR_INVALID_ARGUMENT,
-                             "%s: input %d is NULL (did the op that should have produced it "
-                             "fail? check hx_last_error() after each op)", opname, i);
+        if (!srcs[i]) return null_input(opname, i);
         if (srcs[i]->graph != g)
             return hx__error(HX_ERR_INVALID_ARGUMENT,
                              "%s: input %d ('%s') belongs to another graph; tensors cannot be "

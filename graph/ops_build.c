@@ -213,9 +213,12 @@ hx_tensor *hx_reshape(hx_graph *g, hx_tensor *x, int ndim, const int64_t *shape)
     }
     if (infer >= 0) out[infer] = known && numel % known == 0 ? numel / known : -1;
     if (infer >= 0 ? out[infer] <= 0 : known != numel) {
+        hx_tensor want = {.ndim = ndim};
+        memcpy(want.shape, shape, sizeof(int64_t) * ndim);
+        char sw[HX_SHAPE_STR_LEN];
         hx__error(HX_ERR_SHAPE,
-                  "reshape '%s': %s has %lld elements, which the requested shape cannot hold",
-                  x->name, SHAPE(x, sx), (long long)numel);
+                  "reshape '%s': %s has %lld elements, which the requested shape %s cannot "
+                  "hold", x->name, SHAPE(x, sx), (long long)numel, SHAPE(&want, sw));
         return NULL;
     }
     return hx__node_new(g, HX_OP_RESHAPE, 1, &x, x->dtype, ndim, out, NULL);

@@ -91,28 +91,26 @@ int64_t hx_session_step(const hx_session *s) { return s ? s->step : 0; }
 
 /* ---- feeds and fetches -------------------------------------------------------- */
 
-static hx_tensor *resolve(const hx_session *s, const char *what, int i, const char *name,
-                          const hx_tensor *t)
+static hx_status resolve(const hx_session *s, const char *what, int i, const char *name,
+                         const hx_tensor *t, const hx_tensor **out)
 {
     if (t) {
-        if (t->graph != s->g) {
-            hx__error(HX_ERR_INVALID_ARGUMENT,
-                      "hx_session_run: %s %d names tensor '%s' of another graph; use the "
-                      "tensors of the session's graph", what, i, t->name);
-            return NULL;
-        }
-        return (hx_tensor *)t;
+        *out = t;
+        if (t->graph != s->g)
+            return hx__error(HX_ERR_INVALID_ARGUMENT,
+                             "hx_session_run: %s %d names tensor '%s' of another graph; use the "
+                             "tensors of the session's graph", what, i, t->name);
+        return HX_OK;
     }
-    if (!name) {
-        hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: %s %d has neither tensor nor name",
-                  what, i);
-        return NULL;
-    }
-    hx_tensor *found = hx_graph_find(s->g, name);
-    if (!found)
-        hx__error(HX_ERR_NOT_FOUND, "hx_session_run: %s %d names '%s', which is not in the graph",
-                  what, i, name);
-    return found;
+    if (!name)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_session_run: %s %d has neither tensor nor name", what, i);
+    *out = hx_graph_find(s->g, name);
+    if (!*out)
+        return hx__error(HX_ERR_NOT_FOUND,
+                         "hx_session_run: %s %d names '%s', which is not in the graph", what, i,
+                         name);
+    return HX_OK;
 }
 
 static hx_status check_bytes(const char *what, int i, const hx_tensor *t, const void *data,
@@ -194,8 +192,8 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     }
 
     for (int i = 0; i < n_feeds && !st; i++) {
-        const hx_tensor *t = feed_t[i] = resolve(s, "feed", i, feeds[i].name, feeds[i].tensor);
-        if (!t) { st = HX_ERR_NOT_FOUND; break; }
+        if ((st = resolve(s, "feed", i, feeds[i].name, feeds[i].tensor, &feed_t[i]))) break;
+        const hx_tensor *t = feed_t[i];
         if (t->kind != HX_TENSOR_INPUT)
             st = hx__error(HX_ERR_INVALID_ARGUMENT,
                            "hx_session_run: feed %d names '%s', which is not an input (it is "
@@ -208,8 +206,8 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                                t->name);
     }
     for (int i = 0; i < n_fetches && !st; i++) {
-        const hx_tensor *t = fetch_t[i] = resolve(s, "fetch", i, fetches[i].name, fetches[i].tensor);
-        if (!t) { st = HX_ERR_NOT_FOUND; break; }
+        if ((st = resolve(s, "fetch", i, fetches[i].name, fetches[i].tensor, &fetch_t[i]))) break;
+        const hx_tensor *t = fetch_t[i];
         if (t->kind == HX_TENSOR_UPDATE)
             st = hx__error(HX_ERR_INVALID_ARGUMENT,
                            "hx_session_run: fetch %d names '%s', an optimizer update, which has "
