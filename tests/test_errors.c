@@ -575,7 +575,7 @@ static void test_run_errors(void)
     do {                                                                                       \
         memset(yv, 0, sizeof yv);                                                              \
         hx_status st_ = hx_session_run(s, &fx, 1, &fy, 1, 0);                                  \
-        report(__LINE__, st_ == HX_OK && yv[4] == 0 && yv[8] == 1,                            \
+        report(__LINE__, st_ == HX_OK && yv[0] == 0 && yv[4] == 2 && yv[8] == 1,                          \
                "%s: valid run afterwards: %s", what, hx_status_name(st_));                     \
     } while (0)
     VALID_RUN("first run");
