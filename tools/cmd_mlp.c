@@ -121,8 +121,8 @@ static double accuracy(const float *logits, const int32_t *y, int batch)
 
 int hx_cmd_mlp(int argc, char **argv)
 {
-    options o = {.steps = 1500, .batch = 64, .hidden = 64, .threads = 0, .every = 100,
-                 .lr = 0.1f, .momentum = 0.9f, .seed = 1};
+    options o = {.steps = 3000, .batch = 64, .hidden = 64, .threads = 0, .every = 200,
+                 .lr = 0.02f, .momentum = 0.9f, .seed = 1};
     if (parse(argc, argv, &o)) return 2;
 
     hx_graph *g = hx_graph_create();
