@@ -88,15 +88,6 @@ static void msg_has_dims_(int line, const char *what, int n, const int64_t *dims
         MSG_HAS(what, __VA_ARGS__);                                                            \
     } while (0)
 
-/* For calls whose exact status the header leaves open between two codes. */
-#define EXPECT_ST2(st, w1, w2, what, ...)                                                      \
-    do {                                                                                       \
-        hx_status st_ = (st);                                                                  \
-        report(__LINE__, st_ == (w1) || st_ == (w2), "%s: status %s, want %s or %s", what,     \
-               hx_status_name(st_), hx_status_name(w1), hx_status_name(w2));                   \
-        MSG_HAS(what, __VA_ARGS__);                                                            \
-    } while (0)
-
 /* After an error the graph takes a valid op. */
 static hx_tensor *usable_(int line, hx_graph *g, hx_tensor *x, const char *what)
 {
@@ -138,7 +129,8 @@ static void test_build_errors(void)
     hx_tensor *l4 = hx_graph_input(g, "l4", HX_DTYPE_I32, 1, S(4));
     hx_tensor *l3 = hx_graph_input(g, "l3", HX_DTYPE_I32, 1, S(3));
     hx_tensor *l2 = hx_graph_input(g, "l2", HX_DTYPE_I64, 1, S(2));
-    report(__LINE__, x && xi && a && b && a3 && b3 && w45 && v3 && x46 && x245 && l4f && l4 && l3 && l2,
+    hx_tensor *sc = hx_graph_input(g, "scalar_in", HX_DTYPE_F32, 0, S(1));
+    report(__LINE__, x && xi && a && b && a3 && b3 && w45 && v3 && x46 && x245 && l4f && l4 && l3 && l2 && sc,
            "leaves");
     int n0;
     hx_tensor *t;
@@ -252,6 +244,8 @@ static void test_build_errors(void)
     EXPECT_NULL(g, n0, t, "slice axis -3 of 2-D", "slice");
     t = hx_slice(g, x, 0, -1, 2);
     EXPECT_NULL(g, n0, t, "slice start -1", "slice");
+    t = hx_slice(g, x, 0, 2, 2);
+    EXPECT_NULL(g, n0, t, "slice empty range [2,2)", "slice");
     USABLE(g, x, "after slice errors");
 
     /* concat */
@@ -279,10 +273,20 @@ static void test_build_errors(void)
     EXPECT_NULL(g, n0, t, "reduce_mean axis 5 of 2-D", "reduce_mean");
     t = hx_reduce_sum(g, x, 1, NULL, false);
     EXPECT_NULL(g, n0, t, "reduce_sum naxes 1, axes NULL", "reduce_sum");
+    t = hx_reduce_sum(g, x, 2, (const int[]){1, 1}, false);
+    EXPECT_NULL(g, n0, t, "reduce_sum axes (1,1)", "reduce_sum");
+    t = hx_reduce_mean(g, x, 3, (const int[]){0, 1, 0}, false);
+    EXPECT_NULL(g, n0, t, "reduce_mean 3 axes of 2-D", "reduce_mean");
 
     /* cast */
     t = hx_cast(g, x, (hx_dtype)99);
     EXPECT_NULL(g, n0, t, "cast to dtype 99", "cast");
+    t = hx_cast(g, x, HX_DTYPE_I32); /* "Between f32, f16 and bf16" */
+    EXPECT_NULL(g, n0, t, "cast f32 to i32", "cast", "i32");
+    t = hx_softmax(g, hx_graph_find(g, "scalar_in"));
+    EXPECT_NULL(g, n0, t, "softmax of a scalar", "softmax");
+    t = hx_layernorm(g, hx_graph_find(g, "scalar_in"), v3, v3, 1e-5f);
+    EXPECT_NULL(g, n0, t, "layernorm of a scalar", "layernorm");
 
     /* gather */
     hx_tensor *ids_f = hx_graph_input(g, "ids_f", HX_DTYPE_F32, 1, S(3));
@@ -364,7 +368,7 @@ static void test_build_errors(void)
     EXPECT_NULL(g, n0, t, "input with NULL name", "");
     hx_tensor *r = USABLE(g, x, "after leaf errors");
     hx_status st = hx_tensor_set_name(r, "a3");
-    EXPECT_ST2(st, HX_ERR_INVALID_ARGUMENT, HX_ERR_STATE, "set_name to a duplicate name", "a3");
+    EXPECT_ST(st, HX_ERR_INVALID_ARGUMENT, "set_name to a duplicate name", "a3");
     report(__LINE__, hx_graph_find(g, "a3") == a3, "duplicate set_name took the name away");
     report(__LINE__, r && strcmp(hx_tensor_name(r), "a3") != 0, "duplicate set_name renamed the tensor");
     report(__LINE__, hx_tensor_set_name(r, "my_relu") == HX_OK, "set_name: %s", hx_last_error());
@@ -414,21 +418,18 @@ static void test_build_errors(void)
 
     /* targets */
     n0 = hx_graph_tensor_count(g);
-    EXPECT_ST2(hx_tensor_set_target(x, HX_TARGET_CPU), HX_ERR_INVALID_ARGUMENT, HX_ERR_STATE,
-               "set_target on an input", "x");
+    EXPECT_ST(hx_tensor_set_target(x, HX_TARGET_CPU), HX_ERR_INVALID_ARGUMENT, "set_target on an input", "x");
     report(__LINE__, hx_tensor_target(x) == HX_TARGET_DEFAULT, "set_target on an input changed it");
     hx_tensor *c1 = hx_graph_constant(g, "c1", HX_DTYPE_F32, 1, S(2), (const float[]){1, 2});
-    EXPECT_ST2(hx_tensor_set_target(c1, HX_TARGET_DEVICE), HX_ERR_INVALID_ARGUMENT, HX_ERR_STATE,
-               "set_target on a constant", "c1");
+    EXPECT_ST(hx_tensor_set_target(c1, HX_TARGET_DEVICE), HX_ERR_INVALID_ARGUMENT, "set_target on a constant", "c1");
     EXPECT_ST(hx_tensor_set_target(r, (hx_target)7), HX_ERR_INVALID_ARGUMENT, "set_target 7", "");
     report(__LINE__, hx_tensor_target(r) == HX_TARGET_DEFAULT, "bad set_target changed it");
     EXPECT_ST(hx_graph_push_target(g, (hx_target)-2), HX_ERR_INVALID_ARGUMENT, "push_target -2", "");
-    EXPECT_ST2(hx_graph_pop_target(g), HX_ERR_STATE, HX_ERR_INVALID_ARGUMENT, "pop_target on an empty stack", "");
+    EXPECT_ST(hx_graph_pop_target(g), HX_ERR_STATE, "pop_target on an empty stack", "");
     int pushed = 0;
     while (pushed < 16 && hx_graph_push_target(g, HX_TARGET_CPU) == HX_OK) pushed++;
     report(__LINE__, pushed == 16, "push_target: only %d of 16 pushes succeeded", pushed);
-    EXPECT_ST2(hx_graph_push_target(g, HX_TARGET_CPU), HX_ERR_STATE, HX_ERR_INVALID_ARGUMENT,
-               "push_target 17 deep", "");
+    EXPECT_ST(hx_graph_push_target(g, HX_TARGET_CPU), HX_ERR_STATE, "push_target 17 deep", "");
     int popped = 0;
     while (popped < 17 && hx_graph_pop_target(g) == HX_OK) popped++;
     report(__LINE__, popped == pushed, "pop_target: %d pops after %d pushes", popped, pushed);
@@ -478,8 +479,7 @@ static void test_backward_errors(void)
     report(__LINE__, hx_tensor_grad(w) != NULL, "grad of w: %s", hx_last_error());
     hx_tensor *t = hx_tensor_grad(unused);
     EXPECT_NULL(g, n0, t, "grad of a param that does not reach the loss", "unused_w");
-    EXPECT_ST2(hx_graph_apply_optimizer(g, unused, &oc), HX_ERR_NOT_FOUND, HX_ERR_INVALID_ARGUMENT,
-               "apply_optimizer on a param without gradient", "unused_w");
+    EXPECT_ST(hx_graph_apply_optimizer(g, unused, &oc), HX_ERR_NOT_FOUND, "apply_optimizer on a param without gradient", "unused_w");
     EXPECT_ST(hx_graph_apply_optimizer(g, x, &oc), HX_ERR_INVALID_ARGUMENT, "apply_optimizer on an input", "x");
     EXPECT_ST(hx_graph_apply_optimizer(g, w, NULL), HX_ERR_INVALID_ARGUMENT, "apply_optimizer NULL config", "");
     hx_optimizer_config bad = oc;
@@ -585,32 +585,33 @@ static void test_run_errors(void)
     EXPECT_ST(hx_session_run(s, two, 2, &fy, 1, 0), HX_ERR_NOT_FOUND, "feed of an unknown name", "nosuch");
     VALID_RUN("unknown feed");
     hx_feed fshort = {"x", NULL, xv, sizeof xv - 4};
-    EXPECT_ST2(hx_session_run(s, &fshort, 1, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, HX_ERR_SHAPE,
-               "feed with 44 bytes for 48", "x");
+    EXPECT_ST(hx_session_run(s, &fshort, 1, &fy, 1, 0), HX_ERR_SHAPE, "feed with 44 bytes for 48", "x");
     MSG_DIMS("feed with 44 bytes for 48", 1, 44);
     VALID_RUN("short feed");
-    EXPECT_ST2(hx_session_run(s, NULL, 0, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, HX_ERR_NOT_FOUND,
-               "missing feed", "x");
+    EXPECT_ST(hx_session_run(s, NULL, 0, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, "missing feed", "x");
     VALID_RUN("missing feed");
     hx_feed fnull = {"x", NULL, NULL, sizeof xv};
     EXPECT_ST(hx_session_run(s, &fnull, 1, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, "feed with NULL data", "x");
     EXPECT_ST(hx_session_run(s, NULL, 1, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, "NULL feeds, n_feeds 1", "");
     EXPECT_ST(hx_session_run(s, &fx, -1, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, "n_feeds -1", "");
     hx_feed fother = {NULL, other, xv, sizeof xv};
-    EXPECT_ST2(hx_session_run(s, &fother, 1, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, HX_ERR_NOT_FOUND,
-               "feed of another graph's tensor", "");
+    EXPECT_ST(hx_session_run(s, &fother, 1, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, "feed of another graph's tensor", "");
+    hx_feed twice[2] = {fx, fx};
+    EXPECT_ST(hx_session_run(s, twice, 2, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, "x fed twice", "x");
+    hx_feed finter = {NULL, y, xv, sizeof xv};
+    hx_feed fxi[2] = {fx, finter};
+    EXPECT_ST(hx_session_run(s, fxi, 2, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, "feed of an intermediate", "");
+    EXPECT_ST(hx_session_run(s, &fx, 1, &fy, 1, 0x80), HX_ERR_INVALID_ARGUMENT, "unknown run flag 0x80", "");
     hx_feed fnoname = {NULL, NULL, xv, sizeof xv};
     EXPECT_ST(hx_session_run(s, &fnoname, 1, &fy, 1, 0), HX_ERR_INVALID_ARGUMENT, "feed without name or tensor", "");
     VALID_RUN("bad feeds");
 
     hx_fetch fo = {NULL, other, yv, sizeof yv};
-    EXPECT_ST2(hx_session_run(s, &fx, 1, &fo, 1, 0), HX_ERR_INVALID_ARGUMENT, HX_ERR_NOT_FOUND,
-               "fetch of another graph's tensor", "");
+    EXPECT_ST(hx_session_run(s, &fx, 1, &fo, 1, 0), HX_ERR_INVALID_ARGUMENT, "fetch of another graph's tensor", "");
     hx_fetch fn = {"nothing_here", NULL, yv, sizeof yv};
     EXPECT_ST(hx_session_run(s, &fx, 1, &fn, 1, 0), HX_ERR_NOT_FOUND, "fetch of an unknown name", "nothing_here");
     hx_fetch fb = {NULL, y, yv, sizeof yv + 4};
-    EXPECT_ST2(hx_session_run(s, &fx, 1, &fb, 1, 0), HX_ERR_INVALID_ARGUMENT, HX_ERR_SHAPE,
-               "fetch with 52 bytes for 48", "");
+    EXPECT_ST(hx_session_run(s, &fx, 1, &fb, 1, 0), HX_ERR_SHAPE, "fetch with 52 bytes for 48", "");
     hx_fetch fnd = {NULL, y, NULL, sizeof yv};
     EXPECT_ST(hx_session_run(s, &fx, 1, &fnd, 1, 0), HX_ERR_INVALID_ARGUMENT, "fetch with NULL data", "");
     EXPECT_ST(hx_session_run(s, &fx, 1, NULL, 1, 0), HX_ERR_INVALID_ARGUMENT, "NULL fetches, n_fetches 1", "");
@@ -650,23 +651,18 @@ static void test_run_errors(void)
            "cross_entropy with valid labels after an index error: %s", hx_last_error());
 
     /* read / write */
-    EXPECT_ST2(hx_session_read(s, table, tv, sizeof tv - 4), HX_ERR_INVALID_ARGUMENT, HX_ERR_SHAPE,
-               "read of table with 68 bytes for 72", "table");
+    EXPECT_ST(hx_session_read(s, table, tv, sizeof tv - 4), HX_ERR_SHAPE, "read of table with 68 bytes for 72", "table");
     float wbuf[18];
     for (int i = 0; i < 18; i++) wbuf[i] = 100.0f + i;
-    EXPECT_ST2(hx_session_write(s, table, wbuf, sizeof wbuf + 4), HX_ERR_INVALID_ARGUMENT, HX_ERR_SHAPE,
-               "write of table with 76 bytes for 72", "table");
+    EXPECT_ST(hx_session_write(s, table, wbuf, sizeof wbuf + 4), HX_ERR_SHAPE, "write of table with 76 bytes for 72", "table");
     float tv2[18];
     report(__LINE__, hx_session_read(s, table, tv2, sizeof tv2) == HX_OK && memcmp(tv, tv2, sizeof tv) == 0,
            "failed write changed the table");
     EXPECT_ST(hx_session_read(s, table, NULL, sizeof tv), HX_ERR_INVALID_ARGUMENT, "read into NULL", "");
     EXPECT_ST(hx_session_read(s, NULL, tv, sizeof tv), HX_ERR_INVALID_ARGUMENT, "read of NULL tensor", "");
-    EXPECT_ST2(hx_session_read(s, other_p, tv, sizeof tv), HX_ERR_INVALID_ARGUMENT, HX_ERR_NOT_FOUND,
-               "read of another graph's param", "");
-    EXPECT_ST2(hx_session_read(s, x, yv, sizeof yv), HX_ERR_INVALID_ARGUMENT, HX_ERR_STATE,
-               "read of an input", "x");
-    EXPECT_ST2(hx_session_write(s, y, yv, sizeof yv), HX_ERR_INVALID_ARGUMENT, HX_ERR_STATE,
-               "write of an intermediate", "");
+    EXPECT_ST(hx_session_read(s, other_p, tv, sizeof tv), HX_ERR_INVALID_ARGUMENT, "read of another graph's param", "");
+    EXPECT_ST(hx_session_read(s, x, yv, sizeof yv), HX_ERR_INVALID_ARGUMENT, "read of an input", "x");
+    EXPECT_ST(hx_session_write(s, y, yv, sizeof yv), HX_ERR_INVALID_ARGUMENT, "write of an intermediate", "");
     float kv[2] = {0};
     report(__LINE__, hx_session_read(s, k, kv, sizeof kv) == HX_OK && kv[0] == 3 && kv[1] == 4,
            "read of a constant: %s", hx_last_error());
