@@ -99,6 +99,7 @@ hx_status hx_graph_backward(hx_graph *g, hx_tensor *loss)
     }
     for (int i = 0; i < n0; i++) g->tensors[i]->grad = grad[i];
     g->has_backward = true;
+    g->grad_seed = grad[loss->id];
 out:
     free(req);
     free(grad);
@@ -125,26 +126,42 @@ hx_tensor *hx_tensor_grad(const hx_tensor *t)
 
 hx_optimizer_config hx_optimizer_config_default(hx_optimizer_kind kind)
 {
-    hx_optimizer_config c = {.kind = kind, .lr = 0.01f};
+    hx_optimizer_config c = {.kind = kind, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    switch (kind) {
+    case HX_OPTIMIZER_SGD: break;
+    case HX_OPTIMIZER_ADAM: c.lr = 1e-3; break;
+    case HX_OPTIMIZER_ADAMW: c.lr = 1e-3; c.weight_decay = 1e-2; break;
+    case HX_OPTIMIZER_ADAGRAD: c.eps = 1e-10; break;
+    case HX_OPTIMIZER_FTRL: c.lr = 1e-3; c.initial_accumulator = 0.1; break;
+    }
     return c;
 }
+
+static bool nonneg(double x) { return x >= 0 && isfinite(x); }
 
 static hx_status check_config(const hx_optimizer_config *c)
 {
     if (!c) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_graph_apply_optimizer: config is NULL");
-    if (c->kind != HX_OPTIMIZER_SGD)
+    if ((unsigned)c->kind > HX_OPTIMIZER_FTRL)
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "hx_graph_apply_optimizer: unknown optimizer kind %d", (int)c->kind);
-    if (!(c->lr >= 0) || !isfinite(c->lr) || !(c->momentum >= 0) || !isfinite(c->momentum) ||
-        !(c->weight_decay >= 0) || !isfinite(c->weight_decay) || !isfinite(c->dampening))
+    bool ok = nonneg(c->lr) && nonneg(c->weight_decay) && nonneg(c->momentum) &&
+              isfinite(c->dampening) && c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 &&
+              c->beta2 < 1 && nonneg(c->eps) && nonneg(c->lr_decay) &&
+              nonneg(c->initial_accumulator) && nonneg(c->l1) && nonneg(c->l2) &&
+              nonneg(c->l2_shrinkage);
+    if (!ok)
         return hx__error(HX_ERR_INVALID_ARGUMENT,
-                         "hx_graph_apply_optimizer: lr %g, momentum %g, weight_decay %g must be "
-                         "finite and >= 0", (double)c->lr, (double)c->momentum,
-                         (double)c->weight_decay);
-    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+                         "hx_graph_apply_optimizer: hyper-parameters out of range (lr %g, "
+                         "weight_decay %g, momentum %g, beta1 %g, beta2 %g, eps %g): rates and "
+                         "decays must be finite and >= 0, betas in [0, 1)", c->lr,
+                         c->weight_decay, c->momentum, c->beta1, c->beta2, c->eps);
+    if (c->kind == HX_OPTIMIZER_SGD && c->nesterov && (c->momentum <= 0 || c->dampening != 0))
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "hx_graph_apply_optimizer: Nesterov momentum needs momentum > 0 and "
                          "dampening 0");
+    if (c->kind == HX_OPTIMIZER_FTRL && c->lr <= 0)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_graph_apply_optimizer: FTRL needs lr > 0");
     return HX_OK;
 }
 
@@ -155,21 +172,37 @@ static bool has_update(const hx_graph *g, const hx_tensor *p)
     return false;
 }
 
-/* attr: f[0] lr, f[1] momentum, f[2] dampening, f[3] weight decay, i[0] nesterov.
- * srcs: param, grad, and the momentum buffer when momentum > 0. */
-static hx_status add_sgd(hx_graph *g, hx_tensor *p, const hx_optimizer_config *c)
+/* The update node and its state: srcs are param, grad, then the state
+ * tensors in the order the kernel takes them. */
+static hx_status add_update(hx_graph *g, hx_tensor *p, const hx_optimizer_config *c)
 {
-    hx_tensor *src[3] = {p, p->grad, NULL};
+    static const struct { hx_op op; const char *state[2]; } kinds[] = {
+        [HX_OPTIMIZER_SGD] = {HX_OP_SGD_UPDATE, {"momentum", NULL}},
+        [HX_OPTIMIZER_ADAM] = {HX_OP_ADAM_UPDATE, {"exp_avg", "exp_avg_sq"}},
+        [HX_OPTIMIZER_ADAMW] = {HX_OP_ADAM_UPDATE, {"exp_avg", "exp_avg_sq"}},
+        [HX_OPTIMIZER_ADAGRAD] = {HX_OP_ADAGRAD_UPDATE, {"sum", NULL}},
+        [HX_OPTIMIZER_FTRL] = {HX_OP_FTRL_UPDATE, {"accum", "linear"}},
+    };
+    hx_tensor *src[4] = {p, p->grad};
     int n = 2;
-    if (c->momentum > 0) {
-        src[n] = hx__state_new(g, p, "momentum", hx_init_zeros());
-        if (!src[n++]) return HX_ERR_INTERNAL;
+    for (int k = 0; k < 2 && kinds[c->kind].state[k]; k++) {
+        if (c->kind == HX_OPTIMIZER_SGD && c->momentum == 0) break;
+        bool accum = (c->kind == HX_OPTIMIZER_ADAGRAD || c->kind == HX_OPTIMIZER_FTRL) && k == 0;
+        hx_init init = accum ? hx_init_constant(c->initial_accumulator) : hx_init_zeros();
+        if (!(src[n++] = hx__state_new(g, p, kinds[c->kind].state[k], init))) return HX_ERR_INTERNAL;
     }
-    hx_attrs at = {.f = {c->lr, c->momentum, c->dampening, c->weight_decay}, .i = {c->nesterov}};
-    hx_tensor *u = hx__node_new(g, HX_OP_SGD_UPDATE, n, src, p->dtype, p->ndim, p->shape, &at);
-    if (!u) return HX_ERR_INTERNAL;
+    hx_optimizer_config *copy = malloc(sizeof *copy);
+    if (!copy) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_graph_apply_optimizer: out of host memory");
+    *copy = *c;
+    hx_tensor *u = hx__node_new(g, kinds[c->kind].op, n, src, p->dtype, p->ndim, p->shape, NULL);
+    if (!u) {
+        free(copy);
+        return HX_ERR_INTERNAL;
+    }
+    u->data = copy;
     u->param = p;
     if (p->target != HX_TARGET_DEFAULT) u->target = p->target;
+    for (int k = 2; k < n; k++) src[k]->target = u->target;
     return HX_OK;
 }
 
@@ -204,27 +237,23 @@ hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param, const hx_optim
         return hx__error(HX_ERR_STATE,
                          "hx_graph_apply_optimizer: the graph has no gradients; call "
                          "hx_graph_backward first");
-    if (param) {
-        int n0 = g->n;
-        st = check_param(g, param);
-        if (!st && (st = add_sgd(g, param, cfg))) hx__graph_truncate(g, n0);
-        return st;
-    }
     int n0 = g->n, added = 0;
-    for (int i = 0; i < n0 && !st; i++) {
-        hx_tensor *p = g->tensors[i];
-        if (p->kind != HX_TENSOR_PARAMETER || !p->grad || has_update(g, p)) continue;
-        st = check_param(g, p);
-        if (!st) st = add_sgd(g, p, cfg);
-        added++;
+    if (param) {
+        st = check_param(g, param);
+        if (!st) st = add_update(g, param, cfg);
+    } else {
+        for (int i = 0; i < n0 && !st; i++) {
+            hx_tensor *p = g->tensors[i];
+            if (p->kind != HX_TENSOR_PARAMETER || !p->grad || has_update(g, p)) continue;
+            st = check_param(g, p);
+            if (!st) st = add_update(g, p, cfg);
+            added++;
+        }
+        if (!st && !added)
+            return hx__error(HX_ERR_NOT_FOUND,
+                             "hx_graph_apply_optimizer: no parameter without an optimizer has a "
+                             "gradient");
     }
-    if (st) {
-        hx__graph_truncate(g, n0);
-        return st;
-    }
-    if (!added)
-        return hx__error(HX_ERR_NOT_FOUND,
-                         "hx_graph_apply_optimizer: no parameter without an optimizer has a "
-                         "gradient");
-    return HX_OK;
+    if (st) hx__graph_truncate(g, n0);
+    return st;
 }

@@ -317,7 +317,7 @@ hx_tensor *hx__node_new(hx_graph *g, hx_op op, int n_src, hx_tensor *const *srcs
 {
     hx_tensor *t = tensor_alloc(op, dt, ndim, shape);
     if (!t) return NULL;
-    t->kind = op == HX_OP_SGD_UPDATE ? HX_TENSOR_UPDATE : HX_TENSOR_INTERMEDIATE;
+    t->kind = op >= HX_OP_SGD_UPDATE ? HX_TENSOR_UPDATE : HX_TENSOR_INTERMEDIATE;
     t->src = malloc(sizeof *t->src * (n_src ? n_src : 1));
     if (!t->src) {
         free(t);

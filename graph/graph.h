@@ -23,8 +23,8 @@ typedef enum hx_op {
     HX_OP_LAYERNORM_BACKWARD_X, HX_OP_LAYERNORM_BACKWARD_GAMMA,
     HX_OP_SUM_TO, HX_OP_BROADCAST_TO, HX_OP_SLICE_BACKWARD, HX_OP_SCATTER_ADD,
     HX_OP_CROSS_ENTROPY_BACKWARD, HX_OP_BCE_LOGITS_BACKWARD,
-    /* optimizer updates (side effects on a parameter) */
-    HX_OP_SGD_UPDATE,
+    /* optimizer updates (side effects on a parameter; data: the config) */
+    HX_OP_SGD_UPDATE, HX_OP_ADAM_UPDATE, HX_OP_ADAGRAD_UPDATE, HX_OP_FTRL_UPDATE,
     HX_OP_COUNT
 } hx_op;
 
@@ -49,7 +49,7 @@ struct hx_tensor {
     hx_attrs attr;
     hx_target target; /* attribute: set explicitly or by the scope at creation */
     hx_init init;     /* parameters and state */
-    void *data;       /* constants: their value */
+    void *data;       /* constants: their value; updates: their hx_optimizer_config */
     hx_tensor *grad;  /* set by hx_graph_backward */
     hx_tensor *param; /* update nodes and state: the parameter they serve */
 };
@@ -67,6 +67,7 @@ struct hx_graph {
     int target_depth;
     int n_sessions; /* > 0 freezes the graph */
     bool has_backward;
+    hx_tensor *grad_seed; /* d loss / d loss: 1, or the loss scale */
     int next_stream; /* dropout mask streams */
 };
 

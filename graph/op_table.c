@@ -280,4 +280,7 @@ const hx_op_info hx__ops[HX_OP_COUNT] = {
     [HX_OP_CROSS_ENTROPY_BACKWARD] = {"cross_entropy_backward", DEV, NULL},
     [HX_OP_BCE_LOGITS_BACKWARD] = {"bce_with_logits_backward", DEV, NULL},
     [HX_OP_SGD_UPDATE] = {"sgd_update", CPU, NULL},
+    [HX_OP_ADAM_UPDATE] = {"adam_update", CPU, NULL},
+    [HX_OP_ADAGRAD_UPDATE] = {"adagrad_update", CPU, NULL},
+    [HX_OP_FTRL_UPDATE] = {"ftrl_update", CPU, NULL},
 };

@@ -247,19 +247,37 @@ HX_API hx_status hx_graph_backward(hx_graph *g, hx_tensor *loss);
  * HX_ERR_NOT_FOUND if t has none (it does not reach the loss). */
 HX_API hx_tensor *hx_tensor_grad(const hx_tensor *t);
 
-typedef enum hx_optimizer_kind { HX_OPTIMIZER_SGD } hx_optimizer_kind;
+typedef enum hx_optimizer_kind {
+    HX_OPTIMIZER_SGD,     /* torch.optim.SGD: momentum, dampening, Nesterov */
+    HX_OPTIMIZER_ADAM,    /* torch.optim.Adam (weight_decay is L2 on the gradient) */
+    HX_OPTIMIZER_ADAMW,   /* decoupled weight decay (AdamWeightDecay) */
+    HX_OPTIMIZER_ADAGRAD, /* torch.optim.Adagrad */
+    HX_OPTIMIZER_FTRL     /* FTRL-proximal, TensorFlow's ApplyFtrl(V2), lr_power -0.5 */
+} hx_optimizer_kind;
+
+/* Hyper-parameters are doubles, as in the frameworks hetex matches bit for
+ * bit. Fields a kind does not use are ignored. */
 typedef struct hx_optimizer_config {
     hx_optimizer_kind kind;
-    float lr;
-    float momentum;     /* SGD: 0 disables the momentum buffer */
-    float dampening;    /* SGD */
-    float weight_decay; /* SGD: L2 added to the gradient */
-    bool nesterov;      /* SGD */
+    double lr;
+    double weight_decay;          /* SGD/Adam/Adagrad: L2 on the gradient; AdamW: decoupled */
+    double momentum, dampening;   /* SGD */
+    bool nesterov;                /* SGD */
+    double beta1, beta2, eps;     /* Adam, AdamW; eps also Adagrad */
+    double lr_decay;              /* Adagrad */
+    double initial_accumulator;   /* Adagrad, FTRL */
+    double l1, l2, l2_shrinkage;  /* FTRL */
 } hx_optimizer_config;
+/* The frameworks' defaults for `kind` (torch for SGD/Adam/AdamW/Adagrad,
+ * TensorFlow for FTRL). */
 HX_API hx_optimizer_config hx_optimizer_config_default(hx_optimizer_kind kind);
 /* Adds an update node for `param`, or for every parameter with a gradient
- * when param is NULL. Update nodes run in HX_RUN_TRAIN runs, after every
- * use of the parameter's old value. Needs hx_graph_backward first. */
+ * when param is NULL. The optimizer's state (momentum, moments,
+ * accumulators; f32, named "<param>/<state>") lives where the update runs
+ * (default: the CPU) and is saved and restored with the parameters. Update
+ * nodes run in HX_RUN_TRAIN runs, after every use of the parameter's old
+ * value. Parameters must be f32 (an f32 master; cast it for f16/bf16 use).
+ * Needs hx_graph_backward first. */
 HX_API hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param,
                                           const hx_optimizer_config *cfg);
 
@@ -271,10 +289,24 @@ typedef enum hx_accelerator {
     HX_ACCELERATOR_AUTO, HX_ACCELERATOR_CUDA, HX_ACCELERATOR_EMU, HX_ACCELERATOR_NONE
 } hx_accelerator;
 
+/* Dynamic loss scaling (for f16 training): the loss gradient is seeded with
+ * `scale` instead of 1, updates divide it out, and a step whose gradients
+ * hold an Inf or NaN is skipped (nothing changes but the scale, which is
+ * multiplied by backoff_factor); after growth_interval good steps in a row
+ * the scale is multiplied by growth_factor. */
+typedef struct hx_loss_scale_config {
+    bool enabled;
+    double initial_scale;   /* 65536 */
+    int growth_interval;    /* 2000 */
+    double growth_factor;   /* 2 */
+    double backoff_factor;  /* 0.5 */
+} hx_loss_scale_config;
+
 typedef struct hx_session_config {
     int n_threads;                /* host threads for kernels; 0: all cores */
     uint64_t seed;                /* parameter init and dropout */
     hx_accelerator accelerator;   /* this build runs NONE (all on the CPU) */
+    hx_loss_scale_config loss_scale;
 } hx_session_config;
 HX_API hx_session_config hx_session_config_default(void);
 
@@ -301,9 +333,11 @@ typedef struct hx_fetch {
 enum { HX_RUN_TRAIN = 1 }; /* run optimizer updates; dropout active */
 
 /* Runs what the fetches need (plus, with HX_RUN_TRAIN, every update node)
- * and copies the fetched values out. Every input that is needed must be
- * fed. On failure parameters are unchanged unless the failure came from an
- * update node itself. */
+ * and copies the fetched values out (a fetched parameter shows its value
+ * after the step). Every input that is needed must be fed. Before any
+ * update runs, every gradient is scanned: an Inf or NaN fails the run with
+ * HX_ERR_NUMERIC naming the parameter (or, with loss scaling, skips the
+ * step). On failure, parameters and optimizer state are unchanged. */
 HX_API hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                                 const hx_fetch *fetches, int n_fetches, unsigned flags);
 
@@ -320,8 +354,25 @@ typedef struct hx_memory_stats {
 /* Plans the training step (all update nodes) if it has not run yet. */
 HX_API hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out);
 
-/* Number of training steps run (HX_RUN_TRAIN runs that succeeded). */
+/* Number of HX_RUN_TRAIN runs that succeeded and were not skipped. */
 HX_API int64_t hx_session_step(const hx_session *s);
+
+typedef struct hx_train_stats {
+    int64_t step;          /* steps taken */
+    int64_t skipped_steps; /* skipped for non-finite gradients (loss scaling) */
+    bool last_skipped;     /* the last HX_RUN_TRAIN run skipped its update */
+    double loss_scale;     /* current scale (1 when loss scaling is off) */
+} hx_train_stats;
+HX_API hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out);
+
+/* Checkpoints: every parameter and optimizer state tensor, the step count
+ * and the loss scale. Written to a temporary file and renamed into place
+ * (atomic); each tensor carries an XXH3 checksum. Loading checks the whole
+ * file against the session's graph (names, dtypes, shapes, checksums) before
+ * changing anything: a truncated or corrupt file fails with HX_ERR_CORRUPT
+ * and leaves the session as it was. */
+HX_API hx_status hx_session_save(hx_session *s, const char *path);
+HX_API hx_status hx_session_load(hx_session *s, const char *path);
 
 #ifdef __cplusplus
 }

@@ -333,16 +333,56 @@ LAUNCH(bce_logits_backward)
 
 /* ---- optimizer updates --------------------------------------------------------------------- */
 
-/* in: param, grad, momentum buffer (when momentum > 0); attr: f[0] lr,
- * f[1] momentum, f[2] dampening, f[3] weight decay, i[0] nesterov. The
- * session's step count is the optimizer's: torch's first step sets buf = g. */
+/* Update nodes: in = param, grad, state...; the node's data is its
+ * hx_optimizer_config. The session's step count is the optimizer's step
+ * (torch's state['step']); gradients were scanned for Inf/NaN before any
+ * update ran, so the kernels need not scan again. */
+static hx_optim_io update_io(const hx_exec *ex, void *const *in)
+{
+    hx_optim_io io = hx_optim_io_f32(X(1), NT);
+    io.grad_unscale = ex->grad_unscale;
+    return io;
+}
+
+#define CONFIG(y) ((const hx_optimizer_config *)(y)->data)
+
 LAUNCH(sgd_update)
 {
-    const float *f = y->attr.f;
-    hx_sgd_hp hp = {f[0], f[1], f[2], f[3], (int)y->attr.i[0]};
-    hx_optim_io io = hx_optim_io_f32(X(1), NT);
+    const hx_optimizer_config *c = CONFIG(y);
+    hx_sgd_hp hp = {c->lr, c->momentum, c->dampening, c->weight_decay, c->nesterov};
+    hx_optim_io io = update_io(ex, in);
     int64_t step = ex->step;
     hx_optim_sgd(in[0], y->n_src > 2 ? in[2] : NULL, numel(y), &step, &hp, &io);
+    return HX_OK;
+}
+
+LAUNCH(adam_update)
+{
+    const hx_optimizer_config *c = CONFIG(y);
+    hx_adam_hp hp = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay,
+                     c->kind == HX_OPTIMIZER_ADAMW};
+    hx_optim_io io = update_io(ex, in);
+    int64_t step = ex->step;
+    hx_optim_adam(in[0], in[2], in[3], numel(y), &step, &hp, &io);
+    return HX_OK;
+}
+
+LAUNCH(adagrad_update)
+{
+    const hx_optimizer_config *c = CONFIG(y);
+    hx_adagrad_hp hp = {c->lr, c->lr_decay, c->eps, c->weight_decay};
+    hx_optim_io io = update_io(ex, in);
+    int64_t step = ex->step;
+    hx_optim_adagrad(in[0], in[2], numel(y), &step, &hp, &io);
+    return HX_OK;
+}
+
+LAUNCH(ftrl_update)
+{
+    const hx_optimizer_config *c = CONFIG(y);
+    hx_ftrl_hp hp = {c->lr, c->l1, c->l2, c->l2_shrinkage};
+    hx_optim_io io = update_io(ex, in);
+    hx_optim_ftrl(in[0], in[2], in[3], numel(y), &hp, &io);
     return HX_OK;
 }
 
@@ -367,7 +407,8 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
     [HX_OP_SLICE_BACKWARD] = slice_backward, [HX_OP_SCATTER_ADD] = scatter_add,
     [HX_OP_CROSS_ENTROPY_BACKWARD] = cross_entropy_backward,
     [HX_OP_BCE_LOGITS_BACKWARD] = bce_logits_backward,
-    [HX_OP_SGD_UPDATE] = sgd_update,
+    [HX_OP_SGD_UPDATE] = sgd_update, [HX_OP_ADAM_UPDATE] = adam_update,
+    [HX_OP_ADAGRAD_UPDATE] = adagrad_update, [HX_OP_FTRL_UPDATE] = ftrl_update,
 };
 
 hx_launch_fn hx__cpu_kernel(hx_op op) { return (unsigned)op < HX_OP_COUNT ? cpu_kernels[op] : NULL; }

@@ -136,6 +136,9 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
             }
             k++;
         }
+    p->first_update = p->n_steps;
+    for (k = p->n_steps - 1; k >= 0 && p->steps[k].node->kind == HX_TENSOR_UPDATE; k--)
+        p->first_update = k;
     for (k = 0; k < p->n_steps; k++) step_of[p->steps[k].node->id] = k;
 
     /* Lifetimes of transient tensors: fed inputs and op outputs. */

@@ -8,8 +8,9 @@
 /* What a launcher may know about the run it is part of. */
 typedef struct hx_exec {
     int nthreads;
-    int64_t step; /* training steps done before this run */
+    int64_t step;       /* training steps done before this run */
     bool train;
+    float grad_unscale; /* 1 / loss scale, for update nodes */
 } hx_exec;
 
 /* Runs one node: out and in[] are the node's output and inputs, resolved
@@ -33,6 +34,7 @@ typedef struct hx_plan {
     int *key; /* sorted unique fetch ids, then the train flag */
     int key_len;
     int n_steps;
+    int first_update; /* steps from here on are optimizer updates */
     hx_step *steps;
     void **in_pool;
     int64_t *offset;   /* per tensor id: byte offset in the arena, -1 if not transient */
@@ -53,7 +55,8 @@ struct hx_session {
     size_t arena_bytes;
     hx_plan **plans;
     int n_plans;
-    int64_t step;
+    hx_train_stats stats;
+    int good_steps; /* in a row, for loss-scale growth */
 };
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */

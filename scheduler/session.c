@@ -1,6 +1,9 @@
 /* Sessions: persistent storage, feeds and fetches, plan cache, the run loop. */
 #include "scheduler/sched.h"
 
+#include "kernels/cpu/optim.h"
+
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +12,8 @@
 
 hx_session_config hx_session_config_default(void)
 {
-    hx_session_config c = {.n_threads = 0, .seed = 42, .accelerator = HX_ACCELERATOR_AUTO};
+    hx_session_config c = {.n_threads = 0, .seed = 42, .accelerator = HX_ACCELERATOR_AUTO,
+                           .loss_scale = {false, 65536.0, 2000, 2.0, 0.5}};
     return c;
 }
 
@@ -70,8 +74,17 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
                          "hx_session_create: accelerator '%s' is not in this build; use "
                          "HX_ACCELERATOR_NONE or AUTO (all ops on the CPU)",
                          c.accelerator == HX_ACCELERATOR_CUDA ? "cuda" : "emu");
+    const hx_loss_scale_config *ls = &c.loss_scale;
+    if (ls->enabled && !(ls->initial_scale > 0 && isfinite(ls->initial_scale) &&
+                         ls->growth_interval >= 1 && ls->growth_factor >= 1 &&
+                         isfinite(ls->growth_factor) && ls->backoff_factor > 0 &&
+                         ls->backoff_factor < 1))
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_session_create: loss scaling needs initial_scale > 0, "
+                         "growth_interval >= 1, growth_factor >= 1 and 0 < backoff_factor < 1");
     hx_session *s = calloc(1, sizeof *s);
     if (!s) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    s->stats.loss_scale = ls->enabled ? ls->initial_scale : 1.0;
     s->g = g;
     s->cfg = c;
     s->nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
@@ -87,7 +100,16 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     return HX_OK;
 }
 
-int64_t hx_session_step(const hx_session *s) { return s ? s->step : 0; }
+int64_t hx_session_step(const hx_session *s) { return s ? s->stats.step : 0; }
+
+hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out)
+{
+    if (!s || !out)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_train_stats: %s is NULL",
+                         s ? "out" : "session");
+    *out = s->stats;
+    return HX_OK;
+}
 
 /* ---- feeds and fetches -------------------------------------------------------- */
 
@@ -168,6 +190,66 @@ static hx_status get_plan(hx_session *s, int *ids, int n, bool train, hx_plan **
     return HX_OK;
 }
 
+static hx_status run_steps(const hx_exec *ex, const hx_plan *p, int from, int to)
+{
+    hx_status st = HX_OK;
+    for (int k = from; k < to && !st; k++) {
+        const hx_step *sp = &p->steps[k];
+        st = sp->fn(ex, sp->node, sp->out, sp->in);
+    }
+    return st;
+}
+
+/* The update node whose gradient holds an Inf or NaN, or NULL. */
+static const hx_tensor *nonfinite_grad(const hx_session *s, const hx_plan *p)
+{
+    for (int k = p->first_update; k < p->n_steps; k++) {
+        const hx_step *sp = &p->steps[k];
+        if (hx_optim_nonfinite(sp->in[1], HX_K_F32, 1.0f, 1.0f, hx_tensor_numel(sp->node),
+                               hx_k_isa(), s->nthreads))
+            return sp->node;
+    }
+    return NULL;
+}
+
+/* Forward and backward, then (training) the gradient scan and the updates,
+ * with the loss scaler's bookkeeping. */
+static hx_status execute(hx_session *s, const hx_plan *p, bool train)
+{
+    const hx_loss_scale_config *ls = &s->cfg.loss_scale;
+    bool scaling = train && ls->enabled && s->g->grad_seed;
+    if (scaling) *(float *)s->persist[s->g->grad_seed->id] = (float)s->stats.loss_scale;
+    hx_exec ex = {.nthreads = s->nthreads, .step = s->stats.step, .train = train,
+                  .grad_unscale = scaling ? (float)(1.0 / s->stats.loss_scale) : 1.0f};
+    hx_status st = run_steps(&ex, p, 0, p->first_update);
+    if (st || !train) return st;
+    if (p->first_update == p->n_steps) { /* a training run without updates */
+        s->stats.step++;
+        return HX_OK;
+    }
+
+    const hx_tensor *bad = nonfinite_grad(s, p);
+    if (bad && !scaling)
+        return hx__error(HX_ERR_NUMERIC,
+                         "hx_session_run: the gradient of parameter '%s' holds Inf or NaN; no "
+                         "parameter was updated (check the inputs, lower the learning rate, or "
+                         "enable loss scaling)", bad->param->name);
+    s->stats.last_skipped = bad != NULL;
+    if (bad) {
+        s->stats.skipped_steps++;
+        s->stats.loss_scale *= ls->backoff_factor;
+        s->good_steps = 0;
+        return HX_OK;
+    }
+    if ((st = run_steps(&ex, p, p->first_update, p->n_steps))) return st;
+    s->stats.step++;
+    if (scaling && ++s->good_steps == ls->growth_interval) {
+        s->stats.loss_scale *= ls->growth_factor;
+        s->good_steps = 0;
+    }
+    return HX_OK;
+}
+
 hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                          const hx_fetch *fetches, int n_fetches, unsigned flags)
 {
@@ -234,18 +316,12 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     }
     if (p->bound_to != s->arena) hx__plan_bind(s, p);
 
-    hx_exec ex = {.nthreads = s->nthreads, .step = s->step, .train = train};
-    for (int k = 0; k < p->n_steps && !st; k++) {
-        const hx_step *sp = &p->steps[k];
-        st = sp->fn(&ex, sp->node, sp->out, sp->in);
-    }
-    if (st) goto out;
+    if ((st = execute(s, p, train))) goto out;
     for (int i = 0; i < n_fetches; i++) {
         const hx_tensor *t = fetch_t[i];
         const void *src = p->offset[t->id] >= 0 ? s->arena + p->offset[t->id] : s->persist[t->id];
         memcpy(fetches[i].data, src, fetches[i].bytes);
     }
-    if (train) s->step++;
 out:
     if (feed_t != feed_small) free(feed_t);
     if (fetch_t != fetch_small) free(fetch_t);
