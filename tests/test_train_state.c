@@ -1,0 +1,281 @@
+/* Optimizer update nodes against the written formulas, the gradient scan
+ * (NaN/Inf leaves everything unchanged), dynamic loss scaling, and
+ * checkpoints (resume equality, corrupt and truncated files refused). */
+#include "hetex.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
+enum { N = 37 };
+
+/* loss = sum(w * x): the gradient of w is the fed x. */
+typedef struct model {
+    hx_graph *g;
+    hx_session *s;
+    hx_tensor *w, *loss;
+} model;
+
+static model make(const hx_optimizer_config *opt, hx_loss_scale_config ls)
+{
+    model m = {.g = hx_graph_create()};
+    int64_t n = N;
+    hx_tensor *x = hx_graph_input(m.g, "x", HX_DTYPE_F32, 1, &n);
+    m.w = hx_graph_param(m.g, "w", HX_DTYPE_F32, 1, &n, hx_init_uniform(-1, 1));
+    m.loss = hx_reduce_sum(m.g, hx_mul(m.g, m.w, x), 0, NULL, false);
+    OK(hx_graph_backward(m.g, m.loss));
+    OK(hx_graph_apply_optimizer(m.g, NULL, opt));
+    hx_session_config cfg = hx_session_config_default();
+    cfg.n_threads = 1;
+    cfg.loss_scale = ls;
+    OK(hx_session_create(m.g, &cfg, &m.s));
+    return m;
+}
+
+static void drop(model *m)
+{
+    hx_session_free(m->s);
+    hx_graph_free(m->g);
+}
+
+static hx_status step(model *m, const float *x)
+{
+    hx_feed f = {"x", NULL, x, sizeof(float) * N};
+    return hx_session_run(m->s, &f, 1, NULL, 0, HX_RUN_TRAIN);
+}
+
+static void grads(int t, float *x)
+{
+    test_rng r = test_rng_make(100 + t);
+    test_fill_uniform(&r, x, N, -2, 2);
+}
+
+/* The optimizers written out in double, one element at a time. */
+typedef struct ref_state { double p, a, b; } ref_state;
+
+static void ref_step(const hx_optimizer_config *c, ref_state *s, double g, int t)
+{
+    switch (c->kind) {
+    case HX_OPTIMIZER_SGD: {
+        g += c->weight_decay * s->p;
+        s->a = t == 1 ? g : c->momentum * s->a + (1 - c->dampening) * g;
+        double d = c->momentum == 0 ? g : c->nesterov ? g + c->momentum * s->a : s->a;
+        s->p -= c->lr * d;
+        break;
+    }
+    case HX_OPTIMIZER_ADAM:
+    case HX_OPTIMIZER_ADAMW:
+        if (c->kind == HX_OPTIMIZER_ADAMW) s->p *= 1 - c->lr * c->weight_decay;
+        else g += c->weight_decay * s->p;
+        s->a = c->beta1 * s->a + (1 - c->beta1) * g;
+        s->b = c->beta2 * s->b + (1 - c->beta2) * g * g;
+        s->p -= c->lr / (1 - pow(c->beta1, t)) * s->a /
+                (sqrt(s->b) / sqrt(1 - pow(c->beta2, t)) + c->eps);
+        break;
+    case HX_OPTIMIZER_ADAGRAD:
+        g += c->weight_decay * s->p;
+        s->a += g * g;
+        s->p -= c->lr / (1 + (t - 1) * c->lr_decay) * g / (sqrt(s->a) + c->eps);
+        break;
+    case HX_OPTIMIZER_FTRL: { /* TensorFlow ApplyFtrl, lr_power -0.5 */
+        double na = s->a + g * g;
+        s->b += g - (sqrt(na) - sqrt(s->a)) / c->lr * s->p;
+        s->p = fabs(s->b) > c->l1 ? (copysign(c->l1, s->b) - s->b) / (sqrt(na) / c->lr + 2 * c->l2) : 0;
+        s->a = na;
+        break;
+    }
+    }
+}
+
+static void test_against_formulas(void)
+{
+    hx_optimizer_config cfgs[6];
+    cfgs[0] = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    cfgs[0].momentum = 0.9, cfgs[0].weight_decay = 0.01, cfgs[0].lr = 0.05;
+    cfgs[1] = cfgs[0];
+    cfgs[1].nesterov = true;
+    cfgs[2] = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
+    cfgs[2].weight_decay = 0.02, cfgs[2].lr = 0.01;
+    cfgs[3] = hx_optimizer_config_default(HX_OPTIMIZER_ADAMW);
+    cfgs[3].lr = 0.01;
+    cfgs[4] = hx_optimizer_config_default(HX_OPTIMIZER_ADAGRAD);
+    cfgs[4].lr_decay = 0.01, cfgs[4].initial_accumulator = 0.1;
+    cfgs[5] = hx_optimizer_config_default(HX_OPTIMIZER_FTRL);
+    cfgs[5].lr = 0.1, cfgs[5].l1 = 0.01, cfgs[5].l2 = 0.02;
+    static const char *names[] = {"sgd", "sgd-nesterov", "adam", "adamw", "adagrad", "ftrl"};
+    hx_loss_scale_config off = hx_session_config_default().loss_scale;
+    for (int k = 0; k < 6; k++) {
+        const hx_optimizer_config *c = &cfgs[k];
+        model m = make(c, off);
+        if (!m.s) continue;
+        float w[N], x[N];
+        ref_state rs[N];
+        OK(hx_session_read(m.s, m.w, w, sizeof w));
+        for (int i = 0; i < N; i++)
+            rs[i] = (ref_state){w[i], c->kind >= HX_OPTIMIZER_ADAGRAD ? c->initial_accumulator : 0, 0};
+        for (int t = 1; t <= 10; t++) {
+            grads(t, x);
+            OK(step(&m, x));
+            for (int i = 0; i < N; i++) ref_step(c, &rs[i], x[i], t);
+        }
+        OK(hx_session_read(m.s, m.w, w, sizeof w));
+        double want[N];
+        for (int i = 0; i < N; i++) want[i] = rs[i].p;
+        double err = test_max_rel_err(w, want, N, 1e-3);
+        CHECK(err <= 1e-5, "%s: params after 10 steps are %.3g off the formula", names[k], err);
+        drop(&m);
+    }
+}
+
+/* A NaN or Inf gradient fails the run and changes nothing. */
+static void test_nonfinite(void)
+{
+    hx_optimizer_config c = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
+    model m = make(&c, hx_session_config_default().loss_scale);
+    if (!m.s) return;
+    float x[N], w0[N], w1[N], m0[N], m1[N];
+    grads(1, x);
+    OK(step(&m, x));
+    hx_tensor *mom = hx_graph_find(m.g, "w/exp_avg");
+    CHECK(mom != NULL, "Adam state is named w/exp_avg: %s", hx_last_error());
+    OK(hx_session_read(m.s, m.w, w0, sizeof w0));
+    OK(hx_session_read(m.s, mom, m0, sizeof m0));
+    for (int bad = 0; bad < 2; bad++) {
+        x[N / 2] = bad ? NAN : INFINITY;
+        hx_status st = step(&m, x);
+        CHECK(st == HX_ERR_NUMERIC, "non-finite gradient gave %s", hx_status_name(st));
+        CHECK(strstr(hx_last_error(), "'w'") != NULL, "message names the parameter: %s", hx_last_error());
+    }
+    OK(hx_session_read(m.s, m.w, w1, sizeof w1));
+    OK(hx_session_read(m.s, mom, m1, sizeof m1));
+    CHECK(!memcmp(w0, w1, sizeof w0) && !memcmp(m0, m1, sizeof m0), "params or moments changed");
+    CHECK(hx_session_step(m.s) == 1, "step count moved to %lld", (long long)hx_session_step(m.s));
+    grads(2, x);
+    OK(step(&m, x));
+    CHECK(hx_session_step(m.s) == 2, "a good step after the failures counts");
+    drop(&m);
+}
+
+/* With a power-of-two scale, scaled-then-unscaled gradients are exact, so a
+ * scaled run matches an unscaled one bitwise apart from the skipped step. */
+static void test_loss_scaling(void)
+{
+    hx_optimizer_config c = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
+    hx_loss_scale_config ls = {true, 1024.0, 2, 2.0, 0.5};
+    model a = make(&c, ls), b = make(&c, hx_session_config_default().loss_scale);
+    if (!a.s || !b.s) return;
+    float x[N], wa[N], wb[N];
+    hx_train_stats st;
+    grads(1, x);
+    OK(step(&a, x));
+    OK(step(&b, x));
+    grads(2, x);
+    x[3] = INFINITY;
+    OK(step(&a, x)); /* skipped, not an error */
+    OK(hx_session_train_stats(a.s, &st));
+    CHECK(st.last_skipped && st.skipped_steps == 1 && st.step == 1 && st.loss_scale == 512.0,
+          "after overflow: skipped %d/%lld step %lld scale %g", st.last_skipped,
+          (long long)st.skipped_steps, (long long)st.step, st.loss_scale);
+    OK(hx_session_read(a.s, a.w, wa, sizeof wa));
+    OK(hx_session_read(b.s, b.w, wb, sizeof wb));
+    CHECK(!memcmp(wa, wb, sizeof wa), "the skipped step changed params");
+    for (int t = 3; t <= 4; t++) {
+        grads(t, x);
+        OK(step(&a, x));
+        OK(step(&b, x));
+    }
+    OK(hx_session_train_stats(a.s, &st));
+    CHECK(!st.last_skipped && st.step == 3 && st.loss_scale == 1024.0,
+          "after 2 good steps the scale grows back: step %lld scale %g", (long long)st.step,
+          st.loss_scale);
+    OK(hx_session_read(a.s, a.w, wa, sizeof wa));
+    OK(hx_session_read(b.s, b.w, wb, sizeof wb));
+    CHECK(!memcmp(wa, wb, sizeof wa), "scaled and unscaled runs differ");
+    drop(&a);
+    drop(&b);
+}
+
+static void flip_byte(const char *path, long at)
+{
+    FILE *f = fopen(path, "r+b");
+    if (!f) return;
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ 0x20, f);
+    fclose(f);
+}
+
+static void test_checkpoint(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/hx_ckpt_%d.bin", (int)getpid());
+    hx_optimizer_config c = hx_optimizer_config_default(HX_OPTIMIZER_ADAMW);
+    hx_loss_scale_config ls = {true, 256.0, 3, 2.0, 0.5};
+    model a = make(&c, ls);
+    if (!a.s) return;
+    float x[N], wa[N], wb[N];
+    for (int t = 1; t <= 3; t++) {
+        grads(t, x);
+        OK(step(&a, x));
+    }
+    OK(hx_session_save(a.s, path));
+    for (int t = 4; t <= 6; t++) {
+        grads(t, x);
+        OK(step(&a, x));
+    }
+    OK(hx_session_read(a.s, a.w, wa, sizeof wa));
+
+    model b = make(&c, ls); /* fresh session: different state until loaded */
+    OK(hx_session_load(b.s, path));
+    CHECK(hx_session_step(b.s) == 3, "resumed at step %lld", (long long)hx_session_step(b.s));
+    for (int t = 4; t <= 6; t++) {
+        grads(t, x);
+        OK(step(&b, x));
+    }
+    OK(hx_session_read(b.s, b.w, wb, sizeof wb));
+    CHECK(!memcmp(wa, wb, sizeof wa), "resumed run differs from the uninterrupted one");
+
+    /* Corrupt and truncated files are refused and change nothing. */
+    float before[N], after[N];
+    OK(hx_session_read(b.s, b.w, before, sizeof before));
+    flip_byte(path, 100);
+    hx_status st = hx_session_load(b.s, path);
+    CHECK(st == HX_ERR_CORRUPT, "corrupt checkpoint gave %s", hx_status_name(st));
+    CHECK(strstr(hx_last_error(), path) != NULL, "message names the file: %s", hx_last_error());
+    OK(hx_session_save(a.s, path));
+    CHECK(truncate(path, 60) == 0, "truncate");
+    st = hx_session_load(b.s, path);
+    CHECK(st == HX_ERR_CORRUPT, "truncated checkpoint gave %s", hx_status_name(st));
+    OK(hx_session_read(b.s, b.w, after, sizeof after));
+    CHECK(!memcmp(before, after, sizeof before), "a refused load changed params");
+    CHECK(hx_session_step(b.s) == 6, "a refused load changed the step");
+
+    /* A checkpoint of another graph is refused. */
+    hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    model other = make(&sgd, hx_session_config_default().loss_scale);
+    OK(hx_session_save(other.s, path));
+    st = hx_session_load(b.s, path);
+    CHECK(st == HX_ERR_CORRUPT, "another graph's checkpoint gave %s", hx_status_name(st));
+    remove(path);
+    st = hx_session_load(b.s, path);
+    CHECK(st == HX_ERR_IO, "missing checkpoint gave %s", hx_status_name(st));
+    st = hx_session_save(b.s, "/nonexistent-dir/x.ckpt");
+    CHECK(st == HX_ERR_IO, "unwritable path gave %s", hx_status_name(st));
+    drop(&a);
+    drop(&b);
+    drop(&other);
+}
+
+int main(void)
+{
+    test_against_formulas();
+    test_nonfinite();
+    test_loss_scaling();
+    test_checkpoint();
+    return test_finish("train_state");
+}
