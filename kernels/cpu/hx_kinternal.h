@@ -1,0 +1,106 @@
+/* Private helpers shared by the CPU kernel files: when to go parallel, which
+ * slice of a range a thread owns, order-fixed row reductions, id checks. */
+#ifndef HX_KINTERNAL_H
+#define HX_KINTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include <omp.h>
+
+#include "hx_kernels.h"
+
+/* For helpers that take an op or size as an argument and must be compiled
+ * once per constant value. */
+#define HX_INLINE static inline __attribute__((always_inline))
+
+/* True when n elements are worth a parallel region of nthreads threads. */
+static inline int hx_k_go_parallel(int64_t n, int nthreads)
+{
+    return nthreads > 1 && n >= HX_K_PARALLEL_MIN;
+}
+
+/* [*lo, *hi): the slice of [0, n) owned by the calling thread of the current
+ * parallel region, cut at multiples of `align` elements so that threads do
+ * not share cache lines. */
+static inline void hx_k_thread_slice(int64_t n, int64_t align, int64_t *lo, int64_t *hi)
+{
+    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t blocks = (n + align - 1) / align;
+    int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
+    *lo = b0 * align < n ? b0 * align : n;
+    *hi = b1 * align < n ? b1 * align : n;
+}
+
+/* Reductions below keep 16 independent partial sums and add them in a
+ * fixed tree, so the order of the additions does not depend on the
+ * alignment of the data or on how the compiler vectorises the loop (it may
+ * not reassociate float adds, and does not need to: the lanes are
+ * independent). */
+#define HX_K_LANES 16
+
+static inline float hx_k_lanes_total(float *acc)
+{
+    for (int w = HX_K_LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) acc[k] += acc[k + w];
+    return acc[0];
+}
+
+// max of x (n); exact, so any order gives the same result
+static inline float hx_k_max_f32(const float *x, int64_t n)
+{
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+// sum of x (n)
+static inline float hx_k_sum_f32(const float *x, int64_t n)
+{
+    float acc[HX_K_LANES] = {0};
+    int64_t i = 0;
+    for (; i + HX_K_LANES <= n; i += HX_K_LANES)
+        for (int k = 0; k < HX_K_LANES; k++) acc[k] += x[i + k];
+    for (int k = 0; i + k < n; k++) acc[k] += x[i + k];
+    return hx_k_lanes_total(acc);
+}
+
+// sum of a (n) * b (n)
+static inline float hx_k_dot_f32(const float *a, const float *b, int64_t n)
+{
+    float acc[HX_K_LANES] = {0};
+    int64_t i = 0;
+    for (; i + HX_K_LANES <= n; i += HX_K_LANES)
+        for (int k = 0; k < HX_K_LANES; k++) acc[k] += a[i + k] * b[i + k];
+    for (int k = 0; i + k < n; k++) acc[k] += a[i + k] * b[i + k];
+    return hx_k_lanes_total(acc);
+}
+
+/* ---- ids and labels ---- */
+
+static inline int64_t hx_k_id_at(const void *ids, hx_kdtype id_dt, int64_t i)
+{
+    return id_dt == HX_K_I32 ? ((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
+}
+
+/* 0 when every id is in [0, limit); else -1 with the first bad position in
+ * *bad_pos. An id type other than i32 / i64 is bad at position 0. */
+static inline int hx_k_check_ids(const void *ids, hx_kdtype id_dt, int64_t n, int64_t limit,
+                                 int64_t *bad_pos)
+{
+    if (id_dt != HX_K_I32 && id_dt != HX_K_I64) {
+        *bad_pos = 0;
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = hx_k_id_at(ids, id_dt, i);
+        if (id < 0 || id >= limit) {
+            *bad_pos = i;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#endif

@@ -1,0 +1,60 @@
+/* Optimizer kernels, AVX2 + FMA + F16C path: 8 floats at a time. Run only
+ * where hx_k_isa() says the CPU has them. */
+#pragma GCC target("avx2,fma,f16c")
+#pragma GCC optimize("fp-contract=off")
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "optim_internal.h"
+
+static inline __m256 copysign8(__m256 mag, __m256 sgn)
+{
+    const __m256 s = _mm256_set1_ps(-0.0f);
+    return _mm256_or_ps(_mm256_andnot_ps(s, mag), _mm256_and_ps(s, sgn));
+}
+
+static inline __m256 load_bf16x8(const uint16_t *p)
+{
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* Round to nearest even in integer arithmetic; a NaN keeps the top of its
+ * payload and becomes quiet. */
+static inline void store_bf16x8(uint16_t *p, __m256 x)
+{
+    __m256i b = _mm256_castps_si256(x);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, q, nan);
+    __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128((__m128i *)p, packed);
+}
+
+#define W 8
+typedef __m256 V;
+#define V_LOAD(p) _mm256_loadu_ps(p)
+#define V_STORE(p, x) _mm256_storeu_ps(p, x)
+#define V_SET1(x) _mm256_set1_ps(x)
+#define V_ADD(a, b) _mm256_add_ps(a, b)
+#define V_SUB(a, b) _mm256_sub_ps(a, b)
+#define V_MUL(a, b) _mm256_mul_ps(a, b)
+#define V_DIV(a, b) _mm256_div_ps(a, b)
+#define V_SQRT(x) _mm256_sqrt_ps(x)
+#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define V_ABS(x) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)
+#define V_COPYSIGN(m, s) copysign8(m, s)
+#define V_GT_OR0(a, b, x) _mm256_and_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ), x)
+#define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define V_LOAD_BF16(p) load_bf16x8(p)
+#define V_STORE_F16(p, x) \
+    _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT))
+#define V_STORE_BF16(p, x, native) store_bf16x8(p, x)
+#define V_ANY_NAN(x) _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))
+#define PATH_NAME hx_optim_path_avx2
+
+#include "optim_body.h"

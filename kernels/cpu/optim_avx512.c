@@ -1,0 +1,81 @@
+/* Optimizer kernels, AVX-512 path: 16 floats at a time. Run only where
+ * hx_k_isa() says the CPU has AVX-512 F/BW/VL/DQ; the AVX512-BF16
+ * conversion only where the plan says the CPU has it. f16 goes through
+ * AVX512F's vcvtph2ps / vcvtps2ph, which round exactly as AVX512-FP16's
+ * conversions would. */
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")
+#pragma GCC optimize("fp-contract=off")
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "optim_internal.h"
+
+static inline __m512 copysign16(__m512 mag, __m512 sgn)
+{
+    const __m512i s = _mm512_set1_epi32((int)0x80000000u);
+    __m512i r = _mm512_or_si512(_mm512_andnot_si512(s, _mm512_castps_si512(mag)),
+                                _mm512_and_si512(s, _mm512_castps_si512(sgn)));
+    return _mm512_castsi512_ps(r);
+}
+
+static inline __m512 load_bf16x16(const uint16_t *p)
+{
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+/* Round to nearest even in integer arithmetic; a NaN keeps the top of its
+ * payload and becomes quiet. */
+static inline __m256i bf16_round(__m512 x)
+{
+    __m512i b = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* vcvtneps2bf16 rounds to nearest even and quiets NaNs the same way, but
+ * flushes denormal inputs to zero: those lanes, rare, take the integer
+ * rounding so that every path gives the same bits. */
+static inline void store_bf16x16(uint16_t *p, __m512 x, int native)
+{
+    __m256i r;
+    if (native) {
+        r = (__m256i)_mm512_cvtneps_pbh(x);
+        __m512i a = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
+        __mmask16 den = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(1)),
+                                                _mm512_set1_epi32(0x7fffff));
+        if (den) r = _mm256_mask_blend_epi16(den, r, bf16_round(x));
+    } else {
+        r = bf16_round(x);
+    }
+    _mm256_storeu_si256((__m256i *)p, r);
+}
+
+#define W 16
+typedef __m512 V;
+#define V_LOAD(p) _mm512_loadu_ps(p)
+#define V_STORE(p, x) _mm512_storeu_ps(p, x)
+#define V_SET1(x) _mm512_set1_ps(x)
+#define V_ADD(a, b) _mm512_add_ps(a, b)
+#define V_SUB(a, b) _mm512_sub_ps(a, b)
+#define V_MUL(a, b) _mm512_mul_ps(a, b)
+#define V_DIV(a, b) _mm512_div_ps(a, b)
+#define V_SQRT(x) _mm512_sqrt_ps(x)
+#define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define V_ABS(x) _mm512_abs_ps(x)
+#define V_COPYSIGN(m, s) copysign16(m, s)
+#define V_GT_OR0(a, b, x) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), x)
+#define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define V_LOAD_BF16(p) load_bf16x16(p)
+#define V_STORE_F16(p, x) \
+    _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT))
+#define V_STORE_BF16(p, x, native) store_bf16x16(p, x, native)
+#define V_ANY_NAN(x) _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q)
+#define PATH_NAME hx_optim_path_avx512
+
+#include "optim_body.h"

@@ -1,0 +1,68 @@
+/* Private to the optimizer kernels: what the API layer (optim_api.c) hands
+ * to a path (optim_scalar.c, optim_avx2.c, optim_avx512.c). */
+#ifndef HX_OPTIM_INTERNAL_H
+#define HX_OPTIM_INTERNAL_H
+
+#include <stdint.h>
+
+#include "optim.h"
+
+typedef enum hx_optim_kind { HX_OPT_ADAM, HX_OPT_ADAGRAD, HX_OPT_SGD, HX_OPT_FTRL } hx_optim_kind;
+
+/* One call's update, its scalars already rounded to f32 (see optim.h). */
+typedef struct hx_optim_plan {
+    hx_optim_kind kind;
+    hx_kdtype grad_dt;  /* F32, F16 or BF16 */
+    hx_kdtype half_dt;  /* F16 or BF16; F32 means no half copy */
+    int native_bf16;    /* AVX-512 path: the CPU has vcvtneps2bf16 */
+    float unscale, clip;
+    /* options, each 0 or 1 */
+    int l2;             /* g = fma(wd, p, g) */
+    int decoupled;      /* Adam: p = p * decay */
+    int momentum;       /* SGD: a momentum buffer */
+    int nesterov;       /* SGD */
+    int first;          /* SGD: first step, buf = g */
+    int shrink;         /* FTRL: l2 shrinkage */
+    /* scalars */
+    float wd;
+    float b1, omb1, b2, omb2, decay, step_size, bc2s, eps;  /* Adam */
+    float clr;                                              /* Adagrad (with eps) */
+    float mom, omd, neg_lr;                                 /* SGD */
+    float lr, l1, l2x2, s2;                                 /* FTRL */
+} hx_optim_plan;
+
+/* The arrays of an update, each at the first element to update: param,
+ * state (Adam m, v; Adagrad sum; SGD buf; FTRL accum, linear; NULL where
+ * unused), gradient, half copy (NULL for none). */
+typedef struct hx_optim_arrays {
+    float *p, *s1, *s2;
+    const void *g;
+    void *h;
+} hx_optim_arrays;
+
+typedef struct hx_optim_path {
+    /* Updates n consecutive elements. */
+    void (*update)(const hx_optim_plan *pl, hx_optim_arrays a, int64_t n);
+    /* Updates the rows named by ids (n) whose owner (hx_optim_row_owner)
+     * among nparts is `part`, each entry i from the f32 gradient row
+     * a.g + i*dim, in order of i. a.p, a.s1, a.s2 are the tables. */
+    void (*update_rows)(const hx_optim_plan *pl, hx_optim_arrays a, const int64_t *ids,
+                        int64_t n, int64_t dim, int part, int nparts);
+    /* 1 if any (x * unscale) * clip over n values of g is Inf or NaN. */
+    int (*nonfinite)(const void *g, hx_kdtype dt, float unscale, float clip, int64_t n);
+} hx_optim_path;
+
+extern const hx_optim_path hx_optim_path_scalar;
+extern const hx_optim_path hx_optim_path_avx2;
+extern const hx_optim_path hx_optim_path_avx512;
+
+/* Which of nparts threads updates a row: a multiplicative hash, so that
+ * rows spread evenly whatever the ids' pattern, and every occurrence of an
+ * id lands on the same thread. */
+static inline int hx_optim_row_owner(int64_t id, int nparts)
+{
+    uint64_t h = ((uint64_t)id * 0x9E3779B97F4A7C15ull) >> 32;
+    return (int)((h * (uint64_t)nparts) >> 32);
+}
+
+#endif

@@ -1,0 +1,85 @@
+/* Optimizer kernels, scalar path: one element at a time, for CPUs without
+ * AVX2 and as the reference the vector paths must match bit for bit. */
+#pragma GCC optimize("fp-contract=off")
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "optim_internal.h"
+
+static inline float f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Exact. A NaN keeps its payload and becomes quiet, as vcvtph2ps does. */
+static inline float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0x1f) return f32_from_bits(sign | 0x7f800000 | (m << 13) | (m ? 0x400000 : 0));
+    if (e == 0) return f32_from_bits(sign | f32_bits((float)m * 0x1p-24f));
+    return f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
+}
+
+/* Round to nearest even; overflow gives Inf; a NaN keeps the top of its
+ * payload and becomes quiet, as vcvtps2ph does. */
+static inline uint16_t f32_to_f16(float f)
+{
+    uint32_t x = f32_bits(f), a = x & 0x7fffffff;
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    if (a > 0x7f800000) return (uint16_t)(sign | 0x7e00 | ((a >> 13) & 0x3ff));
+    if (a >= 0x477ff000) return (uint16_t)(sign | 0x7c00); /* >= 65520 rounds to Inf */
+    if (a >= 0x38800000) {                                 /* normal f16 */
+        uint32_t r = a - 0x38000000;
+        return (uint16_t)(sign | ((r + 0xfff + ((r >> 13) & 1)) >> 13));
+    }
+    /* subnormal f16 or zero: units of 2^-24 */
+    uint32_t e = a >> 23, sig = e ? (a & 0x7fffff) | 0x800000 : a & 0x7fffff;
+    uint32_t shift = 126 - (e ? e : 1);
+    if (shift > 24) return sign;
+    uint32_t q = sig >> shift, rem = sig & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+    return (uint16_t)(sign | q);
+}
+
+/* Round to nearest even; a NaN keeps the top of its payload and becomes
+ * quiet, as vcvtneps2bf16 does. */
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+#define W 1
+typedef float V;
+#define V_LOAD(p) (*(p))
+#define V_STORE(p, x) (*(p) = (x))
+#define V_SET1(x) (x)
+#define V_ADD(a, b) ((a) + (b))
+#define V_SUB(a, b) ((a) - (b))
+#define V_MUL(a, b) ((a) * (b))
+#define V_DIV(a, b) ((a) / (b))
+#define V_SQRT(x) sqrtf(x)
+#define V_FMA(a, b, c) fmaf(a, b, c)
+#define V_ABS(x) fabsf(x)
+#define V_COPYSIGN(m, s) copysignf(m, s)
+#define V_GT_OR0(a, b, x) ((a) > (b) ? (x) : 0.0f)
+#define V_LOAD_F16(p) f16_to_f32(*(p))
+#define V_LOAD_BF16(p) f32_from_bits((uint32_t)*(p) << 16)
+#define V_STORE_F16(p, x) (*(p) = f32_to_f16(x))
+#define V_STORE_BF16(p, x, native) (*(p) = f32_to_bf16(x))
+#define V_ANY_NAN(x) isnan(x)
+#define PATH_NAME hx_optim_path_scalar
+
+#include "optim_body.h"
