@@ -499,6 +499,7 @@ hx_status hx_tensor_set_target(hx_tensor *t, hx_target target)
     hx_status st = check_graph_open(t->graph, "hx_tensor_set_target");
     if (st) return st;
     t->target = target;
+    t->target_set = target != HX_TARGET_DEFAULT;
     return HX_OK;
 }
 

@@ -48,6 +48,7 @@ struct hx_tensor {
     hx_tensor **src;
     hx_attrs attr;
     hx_target target; /* attribute: set explicitly or by the scope at creation */
+    bool target_set;  /* target came from hx_tensor_set_target, not the scope */
     hx_init init;     /* parameters and state */
     void *data;       /* constants: their value; updates: their hx_optimizer_config */
     hx_tensor *grad;  /* set by hx_graph_backward */
@@ -100,6 +101,51 @@ hx_tensor *hx__state_new(hx_graph *g, hx_tensor *param, const char *suffix, hx_i
 /* Frees tensors created after the first `n` (rolls back a failed build). */
 void hx__graph_truncate(hx_graph *g, int n);
 
+/* ---- placement (placement.c) ------------------------------------------------
+ * Every node gets a concrete target (CPU or DEVICE) and the reason for it. */
+typedef enum hx_place_why {
+    HX_WHY_ATTRIBUTE,     /* the op's own target attribute */
+    HX_WHY_SCOPE,         /* the scoped default when the op was added */
+    HX_WHY_OP_DEFAULT,    /* the op table's default target */
+    HX_WHY_NO_DEVICE,     /* the session has no accelerator */
+    HX_WHY_FALLBACK,      /* no kernel on its target; moved to the CPU by policy */
+    HX_WHY_PARAM_ATTRIBUTE, /* a parameter's own target attribute */
+    HX_WHY_PARAM_UPDATE,  /* a parameter lives where its optimizer update runs */
+    HX_WHY_PARAM_USERS,   /* a parameter lives where all the ops that read it run */
+    HX_WHY_PARAM_MIXED,   /* read on both targets: it stays on the host */
+    HX_WHY_FOLLOWS_PARAM, /* an update (or optimizer state) runs where its parameter lives */
+    HX_WHY_HOST_LEAF      /* inputs and constants are host data */
+} hx_place_why;
+const char *hx__place_why_str(hx_place_why w);
+
+/* Whether target `t` has a kernel for op on dtype dt. */
+typedef bool (*hx_has_kernel_fn)(void *ctx, hx_target t, hx_op op, hx_dtype dt);
+typedef struct hx_place_opts {
+    bool has_device;   /* false: everything on the CPU */
+    bool fallback_cpu; /* an op with no kernel on its target moves to the CPU */
+    hx_has_kernel_fn has_kernel;
+    void *ctx;
+} hx_place_opts;
+/* Fills target[] (CPU or DEVICE) and why[] for every tensor of g. Fails
+ * with HX_ERR_NO_KERNEL naming the op when an op has no kernel on its
+ * target and the fallback is off. */
+hx_status hx__place(const hx_graph *g, const hx_place_opts *o, hx_target *target,
+                    hx_place_why *why);
+
+/* ---- partition (partition.c) ------------------------------------------------
+ * Maximal same-target subgraphs of a set of op nodes whose subgraph DAG has
+ * no cycle (greedy in topological order). */
+typedef struct hx_partition {
+    int n_sub;
+    int *sub_of;          /* per tensor id: its subgraph, -1 for leaves and nodes left out */
+    hx_target *sub_target;/* per subgraph */
+    int *sub_ops;         /* per subgraph: number of ops */
+    bool *dep;            /* n_sub * n_sub: dep[a * n_sub + b]: a reads an output of b */
+} hx_partition;
+/* in_set: per tensor id, the op nodes to partition. */
+hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *target,
+                        hx_partition *out);
+void hx__partition_free(hx_partition *p);
 
 int64_t hx__numel(int ndim, const int64_t *shape);
 bool hx__is_float(hx_dtype dt);

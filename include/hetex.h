@@ -302,10 +302,26 @@ typedef struct hx_loss_scale_config {
     double backoff_factor;  /* 0.5 */
 } hx_loss_scale_config;
 
+/* What placement does with an op that has no kernel on its target. */
+typedef enum hx_fallback {
+    HX_FALLBACK_ERROR, /* hx_session_create fails with HX_ERR_NO_KERNEL naming the op */
+    HX_FALLBACK_CPU    /* the op moves to the CPU; HX_DEBUG=placement lists each move */
+} hx_fallback;
+
+/* The accelerator: AUTO is cuda where a GPU is usable, else emu (an
+ * emulated accelerator: separate capped memory, counted copies, the CPU
+ * kernels); CUDA fails with HX_ERR_UNSUPPORTED in builds without it; NONE
+ * runs every op on the CPU with no copies. Ops marked DEVICE (or whose op
+ * defaults to it) run on the accelerator, copies are inserted where a value
+ * crosses devices, one per (tensor, destination). A parameter lives where
+ * its optimizer update runs, else where the ops that read it run.
+ * Set HX_DEBUG=placement to print each op's target and why, and each copy. */
 typedef struct hx_session_config {
     int n_threads;                /* host threads for kernels; 0: all cores */
     uint64_t seed;                /* parameter init and dropout */
-    hx_accelerator accelerator;   /* this build runs NONE (all on the CPU) */
+    hx_accelerator accelerator;   /* AUTO */
+    size_t max_device_memory;     /* accelerator memory cap in bytes; 0: 8 GiB for emu */
+    hx_fallback fallback;         /* HX_FALLBACK_ERROR */
     hx_loss_scale_config loss_scale;
 } hx_session_config;
 HX_API hx_session_config hx_session_config_default(void);
@@ -347,12 +363,33 @@ HX_API hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void 
                                   size_t bytes);
 
 typedef struct hx_memory_stats {
-    size_t persistent_bytes;       /* params, constants, optimizer state */
-    size_t transient_planned_bytes;/* the arena the plan needs (largest plan so far) */
+    size_t persistent_bytes;       /* host: params, constants, optimizer state */
+    size_t transient_planned_bytes;/* host: the arena the plan needs (largest plan so far) */
     size_t transient_tensor_bytes; /* sum of the sizes of those plans' transient tensors */
+    /* the accelerator (all 0 without one) */
+    size_t device_capacity;
+    size_t device_persistent_bytes;
+    size_t device_transient_planned_bytes;
+    size_t device_used_bytes, device_peak_bytes;
 } hx_memory_stats;
 /* Plans the training step (all update nodes) if it has not run yet. */
 HX_API hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out);
+
+/* How the last run's plan (or, before any run, the training step's) was
+ * placed and split. */
+typedef struct hx_placement_stats {
+    int n_ops, n_device_ops;
+    int n_fallbacks;        /* ops moved to the CPU by HX_FALLBACK_CPU (whole graph) */
+    int n_subgraphs, n_device_subgraphs;
+    int n_copies, n_h2d, n_d2h; /* per run: one per (tensor, destination device) */
+    size_t copy_bytes;      /* per run */
+} hx_placement_stats;
+HX_API hx_status hx_session_placement_stats(hx_session *s, hx_placement_stats *out);
+/* Writes that plan as Graphviz DOT (ops coloured by target, clustered by
+ * subgraph, copies drawn as their own nodes) / as a text summary
+ * (subgraphs, ops per subgraph, copies and bytes per step). */
+HX_API hx_status hx_session_dump_dot(hx_session *s, const char *path);
+HX_API hx_status hx_session_dump_summary(hx_session *s, const char *path);
 
 /* Number of HX_RUN_TRAIN runs that succeeded and were not skipped. */
 HX_API int64_t hx_session_step(const hx_session *s);

@@ -1,9 +1,10 @@
 /* Sessions: persistent storage, feeds and fetches, plan cache, the run loop. */
-#include "scheduler/sched.h"
+#include "scheduler/backend.h"
 
 #include "kernels/cpu/optim.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 hx_session_config hx_session_config_default(void)
 {
     hx_session_config c = {.n_threads = 0, .seed = 42, .accelerator = HX_ACCELERATOR_AUTO,
+                           .max_device_memory = 0, .fallback = HX_FALLBACK_ERROR,
                            .loss_scale = {false, 65536.0, 2000, 2.0, 0.5}};
     return c;
 }
@@ -27,11 +29,66 @@ void hx_session_free(hx_session *s)
     if (!s) return;
     for (int i = 0; i < s->n_plans; i++) hx__plan_free(s->plans[i]);
     free(s->plans);
-    for (int i = 0; s->persist && i < s->g->n; i++) free(s->persist[i]);
+    for (int i = 0; s->persist && i < s->g->n; i++)
+        if (s->persist[i]) s->be[hx__dev_of(s, i)]->free(s->be[hx__dev_of(s, i)], s->persist[i]);
     free(s->persist);
-    free(s->arena);
+    for (int d = 0; d < HX_NDEV; d++) {
+        if (!s->be[d]) continue;
+        if (s->arena[d]) s->be[d]->free(s->be[d], s->arena[d]);
+        if (s->stream[d]) s->be[d]->stream_destroy(s->be[d], s->stream[d]);
+        s->be[d]->destroy(s->be[d]);
+    }
+    free(s->target);
+    free(s->why);
     s->g->n_sessions--;
     free(s);
+}
+
+/* Prefixes a device OOM report with where it happened and the device's
+ * persistent/transient split. */
+static hx_status device_report(const hx_session *s, const char *fn, hx_status st)
+{
+    if (st != HX_ERR_DEVICE_OOM) return st;
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", hx_last_error());
+    return hx__error(st, "%s: %s (the device holds %zu persistent bytes and a %zu-byte transient "
+                     "arena)", fn, msg, s->persist_bytes[HX_DEV_ACCEL],
+                     s->arena_bytes[HX_DEV_ACCEL]);
+}
+
+static bool has_kernel(void *ctx, hx_target t, hx_op op, hx_dtype dt)
+{
+    const hx_session *s = ctx;
+    const hx_backend *b = s->be[t == HX_TARGET_DEVICE ? HX_DEV_ACCEL : HX_DEV_HOST];
+    return b && b->kernel(b, op, dt);
+}
+
+/* Backends for the configured accelerator, streams, and placement. */
+static hx_status setup_devices(hx_session *s)
+{
+    hx_status st = hx__backend_cpu_create(&s->be[HX_DEV_HOST]);
+    if (!st && s->cfg.accelerator != HX_ACCELERATOR_NONE) {
+        size_t cap = s->cfg.max_device_memory ? s->cfg.max_device_memory : (size_t)8 << 30;
+        st = hx__backend_emu_create(cap, &s->be[HX_DEV_ACCEL]);
+    }
+    for (int d = 0; d < HX_NDEV && !st; d++)
+        if (s->be[d]) st = s->be[d]->stream_create(s->be[d], &s->stream[d]);
+    if (st) return st;
+    int n = s->g->n ? s->g->n : 1;
+    s->target = malloc(sizeof *s->target * n);
+    s->why = malloc(sizeof *s->why * n);
+    if (!s->target || !s->why)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    hx_place_opts o = {s->be[HX_DEV_ACCEL] != NULL, s->cfg.fallback == HX_FALLBACK_CPU,
+                       has_kernel, s};
+    if ((st = hx__place(s->g, &o, s->target, s->why))) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", hx_last_error());
+        return hx__error(st, "hx_session_create: %s", msg);
+    }
+    for (int i = 0; i < s->g->n; i++) s->n_fallbacks += s->why[i] == HX_WHY_FALLBACK;
+    if (hx__debug("placement")) hx__debug_placement(s);
+    return HX_OK;
 }
 
 static hx_status alloc_persistent(hx_session *s)
@@ -43,18 +100,22 @@ static hx_status alloc_persistent(hx_session *s)
             t->kind != HX_TENSOR_STATE)
             continue;
         size_t bytes = hx_tensor_nbytes(t);
-        s->persist[i] = aligned_bytes(bytes);
-        if (!s->persist[i])
-            return hx__error(HX_ERR_OUT_OF_MEMORY,
-                             "hx_session_create: out of host memory for '%s' (%zu bytes)",
-                             t->name, bytes);
-        s->persist_bytes += bytes;
-        if (t->kind == HX_TENSOR_CONSTANT) {
-            memcpy(s->persist[i], t->data, bytes);
-        } else {
-            hx_status st = hx__param_init(t, s->persist[i], s->cfg.seed, s->nthreads);
-            if (st) return st;
+        int d = hx__dev_of(s, i);
+        char what[160];
+        snprintf(what, sizeof what, "'%s' (%s)", t->name, hx__ops[t->op].name);
+        hx_status st = s->be[d]->alloc(s->be[d], bytes, what, &s->persist[i]);
+        if (st) return device_report(s, "hx_session_create", st);
+        s->persist_bytes[d] += bytes;
+        void *host = d == HX_DEV_HOST ? s->persist[i] : aligned_bytes(bytes);
+        if (!host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+        if (t->kind == HX_TENSOR_CONSTANT) memcpy(host, t->data, bytes);
+        else st = hx__param_init(t, host, s->cfg.seed, s->nthreads);
+        if (!st && d != HX_DEV_HOST) {
+            st = s->be[d]->copy_h2d(s->be[d], s->persist[i], host, bytes, s->stream[d]);
+            if (!st) st = s->be[d]->stream_sync(s->be[d], s->stream[d]);
         }
+        if (host != s->persist[i]) free(host);
+        if (st) return st;
     }
     return HX_OK;
 }
@@ -65,15 +126,17 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     *out = NULL;
     if (!g) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: graph is NULL");
     hx_session_config c = cfg ? *cfg : hx_session_config_default();
-    if (c.n_threads < 0 || (unsigned)c.accelerator > HX_ACCELERATOR_NONE)
+    if (c.n_threads < 0 || (unsigned)c.accelerator > HX_ACCELERATOR_NONE ||
+        (unsigned)c.fallback > HX_FALLBACK_CPU)
         return hx__error(HX_ERR_INVALID_ARGUMENT,
-                         "hx_session_create: n_threads %d must be >= 0 (0: all cores) and "
-                         "accelerator one of HX_ACCELERATOR_*", c.n_threads);
-    if (c.accelerator == HX_ACCELERATOR_CUDA || c.accelerator == HX_ACCELERATOR_EMU)
+                         "hx_session_create: n_threads %d must be >= 0 (0: all cores), "
+                         "accelerator one of HX_ACCELERATOR_* and fallback one of HX_FALLBACK_*",
+                         c.n_threads);
+    if (c.accelerator == HX_ACCELERATOR_CUDA)
         return hx__error(HX_ERR_UNSUPPORTED,
-                         "hx_session_create: accelerator '%s' is not in this build; use "
-                         "HX_ACCELERATOR_NONE or AUTO (all ops on the CPU)",
-                         c.accelerator == HX_ACCELERATOR_CUDA ? "cuda" : "emu");
+                         "hx_session_create: accelerator 'cuda' is not built into this hetex "
+                         "(built without nvcc); use HX_ACCELERATOR_EMU to emulate one or "
+                         "HX_ACCELERATOR_NONE");
     const hx_loss_scale_config *ls = &c.loss_scale;
     if (ls->enabled && !(ls->initial_scale > 0 && isfinite(ls->initial_scale) &&
                          ls->growth_interval >= 1 && ls->growth_factor >= 1 &&
@@ -90,8 +153,9 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     s->nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
     g->n_sessions++;
     s->persist = calloc(g->n ? g->n : 1, sizeof *s->persist);
-    hx_status st = s->persist ? alloc_persistent(s)
+    hx_status st = s->persist ? setup_devices(s)
                               : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    if (!st) st = alloc_persistent(s);
     if (st) {
         hx_session_free(s);
         return st;
@@ -152,6 +216,35 @@ static hx_status check_bytes(const char *what, int i, const hx_tensor *t, const 
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
+/* Grows device d's transient arena to `bytes` (plans rebind lazily). The
+ * old arena is given back first so that a capped device can hold the new
+ * one; if the new one does not fit, the old size is taken again and the
+ * session stays usable for the plans it already had. */
+static hx_status grow_arena(hx_session *s, int d, size_t bytes)
+{
+    if (bytes <= s->arena_bytes[d]) return HX_OK;
+    hx_backend *b = s->be[d];
+    size_t old = s->arena_bytes[d];
+    if (s->arena[d]) b->free(b, s->arena[d]);
+    s->arena[d] = NULL;
+    s->arena_bytes[d] = 0;
+    void *mem = NULL;
+    hx_status st = b->alloc(b, bytes, "the transient (activation) arena", &mem);
+    if (!st) {
+        s->arena[d] = mem;
+        s->arena_bytes[d] = bytes;
+        return HX_OK;
+    }
+    st = device_report(s, "hx_session_run", st);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", hx_last_error());
+    if (old && !b->alloc(b, old, "the transient (activation) arena", &mem)) {
+        s->arena[d] = mem;
+        s->arena_bytes[d] = old;
+    }
+    return hx__error(st, "%s", msg);
+}
+
 /* The cached plan for this fetch set and flag, built on first use. */
 static hx_status get_plan(hx_session *s, int *ids, int n, bool train, hx_plan **out)
 {
@@ -169,34 +262,51 @@ static hx_status get_plan(hx_session *s, int *ids, int n, bool train, hx_plan **
     hx_plan *p;
     hx_status st = hx__plan_build(s, ids, m, train, &p);
     if (st) return st;
-    hx_plan **plans = realloc(s->plans, sizeof *plans * (s->n_plans + 1));
+    for (int d = 0; d < HX_NDEV && !st; d++) st = grow_arena(s, d, p->arena_bytes[d]);
+    hx_plan **plans = st ? NULL : realloc(s->plans, sizeof *plans * (s->n_plans + 1));
     if (!plans) {
         hx__plan_free(p);
-        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+        return st ? st : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
     }
     s->plans = plans;
     s->plans[s->n_plans++] = p;
-    if (p->arena_bytes > s->arena_bytes) { /* grow; plans rebind lazily */
-        char *arena = aligned_bytes(p->arena_bytes);
-        if (!arena)
-            return hx__error(HX_ERR_OUT_OF_MEMORY,
-                             "hx_session_run: out of host memory for a %zu-byte activation arena",
-                             p->arena_bytes);
-        free(s->arena);
-        s->arena = arena;
-        s->arena_bytes = p->arena_bytes;
-    }
+    if (hx__debug("placement")) hx__debug_copies(s, p);
     *out = p;
     return HX_OK;
 }
 
-static hx_status run_steps(const hx_exec *ex, const hx_plan *p, int from, int to)
+/* Runs steps [from, to) in order: launches on their device's stream,
+ * copies on the accelerator's stream; then waits for both streams. */
+/* Copies n bytes of device d's memory to the host. */
+static hx_status copy_out(hx_session *s, int d, void *dst, const void *src, size_t n)
+{
+    if (d == HX_DEV_HOST) {
+        memcpy(dst, src, n);
+        return HX_OK;
+    }
+    hx_backend *b = s->be[d];
+    hx_status st = b->copy_d2h(b, dst, src, n, s->stream[d]);
+    return st ? st : b->stream_sync(b, s->stream[d]);
+}
+
+static hx_status run_steps(hx_session *s, const hx_exec *ex, const hx_plan *p, int from, int to)
 {
     hx_status st = HX_OK;
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
     for (int k = from; k < to && !st; k++) {
         const hx_step *sp = &p->steps[k];
-        st = sp->fn(ex, sp->node, sp->out, sp->in);
+        hx_backend *b = s->be[sp->dev];
+        if (sp->fn) st = b->launch(b, s->stream[sp->dev], sp->fn, ex, sp->node, sp->out, sp->in);
+        else if (sp->dev == HX_DEV_ACCEL)
+            st = acc->copy_h2d(acc, sp->out, sp->in[0], hx_tensor_nbytes(sp->node), s->stream[HX_DEV_ACCEL]);
+        else
+            st = acc->copy_d2h(acc, sp->out, sp->in[0], hx_tensor_nbytes(sp->node), s->stream[HX_DEV_ACCEL]);
     }
+    for (int d = 0; d < HX_NDEV; d++)
+        if (s->be[d]) {
+            hx_status sync = s->be[d]->stream_sync(s->be[d], s->stream[d]);
+            if (!st) st = sync;
+        }
     return st;
 }
 
@@ -221,7 +331,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     if (scaling) *(float *)s->persist[s->g->grad_seed->id] = (float)s->stats.loss_scale;
     hx_exec ex = {.nthreads = s->nthreads, .step = s->stats.step, .train = train,
                   .grad_unscale = scaling ? (float)(1.0 / s->stats.loss_scale) : 1.0f};
-    hx_status st = run_steps(&ex, p, 0, p->first_update);
+    hx_status st = run_steps(s, &ex, p, 0, p->first_update);
     if (st || !train) return st;
     if (p->first_update == p->n_steps) { /* a training run without updates */
         s->stats.step++;
@@ -241,7 +351,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
         s->good_steps = 0;
         return HX_OK;
     }
-    if ((st = run_steps(&ex, p, p->first_update, p->n_steps))) return st;
+    if ((st = run_steps(s, &ex, p, p->first_update, p->n_steps))) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps == ls->growth_interval) {
         s->stats.loss_scale *= ls->growth_factor;
@@ -312,15 +422,18 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                            in->name);
             goto out;
         }
-        memcpy(s->arena + p->offset[in->id], feeds[j].data, feeds[j].bytes);
+        memcpy(s->arena[HX_DEV_HOST] + p->offset[in->id], feeds[j].data, feeds[j].bytes);
     }
-    if (p->bound_to != s->arena) hx__plan_bind(s, p);
+    if (p->bound_to[0] != s->arena[0] || p->bound_to[1] != s->arena[1]) hx__plan_bind(s, p);
+    s->last_plan = p;
 
     if ((st = execute(s, p, train))) goto out;
-    for (int i = 0; i < n_fetches; i++) {
+    for (int i = 0; i < n_fetches && !st; i++) {
         const hx_tensor *t = fetch_t[i];
-        const void *src = p->offset[t->id] >= 0 ? s->arena + p->offset[t->id] : s->persist[t->id];
-        memcpy(fetches[i].data, src, fetches[i].bytes);
+        int d = hx__dev_of(s, t->id);
+        int64_t off = p->offset[d * s->g->n + t->id];
+        const void *src = off >= 0 ? s->arena[d] + off : s->persist[t->id];
+        st = copy_out(s, d, fetches[i].data, src, fetches[i].bytes);
     }
 out:
     if (feed_t != feed_small) free(feed_t);
@@ -354,16 +467,22 @@ hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t 
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
-    if (!st) memcpy(data, p, bytes);
-    return st;
+    return st ? st : copy_out(s, hx__dev_of(s, t->id), data, p, bytes);
 }
 
 hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, size_t bytes)
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
-    if (!st) memcpy(p, data, bytes);
-    return st;
+    if (st) return st;
+    int d = hx__dev_of(s, t->id);
+    if (d == HX_DEV_HOST) {
+        memcpy(p, data, bytes);
+        return HX_OK;
+    }
+    hx_backend *b = s->be[d];
+    st = b->copy_h2d(b, p, data, bytes, s->stream[d]);
+    return st ? st : b->stream_sync(b, s->stream[d]);
 }
 
 hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
@@ -377,13 +496,23 @@ hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
         hx_status st = get_plan(s, no_fetch, 0, true, &p);
         if (st) return st;
     }
-    *out = (hx_memory_stats){.persistent_bytes = s->persist_bytes};
+    *out = (hx_memory_stats){.persistent_bytes = s->persist_bytes[HX_DEV_HOST],
+                             .device_persistent_bytes = s->persist_bytes[HX_DEV_ACCEL]};
     for (int i = 0; i < s->n_plans; i++) {
         const hx_plan *p = s->plans[i];
-        if (p->arena_bytes > out->transient_planned_bytes) {
-            out->transient_planned_bytes = p->arena_bytes;
-            out->transient_tensor_bytes = p->transient_tensor_bytes;
+        if (p->arena_bytes[HX_DEV_HOST] > out->transient_planned_bytes) {
+            out->transient_planned_bytes = p->arena_bytes[HX_DEV_HOST];
+            out->transient_tensor_bytes = p->transient_tensor_bytes[HX_DEV_HOST];
         }
+        if (p->arena_bytes[HX_DEV_ACCEL] > out->device_transient_planned_bytes)
+            out->device_transient_planned_bytes = p->arena_bytes[HX_DEV_ACCEL];
+    }
+    if (s->be[HX_DEV_ACCEL]) {
+        hx_backend_stats bs;
+        s->be[HX_DEV_ACCEL]->stats(s->be[HX_DEV_ACCEL], &bs);
+        out->device_capacity = bs.capacity;
+        out->device_used_bytes = bs.used;
+        out->device_peak_bytes = bs.peak;
     }
     return HX_OK;
 }

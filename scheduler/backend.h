@@ -1,0 +1,55 @@
+/* The backend interface: what the executor needs from a piece of hardware.
+ * A backend is a table of functions: memory, async copies host<->device on
+ * a stream, streams and events, kernel lookup by (op, dtype), statistics.
+ * cpu (backend_cpu_table.c) and emu (backend_emu.c) implement it; a cuda
+ * backend implements the same table. Pointers a backend hands out are its
+ * own memory: only its own functions (copies, launches) may touch them. */
+#ifndef HX_BACKEND_H
+#define HX_BACKEND_H
+
+#include "scheduler/sched.h"
+
+typedef struct hx_stream hx_stream; /* defined by each backend */
+typedef struct hx_event hx_event;
+
+typedef struct hx_backend_stats {
+    size_t capacity;          /* SIZE_MAX where there is no cap */
+    size_t used, peak;        /* bytes allocated now, at most so far */
+    uint64_t h2d_copies, h2d_bytes, d2h_copies, d2h_bytes;
+    uint64_t launches;
+} hx_backend_stats;
+
+typedef struct hx_backend hx_backend;
+struct hx_backend {
+    const char *name;  /* "cpu", "emu", "cuda" */
+    hx_target target;  /* where its kernels run */
+    /* `what` names the allocation in an out-of-memory report. */
+    hx_status (*alloc)(hx_backend *b, size_t bytes, const char *what, void **out);
+    void (*free)(hx_backend *b, void *p);
+    hx_status (*stream_create)(hx_backend *b, hx_stream **out);
+    void (*stream_destroy)(hx_backend *b, hx_stream *s);
+    hx_status (*stream_sync)(hx_backend *b, hx_stream *s); /* host waits for all work on s */
+    hx_status (*event_create)(hx_backend *b, hx_event **out);
+    void (*event_destroy)(hx_backend *b, hx_event *e);
+    hx_status (*event_record)(hx_backend *b, hx_event *e, hx_stream *s);
+    hx_status (*stream_wait)(hx_backend *b, hx_stream *s, hx_event *e); /* s waits for e */
+    hx_status (*event_sync)(hx_backend *b, hx_event *e);                 /* host waits for e */
+    /* Copies ordered on stream s; the host buffer must stay valid until s
+     * has passed the copy. */
+    hx_status (*copy_h2d)(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s);
+    hx_status (*copy_d2h)(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s);
+    /* NULL: no kernel for op on this dtype (the node's output dtype). */
+    hx_launch_fn (*kernel)(const hx_backend *b, hx_op op, hx_dtype dt);
+    /* Runs fn on stream s; out/in are this backend's memory and, with ex
+     * and node, stay valid until s has passed the launch. */
+    hx_status (*launch)(hx_backend *b, hx_stream *s, hx_launch_fn fn, const hx_exec *ex,
+                        const hx_tensor *node, void *out, void *const *in);
+    void (*stats)(const hx_backend *b, hx_backend_stats *out);
+    void (*destroy)(hx_backend *b);
+};
+
+hx_status hx__backend_cpu_create(hx_backend **out);
+/* capacity: the device memory cap in bytes. */
+hx_status hx__backend_emu_create(size_t capacity, hx_backend **out);
+
+#endif

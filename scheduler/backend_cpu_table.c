@@ -1,0 +1,87 @@
+/* The cpu backend: host memory, CPU kernels run on the calling thread.
+ * Its streams are in-order and complete work as it is submitted, so its
+ * events are complete once recorded. */
+#include "scheduler/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 64
+
+struct hx_stream { uint64_t submitted; };
+struct hx_event { uint64_t recorded; };
+
+typedef struct cpu_backend {
+    hx_backend b;
+    hx_backend_stats st;
+} cpu_backend;
+
+static hx_status cpu_alloc(hx_backend *b, size_t bytes, const char *what, void **out)
+{
+    *out = aligned_alloc(ALIGN, (bytes + ALIGN - 1) / ALIGN * ALIGN + ALIGN);
+    if (!*out)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory for %s (%zu bytes)",
+                         what, bytes);
+    return HX_OK;
+}
+
+static void cpu_free(hx_backend *b, void *p) { free(p); }
+
+static hx_status cpu_stream_create(hx_backend *b, hx_stream **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory for a stream");
+}
+
+static void cpu_stream_destroy(hx_backend *b, hx_stream *s) { free(s); }
+static hx_status cpu_stream_sync(hx_backend *b, hx_stream *s) { return HX_OK; }
+
+static hx_status cpu_event_create(hx_backend *b, hx_event **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory for an event");
+}
+
+static void cpu_event_destroy(hx_backend *b, hx_event *e) { free(e); }
+
+static hx_status cpu_event_record(hx_backend *b, hx_event *e, hx_stream *s)
+{
+    e->recorded = s->submitted;
+    return HX_OK;
+}
+
+static hx_status cpu_stream_wait(hx_backend *b, hx_stream *s, hx_event *e) { return HX_OK; }
+static hx_status cpu_event_sync(hx_backend *b, hx_event *e) { return HX_OK; }
+
+static hx_status cpu_copy(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s)
+{
+    memcpy(dst, src, n);
+    s->submitted++;
+    return HX_OK;
+}
+
+static hx_launch_fn cpu_kernel(const hx_backend *b, hx_op op, hx_dtype dt) { return hx__cpu_kernel(op); }
+
+static hx_status cpu_launch(hx_backend *b, hx_stream *s, hx_launch_fn fn, const hx_exec *ex,
+                            const hx_tensor *node, void *out, void *const *in)
+{
+    ((cpu_backend *)b)->st.launches++;
+    s->submitted++;
+    return fn(ex, node, out, in);
+}
+
+static void cpu_stats(const hx_backend *b, hx_backend_stats *out) { *out = ((const cpu_backend *)b)->st; }
+static void cpu_destroy(hx_backend *b) { free(b); }
+
+hx_status hx__backend_cpu_create(hx_backend **out)
+{
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c) return hx__error(HX_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
+    c->b = (hx_backend){"cpu", HX_TARGET_CPU, cpu_alloc, cpu_free, cpu_stream_create,
+                        cpu_stream_destroy, cpu_stream_sync, cpu_event_create, cpu_event_destroy,
+                        cpu_event_record, cpu_stream_wait, cpu_event_sync, cpu_copy, cpu_copy,
+                        cpu_kernel, cpu_launch, cpu_stats, cpu_destroy};
+    c->st.capacity = SIZE_MAX;
+    *out = &c->b;
+    return HX_OK;
+}

@@ -1,0 +1,133 @@
+/* The emu backend: an emulated accelerator. Its memory is a separate pool
+ * of host memory capped at the session's max_device_memory (an allocation
+ * past the cap fails with HX_ERR_DEVICE_OOM and a report, as on a GPU), its
+ * copies are real, counted memcpys, and its kernels are the CPU kernels
+ * except those hetex keeps on the host (see emu_kernel). Its streams are
+ * in-order and complete work as it is submitted, on the submitting thread. */
+#include "scheduler/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 64
+
+struct hx_stream { uint64_t submitted; };
+struct hx_event { uint64_t recorded; };
+
+typedef struct emu_backend {
+    hx_backend b;
+    hx_backend_stats st;
+} emu_backend;
+
+/* Every block starts with a header holding its size, so free can count. */
+typedef struct block_header { size_t bytes; char pad[ALIGN - sizeof(size_t)]; } block_header;
+
+static size_t rounded(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static hx_status emu_alloc(hx_backend *b, size_t bytes, const char *what, void **out)
+{
+    emu_backend *e = (emu_backend *)b;
+    size_t need = rounded(bytes ? bytes : 1);
+    *out = NULL;
+    if (need > e->st.capacity - e->st.used)
+        return hx__error(HX_ERR_DEVICE_OOM,
+                         "emu device: out of memory allocating %zu bytes for %s: capacity %zu "
+                         "bytes, %zu in use (peak %zu); raise max_device_memory, place fewer "
+                         "ops or parameters on the device, or use smaller batches",
+                         bytes, what, e->st.capacity, e->st.used, e->st.peak);
+    block_header *h = aligned_alloc(ALIGN, sizeof *h + need);
+    if (!h)
+        return hx__error(HX_ERR_OUT_OF_MEMORY,
+                         "emu device: host memory behind the emulated device ran out allocating "
+                         "%zu bytes for %s", bytes, what);
+    h->bytes = need;
+    e->st.used += need;
+    if (e->st.used > e->st.peak) e->st.peak = e->st.used;
+    *out = h + 1;
+    return HX_OK;
+}
+
+static void emu_free(hx_backend *b, void *p)
+{
+    if (!p) return;
+    block_header *h = (block_header *)p - 1;
+    ((emu_backend *)b)->st.used -= h->bytes;
+    free(h);
+}
+
+static hx_status emu_stream_create(hx_backend *b, hx_stream **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "emu device: out of host memory for a stream");
+}
+
+static void emu_stream_destroy(hx_backend *b, hx_stream *s) { free(s); }
+static hx_status emu_stream_sync(hx_backend *b, hx_stream *s) { return HX_OK; }
+
+static hx_status emu_event_create(hx_backend *b, hx_event **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "emu device: out of host memory for an event");
+}
+
+static void emu_event_destroy(hx_backend *b, hx_event *e) { free(e); }
+
+static hx_status emu_event_record(hx_backend *b, hx_event *e, hx_stream *s)
+{
+    e->recorded = s->submitted;
+    return HX_OK;
+}
+
+static hx_status emu_stream_wait(hx_backend *b, hx_stream *s, hx_event *e) { return HX_OK; }
+static hx_status emu_event_sync(hx_backend *b, hx_event *e) { return HX_OK; }
+
+static hx_status emu_h2d(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s)
+{
+    emu_backend *e = (emu_backend *)b;
+    memcpy(dst, src, n);
+    e->st.h2d_copies++;
+    e->st.h2d_bytes += n;
+    s->submitted++;
+    return HX_OK;
+}
+
+static hx_status emu_d2h(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s)
+{
+    emu_backend *e = (emu_backend *)b;
+    memcpy(dst, src, n);
+    e->st.d2h_copies++;
+    e->st.d2h_bytes += n;
+    s->submitted++;
+    return HX_OK;
+}
+
+/* The CPU kernels, less FTRL: hetex keeps FTRL (the wide part's sparse
+ * optimizer) on the host, next to the tables it updates. */
+static hx_launch_fn emu_kernel(const hx_backend *b, hx_op op, hx_dtype dt)
+{
+    return op == HX_OP_FTRL_UPDATE ? NULL : hx__cpu_kernel(op);
+}
+
+static hx_status emu_launch(hx_backend *b, hx_stream *s, hx_launch_fn fn, const hx_exec *ex,
+                            const hx_tensor *node, void *out, void *const *in)
+{
+    ((emu_backend *)b)->st.launches++;
+    s->submitted++;
+    return fn(ex, node, out, in);
+}
+
+static void emu_stats(const hx_backend *b, hx_backend_stats *out) { *out = ((const emu_backend *)b)->st; }
+static void emu_destroy(hx_backend *b) { free(b); }
+
+hx_status hx__backend_emu_create(size_t capacity, hx_backend **out)
+{
+    emu_backend *e = calloc(1, sizeof *e);
+    if (!e) return hx__error(HX_ERR_OUT_OF_MEMORY, "emu device: out of host memory");
+    e->b = (hx_backend){"emu", HX_TARGET_DEVICE, emu_alloc, emu_free, emu_stream_create,
+                        emu_stream_destroy, emu_stream_sync, emu_event_create, emu_event_destroy,
+                        emu_event_record, emu_stream_wait, emu_event_sync, emu_h2d, emu_d2h,
+                        emu_kernel, emu_launch, emu_stats, emu_destroy};
+    e->st.capacity = capacity;
+    *out = &e->b;
+    return HX_OK;
+}
