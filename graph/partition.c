@@ -1,8 +1,8 @@
 /* Partition: maximal same-target subgraphs whose subgraph DAG has no cycle.
  * Nodes are visited in topological order; a node joins a same-target
- * subgraph of one of its producers unless another producer's subgraph
- * already depends on that one (joining would close a cycle), else it opens
- * a new subgraph. anc[a][b] (b is an ancestor of a) is kept transitive. */
+ * subgraph (one of its producers' if it can, else any) unless one of its
+ * producers' subgraphs already depends on that one (joining would close a
+ * cycle), else it opens a new subgraph. anc[a][b] (b is an ancestor of a) is kept transitive. */
 #include "graph/graph.h"
 
 #include <stdlib.h>
@@ -48,9 +48,9 @@ hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *
             for (int j = 0; j < np && !dup; j++) dup = preds[j] == s;
             if (!dup) preds[np++] = s;
         }
-        int join = -1;
-        for (int j = 0; j < np && join < 0; j++) {
-            int s = preds[j];
+        int join = -1; /* producers' subgraphs first, then any other, newest first */
+        for (int j = 0; j < np + ns && join < 0; j++) {
+            int s = j < np ? preds[j] : ns - 1 - (j - np);
             if (out->sub_target[s] != target[v]) continue;
             bool ok = true;
             for (int q = 0; q < np && ok; q++) ok = preds[q] == s || !anc[(size_t)preds[q] * cap + s];
