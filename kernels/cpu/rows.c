@@ -64,8 +64,10 @@ static void log_softmax_forward(float *y, const float *x, int64_t n)
     float maxv = hx_k_max_f32(x, n);
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++) sum += expf(x[i] - maxv);
-    float shift = maxv + logf(sum);
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] - shift;
+    /* (x - max) first: folding max and log(sum) into one shift rounds to
+     * max's ulp, which for large logits swamps small outputs. */
+    float lse = logf(sum);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - maxv) - lse;
 }
 
 // dx (n) = dy - exp(y) * sum(dy), one row
@@ -185,8 +187,10 @@ static void layernorm_backward_gamma_row(float *dgamma, const float *dy, const f
 
 /* Every dgamma[i] sums its rows in row order on one thread: the serial path
  * walks rows outermost, the parallel one gives each thread a slice of
- * columns (row stats computed first), and both add the same terms in the
- * same order, so the result does not depend on the thread count. */
+ * columns (row stats computed first into a buffer), and both add the same
+ * terms in the same order, so the result does not depend on the thread
+ * count. The serial path also serves rows too narrow to share (under two
+ * 16-column slices) and a failed buffer allocation. */
 void hx_k_layernorm_backward_gamma_f32(float *dgamma, const float *dy, const float *x,
                                        float eps, int64_t rows, int64_t n, int nthreads)
 {
