@@ -7,6 +7,9 @@
  * BF16 instruction (vcvtneps2bf16) is not used: it flushes denormal inputs
  * to zero, so the bf16 vector paths round with integer ops instead.
  * Widening f16 / bf16 to f32 is exact; a NaN comes out quiet.
+ * Every vector path clears the upper register halves (vzeroupper) before
+ * its scalar tail: GCC 12 leaves them dirty when the tail is a tail call,
+ * and dirty upper state made later SSE code (libm's expf) ~40x slower.
  * Floats to integers truncate toward zero and saturate; NaN becomes 0. */
 #include <immintrin.h>
 #include <stdint.h>
@@ -130,6 +133,7 @@ __attribute__((target("avx2,f16c"))) static void f32_from_f16_avx2(float *y, con
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    _mm256_zeroupper();
     f32_from_f16(y + i, x + i, n - i);
 }
 
@@ -140,6 +144,7 @@ __attribute__((target("avx512f"))) static void f32_from_f16_avx512(float *y, con
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))));
+    _mm256_zeroupper();
     f32_from_f16(y + i, x + i, n - i);
 }
 
@@ -180,6 +185,7 @@ __attribute__((target("avx2,f16c"))) static void f16_from_f32_avx2(void *yv, con
         _mm_storeu_si128((__m128i *)(y + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_zeroupper();
     f16_from_f32(y + i, x + i, n - i);
 }
 
@@ -192,6 +198,7 @@ __attribute__((target("avx512f"))) static void f16_from_f32_avx512(void *yv, con
         _mm256_storeu_si256((__m256i *)(y + i),
                             _mm512_cvtps_ph(_mm512_loadu_ps(x + i),
                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_zeroupper();
     f16_from_f32(y + i, x + i, n - i);
 }
 
@@ -221,6 +228,7 @@ __attribute__((target("avx2"))) static void bf16_from_f32_avx2(void *yv, const f
         __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
         _mm_storeu_si128((__m128i *)(y + i), packed);
     }
+    _mm256_zeroupper();
     bf16_from_f32(y + i, x + i, n - i);
 }
 
@@ -241,6 +249,7 @@ __attribute__((target("avx512f"))) static void bf16_from_f32_avx512(void *yv, co
         r = _mm512_mask_blend_epi32(is_nan, r, nan);
         _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(r));
     }
+    _mm256_zeroupper();
     bf16_from_f32(y + i, x + i, n - i);
 }
 

@@ -37,11 +37,23 @@ HX_INLINE void binary_row(hx_binary_op op, float *out, const float *a, int64_t s
     }
 }
 
+/* One copy of the row loops per op, so that the op is a constant in each. */
+static void binary_row_op(hx_binary_op op, float *out, const float *a, int64_t sa,
+                          const float *b, int64_t sb, int64_t n)
+{
+    switch (op) {
+    case HX_BINARY_ADD: binary_row(HX_BINARY_ADD, out, a, sa, b, sb, n); break;
+    case HX_BINARY_SUB: binary_row(HX_BINARY_SUB, out, a, sa, b, sb, n); break;
+    case HX_BINARY_MUL: binary_row(HX_BINARY_MUL, out, a, sa, b, sb, n); break;
+    case HX_BINARY_DIV: binary_row(HX_BINARY_DIV, out, a, sa, b, sb, n); break;
+    }
+}
+
 /* Elements [lo, hi) of the row-major output of `shape` (nd >= 1 dims):
  * walks the index like an odometer, one innermost run at a time. */
-HX_INLINE void binary_range(hx_binary_op op, float *out, const float *a, const int64_t *sa,
-                            const float *b, const int64_t *sb, const int64_t *shape, int nd,
-                            int64_t lo, int64_t hi)
+static void binary_range(hx_binary_op op, float *out, const float *a, const int64_t *sa,
+                         const float *b, const int64_t *sb, const int64_t *shape, int nd,
+                         int64_t lo, int64_t hi)
 {
     int64_t idx[HX_K_MAX_DIMS] = {0};
     int64_t ao = 0, bo = 0;
@@ -55,7 +67,7 @@ HX_INLINE void binary_range(hx_binary_op op, float *out, const float *a, const i
     for (int64_t i = lo; i < hi;) {
         int64_t len = shape[last] - idx[last];
         if (len > hi - i) len = hi - i;
-        binary_row(op, out + i, a + ao, sa[last], b + bo, sb[last], len);
+        binary_row_op(op, out + i, a + ao, sa[last], b + bo, sb[last], len);
         i += len;
         idx[last] += len;
         ao += len * sa[last];
@@ -66,19 +78,6 @@ HX_INLINE void binary_range(hx_binary_op op, float *out, const float *a, const i
             idx[d] = 0;
             idx[d - 1]++;
         }
-    }
-}
-
-/* One copy of the walk per op, so that the op is a constant in each loop. */
-static void binary_range_op(hx_binary_op op, float *out, const float *a, const int64_t *sa,
-                            const float *b, const int64_t *sb, const int64_t *shape, int nd,
-                            int64_t lo, int64_t hi)
-{
-    switch (op) {
-    case HX_BINARY_ADD: binary_range(HX_BINARY_ADD, out, a, sa, b, sb, shape, nd, lo, hi); break;
-    case HX_BINARY_SUB: binary_range(HX_BINARY_SUB, out, a, sa, b, sb, shape, nd, lo, hi); break;
-    case HX_BINARY_MUL: binary_range(HX_BINARY_MUL, out, a, sa, b, sb, shape, nd, lo, hi); break;
-    case HX_BINARY_DIV: binary_range(HX_BINARY_DIV, out, a, sa, b, sb, shape, nd, lo, hi); break;
     }
 }
 
@@ -113,14 +112,17 @@ void hx_k_binary_f32(hx_binary_op op, float *out, const float *a, const int64_t 
         nd = 1;
     }
     if (!hx_k_go_parallel(total, nthreads)) {
-        binary_range_op(op, out, a, sa, b, sb, sh, nd, 0, total);
+        if (nd == 1) /* one run: contiguous, or one side a scalar */
+            binary_row_op(op, out, a, sa[0], b, sb[0], total);
+        else
+            binary_range(op, out, a, sa, b, sb, sh, nd, 0, total);
         return;
     }
 #pragma omp parallel num_threads(nthreads)
     {
         int64_t lo, hi;
         hx_k_thread_slice(total, 16, &lo, &hi);
-        binary_range_op(op, out, a, sa, b, sb, sh, nd, lo, hi);
+        binary_range(op, out, a, sa, b, sb, sh, nd, lo, hi);
     }
 }
 

@@ -1,0 +1,1170 @@
+/* test_kernels: every CPU kernel in kernels/cpu/hx_kernels.h against a
+ * scalar double reference written here, on random inputs of several shapes
+ * (sizes that are not multiples of the vector width, and sizes above
+ * HX_K_PARALLEL_MIN so that the threaded paths run), at 1 and 2 threads.
+ *
+ * - elementwise kernels, casts, dropout, scatter-add and the row kernels are
+ *   also checked bitwise equal at 1 and 2 threads;
+ * - backward kernels are checked against central finite differences of the
+ *   double reference forward;
+ * - casts are checked bitwise against a reference rounding (nearest value
+ *   found by search among all values of the format, ties to even) on edge
+ *   values and random bit patterns, and once per ISA path: the cast tests
+ *   rerun in child processes started with HX_ISA=scalar|avx2|avx512 before
+ *   this process fixes its own ISA. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels/cpu/hx_kernels.h"
+#include "tests/util/testutil.h"
+
+#define BIG 40000 /* above HX_K_PARALLEL_MIN */
+
+static const int64_t SIZES[] = {1, 7, 17, 1023, BIG + 3};
+#define NSIZES ((int)(sizeof(SIZES) / sizeof(SIZES[0])))
+
+static float *falloc(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
+static double *dalloc(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(double)); }
+
+static int same_bits(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+/* Backward output vs finite differences: the largest difference within
+ * 1e-3 of the largest gradient, or of `scale` where all gradients are
+ * smaller than the scale of the op's gradients (test_max_rel_err). */
+static void check_fd(const char *what, const float *got, const double *fd, int64_t n,
+                     double scale)
+{
+    double err = test_max_rel_err(got, fd, n, scale);
+    CHECK(err <= 1e-3, "%s: finite differences, relative error %.3g", what, err);
+}
+
+/* Central difference of f at x[i] (x restored afterwards). */
+typedef double (*scalar_fn)(const double *x, int64_t n, const void *ctx);
+
+static double fd_grad(scalar_fn f, double *x, int64_t n, int64_t i, const void *ctx)
+{
+    double xi = x[i], h = 1e-5 * fmax(1.0, fabs(xi));
+    x[i] = xi + h;
+    double fp = f(x, n, ctx);
+    x[i] = xi - h;
+    double fm = f(x, n, ctx);
+    x[i] = xi;
+    return (fp - fm) / (2.0 * h);
+}
+
+/* ====================================================================== */
+/* binary                                                                  */
+
+static double ref_binop(hx_binary_op op, double x, double y)
+{
+    switch (op) {
+    case HX_BINARY_ADD: return x + y;
+    case HX_BINARY_SUB: return x - y;
+    case HX_BINARY_MUL: return x * y;
+    case HX_BINARY_DIV: return x / y;
+    }
+    return 0.0;
+}
+
+/* Element strides of a contiguous tensor of `sub` broadcast to `shape`. */
+static int64_t bcast_strides(const int64_t *shape, const int64_t *sub, int ndim, int64_t *st)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        st[d] = sub[d] == 1 && shape[d] != 1 ? 0 : s;
+        s *= sub[d];
+    }
+    return s;
+}
+
+/* out = a op b for every op, at 1 and 2 threads: the float result of one
+ * + - * / is the double result rounded once (53 >= 2 * 24 + 2 bits), so the
+ * check is bitwise. */
+static void check_binary(test_rng *r, const char *what, const int64_t *shape, int ndim,
+                         const int64_t *as, int64_t alen, const int64_t *bs, int64_t blen)
+{
+    int64_t total = 1;
+    for (int d = 0; d < ndim; d++) total *= shape[d];
+    float *a = falloc(alen), *b = falloc(blen), *out1 = falloc(total), *out2 = falloc(total);
+    float *want = falloc(total);
+    test_fill_uniform(r, a, alen, -2.0, 2.0);
+    test_fill_uniform(r, b, blen, 0.5, 2.0);
+    for (int op = HX_BINARY_ADD; op <= HX_BINARY_DIV; op++) {
+        int64_t idx[HX_K_MAX_DIMS] = {0};
+        for (int64_t i = 0; i < total; i++) {
+            int64_t ao = 0, bo = 0;
+            for (int d = 0; d < ndim; d++) {
+                ao += idx[d] * as[d];
+                bo += idx[d] * bs[d];
+            }
+            want[i] = (float)ref_binop((hx_binary_op)op, a[ao], b[bo]);
+            for (int d = ndim - 1; d >= 0 && ++idx[d] == shape[d]; d--) idx[d] = 0;
+        }
+        hx_k_binary_f32((hx_binary_op)op, out1, a, as, b, bs, shape, ndim, 1);
+        hx_k_binary_f32((hx_binary_op)op, out2, a, as, b, bs, shape, ndim, 2);
+        CHECK(same_bits(out1, want, (size_t)total * 4), "binary %s op %d: 1 thread vs reference",
+              what, op);
+        CHECK(same_bits(out2, want, (size_t)total * 4), "binary %s op %d: 2 threads vs reference",
+              what, op);
+    }
+    free(a), free(b), free(out1), free(out2), free(want);
+}
+
+static void check_binary_bcast(test_rng *r, const char *what, const int64_t *shape, int ndim,
+                               const int64_t *a_sub, const int64_t *b_sub)
+{
+    int64_t as[HX_K_MAX_DIMS], bs[HX_K_MAX_DIMS];
+    int64_t alen = bcast_strides(shape, a_sub, ndim, as), blen = bcast_strides(shape, b_sub, ndim, bs);
+    check_binary(r, what, shape, ndim, as, alen, bs, blen);
+}
+
+static void test_binary(test_rng *r)
+{
+    for (int k = 0; k < NSIZES; k++) {
+        int64_t n = SIZES[k], one = 1;
+        check_binary_bcast(r, "contiguous", &n, 1, &n, &n);
+        check_binary_bcast(r, "scalar b", &n, 1, &n, &one);
+        check_binary_bcast(r, "scalar a", &n, 1, &one, &n);
+    }
+    const int64_t rc[2] = {300, 137}, row[2] = {1, 137}, col[2] = {300, 1};
+    check_binary_bcast(r, "row", rc, 2, rc, row);
+    check_binary_bcast(r, "column", rc, 2, rc, col);
+    check_binary_bcast(r, "row op column", rc, 2, row, col);
+    const int64_t small[2] = {3, 7}, srow[2] = {1, 7}, scol[2] = {3, 1};
+    check_binary_bcast(r, "small row", small, 2, small, srow);
+    check_binary_bcast(r, "small column", small, 2, scol, small);
+    const int64_t abc[3] = {5, 17, 9}, mid[3] = {5, 1, 9}, big[3] = {4, 100, 101}, bmid[3] = {4, 1, 101};
+    check_binary_bcast(r, "middle axis", abc, 3, abc, mid);
+    check_binary_bcast(r, "middle axis big", big, 3, big, bmid);
+    const int64_t ones[4] = {1, 1, 1, 1}, with1[4] = {3, 1, 5, 1};
+    check_binary_bcast(r, "all size 1", ones, 4, ones, ones);
+    check_binary_bcast(r, "size-1 dims", with1, 4, with1, ones);
+    check_binary_bcast(r, "rank 0", NULL, 0, NULL, NULL);
+    /* a read transposed: a is (137, 300) contiguous, out is (300, 137). */
+    const int64_t at[2] = {1, 300}, bc[2] = {137, 1};
+    check_binary(r, "transposed a", rc, 2, at, 300 * 137, bc, 300 * 137);
+    check_binary(r, "both transposed", rc, 2, at, 300 * 137, at, 300 * 137);
+    const int64_t zero[2] = {0, 5};
+    check_binary_bcast(r, "empty", zero, 2, zero, zero);
+}
+
+/* ====================================================================== */
+/* unary                                                                   */
+
+static double ref_unary(hx_unary_op op, double x)
+{
+    switch (op) {
+    case HX_UNARY_RELU: return x > 0 ? x : 0;
+    case HX_UNARY_GELU:
+        return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.141592653589793) * (x + 0.044715 * x * x * x)));
+    case HX_UNARY_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case HX_UNARY_TANH: return tanh(x);
+    case HX_UNARY_EXP: return exp(x);
+    case HX_UNARY_LOG: return log(x);
+    case HX_UNARY_SQRT: return sqrt(x);
+    }
+    return 0.0;
+}
+
+static double ref_unary_fn(const double *x, int64_t n, const void *ctx)
+{
+    return ref_unary(*(const hx_unary_op *)ctx, x[0]);
+}
+
+static void test_unary(test_rng *r)
+{
+    static const char *names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "sqrt"};
+    for (int op = HX_UNARY_RELU; op <= HX_UNARY_SQRT; op++) {
+        hx_unary_op uop = (hx_unary_op)op;
+        double lo = op == HX_UNARY_LOG || op == HX_UNARY_SQRT ? 0.01 : op == HX_UNARY_EXP ? -10 : -5;
+        double hi = op == HX_UNARY_LOG || op == HX_UNARY_SQRT ? 100 : op == HX_UNARY_EXP ? 10 : 5;
+        for (int k = 0; k < NSIZES; k++) {
+            int64_t n = SIZES[k];
+            float *x = falloc(n), *y1 = falloc(n), *y2 = falloc(n), *dy = falloc(n);
+            float *dx1 = falloc(n), *dx2 = falloc(n);
+            double *want = dalloc(n), *dwant = dalloc(n);
+            test_fill_uniform(r, x, n, lo, hi);
+            test_fill_uniform(r, dy, n, -1, 1);
+            if (op == HX_UNARY_RELU) /* keep finite differences off the kink */
+                for (int64_t i = 0; i < n; i++)
+                    if (fabsf(x[i]) < 0.01f) x[i] += 0.02f;
+            for (int64_t i = 0; i < n; i++) {
+                want[i] = ref_unary(uop, x[i]);
+                double xd = x[i];
+                dwant[i] = dy[i] * fd_grad(ref_unary_fn, &xd, 1, 0, &uop);
+            }
+            hx_k_unary_f32(uop, y1, x, n, 1);
+            hx_k_unary_f32(uop, y2, x, n, 2);
+            char what[64];
+            snprintf(what, sizeof what, "unary %s n=%lld", names[op], (long long)n);
+            test_close_f32(what, y1, want, n, 1e-5, 1e-6);
+            CHECK(same_bits(y1, y2, (size_t)n * 4), "%s: 1 vs 2 threads", what);
+            hx_k_unary_backward_f32(uop, dx1, dy, x, y1, n, 1);
+            hx_k_unary_backward_f32(uop, dx2, dy, x, y1, n, 2);
+            snprintf(what, sizeof what, "unary backward %s n=%lld", names[op], (long long)n);
+            check_fd(what, dx1, dwant, n, 1e-2); /* dy is O(1) */
+            CHECK(same_bits(dx1, dx2, (size_t)n * 4), "%s: 1 vs 2 threads", what);
+            free(x), free(y1), free(y2), free(dy), free(dx1), free(dx2), free(want), free(dwant);
+        }
+    }
+}
+
+/* ====================================================================== */
+/* scale, bias add (single float ops: bitwise against double rounded once) */
+
+static void test_scale_bias(test_rng *r)
+{
+    for (int k = 0; k < NSIZES; k++) {
+        int64_t n = SIZES[k];
+        float *x = falloc(n), *y1 = falloc(n), *y2 = falloc(n), *want = falloc(n);
+        test_fill_uniform(r, x, n, -3, 3);
+        for (int64_t i = 0; i < n; i++) want[i] = (float)((double)-0.37f * (double)x[i]);
+        hx_k_scale_f32(y1, x, -0.37f, n, 1);
+        hx_k_scale_f32(y2, x, -0.37f, n, 2);
+        CHECK(same_bits(y1, want, (size_t)n * 4), "scale n=%lld", (long long)n);
+        CHECK(same_bits(y2, want, (size_t)n * 4), "scale n=%lld, 2 threads", (long long)n);
+        free(x), free(y1), free(y2), free(want);
+    }
+    const int64_t shapes[][2] = {{1, 1}, {3, 7}, {17, 1}, {5, 1023}, {BIG / 16 + 1, 17}};
+    for (int k = 0; k < 5; k++) {
+        int64_t rows = shapes[k][0], n = shapes[k][1];
+        float *x = falloc(rows * n), *b = falloc(n), *y1 = falloc(rows * n), *y2 = falloc(rows * n);
+        float *want = falloc(rows * n);
+        test_fill_uniform(r, x, rows * n, -3, 3);
+        test_fill_uniform(r, b, n, -3, 3);
+        for (int64_t i = 0; i < rows * n; i++) want[i] = (float)((double)x[i] + b[i % n]);
+        hx_k_bias_add_f32(y1, x, b, rows, n, 1);
+        hx_k_bias_add_f32(y2, x, b, rows, n, 2);
+        CHECK(same_bits(y1, want, (size_t)(rows * n) * 4), "bias_add (%lld, %lld)", (long long)rows,
+              (long long)n);
+        CHECK(same_bits(y2, want, (size_t)(rows * n) * 4), "bias_add (%lld, %lld), 2 threads",
+              (long long)rows, (long long)n);
+        free(x), free(b), free(y1), free(y2), free(want);
+    }
+}
+
+/* ====================================================================== */
+/* rows: softmax, log-softmax, layernorm                                    */
+
+static const int64_t ROW_SHAPES[][2] = {{1, 1}, {3, 7}, {5, 17}, {2, 1023}, {41, 1000}};
+#define NROW_SHAPES 5
+
+static void ref_softmax(double *y, const double *x, int64_t n)
+{
+    double m = -INFINITY, s = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, x[i]);
+    for (int64_t i = 0; i < n; i++) s += exp(x[i] - m);
+    for (int64_t i = 0; i < n; i++) y[i] = exp(x[i] - m) / s;
+}
+
+/* sum(dy * softmax(x)) or sum(dy * log_softmax(x)) for one row; ctx: dy, flag */
+typedef struct row_ctx {
+    const float *dy;
+    int log;
+    const float *gamma, *beta;
+    float eps;
+} row_ctx;
+
+static double ref_softmax_loss(const double *x, int64_t n, const void *vctx)
+{
+    const row_ctx *c = vctx;
+    double *y = dalloc(n), L = 0;
+    ref_softmax(y, x, n);
+    for (int64_t i = 0; i < n; i++) L += c->dy[i] * (c->log ? log(y[i]) : y[i]);
+    free(y);
+    return L;
+}
+
+/* Finite differences of a row loss at a few columns of the first rows. */
+static void fd_check_rows(const char *what, scalar_fn f, const float *x, const float *dx,
+                          const float *dy, int64_t rows, int64_t n, row_ctx ctx, test_rng *r)
+{
+    double *xd = dalloc(n);
+    int64_t nr = rows < 3 ? rows : 3, nc = n < 6 ? n : 6;
+    float got[18];
+    double want[18];
+    int m = 0;
+    for (int64_t i = 0; i < nr; i++) {
+        for (int64_t j = 0; j < n; j++) xd[j] = x[i * n + j];
+        ctx.dy = dy + i * n;
+        for (int64_t c = 0; c < nc; c++) {
+            int64_t j = c == 0 ? 0 : (int64_t)(test_rng_u64(r) % (uint64_t)n);
+            got[m] = dx[i * n + j];
+            want[m++] = fd_grad(f, xd, n, j, &ctx);
+        }
+    }
+    check_fd(what, got, want, m, 1e-6);
+    free(xd);
+}
+
+static void test_softmax(test_rng *r)
+{
+    for (int k = 0; k < NROW_SHAPES; k++) {
+        int64_t rows = ROW_SHAPES[k][0], n = ROW_SHAPES[k][1], t = rows * n;
+        float *x = falloc(t), *dy = falloc(t), *y1 = falloc(t), *y2 = falloc(t);
+        float *dx1 = falloc(t), *dx2 = falloc(t);
+        double *xd = dalloc(n), *want = dalloc(t), *dwant = dalloc(t);
+        test_fill_uniform(r, x, t, -4, 4);
+        test_fill_uniform(r, dy, t, -1, 1);
+        for (int lg = 0; lg < 2; lg++) {
+            for (int64_t i = 0; i < rows; i++) {
+                for (int64_t j = 0; j < n; j++) xd[j] = x[i * n + j];
+                ref_softmax(want + i * n, xd, n);
+                double sdy = 0, sdyy = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    sdy += dy[i * n + j];
+                    sdyy += dy[i * n + j] * want[i * n + j];
+                }
+                for (int64_t j = 0; j < n; j++) {
+                    double p = want[i * n + j], g = dy[i * n + j];
+                    dwant[i * n + j] = lg ? g - p * sdy : p * (g - sdyy);
+                    if (lg) want[i * n + j] = log(p);
+                }
+            }
+            char what[80];
+            snprintf(what, sizeof what, "%s (%lld, %lld)", lg ? "log_softmax" : "softmax",
+                     (long long)rows, (long long)n);
+            if (lg) {
+                hx_k_log_softmax_forward_f32(y1, x, rows, n, 1);
+                hx_k_log_softmax_forward_f32(y2, x, rows, n, 2);
+            } else {
+                hx_k_softmax_forward_f32(y1, x, rows, n, 1);
+                hx_k_softmax_forward_f32(y2, x, rows, n, 2);
+            }
+            test_close_f32(what, y1, want, t, 1e-5, 1e-6);
+            CHECK(same_bits(y1, y2, (size_t)t * 4), "%s: 1 vs 2 threads", what);
+            if (lg) {
+                hx_k_log_softmax_backward_f32(dx1, dy, y1, rows, n, 1);
+                hx_k_log_softmax_backward_f32(dx2, dy, y1, rows, n, 2);
+            } else {
+                hx_k_softmax_backward_f32(dx1, dy, y1, rows, n, 1);
+                hx_k_softmax_backward_f32(dx2, dy, y1, rows, n, 2);
+            }
+            snprintf(what, sizeof what, "%s backward (%lld, %lld)", lg ? "log_softmax" : "softmax",
+                     (long long)rows, (long long)n);
+            test_close_f32(what, dx1, dwant, t, 1e-4, 1e-6);
+            CHECK(same_bits(dx1, dx2, (size_t)t * 4), "%s: 1 vs 2 threads", what);
+            row_ctx ctx = {.log = lg};
+            fd_check_rows(what, ref_softmax_loss, x, dx1, dy, rows, n, ctx, r);
+        }
+        free(x), free(dy), free(y1), free(y2), free(dx1), free(dx2), free(xd), free(want),
+            free(dwant);
+    }
+}
+
+// xhat (n) = (x - mean) / sqrt(var + eps), biased var
+static void ref_layernorm_xhat(double *xhat, const double *x, double eps, int64_t n)
+{
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; i++) mean += x[i];
+    mean /= (double)n;
+    for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    double rstd = 1.0 / sqrt(var / (double)n + eps);
+    for (int64_t i = 0; i < n; i++) xhat[i] = (x[i] - mean) * rstd;
+}
+
+/* sum(dy * layernorm(x)) for one row, as a function of x */
+static double ref_layernorm_loss(const double *x, int64_t n, const void *vctx)
+{
+    const row_ctx *c = vctx;
+    double *xhat = dalloc(n), L = 0;
+    ref_layernorm_xhat(xhat, x, c->eps, n);
+    for (int64_t i = 0; i < n; i++) L += c->dy[i] * (xhat[i] * c->gamma[i] + c->beta[i]);
+    free(xhat);
+    return L;
+}
+
+/* sum over all rows of dy * layernorm(x), as a function of gamma */
+typedef struct gamma_ctx {
+    const float *x, *dy, *beta;
+    int64_t rows;
+    float eps;
+} gamma_ctx;
+
+static double ref_layernorm_gamma_loss(const double *gamma, int64_t n, const void *vctx)
+{
+    const gamma_ctx *c = vctx;
+    double *xd = dalloc(n), *xhat = dalloc(n), L = 0;
+    for (int64_t r = 0; r < c->rows; r++) {
+        for (int64_t j = 0; j < n; j++) xd[j] = c->x[r * n + j];
+        ref_layernorm_xhat(xhat, xd, c->eps, n);
+        for (int64_t j = 0; j < n; j++) L += c->dy[r * n + j] * (xhat[j] * gamma[j] + c->beta[j]);
+    }
+    free(xd), free(xhat);
+    return L;
+}
+
+static void test_layernorm(test_rng *r)
+{
+    const float eps = 1e-5f;
+    for (int k = 0; k < NROW_SHAPES; k++) {
+        int64_t rows = ROW_SHAPES[k][0], n = ROW_SHAPES[k][1], t = rows * n;
+        float *x = falloc(t), *dy = falloc(t), *gamma = falloc(n), *beta = falloc(n);
+        float *y1 = falloc(t), *y2 = falloc(t), *dx1 = falloc(t), *dx2 = falloc(t);
+        float *dg1 = falloc(n), *dg2 = falloc(n);
+        double *xd = dalloc(n), *want = dalloc(t), *dgwant = dalloc(n), *gd = dalloc(n);
+        test_fill_uniform(r, x, t, -2, 3);
+        test_fill_uniform(r, dy, t, -1, 1);
+        test_fill_uniform(r, gamma, n, 0.5, 1.5);
+        test_fill_uniform(r, beta, n, -0.5, 0.5);
+        for (int64_t i = 0; i < rows; i++) {
+            for (int64_t j = 0; j < n; j++) xd[j] = x[i * n + j];
+            ref_layernorm_xhat(want + i * n, xd, eps, n);
+            for (int64_t j = 0; j < n; j++) want[i * n + j] = want[i * n + j] * gamma[j] + beta[j];
+        }
+        char what[80];
+        snprintf(what, sizeof what, "layernorm (%lld, %lld)", (long long)rows, (long long)n);
+        hx_k_layernorm_forward_f32(y1, x, gamma, beta, eps, rows, n, 1);
+        hx_k_layernorm_forward_f32(y2, x, gamma, beta, eps, rows, n, 2);
+        test_close_f32(what, y1, want, t, 1e-4, 1e-5);
+        CHECK(same_bits(y1, y2, (size_t)t * 4), "%s: 1 vs 2 threads", what);
+
+        hx_k_layernorm_backward_x_f32(dx1, dy, x, gamma, eps, rows, n, 1);
+        hx_k_layernorm_backward_x_f32(dx2, dy, x, gamma, eps, rows, n, 2);
+        snprintf(what, sizeof what, "layernorm backward_x (%lld, %lld)", (long long)rows,
+                 (long long)n);
+        CHECK(same_bits(dx1, dx2, (size_t)t * 4), "%s: 1 vs 2 threads", what);
+        row_ctx ctx = {.gamma = gamma, .beta = beta, .eps = eps};
+        if (n > 1) fd_check_rows(what, ref_layernorm_loss, x, dx1, dy, rows, n, ctx, r);
+
+        hx_k_layernorm_backward_gamma_f32(dg1, dy, x, eps, rows, n, 1);
+        hx_k_layernorm_backward_gamma_f32(dg2, dy, x, eps, rows, n, 2);
+        snprintf(what, sizeof what, "layernorm backward_gamma (%lld, %lld)", (long long)rows,
+                 (long long)n);
+        CHECK(same_bits(dg1, dg2, (size_t)n * 4), "%s: 1 vs 2 threads", what);
+        gamma_ctx gctx = {x, dy, beta, rows, eps};
+        for (int64_t j = 0; j < n; j++) gd[j] = gamma[j];
+        int64_t m = n < 8 ? n : 8;
+        for (int64_t j = 0; j < m; j++) dgwant[j] = fd_grad(ref_layernorm_gamma_loss, gd, n, j, &gctx);
+        check_fd(what, dg1, dgwant, m, 1e-6);
+        free(x), free(dy), free(gamma), free(beta), free(y1), free(y2), free(dx1), free(dx2);
+        free(dg1), free(dg2), free(xd), free(want), free(dgwant), free(gd);
+    }
+}
+
+/* ====================================================================== */
+/* reduce_sum, copy_strided                                                 */
+
+static void check_reduce(test_rng *r, const int64_t *shape, int ndim, const uint8_t *reduce)
+{
+    int64_t total = 1, out_total = 1;
+    for (int d = 0; d < ndim; d++) {
+        total *= shape[d];
+        if (!reduce[d]) out_total *= shape[d];
+    }
+    float *x = falloc(total), *o1 = falloc(out_total), *o2 = falloc(out_total);
+    double *want = dalloc(out_total), *abssum = dalloc(out_total);
+    test_fill_uniform(r, x, total, -1, 1);
+    for (int64_t o = 0; o < out_total; o++) want[o] = abssum[o] = 0;
+    int64_t idx[HX_K_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < total; i++) {
+        int64_t o = 0;
+        for (int d = 0; d < ndim; d++)
+            if (!reduce[d]) o = o * shape[d] + idx[d];
+        want[o] += x[i];
+        abssum[o] += fabs(x[i]);
+        for (int d = ndim - 1; d >= 0 && ++idx[d] == shape[d]; d--) idx[d] = 0;
+    }
+    hx_k_reduce_sum_f32(o1, x, shape, ndim, reduce, 1);
+    hx_k_reduce_sum_f32(o2, x, shape, ndim, reduce, 2);
+    char what[96] = "reduce_sum shape", *p = what + strlen(what);
+    for (int d = 0; d < ndim; d++)
+        p += snprintf(p, (size_t)(what + sizeof what - p), " %lld%s", (long long)shape[d],
+                      reduce[d] ? "r" : "");
+    int64_t bad = -1;
+    for (int64_t o = 0; o < out_total && bad < 0; o++)
+        if (!(fabs(o1[o] - want[o]) <= 1e-6 * abssum[o] + 1e-7)) bad = o;
+    CHECK(bad < 0, "%s: out %lld got %.9g want %.9g", what, (long long)bad,
+          bad < 0 ? 0.0 : (double)o1[bad], bad < 0 ? 0.0 : want[bad]);
+    CHECK(same_bits(o1, o2, (size_t)out_total * 4), "%s: 1 vs 2 threads", what);
+    free(x), free(o1), free(o2), free(want), free(abssum);
+}
+
+static void test_reduce(test_rng *r)
+{
+    for (int k = 0; k < NSIZES; k++) {
+        const uint8_t all = 1;
+        check_reduce(r, &SIZES[k], 1, &all);
+    }
+    const int64_t big1[1] = {300007};
+    const uint8_t all1[1] = {1};
+    check_reduce(r, big1, 1, all1);
+    const int64_t s2[2] = {3, 17}, b2[2] = {300, 201};
+    const uint8_t m2[3][2] = {{1, 0}, {0, 1}, {1, 1}};
+    for (int k = 0; k < 3; k++) {
+        check_reduce(r, s2, 2, m2[k]);
+        check_reduce(r, b2, 2, m2[k]);
+    }
+    const int64_t s3[3] = {4, 5, 6}, b3[3] = {20, 40, 57};
+    const uint8_t m3[5][3] = {{0, 1, 0}, {1, 0, 1}, {0, 0, 0}, {1, 1, 0}, {0, 1, 1}};
+    for (int k = 0; k < 5; k++) {
+        check_reduce(r, s3, 3, m3[k]);
+        check_reduce(r, b3, 3, m3[k]);
+    }
+    const int64_t s4[4] = {2, 1, 3, 1};
+    const uint8_t m4[3][4] = {{0, 1, 1, 0}, {1, 1, 0, 1}, {1, 0, 1, 0}};
+    for (int k = 0; k < 3; k++) check_reduce(r, s4, 4, m4[k]);
+    const int64_t s5[5] = {3, 4, 2, 5, 7};
+    const uint8_t m5[5] = {1, 0, 1, 0, 1};
+    check_reduce(r, s5, 5, m5);
+    /* a reduced dim of size 0 sums nothing; a kept one leaves nothing */
+    const int64_t z[2] = {4, 0};
+    const uint8_t zr[2] = {0, 1};
+    float out[4] = {1, 1, 1, 1};
+    hx_k_reduce_sum_f32(out, NULL, z, 2, zr, 1);
+    CHECK(out[0] == 0 && out[3] == 0, "reduce over an empty dim gives zeros");
+}
+
+/* Copies with every element size; the reference walks the index directly. */
+static void check_copy(test_rng *r, const char *what, const int64_t *shape, int ndim,
+                       const int64_t *os, int64_t olen, const int64_t *xs, int64_t xlen)
+{
+    static const size_t sizes[] = {1, 2, 3, 4, 8, 16};
+    int64_t total = 1;
+    for (int d = 0; d < ndim; d++) total *= shape[d];
+    for (int s = 0; s < 6; s++) {
+        size_t es = sizes[s];
+        unsigned char *x = malloc((size_t)xlen * es), *o1 = malloc((size_t)olen * es);
+        unsigned char *o2 = malloc((size_t)olen * es), *want = malloc((size_t)olen * es);
+        for (int64_t i = 0; i < xlen * (int64_t)es; i++) x[i] = (unsigned char)test_rng_u64(r);
+        for (int64_t i = 0; i < olen * (int64_t)es; i++) o1[i] = o2[i] = want[i] = 0xAB;
+        int64_t idx[HX_K_MAX_DIMS] = {0};
+        for (int64_t i = 0; i < total; i++) {
+            int64_t oo = 0, xo = 0;
+            for (int d = 0; d < ndim; d++) {
+                oo += idx[d] * os[d];
+                xo += idx[d] * xs[d];
+            }
+            memcpy(want + oo * (int64_t)es, x + xo * (int64_t)es, es);
+            for (int d = ndim - 1; d >= 0 && ++idx[d] == shape[d]; d--) idx[d] = 0;
+        }
+        hx_k_copy_strided(o1, os, x, xs, shape, ndim, es, 1);
+        hx_k_copy_strided(o2, os, x, xs, shape, ndim, es, 2);
+        CHECK(same_bits(o1, want, (size_t)olen * es), "copy %s elem %zu", what, es);
+        CHECK(same_bits(o2, want, (size_t)olen * es), "copy %s elem %zu, 2 threads", what, es);
+        free(x), free(o1), free(o2), free(want);
+    }
+}
+
+static void test_copy(test_rng *r)
+{
+    for (int k = 0; k < NSIZES; k++) {
+        int64_t n = SIZES[k], one = 1;
+        check_copy(r, "contiguous", &n, 1, &one, n, &one, n);
+    }
+    /* transpose (300, 137) -> (137, 300) */
+    const int64_t ts[2] = {137, 300}, tos[2] = {300, 1}, txs[2] = {1, 137};
+    check_copy(r, "transpose", ts, 2, tos, 300 * 137, txs, 300 * 137);
+    /* permute (a, b, c) -> (c, a, b) */
+    const int64_t ps[3] = {9, 5, 7}, pos[3] = {35, 7, 1}, pxs[3] = {1, 63, 9};
+    check_copy(r, "permute", ps, 3, pos, 315, pxs, 315);
+    /* broadcast a row to (200, 211) */
+    const int64_t bs[2] = {200, 211}, bos[2] = {211, 1}, bxs[2] = {0, 1};
+    check_copy(r, "broadcast", bs, 2, bos, 200 * 211, bxs, 211);
+    /* slice columns 3..13 of a (17, 20) tensor */
+    const int64_t ss[2] = {17, 10}, sos[2] = {10, 1}, sxs[2] = {20, 1};
+    check_copy(r, "slice", ss, 2, sos, 170, sxs, 340);
+    /* concat: write (6, 5) into columns of a (6, 12) output */
+    const int64_t cs[2] = {6, 5}, cos_[2] = {12, 1}, cxs[2] = {5, 1};
+    check_copy(r, "concat", cs, 2, cos_, 72, cxs, 30);
+    const int64_t one4[4] = {1, 1, 1, 1}, z4[4] = {0, 0, 0, 0};
+    check_copy(r, "single element", one4, 4, z4, 1, z4, 1);
+}
+
+/* ====================================================================== */
+/* cast                                                                     */
+
+/* Values of 16-bit float formats, decoded independently of the kernels. */
+static long double f16_value(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    long double v = e == 0 ? ldexpl(m, -24) : ldexpl(1024 + m, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+static long double bf16_value(uint16_t h)
+{
+    int e = (h >> 7) & 255, m = h & 127;
+    long double v = e == 0 ? ldexpl(m, -133) : ldexpl(128 + m, e - 134);
+    return h & 0x8000 ? -v : v;
+}
+
+typedef long double (*value_fn)(uint16_t);
+
+/* Nearest value of the format to v (finite, not NaN), ties to the even bit
+ * pattern; beyond the largest finite value plus half its ulp: inf. */
+static uint16_t ref_round16(long double v, value_fn val, uint16_t maxb, uint16_t infb)
+{
+    uint16_t sign = signbit(v) ? 0x8000 : 0;
+    long double a = fabsl(v);
+    if (isinf(a)) return sign | infb;
+    long double over = val(maxb) + (val(maxb) - val(maxb - 1)) / 2;
+    if (a >= over) return sign | infb;
+    if (a >= val(maxb)) return sign | maxb;
+    uint16_t lo = 0, hi = maxb; /* val(lo) <= a < val(hi) */
+    while (hi - lo > 1) {
+        uint16_t mid = (uint16_t)((lo + hi) / 2);
+        if (val(mid) <= a) lo = mid;
+        else hi = mid;
+    }
+    long double half = (val(lo) + val(hi)) / 2;
+    uint16_t q = a < half ? lo : a > half ? hi : (lo & 1 ? hi : lo);
+    return sign | q;
+}
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bitsf(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* A source element decoded for the reference: a value, or a NaN with a sign. */
+typedef struct refval {
+    long double v;
+    int nan, neg;
+} refval;
+
+static refval ref_decode(const void *x, hx_kdtype dt, int64_t i)
+{
+    refval r = {0, 0, 0};
+    uint16_t h;
+    switch (dt) {
+    case HX_K_F32: {
+        float f = ((const float *)x)[i];
+        r.nan = isnan(f), r.neg = signbit(f) != 0, r.v = f;
+        break;
+    }
+    case HX_K_F16:
+        h = ((const uint16_t *)x)[i];
+        r.neg = h >> 15;
+        if ((h & 0x7C00) == 0x7C00) {
+            r.nan = (h & 0x3FF) != 0;
+            r.v = r.neg ? -INFINITY : INFINITY;
+        } else r.v = f16_value(h);
+        break;
+    case HX_K_BF16:
+        h = ((const uint16_t *)x)[i];
+        r.neg = h >> 15;
+        if ((h & 0x7F80) == 0x7F80) {
+            r.nan = (h & 0x7F) != 0;
+            r.v = r.neg ? -INFINITY : INFINITY;
+        } else r.v = bf16_value(h);
+        break;
+    case HX_K_I32: r.v = ((const int32_t *)x)[i]; break;
+    case HX_K_I64: r.v = ((const int64_t *)x)[i]; break;
+    }
+    return r;
+}
+
+static int64_t ref_to_int(refval r, long double lo, long double hi)
+{
+    if (r.nan) return 0;
+    if (r.v >= hi + 1) return (int64_t)hi;
+    if (r.v <= lo - 1) return (int64_t)lo;
+    return (int64_t)truncl(r.v);
+}
+
+/* Checks element i of y (ydt) against the reference conversion of r. */
+static int ref_check(const void *y, hx_kdtype ydt, int64_t i, refval r)
+{
+    switch (ydt) {
+    case HX_K_F32: {
+        uint32_t u = fbits(((const float *)y)[i]);
+        if (r.nan) return (u & 0x7FC00000) == 0x7FC00000 && (u >> 31) == (uint32_t)r.neg;
+        return u == fbits((float)r.v);
+    }
+    case HX_K_F16: {
+        uint16_t h = ((const uint16_t *)y)[i];
+        if (r.nan) return (h & 0x7E00) == 0x7E00 && (h >> 15) == r.neg;
+        return h == ref_round16(r.v, f16_value, 0x7BFF, 0x7C00);
+    }
+    case HX_K_BF16: {
+        uint16_t h = ((const uint16_t *)y)[i];
+        if (r.nan) return (h & 0x7FC0) == 0x7FC0 && (h >> 15) == r.neg;
+        return h == ref_round16(r.v, bf16_value, 0x7F7F, 0x7F80);
+    }
+    case HX_K_I32: return ((const int32_t *)y)[i] == ref_to_int(r, INT32_MIN, INT32_MAX);
+    case HX_K_I64: {
+        /* INT64_MAX + 1 is exact in long double, so the saturation bound is too. */
+        return ((const int64_t *)y)[i] == ref_to_int(r, -0x1p63L, 0x1p63L - 1);
+    }
+    }
+    return 0;
+}
+
+static const char *DT_NAMES[] = {"f32", "f16", "bf16", "i32", "i64"};
+
+/* Source data of each type: edge values first, then random patterns. */
+static void *cast_source(test_rng *r, hx_kdtype dt, int64_t n)
+{
+    void *x = malloc((size_t)n * hx_k_dtype_size(dt));
+    int64_t k = 0;
+    if (dt == HX_K_F32) {
+        float *f = x;
+        static const uint32_t edge[] = {
+            0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001,
+            0xFF800001, 0x7FBFFFFF, 0x7F802000, 0x7FFFE000, 0x00000001, 0x80000001, 0x007FFFFF,
+            0x00800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x477FE000, 0x477FEFFF, 0x477FF000, 0xC77FF000,
+            0x47800000, 0x38800000, 0x387FFFFF, 0x387FE000, 0x33000000, 0x33000001, 0x32FFFFFF,
+            0x33800000, 0x33C00000, 0x34000000, 0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF,
+            0x3F801000, 0x3F803000, 0x3F801001, 0x7F7F8000, 0x7F7F7FFF, 0x00008000, 0x00018000,
+            0x3F800000, 0xBF800000, 0x4F000000, 0xCF000000, 0x5F000000, 0xDF000000, 0x4EFFFFFF,
+            0x5EFFFFFF, 0x4F800000};
+        for (; k < (int64_t)(sizeof edge / sizeof edge[0]); k++) f[k] = bitsf(edge[k]);
+        /* midpoints between neighbouring f16 values (exact in f32) and one ulp around them */
+        for (uint32_t h = 1; h < 0x7BFF && k + 3 <= n / 2; h += 97) {
+            float mid = (float)((f16_value((uint16_t)h) + f16_value((uint16_t)(h + 1))) / 2);
+            f[k++] = mid;
+            f[k++] = nextafterf(mid, 0.0f);
+            f[k++] = -nextafterf(mid, INFINITY);
+        }
+        for (uint32_t h = 1; h < 0x7F7F && k + 3 <= n / 2; h += 61) {
+            float mid = (float)((bf16_value((uint16_t)h) + bf16_value((uint16_t)(h + 1))) / 2);
+            f[k++] = mid;
+            f[k++] = nextafterf(mid, 0.0f);
+            f[k++] = -nextafterf(mid, INFINITY);
+        }
+        for (; k < n; k++) f[k] = k % 2 ? bitsf((uint32_t)test_rng_u64(r))
+                                          : (float)(test_rng_normal(r) * 1000.0);
+    } else if (dt == HX_K_F16 || dt == HX_K_BF16) {
+        uint16_t *h = x;
+        for (; k < n; k++) h[k] = (uint16_t)k; /* every pattern, then again */
+    } else {
+        static const int64_t edge[] = {0, 1, -1, 255, 257, 259, -257, 65504, 65519, 65520, 65535,
+                                       -65520, 16777217, 16777219, 33554435, INT32_MAX, INT32_MIN,
+                                       INT32_MAX - 64, 2147483584, 0x7FFFFF7FFFFFFFFF,
+                                       INT64_MAX, INT64_MIN, -0x0080800000000000};
+        int ne = (int)(sizeof edge / sizeof edge[0]);
+        for (; k < ne; k++) {
+            if (dt == HX_K_I32) ((int32_t *)x)[k] = (int32_t)(edge[k] > INT32_MAX   ? INT32_MAX
+                                                              : edge[k] < INT32_MIN ? INT32_MIN
+                                                                                    : edge[k]);
+            else ((int64_t *)x)[k] = edge[k];
+        }
+        for (; k < n; k++) {
+            uint64_t u = test_rng_u64(r), m = u >> (u & 63);
+            int64_t v = (int64_t)(u & 64 ? 0 - m : m);
+            if (dt == HX_K_I32) ((int32_t *)x)[k] = (int32_t)(uint32_t)v;
+            else ((int64_t *)x)[k] = v;
+        }
+    }
+    return x;
+}
+
+static void test_casts(test_rng *r)
+{
+    const int64_t n = 70001; /* above HX_K_PARALLEL_MIN; 16-bit sources cover all patterns */
+    for (int xdt = HX_K_F32; xdt <= HX_K_I64; xdt++) {
+        void *x = cast_source(r, (hx_kdtype)xdt, n);
+        for (int ydt = HX_K_F32; ydt <= HX_K_I64; ydt++) {
+            size_t ys = hx_k_dtype_size((hx_kdtype)ydt);
+            void *y1 = malloc((size_t)n * ys), *y2 = malloc((size_t)n * ys);
+            hx_k_cast(y1, (hx_kdtype)ydt, x, (hx_kdtype)xdt, n, 1);
+            hx_k_cast(y2, (hx_kdtype)ydt, x, (hx_kdtype)xdt, n, 2);
+            int64_t bad = -1;
+            if (xdt == ydt) bad = same_bits(y1, x, (size_t)n * ys) ? -1 : 0; /* a copy */
+            for (int64_t i = 0; i < n && bad < 0 && xdt != ydt; i++)
+                if (!ref_check(y1, (hx_kdtype)ydt, i, ref_decode(x, (hx_kdtype)xdt, i))) bad = i;
+            CHECK(bad < 0, "cast %s -> %s (isa %s): element %lld wrong", DT_NAMES[xdt],
+                  DT_NAMES[ydt], hx_k_isa_name(hx_k_isa()), (long long)bad);
+            CHECK(same_bits(y1, y2, (size_t)n * ys), "cast %s -> %s: 1 vs 2 threads",
+                  DT_NAMES[xdt], DT_NAMES[ydt]);
+            /* a short cast (tails only) gives the same bits as the long one */
+            hx_k_cast(y2, (hx_kdtype)ydt, x, (hx_kdtype)xdt, 7, 1);
+            CHECK(same_bits(y1, y2, 7 * ys), "cast %s -> %s: n=7", DT_NAMES[xdt], DT_NAMES[ydt]);
+            free(y1), free(y2);
+        }
+        free(x);
+    }
+    /* the documented NaN payloads */
+    float nan_in[2] = {bitsf(0x7F800001), bitsf(0xFFA12345)};
+    uint16_t h[2];
+    hx_k_cast(h, HX_K_F16, nan_in, HX_K_F32, 2, 1);
+    CHECK(h[0] == 0x7E00 && h[1] == 0xFF09, "f32 -> f16 NaN: %04x %04x", h[0], h[1]);
+    hx_k_cast(h, HX_K_BF16, nan_in, HX_K_F32, 2, 1);
+    CHECK(h[0] == 0x7FC0 && h[1] == 0xFFE1, "f32 -> bf16 NaN: %04x %04x", h[0], h[1]);
+}
+
+/* Reruns the cast tests in a child with HX_ISA set; must run before this
+ * process (or OpenMP) starts anything. */
+static void test_casts_per_isa(void)
+{
+    static const char *isas[] = {"scalar", "avx2", "avx512"};
+    for (int k = 0; k < 3; k++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("HX_ISA", isas[k], 1);
+            test_rng r = test_rng_make(77);
+            CHECK(hx_k_isa() <= (hx_isa)k, "HX_ISA=%s gave %s", isas[k], hx_k_isa_name(hx_k_isa()));
+            test_casts(&r);
+            printf("cast checks under HX_ISA=%s (running %s): %d failed\n", isas[k],
+                   hx_k_isa_name(hx_k_isa()), hx_test_failures);
+            fflush(NULL);
+            _exit(hx_test_failures ? 1 : 0);
+        }
+        int status = 0;
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+                  WEXITSTATUS(status) == 0,
+              "cast tests under HX_ISA=%s", isas[k]);
+    }
+}
+
+/* ====================================================================== */
+/* gemm                                                                      */
+
+static void check_gemm(test_rng *r, int ta, int tb, int64_t batch, int64_t M, int64_t N,
+                       int64_t K, int reuse_b, float alpha, float beta, int nthreads)
+{
+    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+    int64_t sa = (ta ? K : M) * lda, sb = reuse_b ? 0 : (tb ? N : K) * ldb, sc = M * ldc;
+    int64_t na = batch * sa + 1, nb = (reuse_b ? 1 : batch) * (tb ? N : K) * ldb + 1, nc = batch * sc;
+    float *A = falloc(na), *B = falloc(nb), *C = falloc(nc);
+    double *want = dalloc(nc), *bound = dalloc(nc);
+    test_fill_uniform(r, A, na, -1, 1);
+    test_fill_uniform(r, B, nb, -1, 1);
+    test_fill_uniform(r, C, nc, -1, 1);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0, sabs = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double av = A[b * sa + (ta ? k * lda + i : i * lda + k)];
+                    double bv = B[b * sb + (tb ? j * ldb + k : k * ldb + j)];
+                    s += av * bv;
+                    sabs += fabs(av * bv);
+                }
+                int64_t c = b * sc + i * ldc + j;
+                want[c] = alpha * s + (beta == 0 ? 0 : beta * C[c]);
+                bound[c] = 1e-5 * (fabs(alpha) * sabs + fabs(beta * C[c])) + 1e-7;
+            }
+    for (int64_t b = 0; b < batch; b++) /* padding keeps its values */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = N; j < ldc; j++) want[b * sc + i * ldc + j] = C[b * sc + i * ldc + j];
+    hx_k_gemm_f32(ta, tb, batch, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, nthreads);
+    int64_t bad = -1;
+    for (int64_t c = 0; c < nc && bad < 0; c++)
+        if (!(fabs(C[c] - want[c]) <= (c % ldc < N ? bound[c] : 0))) bad = c;
+    CHECK(bad < 0, "gemm ta=%d tb=%d batch=%lld M=%lld N=%lld K=%lld threads %d: C[%lld] wrong",
+          ta, tb, (long long)batch, (long long)M, (long long)N, (long long)K, nthreads,
+          (long long)bad);
+    free(A), free(B), free(C), free(want), free(bound);
+}
+
+static void test_gemm(test_rng *r)
+{
+    for (int nt = 1; nt <= 2; nt++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                check_gemm(r, ta, tb, 1, 1, 1, 1, 0, 1.0f, 0.0f, nt);
+                check_gemm(r, ta, tb, 3, 7, 17, 5, 1, 0.5f, 1.0f, nt);
+                check_gemm(r, ta, tb, 2, 33, 19, 70, 0, -1.0f, 0.25f, nt);
+            }
+    check_gemm(r, 0, 1, 8, 64, 64, 64, 0, 1.0f, 0.0f, 2); /* one matrix per thread */
+    check_gemm(r, 1, 0, 1, 150, 130, 140, 0, 1.0f, 1.0f, 2);
+    check_gemm(r, 0, 0, 2, 4, 5, 0, 0, 1.0f, 0.5f, 1); /* K = 0: C = beta * C */
+}
+
+/* ====================================================================== */
+/* gather, scatter-add                                                      */
+
+static void *make_ids(test_rng *r, hx_kdtype dt, int64_t n, int64_t rows)
+{
+    void *ids = malloc((size_t)n * hx_k_dtype_size(dt));
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = (int64_t)(test_rng_u64(r) % (uint64_t)rows);
+        if (dt == HX_K_I32) ((int32_t *)ids)[i] = (int32_t)v;
+        else ((int64_t *)ids)[i] = v;
+    }
+    return ids;
+}
+
+static void set_id(void *ids, hx_kdtype dt, int64_t i, int64_t v)
+{
+    if (dt == HX_K_I32) ((int32_t *)ids)[i] = (int32_t)v;
+    else ((int64_t *)ids)[i] = v;
+}
+
+static int64_t get_id(const void *ids, hx_kdtype dt, int64_t i)
+{
+    return dt == HX_K_I32 ? ((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
+}
+
+static void test_gather_scatter(test_rng *r)
+{
+    const int64_t cases[][3] = {{1, 1, 1}, {7, 3, 5}, {17, 50, 3}, {1023, 20, 16}, {6000, 900, 16}};
+    for (int dt = HX_K_I32; dt <= HX_K_I64; dt++) {
+        hx_kdtype idt = (hx_kdtype)dt;
+        for (int c = 0; c < 5; c++) {
+            int64_t n = cases[c][0], rows = cases[c][1], dim = cases[c][2];
+            void *ids = make_ids(r, idt, n, rows);
+            float *table = falloc(rows * dim), *out1 = falloc(n * dim), *out2 = falloc(n * dim);
+            float *dy = falloc(n * dim), *dt1 = falloc(rows * dim), *dt2 = falloc(rows * dim);
+            float *want = falloc(rows * dim);
+            test_fill_uniform(r, table, rows * dim, -1, 1);
+            test_fill_uniform(r, dy, n * dim, -1, 1);
+            int64_t bad = -7;
+            int rc1 = hx_k_gather_rows(out1, table, rows, (size_t)dim * 4, ids, idt, n, 1, &bad);
+            int rc2 = hx_k_gather_rows(out2, table, rows, (size_t)dim * 4, ids, idt, n, 2, &bad);
+            int ok = rc1 == 0 && rc2 == 0 && bad == -7;
+            for (int64_t i = 0; i < n && ok; i++)
+                ok = same_bits(out1 + i * dim, table + get_id(ids, idt, i) * dim, (size_t)dim * 4) &&
+                     same_bits(out2 + i * dim, out1 + i * dim, (size_t)dim * 4);
+            CHECK(ok, "gather %s n=%lld rows=%lld", DT_NAMES[dt], (long long)n, (long long)rows);
+
+            /* the scatter reference adds in order of i in float: the same
+             * additions in the same order, so bitwise */
+            for (int64_t k = 0; k < rows * dim; k++) want[k] = 0;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < dim; j++) want[get_id(ids, idt, i) * dim + j] += dy[i * dim + j];
+            rc1 = hx_k_scatter_add_rows_f32(dt1, rows, dim, dy, ids, idt, n, 1, &bad);
+            rc2 = hx_k_scatter_add_rows_f32(dt2, rows, dim, dy, ids, idt, n, 2, &bad);
+            CHECK(rc1 == 0 && rc2 == 0 && same_bits(dt1, want, (size_t)(rows * dim) * 4) &&
+                      same_bits(dt2, want, (size_t)(rows * dim) * 4),
+                  "scatter_add %s n=%lld rows=%lld", DT_NAMES[dt], (long long)n, (long long)rows);
+
+            /* bad ids: the first bad position, nothing else */
+            if (n >= 7) {
+                set_id(ids, idt, 5, rows);
+                set_id(ids, idt, 6, -1);
+                bad = -7;
+                rc1 = hx_k_gather_rows(out1, table, rows, (size_t)dim * 4, ids, idt, n, 2, &bad);
+                CHECK(rc1 == -1 && bad == 5, "gather bad id: rc %d bad_pos %lld", rc1, (long long)bad);
+                bad = -7;
+                rc1 = hx_k_scatter_add_rows_f32(dt1, rows, dim, dy, ids, idt, n, 2, &bad);
+                CHECK(rc1 == -1 && bad == 5, "scatter bad id: rc %d bad_pos %lld", rc1,
+                      (long long)bad);
+                set_id(ids, idt, 5, 0);
+                rc1 = hx_k_gather_rows(out1, table, rows, (size_t)dim * 4, ids, idt, n, 1, &bad);
+                CHECK(rc1 == -1 && bad == 6, "gather negative id: rc %d bad_pos %lld", rc1,
+                      (long long)bad);
+            }
+            free(ids), free(table), free(out1), free(out2), free(dy), free(dt1), free(dt2), free(want);
+        }
+    }
+    int64_t bad = -7, id = 0;
+    float row = 0;
+    CHECK(hx_k_gather_rows(&row, &row, 1, 4, &id, HX_K_F32, 1, 1, &bad) == -1 && bad == 0,
+          "gather with f32 ids is refused");
+}
+
+/* ====================================================================== */
+/* causal mask, dropout                                                     */
+
+static void test_mask_dropout(test_rng *r)
+{
+    const int64_t mcases[][2] = {{1, 1}, {2, 7}, {3, 17}, {3, 120}};
+    for (int c = 0; c < 4; c++) {
+        int64_t B = mcases[c][0], T = mcases[c][1], t = B * T * T;
+        float *x = falloc(t), *y1 = falloc(t), *y2 = falloc(t), *want = falloc(t);
+        test_fill_uniform(r, x, t, -1, 1);
+        for (int64_t i = 0; i < t; i++) want[i] = i % T <= i / T % T ? x[i] : -INFINITY;
+        hx_k_causal_mask_f32(y1, x, B, T, -INFINITY, 1);
+        hx_k_causal_mask_f32(y2, x, B, T, -INFINITY, 2);
+        CHECK(same_bits(y1, want, (size_t)t * 4) && same_bits(y2, want, (size_t)t * 4),
+              "causal mask B=%lld T=%lld", (long long)B, (long long)T);
+        free(x), free(y1), free(y2), free(want);
+    }
+
+    const int64_t n = 100003;
+    float *x = falloc(n), *y1 = falloc(n), *y2 = falloc(n), *y3 = falloc(n);
+    test_fill_uniform(r, x, n, 0.5, 1.5);
+    const float p = 0.3f;
+    hx_k_dropout_f32(y1, x, p, 1234, 5, n, 1);
+    hx_k_dropout_f32(y2, x, p, 1234, 5, n, 2);
+    CHECK(same_bits(y1, y2, (size_t)n * 4), "dropout: 1 vs 2 threads");
+    int64_t kept = 0, wrong = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (y1[i] != 0) {
+            kept++;
+            wrong += y1[i] != (float)((double)x[i] / (double)(1.0f - p));
+        }
+    }
+    double frac = (double)kept / (double)n;
+    CHECK(fabs(frac - 0.7) < 0.01, "dropout keeps %.4f, want 0.7", frac);
+    CHECK(wrong == 0, "dropout: %lld kept values are not x / (1 - p)", (long long)wrong);
+    hx_k_dropout_f32(y3, x, p, 1234, 5, 17, 1);
+    CHECK(same_bits(y1, y3, 17 * 4), "dropout mask is a function of the position");
+    hx_k_dropout_f32(y3, x, p, 1234, 6, n, 2);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; i++) differ += (y1[i] == 0) != (y3[i] == 0);
+    CHECK(differ > n / 5, "another stream gives another mask (%lld differ)", (long long)differ);
+    hx_k_dropout_f32(y3, x, 0.0f, 9, 9, n, 2);
+    CHECK(same_bits(y3, x, (size_t)n * 4), "dropout p=0 is the identity");
+    hx_k_dropout_f32(y3, x, 1.0f, 9, 9, n, 2);
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < n; i++) nonzero += y3[i] != 0;
+    CHECK(nonzero == 0, "dropout p=1 drops everything (%lld left)", (long long)nonzero);
+    free(x), free(y1), free(y2), free(y3);
+}
+
+/* ====================================================================== */
+/* losses                                                                    */
+
+static double ref_ce_row(const double *x, int64_t C, int64_t label)
+{
+    double m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < C; j++) m = fmax(m, x[j]);
+    for (int64_t j = 0; j < C; j++) s += exp(x[j] - m);
+    return m + log(s) - x[label];
+}
+
+typedef struct ce_ctx {
+    int64_t label;
+    double scale;
+} ce_ctx;
+
+static double ref_ce_loss(const double *x, int64_t n, const void *vctx)
+{
+    const ce_ctx *c = vctx;
+    return c->scale * ref_ce_row(x, n, c->label);
+}
+
+static double ref_bce(double x, double t) { return fmax(x, 0) - x * t + log1p(exp(-fabs(x))); }
+
+static double ref_bce_fn(const double *x, int64_t n, const void *ctx)
+{
+    return ref_bce(x[0], *(const double *)ctx);
+}
+
+static void test_losses(test_rng *r)
+{
+    const int64_t cases[][2] = {{1, 1}, {3, 7}, {5, 17}, {2, 1023}, {41, 1000}};
+    for (int dt = HX_K_I32; dt <= HX_K_I64; dt++) {
+        hx_kdtype ldt = (hx_kdtype)dt;
+        for (int c = 0; c < 5; c++) {
+            int64_t N = cases[c][0], C = cases[c][1], t = N * C;
+            float *x = falloc(t), *dx1 = falloc(t), *dx2 = falloc(t), loss1, loss2;
+            double *xd = dalloc(C), want = 0;
+            void *labels = make_ids(r, ldt, N, C);
+            test_fill_uniform(r, x, t, -5, 5);
+            for (int64_t i = 0; i < N; i++) {
+                for (int64_t j = 0; j < C; j++) xd[j] = x[i * C + j];
+                want += ref_ce_row(xd, C, get_id(labels, ldt, i));
+            }
+            want /= (double)N;
+            int64_t bad = -7;
+            int rc1 = hx_k_cross_entropy_forward_f32(&loss1, x, labels, ldt, N, C, 1, &bad);
+            int rc2 = hx_k_cross_entropy_forward_f32(&loss2, x, labels, ldt, N, C, 2, &bad);
+            char what[80];
+            snprintf(what, sizeof what, "cross_entropy %s (%lld, %lld)", DT_NAMES[dt], (long long)N,
+                     (long long)C);
+            CHECK(rc1 == 0 && rc2 == 0, "%s: rc %d %d", what, rc1, rc2);
+            test_close_f32(what, &loss1, &want, 1, 1e-5, 1e-6);
+            CHECK(same_bits(&loss1, &loss2, 4), "%s: 1 vs 2 threads", what);
+
+            const float dloss = 1.7f;
+            rc1 = hx_k_cross_entropy_backward_f32(dx1, &dloss, x, labels, ldt, N, C, 1, &bad);
+            rc2 = hx_k_cross_entropy_backward_f32(dx2, &dloss, x, labels, ldt, N, C, 2, &bad);
+            snprintf(what, sizeof what, "cross_entropy backward %s (%lld, %lld)", DT_NAMES[dt],
+                     (long long)N, (long long)C);
+            CHECK(rc1 == 0 && rc2 == 0 && same_bits(dx1, dx2, (size_t)t * 4), "%s: 1 vs 2 threads",
+                  what);
+            int64_t nr = N < 3 ? N : 3, nc = C < 6 ? C : 6;
+            float got[18];
+            double fd[18];
+            int m = 0;
+            for (int64_t i = 0; i < nr; i++) {
+                for (int64_t j = 0; j < C; j++) xd[j] = x[i * C + j];
+                ce_ctx ctx = {get_id(labels, ldt, i), (double)dloss / (double)N};
+                for (int64_t k = 0; k < nc; k++) {
+                    int64_t j = k == 0 ? ctx.label : (int64_t)(test_rng_u64(r) % (uint64_t)C);
+                    got[m] = dx1[i * C + j];
+                    fd[m++] = fd_grad(ref_ce_loss, xd, C, j, &ctx);
+                }
+            }
+            check_fd(what, got, fd, m, 1e-2 * dloss / (double)N);
+
+            if (N >= 2) { /* bad labels: the first bad position */
+                set_id(labels, ldt, N - 1, C);
+                bad = -7;
+                rc1 = hx_k_cross_entropy_forward_f32(&loss1, x, labels, ldt, N, C, 2, &bad);
+                CHECK(rc1 == -1 && bad == N - 1, "%s: label C: rc %d bad_pos %lld", what, rc1,
+                      (long long)bad);
+                set_id(labels, ldt, 1, -3);
+                bad = -7;
+                rc1 = hx_k_cross_entropy_backward_f32(dx1, &dloss, x, labels, ldt, N, C, 2, &bad);
+                CHECK(rc1 == -1 && bad == 1, "%s: label -3: rc %d bad_pos %lld", what, rc1,
+                      (long long)bad);
+            }
+            free(x), free(dx1), free(dx2), free(xd), free(labels);
+        }
+    }
+
+    for (int k = 0; k < NSIZES; k++) {
+        int64_t n = SIZES[k];
+        float *x = falloc(n), *t = falloc(n), *dx1 = falloc(n), *dx2 = falloc(n), loss1, loss2;
+        double want = 0, *fd = dalloc(n);
+        test_fill_uniform(r, x, n, -30, 30);
+        test_fill_uniform(r, t, n, 0, 1);
+        const float dloss = 0.6f;
+        for (int64_t i = 0; i < n; i++) {
+            want += ref_bce(x[i], t[i]);
+            double xi = x[i], ti = t[i];
+            fd[i] = (double)dloss / (double)n * fd_grad(ref_bce_fn, &xi, 1, 0, &ti);
+        }
+        want /= (double)n;
+        char what[64];
+        snprintf(what, sizeof what, "bce_logits n=%lld", (long long)n);
+        hx_k_bce_logits_forward_f32(&loss1, x, t, n, 1);
+        hx_k_bce_logits_forward_f32(&loss2, x, t, n, 2);
+        test_close_f32(what, &loss1, &want, 1, 1e-5, 1e-6);
+        CHECK(same_bits(&loss1, &loss2, 4), "%s: 1 vs 2 threads", what);
+        hx_k_bce_logits_backward_f32(dx1, &dloss, x, t, n, 1);
+        hx_k_bce_logits_backward_f32(dx2, &dloss, x, t, n, 2);
+        snprintf(what, sizeof what, "bce_logits backward n=%lld", (long long)n);
+        check_fd(what, dx1, fd, n, 1e-2 * dloss / (double)n);
+        CHECK(same_bits(dx1, dx2, (size_t)n * 4), "%s: 1 vs 2 threads", what);
+        free(x), free(t), free(dx1), free(dx2), free(fd);
+    }
+}
+
+/* ====================================================================== */
+
+static void test_isa_and_sizes(void)
+{
+    hx_isa isa = hx_k_isa();
+    CHECK(isa >= HX_ISA_SCALAR && isa <= HX_ISA_AVX512, "isa %d", (int)isa);
+    CHECK(hx_k_isa() == isa, "isa is cached");
+    CHECK(strcmp(hx_k_isa_name(HX_ISA_AVX2), "avx2") == 0, "isa name");
+    CHECK(hx_k_dtype_size(HX_K_F32) == 4 && hx_k_dtype_size(HX_K_F16) == 2 &&
+              hx_k_dtype_size(HX_K_BF16) == 2 && hx_k_dtype_size(HX_K_I32) == 4 &&
+              hx_k_dtype_size(HX_K_I64) == 8,
+          "dtype sizes");
+    printf("kernels: isa %s\n", hx_k_isa_name(isa));
+}
+
+int main(void)
+{
+    test_casts_per_isa(); /* first: forks before this process fixes its ISA */
+    test_rng r = test_rng_make(2024);
+    test_isa_and_sizes();
+    test_binary(&r);
+    test_unary(&r);
+    test_scale_bias(&r);
+    test_softmax(&r);
+    test_layernorm(&r);
+    test_reduce(&r);
+    test_copy(&r);
+    test_casts(&r);
+    test_gemm(&r);
+    test_gather_scatter(&r);
+    test_mask_dropout(&r);
+    test_losses(&r);
+    return test_finish("kernels");
+}
