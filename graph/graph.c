@@ -341,8 +341,9 @@ static hx_tensor *leaf_new(hx_graph *g, const char *what, hx_op op, hx_tensor_ki
                            const char *name, hx_dtype dt, int ndim, const int64_t *shape)
 {
     if (check_graph_open(g, what)) return NULL;
-    if (!name) {
-        hx__error(HX_ERR_INVALID_ARGUMENT, "%s: name is NULL; leaves need a unique name", what);
+    if (!name || !*name) {
+        hx__error(HX_ERR_INVALID_ARGUMENT, "%s: name is %s; leaves need a unique name", what,
+                  name ? "empty" : "NULL");
         return NULL;
     }
     if (!hx_dtype_size(dt)) {
@@ -443,9 +444,9 @@ hx_tensor *hx__state_new(hx_graph *g, hx_tensor *param, const char *suffix, hx_i
 
 hx_status hx_tensor_set_name(hx_tensor *t, const char *name)
 {
-    if (!t || !name)
-        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_tensor_set_name: %s is NULL",
-                         t ? "name" : "tensor");
+    if (!t || !name || !*name)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_tensor_set_name: %s",
+                         !t ? "tensor is NULL" : !name ? "name is NULL" : "name is empty");
     hx_graph *g = t->graph;
     if (!strcmp(t->name, name)) return HX_OK;
     if (name_find(&g->names, name))

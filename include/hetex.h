@@ -131,7 +131,7 @@ HX_API hx_init hx_init_normal(double mean, double std);
 HX_API hx_init hx_init_xavier_uniform(double gain);
 HX_API hx_init hx_init_xavier_normal(double gain);
 
-/* Leaves. Names must be unique in the graph (NULL is an error here); shape
+/* Leaves. Names must be unique in the graph (NULL or "" is an error); shape
  * has ndim (0..HX_MAX_DIMS) positive dims; ndim 0 is a scalar. */
 HX_API hx_tensor *hx_graph_input(hx_graph *g, const char *name, hx_dtype dt, int ndim,
                                  const int64_t *shape);

@@ -271,8 +271,22 @@ static void test_checkpoint(void)
     drop(&other);
 }
 
+/* Names: empty names are refused like NULL ones. */
+static void test_names(void)
+{
+    hx_graph *g = hx_graph_create();
+    int64_t n = 2;
+    CHECK(hx_graph_input(g, "", HX_DTYPE_F32, 1, &n) == NULL, "an empty input name was accepted");
+    CHECK(strstr(hx_last_error(), "empty") != NULL, "message says why: %s", hx_last_error());
+    hx_tensor *x = hx_graph_input(g, "x", HX_DTYPE_F32, 1, &n);
+    CHECK(hx_tensor_set_name(x, "") == HX_ERR_INVALID_ARGUMENT, "renaming to \"\" was accepted");
+    CHECK(!strcmp(hx_tensor_name(x), "x"), "a refused rename changed the name");
+    hx_graph_free(g);
+}
+
 int main(void)
 {
+    test_names();
     test_against_formulas();
     test_nonfinite();
     test_loss_scaling();
