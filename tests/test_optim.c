@@ -1,0 +1,789 @@
+/* Optimizer kernels (kernels/cpu/optim.h): every kernel and every ISA path
+ * the CPU has against a double reference of the formulas in optim.h,
+ * bitwise agreement between paths and thread counts, the mixed-precision
+ * loads and stores, the non-finite skip, the row kernels with duplicate ids,
+ * and golden values after 10 steps. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/optim.h"
+#include "util/testutil.h"
+
+#define STEPS 3
+
+static const int64_t SIZES[] = {1, 7, 15, 16, 17, 1023, 1048579};
+#define NSIZES (int)(sizeof SIZES / sizeof SIZES[0])
+#define BIG 1048579
+
+static hx_isa best_isa;
+
+/* ---- memory at a chosen misalignment --------------------------------------- */
+
+typedef struct buf {
+    void *base;
+    void *ptr;
+} buf;
+
+static buf buf_make(size_t bytes, size_t off)
+{
+    buf b;
+    b.base = aligned_alloc(64, (bytes + off + 127) / 64 * 64);
+    b.ptr = (char *)b.base + off;
+    memset(b.base, 0, (bytes + off + 127) / 64 * 64);
+    return b;
+}
+
+/* ---- reference f16 / bf16 ------------------------------------------------------ */
+
+static double ref_half_value(uint16_t h, hx_kdtype dt)
+{
+    if (dt == HX_K_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    double s = (h & 0x8000) ? -1.0 : 1.0;
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 31) return m ? NAN : s * INFINITY;
+    if (e == 0) return s * ldexp(m, -24);
+    return s * ldexp(1024 + m, e - 25);
+}
+
+/* Nearest f16 / bf16 to x, ties to even, by scaling to the ulp in double. */
+static uint16_t ref_half_bits(float xf, hx_kdtype dt)
+{
+    int f16 = dt == HX_K_F16;
+    int mbits = f16 ? 10 : 7, emin = f16 ? -14 : -126, bias = f16 ? 15 : 127;
+    uint16_t inf = f16 ? 0x7c00 : 0x7f80;
+    double maxf = f16 ? 65504.0 : ldexp(2.0 - ldexp(1.0, -7), 127);
+    double x = xf, a = fabs(x);
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    if (isinf(a)) return sign | inf;
+    if (a == 0) return sign;
+    int e;
+    frexp(a, &e);
+    int q = (e - 1 < emin ? emin : e - 1) - mbits;
+    double r = ldexp(nearbyint(ldexp(a, -q)), q);
+    if (r > maxf) return sign | inf;
+    if (r < ldexp(1.0, emin)) return sign | (uint16_t)ldexp(r, mbits - emin);
+    frexp(r, &e);
+    int E = e - 1;
+    uint16_t mant = (uint16_t)(ldexp(r, mbits - E) - ldexp(1.0, mbits));
+    return (uint16_t)(sign | ((E + bias) << mbits) | mant);
+}
+
+static int half_is_nan(uint16_t h, hx_kdtype dt)
+{
+    return dt == HX_K_F16 ? (h & 0x7c00) == 0x7c00 && (h & 0x3ff) : (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+}
+
+/* ---- the kernels under test and their double reference ----------------------------- */
+
+typedef enum kern { K_ADAM, K_ADAMW, K_ADAGRAD, K_SGD, K_NESTEROV, K_FTRL, NKERN } kern;
+static const char *KNAME[NKERN] = {"adam", "adamw", "adagrad", "sgd", "sgd-nesterov", "ftrl"};
+
+static const hx_adam_hp ADAM = {0.01, 0.9, 0.999, 1e-8, 0.01, 0};
+static const hx_adam_hp ADAMW = {0.01, 0.9, 0.999, 1e-8, 0.1, 1};
+static const hx_adam_hp LAZY = {0.01, 0.9, 0.999, 1e-8, 0.0, 0};
+static const hx_adagrad_hp ADAGRAD = {0.1, 0.01, 1e-10, 0.02};
+static const hx_sgd_hp SGD = {0.05, 0.9, 0.1, 0.01, 0};
+static const hx_sgd_hp NESTEROV = {0.05, 0.9, 0.0, 0.01, 1};
+static const hx_ftrl_hp FTRL = {0.05, 0.001, 0.01, 0.005};
+
+static int nstate(kern k)
+{
+    return k == K_ADAM || k == K_ADAMW || k == K_FTRL ? 2 : 1;
+}
+
+/* One step of kernel k on one element, in double; t is the step taken. */
+static void ref_adam(const hx_adam_hp *h, int64_t t, int lazy, double g, double *p, double *m,
+                     double *v)
+{
+    if (!h->decoupled && h->weight_decay != 0) g = g + h->weight_decay * *p;
+    if (h->decoupled && h->weight_decay != 0) *p = *p * (1 - h->lr * h->weight_decay);
+    *m = h->beta1 * *m + (1 - h->beta1) * g;
+    *v = h->beta2 * *v + (1 - h->beta2) * g * g;
+    double bc1 = 1 - pow(h->beta1, (double)t), bc2 = 1 - pow(h->beta2, (double)t);
+    if (lazy) *p -= h->lr * sqrt(bc2) / bc1 * *m / (sqrt(*v) + h->eps);
+    else *p -= h->lr / bc1 * *m / (sqrt(*v) / sqrt(bc2) + h->eps);
+}
+
+static void ref_adagrad(const hx_adagrad_hp *h, int64_t t, double g, double *p, double *s)
+{
+    g += h->weight_decay * *p;
+    *s += g * g;
+    *p -= h->lr / (1 + (double)(t - 1) * h->lr_decay) * g / (sqrt(*s) + h->eps);
+}
+
+static void ref_sgd(const hx_sgd_hp *h, int64_t t, double g, double *p, double *b)
+{
+    g += h->weight_decay * *p;
+    *b = t == 1 ? g : h->momentum * *b + (1 - h->dampening) * g;
+    double d = h->nesterov ? g + h->momentum * *b : *b;
+    *p -= h->lr * d;
+}
+
+static void ref_ftrl(const hx_ftrl_hp *h, double g, double *p, double *acc, double *lin)
+{
+    double gs = g + 2 * h->l2_shrinkage * *p, na = *acc + g * g;
+    *lin += gs - (sqrt(na) - sqrt(*acc)) / h->lr * *p;
+    double x = copysign(h->l1, *lin) - *lin, y = sqrt(na) / h->lr + 2 * h->l2;
+    *p = fabs(*lin) > h->l1 ? x / y : 0.0;
+    *acc = na;
+}
+
+static void ref_elem(kern k, int64_t t, double g, double *p, double *s1, double *s2)
+{
+    switch (k) {
+    case K_ADAM: ref_adam(&ADAM, t, 0, g, p, s1, s2); break;
+    case K_ADAMW: ref_adam(&ADAMW, t, 0, g, p, s1, s2); break;
+    case K_ADAGRAD: ref_adagrad(&ADAGRAD, t, g, p, s1); break;
+    case K_SGD: ref_sgd(&SGD, t, g, p, s1); break;
+    case K_NESTEROV: ref_sgd(&NESTEROV, t, g, p, s1); break;
+    default: ref_ftrl(&FTRL, g, p, s1, s2); break;
+    }
+}
+
+static int run_kernel(kern k, float *p, float *s1, float *s2, int64_t n, int64_t *step,
+                      const hx_optim_io *io)
+{
+    switch (k) {
+    case K_ADAM: return hx_optim_adam(p, s1, s2, n, step, &ADAM, io);
+    case K_ADAMW: return hx_optim_adam(p, s1, s2, n, step, &ADAMW, io);
+    case K_ADAGRAD: return hx_optim_adagrad(p, s1, n, step, &ADAGRAD, io);
+    case K_SGD: return hx_optim_sgd(p, s1, n, step, &SGD, io);
+    case K_NESTEROV: return hx_optim_sgd(p, s1, n, step, &NESTEROV, io);
+    default: return hx_optim_ftrl(p, s1, s2, n, &FTRL, io);
+    }
+}
+
+/* ---- dense: reference, paths, threads ---------------------------------------------- */
+
+typedef struct dense_case {
+    kern k;
+    hx_kdtype gdt, hdt; /* hdt HX_K_F32: no half copy */
+    float unscale, clip;
+    int64_t n;
+} dense_case;
+
+/* Initial state and STEPS raw gradients. */
+typedef struct dense_data {
+    float *p, *s1, *s2;
+    void *g[STEPS];
+    int64_t step0;
+} dense_data;
+
+static size_t gsize(hx_kdtype dt) { return dt == HX_K_F32 ? 4 : 2; }
+
+static void encode_grad(void *g, hx_kdtype dt, int64_t i, float x)
+{
+    if (dt == HX_K_F32) ((float *)g)[i] = x;
+    else ((uint16_t *)g)[i] = ref_half_bits(x, dt);
+}
+
+static double decode_grad(const void *g, hx_kdtype dt, int64_t i)
+{
+    return dt == HX_K_F32 ? ((const float *)g)[i] : ref_half_value(((const uint16_t *)g)[i], dt);
+}
+
+static dense_data data_make(const dense_case *c, uint64_t seed)
+{
+    test_rng r = test_rng_make(seed);
+    int64_t n = c->n;
+    dense_data d;
+    d.p = malloc(n * 4);
+    d.s1 = malloc(n * 4);
+    d.s2 = malloc(n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        d.p[i] = (float)test_rng_uniform(&r, -2.0, 2.0);
+        switch (c->k) {
+        case K_ADAM: case K_ADAMW:
+            d.s1[i] = (float)test_rng_uniform(&r, -0.2, 0.2);
+            d.s2[i] = (float)test_rng_uniform(&r, 0.0, 0.01);
+            break;
+        case K_ADAGRAD: d.s1[i] = (float)test_rng_uniform(&r, 0.1, 1.0); d.s2[i] = 0; break;
+        case K_SGD: case K_NESTEROV: d.s1[i] = (float)test_rng_uniform(&r, -0.2, 0.2); d.s2[i] = 0; break;
+        default:
+            d.s1[i] = (float)test_rng_uniform(&r, 0.1, 1.0);
+            d.s2[i] = (float)test_rng_uniform(&r, -0.2, 0.2);
+            break;
+        }
+    }
+    for (int s = 0; s < STEPS; s++) {
+        d.g[s] = malloc(n * gsize(c->gdt));
+        for (int64_t i = 0; i < n; i++) {
+            /* magnitudes over 2^-8 .. 2^2 */
+            double x = ldexp(test_rng_uniform(&r, -1.0, 1.0), (int)(test_rng_u64(&r) % 11) - 8);
+            if (i % 97 == 5) x = 0.0;                      /* exact zeros */
+            if (i % 89 == 7) x = ldexp(1.0, -20) * (1 + (i & 7)); /* f16 subnormals */
+            encode_grad(d.g[s], c->gdt, i, (float)(x / c->unscale));
+        }
+    }
+    /* SGD starts from step 0 so that its first step (buf = g) is covered */
+    d.step0 = c->k == K_SGD || c->k == K_NESTEROV ? 0 : 4;
+    return d;
+}
+
+static void data_free(dense_data *d)
+{
+    free(d->p);
+    free(d->s1);
+    free(d->s2);
+    for (int s = 0; s < STEPS; s++) free(d->g[s]);
+}
+
+typedef struct dense_out {
+    float *p, *s1, *s2;
+    uint16_t *h;
+    int64_t step;
+    int status;
+} dense_out;
+
+static void out_free(dense_out *o)
+{
+    free(o->p);
+    free(o->s1);
+    free(o->s2);
+    free(o->h);
+}
+
+/* Runs STEPS steps on the given path from the initial data, on buffers at
+ * `off` bytes past 64-byte alignment (each array a different amount). */
+static dense_out run_path(const dense_case *c, const dense_data *d, hx_isa isa, int nthreads,
+                          size_t off)
+{
+    int64_t n = c->n;
+    buf bp = buf_make(n * 4, off * 4), b1 = buf_make(n * 4, off * 8), b2 = buf_make(n * 4, off * 12);
+    buf bh = buf_make(n * 2, off * 2), bg = buf_make(n * gsize(c->gdt), off * gsize(c->gdt));
+    float *p = bp.ptr, *s1 = b1.ptr, *s2 = b2.ptr;
+    memcpy(p, d->p, n * 4);
+    memcpy(s1, d->s1, n * 4);
+    memcpy(s2, d->s2, n * 4);
+    dense_out o = {0};
+    o.step = d->step0;
+    for (int s = 0; s < STEPS; s++) {
+        memcpy(bg.ptr, d->g[s], n * gsize(c->gdt));
+        hx_optim_io io = {bg.ptr, c->gdt, c->unscale, c->clip, c->gdt != HX_K_F32,
+                          c->hdt != HX_K_F32 ? bh.ptr : NULL, c->hdt, isa, nthreads};
+        o.status |= run_kernel(c->k, p, s1, nstate(c->k) > 1 ? s2 : NULL, n, &o.step, &io);
+    }
+    o.p = malloc(n * 4);
+    o.s1 = malloc(n * 4);
+    o.s2 = malloc(n * 4);
+    o.h = malloc(n * 2);
+    memcpy(o.p, p, n * 4);
+    memcpy(o.s1, s1, n * 4);
+    memcpy(o.s2, s2, n * 4);
+    memcpy(o.h, bh.ptr, n * 2);
+    free(bp.base);
+    free(b1.base);
+    free(b2.base);
+    free(bh.base);
+    free(bg.base);
+    return o;
+}
+
+static void ref_run(const dense_case *c, const dense_data *d, double *p, double *s1, double *s2)
+{
+    for (int64_t i = 0; i < c->n; i++) {
+        p[i] = d->p[i];
+        s1[i] = d->s1[i];
+        s2[i] = d->s2[i];
+    }
+    for (int s = 0; s < STEPS; s++) {
+        int64_t t = d->step0 + s + 1;
+        for (int64_t i = 0; i < c->n; i++) {
+            double g = decode_grad(d->g[s], c->gdt, i) * c->unscale * c->clip;
+            ref_elem(c->k, t, g, &p[i], &s1[i], &s2[i]);
+        }
+    }
+}
+
+static int same_bits(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+static void dense_check(const dense_case *c, uint64_t seed)
+{
+    int64_t n = c->n;
+    char what[160];
+    snprintf(what, sizeof what, "%s n=%lld grad=%d half=%d", KNAME[c->k], (long long)n,
+             (int)c->gdt, (int)c->hdt);
+    dense_data d = data_make(c, seed);
+    double *rp = malloc(n * 8), *r1 = malloc(n * 8), *r2 = malloc(n * 8);
+    ref_run(c, &d, rp, r1, r2);
+
+    dense_out base = run_path(c, &d, HX_ISA_SCALAR, 1, 1);
+    int64_t steps = c->k == K_FTRL ? 0 : STEPS; /* FTRL keeps no step count */
+    CHECK(base.status == HX_OPTIM_OK && base.step == d.step0 + steps, "%s: status %d step %lld",
+          what, base.status, (long long)base.step);
+    /* FTRL's sqrt(na) - sqrt(accum) cancels: linear carries f32 rounding of
+     * sqrt(accum) / lr * p, a few 1e-6 after three steps */
+    double atol = c->k == K_FTRL ? 3e-5 : 2e-6;
+    char w2[200];
+    snprintf(w2, sizeof w2, "%s param", what);
+    test_close_f32(w2, base.p, rp, n, 2e-5, atol);
+    snprintf(w2, sizeof w2, "%s state1", what);
+    test_close_f32(w2, base.s1, r1, n, 2e-5, atol);
+    if (nstate(c->k) > 1) {
+        snprintf(w2, sizeof w2, "%s state2", what);
+        test_close_f32(w2, base.s2, r2, n, 2e-5, atol);
+    }
+    if (c->hdt != HX_K_F32) {
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++)
+            if (base.h[i] != ref_half_bits(base.p[i], c->hdt)) bad = i;
+        CHECK(bad < 0, "%s: half copy at %lld: %04x for %.9g", what, (long long)bad,
+              bad < 0 ? 0 : base.h[bad], bad < 0 ? 0.0 : (double)base.p[bad]);
+    }
+
+    /* every path, aligned and not, 1 and 2 threads: the scalar path's bits */
+    for (int isa = HX_ISA_SCALAR; isa <= (int)best_isa; isa++) {
+        for (int off = 0; off < 2; off++) {
+            for (int nt = 1; nt <= 2; nt++) {
+                if (isa == HX_ISA_SCALAR && off == 1 && nt == 1) continue; /* that is base */
+                if (nt == 2 && n < HX_K_PARALLEL_MIN) continue;
+                if (n == BIG && off == 0 && nt == 1) continue;
+                dense_out o = run_path(c, &d, (hx_isa)isa, nt, (size_t)off);
+                int same = o.status == base.status && o.step == base.step &&
+                           same_bits(o.p, base.p, n * 4) && same_bits(o.s1, base.s1, n * 4) &&
+                           same_bits(o.s2, base.s2, n * 4) &&
+                           (c->hdt == HX_K_F32 || same_bits(o.h, base.h, n * 2));
+                CHECK(same, "%s: %s, offset %d, %d threads differs from scalar", what,
+                      hx_k_isa_name((hx_isa)isa), off, nt);
+                out_free(&o);
+            }
+        }
+    }
+    out_free(&base);
+    free(rp);
+    free(r1);
+    free(r2);
+    data_free(&d);
+}
+
+static void test_dense(void)
+{
+    static const hx_kdtype GDT[3] = {HX_K_F32, HX_K_F16, HX_K_BF16};
+    uint64_t seed = 100;
+    for (int si = 0; si < NSIZES; si++) {
+        for (int k = 0; k < NKERN; k++) {
+            for (int gi = 0; gi < 3; gi++) {
+                for (int hi = 0; hi < 3; hi++) {
+                    /* the big size: f32 in/out and the two matched mixed-precision pairs */
+                    if (SIZES[si] == BIG && !(gi == hi)) continue;
+                    dense_case c = {(kern)k, GDT[gi], GDT[hi], 1.0f, 1.0f, SIZES[si]};
+                    if (c.gdt != HX_K_F32) {
+                        c.unscale = 1.0f / 256;
+                        c.clip = 0.75f;
+                    }
+                    dense_check(&c, seed++);
+                }
+            }
+        }
+    }
+}
+
+/* ---- the half copy of special values ------------------------------------------------ */
+
+static void test_half_copy(void)
+{
+    /* SGD with lr 0 and g 0 leaves p as it is and writes its half copy */
+    enum { N = 64 };
+    static const uint32_t bits[] = {
+        0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00001, 0xffa00000, 0x00000001,
+        0x807fffff, 0x00400000, 0x3f808000, 0x3f818000, 0x3f808001, 0x477fe000, 0x477fefff,
+        0x477ff000, 0xc77ff000, 0x38800000, 0x387fffff, 0x33800000, 0x33800001, 0x33000000,
+        0x33000001, 0x33c00000, 0x7f7fffff, 0xff7f8000, 0x3f800fff, 0x3f801000, 0x3f803000,
+        0x00800000, 0x0080ffff, 0x00018000, 0x7f800001};
+    int nb = (int)(sizeof bits / sizeof bits[0]);
+    float p0[N], g[N] = {0};
+    test_rng r = test_rng_make(7);
+    for (int i = 0; i < N; i++) {
+        if (i < nb) memcpy(&p0[i], &bits[i], 4);
+        else p0[i] = (float)(test_rng_normal(&r) * pow(10.0, test_rng_uniform(&r, -9, 6)));
+    }
+    hx_sgd_hp hp = {0.0, 0.0, 0.0, 0.0, 0};
+    for (int dt = HX_K_F16; dt <= HX_K_BF16; dt++) {
+        uint16_t first[N];
+        for (int isa = HX_ISA_SCALAR; isa <= (int)best_isa; isa++) {
+            float p[N];
+            uint16_t h[N];
+            memcpy(p, p0, sizeof p);
+            int64_t step = 0;
+            hx_optim_io io = hx_optim_io_f32(g, 1);
+            io.param_half = h;
+            io.param_half_dtype = (hx_kdtype)dt;
+            io.isa = (hx_isa)isa;
+            CHECK(hx_optim_sgd(p, NULL, N, &step, &hp, &io) == HX_OPTIM_OK, "half copy sgd");
+            for (int i = 0; i < N; i++) {
+                if (isnan(p0[i])) {
+                    CHECK(half_is_nan(h[i], (hx_kdtype)dt), "%s dt %d: NaN %08x gave %04x",
+                          hx_k_isa_name((hx_isa)isa), dt, bits[i], h[i]);
+                } else {
+                    uint16_t want = ref_half_bits(p0[i], (hx_kdtype)dt);
+                    CHECK(h[i] == want, "%s dt %d: %.9g (%d) gave %04x want %04x",
+                          hx_k_isa_name((hx_isa)isa), dt, (double)p0[i], i, h[i], want);
+                }
+            }
+            if (isa == HX_ISA_SCALAR) memcpy(first, h, sizeof h);
+            else CHECK(same_bits(h, first, sizeof h), "%s dt %d: half copy differs from scalar",
+                       hx_k_isa_name((hx_isa)isa), dt);
+        }
+    }
+}
+
+/* ---- non-finite gradients: skip the step, touch nothing ------------------------------ */
+
+static void nonfinite_case(hx_kdtype gdt, int64_t n, int64_t pos, int nan, hx_isa isa, int nt)
+{
+    test_rng r = test_rng_make(11 + (uint64_t)pos);
+    float *p = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
+    float *p0 = malloc(n * 4), *m0 = malloc(n * 4), *v0 = malloc(n * 4);
+    uint16_t *h = malloc(n * 2), *h0 = malloc(n * 2);
+    void *g = malloc(n * gsize(gdt));
+    test_fill_uniform(&r, p, n, -1, 1);
+    test_fill_uniform(&r, m, n, -0.1, 0.1);
+    test_fill_uniform(&r, v, n, 0, 0.01);
+    for (int64_t i = 0; i < n; i++) {
+        h[i] = (uint16_t)(i * 2654435761u);
+        encode_grad(g, gdt, i, (float)test_rng_uniform(&r, -1, 1));
+    }
+    float bad = nan ? NAN : (pos & 1 ? -INFINITY : INFINITY);
+    if (gdt == HX_K_F32) ((float *)g)[pos] = bad;
+    else ((uint16_t *)g)[pos] = gdt == HX_K_F16 ? (nan ? 0x7e00 : 0x7c00) : (nan ? 0x7fc0 : 0xff80);
+    memcpy(p0, p, n * 4);
+    memcpy(m0, m, n * 4);
+    memcpy(v0, v, n * 4);
+    memcpy(h0, h, n * 2);
+    int64_t step = 9;
+    hx_optim_io io = {g, gdt, 1.0f / 128, 0.5f, 1, h, HX_K_BF16, isa, nt};
+    int st = hx_optim_adam(p, m, v, n, &step, &ADAMW, &io);
+    CHECK(st == HX_OPTIM_NONFINITE && step == 9, "nonfinite %s n=%lld pos=%lld dt=%d: status %d step %lld",
+          hx_k_isa_name(isa), (long long)n, (long long)pos, (int)gdt, st, (long long)step);
+    CHECK(same_bits(p, p0, n * 4) && same_bits(m, m0, n * 4) && same_bits(v, v0, n * 4) &&
+              same_bits(h, h0, n * 2),
+          "nonfinite %s n=%lld pos=%lld: state written", hx_k_isa_name(isa), (long long)n,
+          (long long)pos);
+    CHECK(hx_optim_nonfinite(g, gdt, 1.0f, 1.0f, n, isa, nt) == 1, "hx_optim_nonfinite missed it");
+    /* the same gradient made finite: the step happens */
+    encode_grad(g, gdt, pos, 0.5f);
+    CHECK(hx_optim_nonfinite(g, gdt, 1.0f, 1.0f, n, isa, nt) == 0, "hx_optim_nonfinite false alarm");
+    st = hx_optim_adam(p, m, v, n, &step, &ADAMW, &io);
+    CHECK(st == HX_OPTIM_OK && step == 10 && !same_bits(p, p0, n * 4), "finite step skipped");
+    free(p); free(m); free(v); free(p0); free(m0); free(v0); free(h); free(h0); free(g);
+}
+
+static void test_nonfinite(void)
+{
+    static const hx_kdtype GDT[3] = {HX_K_F32, HX_K_F16, HX_K_BF16};
+    for (int isa = HX_ISA_SCALAR; isa <= (int)best_isa; isa++) {
+        for (int gi = 0; gi < 3; gi++) {
+            nonfinite_case(GDT[gi], 1, 0, 0, (hx_isa)isa, 1);
+            nonfinite_case(GDT[gi], 17, 16, 0, (hx_isa)isa, 1);
+            nonfinite_case(GDT[gi], 1023, 500, 1, (hx_isa)isa, 1);
+            nonfinite_case(GDT[gi], BIG, BIG - 1, 0, (hx_isa)isa, 2);
+            nonfinite_case(GDT[gi], BIG, 12345, 1, (hx_isa)isa, 2);
+        }
+    }
+    /* a finite f16 gradient that the unscale factor overflows */
+    uint16_t g[3] = {0x3c00, 0x7bff, 0x3c00};
+    float p[3] = {1, 2, 3}, m[3] = {0}, v[3] = {0};
+    int64_t step = 0;
+    hx_optim_io io = {g, HX_K_F16, 1e35f, 1.0f, 1, NULL, HX_K_BF16, best_isa, 1};
+    CHECK(hx_optim_adam(p, m, v, 3, &step, &ADAM, &io) == HX_OPTIM_NONFINITE && step == 0 &&
+              p[0] == 1 && p[1] == 2 && p[2] == 3,
+          "overflow from the unscale factor not caught");
+}
+
+/* ---- bad arguments ---------------------------------------------------------------- */
+
+static void test_bad_args(void)
+{
+    float p[4] = {1, 2, 3, 4}, s[4] = {0}, g[4] = {1, 1, 1, 1};
+    int64_t step = 3;
+    hx_optim_io io = hx_optim_io_f32(g, 1);
+    io.grad_dtype = HX_K_I32;
+    CHECK(hx_optim_adagrad(p, s, 4, &step, &ADAGRAD, &io) == HX_OPTIM_BAD_ARG && step == 3 &&
+              p[0] == 1 && s[0] == 0,
+          "i32 gradient accepted");
+    io = hx_optim_io_f32(g, 0);
+    CHECK(hx_optim_ftrl(p, s, s, 4, &FTRL, &io) == HX_OPTIM_BAD_ARG, "0 threads accepted");
+    io = hx_optim_io_f32(g, 1);
+    io.param_half = s;
+    io.param_half_dtype = HX_K_F32;
+    CHECK(hx_optim_adagrad(p, s, 4, &step, &ADAGRAD, &io) == HX_OPTIM_BAD_ARG, "f32 half copy accepted");
+    io = hx_optim_io_f32(g, 1);
+    CHECK(hx_optim_sgd(p, NULL, 4, &step, &SGD, &io) == HX_OPTIM_BAD_ARG && step == 3,
+          "momentum without a buffer accepted");
+}
+
+/* ---- the graph's SGD entry point ----------------------------------------------------------- */
+
+static void test_sgd_entry(void)
+{
+    enum { N = 40000 };
+    float *p1 = malloc(N * 4), *p2 = malloc(N * 4), *b1 = calloc(N, 4), *b2 = calloc(N, 4);
+    float *g = malloc(N * 4);
+    test_rng r = test_rng_make(5);
+    test_fill_uniform(&r, p1, N, -1, 1);
+    memcpy(p2, p1, N * 4);
+    hx_sgd_hp hp = {0.05, 0.9, 0.0, 0.01, 1}; /* dampening 0: the first step matches torch too */
+    int64_t step = 0;
+    for (int s = 0; s < 3; s++) {
+        test_fill_uniform(&r, g, N, -1, 1);
+        hx_optim_io io = hx_optim_io_f32(g, 2);
+        hx_optim_sgd(p1, b1, N, &step, &hp, &io);
+        hx_k_sgd_f32(p2, g, b2, 0.05f, 0.9f, 0.0f, 0.01f, 1, N, 2);
+    }
+    CHECK(same_bits(p1, p2, N * 4) && same_bits(b1, b2, N * 4), "hx_k_sgd_f32 differs from hx_optim_sgd");
+    /* no momentum: no buffer */
+    hx_k_sgd_f32(p2, g, NULL, 0.1f, 0.0f, 0.0f, 0.0f, 0, N, 1);
+    CHECK(p2[0] == (float)fma(-0.1f, g[0], p1[0]), "plain SGD step");
+    free(p1); free(p2); free(b1); free(b2); free(g);
+}
+
+/* ---- rows -------------------------------------------------------------------------------- */
+
+typedef enum rkern { R_LAZY, R_ADAGRAD, R_FTRL } rkern;
+static const char *RNAME[3] = {"lazy-adam", "adagrad-rows", "ftrl-rows"};
+
+static int run_rows(rkern k, float *p, float *s1, float *s2, int64_t t, const hx_optim_rows *r,
+                    int64_t *bad)
+{
+    switch (k) {
+    case R_LAZY: return hx_optim_lazy_adam_rows(p, s1, s2, t, &LAZY, r, bad);
+    case R_ADAGRAD: return hx_optim_adagrad_rows(p, s1, t, &ADAGRAD, r, bad);
+    default: return hx_optim_ftrl_rows(p, s1, s2, &FTRL, r, bad);
+    }
+}
+
+static void ref_row_elem(rkern k, int64_t t, double g, double *p, double *s1, double *s2)
+{
+    if (k == R_LAZY) ref_adam(&LAZY, t, 1, g, p, s1, s2);
+    else if (k == R_ADAGRAD) ref_adagrad(&ADAGRAD, t, g, p, s1);
+    else ref_ftrl(&FTRL, g, p, s1, s2);
+}
+
+static void rows_check(rkern k, int64_t rows, int64_t dim, int64_t n, uint64_t seed)
+{
+    test_rng r = test_rng_make(seed);
+    int64_t tot = rows * dim;
+    float *p0 = malloc(tot * 4), *a0 = malloc(tot * 4), *b0 = malloc(tot * 4);
+    for (int64_t i = 0; i < tot; i++) {
+        p0[i] = (float)test_rng_normal(&r);
+        a0[i] = k == R_LAZY ? (float)(0.1 * test_rng_normal(&r)) : (float)test_rng_uniform(&r, 0.1, 1);
+        b0[i] = k == R_LAZY ? (float)test_rng_uniform(&r, 0, 0.01) : (float)(0.1 * test_rng_normal(&r));
+    }
+    int64_t *ids[STEPS];
+    float *g[STEPS];
+    uint8_t *touched = calloc(rows, 1);
+    for (int s = 0; s < STEPS; s++) {
+        ids[s] = malloc(n * 8);
+        g[s] = malloc(n * dim * 4);
+        for (int64_t i = 0; i < n; i++) {
+            /* a quarter of the entries repeat an earlier id of the same step */
+            ids[s][i] = (i > 0 && test_rng_u64(&r) % 4 == 0) ? ids[s][test_rng_u64(&r) % i]
+                                                             : (int64_t)(test_rng_u64(&r) % rows);
+            touched[ids[s][i]] = 1;
+        }
+        test_fill_uniform(&r, g[s], n * dim, -1, 1);
+    }
+    /* reference: entries in order, duplicates one after another */
+    double *rp = malloc(tot * 8), *ra = malloc(tot * 8), *rb = malloc(tot * 8);
+    for (int64_t i = 0; i < tot; i++) {
+        rp[i] = p0[i];
+        ra[i] = a0[i];
+        rb[i] = b0[i];
+    }
+    for (int s = 0; s < STEPS; s++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < dim; c++) {
+                int64_t e = ids[s][i] * dim + c;
+                ref_row_elem(k, 7 + s, g[s][i * dim + c], &rp[e], &ra[e], &rb[e]);
+            }
+    char what[120];
+    snprintf(what, sizeof what, "%s rows=%lld dim=%lld n=%lld", RNAME[k], (long long)rows,
+             (long long)dim, (long long)n);
+    float *first_p = NULL, *first_a = NULL, *first_b = NULL;
+    for (int isa = HX_ISA_SCALAR; isa <= (int)best_isa; isa++) {
+        for (int nt = 1; nt <= 2; nt++) {
+            if (nt == 2 && n * dim < HX_K_PARALLEL_MIN) continue;
+            buf bp = buf_make(tot * 4, 4), ba = buf_make(tot * 4, 8), bb = buf_make(tot * 4, 12);
+            float *p = bp.ptr, *a = ba.ptr, *b = bb.ptr;
+            memcpy(p, p0, tot * 4);
+            memcpy(a, a0, tot * 4);
+            memcpy(b, b0, tot * 4);
+            int st = 0;
+            for (int s = 0; s < STEPS; s++) {
+                hx_optim_rows rr = {ids[s], n, g[s], rows, dim, (hx_isa)isa, nt};
+                int64_t bad = -1;
+                st |= run_rows(k, p, a, k == R_ADAGRAD ? NULL : b, 7 + s, &rr, &bad);
+            }
+            CHECK(st == HX_OPTIM_OK, "%s: status %d", what, st);
+            if (!first_p) {
+                char w2[160];
+                double atol = k == R_FTRL ? 3e-5 : 2e-6; /* as in dense_check */
+                snprintf(w2, sizeof w2, "%s param", what);
+                test_close_f32(w2, p, rp, tot, 2e-5, atol);
+                snprintf(w2, sizeof w2, "%s state", what);
+                test_close_f32(w2, a, ra, tot, 2e-5, atol);
+                if (k != R_ADAGRAD) test_close_f32(w2, b, rb, tot, 2e-5, atol);
+                int64_t moved = -1;
+                for (int64_t row = 0; row < rows && moved < 0; row++)
+                    if (!touched[row] &&
+                        (!same_bits(p + row * dim, p0 + row * dim, dim * 4) ||
+                         !same_bits(a + row * dim, a0 + row * dim, dim * 4) ||
+                         !same_bits(b + row * dim, b0 + row * dim, dim * 4)))
+                        moved = row;
+                CHECK(moved < 0, "%s: untouched row %lld changed", what, (long long)moved);
+                first_p = malloc(tot * 4);
+                first_a = malloc(tot * 4);
+                first_b = malloc(tot * 4);
+                memcpy(first_p, p, tot * 4);
+                memcpy(first_a, a, tot * 4);
+                memcpy(first_b, b, tot * 4);
+            } else {
+                CHECK(same_bits(p, first_p, tot * 4) && same_bits(a, first_a, tot * 4) &&
+                          same_bits(b, first_b, tot * 4),
+                      "%s: %s %d threads differs from scalar", what, hx_k_isa_name((hx_isa)isa), nt);
+            }
+            free(bp.base);
+            free(ba.base);
+            free(bb.base);
+        }
+    }
+    for (int s = 0; s < STEPS; s++) {
+        free(ids[s]);
+        free(g[s]);
+    }
+    free(p0); free(a0); free(b0); free(rp); free(ra); free(rb);
+    free(first_p); free(first_a); free(first_b); free(touched);
+}
+
+static void test_rows(void)
+{
+    static const int64_t DIMS[] = {1, 7, 16, 17, 64};
+    uint64_t seed = 900;
+    for (int k = 0; k < 3; k++) {
+        for (int di = 0; di < 5; di++) rows_check((rkern)k, 300, DIMS[di], 200, seed++);
+        rows_check((rkern)k, 20000, 64, 3000, seed++); /* big enough for 2 threads */
+    }
+    /* bad ids: reported at their first position, nothing written */
+    for (int nt = 1; nt <= 2; nt++) {
+        int64_t rows = 1000, dim = 64, n = 1000;
+        float *p = calloc(rows * dim, 4), *m = calloc(rows * dim, 4), *v = calloc(rows * dim, 4);
+        float *g = malloc(n * dim * 4);
+        int64_t *ids = malloc(n * 8);
+        for (int64_t i = 0; i < n; i++) ids[i] = i % rows;
+        for (int64_t i = 0; i < n * dim; i++) g[i] = 1.0f;
+        ids[700] = rows;
+        ids[600] = -3;
+        hx_optim_rows rr = {ids, n, g, rows, dim, best_isa, nt};
+        int64_t bad = -1;
+        int st = hx_optim_lazy_adam_rows(p, m, v, 1, &LAZY, &rr, &bad);
+        int clean = 1;
+        for (int64_t i = 0; i < rows * dim; i++) clean &= p[i] == 0 && m[i] == 0 && v[i] == 0;
+        CHECK(st == HX_OPTIM_BAD_ID && bad == 600 && clean, "bad id (%d threads): status %d pos %lld clean %d",
+              nt, st, (long long)bad, clean);
+        free(p); free(m); free(v); free(g); free(ids);
+    }
+}
+
+/* ---- golden values after 10 steps ---------------------------------------------------------
+ * From the formulas of optim.h evaluated in double (Python floats), with
+ * p0 = {0.5, -1.25, 2.0, -0.375} and at step k the gradient of element j
+ * (column c for rows) g = (((3k + 5j + 2c) mod 7) - 3) * 0.25 + 0.125 j.
+ * Hyper-parameters as ADAM, ADAMW, ADAGRAD (sum0 0.1), NESTEROV-style SGD
+ * with dampening 0.1 (buf0 = g), FTRL (accum0 0.1, linear0 0, with and
+ * without l2_shrinkage 0.005), LazyAdam on a 6x3 table with p0[r][c] =
+ * 0.25 (r+1) (-1)^r + 0.0625 c and ids {k mod 5, 1, k mod 5, 3} at global
+ * step k, rows named twice updated twice. */
+
+static const double G_ADAM[4] = {0.46857695516718523, -1.2424916964741337, 1.9392611624975993, -0.4334573832317688};
+static const double G_ADAMW[4] = {0.47452398497298642, -1.2323829491913225, 1.9215233042869577, -0.42987064646499412};
+static const double G_ADAGRAD[4] = {0.42431035989946514, -1.2222926439278103, 1.7457083442247427, -0.61355655413083987};
+static const double G_SGD[4] = {0.34194803091403575, -1.2955984784754258, 1.1864316066649216, -1.1452559301708385};
+static const double G_FTRL[4] = {-0.033660191261627996, -0.43958461768361795, 1.2724699186493893, -0.33089018054796476};
+static const double G_FTRL_SHR[4] = {-0.034224412937729924, -0.43657735753546223, 1.2674614471081915, -0.32970845438707408};
+static const double G_LAZY[18] = {
+    0.25380978863296255, 0.2993740127262875, 0.35843679495574526, -0.52601832563717021,
+    -0.51712147952680332, -0.37130687878557772, 0.7359724260514412, 0.81809870063334234,
+    0.8595399348703936, -1.0786943748713369, -1.0139518391770583, -0.9333602770745445,
+    1.2328710488812906, 1.3274081044175363, 1.3685624300921329, -1.5, -1.4375, -1.375};
+
+static float golden_g(int k, int j, int c)
+{
+    return (float)((((3 * k + 5 * j + 2 * c) % 7) - 3) * 0.25 + 0.125 * j);
+}
+
+static void golden_check(const char *what, const float *got, const double *want, int n)
+{
+    for (int i = 0; i < n; i++)
+        CHECK(fabs(got[i] - want[i]) <= 1e-6 * fabs(want[i]) + 1e-12, "golden %s[%d]: %.9g want %.17g",
+              what, i, (double)got[i], want[i]);
+}
+
+static void test_golden(void)
+{
+    static const float P0[4] = {0.5f, -1.25f, 2.0f, -0.375f};
+    const hx_sgd_hp sgd = {0.05, 0.9, 0.1, 0.01, 1};
+    const hx_ftrl_hp ftrl0 = {0.05, 0.001, 0.01, 0.0};
+    for (int isa = HX_ISA_SCALAR; isa <= (int)best_isa; isa++) {
+        float pa[4], ma[4] = {0}, va[4] = {0}, pw[4], mw[4] = {0}, vw[4] = {0};
+        float pg[4], sg[4] = {0.1f, 0.1f, 0.1f, 0.1f}, ps[4], bs[4] = {0};
+        float pf[4], af[4] = {0.1f, 0.1f, 0.1f, 0.1f}, lf[4] = {0};
+        float pf2[4], af2[4] = {0.1f, 0.1f, 0.1f, 0.1f}, lf2[4] = {0};
+        memcpy(pa, P0, 16); memcpy(pw, P0, 16); memcpy(pg, P0, 16); memcpy(ps, P0, 16);
+        memcpy(pf, P0, 16); memcpy(pf2, P0, 16);
+        int64_t sa = 0, sw = 0, sgs = 0, ss = 0;
+        for (int k = 1; k <= 10; k++) {
+            float g[4];
+            for (int j = 0; j < 4; j++) g[j] = golden_g(k, j, 0);
+            hx_optim_io io = hx_optim_io_f32(g, 1);
+            io.isa = (hx_isa)isa;
+            hx_optim_adam(pa, ma, va, 4, &sa, &ADAM, &io);
+            hx_optim_adam(pw, mw, vw, 4, &sw, &ADAMW, &io);
+            hx_optim_adagrad(pg, sg, 4, &sgs, &ADAGRAD, &io);
+            hx_optim_sgd(ps, bs, 4, &ss, &sgd, &io);
+            hx_optim_ftrl(pf, af, lf, 4, &ftrl0, &io);
+            hx_optim_ftrl(pf2, af2, lf2, 4, &FTRL, &io);
+        }
+        CHECK(sa == 10 && sw == 10 && sgs == 10 && ss == 10, "golden step counts");
+        golden_check("adam", pa, G_ADAM, 4);
+        golden_check("adamw", pw, G_ADAMW, 4);
+        golden_check("adagrad", pg, G_ADAGRAD, 4);
+        golden_check("sgd", ps, G_SGD, 4);
+        golden_check("ftrl", pf, G_FTRL, 4);
+        golden_check("ftrl-shrinkage", pf2, G_FTRL_SHR, 4);
+
+        float tp[18], tm[18] = {0}, tv[18] = {0};
+        for (int r = 0; r < 6; r++)
+            for (int c = 0; c < 3; c++) tp[r * 3 + c] = (float)(0.25 * (r + 1) * (r % 2 ? -1 : 1) + 0.0625 * c);
+        for (int k = 1; k <= 10; k++) {
+            int64_t ids[4] = {k % 5, 1, k % 5, 3};
+            float g[12];
+            for (int i = 0; i < 4; i++)
+                for (int c = 0; c < 3; c++) g[i * 3 + c] = golden_g(k, i, c);
+            hx_optim_rows rr = {ids, 4, g, 6, 3, (hx_isa)isa, 1};
+            int64_t bad;
+            hx_optim_lazy_adam_rows(tp, tm, tv, k, &LAZY, &rr, &bad);
+        }
+        golden_check("lazy-adam", tp, G_LAZY, 18);
+    }
+}
+
+int main(void)
+{
+    best_isa = hx_k_isa();
+    fprintf(stderr, "test_optim: paths up to %s\n", hx_k_isa_name(best_isa));
+    test_golden();
+    test_half_copy();
+    test_bad_args();
+    test_sgd_entry();
+    test_nonfinite();
+    test_rows();
+    test_dense();
+    return test_finish("optim");
+}
