@@ -1,0 +1,355 @@
+/* Forward: lookup of rows and torch.nn.EmbeddingBag (sum, mean, max) on a
+ * local table, with a prefetching gather; threads split the positions
+ * (lookup) or the bags (bags, balanced by positions), and each output row is
+ * computed by one thread in order of position. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "embedding/embedding.h"
+#include "kernels/cpu/hx_kernels.h"
+
+/* Positions ahead whose rows the gather prefetches. */
+#define PREFETCH_AHEAD 10
+/* Lines of a row it prefetches at most (larger rows stream anyway). */
+#define PREFETCH_MAX_LINES 16
+/* Below this many positions a call stays on the calling thread. */
+#define PARALLEL_MIN 2048
+
+int64_t hx_emb_id_at(const void *ids, hx_dtype dt, int64_t i)
+{
+    return dt == HX_DTYPE_I32 ? ((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
+}
+
+hx_emb_query hx_emb_query_rows(const int64_t *ids, int64_t n)
+{
+    hx_emb_query q;
+    memset(&q, 0, sizeof q);
+    q.ids = ids;
+    q.id_dtype = HX_DTYPE_I64;
+    q.n = n;
+    q.mode = HX_EMB_ROWS;
+    q.nthreads = 1;
+    return q;
+}
+
+hx_emb_query hx_emb_query_bags(const int64_t *ids, int64_t n, const int64_t *offsets,
+                               int64_t n_offsets, hx_emb_mode mode)
+{
+    hx_emb_query q = hx_emb_query_rows(ids, n);
+    q.mode = mode;
+    q.offsets = offsets;
+    q.n_offsets = n_offsets;
+    return q;
+}
+
+int64_t hx_emb_query_out_rows(const hx_emb_query *q)
+{
+    if (q->mode == HX_EMB_ROWS) return q->n;
+    return q->include_last_offset ? q->n_offsets - 1 : q->n_offsets;
+}
+
+int64_t hx_emb_bag_bound(const hx_emb_query *q, int64_t b)
+{
+    if (q->mode == HX_EMB_ROWS) return b;
+    return b < q->n_offsets ? hx_emb_id_at(q->offsets, q->id_dtype, b) : q->n;
+}
+
+static const char *mode_name(hx_emb_mode m)
+{
+    switch (m) {
+    case HX_EMB_ROWS: return "lookup";
+    case HX_EMB_SUM: return "bag(sum)";
+    case HX_EMB_MEAN: return "bag(mean)";
+    case HX_EMB_MAX: return "bag(max)";
+    }
+    return "bag";
+}
+
+hx_status hx_emb_query_check(const hx_emb_query *q, int64_t *nbags, hx_emb_err *err)
+{
+    if (!q) return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding: query is NULL");
+    const char *op = mode_name(q->mode);
+    if (q->mode != HX_EMB_ROWS && q->mode != HX_EMB_SUM && q->mode != HX_EMB_MEAN && q->mode != HX_EMB_MAX)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding: unknown mode %d", (int)q->mode);
+    if (q->id_dtype != HX_DTYPE_I32 && q->id_dtype != HX_DTYPE_I64)
+        return hx_emb_fail(err, HX_ERR_DTYPE, "embedding %s: ids are %s; use i32 or i64", op,
+                           hx_dtype_name(q->id_dtype));
+    if (q->n < 0 || q->n > (int64_t)UINT32_MAX)
+        return hx_emb_fail(err, HX_ERR_SHAPE, "embedding %s: %lld ids; at most 2^32 - 1 per call", op,
+                           (long long)q->n);
+    if (q->n > 0 && !q->ids) return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding %s: ids is NULL", op);
+    if (q->nthreads < 1)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding %s: nthreads %d < 1", op, q->nthreads);
+    if (q->weights && q->mode != HX_EMB_SUM)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
+                           "embedding %s: per-sample weights need mode sum (as torch.nn.EmbeddingBag)", op);
+    if (q->mode == HX_EMB_ROWS) {
+        *nbags = q->n;
+        return HX_OK;
+    }
+    if (q->n_offsets < 0 || (q->n_offsets > 0 && !q->offsets))
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding %s: offsets is NULL", op);
+    if (q->include_last_offset && q->n_offsets < 1)
+        return hx_emb_fail(err, HX_ERR_SHAPE,
+                           "embedding %s: include_last_offset needs at least one offset (the last, = n)", op);
+    int64_t nb = q->include_last_offset ? q->n_offsets - 1 : q->n_offsets;
+    if (nb == 0 && q->n > 0 && !q->include_last_offset)
+        return hx_emb_fail(err, HX_ERR_SHAPE, "embedding %s: %lld ids but no bags (offsets is empty)", op,
+                           (long long)q->n);
+    int64_t prev = 0;
+    for (int64_t b = 0; b < q->n_offsets; b++) {
+        int64_t o = hx_emb_id_at(q->offsets, q->id_dtype, b);
+        if (b == 0 && o != 0)
+            return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
+                               "embedding %s: offsets[0] is %lld; the first bag must start at 0", op,
+                               (long long)o);
+        if (o < prev || o > q->n)
+            return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
+                               "embedding %s: offsets[%lld] = %lld is outside [offsets[%lld] = %lld, n = %lld]; "
+                               "offsets must not decrease nor pass the number of ids",
+                               op, (long long)b, (long long)o, (long long)(b > 0 ? b - 1 : 0),
+                               (long long)prev, (long long)q->n);
+        prev = o;
+    }
+    if (q->include_last_offset && prev != q->n)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
+                           "embedding %s: the last offset is %lld; with include_last_offset it must be n = %lld",
+                           op, (long long)prev, (long long)q->n);
+    if (q->include_last_offset && nb == 0 && q->n > 0)
+        return hx_emb_fail(err, HX_ERR_SHAPE, "embedding %s: %lld ids but no bags", op, (long long)q->n);
+    *nbags = nb;
+    return HX_OK;
+}
+
+/* ---- id checks ------------------------------------------------------------------- */
+
+static inline int is_padding(const hx_emb_query *q, int64_t id)
+{
+    return q->has_padding && id == q->padding_id;
+}
+
+/* Under OOB_ERROR: the first position whose id (not padding) is outside
+ * [0, rows), or -1. Under OOB_ZERO: -1, and *count = such positions. */
+static int64_t scan_ids(const hx_emb_query *q, int64_t rows, int nthreads, int64_t *count)
+{
+    int64_t first = INT64_MAX, cnt = 0, n = q->n;
+    int nt = n >= PARALLEL_MIN ? nthreads : 1;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(min : first) reduction(+ : cnt)
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = hx_emb_id_at(q->ids, q->id_dtype, i);
+        if (!is_padding(q, id) && (id < 0 || id >= rows)) {
+            cnt++;
+            if (i < first) first = i;
+        }
+    }
+    *count = cnt;
+    return first == INT64_MAX ? -1 : first;
+}
+
+hx_status hx_emb_check_ids(const hx_emb_query *q, int64_t rows, hx_emb_oob oob,
+                           _Atomic int64_t *oob_count, const char *op, hx_emb_err *err)
+{
+    int64_t cnt;
+    int64_t bad = scan_ids(q, rows, q->nthreads, &cnt);
+    if (bad >= 0 && oob == HX_EMB_OOB_ERROR)
+        return hx_emb_fail(err, HX_ERR_INDEX,
+                           "embedding %s: id %lld at position %lld is outside the table's rows [0, %lld)%s",
+                           op, (long long)hx_emb_id_at(q->ids, q->id_dtype, bad), (long long)bad,
+                           (long long)rows,
+                           cnt > 1 ? " (and more ids after it); map raw ids with hx_emb_keys_mod, or "
+                                     "choose HX_EMB_OOB_ZERO"
+                                   : "; map raw ids with hx_emb_keys_mod, or choose HX_EMB_OOB_ZERO");
+    if (cnt && oob_count) atomic_fetch_add(oob_count, cnt);
+    return HX_OK;
+}
+
+/* ---- rows --------------------------------------------------------------------------- */
+
+typedef struct src {
+    const hx_emb_local *t;
+    const char *base;
+    size_t row_bytes, stride_bytes;
+    int lines;
+    int direct; /* f32 storage, no lazy rows: rows are read in place */
+} src;
+
+static src make_src(const hx_emb_local *t)
+{
+    src s;
+    s.t = t;
+    s.base = t->param;
+    s.row_bytes = (size_t)t->base.dim * t->esize;
+    s.stride_bytes = (size_t)t->stride * t->esize;
+    int64_t lines = ((int64_t)s.row_bytes + 63) / 64;
+    s.lines = (int)(lines < PREFETCH_MAX_LINES ? lines : PREFETCH_MAX_LINES);
+    s.direct = t->dtype == HX_DTYPE_F32 && !t->lazy;
+    return s;
+}
+
+static inline void prefetch_row(const src *s, int64_t id, int64_t rows)
+{
+    if (id < 0 || id >= rows) return;
+    const char *p = s->base + (size_t)id * s->stride_bytes;
+    for (int l = 0; l < s->lines; l++) __builtin_prefetch(p + 64 * l, 0, 3);
+}
+
+/* The f32 values of row id (dim of them): in place, or converted into buf. */
+static inline const float *row_f32(const src *s, int64_t id, float *buf)
+{
+    if (s->direct) return (const float *)(s->base + (size_t)id * s->stride_bytes);
+    if (s->t->dtype == HX_DTYPE_BF16 &&
+        !(s->t->lazy && !((atomic_load_explicit(&s->t->ready[id >> 6], memory_order_relaxed) >> (id & 63)) & 1))) {
+        const uint16_t *h = (const uint16_t *)(s->base + (size_t)id * s->stride_bytes);
+        int64_t dim = s->t->base.dim;
+        uint32_t *u = (uint32_t *)buf;
+        for (int64_t k = 0; k < dim; k++) u[k] = (uint32_t)h[k] << 16;
+        return buf;
+    }
+    hx_emb_local_read_row(s->t, id, buf);
+    return buf;
+}
+
+/* ---- the kernels ------------------------------------------------------------------------ */
+
+typedef struct job {
+    const hx_emb_query *q;
+    src s;
+    int64_t rows, dim, nbags;
+    float *out;
+    int64_t *argmax;
+} job;
+
+static void lookup_range(const job *jb, int64_t lo, int64_t hi, float *buf)
+{
+    const hx_emb_query *q = jb->q;
+    int64_t dim = jb->dim, rows = jb->rows;
+    for (int64_t i = lo; i < hi && i < lo + PREFETCH_AHEAD; i++)
+        prefetch_row(&jb->s, hx_emb_id_at(q->ids, q->id_dtype, i), rows);
+    for (int64_t i = lo; i < hi; i++) {
+        if (i + PREFETCH_AHEAD < hi)
+            prefetch_row(&jb->s, hx_emb_id_at(q->ids, q->id_dtype, i + PREFETCH_AHEAD), rows);
+        int64_t id = hx_emb_id_at(q->ids, q->id_dtype, i);
+        float *o = jb->out + i * dim;
+        if (is_padding(q, id) || id < 0 || id >= rows) {
+            memset(o, 0, (size_t)dim * sizeof(float));
+            continue;
+        }
+        const float *r = row_f32(&jb->s, id, buf);
+        memcpy(o, r, (size_t)dim * sizeof(float));
+    }
+}
+
+static inline void add_row(float *restrict acc, const float *restrict r, int64_t dim)
+{
+    for (int64_t k = 0; k < dim; k++) acc[k] += r[k];
+}
+
+static inline void add_row_scaled(float *restrict acc, const float *restrict r, float w, int64_t dim)
+{
+    for (int64_t k = 0; k < dim; k++) acc[k] += w * r[k];
+}
+
+/* Bags [b0, b1). */
+static void bag_range(const job *jb, int64_t b0, int64_t b1, float *buf)
+{
+    const hx_emb_query *q = jb->q;
+    int64_t dim = jb->dim, rows = jb->rows;
+    int64_t p0 = hx_emb_bag_bound(q, b0), p1 = hx_emb_bag_bound(q, b1);
+    for (int64_t i = p0; i < p1 && i < p0 + PREFETCH_AHEAD; i++)
+        prefetch_row(&jb->s, hx_emb_id_at(q->ids, q->id_dtype, i), rows);
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t s = hx_emb_bag_bound(q, b), e = hx_emb_bag_bound(q, b + 1);
+        float *o = jb->out + b * dim;
+        int64_t *am = jb->argmax ? jb->argmax + b * dim : NULL;
+        memset(o, 0, (size_t)dim * sizeof(float));
+        int64_t cnt = 0;
+        for (int64_t j = s; j < e; j++) {
+            if (j + PREFETCH_AHEAD < p1)
+                prefetch_row(&jb->s, hx_emb_id_at(q->ids, q->id_dtype, j + PREFETCH_AHEAD), rows);
+            int64_t id = hx_emb_id_at(q->ids, q->id_dtype, j);
+            if (is_padding(q, id)) continue;
+            int zero = id < 0 || id >= rows;
+            if (q->mode == HX_EMB_MAX) {
+                /* A zero row (out of range under OOB_ZERO) takes part as zeros. */
+                if (zero) memset(buf, 0, (size_t)dim * sizeof(float));
+                const float *r = zero ? buf : row_f32(&jb->s, id, buf);
+                if (cnt == 0) {
+                    memcpy(o, r, (size_t)dim * sizeof(float));
+                    if (am)
+                        for (int64_t k = 0; k < dim; k++) am[k] = j;
+                } else {
+                    for (int64_t k = 0; k < dim; k++) {
+                        if (r[k] > o[k]) {
+                            o[k] = r[k];
+                            if (am) am[k] = j;
+                        }
+                    }
+                }
+                cnt++;
+                continue;
+            }
+            cnt++;
+            if (zero) continue;
+            const float *r = row_f32(&jb->s, id, buf);
+            if (q->weights) add_row_scaled(o, r, q->weights[j], dim);
+            else add_row(o, r, dim);
+        }
+        if (q->mode == HX_EMB_MEAN && cnt > 0) {
+            float inv = 1.0f / (float)cnt;
+            for (int64_t k = 0; k < dim; k++) o[k] *= inv;
+        }
+        if (q->mode == HX_EMB_MAX && cnt == 0 && am)
+            for (int64_t k = 0; k < dim; k++) am[k] = -1;
+    }
+}
+
+/* The first bag whose start is at or after position p. */
+static int64_t bag_at(const hx_emb_query *q, int64_t nbags, int64_t p)
+{
+    int64_t lo = 0, hi = nbags;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (hx_emb_bag_bound(q, mid) < p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+hx_status hx_emb_local_lookup(hx_emb_local *t, const hx_emb_query *q, hx_emb_oob oob,
+                              _Atomic int64_t *oob_count, float *out, int64_t *argmax,
+                              hx_emb_err *err)
+{
+    int64_t nbags;
+    hx_status st = hx_emb_query_check(q, &nbags, err);
+    if (st) return st;
+    if (nbags > 0 && !out)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding %s: out is NULL", mode_name(q->mode));
+    st = hx_emb_check_ids(q, t->base.rows, oob, oob_count, mode_name(q->mode), err);
+    if (st) return st;
+    job jb = {q, make_src(t), t->base.rows, t->base.dim, nbags, out, argmax};
+    int nt = q->n >= PARALLEL_MIN || nbags >= PARALLEL_MIN ? q->nthreads : 1;
+    int fail = 0;
+#pragma omp parallel num_threads(nt) reduction(| : fail)
+    {
+        int tid = omp_get_thread_num(), ntd = omp_get_num_threads();
+        float *buf = jb.s.direct ? NULL : malloc((size_t)t->gstride * sizeof(float));
+        if (q->mode == HX_EMB_MAX && !buf) buf = malloc((size_t)t->gstride * sizeof(float));
+        if (!buf && (!jb.s.direct || q->mode == HX_EMB_MAX)) {
+            fail = 1;
+        } else if (q->mode == HX_EMB_ROWS) {
+            int64_t lo = q->n * tid / ntd, hi = q->n * (tid + 1) / ntd;
+            lookup_range(&jb, lo, hi, buf);
+        } else {
+            /* Bags by position, so a thread gets as many ids as another. */
+            int64_t b0 = tid == 0 ? 0 : bag_at(q, nbags, q->n * tid / ntd);
+            int64_t b1 = tid == ntd - 1 ? nbags : bag_at(q, nbags, q->n * (tid + 1) / ntd);
+            bag_range(&jb, b0, b1, buf);
+        }
+        free(buf);
+    }
+    if (fail) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding %s: out of memory", mode_name(q->mode));
+    return HX_OK;
+}

@@ -1,0 +1,311 @@
+/* test_embedding_io: save and load of tables (f32/f16/bf16, eager and lazy,
+ * each optimizer's state) round trip exactly; truncated, corrupt or
+ * mismatched files are refused with the table untouched; saves are atomic
+ * (no temporary left, a failed save keeps the old file); tables on a
+ * backing file work as in memory. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "embedding/embedding.h"
+#include "tests/util/testutil.h"
+
+static char dir[64];
+
+/* A file in the test's directory: one buffer per name index. */
+static const char *path_of(const char *name)
+{
+    static char p[8][160];
+    static int next;
+    char *b = p[next++ % 8];
+    snprintf(b, 160, "%s/%s", dir, name);
+    return b;
+}
+
+static hx_embedding_table *make(int64_t rows, int64_t dim, hx_dtype dt, int lazy, hx_emb_optim_kind ok,
+                                uint64_t seed, const char *backing)
+{
+    hx_emb_table_config c = hx_emb_table_config_default(rows, dim);
+    c.dtype = dt;
+    c.lazy_init = lazy;
+    c.init.seed = seed;
+    c.optim = hx_emb_optim_default(ok);
+    c.backing_file = backing;
+    hx_embedding_table *t = NULL;
+    hx_emb_err err;
+    CHECK(hx_emb_local_create(&c, &t, &err) == HX_OK, "create: %s", err.msg);
+    return t;
+}
+
+/* A few steps of updates on rows of a bag batch. */
+static void train(hx_embedding_table *t, int steps, uint64_t seed)
+{
+    test_rng r = test_rng_make(seed);
+    int64_t n = 300, dim = t->dim;
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)n), offs[30];
+    float *dout = malloc(sizeof(float) * (size_t)(30 * dim));
+    for (int s = 1; s <= steps; s++) {
+        for (int64_t j = 0; j < n; j++) ids[j] = (int64_t)(test_rng_u64(&r) % (uint64_t)(t->rows / 2));
+        for (int b = 0; b < 30; b++) offs[b] = b * 10;
+        test_fill_uniform(&r, dout, 30 * dim, -1, 1);
+        hx_emb_query q = hx_emb_query_bags(ids, n, offs, 30, HX_EMB_SUM);
+        hx_emb_grad_input gi = {dout, NULL, dim, HX_EMB_DEDUP_AUTO};
+        hx_emb_err err;
+        CHECK(hx_embedding_backward_update(t, &q, &gi, s, NULL, &err) == HX_OK, "train: %s", err.msg);
+    }
+    free(ids);
+    free(dout);
+}
+
+/* Everything a load may change, as the table means it (row padding aside):
+ * params as stored, state, ready bits, initialiser. */
+typedef struct snap {
+    void *bytes;
+    size_t n;
+} snap;
+
+static snap take(hx_embedding_table *tt)
+{
+    hx_emb_local *t = hx_emb_as_local(tt);
+    int64_t rows = tt->rows, dim = tt->dim;
+    int ns = hx_emb_optim_nstate(t->optim.kind), rowwise = t->optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD;
+    size_t prow = (size_t)dim * t->esize, srow = rowwise ? sizeof(float) : (size_t)dim * sizeof(float);
+    size_t words = t->lazy ? (size_t)(rows + 63) / 64 : 0;
+    snap s = {NULL, (size_t)rows * (prow + (size_t)ns * srow) + words * 8 + 4 * sizeof(double)};
+    char *p = s.bytes = malloc(s.n);
+    for (int64_t r = 0; r < rows; r++, p += prow)
+        memcpy(p, (const char *)t->param + (size_t)(r * t->stride) * t->esize, prow);
+    for (int k = 0; k < ns; k++)
+        for (int64_t r = 0; r < rows; r++, p += srow)
+            memcpy(p, rowwise ? t->state[k] + r : t->state[k] + r * t->gstride, srow);
+    for (size_t w = 0; w < words; w++, p += 8) {
+        uint64_t v = t->ready[w];
+        memcpy(p, &v, 8);
+    }
+    double init[4] = {(double)t->init.kind, t->init.a, t->init.b, (double)t->init.seed};
+    memcpy(p, init, sizeof init);
+    return s;
+}
+
+static int same_snap(snap a, snap b) { return a.n == b.n && memcmp(a.bytes, b.bytes, a.n) == 0; }
+
+static long file_size(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void round_trips(void)
+{
+    const struct {
+        hx_dtype dt;
+        int lazy;
+        hx_emb_optim_kind ok;
+        int64_t dim;
+    } cases[] = {{HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 19}, {HX_DTYPE_F16, 1, HX_EMB_OPTIM_FTRL, 40},
+                 {HX_DTYPE_BF16, 0, HX_EMB_OPTIM_ROW_ADAGRAD, 8}, {HX_DTYPE_F32, 1, HX_EMB_OPTIM_ADAGRAD, 64}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hx_embedding_table *a = make(1000, cases[i].dim, cases[i].dt, cases[i].lazy, cases[i].ok, 1, NULL);
+        hx_embedding_table *b = make(1000, cases[i].dim, cases[i].dt, cases[i].lazy, cases[i].ok, 2, NULL);
+        if (!a || !b) return;
+        train(a, 3, 10 + i);
+        const char *p = path_of("rt.bin");
+        hx_emb_err err;
+        CHECK(hx_embedding_save(a, p, &err) == HX_OK, "save: %s", err.msg);
+        CHECK(hx_embedding_load(b, p, &err) == HX_OK, "load: %s", err.msg);
+        snap sa = take(a), sb = take(b);
+        CHECK(same_snap(sa, sb), "case %zu: loaded table equals the saved one", i);
+        /* And they go on identically. */
+        train(a, 2, 50);
+        train(b, 2, 50);
+        free(sa.bytes);
+        free(sb.bytes);
+        sa = take(a);
+        sb = take(b);
+        CHECK(same_snap(sa, sb), "case %zu: loaded table trains identically", i);
+        free(sa.bytes);
+        free(sb.bytes);
+        char tmp[200];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", p, (int)getpid());
+        CHECK(file_size(tmp) < 0, "no temporary file left after a save");
+        hx_embedding_free(a);
+        hx_embedding_free(b);
+    }
+    /* A lazy file into an eager table: rows not written get their initial values. */
+    hx_embedding_table *lz = make(500, 16, HX_DTYPE_F32, 1, HX_EMB_OPTIM_ADAGRAD, 3, NULL);
+    hx_embedding_table *eg = make(500, 16, HX_DTYPE_F32, 0, HX_EMB_OPTIM_ADAGRAD, 4, NULL);
+    if (!lz || !eg) return;
+    train(lz, 2, 7);
+    hx_emb_err err;
+    CHECK(hx_embedding_save(lz, path_of("lz.bin"), &err) == HX_OK && hx_embedding_load(eg, path_of("lz.bin"), &err) == HX_OK,
+          "lazy to eager: %s", err.msg);
+    float r1[16], r2[16];
+    int ok = 1;
+    for (int64_t r = 0; r < 500; r++) {
+        hx_emb_local_read_row(hx_emb_as_local(lz), r, r1);
+        hx_emb_local_read_row(hx_emb_as_local(eg), r, r2);
+        ok &= memcmp(r1, r2, sizeof r1) == 0;
+    }
+    CHECK(ok, "lazy file into an eager table reads the same");
+    CHECK(hx_emb_as_local(eg)->state[0][499 * 16] == 0.0f, "unwritten rows get their start state");
+    /* A table without an optimizer loads the params only. */
+    hx_embedding_table *none = make(500, 16, HX_DTYPE_F32, 0, HX_EMB_OPTIM_NONE, 5, NULL);
+    CHECK(none && hx_embedding_load(none, path_of("lz.bin"), &err) == HX_OK, "params only: %s", err.msg);
+    hx_emb_local_read_row(hx_emb_as_local(none), 3, r2);
+    hx_emb_local_read_row(hx_emb_as_local(lz), 3, r1);
+    CHECK(memcmp(r1, r2, sizeof r1) == 0, "params only: the params");
+    hx_embedding_free(none);
+    hx_embedding_free(lz);
+    hx_embedding_free(eg);
+}
+
+static unsigned char *slurp(const char *p, long *n)
+{
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)*n);
+    if (fread(b, 1, (size_t)*n, f) != (size_t)*n) *n = -1;
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *p, const unsigned char *b, long n)
+{
+    FILE *f = fopen(p, "wb");
+    if (!f) return;
+    fwrite(b, 1, (size_t)n, f);
+    fclose(f);
+}
+
+static void bad_files(void)
+{
+    hx_embedding_table *a = make(3000, 100, HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 1, NULL);
+    hx_embedding_table *b = make(3000, 100, HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 2, NULL);
+    if (!a || !b) return;
+    train(a, 1, 3);
+    const char *good = path_of("good.bin");
+    hx_emb_err err;
+    CHECK(hx_embedding_save(a, good, &err) == HX_OK, "save: %s", err.msg);
+    long n;
+    unsigned char *bytes = slurp(good, &n);
+    /* Params 1.2 MB and state: more than one block per section. */
+    CHECK(bytes && n > 3 * (1 << 20), "file size %ld", n);
+    if (!bytes) return;
+    snap before = take(b);
+    const char *bad = path_of("bad.bin");
+    /* Truncations: inside the header, at section boundaries, inside blocks, one byte short. */
+    const long cuts[] = {0, 10, 95, 96, 100, 128, 1000, (1 << 20) + 96 + 32, n / 2, n - 8, n - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        spit(bad, bytes, cuts[i]);
+        hx_status st = hx_embedding_load(b, bad, &err);
+        CHECK(st == HX_ERR_CORRUPT && strstr(err.msg, "truncated"), "truncated at %ld: %d %s", cuts[i], (int)st,
+              err.msg);
+    }
+    /* Flipped bytes: header, section header, data, a block checksum, the last byte. */
+    const long flips[] = {3, 20, 60, 100, 96 + 40, 5000, (1 << 20) + 96 + 32 + 3, n / 2, n - 1};
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        bytes[flips[i]] ^= 0x10;
+        spit(bad, bytes, n);
+        bytes[flips[i]] ^= 0x10;
+        hx_status st = hx_embedding_load(b, bad, &err);
+        CHECK(st == HX_ERR_CORRUPT || st == HX_ERR_SHAPE, "flip at %ld: %d %s", flips[i], (int)st, err.msg);
+    }
+    /* Trailing bytes. */
+    unsigned char *longer = malloc((size_t)n + 4);
+    memcpy(longer, bytes, (size_t)n);
+    memset(longer + n, 0, 4);
+    spit(bad, longer, n + 4);
+    CHECK(hx_embedding_load(b, bad, &err) == HX_ERR_CORRUPT && strstr(err.msg, "after the last"), "trailing: %s",
+          err.msg);
+    free(longer);
+    /* Not our file; a missing file. */
+    spit(bad, (const unsigned char *)"hello world, this is not a table at all, not even close to one....."
+                                     "..............................",
+         96);
+    CHECK(hx_embedding_load(b, bad, &err) == HX_ERR_CORRUPT && strstr(err.msg, "magic"), "bad magic: %s", err.msg);
+    CHECK(hx_embedding_load(b, path_of("missing.bin"), &err) == HX_ERR_IO, "missing file");
+    snap after = take(b);
+    CHECK(same_snap(before, after), "refused loads left the table untouched");
+    free(after.bytes);
+    /* Mismatches. */
+    hx_embedding_table *wide = make(3000, 101, HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 1, NULL);
+    hx_embedding_table *half = make(3000, 100, HX_DTYPE_BF16, 0, HX_EMB_OPTIM_LAZY_ADAM, 1, NULL);
+    hx_embedding_table *other = make(3000, 100, HX_DTYPE_F32, 0, HX_EMB_OPTIM_FTRL, 1, NULL);
+    CHECK(hx_embedding_load(wide, good, &err) == HX_ERR_SHAPE && strstr(err.msg, "3000 x 100"), "other dim: %s",
+          err.msg);
+    CHECK(hx_embedding_load(half, good, &err) == HX_ERR_SHAPE && strstr(err.msg, "bf16"), "other dtype: %s", err.msg);
+    CHECK(hx_embedding_load(other, good, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "LazyAdam"),
+          "other optimizer: %s", err.msg);
+    /* A save that cannot be written keeps the old file. */
+    CHECK(hx_embedding_save(a, path_of("no/such/dir.bin"), &err) == HX_ERR_IO, "save into a missing dir: %s", err.msg);
+    long n2;
+    unsigned char *again = slurp(good, &n2);
+    CHECK(again && n2 == n && memcmp(again, bytes, (size_t)n) == 0, "the good file is untouched");
+    free(again);
+    free(before.bytes);
+    free(bytes);
+    remove(bad);
+    remove(good);
+    hx_embedding_free(a);
+    hx_embedding_free(b);
+    hx_embedding_free(wide);
+    hx_embedding_free(half);
+    hx_embedding_free(other);
+}
+
+static void backing_file(void)
+{
+    const char *bp = path_of("backing.dat");
+    hx_embedding_table *f = make(2000, 24, HX_DTYPE_F16, 0, HX_EMB_OPTIM_LAZY_ADAM, 8, bp);
+    hx_embedding_table *m = make(2000, 24, HX_DTYPE_F16, 0, HX_EMB_OPTIM_LAZY_ADAM, 8, NULL);
+    if (!f || !m) return;
+    CHECK(file_size(bp) > 2000 * 32 * 2, "backing file sized: %ld", file_size(bp));
+    train(f, 3, 4);
+    train(m, 3, 4);
+    snap sf = take(f), sm = take(m);
+    CHECK(same_snap(sf, sm), "a table on a backing file trains as one in memory");
+    free(sf.bytes);
+    free(sm.bytes);
+    hx_emb_optim ftrl = hx_emb_optim_default(HX_EMB_OPTIM_FTRL);
+    hx_emb_err err;
+    CHECK(hx_emb_local_set_optim(f, &ftrl, 2, &err) == HX_OK && hx_emb_local_set_optim(m, &ftrl, 2, &err) == HX_OK,
+          "switch optimizer on a backing file: %s", err.msg);
+    train(f, 2, 5);
+    train(m, 2, 5);
+    sf = take(f);
+    sm = take(m);
+    CHECK(same_snap(sf, sm), "after switching the optimizer too");
+    free(sf.bytes);
+    free(sm.bytes);
+    hx_emb_local_stats s;
+    hx_emb_local_stats_get(f, &s, &err);
+    CHECK(!s.huge_pages, "no huge pages on a file");
+    hx_embedding_free(f);
+    hx_embedding_free(m);
+    remove(bp);
+    hx_emb_table_config c = hx_emb_table_config_default(10, 4);
+    c.backing_file = path_of("no/such/dir/x.dat");
+    hx_embedding_table *t = NULL;
+    CHECK(hx_emb_local_create(&c, &t, &err) == HX_ERR_IO && !t, "backing file in a missing dir: %s", err.msg);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/hx_emb_io_XXXXXX");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "cannot make a temporary directory\n");
+        return 1;
+    }
+    round_trips();
+    bad_files();
+    backing_file();
+    rmdir(dir);
+    return test_finish("embedding");
+}
