@@ -1,7 +1,8 @@
 /* Dispatch overhead: a chain of 10,000 adds on 16-element tensors through a
  * session (ns per op) beside the same chain as plain C calls, at 1 and 2
  * threads; and 1,000 adds on 1M-element tensors in GB/s beside a plain
- * OpenMP loop at the same thread count. One JSON object per case. */
+ * OpenMP loop at the same thread count; the tiny chain also as launches on
+ * the emulated accelerator. One JSON object per case. */
 #include "hetex.h"
 
 #include <omp.h>
@@ -25,7 +26,8 @@ static void die(const char *what)
 }
 
 /* y = x + c + c + ... (n adds); returns the session and the last tensor. */
-static hx_session *chain(int64_t len, int n, int threads, hx_graph **gp, hx_tensor **last)
+static hx_session *chain(int64_t len, int n, int threads, hx_accelerator acc, hx_graph **gp,
+                         hx_tensor **last)
 {
     hx_graph *g = hx_graph_create();
     float *c = malloc(sizeof *c * len);
@@ -38,6 +40,7 @@ static hx_session *chain(int64_t len, int n, int threads, hx_graph **gp, hx_tens
     if (!y) die("building the chain");
     hx_session_config cfg = hx_session_config_default();
     cfg.n_threads = threads;
+    cfg.accelerator = acc;
     hx_session *s;
     if (hx_session_create(g, &cfg, &s)) die("hx_session_create");
     *gp = g;
@@ -98,11 +101,12 @@ static double time_plain(int64_t len, int n, int threads, int reps)
     return best;
 }
 
-static void run_case(const char *name, int64_t len, int n, int threads, int reps)
+static void run_case(const char *name, int64_t len, int n, int threads, hx_accelerator acc,
+                     int reps)
 {
     hx_graph *g;
     hx_tensor *last;
-    hx_session *s = chain(len, n, threads, &g, &last);
+    hx_session *s = chain(len, n, threads, acc, &g, &last);
     float *x = malloc(sizeof *x * len), *y = malloc(sizeof *y * len);
     for (int64_t i = 0; i < len; i++) x[i] = (float)(i % 5);
     double t = time_runs(s, last, x, y, len, reps);
@@ -114,12 +118,13 @@ static void run_case(const char *name, int64_t len, int n, int threads, int reps
     double bytes = 3.0 * sizeof(float) * (double)len * n; /* read 2, write 1 per add */
     hx_memory_stats ms;
     hx_session_memory_stats(s, &ms);
-    printf("{\"bench\":\"dispatch\",\"case\":\"%s\",\"elements\":%lld,\"ops\":%d,\"threads\":%d,"
+    size_t arena = ms.transient_planned_bytes + ms.device_transient_planned_bytes;
+    printf("{\"bench\":\"dispatch\",\"case\":\"%s\",\"backend\":\"%s\",\"elements\":%lld,\"ops\":%d,\"threads\":%d,"
            "\"ns_per_op\":%.1f,\"plain_ns_per_op\":%.1f,\"gb_per_s\":%.2f,\"plain_gb_per_s\":%.2f,"
            "\"plain_omp_ns_per_op\":%.1f,\"ratio_to_plain\":%.3f,\"arena_bytes\":%zu,"
            "\"tensor_bytes\":%zu}\n",
-           name, (long long)len, n, threads, t / n * 1e9, tp / n * 1e9, bytes / t * 1e-9,
-           bytes / tp * 1e-9, tomp / n * 1e9, tp / t, ms.transient_planned_bytes, ms.transient_tensor_bytes);
+           name, acc == HX_ACCELERATOR_EMU ? "emu" : "cpu", (long long)len, n, threads, t / n * 1e9, tp / n * 1e9, bytes / t * 1e-9,
+           bytes / tp * 1e-9, tomp / n * 1e9, tp / t, arena, ms.transient_tensor_bytes);
     fflush(stdout);
     hx_session_free(s);
     hx_graph_free(g);
@@ -129,7 +134,10 @@ static void run_case(const char *name, int64_t len, int n, int threads, int reps
 
 int main(void)
 {
-    for (int threads = 1; threads <= 2; threads++) run_case("chain16", 16, 10000, threads, 50);
-    for (int threads = 1; threads <= 2; threads++) run_case("add1M", 1 << 20, 1000, threads, 5);
+    for (int threads = 1; threads <= 2; threads++)
+        run_case("chain16", 16, 10000, threads, HX_ACCELERATOR_NONE, 50);
+    run_case("chain16", 16, 10000, 1, HX_ACCELERATOR_EMU, 50);
+    for (int threads = 1; threads <= 2; threads++)
+        run_case("add1M", 1 << 20, 1000, threads, HX_ACCELERATOR_NONE, 5);
     return 0;
 }

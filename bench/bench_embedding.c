@@ -1,0 +1,366 @@
+/* Embedding benchmark: a 10M x 64 f32 table (2.56 GB, plus 5.1 GB of LazyAdam
+ * state), batches of 4096 samples x 26 features with one id each (106,496
+ * ids), ids uniform or Zipf(1.05) over the rows, at 1 and 2 threads:
+ *   gather       the ceiling: a plain OpenMP loop memcpy-gathering the same
+ *                rows of the same table into a (106496, 64) buffer
+ *   lookup       hx_embedding_lookup, rows mode, the same output
+ *   bag          sum bags of 26 ids -> (4096, 64)
+ *   backward_sort / backward_hash   hx_emb_backward of the bags to a sparse
+ *                gradient, grouping by radix sort / by hash
+ *   bwd_lazy_adam, bwd_adagrad, bwd_ftrl   fused backward + optimizer step
+ *   bwd_lazy_adam_unfused     hx_emb_backward, then the sparse update
+ *   step         bag forward + fused backward + LazyAdam: samples/s
+ * One JSON object per case on stdout: median and best milliseconds per
+ * batch over the runs, and the ratio to the gather ceiling of the same
+ * distribution and thread count, measured in this run.
+ *   bench_embedding [CASE,CASE,...] [THREADS]   only these cases (the gather
+ *   always runs) and thread count; default all cases at 1 and 2 threads */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <omp.h>
+
+#include "embedding/embedding.h"
+
+#define ROWS 10000000LL
+#define DIM 64
+#define SAMPLES 4096
+#define FEATURES 26
+#define NIDS (SAMPLES * FEATURES)
+#define NBATCH 6
+#define RUNS 12
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const hx_emb_err *err)
+{
+    fprintf(stderr, "bench_embedding: %s: %s\n", what, err ? err->msg : "");
+    exit(1);
+}
+
+/* ---- ids ------------------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x853C49E6748FEA9Bull;
+
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(void) { return (double)(rng_next() >> 11) * 0x1.0p-53; }
+
+/* Zipf(s) over [1, n] by rejection-inversion (Hormann and Derflinger 1996). */
+typedef struct zipf {
+    double s, n, hx1, hn, snum;
+} zipf;
+
+static double helper1(double x) { return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x / 2; }
+static double helper2(double x) { return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x / 2; }
+static double zh(const zipf *z, double x) { return exp(-z->s * log(x)); }
+static double zH(const zipf *z, double x)
+{
+    double lx = log(x);
+    return helper2((1 - z->s) * lx) * lx;
+}
+static double zHinv(const zipf *z, double x)
+{
+    double t = x * (1 - z->s);
+    if (t < -1) t = -1;
+    return exp(helper1(t) * x);
+}
+
+static zipf zipf_make(double s, double n)
+{
+    zipf z = {s, n, 0, 0, 0};
+    z.hx1 = zH(&z, 1.5) - 1;
+    z.hn = zH(&z, n + 0.5);
+    z.snum = 2 - zHinv(&z, zH(&z, 2.5) - zh(&z, 2));
+    return z;
+}
+
+static int64_t zipf_draw(const zipf *z)
+{
+    for (;;) {
+        double u = z->hn + rng_unit() * (z->hx1 - z->hn), x = zHinv(z, u);
+        double k = floor(x + 0.5);
+        if (k < 1) k = 1;
+        if (k > z->n) k = z->n;
+        if (k - x <= z->snum || u >= zH(z, k + 0.5) - zh(z, k)) return (int64_t)k;
+    }
+}
+
+/* NBATCH batches of NIDS ids; Zipf ranks are scattered over the table by
+ * multiplying with 7919 modulo the row count (coprime: a bijection). */
+static int64_t *make_ids(int zipfian)
+{
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)NIDS * NBATCH);
+    zipf z = zipf_make(1.05, (double)ROWS);
+    for (int64_t i = 0; i < (int64_t)NIDS * NBATCH; i++)
+        ids[i] = zipfian ? (int64_t)(((__int128)(zipf_draw(&z) - 1) * 7919) % ROWS)
+                         : (int64_t)(rng_next() % (uint64_t)ROWS);
+    return ids;
+}
+
+/* ---- timing --------------------------------------------------------------------------------- */
+
+typedef struct timing {
+    double median, best;
+} timing;
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef void (*batch_fn)(void *ctx, int batch);
+
+/* Two runs to warm up, then RUNS timed runs, cycling through the batches. */
+static timing time_it(batch_fn f, void *ctx)
+{
+    double t[RUNS];
+    for (int r = 0; r < 2; r++) f(ctx, r % NBATCH);
+    for (int r = 0; r < RUNS; r++) {
+        double t0 = now();
+        f(ctx, r % NBATCH);
+        t[r] = now() - t0;
+    }
+    qsort(t, RUNS, sizeof t[0], cmp_d);
+    timing tm = {(t[RUNS / 2 - 1] + t[RUNS / 2]) / 2 * 1e3, t[0] * 1e3};
+    return tm;
+}
+
+/* ---- the cases ---------------------------------------------------------------------------------- */
+
+typedef struct ctx {
+    hx_embedding_table *t;
+    const float *base; /* table rows, for the plain gather */
+    int64_t *ids;      /* NBATCH x NIDS */
+    int64_t *offsets;  /* SAMPLES */
+    float *out, *bag_out, *dout;
+    int threads;
+    hx_emb_workspace *ws;
+    hx_emb_sparse_grad g;
+    hx_emb_dedup dedup;
+    int64_t step;
+} ctx;
+
+static void plain_gather(void *vc, int b)
+{
+    ctx *c = vc;
+    const int64_t *ids = c->ids + (int64_t)b * NIDS;
+    const float *base = c->base;
+    float *out = c->out;
+#pragma omp parallel for num_threads(c->threads) schedule(static)
+    for (int64_t i = 0; i < NIDS; i++) memcpy(out + i * DIM, base + ids[i] * DIM, DIM * sizeof(float));
+}
+
+static hx_emb_query rows_query(ctx *c, int b)
+{
+    hx_emb_query q = hx_emb_query_rows(c->ids + (int64_t)b * NIDS, NIDS);
+    q.nthreads = c->threads;
+    return q;
+}
+
+static hx_emb_query bag_query(ctx *c, int b)
+{
+    hx_emb_query q = hx_emb_query_bags(c->ids + (int64_t)b * NIDS, NIDS, c->offsets, SAMPLES, HX_EMB_SUM);
+    q.nthreads = c->threads;
+    return q;
+}
+
+static void run_lookup(void *vc, int b)
+{
+    ctx *c = vc;
+    hx_emb_query q = rows_query(c, b);
+    hx_emb_err err;
+    if (hx_embedding_lookup(c->t, &q, c->out, NULL, &err)) die("lookup", &err);
+}
+
+static void run_bag(void *vc, int b)
+{
+    ctx *c = vc;
+    hx_emb_query q = bag_query(c, b);
+    hx_emb_err err;
+    if (hx_embedding_lookup(c->t, &q, c->bag_out, NULL, &err)) die("bag", &err);
+}
+
+static void run_dedup(void *vc, int b)
+{
+    ctx *c = vc;
+    hx_emb_query q = bag_query(c, b);
+    hx_emb_grad_input gi = {c->dout, NULL, DIM, c->dedup};
+    hx_emb_err err;
+    if (hx_emb_backward(&q, &gi, c->ws, &c->g, &err)) die("backward", &err);
+}
+
+static void run_bwd_update(void *vc, int b)
+{
+    ctx *c = vc;
+    hx_emb_query q = bag_query(c, b);
+    hx_emb_grad_input gi = {c->dout, NULL, DIM, HX_EMB_DEDUP_AUTO};
+    hx_emb_err err;
+    if (hx_embedding_backward_update(c->t, &q, &gi, ++c->step, c->ws, &err)) die("backward_update", &err);
+}
+
+static void run_bwd_unfused(void *vc, int b)
+{
+    ctx *c = vc;
+    hx_emb_query q = bag_query(c, b);
+    hx_emb_grad_input gi = {c->dout, NULL, DIM, HX_EMB_DEDUP_AUTO};
+    hx_emb_err err;
+    if (hx_emb_backward(&q, &gi, c->ws, &c->g, &err)) die("backward", &err);
+    if (hx_embedding_apply(c->t, &c->g, ++c->step, c->threads, &err)) die("apply", &err);
+}
+
+static void run_step(void *vc, int b)
+{
+    run_bag(vc, b);
+    run_bwd_update(vc, b);
+}
+
+static const char *only; /* comma-separated case names, or NULL for all */
+
+static int wanted(const char *name)
+{
+    if (!only) return 1;
+    size_t len = strlen(name);
+    for (const char *p = only; (p = strstr(p, name)); p += len)
+        if ((p == only || p[-1] == ',') && (p[len] == ',' || p[len] == 0)) return 1;
+    return 0;
+}
+
+static void emit(const char *name, const char *dist, int threads, timing tm, double ceiling_ms,
+                 int64_t unique)
+{
+    printf("{\"bench\":\"embedding\",\"case\":\"%s\",\"ids\":\"%s\",\"threads\":%d,\"rows\":%lld,\"dim\":%d,"
+           "\"batch\":%d,\"ids_per_batch\":%d,\"ms\":%.3f,\"best_ms\":%.3f",
+           name, dist, threads, (long long)ROWS, DIM, SAMPLES, NIDS, tm.median, tm.best);
+    if (ceiling_ms > 0) printf(",\"gather_ms\":%.3f,\"x_gather\":%.3f", ceiling_ms, tm.median / ceiling_ms);
+    if (unique >= 0) printf(",\"unique_ids\":%lld", (long long)unique);
+    printf(",\"samples_per_s\":%.0f}\n", SAMPLES / (tm.median * 1e-3));
+    fflush(stdout);
+}
+
+static long anon_huge_kb(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
+int main(int argc, char **argv)
+{
+    double t0 = now();
+    only = argc > 1 && strcmp(argv[1], "all") != 0 ? argv[1] : NULL;
+    int th_lo = 1, th_hi = 2;
+    if (argc > 2) th_lo = th_hi = atoi(argv[2]) == 1 ? 1 : 2;
+    hx_emb_table_config cfg = hx_emb_table_config_default(ROWS, DIM);
+    cfg.init.kind = HX_EMB_INIT_UNIFORM;
+    cfg.init.a = -0.01;
+    cfg.init.b = 0.01;
+    cfg.init.seed = 1;
+    cfg.nthreads = 2;
+    hx_embedding_table *t;
+    hx_emb_err err;
+    if (hx_emb_local_create(&cfg, &t, &err)) die("create", &err);
+    hx_emb_local *lt = hx_emb_as_local(t);
+    int64_t *uni = make_ids(0), *zip = make_ids(1);
+    ctx c;
+    memset(&c, 0, sizeof c);
+    c.t = t;
+    c.base = lt->param;
+    c.offsets = malloc(sizeof(int64_t) * SAMPLES);
+    for (int s = 0; s < SAMPLES; s++) c.offsets[s] = (int64_t)s * FEATURES;
+    c.out = aligned_alloc(64, sizeof(float) * (size_t)NIDS * DIM);
+    c.bag_out = aligned_alloc(64, sizeof(float) * SAMPLES * DIM);
+    c.dout = malloc(sizeof(float) * SAMPLES * DIM);
+    for (int i = 0; i < SAMPLES * DIM; i++) c.dout[i] = (float)((rng_unit() - 0.5) * 1e-3);
+    c.ws = hx_emb_workspace_create();
+    hx_emb_local_stats st;
+    hx_emb_local_stats_get(t, &st, &err);
+    printf("{\"bench\":\"embedding\",\"case\":\"setup\",\"rows\":%lld,\"dim\":%d,\"table_bytes\":%zu,"
+           "\"huge_pages_requested\":%d,\"anon_huge_kb\":%ld,\"setup_s\":%.2f}\n",
+           (long long)ROWS, DIM, st.bytes, st.huge_pages, anon_huge_kb(), now() - t0);
+    fflush(stdout);
+
+    const char *dists[2] = {"uniform", "zipf1.05"};
+    int64_t *idsets[2] = {uni, zip};
+    double ceiling[2][3];
+    /* Forward and dedup: no optimizer state needed. */
+    for (int d = 0; d < 2; d++)
+        for (int th = th_lo; th <= th_hi; th++) {
+            c.ids = idsets[d];
+            c.threads = th;
+            timing g = time_it(plain_gather, &c);
+            ceiling[d][th] = g.median;
+            emit("gather", dists[d], th, g, 0, -1);
+            if (wanted("lookup")) emit("lookup", dists[d], th, time_it(run_lookup, &c), g.median, -1);
+            if (wanted("bag")) emit("bag", dists[d], th, time_it(run_bag, &c), g.median, -1);
+            c.dedup = HX_EMB_DEDUP_SORT;
+            if (wanted("backward_sort")) {
+                timing ds = time_it(run_dedup, &c);
+                emit("backward_sort", dists[d], th, ds, g.median, c.g.n);
+            }
+            c.dedup = HX_EMB_DEDUP_HASH;
+            if (wanted("backward_hash")) {
+                timing dh = time_it(run_dedup, &c);
+                emit("backward_hash", dists[d], th, dh, g.median, c.g.n);
+            }
+        }
+    /* Updates, one optimizer at a time (state dropped in between to keep memory at 7.7 GB). */
+    const struct {
+        const char *name;
+        hx_emb_optim_kind kind;
+    } opts[3] = {{"bwd_lazy_adam", HX_EMB_OPTIM_LAZY_ADAM}, {"bwd_adagrad", HX_EMB_OPTIM_ADAGRAD},
+                 {"bwd_ftrl", HX_EMB_OPTIM_FTRL}};
+    hx_emb_optim none = hx_emb_optim_default(HX_EMB_OPTIM_NONE);
+    for (int o = 0; o < 3; o++) {
+        int lazy_adam = opts[o].kind == HX_EMB_OPTIM_LAZY_ADAM;
+        if (!wanted(opts[o].name) && !(lazy_adam && (wanted("bwd_lazy_adam_unfused") || wanted("step")))) continue;
+        hx_emb_optim opt = hx_emb_optim_default(opts[o].kind);
+        if (hx_emb_local_set_optim(t, &none, 2, &err) || hx_emb_local_set_optim(t, &opt, 2, &err))
+            die("set_optim", &err);
+        c.step = 0;
+        for (int d = 0; d < 2; d++)
+            for (int th = th_lo; th <= th_hi; th++) {
+                c.ids = idsets[d];
+                c.threads = th;
+                if (wanted(opts[o].name))
+                    emit(opts[o].name, dists[d], th, time_it(run_bwd_update, &c), ceiling[d][th], -1);
+                if (!lazy_adam) continue;
+                if (wanted("bwd_lazy_adam_unfused"))
+                    emit("bwd_lazy_adam_unfused", dists[d], th, time_it(run_bwd_unfused, &c), ceiling[d][th], -1);
+                if (wanted("step")) emit("step", dists[d], th, time_it(run_step, &c), ceiling[d][th], -1);
+            }
+    }
+    printf("{\"bench\":\"embedding\",\"case\":\"total\",\"anon_huge_kb\":%ld,\"total_s\":%.1f}\n", anon_huge_kb(),
+           now() - t0);
+    hx_emb_sparse_grad_free(&c.g);
+    hx_emb_workspace_free(c.ws);
+    hx_embedding_free(t);
+    free(uni);
+    free(zip);
+    free(c.offsets);
+    free(c.out);
+    free(c.bag_out);
+    free(c.dout);
+    return 0;
+}
