@@ -1,15 +1,13 @@
 /* The cpu backend: host memory, CPU kernels run on the calling thread.
  * Its streams are in-order and complete work as it is submitted, so its
  * events are complete once recorded. */
-#include "scheduler/backend.h"
+#include "scheduler/stream_inline.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define ALIGN 64
 
-struct hx_stream { uint64_t submitted; };
-struct hx_event { uint64_t recorded; };
 
 typedef struct cpu_backend {
     hx_backend b;
@@ -26,32 +24,6 @@ static hx_status cpu_alloc(hx_backend *b, size_t bytes, const char *what, void *
 }
 
 static void cpu_free(hx_backend *b, void *p) { free(p); }
-
-static hx_status cpu_stream_create(hx_backend *b, hx_stream **out)
-{
-    *out = calloc(1, sizeof **out);
-    return *out ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory for a stream");
-}
-
-static void cpu_stream_destroy(hx_backend *b, hx_stream *s) { free(s); }
-static hx_status cpu_stream_sync(hx_backend *b, hx_stream *s) { return HX_OK; }
-
-static hx_status cpu_event_create(hx_backend *b, hx_event **out)
-{
-    *out = calloc(1, sizeof **out);
-    return *out ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory for an event");
-}
-
-static void cpu_event_destroy(hx_backend *b, hx_event *e) { free(e); }
-
-static hx_status cpu_event_record(hx_backend *b, hx_event *e, hx_stream *s)
-{
-    e->recorded = s->submitted;
-    return HX_OK;
-}
-
-static hx_status cpu_stream_wait(hx_backend *b, hx_stream *s, hx_event *e) { return HX_OK; }
-static hx_status cpu_event_sync(hx_backend *b, hx_event *e) { return HX_OK; }
 
 static hx_status cpu_copy(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s)
 {
@@ -77,9 +49,9 @@ hx_status hx__backend_cpu_create(hx_backend **out)
 {
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) return hx__error(HX_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
-    c->b = (hx_backend){"cpu", HX_TARGET_CPU, cpu_alloc, cpu_free, cpu_stream_create,
-                        cpu_stream_destroy, cpu_stream_sync, cpu_event_create, cpu_event_destroy,
-                        cpu_event_record, cpu_stream_wait, cpu_event_sync, cpu_copy, cpu_copy,
+    c->b = (hx_backend){"cpu", HX_TARGET_CPU, cpu_alloc, cpu_free, hx__inline_stream_create,
+                        hx__inline_stream_destroy, hx__inline_stream_sync, hx__inline_event_create, hx__inline_event_destroy,
+                        hx__inline_event_record, hx__inline_stream_wait, hx__inline_event_sync, cpu_copy, cpu_copy,
                         cpu_kernel, cpu_launch, cpu_stats, cpu_destroy};
     c->st.capacity = SIZE_MAX;
     *out = &c->b;

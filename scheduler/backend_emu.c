@@ -4,15 +4,12 @@
  * copies are real, counted memcpys, and its kernels are the CPU kernels
  * except those hetex keeps on the host (see emu_kernel). Its streams are
  * in-order and complete work as it is submitted, on the submitting thread. */
-#include "scheduler/backend.h"
+#include "scheduler/stream_inline.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define ALIGN 64
-
-struct hx_stream { uint64_t submitted; };
-struct hx_event { uint64_t recorded; };
 
 typedef struct emu_backend {
     hx_backend b;
@@ -54,32 +51,6 @@ static void emu_free(hx_backend *b, void *p)
     ((emu_backend *)b)->st.used -= h->bytes;
     free(h);
 }
-
-static hx_status emu_stream_create(hx_backend *b, hx_stream **out)
-{
-    *out = calloc(1, sizeof **out);
-    return *out ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "emu device: out of host memory for a stream");
-}
-
-static void emu_stream_destroy(hx_backend *b, hx_stream *s) { free(s); }
-static hx_status emu_stream_sync(hx_backend *b, hx_stream *s) { return HX_OK; }
-
-static hx_status emu_event_create(hx_backend *b, hx_event **out)
-{
-    *out = calloc(1, sizeof **out);
-    return *out ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "emu device: out of host memory for an event");
-}
-
-static void emu_event_destroy(hx_backend *b, hx_event *e) { free(e); }
-
-static hx_status emu_event_record(hx_backend *b, hx_event *e, hx_stream *s)
-{
-    e->recorded = s->submitted;
-    return HX_OK;
-}
-
-static hx_status emu_stream_wait(hx_backend *b, hx_stream *s, hx_event *e) { return HX_OK; }
-static hx_status emu_event_sync(hx_backend *b, hx_event *e) { return HX_OK; }
 
 static hx_status emu_h2d(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s)
 {
@@ -123,9 +94,9 @@ hx_status hx__backend_emu_create(size_t capacity, hx_backend **out)
 {
     emu_backend *e = calloc(1, sizeof *e);
     if (!e) return hx__error(HX_ERR_OUT_OF_MEMORY, "emu device: out of host memory");
-    e->b = (hx_backend){"emu", HX_TARGET_DEVICE, emu_alloc, emu_free, emu_stream_create,
-                        emu_stream_destroy, emu_stream_sync, emu_event_create, emu_event_destroy,
-                        emu_event_record, emu_stream_wait, emu_event_sync, emu_h2d, emu_d2h,
+    e->b = (hx_backend){"emu", HX_TARGET_DEVICE, emu_alloc, emu_free, hx__inline_stream_create,
+                        hx__inline_stream_destroy, hx__inline_stream_sync, hx__inline_event_create, hx__inline_event_destroy,
+                        hx__inline_event_record, hx__inline_stream_wait, hx__inline_event_sync, emu_h2d, emu_d2h,
                         emu_kernel, emu_launch, emu_stats, emu_destroy};
     e->st.capacity = capacity;
     *out = &e->b;
