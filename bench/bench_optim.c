@@ -53,6 +53,21 @@ static void *big_alloc(size_t bytes)
 /* The in-place loops add g * z with z = 0 at run time: every byte is read
  * and written as the kernels do, and the kernels' data stays as it was. */
 
+/* 64 elements of shape_4r3w, inlined into the prefetching loop. */
+static inline __attribute__((always_inline)) void shape_4r3w_block(float *restrict p,
+                                                                   float *restrict m,
+                                                                   float *restrict v,
+                                                                   const float *restrict g,
+                                                                   float z)
+{
+    for (int k = 0; k < 64; k++) {
+        float x = g[k] * z;
+        p[k] += x;
+        m[k] += x;
+        v[k] += x;
+    }
+}
+
 /* p, m, v += g * z */
 CEIL_FN static void shape_4r3w(float *restrict p, float *restrict m, float *restrict v,
                                const float *restrict g, float z, int64_t n)
@@ -65,24 +80,22 @@ CEIL_FN static void shape_4r3w(float *restrict p, float *restrict m, float *rest
     }
 }
 
-/* The same with the kernels' software prefetch. */
+/* The same with the kernels' software prefetch, a block of 64 floats (4
+ * lines of each array) at a time. */
 CEIL_FN static void shape_4r3w_pf(float *restrict p, float *restrict m, float *restrict v,
                                   const float *restrict g, float z, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        if (i + HX_OPTIM_PF_DIST < n) {
-            __builtin_prefetch(p + i + HX_OPTIM_PF_DIST, 1, 3);
-            __builtin_prefetch(m + i + HX_OPTIM_PF_DIST, 1, 3);
-            __builtin_prefetch(v + i + HX_OPTIM_PF_DIST, 1, 3);
-            __builtin_prefetch(g + i + HX_OPTIM_PF_DIST, 0, 3);
+    for (; i + 64 <= n; i += 64) {
+        if (i + HX_OPTIM_PF_DIST + 64 <= n) {
+            for (int k = 0; k < 64; k += 16) {
+                __builtin_prefetch(p + i + HX_OPTIM_PF_DIST + k, 1, 3);
+                __builtin_prefetch(m + i + HX_OPTIM_PF_DIST + k, 1, 3);
+                __builtin_prefetch(v + i + HX_OPTIM_PF_DIST + k, 1, 3);
+                __builtin_prefetch(g + i + HX_OPTIM_PF_DIST + k, 0, 3);
+            }
         }
-        for (int k = 0; k < 16; k++) {
-            float x = g[i + k] * z;
-            p[i + k] += x;
-            m[i + k] += x;
-            v[i + k] += x;
-        }
+        shape_4r3w_block(p + i, m + i, v + i, g + i, z);
     }
     for (; i < n; i++) {
         float x = g[i] * z;

@@ -42,6 +42,15 @@
  *
  * Threads: io->nthreads (>= 1) from the caller; no global state, so several
  * optimizers may run at once. Small inputs stay on the calling thread.
+ * Each thread updates one contiguous slice (cut at 64-element multiples);
+ * with check_finite every slice is scanned before any is updated.
+ *
+ * Memory: the dense loops prefetch every stream 2 KB ahead, and from 1M
+ * params on write a 64-byte-aligned half copy with streaming stores; the
+ * row kernels prefetch the rows of the entries ahead. Row tables should sit
+ * on huge pages (madvise(MADV_HUGEPAGE)): on 4 KB pages random rows miss
+ * the TLB and LazyAdam measured 0.60 instead of 0.75 of the dense stream
+ * bandwidth.
  */
 #ifndef HX_OPTIM_H
 #define HX_OPTIM_H

@@ -66,6 +66,7 @@ static hx_optim_arrays arrays_at(hx_optim_arrays a, int64_t i, size_t gsz)
 static int dense_run(hx_optim_plan *pl, hx_optim_arrays a, int64_t n, const hx_optim_io *io)
 {
     const hx_optim_path *path = path_for(io->isa, &pl->native_bf16);
+    pl->stream_half = a.h && (uintptr_t)a.h % 64 == 0 && n >= HX_OPTIM_STREAM_MIN;
     size_t gsz = hx_k_dtype_size(pl->grad_dt);
     if (!hx_k_go_parallel(n, io->nthreads)) {
         if (io->check_finite && path->nonfinite(a.g, pl->grad_dt, pl->unscale, pl->clip, n))

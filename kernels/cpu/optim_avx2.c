@@ -22,7 +22,7 @@ static inline __m256 load_bf16x8(const uint16_t *p)
 
 /* Round to nearest even in integer arithmetic; a NaN keeps the top of its
  * payload and becomes quiet. */
-static inline void store_bf16x8(uint16_t *p, __m256 x)
+static inline __m128i bf16x8(__m256 x)
 {
     __m256i b = _mm256_castps_si256(x);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
@@ -31,8 +31,7 @@ static inline void store_bf16x8(uint16_t *p, __m256 x)
                                      _mm256_set1_epi32(0x7f800000));
     __m256i q = _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40));
     r = _mm256_blendv_epi8(r, q, nan);
-    __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128((__m128i *)p, packed);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 
 #define W 8
@@ -51,9 +50,12 @@ typedef __m256 V;
 #define V_GT_OR0(a, b, x) _mm256_and_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ), x)
 #define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define V_LOAD_BF16(p) load_bf16x8(p)
-#define V_STORE_F16(p, x) \
-    _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT))
-#define V_STORE_BF16(p, x, native) store_bf16x8(p, x)
+typedef __m128i H;
+#define V_TO_F16(x) _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)
+#define V_TO_BF16(x, native) bf16x8(x)
+#define H_STORE(p, h) _mm_storeu_si128((__m128i *)(p), h)
+#define H_STREAM(p, h) _mm_stream_si128((__m128i *)(p), h)
+#define H_FENCE() _mm_sfence()
 #define V_ANY_NAN(x) _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))
 #define PATH_NAME hx_optim_path_avx2
 

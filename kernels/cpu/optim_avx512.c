@@ -41,19 +41,14 @@ static inline __m256i bf16_round(__m512 x)
 /* vcvtneps2bf16 rounds to nearest even and quiets NaNs the same way, but
  * flushes denormal inputs to zero: those lanes, rare, take the integer
  * rounding so that every path gives the same bits. */
-static inline void store_bf16x16(uint16_t *p, __m512 x, int native)
+static inline __m256i bf16x16(__m512 x, int native)
 {
-    __m256i r;
-    if (native) {
-        r = (__m256i)_mm512_cvtneps_pbh(x);
-        __m512i a = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
-        __mmask16 den = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(1)),
-                                                _mm512_set1_epi32(0x7fffff));
-        if (den) r = _mm256_mask_blend_epi16(den, r, bf16_round(x));
-    } else {
-        r = bf16_round(x);
-    }
-    _mm256_storeu_si256((__m256i *)p, r);
+    if (!native) return bf16_round(x);
+    __m256i r = (__m256i)_mm512_cvtneps_pbh(x);
+    __m512i a = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
+    __mmask16 den = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(1)),
+                                            _mm512_set1_epi32(0x7fffff));
+    return den ? _mm256_mask_blend_epi16(den, r, bf16_round(x)) : r;
 }
 
 #define W 16
@@ -72,9 +67,12 @@ typedef __m512 V;
 #define V_GT_OR0(a, b, x) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), x)
 #define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define V_LOAD_BF16(p) load_bf16x16(p)
-#define V_STORE_F16(p, x) \
-    _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT))
-#define V_STORE_BF16(p, x, native) store_bf16x16(p, x, native)
+typedef __m256i H;
+#define V_TO_F16(x) _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)
+#define V_TO_BF16(x, native) bf16x16(x, native)
+#define H_STORE(p, h) _mm256_storeu_si256((__m256i *)(p), h)
+#define H_STREAM(p, h) _mm256_stream_si256((__m256i *)(p), h)
+#define H_FENCE() _mm_sfence()
 #define V_ANY_NAN(x) _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q)
 #define PATH_NAME hx_optim_path_avx512
 

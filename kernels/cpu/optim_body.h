@@ -26,8 +26,6 @@
 
 #define HX_INLINE static inline __attribute__((always_inline))
 
-/* Entries ahead whose rows a row update prefetches. */
-#define ROW_PREFETCH_AHEAD 8
 
 HX_INLINE V load_grad(const void *g, int64_t i, const hx_kdtype dt, V unscale, V clip)
 {
@@ -38,10 +36,12 @@ HX_INLINE V load_grad(const void *g, int64_t i, const hx_kdtype dt, V unscale, V
     return V_MUL(V_MUL(x, unscale), clip);
 }
 
-HX_INLINE void store_half(void *h, int64_t i, const hx_kdtype dt, V x, int native)
+HX_INLINE void store_half(void *h, int64_t i, const hx_kdtype dt, V x, const hx_optim_plan *c)
 {
-    if (dt == HX_K_F16) V_STORE_F16((uint16_t *)h + i, x);
-    else if (dt == HX_K_BF16) V_STORE_BF16((uint16_t *)h + i, x, native);
+    if (dt == HX_K_F32) return;
+    H r = dt == HX_K_F16 ? V_TO_F16(x) : V_TO_BF16(x, c->native_bf16);
+    if (c->stream_half) H_STREAM((uint16_t *)h + i, r);
+    else H_STORE((uint16_t *)h + i, r);
 }
 
 /* ---- one vector of each kernel, at element i ------------------------------ */
@@ -60,7 +60,7 @@ HX_INLINE void adam_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i, con
     V_STORE(a.p + i, p);
     V_STORE(a.s1 + i, m);
     V_STORE(a.s2 + i, v);
-    store_half(a.h, i, hdt, p, c->native_bf16);
+    store_half(a.h, i, hdt, p, c);
 }
 
 HX_INLINE void adagrad_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i,
@@ -74,7 +74,7 @@ HX_INLINE void adagrad_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i,
     p = V_SUB(p, V_DIV(V_MUL(V_SET1(c->clr), g), den));
     V_STORE(a.p + i, p);
     V_STORE(a.s1 + i, s);
-    store_half(a.h, i, hdt, p, c->native_bf16);
+    store_half(a.h, i, hdt, p, c);
 }
 
 HX_INLINE void sgd_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i, const hx_kdtype gdt,
@@ -91,7 +91,7 @@ HX_INLINE void sgd_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i, cons
     }
     p = V_FMA(V_SET1(c->neg_lr), d, p);
     V_STORE(a.p + i, p);
-    store_half(a.h, i, hdt, p, c->native_bf16);
+    store_half(a.h, i, hdt, p, c);
 }
 
 HX_INLINE void ftrl_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i, const hx_kdtype gdt,
@@ -110,7 +110,7 @@ HX_INLINE void ftrl_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i, con
     V_STORE(a.p + i, p);
     V_STORE(a.s1 + i, na);
     V_STORE(a.s2 + i, lin);
-    store_half(a.h, i, hdt, p, c->native_bf16);
+    store_half(a.h, i, hdt, p, c);
 }
 
 /* ---- runs of n elements ----------------------------------------------------- */
@@ -145,10 +145,19 @@ HX_INLINE void stage_out(const staged *s, hx_optim_arrays a, int64_t i, int64_t 
 
 #define DEFINE_RUN(kind)                                                                   \
     HX_INLINE void kind##_run(const hx_optim_plan *c, hx_optim_arrays a, int64_t n,       \
-                              const hx_kdtype gdt, const hx_kdtype hdt)                   \
+                              const hx_kdtype gdt, const hx_kdtype hdt, const int pf)     \
     {                                                                                      \
         int64_t i = 0;                                                                     \
-        for (; i + W <= n; i += W) kind##_at(c, a, i, gdt, hdt);                           \
+        for (; i + W <= n; i += W) {                                                       \
+            if (pf && i + HX_OPTIM_PF_DIST < n) {                                          \
+                int64_t f = i + HX_OPTIM_PF_DIST;                                          \
+                __builtin_prefetch(a.p + f, 1, 3);                                         \
+                if (a.s1) __builtin_prefetch(a.s1 + f, 1, 3);                              \
+                if (a.s2) __builtin_prefetch(a.s2 + f, 1, 3);                              \
+                __builtin_prefetch((const char *)a.g + f * (gdt == HX_K_F32 ? 4 : 2), 0, 3);  \
+            }                                                                              \
+            kind##_at(c, a, i, gdt, hdt);                                                  \
+        }                                                                                  \
         if (i < n) {                                                                       \
             staged s;                                                                      \
             kind##_at(c, stage_in(&s, a, i, n - i, gdt), 0, gdt, hdt);                     \
@@ -163,17 +172,17 @@ DEFINE_RUN(ftrl)
 
 /* One loop per (grad dtype, half dtype), each with its loads and stores
  * fixed at compile time. */
-#define DISPATCH_DTYPES(run, c, a, n)                                   \
-    switch ((c)->grad_dt * 3 + (c)->half_dt) {                          \
-    case HX_K_F32 * 3 + HX_K_F32: run(c, a, n, HX_K_F32, HX_K_F32); break;   \
-    case HX_K_F32 * 3 + HX_K_F16: run(c, a, n, HX_K_F32, HX_K_F16); break;   \
-    case HX_K_F32 * 3 + HX_K_BF16: run(c, a, n, HX_K_F32, HX_K_BF16); break; \
-    case HX_K_F16 * 3 + HX_K_F32: run(c, a, n, HX_K_F16, HX_K_F32); break;   \
-    case HX_K_F16 * 3 + HX_K_F16: run(c, a, n, HX_K_F16, HX_K_F16); break;   \
-    case HX_K_F16 * 3 + HX_K_BF16: run(c, a, n, HX_K_F16, HX_K_BF16); break; \
-    case HX_K_BF16 * 3 + HX_K_F32: run(c, a, n, HX_K_BF16, HX_K_F32); break; \
-    case HX_K_BF16 * 3 + HX_K_F16: run(c, a, n, HX_K_BF16, HX_K_F16); break; \
-    default: run(c, a, n, HX_K_BF16, HX_K_BF16); break;                  \
+#define DISPATCH_DTYPES(run, c, a, n)                                      \
+    switch ((c)->grad_dt * 3 + (c)->half_dt) {                             \
+    case HX_K_F32 * 3 + HX_K_F32: run(c, a, n, HX_K_F32, HX_K_F32, 1); break;   \
+    case HX_K_F32 * 3 + HX_K_F16: run(c, a, n, HX_K_F32, HX_K_F16, 1); break;   \
+    case HX_K_F32 * 3 + HX_K_BF16: run(c, a, n, HX_K_F32, HX_K_BF16, 1); break; \
+    case HX_K_F16 * 3 + HX_K_F32: run(c, a, n, HX_K_F16, HX_K_F32, 1); break;   \
+    case HX_K_F16 * 3 + HX_K_F16: run(c, a, n, HX_K_F16, HX_K_F16, 1); break;   \
+    case HX_K_F16 * 3 + HX_K_BF16: run(c, a, n, HX_K_F16, HX_K_BF16, 1); break; \
+    case HX_K_BF16 * 3 + HX_K_F32: run(c, a, n, HX_K_BF16, HX_K_F32, 1); break; \
+    case HX_K_BF16 * 3 + HX_K_F16: run(c, a, n, HX_K_BF16, HX_K_F16, 1); break; \
+    default: run(c, a, n, HX_K_BF16, HX_K_BF16, 1); break;                  \
     }
 
 static void body_update(const hx_optim_plan *pl, hx_optim_arrays a, int64_t n)
@@ -185,6 +194,7 @@ static void body_update(const hx_optim_plan *pl, hx_optim_arrays a, int64_t n)
     case HX_OPT_SGD: DISPATCH_DTYPES(sgd_run, &c, a, n); break;
     case HX_OPT_FTRL: DISPATCH_DTYPES(ftrl_run, &c, a, n); break;
     }
+    if (c.stream_half) H_FENCE();
 }
 
 /* ---- rows ------------------------------------------------------------------------ */
@@ -192,8 +202,9 @@ static void body_update(const hx_optim_plan *pl, hx_optim_arrays a, int64_t n)
 HX_INLINE void prefetch_span(const void *x, int64_t nbytes)
 {
     const char *b = (const char *)x;
-    for (int64_t o = 0; o < nbytes; o += 64) __builtin_prefetch(b + o, 1, 3);
-    __builtin_prefetch(b + nbytes - 1, 1, 3);
+    if (nbytes <= 0) return;
+    for (int64_t o = 0; o < nbytes; o += 64) __builtin_prefetch(b + o, 1, HX_OPTIM_ROW_HINT);
+    __builtin_prefetch(b + nbytes - 1, 1, HX_OPTIM_ROW_HINT);
 }
 
 /* Prefetches the rows of the first entry at or after j that `part` owns;
@@ -215,7 +226,7 @@ HX_INLINE void rows_loop(const hx_optim_plan *c, hx_optim_arrays a, const int64_
                          int64_t dim, int part, int nparts, const hx_optim_kind kind)
 {
     int64_t ahead = 0;
-    for (int k = 0; k < ROW_PREFETCH_AHEAD; k++)
+    for (int k = 0; k < HX_OPTIM_ROW_AHEAD; k++)
         ahead = prefetch_next(a, ids, ahead, n, dim, part, nparts);
     for (int64_t i = 0; i < n; i++) {
         if (nparts > 1 && hx_optim_row_owner(ids[i], nparts) != part) continue;
@@ -223,9 +234,9 @@ HX_INLINE void rows_loop(const hx_optim_plan *c, hx_optim_arrays a, const int64_
         int64_t off = ids[i] * dim;
         hx_optim_arrays t = {a.p + off, a.s1 ? a.s1 + off : NULL, a.s2 ? a.s2 + off : NULL,
                              (const float *)a.g + i * dim, NULL};
-        if (kind == HX_OPT_ADAM) adam_run(c, t, dim, HX_K_F32, HX_K_F32);
-        else if (kind == HX_OPT_ADAGRAD) adagrad_run(c, t, dim, HX_K_F32, HX_K_F32);
-        else ftrl_run(c, t, dim, HX_K_F32, HX_K_F32);
+        if (kind == HX_OPT_ADAM) adam_run(c, t, dim, HX_K_F32, HX_K_F32, 0);
+        else if (kind == HX_OPT_ADAGRAD) adagrad_run(c, t, dim, HX_K_F32, HX_K_F32, 0);
+        else ftrl_run(c, t, dim, HX_K_F32, HX_K_F32, 0);
     }
 }
 

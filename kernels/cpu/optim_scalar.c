@@ -77,8 +77,12 @@ typedef float V;
 #define V_GT_OR0(a, b, x) ((a) > (b) ? (x) : 0.0f)
 #define V_LOAD_F16(p) f16_to_f32(*(p))
 #define V_LOAD_BF16(p) f32_from_bits((uint32_t)*(p) << 16)
-#define V_STORE_F16(p, x) (*(p) = f32_to_f16(x))
-#define V_STORE_BF16(p, x, native) (*(p) = f32_to_bf16(x))
+typedef uint16_t H;
+#define V_TO_F16(x) f32_to_f16(x)
+#define V_TO_BF16(x, native) f32_to_bf16(x)
+#define H_STORE(p, h) (*(p) = (h))
+#define H_STREAM(p, h) (*(p) = (h))
+#define H_FENCE() ((void)0)
 #define V_ANY_NAN(x) isnan(x)
 #define PATH_NAME hx_optim_path_scalar
 
