@@ -1,7 +1,10 @@
 /* Backward of lookups and bags to a sparse gradient: the positions that get
  * a gradient are grouped by id (radix sort of (id, position), or XXH3-keyed
  * hash maps over id partitions), then each unique id's row is summed over
- * its positions in ascending order, by one thread. */
+ * its positions in ascending order, by one thread. Each thread groups its
+ * own share of the ids from the whole input, so the threads need not wait
+ * for each other (on a loaded machine a barrier costs a time slice). */
+#pragma GCC optimize("fp-contract=off")
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +20,10 @@
 #define PARALLEL_MIN 1024
 /* Hash partitions (the hash method's unit of work per thread). */
 #define NPARTS 256
-/* A row update weighs as much as this many summed positions when groups
- * are split between threads. */
-#define ROW_WEIGHT 4
 /* AUTO sorts ids spanning at most this many bits. */
 #define SORT_MAX_BITS 40
+/* Radix digits have at most this many bits. */
+#define DIGIT_MAX_BITS 11
 
 static const uint64_t HASH_SEED = 0x5EED0E3B0C1D2A47ull;
 
@@ -95,357 +97,76 @@ hx_status hx_emb_sparse_grad_reserve(hx_emb_sparse_grad *g, int64_t n, int64_t d
     return HX_OK;
 }
 
-/* ---- positions: bag, scale, whether they get a gradient ------------------------------------- */
+/* ---- the plan --------------------------------------------------------------------------- */
 
 static inline int is_padding(const hx_emb_query *q, int64_t id)
 {
     return q->has_padding && id == q->padding_id;
 }
 
-/* Fills bag_of, scale and act (1: gets a gradient) per position; in MAX
- * mode checks argmax. Returns -1, or the first bad argmax element
- * (b * dim + k). */
-static int64_t mark_positions(const hx_emb_query *q, const hx_emb_grad_input *gi, int64_t nbags,
-                              int64_t limit, int nt, int64_t *bag_of, float *scale, uint8_t *act)
-{
-    int64_t dim = gi->dim, first_bad = INT64_MAX;
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(min : first_bad)
-    for (int64_t b = 0; b < nbags; b++) {
-        int64_t s = hx_emb_bag_bound(q, b), e = hx_emb_bag_bound(q, b + 1), cnt = 0;
-        for (int64_t j = s; j < e; j++) {
-            int64_t id = hx_emb_id_at(q->ids, q->id_dtype, j);
-            int pad = is_padding(q, id);
-            cnt += !pad;
-            bag_of[j] = b;
-            act[j] = !pad && (limit <= 0 || (id >= 0 && id < limit));
-            scale[j] = q->weights ? q->weights[j] : 1.0f;
-        }
-        if (q->mode == HX_EMB_MEAN && cnt > 0) {
-            float inv = 1.0f / (float)cnt;
-            for (int64_t j = s; j < e; j++) scale[j] = inv;
-        }
-        if (q->mode != HX_EMB_MAX) continue;
-        const int64_t *am = gi->argmax + b * dim;
-        for (int64_t k = 0; k < dim; k++) {
-            int64_t a = am[k];
-            if (a == -1) continue;
-            if (a < s || a >= e || is_padding(q, hx_emb_id_at(q->ids, q->id_dtype, a))) {
-                if (b * dim + k < first_bad) first_bad = b * dim + k;
-                continue;
-            }
-            act[a] |= 2;
-        }
-        for (int64_t j = s; j < e; j++) act[j] = act[j] == 3;
-    }
-    return first_bad == INT64_MAX ? -1 : first_bad;
-}
-
-/* ---- radix sort --------------------------------------------------------------------------- */
-
-/* Stable LSD sort of keys a (with payload va, or NULL) by bits [lo, lo + bits),
- * 8 bits a pass, using b / vb as the other buffers; *ka / *kv get the sorted
- * arrays. hist: nt * 256 counters. */
-static void radix_sort(uint64_t *a, uint64_t *b, uint32_t *va, uint32_t *vb, int64_t m, int lo,
-                       int bits, int nt, int64_t *hist, uint64_t **ka, uint32_t **kv)
-{
-    int passes = (bits + 7) / 8;
-    *ka = passes % 2 ? b : a;
-    *kv = passes % 2 ? vb : va;
-    if (passes == 0) return;
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        uint64_t *src = a, *dst = b;
-        uint32_t *vs = va, *vd = vb;
-        int64_t s0 = m * t / T, s1 = m * (t + 1) / T;
-        int64_t *h = hist + (size_t)t * 256;
-        for (int p = 0; p < passes; p++) {
-            int shift = lo + 8 * p;
-            memset(h, 0, 256 * sizeof(int64_t));
-            for (int64_t i = s0; i < s1; i++) h[(src[i] >> shift) & 255]++;
-#pragma omp barrier
-#pragma omp single
-            {
-                int64_t run = 0;
-                for (int d = 0; d < 256; d++)
-                    for (int u = 0; u < T; u++) {
-                        int64_t x = hist[(size_t)u * 256 + d];
-                        hist[(size_t)u * 256 + d] = run;
-                        run += x;
-                    }
-            }
-            for (int64_t i = s0; i < s1; i++) {
-                int64_t o = h[(src[i] >> shift) & 255]++;
-                dst[o] = src[i];
-                if (vs) vd[o] = vs[i];
-            }
-#pragma omp barrier
-            uint64_t *tk = src;
-            src = dst;
-            dst = tk;
-            uint32_t *tv = vs;
-            vs = vd;
-            vd = tv;
-        }
-    }
-}
-
 static inline int bit_length(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
 
-/* ---- grouping by sort ----------------------------------------------------------------------- */
+static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 
-typedef struct grp_out {
+/* Per-thread memory for n positions: keys and payloads (two buffers each),
+ * the groups, MAX winner flags, and for HASH the table and its locals. */
+typedef struct tmem {
+    uint64_t *a, *b;
+    uint32_t *va, *vb;
     int64_t *uniq, *start;
     uint32_t *pos;
-} grp_out;
+    uint8_t *win;
+    struct hslot *tab;
+    int64_t *ucnt, *rank;
+} tmem;
 
-/* Groups the m active positions (ids spanning `span` above `mn`) by sort. */
-static hx_status group_sort(const hx_emb_query *q, const uint8_t *act, int64_t m, int64_t mn,
-                            uint64_t span, int nt, hx_emb_workspace *ws, grp_out *go,
-                            int64_t *U_out, hx_emb_err *err)
-{
-    int64_t n = q->n;
-    int kb = bit_length(span), pb = bit_length((uint64_t)(n > 1 ? n - 1 : 1));
-    int packed = kb + pb <= 64;
-    uint64_t *A = hx_emb_ws_get(ws, HX_EMB_WS_KEYS_A, (size_t)m * 8);
-    uint64_t *B = hx_emb_ws_get(ws, HX_EMB_WS_KEYS_B, (size_t)m * 8);
-    uint32_t *VA = packed ? NULL : hx_emb_ws_get(ws, HX_EMB_WS_VALS_A, (size_t)m * 4);
-    uint32_t *VB = packed ? NULL : hx_emb_ws_get(ws, HX_EMB_WS_VALS_B, (size_t)m * 4);
-    int64_t *hist = hx_emb_ws_get(ws, HX_EMB_WS_THREAD, (size_t)(nt + 1) * 256 * 8);
-    if (!A || !B || !hist || (!packed && (!VA || !VB)))
-        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory grouping %lld ids",
-                           (long long)m);
-    /* Compact the active positions in order: (id - mn) << pb | position. */
-    int64_t *cnt = hist; /* nt + 1 counters before the sort uses it */
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        int64_t lo = n * t / T, hi = n * (t + 1) / T, c = 0;
-        for (int64_t j = lo; j < hi; j++) c += act[j];
-        cnt[t + 1] = c;
-#pragma omp barrier
-#pragma omp single
-        {
-            cnt[0] = 0;
-            for (int u = 0; u < T; u++) cnt[u + 1] += cnt[u];
-        }
-        int64_t o = cnt[t];
-        for (int64_t j = lo; j < hi; j++) {
-            if (!act[j]) continue;
-            uint64_t k = (uint64_t)hx_emb_id_at(q->ids, q->id_dtype, j) - (uint64_t)mn;
-            if (packed) {
-                A[o++] = k << pb | (uint64_t)j;
-            } else {
-                A[o] = k;
-                VA[o++] = (uint32_t)j;
-            }
-        }
-    }
-    uint64_t *K;
-    uint32_t *V;
-    radix_sort(A, B, VA, VB, m, packed ? pb : 0, kb, nt, hist, &K, &V);
-    /* Runs of equal ids. */
-    uint64_t pmask = packed ? (pb == 64 ? ~0ull : (1ull << pb) - 1) : 0;
-    int shift = packed ? pb : 0;
-    int64_t *runs = hist; /* nt + 1 counters again */
-    int64_t U = 0;
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        int64_t lo = m * t / T, hi = m * (t + 1) / T, c = 0;
-        for (int64_t i = lo; i < hi; i++) c += i == 0 || (K[i] >> shift) != (K[i - 1] >> shift);
-        runs[t + 1] = c;
-#pragma omp barrier
-#pragma omp single
-        {
-            runs[0] = 0;
-            for (int u = 0; u < T; u++) runs[u + 1] += runs[u];
-            U = runs[T];
-            go->uniq = hx_emb_ws_get(ws, HX_EMB_WS_UNIQ, (size_t)U * 8);
-            go->start = hx_emb_ws_get(ws, HX_EMB_WS_START, (size_t)(U + 1) * 8);
-            go->pos = hx_emb_ws_get(ws, HX_EMB_WS_POS, (size_t)m * 4);
-        }
-        if (go->uniq && go->start && go->pos) {
-            int64_t u = runs[t];
-            for (int64_t i = lo; i < hi; i++) {
-                uint64_t k = K[i] >> shift;
-                if (i == 0 || k != (K[i - 1] >> shift)) {
-                    go->uniq[u] = (int64_t)(k + (uint64_t)mn);
-                    go->start[u++] = i;
-                }
-                go->pos[i] = packed ? (uint32_t)(K[i] & pmask) : V[i];
-            }
-        }
-    }
-    if (!go->uniq || !go->start || !go->pos)
-        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory grouping %lld ids",
-                           (long long)m);
-    go->start[U] = m;
-    *U_out = U;
-    return HX_OK;
-}
-
-/* ---- grouping by hash ------------------------------------------------------------------------ */
-
-typedef struct slot {
+typedef struct hslot {
     int64_t key;
     int64_t idx; /* local unique index, -1: empty */
-} slot;
+} hslot;
 
-typedef struct part_state {
-    int64_t owned;   /* positions of this thread's partitions */
-    int64_t cap;     /* slots, a power of two */
-    int64_t U;       /* unique ids found */
-    size_t off;      /* byte offset of this thread's memory in the block */
-} part_state;
-
-static inline uint64_t id_hash(int64_t id) { return XXH3_64bits_withSeed(&id, sizeof id, HASH_SEED); }
-
-static size_t part_bytes(const part_state *ps)
+static size_t tmem_bytes(int64_t n, int hash)
 {
-    /* slots, then per local unique: key, count, rank, partition; 64-byte multiples */
-    size_t b = (size_t)ps->cap * sizeof(slot) + (size_t)ps->owned * (3 * sizeof(int64_t) + 1);
-    return (b + 63) / 64 * 64;
+    size_t m = (size_t)(n > 0 ? n : 1);
+    size_t b = 2 * align64(m * 8) + 2 * align64(m * 4) + 2 * align64(m * 8) + 8 + align64(m * 4) + align64(m);
+    if (hash) b += align64(4 * m * sizeof(hslot)) + 2 * align64(m * 8) + 64;
+    return align64(b + 64);
 }
 
-/* Thread t of T owns partitions [NPARTS * t / T, NPARTS * (t + 1) / T):
- * output ids in partition order, within one in order of first position. */
-static hx_status group_hash(const hx_emb_query *q, const uint8_t *act, int64_t m, int nt,
-                            hx_emb_workspace *ws, grp_out *go, int64_t *U_out, hx_emb_err *err)
+static tmem tmem_at(char *base, int64_t n, int hash)
 {
-    int64_t n = q->n;
-    uint64_t *H = hx_emb_ws_get(ws, HX_EMB_WS_KEYS_A, (size_t)n * 8);
-    uint32_t *inv = hx_emb_ws_get(ws, HX_EMB_WS_VALS_A, (size_t)n * 4);
-    int64_t *hist = hx_emb_ws_get(ws, HX_EMB_WS_KEYS_B, (size_t)nt * NPARTS * 8);
-    part_state *ps = hx_emb_ws_get(ws, HX_EMB_WS_VALS_B, (size_t)(nt + 1) * sizeof(part_state));
-    go->uniq = hx_emb_ws_get(ws, HX_EMB_WS_UNIQ, (size_t)m * 8);
-    go->start = hx_emb_ws_get(ws, HX_EMB_WS_START, (size_t)(m + 1) * 8);
-    go->pos = hx_emb_ws_get(ws, HX_EMB_WS_POS, (size_t)m * 4);
-    if (!H || !inv || !hist || !ps || !go->uniq || !go->start || !go->pos)
-        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory grouping %lld ids",
-                           (long long)m);
-    char *block = NULL;
-    int oom = 0;
-    int64_t U = 0;
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        int p0 = NPARTS * t / T, p1 = NPARTS * (t + 1) / T;
-        int64_t lo = n * t / T, hi = n * (t + 1) / T;
-        int64_t *h = hist + (size_t)t * NPARTS;
-        memset(h, 0, NPARTS * sizeof(int64_t));
-        for (int64_t j = lo; j < hi; j++) {
-            if (!act[j]) continue;
-            H[j] = id_hash(hx_emb_id_at(q->ids, q->id_dtype, j));
-            h[H[j] >> 56]++;
-        }
-#pragma omp barrier
-        part_state *me = &ps[t];
-        me->owned = 0;
-        for (int u = 0; u < T; u++)
-            for (int p = p0; p < p1; p++) me->owned += hist[(size_t)u * NPARTS + p];
-        me->cap = 16;
-        while (me->cap < 2 * me->owned) me->cap *= 2;
-        me->U = 0;
-#pragma omp barrier
-#pragma omp single
-        {
-            size_t total = 0;
-            for (int u = 0; u < T; u++) {
-                ps[u].off = total;
-                total += part_bytes(&ps[u]);
-            }
-            block = hx_emb_ws_get(ws, HX_EMB_WS_THREAD, total);
-            oom = block == NULL;
-        }
-        if (!oom) {
-            char *mem = block + me->off;
-            slot *tab = (slot *)mem;
-            int64_t *ukey = (int64_t *)(tab + me->cap);
-            int64_t *ucnt = ukey + me->owned, *rank = ucnt + me->owned;
-            uint8_t *upart = (uint8_t *)(rank + me->owned);
-            uint64_t mask = (uint64_t)me->cap - 1;
-            for (int64_t s = 0; s < me->cap; s++) tab[s].idx = -1;
-            /* Unique ids of my partitions, in order of first position. */
-            for (int64_t j = 0; j < n; j++) {
-                if (!act[j]) continue;
-                int p = (int)(H[j] >> 56);
-                if (p < p0 || p >= p1) continue;
-                int64_t id = hx_emb_id_at(q->ids, q->id_dtype, j);
-                uint64_t s = H[j] & mask;
-                while (tab[s].idx >= 0 && tab[s].key != id) s = (s + 1) & mask;
-                if (tab[s].idx < 0) {
-                    tab[s].key = id;
-                    tab[s].idx = me->U;
-                    ukey[me->U] = id;
-                    ucnt[me->U] = 0;
-                    upart[me->U++] = (uint8_t)p;
-                }
-                inv[j] = (uint32_t)tab[s].idx;
-                ucnt[tab[s].idx]++;
-            }
-            /* Rank of each local unique: by partition, then first position. */
-            int64_t pc[NPARTS + 1];
-            memset(pc, 0, sizeof pc);
-            for (int64_t L = 0; L < me->U; L++) pc[upart[L] + 1]++;
-            for (int p = 0; p < NPARTS; p++) pc[p + 1] += pc[p];
-            for (int64_t L = 0; L < me->U; L++) rank[L] = pc[upart[L]]++;
-        }
-#pragma omp barrier
-#pragma omp single
-        {
-            int64_t u = 0, pos = 0;
-            for (int v = 0; v < T; v++) {
-                int64_t nu = ps[v].U, np = ps[v].owned;
-                ps[v].U = u;     /* from here: first output index */
-                ps[v].owned = pos; /* from here: first output position */
-                u += nu;
-                pos += np;
-            }
-            ps[T].U = u;
-            ps[T].owned = pos;
-            U = u;
-        }
-        if (!oom) {
-            char *mem = block + me->off;
-            int64_t uo = me->U, po = me->owned, nu = ps[t + 1].U - uo;
-            slot *tab = (slot *)mem;
-            int64_t own = ps[t + 1].owned - po;
-            int64_t *ukey = (int64_t *)(tab + me->cap);
-            int64_t *ucnt = ukey + own, *rank = ucnt + own;
-            /* Starts in rank order, then positions in ascending order. */
-            for (int64_t L = 0; L < nu; L++) {
-                go->uniq[uo + rank[L]] = ukey[L];
-                go->start[uo + rank[L]] = ucnt[L];
-            }
-            int64_t run = po;
-            for (int64_t r = uo; r < uo + nu; r++) {
-                int64_t c = go->start[r];
-                go->start[r] = run;
-                run += c;
-            }
-            /* ucnt becomes the write cursor of each local unique. */
-            for (int64_t L = 0; L < nu; L++) ucnt[L] = go->start[uo + rank[L]];
-            for (int64_t j = 0; j < n; j++) {
-                if (!act[j]) continue;
-                int p = (int)(H[j] >> 56);
-                if (p < p0 || p >= p1) continue;
-                go->pos[ucnt[inv[j]]++] = (uint32_t)j;
-            }
-        }
+    size_t m = (size_t)(n > 0 ? n : 1);
+    char *p = (char *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
+    tmem t;
+    memset(&t, 0, sizeof t);
+    t.a = (uint64_t *)p;
+    p += align64(m * 8);
+    t.b = (uint64_t *)p;
+    p += align64(m * 8);
+    t.va = (uint32_t *)p;
+    p += align64(m * 4);
+    t.vb = (uint32_t *)p;
+    p += align64(m * 4);
+    t.uniq = (int64_t *)p;
+    p += align64(m * 8);
+    t.start = (int64_t *)p;
+    p += align64(m * 8 + 8);
+    t.pos = (uint32_t *)p;
+    p += align64(m * 4);
+    t.win = (uint8_t *)p;
+    p += align64(m);
+    if (hash) {
+        t.tab = (hslot *)p;
+        p += align64(4 * m * sizeof(hslot));
+        t.ucnt = (int64_t *)p;
+        p += align64(m * 8);
+        t.rank = (int64_t *)p;
     }
-    if (oom)
-        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory grouping %lld ids",
-                           (long long)m);
-    go->start[U] = m;
-    *U_out = U;
-    return HX_OK;
+    return t;
 }
 
-/* ---- groups ------------------------------------------------------------------------------------ */
-
-hx_status hx_emb_group(const hx_emb_query *q, const hx_emb_grad_input *gi, int64_t limit,
-                       hx_emb_workspace *ws, hx_emb_groups *gr, hx_emb_err *err)
+hx_status hx_emb_group_plan(const hx_emb_query *q, const hx_emb_grad_input *gi, int64_t limit,
+                            hx_emb_workspace *ws, hx_emb_gplan *p, hx_emb_err *err)
 {
     int64_t nbags;
     hx_status st = hx_emb_query_check(q, &nbags, err);
@@ -461,57 +182,211 @@ hx_status hx_emb_group(const hx_emb_query *q, const hx_emb_grad_input *gi, int64
     if (gi->dedup != HX_EMB_DEDUP_AUTO && gi->dedup != HX_EMB_DEDUP_SORT && gi->dedup != HX_EMB_DEDUP_HASH)
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding backward: unknown dedup method %d",
                            (int)gi->dedup);
-    int64_t n = q->n;
-    int nt = n >= PARALLEL_MIN ? q->nthreads : 1;
-    int64_t *bag_of = hx_emb_ws_get(ws, HX_EMB_WS_BAG, (size_t)n * 8);
-    float *scale = hx_emb_ws_get(ws, HX_EMB_WS_SCALE, (size_t)n * 4);
-    uint8_t *act = hx_emb_ws_get(ws, HX_EMB_WS_FLAGS, (size_t)n);
-    if (!bag_of || !scale || !act)
-        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory for %lld ids",
-                           (long long)n);
-    int64_t bad = mark_positions(q, gi, nbags, limit, nt, bag_of, scale, act);
-    if (bad >= 0) {
-        int64_t b = bad / gi->dim, k = bad % gi->dim;
-        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
-                           "embedding bag(max) backward: argmax[%lld][%lld] = %lld is not a non-padding "
-                           "position of bag %lld [%lld, %lld); pass the argmax of the same forward",
-                           (long long)b, (long long)k, (long long)gi->argmax[bad], (long long)b,
-                           (long long)hx_emb_bag_bound(q, b), (long long)hx_emb_bag_bound(q, b + 1));
+    int64_t dim = gi->dim;
+    if (q->mode == HX_EMB_MAX) {
+        for (int64_t b = 0; b < nbags; b++) {
+            int64_t s = hx_emb_bag_bound(q, b), e = hx_emb_bag_bound(q, b + 1);
+            for (int64_t k = 0; k < dim; k++) {
+                int64_t a = gi->argmax[b * dim + k];
+                if (a == -1 || (a >= s && a < e && !is_padding(q, hx_emb_id_at(q->ids, q->id_dtype, a))))
+                    continue;
+                return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
+                                   "embedding bag(max) backward: argmax[%lld][%lld] = %lld is not a non-padding "
+                                   "position of bag %lld [%lld, %lld); pass the argmax of the same forward",
+                                   (long long)b, (long long)k, (long long)a, (long long)b, (long long)s,
+                                   (long long)e);
+            }
+        }
     }
-    /* Active positions, and the span of their ids. */
-    int64_t m = 0, mn = INT64_MAX, mx = INT64_MIN;
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : m) reduction(min : mn) reduction(max : mx)
+    /* The span of the ids that may get a gradient. */
+    int64_t n = q->n, mn = INT64_MAX, mx = INT64_MIN;
     for (int64_t j = 0; j < n; j++) {
-        if (!act[j]) continue;
         int64_t id = hx_emb_id_at(q->ids, q->id_dtype, j);
-        m++;
+        if (is_padding(q, id) || (limit > 0 && (id < 0 || id >= limit))) continue;
         if (id < mn) mn = id;
         if (id > mx) mx = id;
     }
-    grp_out go = {NULL, NULL, NULL};
-    int64_t U = 0;
-    if (m == 0) {
-        go.start = hx_emb_ws_get(ws, HX_EMB_WS_START, 8);
-        if (!go.start) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory");
-        go.start[0] = 0;
-    } else {
-        uint64_t span = (uint64_t)mx - (uint64_t)mn;
-        hx_emb_dedup method = gi->dedup;
-        if (method == HX_EMB_DEDUP_AUTO)
-            method = bit_length(span) <= SORT_MAX_BITS ? HX_EMB_DEDUP_SORT : HX_EMB_DEDUP_HASH;
-        st = method == HX_EMB_DEDUP_SORT ? group_sort(q, act, m, mn, span, nt, ws, &go, &U, err)
-                                         : group_hash(q, act, m, nt, ws, &go, &U, err);
-        if (st) return st;
-    }
-    gr->U = U;
-    gr->uniq = go.uniq;
-    gr->start = go.start;
-    gr->pos = go.pos;
-    gr->bag_of = bag_of;
-    gr->scale = scale;
+    memset(p, 0, sizeof *p);
+    p->q = q;
+    p->gi = gi;
+    p->nbags = nbags;
+    p->limit = limit;
+    p->mn = mn <= mx ? mn : 0;
+    p->span = mn <= mx ? (uint64_t)mx - (uint64_t)mn : 0;
+    p->pb = bit_length((uint64_t)(n > 1 ? n - 1 : 1));
+    p->method = gi->dedup;
+    if (p->method == HX_EMB_DEDUP_AUTO)
+        p->method = bit_length(p->span) <= SORT_MAX_BITS ? HX_EMB_DEDUP_SORT : HX_EMB_DEDUP_HASH;
+    p->nthreads = n >= PARALLEL_MIN ? q->nthreads : 1;
+    p->tbytes = tmem_bytes(n, p->method == HX_EMB_DEDUP_HASH);
+    p->bag_of = hx_emb_ws_get(ws, HX_EMB_WS_BAG, (size_t)(n > 0 ? n : 1) * 8);
+    p->scale = hx_emb_ws_get(ws, HX_EMB_WS_SCALE, (size_t)(n > 0 ? n : 1) * 4);
+    p->mem = hx_emb_ws_get(ws, HX_EMB_WS_GROUP, p->tbytes * (size_t)p->nthreads + 64);
+    if (!p->bag_of || !p->scale || !p->mem)
+        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory for %lld ids",
+                           (long long)n);
     return HX_OK;
 }
 
+/* ---- one thread's share ---------------------------------------------------------------------- */
+
+static inline uint64_t id_hash(int64_t id) { return XXH3_64bits_withSeed(&id, sizeof id, HASH_SEED); }
+
+/* Stable LSD radix sort of a (payload va, or NULL) by bits [lo, lo + bits),
+ * with b / vb as the other buffers; returns which pair holds the result
+ * (0: a, 1: b). */
+static int radix_sort(uint64_t *a, uint64_t *b, uint32_t *va, uint32_t *vb, int64_t m, int lo, int bits)
+{
+    int64_t hist[1 << DIGIT_MAX_BITS];
+    int passes = (bits + DIGIT_MAX_BITS - 1) / DIGIT_MAX_BITS;
+    int width = passes ? (bits + passes - 1) / passes : 0;
+    uint64_t mask = ((uint64_t)1 << width) - 1;
+    for (int p = 0; p < passes; p++) {
+        int shift = lo + p * width;
+        memset(hist, 0, sizeof(int64_t) << width);
+        for (int64_t i = 0; i < m; i++) hist[(a[i] >> shift) & mask]++;
+        int64_t run = 0;
+        for (uint64_t d = 0; d <= mask; d++) {
+            int64_t x = hist[d];
+            hist[d] = run;
+            run += x;
+        }
+        for (int64_t i = 0; i < m; i++) {
+            int64_t o = hist[(a[i] >> shift) & mask]++;
+            b[o] = a[i];
+            if (va) vb[o] = va[i];
+        }
+        uint64_t *tk = a;
+        a = b;
+        b = tk;
+        uint32_t *tv = va;
+        va = vb;
+        vb = tv;
+    }
+    return passes % 2;
+}
+
+void hx_emb_group_part(const hx_emb_gplan *p, int part, int nparts, hx_emb_groups *g)
+{
+    const hx_emb_query *q = p->q;
+    const hx_emb_grad_input *gi = p->gi;
+    int64_t n = q->n, dim = gi->dim;
+    int hash = p->method == HX_EMB_DEDUP_HASH;
+    tmem m = tmem_at(p->mem + p->tbytes * (size_t)part, n, hash);
+    /* My share: ids (minus mn) in [klo, klast], or hash partitions [p0, p1). */
+    unsigned __int128 keys = (unsigned __int128)p->span + 1;
+    uint64_t klo = (uint64_t)(keys * (unsigned)part / (unsigned)nparts);
+    unsigned __int128 kend = keys * (unsigned)(part + 1) / (unsigned)nparts;
+    int empty = kend == klo;
+    uint64_t klast = empty ? klo : (uint64_t)(kend - 1);
+    int p0 = NPARTS * part / nparts, p1 = NPARTS * (part + 1) / nparts;
+    int kb = bit_length(klast - klo), pb = p->pb;
+    int packed = kb + pb <= 64;
+    /* Collect my positions in order, with their bag and factor. */
+    int64_t c = 0;
+    if (q->mode == HX_EMB_MAX) memset(m.win, 0, (size_t)(n > 0 ? n : 1));
+    for (int64_t b = 0; b < p->nbags; b++) {
+        int64_t s = hx_emb_bag_bound(q, b), e = hx_emb_bag_bound(q, b + 1);
+        float sc = 1.0f;
+        if (q->mode == HX_EMB_MEAN) {
+            int64_t cnt = 0;
+            for (int64_t j = s; j < e; j++) cnt += !is_padding(q, hx_emb_id_at(q->ids, q->id_dtype, j));
+            sc = cnt > 0 ? 1.0f / (float)cnt : 0.0f;
+        }
+        const int64_t *am = q->mode == HX_EMB_MAX ? gi->argmax + b * dim : NULL;
+        if (am)
+            for (int64_t k = 0; k < dim; k++)
+                if (am[k] >= 0) m.win[am[k]] = 1;
+        for (int64_t j = s; j < e; j++) {
+            int64_t id = hx_emb_id_at(q->ids, q->id_dtype, j);
+            if (is_padding(q, id) || (p->limit > 0 && (id < 0 || id >= p->limit)) || (am && !m.win[j]))
+                continue;
+            uint64_t key = (uint64_t)id - (uint64_t)p->mn, h = 0;
+            if (hash) {
+                h = id_hash(id);
+                int pt = (int)(h >> 56);
+                if (pt < p0 || pt >= p1) continue;
+                m.a[c] = h;
+                m.va[c++] = (uint32_t)j;
+            } else {
+                if (empty || key < klo || key > klast) continue;
+                if (packed) {
+                    m.a[c++] = (key - klo) << pb | (uint64_t)j;
+                } else {
+                    m.a[c] = key - klo;
+                    m.va[c++] = (uint32_t)j;
+                }
+            }
+            p->bag_of[j] = b;
+            p->scale[j] = q->weights ? q->weights[j] : sc;
+        }
+    }
+    int64_t U = 0;
+    if (!hash) {
+        /* Sort by id, then runs of equal ids. */
+        int shift = packed ? pb : 0;
+        int in_b = radix_sort(m.a, m.b, packed ? NULL : m.va, packed ? NULL : m.vb, c, shift, kb);
+        const uint64_t *K = in_b ? m.b : m.a;
+        const uint32_t *V = in_b ? m.vb : m.va;
+        uint64_t pmask = pb >= 64 ? ~0ull : ((uint64_t)1 << pb) - 1;
+        for (int64_t i = 0; i < c; i++) {
+            uint64_t k = K[i] >> shift;
+            if (i == 0 || k != (K[i - 1] >> shift)) {
+                m.uniq[U] = (int64_t)(k + klo + (uint64_t)p->mn);
+                m.start[U++] = i;
+            }
+            m.pos[i] = packed ? (uint32_t)(K[i] & pmask) : V[i];
+        }
+    } else {
+        /* Unique ids in order of first position, then ranked by partition. */
+        int64_t cap = 16;
+        while (cap < 2 * c) cap *= 2;
+        uint64_t mask = (uint64_t)cap - 1;
+        for (int64_t s = 0; s < cap; s++) m.tab[s].idx = -1;
+        for (int64_t i = 0; i < c; i++) {
+            int64_t id = hx_emb_id_at(q->ids, q->id_dtype, m.va[i]);
+            uint64_t s = m.a[i] & mask;
+            while (m.tab[s].idx >= 0 && m.tab[s].key != id) s = (s + 1) & mask;
+            if (m.tab[s].idx < 0) {
+                m.tab[s].key = id;
+                m.tab[s].idx = U;
+                m.b[U] = m.a[i] >> 56; /* partition of local unique U */
+                m.uniq[U] = id;
+                m.ucnt[U++] = 0;
+            }
+            m.vb[i] = (uint32_t)m.tab[s].idx;
+            m.ucnt[m.tab[s].idx]++;
+        }
+        int64_t pc[NPARTS + 1];
+        memset(pc, 0, sizeof pc);
+        for (int64_t L = 0; L < U; L++) pc[m.b[L] + 1]++;
+        for (int pt = 0; pt < NPARTS; pt++) pc[pt + 1] += pc[pt];
+        for (int64_t L = 0; L < U; L++) m.rank[L] = pc[m.b[L]]++;
+        /* uniq in rank order (through a), starts from the counts, then positions. */
+        for (int64_t L = 0; L < U; L++) {
+            m.a[m.rank[L]] = (uint64_t)m.uniq[L];
+            m.start[m.rank[L]] = m.ucnt[L];
+        }
+        int64_t run = 0;
+        for (int64_t r = 0; r < U; r++) {
+            int64_t cnt = m.start[r];
+            m.uniq[r] = (int64_t)m.a[r];
+            m.start[r] = run;
+            run += cnt;
+        }
+        for (int64_t L = 0; L < U; L++) m.ucnt[L] = m.start[m.rank[L]];
+        for (int64_t i = 0; i < c; i++) m.pos[m.ucnt[m.vb[i]]++] = m.va[i];
+    }
+    m.start[U] = c;
+    g->U = U;
+    g->uniq = m.uniq;
+    g->start = m.start;
+    g->pos = m.pos;
+    g->bag_of = p->bag_of;
+    g->scale = p->scale;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
 void hx_emb_group_sum(const hx_emb_query *q, const hx_emb_grad_input *gi,
                       const hx_emb_groups *gr, int64_t u, int64_t gstride, float *dst)
 {
@@ -531,29 +406,6 @@ void hx_emb_group_sum(const hx_emb_query *q, const hx_emb_grad_input *gi,
     }
 }
 
-void hx_emb_group_split(const hx_emb_groups *gr, int part, int nparts, int64_t *u0, int64_t *u1)
-{
-    int64_t U = gr->U, total = gr->start[U] + ROW_WEIGHT * U;
-    int64_t bound[2];
-    for (int e = 0; e < 2; e++) {
-        int64_t p = part + e;
-        if (p >= nparts) {
-            bound[e] = U;
-            continue;
-        }
-        /* The first group whose weight before it reaches total * p / nparts. */
-        int64_t target = (int64_t)((__int128)total * p / nparts), lo = 0, hi = U;
-        while (lo < hi) {
-            int64_t mid = lo + (hi - lo) / 2;
-            if (gr->start[mid] + ROW_WEIGHT * mid < target) lo = mid + 1;
-            else hi = mid;
-        }
-        bound[e] = lo;
-    }
-    *u0 = bound[0];
-    *u1 = bound[1];
-}
-
 /* ---- backward ------------------------------------------------------------------------------------ */
 
 hx_status hx_emb_backward(const hx_emb_query *q, const hx_emb_grad_input *gi,
@@ -563,21 +415,36 @@ hx_status hx_emb_backward(const hx_emb_query *q, const hx_emb_grad_input *gi,
     hx_emb_workspace *own = NULL;
     if (!ws && !(ws = own = hx_emb_workspace_create()))
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory");
-    hx_emb_groups gr;
-    hx_status st = hx_emb_group(q, gi, 0, ws, &gr, err);
-    if (!st) st = hx_emb_sparse_grad_reserve(out, gr.U, gi->dim, err);
+    hx_emb_gplan p;
+    hx_status st = hx_emb_group_plan(q, gi, 0, ws, &p, err);
+    int64_t offs[257];
     if (!st) {
-        int nt = q->n >= PARALLEL_MIN ? q->nthreads : 1;
-        int64_t gs = out->stride;
-#pragma omp parallel num_threads(nt)
+        int nt = p.nthreads < 256 ? p.nthreads : 256;
+        hx_status rst = HX_OK;
+        /* Group, then (once every thread knows its count) size the output
+         * and write each thread's rows at its offset. */
+#pragma omp parallel num_threads(nt) if (nt > 1)
         {
-            int64_t u0, u1;
-            hx_emb_group_split(&gr, omp_get_thread_num(), omp_get_num_threads(), &u0, &u1);
-            for (int64_t u = u0; u < u1; u++) {
-                out->ids[u] = gr.uniq[u];
-                hx_emb_group_sum(q, gi, &gr, u, gs, out->rows + u * gs);
+            int t = omp_get_thread_num(), T = omp_get_num_threads();
+            hx_emb_groups g;
+            hx_emb_group_part(&p, t, T, &g);
+            offs[t + 1] = g.U;
+#pragma omp barrier
+#pragma omp single
+            {
+                offs[0] = 0;
+                for (int u = 0; u < T; u++) offs[u + 1] += offs[u];
+                rst = hx_emb_sparse_grad_reserve(out, offs[T], gi->dim, err);
+            }
+            if (!rst) {
+                int64_t gs = out->stride;
+                for (int64_t u = 0; u < g.U; u++) {
+                    out->ids[offs[t] + u] = g.uniq[u];
+                    hx_emb_group_sum(q, gi, &g, u, gs, out->rows + (offs[t] + u) * gs);
+                }
             }
         }
+        st = rst;
     }
     hx_emb_workspace_free(own);
     return st;

@@ -280,8 +280,8 @@ static hx_status check_header(const hx_emb_local *t, const fheader *h, const cha
     if (h->dtype != (uint32_t)t->dtype || h->rows != t->base.rows || h->dim != t->base.dim)
         return hx_emb_fail(err, HX_ERR_SHAPE, "embedding load: %s holds a %lld x %lld %s table; this table is %lld x %lld %s",
                            path, (long long)h->rows, (long long)h->dim,
-                           h->dtype <= HX_DTYPE_I64 ? hx_dtype_name((hx_dtype)h->dtype) : "?",
-                           (long long)t->base.rows, (long long)t->base.dim, hx_dtype_name(t->dtype));
+                           hx_emb_dtype_name((hx_dtype)h->dtype),
+                           (long long)t->base.rows, (long long)t->base.dim, hx_emb_dtype_name(t->dtype));
     if (t->optim.kind != HX_EMB_OPTIM_NONE && h->optim != (uint32_t)t->optim.kind)
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
                            "embedding load: %s holds %s optimizer state; the table has %s: set the same optimizer "

@@ -2,6 +2,7 @@
  * local table, with a prefetching gather; threads split the positions
  * (lookup) or the bags (bags, balanced by positions), and each output row is
  * computed by one thread in order of position. */
+#pragma GCC optimize("fp-contract=off")
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +18,6 @@
 #define PREFETCH_MAX_LINES 16
 /* Below this many positions a call stays on the calling thread. */
 #define PARALLEL_MIN 2048
-
-int64_t hx_emb_id_at(const void *ids, hx_dtype dt, int64_t i)
-{
-    return dt == HX_DTYPE_I32 ? ((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
-}
 
 hx_emb_query hx_emb_query_rows(const int64_t *ids, int64_t n)
 {
@@ -51,12 +47,6 @@ int64_t hx_emb_query_out_rows(const hx_emb_query *q)
     return q->include_last_offset ? q->n_offsets - 1 : q->n_offsets;
 }
 
-int64_t hx_emb_bag_bound(const hx_emb_query *q, int64_t b)
-{
-    if (q->mode == HX_EMB_ROWS) return b;
-    return b < q->n_offsets ? hx_emb_id_at(q->offsets, q->id_dtype, b) : q->n;
-}
-
 static const char *mode_name(hx_emb_mode m)
 {
     switch (m) {
@@ -76,7 +66,7 @@ hx_status hx_emb_query_check(const hx_emb_query *q, int64_t *nbags, hx_emb_err *
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding: unknown mode %d", (int)q->mode);
     if (q->id_dtype != HX_DTYPE_I32 && q->id_dtype != HX_DTYPE_I64)
         return hx_emb_fail(err, HX_ERR_DTYPE, "embedding %s: ids are %s; use i32 or i64", op,
-                           hx_dtype_name(q->id_dtype));
+                           hx_emb_dtype_name(q->id_dtype));
     if (q->n < 0 || q->n > (int64_t)UINT32_MAX)
         return hx_emb_fail(err, HX_ERR_SHAPE, "embedding %s: %lld ids; at most 2^32 - 1 per call", op,
                            (long long)q->n);
@@ -131,29 +121,27 @@ static inline int is_padding(const hx_emb_query *q, int64_t id)
     return q->has_padding && id == q->padding_id;
 }
 
-/* Under OOB_ERROR: the first position whose id (not padding) is outside
- * [0, rows), or -1. Under OOB_ZERO: -1, and *count = such positions. */
-static int64_t scan_ids(const hx_emb_query *q, int64_t rows, int nthreads, int64_t *count)
+/* The first position whose id (not padding) is outside [0, rows), or -1;
+ * *count = such positions. On the calling thread: a pass over the ids costs
+ * less than a parallel region's start on a busy machine. */
+static int64_t scan_ids(const hx_emb_query *q, int64_t rows, int64_t *count)
 {
-    int64_t first = INT64_MAX, cnt = 0, n = q->n;
-    int nt = n >= PARALLEL_MIN ? nthreads : 1;
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(min : first) reduction(+ : cnt)
+    int64_t first = -1, cnt = 0, n = q->n;
     for (int64_t i = 0; i < n; i++) {
         int64_t id = hx_emb_id_at(q->ids, q->id_dtype, i);
         if (!is_padding(q, id) && (id < 0 || id >= rows)) {
-            cnt++;
-            if (i < first) first = i;
+            if (cnt++ == 0) first = i;
         }
     }
     *count = cnt;
-    return first == INT64_MAX ? -1 : first;
+    return first;
 }
 
 hx_status hx_emb_check_ids(const hx_emb_query *q, int64_t rows, hx_emb_oob oob,
                            _Atomic int64_t *oob_count, const char *op, hx_emb_err *err)
 {
     int64_t cnt;
-    int64_t bad = scan_ids(q, rows, q->nthreads, &cnt);
+    int64_t bad = scan_ids(q, rows, &cnt);
     if (bad >= 0 && oob == HX_EMB_OOB_ERROR)
         return hx_emb_fail(err, HX_ERR_INDEX,
                            "embedding %s: id %lld at position %lld is outside the table's rows [0, %lld)%s",
@@ -252,7 +240,9 @@ static inline void add_row_scaled(float *restrict acc, const float *restrict r, 
     for (int64_t k = 0; k < dim; k++) acc[k] += w * r[k];
 }
 
-/* Bags [b0, b1). */
+/* Bags [b0, b1). Compiled for AVX-512, AVX2 and the baseline (picked at
+ * load time); with contraction off every clone rounds alike. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static void bag_range(const job *jb, int64_t b0, int64_t b1, float *buf)
 {
     const hx_emb_query *q = jb->q;
@@ -332,7 +322,7 @@ hx_status hx_emb_local_lookup(hx_emb_local *t, const hx_emb_query *q, hx_emb_oob
     job jb = {q, make_src(t), t->base.rows, t->base.dim, nbags, out, argmax};
     int nt = q->n >= PARALLEL_MIN || nbags >= PARALLEL_MIN ? q->nthreads : 1;
     int fail = 0;
-#pragma omp parallel num_threads(nt) reduction(| : fail)
+#pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : fail)
     {
         int tid = omp_get_thread_num(), ntd = omp_get_num_threads();
         float *buf = jb.s.direct ? NULL : malloc((size_t)t->gstride * sizeof(float));

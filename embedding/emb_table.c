@@ -32,6 +32,18 @@ hx_status hx_emb_fail(hx_emb_err *err, hx_status st, const char *fmt, ...)
     return st;
 }
 
+const char *hx_emb_dtype_name(hx_dtype dt)
+{
+    switch (dt) {
+    case HX_DTYPE_F32: return "f32";
+    case HX_DTYPE_F16: return "f16";
+    case HX_DTYPE_BF16: return "bf16";
+    case HX_DTYPE_I32: return "i32";
+    case HX_DTYPE_I64: return "i64";
+    }
+    return "unknown dtype";
+}
+
 int64_t hx_emb_row_stride(int64_t dim, hx_dtype dtype)
 {
     int64_t per = dtype == HX_DTYPE_F32 ? 16 : 32;
@@ -432,7 +444,7 @@ hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_embedding_table
                            (long long)cfg->rows, (long long)cfg->dim);
     if (cfg->dtype != HX_DTYPE_F32 && cfg->dtype != HX_DTYPE_F16 && cfg->dtype != HX_DTYPE_BF16)
         return hx_emb_fail(err, HX_ERR_DTYPE, "embedding table: storage dtype %s is not f32, f16 or bf16",
-                           hx_dtype_name(cfg->dtype));
+                           hx_emb_dtype_name(cfg->dtype));
     if (cfg->init.kind != HX_EMB_INIT_ZEROS && cfg->init.kind != HX_EMB_INIT_UNIFORM &&
         cfg->init.kind != HX_EMB_INIT_NORMAL)
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding table: unknown initialiser %d",
@@ -457,7 +469,7 @@ hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_embedding_table
     t->base.rows = cfg->rows;
     t->base.dim = cfg->dim;
     t->dtype = cfg->dtype;
-    t->esize = hx_dtype_size(cfg->dtype);
+    t->esize = hx_k_dtype_size((hx_kdtype)cfg->dtype);
     t->stride = hx_emb_row_stride(cfg->dim, cfg->dtype);
     t->gstride = hx_emb_row_stride(cfg->dim, HX_DTYPE_F32);
     t->init = cfg->init;

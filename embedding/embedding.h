@@ -192,7 +192,11 @@ hx_status hx_emb_sparse_grad_reserve(hx_emb_sparse_grad *g, int64_t n, int64_t d
                                      hx_emb_err *err);
 
 /* How the backward finds the unique ids. Both give the same rows, each
- * row summed in order of position; they differ in the order of the ids. */
+ * row summed in order of position; they differ in the order of the ids.
+ * Sorting measured faster for table rows (bench_embedding, 106,496 ids of a
+ * 10M-row table, one thread: 4.7 against 6.1 ms uniform, 3.7 against 4.1
+ * Zipf), so AUTO sorts unless the ids span too many bits for few passes.
+ * Either takes scratch of about 45 bytes per position per thread (HASH 133). */
 typedef enum hx_emb_dedup {
     HX_EMB_DEDUP_AUTO, /* SORT, or HASH when the ids span more than 40 bits */
     HX_EMB_DEDUP_SORT, /* LSD radix sort of (id, position): ids ascending */
@@ -408,6 +412,10 @@ hx_embedding_table *hx_emb_dynamic_local(hx_embedding_table *t);
 
 /* ---- shared inside embedding/ --------------------------------------------------------- */
 
+/* "f32", "f16", ... (embedding/ does not call into graph/, where
+ * hx_dtype_name lives). */
+const char *hx_emb_dtype_name(hx_dtype dt);
+
 /* Writes "fmt..." to err (if any) and returns st. */
 hx_status hx_emb_fail(hx_emb_err *err, hx_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -446,12 +454,19 @@ hx_status hx_emb_local_backward_update(hx_emb_local *t, const hx_emb_query *q,
 hx_status hx_emb_local_apply(hx_emb_local *t, const hx_emb_sparse_grad *g, int64_t step,
                              int nthreads, hx_emb_oob oob, hx_emb_err *err);
 
-/* Validated shape of a query: bag bounds and per-position data. */
-int64_t hx_emb_id_at(const void *ids, hx_dtype dt, int64_t i);
+/* Id i of an i32 or i64 id array. */
+static inline int64_t hx_emb_id_at(const void *ids, hx_dtype dt, int64_t i)
+{
+    return dt == HX_DTYPE_I32 ? ((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
+}
 /* Checks the query's dtypes, sizes, offsets and weights; *nbags = out rows. */
 hx_status hx_emb_query_check(const hx_emb_query *q, int64_t *nbags, hx_emb_err *err);
 /* Bag bound b (0 <= b <= nbags) of a checked query: n at b = nbags. */
-int64_t hx_emb_bag_bound(const hx_emb_query *q, int64_t b);
+static inline int64_t hx_emb_bag_bound(const hx_emb_query *q, int64_t b)
+{
+    if (q->mode == HX_EMB_ROWS) return b;
+    return b < q->n_offsets ? hx_emb_id_at(q->offsets, q->id_dtype, b) : q->n;
+}
 /* Checks the ids of a checked query against [0, rows) (padding excepted):
  * under OOB_ERROR the first bad one fails with HX_ERR_INDEX naming it and
  * its position; under OOB_ZERO they are added to *oob_count (if not NULL).
@@ -470,37 +485,57 @@ hx_status hx_emb_local_load_with(hx_emb_local *t, const char *path, hx_emb_extra
                                  void *ctx, hx_emb_err *err);
 
 /* Grouping of the positions that get a gradient by id, the common step of
- * hx_emb_backward and the fused update: ids uniq[0..U), positions of id u
- * pos[start[u] .. start[u + 1]) ascending. */
+ * hx_emb_backward and the fused update. A plan (checks, the span of the
+ * ids, memory) is made on the calling thread; then each of nparts threads
+ * groups its own share of the ids with hx_emb_group_part, with no
+ * synchronisation: SORT shares the id range in equal spans (thread order is
+ * ascending id order), HASH shares 256 hash partitions. Shares do not
+ * depend on anything but nparts, so each id's row is summed by one thread
+ * in ascending position order whatever the thread count. */
+typedef struct hx_emb_gplan {
+    const hx_emb_query *q;
+    const hx_emb_grad_input *gi;
+    int64_t nbags, limit;
+    hx_emb_dedup method; /* SORT or HASH */
+    int64_t mn;          /* smallest id that may get a gradient */
+    uint64_t span;       /* largest minus smallest */
+    int pb;              /* bits of a position */
+    int64_t *bag_of;     /* bag of each position (written by its id's thread) */
+    float *scale;        /* factor of each position (SUM, MEAN, ROWS), likewise */
+    char *mem;           /* per-thread memory, tbytes each */
+    size_t tbytes;
+    int nthreads;        /* threads to use */
+} hx_emb_gplan;
+
+/* One thread's groups: ids uniq[0..U), positions of id u pos[start[u] ..
+ * start[u + 1]) ascending. */
 typedef struct hx_emb_groups {
     int64_t U;
     const int64_t *uniq;
     const int64_t *start;
     const uint32_t *pos;
-    const int64_t *bag_of; /* bag of each position */
-    const float *scale;    /* factor of each position (SUM, MEAN, ROWS) */
+    const int64_t *bag_of;
+    const float *scale;
 } hx_emb_groups;
 
-/* Groups the positions of q that get a gradient; limit > 0 also drops
- * positions whose id is outside [0, limit) (the caller has checked them).
- * The arrays live in ws. */
-hx_status hx_emb_group(const hx_emb_query *q, const hx_emb_grad_input *gi, int64_t limit,
-                       hx_emb_workspace *ws, hx_emb_groups *gr, hx_emb_err *err);
+/* Plans the grouping of the positions of q that get a gradient; limit > 0
+ * also drops positions whose id is outside [0, limit) (the caller has
+ * checked them). Memory comes from ws. */
+hx_status hx_emb_group_plan(const hx_emb_query *q, const hx_emb_grad_input *gi, int64_t limit,
+                            hx_emb_workspace *ws, hx_emb_gplan *p, hx_emb_err *err);
+/* The groups of share `part` of `nparts` (nparts <= p->nthreads), built in
+ * that part's memory. */
+void hx_emb_group_part(const hx_emb_gplan *p, int part, int nparts, hx_emb_groups *g);
 /* dst (gstride floats, padding zero) = the summed gradient of group u. */
 void hx_emb_group_sum(const hx_emb_query *q, const hx_emb_grad_input *gi,
                       const hx_emb_groups *gr, int64_t u, int64_t gstride, float *dst);
-/* [*u0, *u1): the groups thread `part` of `nparts` takes, balanced by
- * positions plus rows. */
-void hx_emb_group_split(const hx_emb_groups *gr, int part, int nparts, int64_t *u0, int64_t *u1);
 
 /* The workspace's grow-only buffers, by use. */
 enum {
-    HX_EMB_WS_KEYS_A, HX_EMB_WS_KEYS_B, HX_EMB_WS_VALS_A, HX_EMB_WS_VALS_B, /* grouping */
-    HX_EMB_WS_UNIQ, HX_EMB_WS_START, HX_EMB_WS_POS,                         /* groups */
-    HX_EMB_WS_BAG, HX_EMB_WS_SCALE, HX_EMB_WS_FLAGS,                        /* positions */
-    HX_EMB_WS_THREAD,                                                       /* per thread */
-    HX_EMB_WS_CHUNK,                                                        /* update chunks */
-    HX_EMB_WS_XIDS, HX_EMB_WS_XOFF,                                         /* dynamic table */
+    HX_EMB_WS_BAG, HX_EMB_WS_SCALE, /* per position */
+    HX_EMB_WS_GROUP,                /* per-thread grouping memory */
+    HX_EMB_WS_CHUNK,                /* per-thread update chunks */
+    HX_EMB_WS_XIDS, HX_EMB_WS_XOFF, /* dynamic table: mapped ids and offsets */
     HX_EMB_WS_SLOTS
 };
 /* Buffer `slot` with room for `bytes` (its contents are kept only while
