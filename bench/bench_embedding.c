@@ -11,8 +11,9 @@
  *   bwd_lazy_adam_unfused     hx_emb_backward, then the sparse update
  *   step         bag forward + fused backward + LazyAdam: samples/s
  * One JSON object per case on stdout: median and best milliseconds per
- * batch over the runs, and the ratio to the gather ceiling of the same
- * distribution and thread count, measured in this run.
+ * batch over the runs, and the ratio to the gather ceiling of the same ids
+ * and thread count, measured again just before the case (the machine is
+ * shared: its load drifts during a run).
  *   bench_embedding [CASE,CASE,...] [THREADS]   only these cases (the gather
  *   always runs) and thread count; default all cases at 1 and 2 threads */
 #define _GNU_SOURCE
@@ -244,6 +245,17 @@ static int wanted(const char *name)
 }
 
 static void emit(const char *name, const char *dist, int threads, timing tm, double ceiling_ms,
+                 int64_t unique);
+
+/* Times f, with the gather ceiling timed just before it, and prints the case. */
+static void run_case(const char *name, const char *dist, ctx *c, batch_fn f, int show_unique)
+{
+    timing g = time_it(plain_gather, c);
+    timing tm = time_it(f, c);
+    emit(name, dist, c->threads, tm, g.median, show_unique ? c->g.n : -1);
+}
+
+static void emit(const char *name, const char *dist, int threads, timing tm, double ceiling_ms,
                  int64_t unique)
 {
     printf("{\"bench\":\"embedding\",\"case\":\"%s\",\"ids\":\"%s\",\"threads\":%d,\"rows\":%lld,\"dim\":%d,"
@@ -303,27 +315,18 @@ int main(int argc, char **argv)
 
     const char *dists[2] = {"uniform", "zipf1.05"};
     int64_t *idsets[2] = {uni, zip};
-    double ceiling[2][3];
     /* Forward and dedup: no optimizer state needed. */
     for (int d = 0; d < 2; d++)
         for (int th = th_lo; th <= th_hi; th++) {
             c.ids = idsets[d];
             c.threads = th;
-            timing g = time_it(plain_gather, &c);
-            ceiling[d][th] = g.median;
-            emit("gather", dists[d], th, g, 0, -1);
-            if (wanted("lookup")) emit("lookup", dists[d], th, time_it(run_lookup, &c), g.median, -1);
-            if (wanted("bag")) emit("bag", dists[d], th, time_it(run_bag, &c), g.median, -1);
+            emit("gather", dists[d], th, time_it(plain_gather, &c), 0, -1);
+            if (wanted("lookup")) run_case("lookup", dists[d], &c, run_lookup, 0);
+            if (wanted("bag")) run_case("bag", dists[d], &c, run_bag, 0);
             c.dedup = HX_EMB_DEDUP_SORT;
-            if (wanted("backward_sort")) {
-                timing ds = time_it(run_dedup, &c);
-                emit("backward_sort", dists[d], th, ds, g.median, c.g.n);
-            }
+            if (wanted("backward_sort")) run_case("backward_sort", dists[d], &c, run_dedup, 1);
             c.dedup = HX_EMB_DEDUP_HASH;
-            if (wanted("backward_hash")) {
-                timing dh = time_it(run_dedup, &c);
-                emit("backward_hash", dists[d], th, dh, g.median, c.g.n);
-            }
+            if (wanted("backward_hash")) run_case("backward_hash", dists[d], &c, run_dedup, 1);
         }
     /* Updates, one optimizer at a time (state dropped in between to keep memory at 7.7 GB). */
     const struct {
@@ -343,12 +346,11 @@ int main(int argc, char **argv)
             for (int th = th_lo; th <= th_hi; th++) {
                 c.ids = idsets[d];
                 c.threads = th;
-                if (wanted(opts[o].name))
-                    emit(opts[o].name, dists[d], th, time_it(run_bwd_update, &c), ceiling[d][th], -1);
+                if (wanted(opts[o].name)) run_case(opts[o].name, dists[d], &c, run_bwd_update, 0);
                 if (!lazy_adam) continue;
                 if (wanted("bwd_lazy_adam_unfused"))
-                    emit("bwd_lazy_adam_unfused", dists[d], th, time_it(run_bwd_unfused, &c), ceiling[d][th], -1);
-                if (wanted("step")) emit("step", dists[d], th, time_it(run_step, &c), ceiling[d][th], -1);
+                    run_case("bwd_lazy_adam_unfused", dists[d], &c, run_bwd_unfused, 0);
+                if (wanted("step")) run_case("step", dists[d], &c, run_step, 0);
             }
     }
     printf("{\"bench\":\"embedding\",\"case\":\"total\",\"anon_huge_kb\":%ld,\"total_s\":%.1f}\n", anon_huge_kb(),

@@ -1,9 +1,11 @@
 /* Backward of lookups and bags to a sparse gradient: the positions that get
  * a gradient are grouped by id (radix sort of (id, position), or XXH3-keyed
  * hash maps over id partitions), then each unique id's row is summed over
- * its positions in ascending order, by one thread. Each thread groups its
- * own share of the ids from the whole input, so the threads need not wait
- * for each other (on a loaded machine a barrier costs a time slice). */
+ * its positions in ascending order, by one thread. The positions are first
+ * bucketed into shares of the ids on the calling thread; threads then take
+ * shares as they come free and never wait for each other inside (on a
+ * loaded machine a thread that waits for a preempted one loses a time
+ * slice). */
 #pragma GCC optimize("fp-contract=off")
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,8 +20,8 @@
 
 /* Below this many positions grouping stays on the calling thread. */
 #define PARALLEL_MIN 1024
-/* Hash partitions (the hash method's unit of work per thread). */
-#define NPARTS 256
+/* Positions a share aims at. */
+#define SHARE_POSITIONS 2048
 /* AUTO sorts ids spanning at most this many bits. */
 #define SORT_MAX_BITS 40
 /* Radix digits have at most this many bits. */
@@ -106,63 +108,21 @@ static inline int is_padding(const hx_emb_query *q, int64_t id)
 
 static inline int bit_length(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
 
+static inline uint64_t id_hash(int64_t id) { return XXH3_64bits_withSeed(&id, sizeof id, HASH_SEED); }
+
 static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 
-/* Per-thread memory for n positions: keys and payloads (two buffers each),
- * the groups, MAX winner flags, and for HASH the table and its locals. */
-typedef struct tmem {
-    uint64_t *a, *b;
-    uint32_t *va, *vb;
-    int64_t *uniq, *start;
-    uint32_t *pos;
-    uint8_t *win;
-    struct hslot *tab;
-    int64_t *ucnt, *rank;
-} tmem;
-
-typedef struct hslot {
-    int64_t key;
-    int64_t idx; /* local unique index, -1: empty */
-} hslot;
-
-static size_t tmem_bytes(int64_t n, int hash)
+/* The share of a position's id (key = id - mn, h its hash). */
+static inline int share_of(const hx_emb_gplan *p, uint64_t key, uint64_t h)
 {
-    size_t m = (size_t)(n > 0 ? n : 1);
-    size_t b = 2 * align64(m * 8) + 2 * align64(m * 4) + 2 * align64(m * 8) + 8 + align64(m * 4) + align64(m);
-    if (hash) b += align64(4 * m * sizeof(hslot)) + 2 * align64(m * 8) + 64;
-    return align64(b + 64);
+    if (p->method == HX_EMB_DEDUP_HASH) return p->shift >= 64 ? 0 : (int)(h >> p->shift);
+    return p->shift >= 64 ? 0 : (int)(key >> p->shift);
 }
 
-static tmem tmem_at(char *base, int64_t n, int hash)
+static hx_status oom(hx_emb_err *err, int64_t n)
 {
-    size_t m = (size_t)(n > 0 ? n : 1);
-    char *p = (char *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
-    tmem t;
-    memset(&t, 0, sizeof t);
-    t.a = (uint64_t *)p;
-    p += align64(m * 8);
-    t.b = (uint64_t *)p;
-    p += align64(m * 8);
-    t.va = (uint32_t *)p;
-    p += align64(m * 4);
-    t.vb = (uint32_t *)p;
-    p += align64(m * 4);
-    t.uniq = (int64_t *)p;
-    p += align64(m * 8);
-    t.start = (int64_t *)p;
-    p += align64(m * 8 + 8);
-    t.pos = (uint32_t *)p;
-    p += align64(m * 4);
-    t.win = (uint8_t *)p;
-    p += align64(m);
-    if (hash) {
-        t.tab = (hslot *)p;
-        p += align64(4 * m * sizeof(hslot));
-        t.ucnt = (int64_t *)p;
-        p += align64(m * 8);
-        t.rank = (int64_t *)p;
-    }
-    return t;
+    return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory grouping %lld ids",
+                       (long long)n);
 }
 
 hx_status hx_emb_group_plan(const hx_emb_query *q, const hx_emb_grad_input *gi, int64_t limit,
@@ -182,7 +142,7 @@ hx_status hx_emb_group_plan(const hx_emb_query *q, const hx_emb_grad_input *gi, 
     if (gi->dedup != HX_EMB_DEDUP_AUTO && gi->dedup != HX_EMB_DEDUP_SORT && gi->dedup != HX_EMB_DEDUP_HASH)
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding backward: unknown dedup method %d",
                            (int)gi->dedup);
-    int64_t dim = gi->dim;
+    int64_t dim = gi->dim, n = q->n;
     if (q->mode == HX_EMB_MAX) {
         for (int64_t b = 0; b < nbags; b++) {
             int64_t s = hx_emb_bag_bound(q, b), e = hx_emb_bag_bound(q, b + 1);
@@ -199,7 +159,7 @@ hx_status hx_emb_group_plan(const hx_emb_query *q, const hx_emb_grad_input *gi, 
         }
     }
     /* The span of the ids that may get a gradient. */
-    int64_t n = q->n, mn = INT64_MAX, mx = INT64_MIN;
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
     for (int64_t j = 0; j < n; j++) {
         int64_t id = hx_emb_id_at(q->ids, q->id_dtype, j);
         if (is_padding(q, id) || (limit > 0 && (id < 0 || id >= limit))) continue;
@@ -209,28 +169,116 @@ hx_status hx_emb_group_plan(const hx_emb_query *q, const hx_emb_grad_input *gi, 
     memset(p, 0, sizeof *p);
     p->q = q;
     p->gi = gi;
-    p->nbags = nbags;
-    p->limit = limit;
     p->mn = mn <= mx ? mn : 0;
-    p->span = mn <= mx ? (uint64_t)mx - (uint64_t)mn : 0;
+    uint64_t span = mn <= mx ? (uint64_t)mx - (uint64_t)mn : 0;
     p->pb = bit_length((uint64_t)(n > 1 ? n - 1 : 1));
     p->method = gi->dedup;
     if (p->method == HX_EMB_DEDUP_AUTO)
-        p->method = bit_length(p->span) <= SORT_MAX_BITS ? HX_EMB_DEDUP_SORT : HX_EMB_DEDUP_HASH;
+        p->method = bit_length(span) <= SORT_MAX_BITS ? HX_EMB_DEDUP_SORT : HX_EMB_DEDUP_HASH;
+    int hash = p->method == HX_EMB_DEDUP_HASH;
+    /* About SHARE_POSITIONS positions a share: SORT cuts the span at a power
+     * of two, HASH takes the top bits of the hash. */
+    int64_t want = n / SHARE_POSITIONS;
+    want = want < 1 ? 1 : want > HX_EMB_MAX_SHARES ? HX_EMB_MAX_SHARES : want;
+    if (hash) {
+        int bits = 0;
+        while ((2 << bits) <= want) bits++;
+        p->shift = 64 - bits;
+        p->nshares = 1 << bits;
+    } else {
+        p->shift = 0;
+        while (p->shift < 64 && (span >> p->shift) >= (uint64_t)want) p->shift++;
+        p->nshares = p->shift >= 64 ? 1 : (int)(span >> p->shift) + 1;
+    }
     p->nthreads = n >= PARALLEL_MIN ? q->nthreads : 1;
-    p->tbytes = tmem_bytes(n, p->method == HX_EMB_DEDUP_HASH);
     p->bag_of = hx_emb_ws_get(ws, HX_EMB_WS_BAG, (size_t)(n > 0 ? n : 1) * 8);
     p->scale = hx_emb_ws_get(ws, HX_EMB_WS_SCALE, (size_t)(n > 0 ? n : 1) * 4);
-    p->mem = hx_emb_ws_get(ws, HX_EMB_WS_GROUP, p->tbytes * (size_t)p->nthreads + 64);
-    if (!p->bag_of || !p->scale || !p->mem)
-        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory for %lld ids",
-                           (long long)n);
+    size_t nn = (size_t)(n > 0 ? n : 1);
+    char *pm = hx_emb_ws_get(ws, HX_EMB_WS_SHARE, align64(nn) + (hash ? nn * 8 : 0) + 64);
+    if (!p->bag_of || !p->scale || !pm) return oom(err, n);
+    uint8_t *sh = (uint8_t *)pm;
+    uint64_t *H = hash ? (uint64_t *)(pm + align64(nn)) : NULL;
+    /* Each position: bag, factor, and its share (0xFF: no gradient). */
+    int64_t cnt[HX_EMB_MAX_SHARES + 1];
+    memset(cnt, 0, sizeof cnt);
+    if (q->mode == HX_EMB_MAX) memset(sh, 0, nn);
+    for (int64_t b = 0; b < nbags; b++) {
+        int64_t s = hx_emb_bag_bound(q, b), e = hx_emb_bag_bound(q, b + 1);
+        float sc = 1.0f;
+        if (q->mode == HX_EMB_MEAN) {
+            int64_t c = 0;
+            for (int64_t j = s; j < e; j++) c += !is_padding(q, hx_emb_id_at(q->ids, q->id_dtype, j));
+            sc = c > 0 ? 1.0f / (float)c : 0.0f;
+        }
+        const int64_t *am = q->mode == HX_EMB_MAX ? gi->argmax + b * dim : NULL;
+        if (am) /* winners of this bag, marked 1 until their turn below */
+            for (int64_t k = 0; k < dim; k++)
+                if (am[k] >= 0) sh[am[k]] = 1;
+        for (int64_t j = s; j < e; j++) {
+            int64_t id = hx_emb_id_at(q->ids, q->id_dtype, j);
+            p->bag_of[j] = b;
+            p->scale[j] = q->weights ? q->weights[j] : sc;
+            if (is_padding(q, id) || (limit > 0 && (id < 0 || id >= limit)) || (am && sh[j] != 1)) {
+                sh[j] = 0xFF;
+                continue;
+            }
+            uint64_t h = hash ? id_hash(id) : 0;
+            if (hash) H[j] = h;
+            int si = share_of(p, (uint64_t)id - (uint64_t)p->mn, h);
+            sh[j] = (uint8_t)si;
+            cnt[si + 1]++;
+        }
+    }
+    for (int si = 0; si < p->nshares; si++) cnt[si + 1] += cnt[si];
+    p->m = cnt[p->nshares];
+    memcpy(p->bucket, cnt, sizeof(int64_t) * (size_t)(p->nshares + 1));
+    /* Hash tables: at least twice the share's positions, a power of two. */
+    for (int si = 0; si < p->nshares; si++) {
+        int64_t c = p->bucket[si + 1] - p->bucket[si], cap = 16;
+        while (hash && cap < 2 * c) cap *= 2;
+        p->tab_off[si + 1] = p->tab_off[si] + (hash ? cap : 0);
+    }
+    size_t m = (size_t)(p->m > 0 ? p->m : 1), S = (size_t)p->nshares;
+    size_t bytes = align64(m * 4) + (hash ? align64(m * 8) : 0) + 2 * align64(m * 8) + 2 * align64(m * 4) +
+                   align64(m * 8) + align64((m + S) * 8) + align64(m * 4) + align64(m * 8) +
+                   align64((size_t)p->tab_off[p->nshares] * sizeof(hx_emb_hslot)) + 64;
+    char *g = hx_emb_ws_get(ws, HX_EMB_WS_GROUP, bytes);
+    if (!g) return oom(err, n);
+    g = (char *)(((uintptr_t)g + 63) & ~(uintptr_t)63);
+    p->list = (uint32_t *)g;
+    g += align64(m * 4);
+    if (hash) {
+        p->lhash = (uint64_t *)g;
+        g += align64(m * 8);
+    }
+    p->ka = (uint64_t *)g;
+    g += align64(m * 8);
+    p->kb = (uint64_t *)g;
+    g += align64(m * 8);
+    p->va = (uint32_t *)g;
+    g += align64(m * 4);
+    p->vb = (uint32_t *)g;
+    g += align64(m * 4);
+    p->uniq = (int64_t *)g;
+    g += align64(m * 8);
+    p->start = (int64_t *)g;
+    g += align64((m + S) * 8);
+    p->pos = (uint32_t *)g;
+    g += align64(m * 4);
+    p->ucnt = (int64_t *)g;
+    g += align64(m * 8);
+    p->tab = (hx_emb_hslot *)g;
+    /* Positions by share, ascending within one (a stable counting sort). */
+    for (int64_t j = 0; j < n; j++) {
+        if (sh[j] == 0xFF) continue;
+        int64_t at = cnt[sh[j]]++;
+        p->list[at] = (uint32_t)j;
+        if (hash) p->lhash[at] = H[j];
+    }
     return HX_OK;
 }
 
-/* ---- one thread's share ---------------------------------------------------------------------- */
-
-static inline uint64_t id_hash(int64_t id) { return XXH3_64bits_withSeed(&id, sizeof id, HASH_SEED); }
+/* ---- one share --------------------------------------------------------------------------------- */
 
 /* Stable LSD radix sort of a (payload va, or NULL) by bits [lo, lo + bits),
  * with b / vb as the other buffers; returns which pair holds the result
@@ -266,122 +314,78 @@ static int radix_sort(uint64_t *a, uint64_t *b, uint32_t *va, uint32_t *vb, int6
     return passes % 2;
 }
 
-void hx_emb_group_part(const hx_emb_gplan *p, int part, int nparts, hx_emb_groups *g)
+void hx_emb_group_share(const hx_emb_gplan *p, int si, hx_emb_groups *g)
 {
     const hx_emb_query *q = p->q;
-    const hx_emb_grad_input *gi = p->gi;
-    int64_t n = q->n, dim = gi->dim;
-    int hash = p->method == HX_EMB_DEDUP_HASH;
-    tmem m = tmem_at(p->mem + p->tbytes * (size_t)part, n, hash);
-    /* My share: ids (minus mn) in [klo, klast], or hash partitions [p0, p1). */
-    unsigned __int128 keys = (unsigned __int128)p->span + 1;
-    uint64_t klo = (uint64_t)(keys * (unsigned)part / (unsigned)nparts);
-    unsigned __int128 kend = keys * (unsigned)(part + 1) / (unsigned)nparts;
-    int empty = kend == klo;
-    uint64_t klast = empty ? klo : (uint64_t)(kend - 1);
-    int p0 = NPARTS * part / nparts, p1 = NPARTS * (part + 1) / nparts;
-    int kb = bit_length(klast - klo), pb = p->pb;
-    int packed = kb + pb <= 64;
-    /* Collect my positions in order, with their bag and factor. */
-    int64_t c = 0;
-    if (q->mode == HX_EMB_MAX) memset(m.win, 0, (size_t)(n > 0 ? n : 1));
-    for (int64_t b = 0; b < p->nbags; b++) {
-        int64_t s = hx_emb_bag_bound(q, b), e = hx_emb_bag_bound(q, b + 1);
-        float sc = 1.0f;
-        if (q->mode == HX_EMB_MEAN) {
-            int64_t cnt = 0;
-            for (int64_t j = s; j < e; j++) cnt += !is_padding(q, hx_emb_id_at(q->ids, q->id_dtype, j));
-            sc = cnt > 0 ? 1.0f / (float)cnt : 0.0f;
-        }
-        const int64_t *am = q->mode == HX_EMB_MAX ? gi->argmax + b * dim : NULL;
-        if (am)
-            for (int64_t k = 0; k < dim; k++)
-                if (am[k] >= 0) m.win[am[k]] = 1;
-        for (int64_t j = s; j < e; j++) {
-            int64_t id = hx_emb_id_at(q->ids, q->id_dtype, j);
-            if (is_padding(q, id) || (p->limit > 0 && (id < 0 || id >= p->limit)) || (am && !m.win[j]))
-                continue;
-            uint64_t key = (uint64_t)id - (uint64_t)p->mn, h = 0;
-            if (hash) {
-                h = id_hash(id);
-                int pt = (int)(h >> 56);
-                if (pt < p0 || pt >= p1) continue;
-                m.a[c] = h;
-                m.va[c++] = (uint32_t)j;
-            } else {
-                if (empty || key < klo || key > klast) continue;
-                if (packed) {
-                    m.a[c++] = (key - klo) << pb | (uint64_t)j;
-                } else {
-                    m.a[c] = key - klo;
-                    m.va[c++] = (uint32_t)j;
-                }
-            }
-            p->bag_of[j] = b;
-            p->scale[j] = q->weights ? q->weights[j] : sc;
-        }
-    }
+    int64_t lo = p->bucket[si], c = p->bucket[si + 1] - lo;
+    const uint32_t *list = p->list + lo;
+    int64_t *uniq = p->uniq + lo, *start = p->start + lo + si;
+    uint32_t *pos = p->pos + lo;
     int64_t U = 0;
-    if (!hash) {
-        /* Sort by id, then runs of equal ids. */
+    if (p->method == HX_EMB_DEDUP_SORT) {
+        /* Keys within the share: (id - mn) - (si << shift), below 2^shift. */
+        uint64_t base = p->shift >= 64 ? 0 : (uint64_t)si << p->shift;
+        int kb = p->shift >= 64 ? 64 : p->shift, pb = p->pb;
+        int packed = kb + pb <= 64;
+        uint64_t *a = p->ka + lo, *b = p->kb + lo;
+        uint32_t *va = p->va + lo, *vb = p->vb + lo;
+        for (int64_t i = 0; i < c; i++) {
+            uint64_t key = (uint64_t)hx_emb_id_at(q->ids, q->id_dtype, list[i]) - (uint64_t)p->mn - base;
+            if (packed) {
+                a[i] = key << pb | list[i];
+            } else {
+                a[i] = key;
+                va[i] = list[i];
+            }
+        }
         int shift = packed ? pb : 0;
-        int in_b = radix_sort(m.a, m.b, packed ? NULL : m.va, packed ? NULL : m.vb, c, shift, kb);
-        const uint64_t *K = in_b ? m.b : m.a;
-        const uint32_t *V = in_b ? m.vb : m.va;
+        int in_b = radix_sort(a, b, packed ? NULL : va, packed ? NULL : vb, c, shift, kb);
+        const uint64_t *K = in_b ? b : a;
+        const uint32_t *V = in_b ? vb : va;
         uint64_t pmask = pb >= 64 ? ~0ull : ((uint64_t)1 << pb) - 1;
         for (int64_t i = 0; i < c; i++) {
             uint64_t k = K[i] >> shift;
             if (i == 0 || k != (K[i - 1] >> shift)) {
-                m.uniq[U] = (int64_t)(k + klo + (uint64_t)p->mn);
-                m.start[U++] = i;
+                uniq[U] = (int64_t)(k + base + (uint64_t)p->mn);
+                start[U++] = i;
             }
-            m.pos[i] = packed ? (uint32_t)(K[i] & pmask) : V[i];
+            pos[i] = packed ? (uint32_t)(K[i] & pmask) : V[i];
         }
     } else {
-        /* Unique ids in order of first position, then ranked by partition. */
-        int64_t cap = 16;
-        while (cap < 2 * c) cap *= 2;
+        /* Unique ids in order of first position; then positions by id. */
+        hx_emb_hslot *tab = p->tab + p->tab_off[si];
+        int64_t cap = p->tab_off[si + 1] - p->tab_off[si];
         uint64_t mask = (uint64_t)cap - 1;
-        for (int64_t s = 0; s < cap; s++) m.tab[s].idx = -1;
+        const uint64_t *hs = p->lhash + lo;
+        uint32_t *inv = p->va + lo;
+        int64_t *ucnt = p->ucnt + lo;
+        for (int64_t s = 0; s < cap; s++) tab[s].idx = -1;
         for (int64_t i = 0; i < c; i++) {
-            int64_t id = hx_emb_id_at(q->ids, q->id_dtype, m.va[i]);
-            uint64_t s = m.a[i] & mask;
-            while (m.tab[s].idx >= 0 && m.tab[s].key != id) s = (s + 1) & mask;
-            if (m.tab[s].idx < 0) {
-                m.tab[s].key = id;
-                m.tab[s].idx = U;
-                m.b[U] = m.a[i] >> 56; /* partition of local unique U */
-                m.uniq[U] = id;
-                m.ucnt[U++] = 0;
+            int64_t id = hx_emb_id_at(q->ids, q->id_dtype, list[i]);
+            uint64_t s = hs[i] & mask;
+            while (tab[s].idx >= 0 && tab[s].key != id) s = (s + 1) & mask;
+            if (tab[s].idx < 0) {
+                tab[s].key = id;
+                tab[s].idx = U;
+                uniq[U] = id;
+                ucnt[U++] = 0;
             }
-            m.vb[i] = (uint32_t)m.tab[s].idx;
-            m.ucnt[m.tab[s].idx]++;
-        }
-        int64_t pc[NPARTS + 1];
-        memset(pc, 0, sizeof pc);
-        for (int64_t L = 0; L < U; L++) pc[m.b[L] + 1]++;
-        for (int pt = 0; pt < NPARTS; pt++) pc[pt + 1] += pc[pt];
-        for (int64_t L = 0; L < U; L++) m.rank[L] = pc[m.b[L]]++;
-        /* uniq in rank order (through a), starts from the counts, then positions. */
-        for (int64_t L = 0; L < U; L++) {
-            m.a[m.rank[L]] = (uint64_t)m.uniq[L];
-            m.start[m.rank[L]] = m.ucnt[L];
+            inv[i] = (uint32_t)tab[s].idx;
+            ucnt[tab[s].idx]++;
         }
         int64_t run = 0;
-        for (int64_t r = 0; r < U; r++) {
-            int64_t cnt = m.start[r];
-            m.uniq[r] = (int64_t)m.a[r];
-            m.start[r] = run;
-            run += cnt;
+        for (int64_t u = 0; u < U; u++) {
+            start[u] = run;
+            run += ucnt[u];
+            ucnt[u] = start[u];
         }
-        for (int64_t L = 0; L < U; L++) m.ucnt[L] = m.start[m.rank[L]];
-        for (int64_t i = 0; i < c; i++) m.pos[m.ucnt[m.vb[i]]++] = m.va[i];
+        for (int64_t i = 0; i < c; i++) pos[ucnt[inv[i]]++] = list[i];
     }
-    m.start[U] = c;
+    start[U] = c;
     g->U = U;
-    g->uniq = m.uniq;
-    g->start = m.start;
-    g->pos = m.pos;
+    g->uniq = uniq;
+    g->start = start;
+    g->pos = pos;
     g->bag_of = p->bag_of;
     g->scale = p->scale;
 }
@@ -417,34 +421,25 @@ hx_status hx_emb_backward(const hx_emb_query *q, const hx_emb_grad_input *gi,
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding backward: out of memory");
     hx_emb_gplan p;
     hx_status st = hx_emb_group_plan(q, gi, 0, ws, &p, err);
-    int64_t offs[257];
     if (!st) {
-        int nt = p.nthreads < 256 ? p.nthreads : 256;
-        hx_status rst = HX_OK;
-        /* Group, then (once every thread knows its count) size the output
-         * and write each thread's rows at its offset. */
-#pragma omp parallel num_threads(nt) if (nt > 1)
-        {
-            int t = omp_get_thread_num(), T = omp_get_num_threads();
-            hx_emb_groups g;
-            hx_emb_group_part(&p, t, T, &g);
-            offs[t + 1] = g.U;
-#pragma omp barrier
-#pragma omp single
-            {
-                offs[0] = 0;
-                for (int u = 0; u < T; u++) offs[u + 1] += offs[u];
-                rst = hx_emb_sparse_grad_reserve(out, offs[T], gi->dim, err);
-            }
-            if (!rst) {
-                int64_t gs = out->stride;
-                for (int64_t u = 0; u < g.U; u++) {
-                    out->ids[offs[t] + u] = g.uniq[u];
-                    hx_emb_group_sum(q, gi, &g, u, gs, out->rows + (offs[t] + u) * gs);
+        /* Group every share, then (with the counts known) write the rows, share by share. */
+        hx_emb_groups g[HX_EMB_MAX_SHARES];
+        int64_t offs[HX_EMB_MAX_SHARES + 1];
+        int S = p.nshares;
+#pragma omp parallel for num_threads(p.nthreads) if (p.nthreads > 1) schedule(dynamic, 1)
+        for (int si = 0; si < S; si++) hx_emb_group_share(&p, si, &g[si]);
+        offs[0] = 0;
+        for (int si = 0; si < S; si++) offs[si + 1] = offs[si] + g[si].U;
+        st = hx_emb_sparse_grad_reserve(out, offs[S], gi->dim, err);
+        if (!st) {
+            int64_t gs = out->stride;
+#pragma omp parallel for num_threads(p.nthreads) if (p.nthreads > 1) schedule(dynamic, 1)
+            for (int si = 0; si < S; si++)
+                for (int64_t u = 0; u < g[si].U; u++) {
+                    out->ids[offs[si] + u] = g[si].uniq[u];
+                    hx_emb_group_sum(q, gi, &g[si], u, gs, out->rows + (offs[si] + u) * gs);
                 }
-            }
         }
-        st = rst;
     }
     hx_emb_workspace_free(own);
     return st;

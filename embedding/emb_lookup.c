@@ -1,7 +1,7 @@
 /* Forward: lookup of rows and torch.nn.EmbeddingBag (sum, mean, max) on a
- * local table, with a prefetching gather; threads split the positions
- * (lookup) or the bags (bags, balanced by positions), and each output row is
- * computed by one thread in order of position. */
+ * local table, with a prefetching gather. Threads take blocks of positions
+ * (lookup) or of bags (cut by position) as they come free, and each output
+ * row is computed by one thread in order of position. */
 #pragma GCC optimize("fp-contract=off")
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,6 +18,8 @@
 #define PREFETCH_MAX_LINES 16
 /* Below this many positions a call stays on the calling thread. */
 #define PARALLEL_MIN 2048
+/* Positions of a unit of work: threads take blocks as they come free. */
+#define BLOCK 1024
 
 hx_emb_query hx_emb_query_rows(const int64_t *ids, int64_t n)
 {
@@ -320,23 +322,26 @@ hx_status hx_emb_local_lookup(hx_emb_local *t, const hx_emb_query *q, hx_emb_oob
     st = hx_emb_check_ids(q, t->base.rows, oob, oob_count, mode_name(q->mode), err);
     if (st) return st;
     job jb = {q, make_src(t), t->base.rows, t->base.dim, nbags, out, argmax};
+    int64_t nblocks = q->mode == HX_EMB_ROWS ? (q->n + BLOCK - 1) / BLOCK : (q->n + BLOCK - 1) / BLOCK + 1;
     int nt = q->n >= PARALLEL_MIN || nbags >= PARALLEL_MIN ? q->nthreads : 1;
     int fail = 0;
+    /* Blocks of about BLOCK positions, taken by threads as they come free. */
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : fail)
     {
-        int tid = omp_get_thread_num(), ntd = omp_get_num_threads();
-        float *buf = jb.s.direct ? NULL : malloc((size_t)t->gstride * sizeof(float));
-        if (q->mode == HX_EMB_MAX && !buf) buf = malloc((size_t)t->gstride * sizeof(float));
-        if (!buf && (!jb.s.direct || q->mode == HX_EMB_MAX)) {
-            fail = 1;
-        } else if (q->mode == HX_EMB_ROWS) {
-            int64_t lo = q->n * tid / ntd, hi = q->n * (tid + 1) / ntd;
-            lookup_range(&jb, lo, hi, buf);
-        } else {
-            /* Bags by position, so a thread gets as many ids as another. */
-            int64_t b0 = tid == 0 ? 0 : bag_at(q, nbags, q->n * tid / ntd);
-            int64_t b1 = tid == ntd - 1 ? nbags : bag_at(q, nbags, q->n * (tid + 1) / ntd);
-            bag_range(&jb, b0, b1, buf);
+        float *buf = jb.s.direct && q->mode != HX_EMB_MAX ? NULL : malloc((size_t)t->gstride * sizeof(float));
+        fail = !buf && (!jb.s.direct || q->mode == HX_EMB_MAX);
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t k = 0; k < nblocks; k++) {
+            if (fail) continue;
+            if (q->mode == HX_EMB_ROWS) {
+                lookup_range(&jb, k * BLOCK, (k + 1) * BLOCK < q->n ? (k + 1) * BLOCK : q->n, buf);
+            } else {
+                /* The bags starting in positions [k * BLOCK, (k + 1) * BLOCK); the
+                 * last block also takes the empty bags at the end. */
+                int64_t b0 = k == 0 ? 0 : bag_at(q, nbags, k * BLOCK);
+                int64_t b1 = k == nblocks - 1 ? nbags : bag_at(q, nbags, (k + 1) * BLOCK);
+                if (b0 < b1) bag_range(&jb, b0, b1, buf);
+            }
         }
         free(buf);
     }

@@ -2,8 +2,8 @@
  * of CHUNK rows whose summed gradients sit in a small per-thread buffer,
  * through the row kernels of kernels/cpu/optim.h (LazyAdam, Adagrad, FTRL)
  * or the row-wise Adagrad below. Each row is updated by one thread: in the
- * fused path the thread that groups the id (hx_emb_group_part), in the
- * sparse-gradient path the thread a hash of the id names. One parallel
+ * fused path the thread that takes the id's share (hx_emb_group_share), in
+ * the sparse-gradient path the thread a hash of the id names. One parallel
  * region per call, no barriers inside. */
 #pragma GCC optimize("fp-contract=off")
 #include <math.h>
@@ -208,17 +208,20 @@ hx_status hx_emb_local_backward_update(hx_emb_local *t, const hx_emb_query *q,
         upd u = make_upd(t, step);
         char *base = (char *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
         int64_t gs = t->gstride;
-        /* Each thread groups its share of the ids and updates those rows: no waiting on the others. */
+        /* Threads take shares of the ids as they come free, group them and
+         * update their rows: each row by the one thread holding its share. */
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : bad)
         {
-            int tid = omp_get_thread_num();
-            tbuf b = tbuf_at(t, base + tb * (size_t)tid);
-            hx_emb_groups gr;
-            hx_emb_group_part(&plan, tid, omp_get_num_threads(), &gr);
-            for (int64_t c = 0; c < gr.U; c += CHUNK) {
-                int64_t cnt = gr.U - c < CHUNK ? gr.U - c : CHUNK;
-                for (int64_t i = 0; i < cnt; i++) hx_emb_group_sum(q, gi, &gr, c + i, gs, b.G + i * gs);
-                bad |= update_chunk(&u, &b, gr.uniq + c, cnt, b.G) != HX_OPTIM_OK;
+            tbuf b = tbuf_at(t, base + tb * (size_t)omp_get_thread_num());
+#pragma omp for schedule(dynamic, 1) nowait
+            for (int si = 0; si < plan.nshares; si++) {
+                hx_emb_groups gr;
+                hx_emb_group_share(&plan, si, &gr);
+                for (int64_t c = 0; c < gr.U; c += CHUNK) {
+                    int64_t cnt = gr.U - c < CHUNK ? gr.U - c : CHUNK;
+                    for (int64_t i = 0; i < cnt; i++) hx_emb_group_sum(q, gi, &gr, c + i, gs, b.G + i * gs);
+                    bad |= update_chunk(&u, &b, gr.uniq + c, cnt, b.G) != HX_OPTIM_OK;
+                }
             }
         }
     }

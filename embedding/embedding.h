@@ -196,12 +196,12 @@ hx_status hx_emb_sparse_grad_reserve(hx_emb_sparse_grad *g, int64_t n, int64_t d
  * Sorting measured faster for table rows (bench_embedding, 106,496 ids of a
  * 10M-row table, one thread: 4.7 against 6.1 ms uniform, 3.7 against 4.1
  * Zipf), so AUTO sorts unless the ids span too many bits for few passes.
- * Either takes scratch of about 45 bytes per position per thread (HASH 133). */
+ * Either takes scratch of about 70 bytes per position (HASH 140). */
 typedef enum hx_emb_dedup {
     HX_EMB_DEDUP_AUTO, /* SORT, or HASH when the ids span more than 40 bits */
     HX_EMB_DEDUP_SORT, /* LSD radix sort of (id, position): ids ascending */
-    HX_EMB_DEDUP_HASH  /* XXH3-keyed open addressing per thread over 256 id partitions:
-                          ids by partition, then by first position */
+    HX_EMB_DEDUP_HASH  /* XXH3-keyed open addressing per share of hash values:
+                          ids by share, then by first position */
 } hx_emb_dedup;
 
 /* Scratch reused across calls (one per caller running at a time); every
@@ -485,30 +485,48 @@ hx_status hx_emb_local_load_with(hx_emb_local *t, const char *path, hx_emb_extra
                                  void *ctx, hx_emb_err *err);
 
 /* Grouping of the positions that get a gradient by id, the common step of
- * hx_emb_backward and the fused update. A plan (checks, the span of the
- * ids, memory) is made on the calling thread; then each of nparts threads
- * groups its own share of the ids with hx_emb_group_part, with no
- * synchronisation: SORT shares the id range in equal spans (thread order is
- * ascending id order), HASH shares 256 hash partitions. Shares do not
- * depend on anything but nparts, so each id's row is summed by one thread
- * in ascending position order whatever the thread count. */
+ * hx_emb_backward and the fused update. The plan, on the calling thread,
+ * checks the input, finds each position's bag and factor, and buckets the
+ * positions into shares: equal spans of the id range (SORT; share order is
+ * ascending id order) or ranges of XXH3 hash bits (HASH). Then any thread
+ * groups a share (hx_emb_group_share) with no synchronisation, so threads
+ * take shares as they come free (a thread preempted on a busy machine
+ * holds up one share, not half the work). Shares depend on the input only:
+ * each id's row is summed by one thread in ascending position order at any
+ * thread count. */
+#define HX_EMB_MAX_SHARES 64
+
+typedef struct hx_emb_hslot {
+    int64_t key;
+    int64_t idx; /* local unique index, -1: empty */
+} hx_emb_hslot;
+
 typedef struct hx_emb_gplan {
     const hx_emb_query *q;
     const hx_emb_grad_input *gi;
-    int64_t nbags, limit;
     hx_emb_dedup method; /* SORT or HASH */
     int64_t mn;          /* smallest id that may get a gradient */
-    uint64_t span;       /* largest minus smallest */
+    int shift;           /* SORT: the share of id is (id - mn) >> shift */
     int pb;              /* bits of a position */
-    int64_t *bag_of;     /* bag of each position (written by its id's thread) */
-    float *scale;        /* factor of each position (SUM, MEAN, ROWS), likewise */
-    char *mem;           /* per-thread memory, tbytes each */
-    size_t tbytes;
-    int nthreads;        /* threads to use */
+    int nshares;
+    int64_t m;           /* positions that get a gradient */
+    int64_t bucket[HX_EMB_MAX_SHARES + 1]; /* share s: list[bucket[s] .. bucket[s + 1]) */
+    int64_t tab_off[HX_EMB_MAX_SHARES + 1]; /* HASH: share s's table slots */
+    uint32_t *list;      /* positions by share, ascending within one */
+    uint64_t *lhash;     /* HASH: hash of list[i]'s id */
+    int64_t *bag_of;     /* bag of each position */
+    float *scale;        /* factor of each position (SUM, MEAN, ROWS) */
+    /* scratch of the shares, indexed like list (start: + share) */
+    uint64_t *ka, *kb;
+    uint32_t *va, *vb;
+    int64_t *uniq, *start, *ucnt;
+    uint32_t *pos;
+    hx_emb_hslot *tab;
+    int nthreads;        /* threads worth using */
 } hx_emb_gplan;
 
-/* One thread's groups: ids uniq[0..U), positions of id u pos[start[u] ..
- * start[u + 1]) ascending. */
+/* The groups of one share: ids uniq[0..U), positions of id u pos[start[u]
+ * .. start[u + 1]) ascending. */
 typedef struct hx_emb_groups {
     int64_t U;
     const int64_t *uniq;
@@ -523,9 +541,8 @@ typedef struct hx_emb_groups {
  * checked them). Memory comes from ws. */
 hx_status hx_emb_group_plan(const hx_emb_query *q, const hx_emb_grad_input *gi, int64_t limit,
                             hx_emb_workspace *ws, hx_emb_gplan *p, hx_emb_err *err);
-/* The groups of share `part` of `nparts` (nparts <= p->nthreads), built in
- * that part's memory. */
-void hx_emb_group_part(const hx_emb_gplan *p, int part, int nparts, hx_emb_groups *g);
+/* The groups of share s (0 <= s < p->nshares), in that share's memory. */
+void hx_emb_group_share(const hx_emb_gplan *p, int s, hx_emb_groups *g);
 /* dst (gstride floats, padding zero) = the summed gradient of group u. */
 void hx_emb_group_sum(const hx_emb_query *q, const hx_emb_grad_input *gi,
                       const hx_emb_groups *gr, int64_t u, int64_t gstride, float *dst);
@@ -533,7 +550,8 @@ void hx_emb_group_sum(const hx_emb_query *q, const hx_emb_grad_input *gi,
 /* The workspace's grow-only buffers, by use. */
 enum {
     HX_EMB_WS_BAG, HX_EMB_WS_SCALE, /* per position */
-    HX_EMB_WS_GROUP,                /* per-thread grouping memory */
+    HX_EMB_WS_SHARE,                /* per position: share and hash */
+    HX_EMB_WS_GROUP,                /* grouping scratch, per position that gets a gradient */
     HX_EMB_WS_CHUNK,                /* per-thread update chunks */
     HX_EMB_WS_XIDS, HX_EMB_WS_XOFF, /* dynamic table: mapped ids and offsets */
     HX_EMB_WS_SLOTS
