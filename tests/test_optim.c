@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cpu/optim.h"
+#include "kernels/cpu/optim_internal.h"
 #include "util/testutil.h"
 
 #define STEPS 3
@@ -434,6 +435,42 @@ static void test_half_copy(void)
     }
 }
 
+/* ---- division by a per-call constant: the divider's bits -------------------------------- */
+
+static void test_div_const(void)
+{
+    static const uint32_t BS[] = {0x3d4ccccd /* 0.05 */, 0x3d01866a /* sqrt(1 - 0.999) */,
+                                  0x3eaaaaab, 0x3f7fffff, 0x40e00000, 0x3f800000, 0x3089705f /* 1e-9 */,
+                                  0x4f32d05e /* 3e9 */, 0x4e800000 /* 2^30 */, 0x30800000 /* 2^-30 */};
+    const hx_optim_path *paths[3] = {&hx_optim_path_scalar, &hx_optim_path_avx2, &hx_optim_path_avx512};
+    enum { N = 1 << 20 };
+    float *x = malloc(N * 4), *q = malloc(N * 4);
+    test_rng r = test_rng_make(3);
+    for (int i = 0; i < N; i++) {
+        uint32_t u = (uint32_t)test_rng_u64(&r);
+        if (i < 64) u = (uint32_t)i * 0x02000000u + (i & 1);      /* every exponent band */
+        if (i >= 64 && i < 80) u = (uint32_t)(i - 64) | (i & 1 ? 0x80000000u : 0); /* zeros, denormals */
+        memcpy(&x[i], &u, 4);
+    }
+    for (int isa = HX_ISA_SCALAR; isa <= (int)best_isa; isa++) {
+        for (size_t k = 0; k < sizeof BS / sizeof BS[0]; k++) {
+            float b;
+            memcpy(&b, &BS[k], 4);
+            paths[isa]->div_const(q, x, N, b);
+            int64_t bad = -1;
+            for (int i = 0; i < N && bad < 0; i++) {
+                float want = x[i] / b;
+                if (!(isnan(want) && isnan(q[i])) && memcmp(&want, &q[i], 4) != 0) bad = i;
+            }
+            CHECK(bad < 0, "%s: x / %.9g at %lld: %a, division gives %a", hx_k_isa_name((hx_isa)isa),
+                  (double)b, (long long)bad, bad < 0 ? 0.0 : (double)q[bad],
+                  bad < 0 ? 0.0 : (double)(x[bad] / b));
+        }
+    }
+    free(x);
+    free(q);
+}
+
 /* ---- non-finite gradients: skip the step, touch nothing ------------------------------ */
 
 static void nonfinite_case(hx_kdtype gdt, int64_t n, int64_t pos, int nan, hx_isa isa, int nt)
@@ -780,6 +817,7 @@ int main(void)
     fprintf(stderr, "test_optim: paths up to %s\n", hx_k_isa_name(best_isa));
     test_golden();
     test_half_copy();
+    test_div_const();
     test_bad_args();
     test_sgd_entry();
     test_nonfinite();

@@ -134,6 +134,8 @@ static void adam_scalars(hx_optim_plan *pl, const hx_adam_hp *hp, int64_t t, int
         pl->step_size = (float)(hp->lr / bc1);
         pl->bc2s = (float)sqrt(bc2);
     }
+    pl->rbc2s = 1.0f / pl->bc2s;
+    pl->bc2s_fast = hx_optim_div_fast(pl->bc2s);
 }
 
 int hx_optim_adam(float *param, float *m, float *v, int64_t n, int64_t *step,
@@ -209,6 +211,8 @@ void hx_k_sgd_f32(float *param, const float *grad, float *momentum_buf, float lr
 static void ftrl_scalars(hx_optim_plan *pl, const hx_ftrl_hp *hp)
 {
     pl->lr = (float)hp->lr;
+    pl->rlr = 1.0f / pl->lr;
+    pl->lr_fast = hx_optim_div_fast(pl->lr);
     pl->l1 = (float)hp->l1;
     pl->l2x2 = 2.0f * (float)hp->l2;
     pl->shrink = hp->l2_shrinkage != 0;

@@ -12,6 +12,10 @@
  *   V_STORE_F16(p, x) V_STORE_BF16(p, x, native)
  *                               round to nearest even, NaN stays NaN;
  *                               native: the CPU has vcvtneps2bf16
+ *   V_DIV_BY(x, b, rb)          x / b for a per-call constant b in
+ *                               [2^-30, 2^30] with rb = RN(1/b): the same
+ *                               bits as V_DIV(x, b), by whatever means is
+ *                               fastest on the path
  *   V_ANY_NAN(x)                nonzero if some lane is NaN
  *   PATH_NAME                   the hx_optim_path this file defines
  *
@@ -44,6 +48,12 @@ HX_INLINE void store_half(void *h, int64_t i, const hx_kdtype dt, V x, const hx_
     else H_STORE((uint16_t *)h + i, r);
 }
 
+/* x / b for the call's constant b (fast: b in the range V_DIV_BY takes). */
+HX_INLINE V div_const(V x, float b, float rb, int fast)
+{
+    return fast ? V_DIV_BY(x, V_SET1(b), V_SET1(rb)) : V_DIV(x, V_SET1(b));
+}
+
 /* ---- one vector of each kernel, at element i ------------------------------ */
 
 HX_INLINE void adam_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i, const hx_kdtype gdt,
@@ -55,7 +65,9 @@ HX_INLINE void adam_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i, con
     if (c->decoupled) p = V_MUL(p, V_SET1(c->decay));
     m = V_FMA(V_SET1(c->omb1), g, V_MUL(m, V_SET1(c->b1)));
     v = V_ADD(V_MUL(v, V_SET1(c->b2)), V_MUL(V_MUL(V_SET1(c->omb2), g), g));
-    V den = V_ADD(V_DIV(V_SQRT(v), V_SET1(c->bc2s)), V_SET1(c->eps));
+    V den = V_SQRT(v);
+    if (c->bc2s != 1.0f) den = div_const(den, c->bc2s, c->rbc2s, c->bc2s_fast); /* x/1 is x */
+    den = V_ADD(den, V_SET1(c->eps));
     p = V_SUB(p, V_DIV(V_MUL(V_SET1(c->step_size), m), den));
     V_STORE(a.p + i, p);
     V_STORE(a.s1 + i, m);
@@ -102,10 +114,10 @@ HX_INLINE void ftrl_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i, con
     V gs = c->shrink ? V_ADD(g, V_MUL(V_SET1(c->s2), p)) : g;
     V na = V_ADD(acc, V_MUL(g, g));
     V sq = V_SQRT(na);
-    V sigma = V_DIV(V_SUB(sq, V_SQRT(acc)), V_SET1(c->lr));
+    V sigma = div_const(V_SUB(sq, V_SQRT(acc)), c->lr, c->rlr, c->lr_fast);
     lin = V_ADD(lin, V_SUB(gs, V_MUL(sigma, p)));
     V x = V_SUB(V_COPYSIGN(V_SET1(c->l1), lin), lin);
-    V y = V_ADD(V_DIV(sq, V_SET1(c->lr)), V_SET1(c->l2x2));
+    V y = V_ADD(div_const(sq, c->lr, c->rlr, c->lr_fast), V_SET1(c->l2x2));
     p = V_GT_OR0(V_ABS(lin), V_SET1(c->l1), V_DIV(x, y));
     V_STORE(a.p + i, p);
     V_STORE(a.s1 + i, na);
@@ -285,4 +297,19 @@ static int body_nonfinite(const void *g, hx_kdtype dt, float unscale, float clip
     }
 }
 
-const hx_optim_path PATH_NAME = {body_update, body_update_rows, body_nonfinite};
+static void body_div_const(float *q, const float *x, int64_t n, float b)
+{
+    float rb = 1.0f / b;
+    int fast = hx_optim_div_fast(b);
+    int64_t i = 0;
+    for (; i + W <= n; i += W) V_STORE(q + i, div_const(V_LOAD(x + i), b, rb, fast));
+    if (i < n) {
+        float t[W];
+        memset(t, 0, sizeof t);
+        memcpy(t, x + i, (size_t)(n - i) * 4);
+        V_STORE(t, div_const(V_LOAD(t), b, rb, fast));
+        memcpy(q + i, t, (size_t)(n - i) * 4);
+    }
+}
+
+const hx_optim_path PATH_NAME = {body_update, body_update_rows, body_nonfinite, body_div_const};

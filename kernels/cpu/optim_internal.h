@@ -46,7 +46,17 @@ typedef struct hx_optim_plan {
     float clr;                                              /* Adagrad (with eps) */
     float mom, omd, neg_lr;                                 /* SGD */
     float lr, l1, l2x2, s2;                                 /* FTRL */
+    /* the divisions by a per-call constant: 1/b, and whether b is in the
+     * range of the division without the divider (hx_optim_div_fast) */
+    float rbc2s, rlr;
+    int bc2s_fast, lr_fast;
 } hx_optim_plan;
+
+/* Whether x / b may take the multiply-and-correct form (optim_body.h). */
+static inline int hx_optim_div_fast(float b)
+{
+    return b >= 0x1p-30f && b <= 0x1p30f;
+}
 
 /* The arrays of an update, each at the first element to update: param,
  * state (Adam m, v; Adagrad sum; SGD buf; FTRL accum, linear; NULL where
@@ -67,6 +77,9 @@ typedef struct hx_optim_path {
                         int64_t n, int64_t dim, int part, int nparts);
     /* 1 if any (x * unscale) * clip over n values of g is Inf or NaN. */
     int (*nonfinite)(const void *g, hx_kdtype dt, float unscale, float clip, int64_t n);
+    /* q = x / b over n values, as the kernels divide by a per-call
+     * constant (the tests hold it to the division's bits). */
+    void (*div_const)(float *q, const float *x, int64_t n, float b);
 } hx_optim_path;
 
 extern const hx_optim_path hx_optim_path_scalar;

@@ -83,6 +83,7 @@ typedef uint16_t H;
 #define H_STORE(p, h) (*(p) = (h))
 #define H_STREAM(p, h) (*(p) = (h))
 #define H_FENCE() ((void)0)
+#define V_DIV_BY(x, b, rb) ((x) / (b))
 #define V_ANY_NAN(x) isnan(x)
 #define PATH_NAME hx_optim_path_scalar
 
