@@ -28,7 +28,10 @@
  * computed in double, as Python computes torch's scalars, and rounded to f32
  * once per call. No other contraction or reassociation happens (the vector
  * files turn off fp-contract), so the scalar, AVX2 and AVX-512 paths give
- * bitwise the same params and state, at any thread count. Where torch's CPU
+ * bitwise the same params and state, at any thread count. (A division by a
+ * per-call constant, as Adam's sqrt(1 - b2^t) and FTRL's lr, may be done
+ * without the divider where that provably gives the division's bits: see
+ * optim_avx512.c.) Where torch's CPU
  * kernel uses a fused multiply-add (add_ with alpha) the formula does too.
  *
  * Gradient as every dense kernel sees it, from the raw value x converted

@@ -45,9 +45,7 @@ static inline __m256i bf16x16(__m512 x, int native)
 {
     if (!native) return bf16_round(x);
     __m256i r = (__m256i)_mm512_cvtneps_pbh(x);
-    __m512i a = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
-    __mmask16 den = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(1)),
-                                            _mm512_set1_epi32(0x7fffff));
+    __mmask16 den = _mm512_fpclass_ps_mask(x, 0x20); /* denormal lanes */
     return den ? _mm256_mask_blend_epi16(den, r, bf16_round(x)) : r;
 }
 
