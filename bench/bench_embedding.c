@@ -27,6 +27,7 @@
 #include <omp.h>
 
 #include "embedding/embedding.h"
+#include "kernels/cpu/hx_kernels.h"
 
 #define ROWS 10000000LL
 #define DIM 64
@@ -267,6 +268,27 @@ static void emit(const char *name, const char *dist, int threads, timing tm, dou
     fflush(stdout);
 }
 
+/* The CPU's model name and the 1-minute load average, for the record. */
+static void machine(char *model, size_t len, double *load)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[256];
+    snprintf(model, len, "unknown");
+    while (f && fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && c) {
+            snprintf(model, len, "%s", c + 2);
+            model[strcspn(model, "\n\"")] = 0;
+            break;
+        }
+    }
+    if (f) fclose(f);
+    *load = -1;
+    f = fopen("/proc/loadavg", "r");
+    if (f && fscanf(f, "%lf", load) != 1) *load = -1;
+    if (f) fclose(f);
+}
+
 static long anon_huge_kb(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -308,9 +330,14 @@ int main(int argc, char **argv)
     c.ws = hx_emb_workspace_create();
     hx_emb_local_stats st;
     hx_emb_local_stats_get(t, &st, &err);
-    printf("{\"bench\":\"embedding\",\"case\":\"setup\",\"rows\":%lld,\"dim\":%d,\"table_bytes\":%zu,"
+    char model[128];
+    double load;
+    machine(model, sizeof model, &load);
+    printf("{\"bench\":\"embedding\",\"case\":\"setup\",\"cpu\":\"%s\",\"cores\":%d,\"isa\":\"%s\","
+           "\"load_1min\":%.2f,\"rows\":%lld,\"dim\":%d,\"table_bytes\":%zu,"
            "\"huge_pages_requested\":%d,\"anon_huge_kb\":%ld,\"setup_s\":%.2f}\n",
-           (long long)ROWS, DIM, st.bytes, st.huge_pages, anon_huge_kb(), now() - t0);
+           model, omp_get_num_procs(), hx_k_isa_name(hx_k_isa()), load, (long long)ROWS, DIM, st.bytes,
+           st.huge_pages, anon_huge_kb(), now() - t0);
     fflush(stdout);
 
     const char *dists[2] = {"uniform", "zipf1.05"};
@@ -353,8 +380,9 @@ int main(int argc, char **argv)
                 if (wanted("step")) run_case("step", dists[d], &c, run_step, 0);
             }
     }
-    printf("{\"bench\":\"embedding\",\"case\":\"total\",\"anon_huge_kb\":%ld,\"total_s\":%.1f}\n", anon_huge_kb(),
-           now() - t0);
+    machine(model, sizeof model, &load);
+    printf("{\"bench\":\"embedding\",\"case\":\"total\",\"load_1min\":%.2f,\"anon_huge_kb\":%ld,\"total_s\":%.1f}\n",
+           load, anon_huge_kb(), now() - t0);
     hx_emb_sparse_grad_free(&c.g);
     hx_emb_workspace_free(c.ws);
     hx_embedding_free(t);

@@ -100,6 +100,8 @@ static hx_status dyn_lookup(hx_embedding_table *t, const hx_emb_query *q, float 
                             int64_t *argmax, hx_emb_err *err)
 {
     dyn *d = (dyn *)t;
+    if (q && !out && hx_emb_query_out_rows(q) > 0) /* before the map changes */
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding lookup: out is NULL");
     mapped mp;
     hx_status st = map_query(d, q, q && q->train, NULL, &mp, err);
     if (st) return st;

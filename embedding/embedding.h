@@ -28,8 +28,9 @@
  *
  * Threads. Every call that runs in parallel takes its thread count
  * (nthreads >= 1) from the caller. Lookups of one table may run at the same
- * time from several threads; an update must not overlap anything else on
- * the same table. Results are bitwise the same at any thread count: every
+ * time from several threads; an update (and a training lookup of a dynamic
+ * table, which assigns rows) must not overlap anything else on the same
+ * table. Results are bitwise the same at any thread count: every
  * output row and every updated table row is computed by one thread in a
  * fixed order of its inputs.
  */
