@@ -554,6 +554,11 @@ static void test_bad_args(void)
     io = hx_optim_io_f32(g, 1);
     CHECK(hx_optim_sgd(p, NULL, 4, &step, &SGD, &io) == HX_OPTIM_BAD_ARG && step == 3,
           "momentum without a buffer accepted");
+    CHECK(hx_optim_nonfinite(g, HX_K_I64, 1.0f, 1.0f, 4, best_isa, 1) == HX_OPTIM_BAD_ARG,
+          "i64 scan accepted");
+    hx_optim_rows rr = {NULL, 0, NULL, 1, -1, best_isa, 1};
+    int64_t bad = -1;
+    CHECK(hx_optim_ftrl_rows(p, s, s, &FTRL, &rr, &bad) == HX_OPTIM_BAD_ARG, "dim -1 accepted");
 }
 
 /* ---- the graph's SGD entry point ----------------------------------------------------------- */

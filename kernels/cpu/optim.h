@@ -161,9 +161,10 @@ typedef struct hx_ftrl_hp {
 int hx_optim_ftrl(float *param, float *accum, float *linear, int64_t n, const hx_ftrl_hp *hp,
                   const hx_optim_io *io);
 
-/* Whether any g = (x * unscale) * clip over grad (n values of dtype) is Inf or
- * NaN: the scan check_finite runs, for callers that scan once for several
- * kernels. Returns 1 if so, else 0. */
+/* Whether any g = (x * unscale) * clip over grad (n values of dtype: F32,
+ * F16 or BF16) is Inf or NaN: the scan check_finite runs, for callers that
+ * scan once for several kernels. Returns 1 if so, 0 if not, HX_OPTIM_BAD_ARG
+ * for another dtype or nthreads < 1. */
 int hx_optim_nonfinite(const void *grad, hx_kdtype dtype, float unscale, float clip, int64_t n,
                        hx_isa isa, int nthreads);
 

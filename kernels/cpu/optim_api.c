@@ -95,6 +95,7 @@ static int dense_run(hx_optim_plan *pl, hx_optim_arrays a, int64_t n, const hx_o
 int hx_optim_nonfinite(const void *grad, hx_kdtype dtype, float unscale, float clip, int64_t n,
                        hx_isa isa, int nthreads)
 {
+    if (!grad_dtype_ok(dtype) || nthreads < 1) return HX_OPTIM_BAD_ARG;
     int native;
     const hx_optim_path *path = path_for(isa, &native);
     if (!hx_k_go_parallel(n, nthreads)) return path->nonfinite(grad, dtype, unscale, clip, n);

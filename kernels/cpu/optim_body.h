@@ -9,9 +9,14 @@
  *   V_ABS(x) V_COPYSIGN(m, s)   |x|; |m| with the sign of s
  *   V_GT_OR0(a, b, x)           a > b ? x : 0, per lane
  *   V_LOAD_F16(p) V_LOAD_BF16(p)           p: const uint16_t *, exact
- *   V_STORE_F16(p, x) V_STORE_BF16(p, x, native)
+ *   H                           W 16-bit values
+ *   V_TO_F16(x) V_TO_BF16(x, native)
  *                               round to nearest even, NaN stays NaN;
  *                               native: the CPU has vcvtneps2bf16
+ *   H_STORE(p, h) H_STREAM(p, h) H_FENCE()
+ *                               store (any alignment); streaming store (p
+ *                               aligned to the size of H); order the
+ *                               streaming stores before what follows
  *   V_DIV_BY(x, b, rb)          x / b for a per-call constant b in
  *                               [2^-30, 2^30] with rb = RN(1/b): the same
  *                               bits as V_DIV(x, b), by whatever means is
@@ -29,7 +34,6 @@
 #include "optim_internal.h"
 
 #define HX_INLINE static inline __attribute__((always_inline))
-
 
 HX_INLINE V load_grad(const void *g, int64_t i, const hx_kdtype dt, V unscale, V clip)
 {
@@ -66,7 +70,8 @@ HX_INLINE void adam_at(const hx_optim_plan *c, hx_optim_arrays a, int64_t i, con
     m = V_FMA(V_SET1(c->omb1), g, V_MUL(m, V_SET1(c->b1)));
     v = V_ADD(V_MUL(v, V_SET1(c->b2)), V_MUL(V_MUL(V_SET1(c->omb2), g), g));
     V den = V_SQRT(v);
-    if (c->bc2s != 1.0f) den = div_const(den, c->bc2s, c->rbc2s, c->bc2s_fast); /* x/1 is x */
+    if (c->bc2s != 1.0f) /* (LazyAdam's, and Adam's once b2^t < 2^-24); x / 1 is x */
+        den = div_const(den, c->bc2s, c->rbc2s, c->bc2s_fast);
     den = V_ADD(den, V_SET1(c->eps));
     p = V_SUB(p, V_DIV(V_MUL(V_SET1(c->step_size), m), den));
     V_STORE(a.p + i, p);
