@@ -363,6 +363,27 @@ static int cmp_double(const void *a, const void *b)
 
 #define MAX_REPS 64
 
+/* One line naming the machine: /proc/cpuinfo's model name, the CPUs, the path. */
+static void print_machine(hx_isa isa)
+{
+    char model[128] = "unknown", line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        while (fgets(line, sizeof line, f)) {
+            char *c = strchr(line, ':');
+            if (strncmp(line, "model name", 10) == 0 && c) {
+                size_t k = 0;
+                for (c += 2; *c && *c != '\n' && *c != '"' && k + 1 < sizeof model; c++) model[k++] = *c;
+                model[k] = 0;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    printf("{\"bench\":\"optim\",\"case\":\"machine\",\"cpu\":\"%s\",\"cpus\":%d,\"isa\":\"%s\"}\n",
+           model, omp_get_num_procs(), hx_k_isa_name(isa));
+}
+
 int main(int argc, char **argv)
 {
     int64_t sizes[8] = {(int64_t)64 << 20, (int64_t)4 << 20};
@@ -372,6 +393,7 @@ int main(int argc, char **argv)
         for (int i = 1; i < argc && nsizes < 8; i++) sizes[nsizes++] = atoll(argv[i]);
     }
     hx_isa isa = hx_k_isa();
+    print_machine(isa);
     for (int si = 0; si < nsizes; si++) {
         data d = {0};
         d.n = sizes[si] / ROW_DIM * ROW_DIM;
