@@ -265,8 +265,9 @@ static void sweep(hx_embedding_table *t, const double *tab, const char *tname)
             int include_last = mode != HX_EMB_ROWS && (variant == 1 || variant == 2);
             int weighted = mode == HX_EMB_SUM && variant >= 2;
             int64_t pad_id = padded ? (int64_t)(test_rng_u64(&r) % (uint64_t)rows) : 0;
-            /* 800 bags of up to 12 ids, or 6000 rows: above the parallel thresholds. */
-            gen g = gen_make(&r, mode == HX_EMB_ROWS ? 1 : 800, mode == HX_EMB_ROWS ? 6000 : 12, rows,
+            /* 1600 bags of up to 12 ids, or 9000 rows: above the parallel
+             * thresholds, and several shares of ids for the backward. */
+            gen g = gen_make(&r, mode == HX_EMB_ROWS ? 1 : 1600, mode == HX_EMB_ROWS ? 9000 : 12, rows,
                              include_last, pad_id, padded ? 0.1 : 0.0);
             hx_emb_query q = hx_emb_query_bags(g.ids, g.n, g.offsets, g.n_offsets, mode);
             if (i32) {
@@ -571,6 +572,50 @@ static void wide_keys(void)
     free(sorted);
 }
 
+/* The plan cuts a large batch into several shares, in ascending id ranges
+ * (SORT) and ascending within each share's groups; all shares together hold
+ * every position that gets a gradient exactly once. */
+static void shares(void)
+{
+    int64_t n = 40000, rows = 100000;
+    test_rng r = test_rng_make(21);
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t j = 0; j < n; j++) ids[j] = (int64_t)(test_rng_u64(&r) % (uint64_t)rows);
+    float *dout = calloc((size_t)n * 4, sizeof(float));
+    hx_emb_query q = hx_emb_query_rows(ids, n);
+    q.nthreads = 2;
+    for (int dm = 0; dm < 2; dm++) {
+        hx_emb_grad_input gi = {dout, NULL, 4, dm ? HX_EMB_DEDUP_HASH : HX_EMB_DEDUP_SORT};
+        hx_emb_workspace *ws = hx_emb_workspace_create();
+        hx_emb_gplan p;
+        hx_emb_err err;
+        CHECK(hx_emb_group_plan(&q, &gi, rows, ws, &p, &err) == HX_OK, "plan: %s", err.msg);
+        CHECK(p.nshares >= 8 && p.m == n, "%d shares for %lld positions", p.nshares, (long long)p.m);
+        uint8_t *seen = calloc((size_t)n, 1);
+        int64_t last = -1, total = 0;
+        int ok = 1;
+        for (int si = 0; si < p.nshares; si++) {
+            hx_emb_groups g;
+            hx_emb_group_share(&p, si, &g);
+            for (int64_t u = 0; u < g.U; u++) {
+                if (!dm) ok &= g.uniq[u] > last;
+                if (!dm) last = g.uniq[u];
+                for (int64_t k = g.start[u]; k < g.start[u + 1]; k++) {
+                    uint32_t j = g.pos[k];
+                    ok &= ids[j] == g.uniq[u] && !seen[j] && (k == g.start[u] || j > g.pos[k - 1]);
+                    seen[j] = 1;
+                    total++;
+                }
+            }
+        }
+        CHECK(ok && total == n, "shares (%s) hold every position once, by id, ascending", dm ? "hash" : "sort");
+        free(seen);
+        hx_emb_workspace_free(ws);
+    }
+    free(ids);
+    free(dout);
+}
+
 int main(void)
 {
     hx_embedding_table *t = make_table(5000, 19, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, 7);
@@ -590,5 +635,6 @@ int main(void)
     storage_and_lazy();
     bad_ids();
     wide_keys();
+    shares();
     return test_finish("embedding");
 }

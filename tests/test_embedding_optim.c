@@ -187,12 +187,13 @@ typedef struct batch {
     hx_emb_mode mode;
 } batch;
 
-/* 600 bags of up to 12 ids, Zipf(1.05) over rows (hot ids repeat hundreds
- * of times), a few out of range; sum with weights, or mean. */
+/* 1500 bags of up to 12 ids (several shares of ids for the threads),
+ * Zipf(1.05) over rows (hot ids repeat hundreds of times), a few out of
+ * range; sum with weights, or mean. */
 static batch batch_make(test_rng *r, int64_t rows, int64_t dim, int step)
 {
     batch b;
-    b.nbags = 600;
+    b.nbags = 1500;
     b.mode = step % 2 ? HX_EMB_MEAN : HX_EMB_SUM;
     b.offsets = malloc(sizeof(int64_t) * (size_t)(b.nbags + 1));
     int64_t n = 0;
