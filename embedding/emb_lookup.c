@@ -207,7 +207,7 @@ static inline const float *row_f32(const src *s, int64_t id, float *buf)
 typedef struct job {
     const hx_emb_query *q;
     src s;
-    int64_t rows, dim, nbags;
+    int64_t rows, dim;
     float *out;
     int64_t *argmax;
 } job;
@@ -321,7 +321,7 @@ hx_status hx_emb_local_lookup(hx_emb_local *t, const hx_emb_query *q, hx_emb_oob
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding %s: out is NULL", mode_name(q->mode));
     st = hx_emb_check_ids(q, t->base.rows, oob, oob_count, mode_name(q->mode), err);
     if (st) return st;
-    job jb = {q, make_src(t), t->base.rows, t->base.dim, nbags, out, argmax};
+    job jb = {q, make_src(t), t->base.rows, t->base.dim, out, argmax};
     int64_t nblocks = q->mode == HX_EMB_ROWS ? (q->n + BLOCK - 1) / BLOCK : (q->n + BLOCK - 1) / BLOCK + 1;
     int nt = q->n >= PARALLEL_MIN || nbags >= PARALLEL_MIN ? q->nthreads : 1;
     int fail = 0;
