@@ -532,6 +532,12 @@ static void test_nonfinite(void)
     CHECK(hx_optim_adam(p, m, v, 3, &step, &ADAM, &io) == HX_OPTIM_NONFINITE && step == 0 &&
               p[0] == 1 && p[1] == 2 && p[2] == 3,
           "overflow from the unscale factor not caught");
+    /* zeros times an infinite factor are NaN */
+    uint16_t z[40] = {0};
+    for (int isa = HX_ISA_SCALAR; isa <= (int)best_isa; isa++)
+        CHECK(hx_optim_nonfinite(z, HX_K_BF16, INFINITY, 1.0f, 40, (hx_isa)isa, 1) == 1 &&
+                  hx_optim_nonfinite(z, HX_K_BF16, 1.0f, 1.0f, 40, (hx_isa)isa, 1) == 0,
+              "%s: 0 * Inf", hx_k_isa_name((hx_isa)isa));
 }
 
 /* ---- bad arguments ---------------------------------------------------------------- */

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "hx_kinternal.h"
 #include "optim_internal.h"
@@ -22,6 +23,27 @@ static const hx_optim_path *path_for(hx_isa isa, int *native_bf16)
         return &hx_optim_path_avx512;
     }
     return isa == HX_ISA_AVX2 ? &hx_optim_path_avx2 : &hx_optim_path_scalar;
+}
+
+/* Whether (x * unscale) * clip is finite for the x whose |x| has the bits m
+ * (max_abs). Rounding is monotone, so this holds for every x of a gradient
+ * exactly when it holds for its largest |x|; NaN bits sort above all. */
+static int scaled_finite(uint32_t m, hx_kdtype dt, float unscale, float clip)
+{
+    float x;
+    if (dt == HX_K_F16) x = hx_optim_f16_to_f32((uint16_t)m);
+    else {
+        uint32_t u = dt == HX_K_BF16 ? m << 16 : m;
+        memcpy(&x, &u, 4);
+    }
+    return isfinite((x * unscale) * clip);
+}
+
+/* hx_optim_nonfinite on [0, n) without threads. */
+static int scan_one(const hx_optim_path *path, const void *g, hx_kdtype dt, float unscale,
+                    float clip, int64_t n)
+{
+    return n > 0 && !scaled_finite(path->max_abs(g, dt, n), dt, unscale, clip);
 }
 
 static int grad_dtype_ok(hx_kdtype dt)
@@ -69,7 +91,7 @@ static int dense_run(hx_optim_plan *pl, hx_optim_arrays a, int64_t n, const hx_o
     pl->stream_half = a.h && (uintptr_t)a.h % 64 == 0 && n >= HX_OPTIM_STREAM_MIN;
     size_t gsz = hx_k_dtype_size(pl->grad_dt);
     if (!hx_k_go_parallel(n, io->nthreads)) {
-        if (io->check_finite && path->nonfinite(a.g, pl->grad_dt, pl->unscale, pl->clip, n))
+        if (io->check_finite && scan_one(path, a.g, pl->grad_dt, pl->unscale, pl->clip, n))
             return HX_OPTIM_NONFINITE;
         path->update(pl, a, n);
         return HX_OPTIM_OK;
@@ -81,7 +103,7 @@ static int dense_run(hx_optim_plan *pl, hx_optim_arrays a, int64_t n, const hx_o
         hx_k_thread_slice(n, DENSE_SPLIT, &lo, &hi);
         hx_optim_arrays t = arrays_at(a, lo, gsz);
         if (io->check_finite) {
-            if (hi > lo && path->nonfinite(t.g, pl->grad_dt, pl->unscale, pl->clip, hi - lo)) {
+            if (scan_one(path, t.g, pl->grad_dt, pl->unscale, pl->clip, hi - lo)) {
 #pragma omp atomic write
                 bad = 1;
             }
@@ -98,15 +120,14 @@ int hx_optim_nonfinite(const void *grad, hx_kdtype dtype, float unscale, float c
     if (!grad_dtype_ok(dtype) || nthreads < 1) return HX_OPTIM_BAD_ARG;
     int native;
     const hx_optim_path *path = path_for(isa, &native);
-    if (!hx_k_go_parallel(n, nthreads)) return path->nonfinite(grad, dtype, unscale, clip, n);
+    if (!hx_k_go_parallel(n, nthreads)) return scan_one(path, grad, dtype, unscale, clip, n);
     size_t gsz = hx_k_dtype_size(dtype);
     int bad = 0;
 #pragma omp parallel num_threads(nthreads)
     {
         int64_t lo, hi;
         hx_k_thread_slice(n, DENSE_SPLIT, &lo, &hi);
-        if (hi > lo && path->nonfinite((const char *)grad + (size_t)lo * gsz, dtype, unscale, clip,
-                                       hi - lo)) {
+        if (scan_one(path, (const char *)grad + (size_t)lo * gsz, dtype, unscale, clip, hi - lo)) {
 #pragma omp atomic write
             bad = 1;
         }

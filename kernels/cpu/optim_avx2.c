@@ -34,6 +34,31 @@ static inline __m128i bf16x8(__m256 x)
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 
+static uint32_t max_abs(const void *g, hx_kdtype dt, int64_t n)
+{
+    const char *b = g;
+    int sz = dt == HX_K_F32 ? 4 : 2, per = 32 / sz;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+    __m256i mask = sz == 4 ? _mm256_set1_epi32(0x7fffffff) : _mm256_set1_epi16(0x7fff);
+    int64_t i = 0;
+    for (; i + 2 * per <= n; i += 2 * per) {
+        __m256i x0 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(b + i * sz)), mask);
+        __m256i x1 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(b + (i + per) * sz)), mask);
+        a0 = sz == 4 ? _mm256_max_epu32(a0, x0) : _mm256_max_epu16(a0, x0);
+        a1 = sz == 4 ? _mm256_max_epu32(a1, x1) : _mm256_max_epu16(a1, x1);
+    }
+    a0 = sz == 4 ? _mm256_max_epu32(a0, a1) : _mm256_max_epu16(a0, a1);
+    uint32_t lanes[8], m = 0;
+    if (sz == 2) a0 = _mm256_max_epu32(_mm256_and_si256(a0, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(a0, 16));
+    _mm256_storeu_si256((__m256i *)lanes, a0);
+    for (int k = 0; k < 8; k++) m = lanes[k] > m ? lanes[k] : m;
+    for (; i < n; i++) {
+        uint32_t x = sz == 4 ? ((const uint32_t *)g)[i] & 0x7fffffff : ((const uint16_t *)g)[i] & 0x7fffu;
+        m = x > m ? x : m;
+    }
+    return m;
+}
+
 #define W 8
 typedef __m256 V;
 #define V_LOAD(p) _mm256_loadu_ps(p)
@@ -57,7 +82,6 @@ typedef __m128i H;
 #define H_STREAM(p, h) _mm_stream_si128((__m128i *)(p), h)
 #define H_FENCE() _mm_sfence()
 #define V_DIV_BY(x, b, rb) _mm256_div_ps(x, b) /* measured: the divider is faster here */
-#define V_ANY_NAN(x) _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))
 #define PATH_NAME hx_optim_path_avx2
 
 #include "optim_body.h"

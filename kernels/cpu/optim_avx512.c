@@ -73,6 +73,29 @@ static inline __m512 div_by16(__m512 x, __m512 b, __m512 rb)
     return q;
 }
 
+static uint32_t max_abs(const void *g, hx_kdtype dt, int64_t n)
+{
+    const char *b = g;
+    int sz = dt == HX_K_F32 ? 4 : 2, per = 64 / sz;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0;
+    __m512i mask = sz == 4 ? _mm512_set1_epi32(0x7fffffff) : _mm512_set1_epi16(0x7fff);
+    int64_t i = 0;
+    for (; i + 2 * per <= n; i += 2 * per) {
+        __m512i x0 = _mm512_and_si512(_mm512_loadu_si512(b + i * sz), mask);
+        __m512i x1 = _mm512_and_si512(_mm512_loadu_si512(b + (i + per) * sz), mask);
+        a0 = sz == 4 ? _mm512_max_epu32(a0, x0) : _mm512_max_epu16(a0, x0);
+        a1 = sz == 4 ? _mm512_max_epu32(a1, x1) : _mm512_max_epu16(a1, x1);
+    }
+    a0 = sz == 4 ? _mm512_max_epu32(a0, a1) : _mm512_max_epu16(a0, a1);
+    if (sz == 2) a0 = _mm512_max_epu32(_mm512_and_si512(a0, _mm512_set1_epi32(0xffff)), _mm512_srli_epi32(a0, 16));
+    uint32_t m = (uint32_t)_mm512_reduce_max_epu32(a0);
+    for (; i < n; i++) {
+        uint32_t x = sz == 4 ? ((const uint32_t *)g)[i] & 0x7fffffff : ((const uint16_t *)g)[i] & 0x7fffu;
+        m = x > m ? x : m;
+    }
+    return m;
+}
+
 #define W 16
 typedef __m512 V;
 #define V_LOAD(p) _mm512_loadu_ps(p)
@@ -96,7 +119,6 @@ typedef __m256i H;
 #define H_STREAM(p, h) _mm256_stream_si256((__m256i *)(p), h)
 #define H_FENCE() _mm_sfence()
 #define V_DIV_BY(x, b, rb) div_by16(x, b, rb)
-#define V_ANY_NAN(x) _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q)
 #define PATH_NAME hx_optim_path_avx512
 
 #include "optim_body.h"

@@ -21,7 +21,7 @@
  *                               [2^-30, 2^30] with rb = RN(1/b): the same
  *                               bits as V_DIV(x, b), by whatever means is
  *                               fastest on the path
- *   V_ANY_NAN(x)                nonzero if some lane is NaN
+ *   max_abs                     the path's hx_optim_path.max_abs
  *   PATH_NAME                   the hx_optim_path this file defines
  *
  * The formulas are the ones written in optim.h, one vocabulary operation
@@ -267,41 +267,6 @@ static void body_update_rows(const hx_optim_plan *pl, hx_optim_arrays a, const i
     else rows_loop(&c, a, ids, n, dim, part, nparts, HX_OPT_FTRL);
 }
 
-/* ---- the non-finite scan ------------------------------------------------------------ */
-
-/* x * 0 is 0 for finite x and NaN for Inf or NaN; four sums keep the adds
- * off one dependency chain. */
-HX_INLINE int scan_run(const void *g, int64_t n, const hx_kdtype dt, float unscale, float clip)
-{
-    V us = V_SET1(unscale), cl = V_SET1(clip), zero = V_SET1(0.0f);
-    V acc0 = zero, acc1 = zero, acc2 = zero, acc3 = zero;
-    int64_t i = 0;
-    for (; i + 4 * W <= n; i += 4 * W) {
-        acc0 = V_ADD(acc0, V_MUL(load_grad(g, i, dt, us, cl), zero));
-        acc1 = V_ADD(acc1, V_MUL(load_grad(g, i + W, dt, us, cl), zero));
-        acc2 = V_ADD(acc2, V_MUL(load_grad(g, i + 2 * W, dt, us, cl), zero));
-        acc3 = V_ADD(acc3, V_MUL(load_grad(g, i + 3 * W, dt, us, cl), zero));
-    }
-    for (; i + W <= n; i += W) acc0 = V_ADD(acc0, V_MUL(load_grad(g, i, dt, us, cl), zero));
-    if (i < n) {
-        size_t sz = dt == HX_K_F32 ? 4 : 2;
-        float buf[W];
-        memset(buf, 0, sizeof buf);
-        memcpy(buf, (const char *)g + (size_t)i * sz, (size_t)(n - i) * sz);
-        acc0 = V_ADD(acc0, V_MUL(load_grad(buf, 0, dt, us, cl), zero));
-    }
-    return V_ANY_NAN(V_ADD(V_ADD(acc0, acc1), V_ADD(acc2, acc3))) != 0;
-}
-
-static int body_nonfinite(const void *g, hx_kdtype dt, float unscale, float clip, int64_t n)
-{
-    switch (dt) {
-    case HX_K_F16: return scan_run(g, n, HX_K_F16, unscale, clip);
-    case HX_K_BF16: return scan_run(g, n, HX_K_BF16, unscale, clip);
-    default: return scan_run(g, n, HX_K_F32, unscale, clip);
-    }
-}
-
 static void body_div_const(float *q, const float *x, int64_t n, float b)
 {
     float rb = 1.0f / b;
@@ -317,4 +282,4 @@ static void body_div_const(float *q, const float *x, int64_t n, float b)
     }
 }
 
-const hx_optim_path PATH_NAME = {body_update, body_update_rows, body_nonfinite, body_div_const};
+const hx_optim_path PATH_NAME = {body_update, body_update_rows, max_abs, body_div_const};

@@ -4,6 +4,7 @@
 #define HX_OPTIM_INTERNAL_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "optim.h"
 
@@ -75,8 +76,10 @@ typedef struct hx_optim_path {
      * a.g + i*dim, in order of i. a.p, a.s1, a.s2 are the tables. */
     void (*update_rows)(const hx_optim_plan *pl, hx_optim_arrays a, const int64_t *ids,
                         int64_t n, int64_t dim, int part, int nparts);
-    /* 1 if any (x * unscale) * clip over n values of g is Inf or NaN. */
-    int (*nonfinite)(const void *g, hx_kdtype dt, float unscale, float clip, int64_t n);
+    /* The largest |x| over n values of g, as x's bits with the sign
+     * cleared (f16 and bf16 in their own 16-bit encoding): NaN patterns
+     * sort above Inf, Inf above every finite value (the scan's measure). */
+    uint32_t (*max_abs)(const void *g, hx_kdtype dt, int64_t n);
     /* q = x / b over n values, as the kernels divide by a per-call
      * constant (the tests hold it to the division's bits). */
     void (*div_const)(float *q, const float *x, int64_t n, float b);
@@ -85,6 +88,22 @@ typedef struct hx_optim_path {
 extern const hx_optim_path hx_optim_path_scalar;
 extern const hx_optim_path hx_optim_path_avx2;
 extern const hx_optim_path hx_optim_path_avx512;
+
+/* f16 bits to f32, exactly; a NaN keeps its payload and becomes quiet, as
+ * vcvtph2ps does. */
+static inline float hx_optim_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
+    if (e == 0x1f) u = sign | 0x7f800000 | (m << 13) | (m ? 0x400000 : 0);
+    else if (e == 0) {
+        float f = (float)m * 0x1p-24f;
+        memcpy(&u, &f, 4);
+        u |= sign;
+    } else u = sign | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 /* Which of nparts threads updates a row: a multiplicative hash, so that
  * rows spread evenly whatever the ids' pattern, and every occurrence of an

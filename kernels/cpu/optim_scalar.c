@@ -22,15 +22,6 @@ static inline uint32_t f32_bits(float f)
     return u;
 }
 
-/* Exact. A NaN keeps its payload and becomes quiet, as vcvtph2ps does. */
-static inline float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    if (e == 0x1f) return f32_from_bits(sign | 0x7f800000 | (m << 13) | (m ? 0x400000 : 0));
-    if (e == 0) return f32_from_bits(sign | f32_bits((float)m * 0x1p-24f));
-    return f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
-}
-
 /* Round to nearest even; overflow gives Inf; a NaN keeps the top of its
  * payload and becomes quiet, as vcvtps2ph does. */
 static inline uint16_t f32_to_f16(float f)
@@ -61,6 +52,19 @@ static inline uint16_t f32_to_bf16(float f)
     return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
+static uint32_t max_abs(const void *g, hx_kdtype dt, int64_t n)
+{
+    uint32_t m = 0;
+    if (dt == HX_K_F32) {
+        const uint32_t *x = g;
+        for (int64_t i = 0; i < n; i++) m = (x[i] & 0x7fffffff) > m ? x[i] & 0x7fffffff : m;
+    } else {
+        const uint16_t *x = g;
+        for (int64_t i = 0; i < n; i++) m = (x[i] & 0x7fffu) > m ? x[i] & 0x7fffu : m;
+    }
+    return m;
+}
+
 #define W 1
 typedef float V;
 #define V_LOAD(p) (*(p))
@@ -75,7 +79,7 @@ typedef float V;
 #define V_ABS(x) fabsf(x)
 #define V_COPYSIGN(m, s) copysignf(m, s)
 #define V_GT_OR0(a, b, x) ((a) > (b) ? (x) : 0.0f)
-#define V_LOAD_F16(p) f16_to_f32(*(p))
+#define V_LOAD_F16(p) hx_optim_f16_to_f32(*(p))
 #define V_LOAD_BF16(p) f32_from_bits((uint32_t)*(p) << 16)
 typedef uint16_t H;
 #define V_TO_F16(x) f32_to_f16(x)
@@ -84,7 +88,6 @@ typedef uint16_t H;
 #define H_STREAM(p, h) (*(p) = (h))
 #define H_FENCE() ((void)0)
 #define V_DIV_BY(x, b, rb) ((x) / (b))
-#define V_ANY_NAN(x) isnan(x)
 #define PATH_NAME hx_optim_path_scalar
 
 #include "optim_body.h"
