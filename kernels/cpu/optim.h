@@ -17,7 +17,9 @@
  * the copy back to the device. Params, moments and accumulators are always
  * f32: a param held only in f16/bf16 is never updated here. With
  * check_finite set, the gradient is scanned first (a read-only pass over
- * it), and if any g below is Inf or NaN the call returns HX_OPTIM_NONFINITE
+ * it that finds the largest |x|: rounding is monotone, so g is finite
+ * everywhere exactly when it is there), and if any g below is Inf or NaN
+ * the call returns HX_OPTIM_NONFINITE
  * having written nothing: params, state, the half copy and the step count
  * are as they were, so the caller can skip the step and shrink its loss
  * scale.
@@ -31,8 +33,8 @@
  * bitwise the same params and state, at any thread count. (A division by a
  * per-call constant, as Adam's sqrt(1 - b2^t) and FTRL's lr, may be done
  * without the divider where that provably gives the division's bits: see
- * optim_avx512.c.) Where torch's CPU
- * kernel uses a fused multiply-add (add_ with alpha) the formula does too.
+ * optim_avx512.c.) Where torch's CPU kernel uses a fused multiply-add (add_
+ * with alpha) the formula does too.
  *
  * Gradient as every dense kernel sees it, from the raw value x converted
  * exactly to f32:   g = (x * unscale) * clip
@@ -66,7 +68,8 @@ typedef enum hx_optim_status {
     HX_OPTIM_OK = 0,         /* updated */
     HX_OPTIM_NONFINITE = 1,  /* check_finite found Inf/NaN in g: nothing written */
     HX_OPTIM_BAD_ID = -1,    /* row kernels: an id outside [0, rows): nothing written */
-    HX_OPTIM_BAD_ARG = -2    /* a dtype not listed below, nthreads < 1 or dim < 0: nothing written */
+    HX_OPTIM_BAD_ARG = -2    /* a dtype not listed below, nthreads < 1, dim < 0, or SGD
+                                momentum without a buffer: nothing written */
 } hx_optim_status;
 
 /* How a dense kernel reads its gradient and writes its outputs. */
@@ -86,9 +89,10 @@ typedef struct hx_optim_io {
 hx_optim_io hx_optim_io_f32(const float *grad, int nthreads);
 
 /* ---- dense ------------------------------------------------------------------
- * Each returns HX_OPTIM_OK or HX_OPTIM_NONFINITE. `step` is the optimizer's
- * step count (0 before the first step): on success it is incremented and
- * t = the new value is the step taken, as torch's state['step']. */
+ * Each returns HX_OPTIM_OK, HX_OPTIM_NONFINITE or HX_OPTIM_BAD_ARG. `step`
+ * (Adam, Adagrad, SGD) is the optimizer's step count, 0 before the first
+ * step: on success it is incremented and t = the new value is the step
+ * taken, as torch's state['step']. */
 
 typedef struct hx_adam_hp {
     double lr, beta1, beta2, eps, weight_decay;
