@@ -81,13 +81,18 @@ hx_status hx_session_placement_stats(hx_session *s, hx_placement_stats *out)
     return HX_OK;
 }
 
-static FILE *open_out(const char *fn, const char *path)
+/* The plan to report on and the file to write it to. */
+static hx_status open_report(hx_session *s, const char *fn, const char *path,
+                             const hx_plan **p, FILE **f)
 {
-    FILE *f = path ? fopen(path, "w") : NULL;
-    if (!f)
-        hx__error(path ? HX_ERR_IO : HX_ERR_INVALID_ARGUMENT, "%s: cannot write '%s'%s", fn,
-                  path ? path : "(NULL)", path ? "; check the directory exists and is writable" : "");
-    return f;
+    hx_status st = report_plan(s, fn, p);
+    if (st) return st;
+    if (!path) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: path is NULL", fn);
+    *f = fopen(path, "w");
+    if (!*f)
+        return hx__error(HX_ERR_IO, "%s: cannot write '%s'; check the directory exists and is "
+                         "writable", fn, path);
+    return HX_OK;
 }
 
 static hx_status close_out(const char *fn, const char *path, FILE *f)
@@ -101,10 +106,9 @@ hx_status hx_session_dump_dot(hx_session *s, const char *path)
 {
     const char *fn = "hx_session_dump_dot";
     const hx_plan *p = NULL;
-    hx_status st = report_plan(s, fn, &p);
+    FILE *f = NULL;
+    hx_status st = open_report(s, fn, path, &p, &f);
     if (st) return st;
-    FILE *f = open_out(fn, path);
-    if (!f) return HX_ERR_IO;
     const hx_graph *g = s->g;
     fprintf(f, "digraph hetex {\n  rankdir=TB;\n  node [shape=box, style=filled];\n");
     for (int sg = 0; sg < p->part.n_sub; sg++) {
@@ -147,10 +151,9 @@ hx_status hx_session_dump_summary(hx_session *s, const char *path)
 {
     const char *fn = "hx_session_dump_summary";
     const hx_plan *p = NULL;
-    hx_status st = report_plan(s, fn, &p);
+    FILE *f = NULL;
+    hx_status st = open_report(s, fn, path, &p, &f);
     if (st) return st;
-    FILE *f = open_out(fn, path);
-    if (!f) return HX_ERR_IO;
     const hx_graph *g = s->g;
     fprintf(f, "hetex plan: %d steps, %d subgraphs, %d copies (%d h2d, %d d2h), %zu bytes "
             "copied per step\n", p->n_steps, p->part.n_sub, p->n_copies, p->n_h2d, p->n_d2h,
