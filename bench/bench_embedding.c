@@ -3,7 +3,7 @@
  * ids), ids uniform or Zipf(1.05) over the rows, at 1 and 2 threads:
  *   gather       the ceiling: a plain OpenMP loop memcpy-gathering the same
  *                rows of the same table into a (106496, 64) buffer
- *   lookup       hx_embedding_lookup, rows mode, the same output
+ *   lookup       hx_emb_table_lookup, rows mode, the same output
  *   bag          sum bags of 26 ids -> (4096, 64)
  *   backward_sort / backward_hash   hx_emb_backward of the bags to a sparse
  *                gradient, grouping by radix sort / by hash
@@ -148,7 +148,7 @@ static timing time_it(batch_fn f, void *ctx)
 /* ---- the cases ---------------------------------------------------------------------------------- */
 
 typedef struct ctx {
-    hx_embedding_table *t;
+    hx_emb_table *t;
     const float *base; /* table rows, for the plain gather */
     int64_t *ids;      /* NBATCH x NIDS */
     int64_t *offsets;  /* SAMPLES */
@@ -189,7 +189,7 @@ static void run_lookup(void *vc, int b)
     ctx *c = vc;
     hx_emb_query q = rows_query(c, b);
     hx_emb_err err;
-    if (hx_embedding_lookup(c->t, &q, c->out, NULL, &err)) die("lookup", &err);
+    if (hx_emb_table_lookup(c->t, &q, c->out, NULL, &err)) die("lookup", &err);
 }
 
 static void run_bag(void *vc, int b)
@@ -197,7 +197,7 @@ static void run_bag(void *vc, int b)
     ctx *c = vc;
     hx_emb_query q = bag_query(c, b);
     hx_emb_err err;
-    if (hx_embedding_lookup(c->t, &q, c->bag_out, NULL, &err)) die("bag", &err);
+    if (hx_emb_table_lookup(c->t, &q, c->bag_out, NULL, &err)) die("bag", &err);
 }
 
 static void run_dedup(void *vc, int b)
@@ -215,7 +215,7 @@ static void run_bwd_update(void *vc, int b)
     hx_emb_query q = bag_query(c, b);
     hx_emb_grad_input gi = {c->dout, NULL, DIM, HX_EMB_DEDUP_AUTO};
     hx_emb_err err;
-    if (hx_embedding_backward_update(c->t, &q, &gi, ++c->step, c->ws, &err)) die("backward_update", &err);
+    if (hx_emb_table_backward_update(c->t, &q, &gi, ++c->step, c->ws, &err)) die("backward_update", &err);
 }
 
 static void run_bwd_unfused(void *vc, int b)
@@ -225,7 +225,7 @@ static void run_bwd_unfused(void *vc, int b)
     hx_emb_grad_input gi = {c->dout, NULL, DIM, HX_EMB_DEDUP_AUTO};
     hx_emb_err err;
     if (hx_emb_backward(&q, &gi, c->ws, &c->g, &err)) die("backward", &err);
-    if (hx_embedding_apply(c->t, &c->g, ++c->step, c->threads, &err)) die("apply", &err);
+    if (hx_emb_table_apply(c->t, &c->g, ++c->step, c->threads, &err)) die("apply", &err);
 }
 
 static void run_step(void *vc, int b)
@@ -312,7 +312,7 @@ int main(int argc, char **argv)
     cfg.init.b = 0.01;
     cfg.init.seed = 1;
     cfg.nthreads = 2;
-    hx_embedding_table *t;
+    hx_emb_table *t;
     hx_emb_err err;
     if (hx_emb_local_create(&cfg, &t, &err)) die("create", &err);
     hx_emb_local *lt = hx_emb_as_local(t);
@@ -385,7 +385,7 @@ int main(int argc, char **argv)
            load, anon_huge_kb(), now() - t0);
     hx_emb_sparse_grad_free(&c.g);
     hx_emb_workspace_free(c.ws);
-    hx_embedding_free(t);
+    hx_emb_table_free(t);
     free(uni);
     free(zip);
     free(c.offsets);

@@ -8,23 +8,23 @@
 #include "embedding/embedding.h"
 
 typedef struct dyn {
-    hx_embedding_table base;
-    hx_embedding_table *local;
+    hx_emb_table base;
+    hx_emb_table *local;
     hx_emb_idmap *map;
     hx_emb_idmap_config mcfg;
 } dyn;
 
 static const hx_emb_ops dyn_ops;
 
-static dyn *as_dyn(hx_embedding_table *t) { return t && t->ops == &dyn_ops ? (dyn *)t : NULL; }
+static dyn *as_dyn(hx_emb_table *t) { return t && t->ops == &dyn_ops ? (dyn *)t : NULL; }
 
-hx_emb_idmap *hx_emb_dynamic_idmap(hx_embedding_table *t)
+hx_emb_idmap *hx_emb_dynamic_idmap(hx_emb_table *t)
 {
     dyn *d = as_dyn(t);
     return d ? d->map : NULL;
 }
 
-hx_embedding_table *hx_emb_dynamic_local(hx_embedding_table *t)
+hx_emb_table *hx_emb_dynamic_local(hx_emb_table *t)
 {
     dyn *d = as_dyn(t);
     return d ? d->local : NULL;
@@ -96,7 +96,7 @@ static hx_status map_query(dyn *d, const hx_emb_query *q, int train, hx_emb_work
     return HX_OK;
 }
 
-static hx_status dyn_lookup(hx_embedding_table *t, const hx_emb_query *q, float *out,
+static hx_status dyn_lookup(hx_emb_table *t, const hx_emb_query *q, float *out,
                             int64_t *argmax, hx_emb_err *err)
 {
     dyn *d = (dyn *)t;
@@ -110,7 +110,7 @@ static hx_status dyn_lookup(hx_embedding_table *t, const hx_emb_query *q, float 
     return st;
 }
 
-static hx_status dyn_backward_update(hx_embedding_table *t, const hx_emb_query *q,
+static hx_status dyn_backward_update(hx_emb_table *t, const hx_emb_query *q,
                                      const hx_emb_grad_input *gi, int64_t step,
                                      hx_emb_workspace *ws, hx_emb_err *err)
 {
@@ -123,7 +123,7 @@ static hx_status dyn_backward_update(hx_embedding_table *t, const hx_emb_query *
     return st;
 }
 
-static hx_status dyn_apply(hx_embedding_table *t, const hx_emb_sparse_grad *g, int64_t step,
+static hx_status dyn_apply(hx_emb_table *t, const hx_emb_sparse_grad *g, int64_t step,
                            int nthreads, hx_emb_err *err)
 {
     dyn *d = (dyn *)t;
@@ -143,7 +143,7 @@ static hx_status dyn_apply(hx_embedding_table *t, const hx_emb_sparse_grad *g, i
     return st;
 }
 
-static hx_status dyn_save(hx_embedding_table *t, const char *path, hx_emb_err *err)
+static hx_status dyn_save(hx_emb_table *t, const char *path, hx_emb_err *err)
 {
     dyn *d = (dyn *)t;
     int64_t n = hx_emb_idmap_serial_size(d->map);
@@ -169,7 +169,7 @@ static hx_status take_map(void *vctx, const int64_t *words, int64_t nwords, hx_e
     return hx_emb_idmap_serial_read(&c->d->mcfg, words, nwords, &c->map, err);
 }
 
-static hx_status dyn_load(hx_embedding_table *t, const char *path, hx_emb_err *err)
+static hx_status dyn_load(hx_emb_table *t, const char *path, hx_emb_err *err)
 {
     dyn *d = (dyn *)t;
     load_ctx c = {d, NULL};
@@ -183,10 +183,10 @@ static hx_status dyn_load(hx_embedding_table *t, const char *path, hx_emb_err *e
     return HX_OK;
 }
 
-static void dyn_free(hx_embedding_table *t)
+static void dyn_free(hx_emb_table *t)
 {
     dyn *d = (dyn *)t;
-    hx_embedding_free(d->local);
+    hx_emb_table_free(d->local);
     hx_emb_idmap_free(d->map);
     free(d);
 }
@@ -196,7 +196,7 @@ static const hx_emb_ops dyn_ops = {
 };
 
 hx_status hx_emb_dynamic_create(const hx_emb_table_config *cfg,
-                                const hx_emb_idmap_config *mcfg, hx_embedding_table **out,
+                                const hx_emb_idmap_config *mcfg, hx_emb_table **out,
                                 hx_emb_err *err)
 {
     if (!out) return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding dynamic table: out is NULL");
@@ -211,7 +211,7 @@ hx_status hx_emb_dynamic_create(const hx_emb_table_config *cfg,
     hx_status st = hx_emb_local_create(cfg, &d->local, err);
     if (!st) st = hx_emb_idmap_create(mcfg, &d->map, err);
     if (st) {
-        hx_embedding_free(d->local);
+        hx_emb_table_free(d->local);
         free(d);
         return st;
     }

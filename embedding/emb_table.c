@@ -231,7 +231,7 @@ void hx_emb_local_materialise(hx_emb_local *t, int64_t r, float *tmp)
     atomic_fetch_or_explicit(&t->ready[r >> 6], 1ull << (r & 63), memory_order_relaxed);
 }
 
-void hx_emb_local_reset_rows(hx_embedding_table *tt, const int64_t *rows, int64_t n)
+void hx_emb_local_reset_rows(hx_emb_table *tt, const int64_t *rows, int64_t n)
 {
     hx_emb_local *t = hx_emb_as_local(tt);
     if (!t) return;
@@ -377,7 +377,7 @@ static void fill_state(hx_emb_local *t, int k, int nthreads)
     for (int64_t i = 0; i < n; i++) s[i] = v;
 }
 
-hx_status hx_emb_local_set_optim(hx_embedding_table *tt, const hx_emb_optim *optim, int nthreads,
+hx_status hx_emb_local_set_optim(hx_emb_table *tt, const hx_emb_optim *optim, int nthreads,
                                  hx_emb_err *err)
 {
     hx_emb_local *t = hx_emb_as_local(tt);
@@ -418,12 +418,12 @@ hx_status hx_emb_local_set_optim(hx_embedding_table *tt, const hx_emb_optim *opt
 
 /* ---- create, free, stats ----------------------------------------------------------- */
 
-hx_emb_local *hx_emb_as_local(hx_embedding_table *t)
+hx_emb_local *hx_emb_as_local(hx_emb_table *t)
 {
     return t && t->ops == &hx_emb_local_ops ? (hx_emb_local *)t : NULL;
 }
 
-static void local_free(hx_embedding_table *tt)
+static void local_free(hx_emb_table *tt)
 {
     hx_emb_local *t = (hx_emb_local *)tt;
     for (int i = 0; i < 4; i++) region_unmap(&t->reg[i]);
@@ -432,7 +432,7 @@ static void local_free(hx_embedding_table *tt)
     free(t);
 }
 
-hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_embedding_table **out,
+hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_emb_table **out,
                               hx_emb_err *err)
 {
     if (!out) return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding table: out is NULL");
@@ -529,10 +529,10 @@ hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_embedding_table
     return HX_OK;
 }
 
-hx_status hx_emb_local_stats_get(const hx_embedding_table *tt, hx_emb_local_stats *s,
+hx_status hx_emb_local_stats_get(const hx_emb_table *tt, hx_emb_local_stats *s,
                                  hx_emb_err *err)
 {
-    const hx_emb_local *t = hx_emb_as_local((hx_embedding_table *)tt);
+    const hx_emb_local *t = hx_emb_as_local((hx_emb_table *)tt);
     if (!t || !s) return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding stats: not a local table");
     s->oob_ids = atomic_load(&t->oob_count);
     if (t->lazy) {
@@ -550,21 +550,21 @@ hx_status hx_emb_local_stats_get(const hx_embedding_table *tt, hx_emb_local_stat
 
 /* ---- the interface --------------------------------------------------------------- */
 
-static hx_status local_lookup_rows(hx_embedding_table *tt, const hx_emb_query *q, float *out,
+static hx_status local_lookup_rows(hx_emb_table *tt, const hx_emb_query *q, float *out,
                                    int64_t *argmax, hx_emb_err *err)
 {
     hx_emb_local *t = (hx_emb_local *)tt;
     return hx_emb_local_lookup(t, q, t->oob, &t->oob_count, out, argmax, err);
 }
 
-static hx_status local_apply(hx_embedding_table *tt, const hx_emb_sparse_grad *g, int64_t step,
+static hx_status local_apply(hx_emb_table *tt, const hx_emb_sparse_grad *g, int64_t step,
                              int nthreads, hx_emb_err *err)
 {
     hx_emb_local *t = (hx_emb_local *)tt;
     return hx_emb_local_apply(t, g, step, nthreads, t->oob, err);
 }
 
-static hx_status local_backward_update(hx_embedding_table *tt, const hx_emb_query *q,
+static hx_status local_backward_update(hx_emb_table *tt, const hx_emb_query *q,
                                        const hx_emb_grad_input *gi, int64_t step,
                                        hx_emb_workspace *ws, hx_emb_err *err)
 {
@@ -572,12 +572,12 @@ static hx_status local_backward_update(hx_embedding_table *tt, const hx_emb_quer
     return hx_emb_local_backward_update(t, q, gi, step, t->oob, ws, err);
 }
 
-static hx_status local_save(hx_embedding_table *tt, const char *path, hx_emb_err *err)
+static hx_status local_save(hx_emb_table *tt, const char *path, hx_emb_err *err)
 {
     return hx_emb_local_save_with((hx_emb_local *)tt, path, NULL, 0, err);
 }
 
-static hx_status local_load(hx_embedding_table *tt, const char *path, hx_emb_err *err)
+static hx_status local_load(hx_emb_table *tt, const char *path, hx_emb_err *err)
 {
     return hx_emb_local_load_with((hx_emb_local *)tt, path, NULL, NULL, err);
 }
@@ -592,21 +592,21 @@ const hx_emb_ops hx_emb_local_ops = {
     if (!(t) || !(t)->ops)                                                                  \
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding %s: table is NULL", what)
 
-hx_status hx_embedding_lookup(hx_embedding_table *t, const hx_emb_query *q, float *out,
+hx_status hx_emb_table_lookup(hx_emb_table *t, const hx_emb_query *q, float *out,
                               int64_t *argmax, hx_emb_err *err)
 {
     NEED_TABLE(t, "lookup");
     return t->ops->lookup_rows(t, q, out, argmax, err);
 }
 
-hx_status hx_embedding_apply(hx_embedding_table *t, const hx_emb_sparse_grad *g, int64_t step,
+hx_status hx_emb_table_apply(hx_emb_table *t, const hx_emb_sparse_grad *g, int64_t step,
                              int nthreads, hx_emb_err *err)
 {
     NEED_TABLE(t, "update");
     return t->ops->apply_sparse_update(t, g, step, nthreads, err);
 }
 
-hx_status hx_embedding_backward_update(hx_embedding_table *t, const hx_emb_query *q,
+hx_status hx_emb_table_backward_update(hx_emb_table *t, const hx_emb_query *q,
                                        const hx_emb_grad_input *gi, int64_t step,
                                        hx_emb_workspace *ws, hx_emb_err *err)
 {
@@ -614,21 +614,21 @@ hx_status hx_embedding_backward_update(hx_embedding_table *t, const hx_emb_query
     return t->ops->backward_update(t, q, gi, step, ws, err);
 }
 
-hx_status hx_embedding_save(hx_embedding_table *t, const char *path, hx_emb_err *err)
+hx_status hx_emb_table_save(hx_emb_table *t, const char *path, hx_emb_err *err)
 {
     NEED_TABLE(t, "save");
     if (!path) return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding save: path is NULL");
     return t->ops->save(t, path, err);
 }
 
-hx_status hx_embedding_load(hx_embedding_table *t, const char *path, hx_emb_err *err)
+hx_status hx_emb_table_load(hx_emb_table *t, const char *path, hx_emb_err *err)
 {
     NEED_TABLE(t, "load");
     if (!path) return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding load: path is NULL");
     return t->ops->load(t, path, err);
 }
 
-void hx_embedding_free(hx_embedding_table *t)
+void hx_emb_table_free(hx_emb_table *t)
 {
     if (t && t->ops) t->ops->free(t);
 }

@@ -15,7 +15,7 @@
  *                      addressing, XXH3), with a frequency filter, expiry and
  *                      eviction; hx_emb_dynamic_create wraps it round a local
  *                      table.
- *   hx_embedding_*     the interface every table implements (hx_emb_ops):
+ *   hx_emb_table_*     the interface every table implements (hx_emb_ops):
  *                      lookup rows, apply a sparse update, save, load. A
  *                      table sharded over processes implements the same
  *                      table of functions, so its callers do not change.
@@ -231,42 +231,42 @@ hx_status hx_emb_backward(const hx_emb_query *q, const hx_emb_grad_input *gi,
 
 /* ---- the table interface (item 7: what a parameter-server table implements) ----- */
 
-typedef struct hx_embedding_table hx_embedding_table;
+typedef struct hx_emb_table hx_emb_table;
 
 typedef struct hx_emb_ops {
     const char *kind; /* "local", "dynamic", ... */
     /* out (hx_emb_query_out_rows(q), dim) f32; argmax (nbags, dim) in MAX mode
      * (the winning position, -1 for none), may be NULL. */
-    hx_status (*lookup_rows)(hx_embedding_table *t, const hx_emb_query *q, float *out,
+    hx_status (*lookup_rows)(hx_emb_table *t, const hx_emb_query *q, float *out,
                              int64_t *argmax, hx_emb_err *err);
     /* One optimizer step t = step >= 1 on the rows named by g (ids unique or
      * not: repeats are applied in order as separate updates). */
-    hx_status (*apply_sparse_update)(hx_embedding_table *t, const hx_emb_sparse_grad *g,
+    hx_status (*apply_sparse_update)(hx_emb_table *t, const hx_emb_sparse_grad *g,
                                      int64_t step, int nthreads, hx_emb_err *err);
     /* hx_emb_backward and apply_sparse_update in one pass: each touched row is
      * summed into a small buffer and updated at once, so the summed gradient
      * is never written out and read back. The table is as after the two
      * calls. */
-    hx_status (*backward_update)(hx_embedding_table *t, const hx_emb_query *q,
+    hx_status (*backward_update)(hx_emb_table *t, const hx_emb_query *q,
                                  const hx_emb_grad_input *gi, int64_t step,
                                  hx_emb_workspace *ws, hx_emb_err *err);
-    hx_status (*save)(hx_embedding_table *t, const char *path, hx_emb_err *err);
-    hx_status (*load)(hx_embedding_table *t, const char *path, hx_emb_err *err);
-    void (*free)(hx_embedding_table *t);
+    hx_status (*save)(hx_emb_table *t, const char *path, hx_emb_err *err);
+    hx_status (*load)(hx_emb_table *t, const char *path, hx_emb_err *err);
+    void (*free)(hx_emb_table *t);
 } hx_emb_ops;
 
 /* The head of every table implementation. */
-struct hx_embedding_table {
+struct hx_emb_table {
     const hx_emb_ops *ops;
     int64_t rows, dim;
 };
 
 /* Calls through the interface (free accepts NULL). */
-hx_status hx_embedding_lookup(hx_embedding_table *t, const hx_emb_query *q, float *out,
+hx_status hx_emb_table_lookup(hx_emb_table *t, const hx_emb_query *q, float *out,
                               int64_t *argmax, hx_emb_err *err);
-hx_status hx_embedding_apply(hx_embedding_table *t, const hx_emb_sparse_grad *g, int64_t step,
+hx_status hx_emb_table_apply(hx_emb_table *t, const hx_emb_sparse_grad *g, int64_t step,
                              int nthreads, hx_emb_err *err);
-hx_status hx_embedding_backward_update(hx_embedding_table *t, const hx_emb_query *q,
+hx_status hx_emb_table_backward_update(hx_emb_table *t, const hx_emb_query *q,
                                        const hx_emb_grad_input *gi, int64_t step,
                                        hx_emb_workspace *ws, hx_emb_err *err);
 /* Save: a header (magic, version, dtype, rows, dim, optimizer and its state,
@@ -276,23 +276,23 @@ hx_status hx_embedding_backward_update(hx_embedding_table *t, const hx_emb_query
  * (HX_ERR_CORRUPT) or one that does not fit the table (HX_ERR_SHAPE,
  * HX_ERR_INVALID_ARGUMENT) leaves the table as it was. A loaded table takes
  * the file's initialiser (for its rows not yet written). */
-hx_status hx_embedding_save(hx_embedding_table *t, const char *path, hx_emb_err *err);
-hx_status hx_embedding_load(hx_embedding_table *t, const char *path, hx_emb_err *err);
-void hx_embedding_free(hx_embedding_table *t);
+hx_status hx_emb_table_save(hx_emb_table *t, const char *path, hx_emb_err *err);
+hx_status hx_emb_table_load(hx_emb_table *t, const char *path, hx_emb_err *err);
+void hx_emb_table_free(hx_emb_table *t);
 
 /* ---- the local table --------------------------------------------------------- */
 
-hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_embedding_table **out,
+hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_emb_table **out,
                               hx_emb_err *err);
 /* Sets the optimizer. Another kind replaces the state (freed, then
  * allocated and filled with its start values, lazily on lazy tables); the
  * same kind only changes the hyper-parameters (a learning-rate schedule). */
-hx_status hx_emb_local_set_optim(hx_embedding_table *t, const hx_emb_optim *optim, int nthreads,
+hx_status hx_emb_local_set_optim(hx_emb_table *t, const hx_emb_optim *optim, int nthreads,
                                  hx_emb_err *err);
 /* Puts rows back to their initial value and their optimizer state to its
  * start value (on a lazy table: marks them not yet initialised). Rows
  * outside [0, rows) are skipped. */
-void hx_emb_local_reset_rows(hx_embedding_table *t, const int64_t *rows, int64_t n);
+void hx_emb_local_reset_rows(hx_emb_table *t, const int64_t *rows, int64_t n);
 
 typedef struct hx_emb_local_stats {
     int64_t oob_ids;      /* ids looked up as zero rows under HX_EMB_OOB_ZERO */
@@ -300,7 +300,7 @@ typedef struct hx_emb_local_stats {
     size_t bytes;         /* storage and state, including padding */
     int huge_pages;       /* 1 if huge pages were requested */
 } hx_emb_local_stats;
-hx_status hx_emb_local_stats_get(const hx_embedding_table *t, hx_emb_local_stats *s,
+hx_status hx_emb_local_stats_get(const hx_emb_table *t, hx_emb_local_stats *s,
                                  hx_emb_err *err);
 
 /* The local table's storage, for the code in embedding/ and for tests:
@@ -315,7 +315,7 @@ typedef struct hx_emb_region {
 } hx_emb_region;
 
 typedef struct hx_emb_local {
-    hx_embedding_table base;
+    hx_emb_table base;
     hx_dtype dtype;
     int64_t stride;        /* param row stride in elements of dtype */
     int64_t gstride;       /* f32 row stride: gradients and state */
@@ -337,7 +337,7 @@ typedef struct hx_emb_local {
 extern const hx_emb_ops hx_emb_local_ops;
 
 /* NULL unless t is a local table. */
-hx_emb_local *hx_emb_as_local(hx_embedding_table *t);
+hx_emb_local *hx_emb_as_local(hx_emb_table *t);
 
 /* ---- the dynamic id map -------------------------------------------------------- */
 
@@ -405,11 +405,11 @@ hx_status hx_emb_idmap_serial_read(const hx_emb_idmap_config *cfg, const int64_t
  * out; a key without a row reads as a zero row (it counts in a mean), and
  * its gradient is dropped. Save/load include the map. */
 hx_status hx_emb_dynamic_create(const hx_emb_table_config *cfg,
-                                const hx_emb_idmap_config *mcfg, hx_embedding_table **out,
+                                const hx_emb_idmap_config *mcfg, hx_emb_table **out,
                                 hx_emb_err *err);
 /* The parts of a dynamic table (NULL unless t is one). */
-hx_emb_idmap *hx_emb_dynamic_idmap(hx_embedding_table *t);
-hx_embedding_table *hx_emb_dynamic_local(hx_embedding_table *t);
+hx_emb_idmap *hx_emb_dynamic_idmap(hx_emb_table *t);
+hx_emb_table *hx_emb_dynamic_local(hx_emb_table *t);
 
 /* ---- shared inside embedding/ --------------------------------------------------------- */
 

@@ -15,7 +15,7 @@
 #include "kernels/cpu/hx_kernels.h"
 #include "tests/util/testutil.h"
 
-static hx_embedding_table *make_table(int64_t rows, int64_t dim, hx_dtype dt, int lazy,
+static hx_emb_table *make_table(int64_t rows, int64_t dim, hx_dtype dt, int lazy,
                                       hx_emb_oob oob, uint64_t seed)
 {
     hx_emb_table_config c = hx_emb_table_config_default(rows, dim);
@@ -27,7 +27,7 @@ static hx_embedding_table *make_table(int64_t rows, int64_t dim, hx_dtype dt, in
     c.init.b = 1.0;
     c.init.seed = seed;
     c.nthreads = 2;
-    hx_embedding_table *t = NULL;
+    hx_emb_table *t = NULL;
     hx_emb_err err;
     hx_status st = hx_emb_local_create(&c, &t, &err);
     CHECK(st == HX_OK, "create %lld x %lld: %s", (long long)rows, (long long)dim, err.msg);
@@ -35,7 +35,7 @@ static hx_embedding_table *make_table(int64_t rows, int64_t dim, hx_dtype dt, in
 }
 
 /* The table as doubles (rows x dim), read through the internal row reader. */
-static double *table_values(hx_embedding_table *tt)
+static double *table_values(hx_emb_table *tt)
 {
     hx_emb_local *t = hx_emb_as_local(tt);
     int64_t rows = tt->rows, dim = tt->dim;
@@ -252,7 +252,7 @@ static int same_grad(const hx_emb_sparse_grad *a, const hx_emb_sparse_grad *b)
            memcmp(a->rows, b->rows, sizeof(float) * (size_t)(a->n * a->stride)) == 0;
 }
 
-static void sweep(hx_embedding_table *t, const double *tab, const char *tname)
+static void sweep(hx_emb_table *t, const double *tab, const char *tname)
 {
     int64_t rows = t->rows, dim = t->dim;
     test_rng r = test_rng_make(11);
@@ -298,7 +298,7 @@ static void sweep(hx_embedding_table *t, const double *tab, const char *tname)
                 am[th] = malloc(sizeof(int64_t) * (size_t)(nout * dim));
                 q.nthreads = th + 1;
                 hx_emb_err err;
-                hx_status st = hx_embedding_lookup(t, &q, out[th], mode == HX_EMB_MAX ? am[th] : NULL, &err);
+                hx_status st = hx_emb_table_lookup(t, &q, out[th], mode == HX_EMB_MAX ? am[th] : NULL, &err);
                 CHECK(st == HX_OK, "%s: lookup: %s", what, err.msg);
             }
             CHECK(test_close_f32(what, out[0], want, nout * dim, 1e-5, 1e-5), "%s: forward", what);
@@ -353,10 +353,10 @@ static void sweep(hx_embedding_table *t, const double *tab, const char *tname)
 static void storage_and_lazy(void)
 {
     int64_t rows = 3000, dim = 19;
-    hx_embedding_table *e = make_table(rows, dim, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, 5);
-    hx_embedding_table *l = make_table(rows, dim, HX_DTYPE_F32, 1, HX_EMB_OOB_ERROR, 5);
-    hx_embedding_table *h = make_table(rows, dim, HX_DTYPE_F16, 0, HX_EMB_OOB_ERROR, 5);
-    hx_embedding_table *b = make_table(rows, dim, HX_DTYPE_BF16, 1, HX_EMB_OOB_ERROR, 5);
+    hx_emb_table *e = make_table(rows, dim, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, 5);
+    hx_emb_table *l = make_table(rows, dim, HX_DTYPE_F32, 1, HX_EMB_OOB_ERROR, 5);
+    hx_emb_table *h = make_table(rows, dim, HX_DTYPE_F16, 0, HX_EMB_OOB_ERROR, 5);
+    hx_emb_table *b = make_table(rows, dim, HX_DTYPE_BF16, 1, HX_EMB_OOB_ERROR, 5);
     if (!e || !l || !h || !b) return;
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)rows);
     for (int64_t i = 0; i < rows; i++) ids[i] = (i * 17) % rows;
@@ -365,10 +365,10 @@ static void storage_and_lazy(void)
     hx_emb_query q = hx_emb_query_rows(ids, rows);
     q.nthreads = 2;
     hx_emb_err err;
-    CHECK(hx_embedding_lookup(e, &q, oe, NULL, &err) == HX_OK, "eager lookup: %s", err.msg);
-    CHECK(hx_embedding_lookup(l, &q, ol, NULL, &err) == HX_OK, "lazy lookup: %s", err.msg);
-    CHECK(hx_embedding_lookup(h, &q, oh, NULL, &err) == HX_OK, "f16 lookup: %s", err.msg);
-    CHECK(hx_embedding_lookup(b, &q, ob, NULL, &err) == HX_OK, "bf16 lookup: %s", err.msg);
+    CHECK(hx_emb_table_lookup(e, &q, oe, NULL, &err) == HX_OK, "eager lookup: %s", err.msg);
+    CHECK(hx_emb_table_lookup(l, &q, ol, NULL, &err) == HX_OK, "lazy lookup: %s", err.msg);
+    CHECK(hx_emb_table_lookup(h, &q, oh, NULL, &err) == HX_OK, "f16 lookup: %s", err.msg);
+    CHECK(hx_emb_table_lookup(b, &q, ob, NULL, &err) == HX_OK, "bf16 lookup: %s", err.msg);
     CHECK(memcmp(oe, ol, sizeof(float) * (size_t)(rows * dim)) == 0, "lazy rows read as the eager initial values");
     /* f16/bf16 rows are the f32 initial values rounded to nearest even. */
     uint16_t *tmp = malloc(sizeof(uint16_t) * (size_t)(rows * dim));
@@ -408,10 +408,10 @@ static void storage_and_lazy(void)
     free(ob);
     free(tmp);
     free(back);
-    hx_embedding_free(e);
-    hx_embedding_free(l);
-    hx_embedding_free(h);
-    hx_embedding_free(b);
+    hx_emb_table_free(e);
+    hx_emb_table_free(l);
+    hx_emb_table_free(h);
+    hx_emb_table_free(b);
 }
 
 /* ---- bad ids and bad queries ------------------------------------------------------------------- */
@@ -419,8 +419,8 @@ static void storage_and_lazy(void)
 static void bad_ids(void)
 {
     int64_t rows = 100, dim = 8;
-    hx_embedding_table *te = make_table(rows, dim, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, 1);
-    hx_embedding_table *tz = make_table(rows, dim, HX_DTYPE_F32, 0, HX_EMB_OOB_ZERO, 1);
+    hx_emb_table *te = make_table(rows, dim, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, 1);
+    hx_emb_table *tz = make_table(rows, dim, HX_DTYPE_F32, 0, HX_EMB_OOB_ZERO, 1);
     if (!te || !tz) return;
     const int64_t near = INT64_MAX - 3;
     int64_t ids[6] = {5, 99, -1, 100, near, 7};
@@ -429,23 +429,23 @@ static void bad_ids(void)
     for (int i = 0; i < 6 * 8; i++) out[i] = 42.0f;
     hx_emb_query q = hx_emb_query_rows(ids, 6);
     hx_emb_err err;
-    hx_status st = hx_embedding_lookup(te, &q, out, NULL, &err);
+    hx_status st = hx_emb_table_lookup(te, &q, out, NULL, &err);
     CHECK(st == HX_ERR_INDEX && strstr(err.msg, "id -1") && strstr(err.msg, "position 2"),
           "negative id: %d %s", (int)st, err.msg);
     CHECK(out[0] == 42.0f, "a failed lookup wrote its output");
     int64_t big[2] = {3, near};
     q = hx_emb_query_rows(big, 2);
-    st = hx_embedding_lookup(te, &q, out, NULL, &err);
+    st = hx_emb_table_lookup(te, &q, out, NULL, &err);
     CHECK(st == HX_ERR_INDEX && strstr(err.msg, "9223372036854775804") && strstr(err.msg, "position 1"),
           "id near 2^63: %s", err.msg);
     q = hx_emb_query_rows(NULL, 6);
     q.ids = ids32;
     q.id_dtype = HX_DTYPE_I32;
-    st = hx_embedding_lookup(te, &q, out, NULL, &err);
+    st = hx_emb_table_lookup(te, &q, out, NULL, &err);
     CHECK(st == HX_ERR_INDEX && strstr(err.msg, "id -1"), "i32 negative id: %s", err.msg);
     /* Zero policy: zero rows, counted. */
     q = hx_emb_query_rows(ids, 6);
-    st = hx_embedding_lookup(tz, &q, out, NULL, &err);
+    st = hx_emb_table_lookup(tz, &q, out, NULL, &err);
     CHECK(st == HX_OK, "zero policy lookup: %s", err.msg);
     int zeros = 1;
     for (int i = 2; i < 5; i++)
@@ -460,7 +460,7 @@ static void bad_ids(void)
     hx_emb_query qb = hx_emb_query_bags(bids, 4, offs, 1, HX_EMB_MEAN);
     qb.has_padding = 1;
     qb.padding_id = 50;
-    st = hx_embedding_lookup(tz, &qb, bo, NULL, &err);
+    st = hx_emb_table_lookup(tz, &qb, bo, NULL, &err);
     double *tab = table_values(tz);
     CHECK(st == HX_OK && fabs(bo[0] - (tab[1 * dim] + tab[2 * dim]) / 3.0) < 1e-6, "mean with a zero row: %g",
           (double)bo[0]);
@@ -468,31 +468,31 @@ static void bad_ids(void)
     /* Bad offsets, weights, dtypes. */
     int64_t off_bad[3] = {1, 2, 3}, off_dec[3] = {0, 3, 2}, off_last[3] = {0, 2, 3};
     qb = hx_emb_query_bags(bids, 4, off_bad, 3, HX_EMB_SUM);
-    CHECK(hx_embedding_lookup(te, &qb, out, NULL, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "offsets[0]"),
+    CHECK(hx_emb_table_lookup(te, &qb, out, NULL, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "offsets[0]"),
           "offsets[0] != 0: %s", err.msg);
     qb.offsets = off_dec;
-    CHECK(hx_embedding_lookup(te, &qb, out, NULL, &err) == HX_ERR_INVALID_ARGUMENT, "decreasing offsets");
+    CHECK(hx_emb_table_lookup(te, &qb, out, NULL, &err) == HX_ERR_INVALID_ARGUMENT, "decreasing offsets");
     qb.offsets = off_last;
     qb.include_last_offset = 1;
-    CHECK(hx_embedding_lookup(te, &qb, out, NULL, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "last offset"),
+    CHECK(hx_emb_table_lookup(te, &qb, out, NULL, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "last offset"),
           "include_last_offset not ending at n: %s", err.msg);
     float w[4] = {1, 1, 1, 1};
     qb = hx_emb_query_bags(bids, 4, offs, 1, HX_EMB_MEAN);
     qb.weights = w;
-    CHECK(hx_embedding_lookup(te, &qb, out, NULL, &err) == HX_ERR_INVALID_ARGUMENT, "weights with mean");
+    CHECK(hx_emb_table_lookup(te, &qb, out, NULL, &err) == HX_ERR_INVALID_ARGUMENT, "weights with mean");
     qb = hx_emb_query_rows(bids, 4);
     qb.id_dtype = HX_DTYPE_F32;
-    CHECK(hx_embedding_lookup(te, &qb, out, NULL, &err) == HX_ERR_DTYPE, "f32 ids");
+    CHECK(hx_emb_table_lookup(te, &qb, out, NULL, &err) == HX_ERR_DTYPE, "f32 ids");
     /* Bags with no ids, and an empty lookup. */
     int64_t offs0[3] = {0, 0, 0};
     float eo[3 * 8];
     for (int i = 0; i < 24; i++) eo[i] = 1.0f;
     int64_t eam[3 * 8];
     qb = hx_emb_query_bags(bids, 0, offs0, 3, HX_EMB_MAX);
-    CHECK(hx_embedding_lookup(te, &qb, eo, eam, &err) == HX_OK && eo[0] == 0.0f && eo[23] == 0.0f && eam[5] == -1,
+    CHECK(hx_emb_table_lookup(te, &qb, eo, eam, &err) == HX_OK && eo[0] == 0.0f && eo[23] == 0.0f && eam[5] == -1,
           "empty bags give zeros and argmax -1");
     qb = hx_emb_query_rows(bids, 0);
-    CHECK(hx_embedding_lookup(te, &qb, NULL, NULL, &err) == HX_OK, "empty lookup");
+    CHECK(hx_emb_table_lookup(te, &qb, NULL, NULL, &err) == HX_OK, "empty lookup");
     /* A max backward with an argmax that is not a position of its bag. */
     int64_t b2[4] = {1, 2, 3, 4}, of2[2] = {0, 2};
     hx_emb_query qm = hx_emb_query_bags(b2, 4, of2, 2, HX_EMB_MAX);
@@ -506,8 +506,8 @@ static void bad_ids(void)
     CHECK(hx_emb_backward(&qm, &gi, NULL, &sg, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "argmax[0][3]"),
           "bad argmax: %s", err.msg);
     hx_emb_sparse_grad_free(&sg);
-    hx_embedding_free(te);
-    hx_embedding_free(tz);
+    hx_emb_table_free(te);
+    hx_emb_table_free(tz);
 }
 
 /* ---- keys near 2^63 through the backward -------------------------------------------------------- */
@@ -618,19 +618,19 @@ static void shares(void)
 
 int main(void)
 {
-    hx_embedding_table *t = make_table(5000, 19, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, 7);
+    hx_emb_table *t = make_table(5000, 19, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, 7);
     if (t) {
         double *tab = table_values(t);
         sweep(t, tab, "f32 dim 19");
         free(tab);
-        hx_embedding_free(t);
+        hx_emb_table_free(t);
     }
     t = make_table(4000, 64, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, 8);
     if (t) {
         double *tab = table_values(t);
         sweep(t, tab, "f32 dim 64");
         free(tab);
-        hx_embedding_free(t);
+        hx_emb_table_free(t);
     }
     storage_and_lazy();
     bad_ids();

@@ -216,14 +216,14 @@ static void dynamic_table(void)
     c.optim = hx_emb_optim_default(HX_EMB_OPTIM_LAZY_ADAM);
     c.optim.lr = 0.1;
     hx_emb_idmap_config mc = {cap, 2, 0, HX_EMB_FULL_EVICT, 3};
-    hx_embedding_table *t = NULL;
+    hx_emb_table *t = NULL;
     hx_emb_err err;
     CHECK(hx_emb_dynamic_create(&c, &mc, &t, &err) == HX_OK, "dynamic create: %s", err.msg);
     mc.capacity = cap + 1;
-    hx_embedding_table *bad = NULL;
+    hx_emb_table *bad = NULL;
     CHECK(hx_emb_dynamic_create(&c, &mc, &bad, &err) == HX_ERR_INVALID_ARGUMENT, "capacity != rows");
     if (!t) return;
-    hx_embedding_table *loc = hx_emb_dynamic_local(t);
+    hx_emb_table *loc = hx_emb_dynamic_local(t);
     hx_emb_idmap *map = hx_emb_dynamic_idmap(t);
     CHECK(loc && map && !hx_emb_dynamic_idmap(loc) && hx_emb_as_local(t) == NULL, "dynamic parts");
     /* Keys from strings; one key seen twice reaches min_count 2. */
@@ -238,7 +238,7 @@ static void dynamic_table(void)
     q.train = 1;
     q.step = 1;
     float out[16];
-    CHECK(hx_embedding_lookup(t, &q, out, NULL, &err) == HX_OK, "dynamic lookup: %s", err.msg);
+    CHECK(hx_emb_table_lookup(t, &q, out, NULL, &err) == HX_OK, "dynamic lookup: %s", err.msg);
     /* Key "a" got row 0; "b" is filtered (zero row, counted in the mean); "pad" skipped. */
     float row0[16];
     hx_emb_local_read_row(hx_emb_as_local(loc), 0, row0);
@@ -249,7 +249,7 @@ static void dynamic_table(void)
     float dout[16];
     for (int i = 0; i < 16; i++) dout[i] = 1.0f;
     hx_emb_grad_input gi = {dout, NULL, dim, HX_EMB_DEDUP_AUTO};
-    CHECK(hx_embedding_backward_update(t, &q, &gi, 1, NULL, &err) == HX_OK, "dynamic backward_update: %s", err.msg);
+    CHECK(hx_emb_table_backward_update(t, &q, &gi, 1, NULL, &err) == HX_OK, "dynamic backward_update: %s", err.msg);
     float after[16];
     hx_emb_local_read_row(hx_emb_as_local(loc), 0, after);
     hx_emb_local_stats st;
@@ -263,21 +263,21 @@ static void dynamic_table(void)
     g.ids[0] = keys[0];
     g.ids[1] = 123456789;
     for (int k = 0; k < dim; k++) g.rows[k] = g.rows[g.stride + k] = 1.0f;
-    CHECK(hx_embedding_apply(t, &g, 2, 1, &err) == HX_OK, "dynamic apply: %s", err.msg);
+    CHECK(hx_emb_table_apply(t, &g, 2, 1, &err) == HX_OK, "dynamic apply: %s", err.msg);
     hx_emb_local_stats_get(loc, &st, &err);
     CHECK(st.rows_ready == 1, "unknown key dropped");
     /* Save and load into a twin: same lookups afterwards, map included. */
     char path[64];
     snprintf(path, sizeof path, "/tmp/hx_emb_dyn_%d.bin", (int)getpid());
-    CHECK(hx_embedding_save(t, path, &err) == HX_OK, "dynamic save: %s", err.msg);
-    hx_embedding_table *t2 = NULL;
+    CHECK(hx_emb_table_save(t, path, &err) == HX_OK, "dynamic save: %s", err.msg);
+    hx_emb_table *t2 = NULL;
     mc.capacity = cap;
     c.init.seed = 6;
     CHECK(hx_emb_dynamic_create(&c, &mc, &t2, &err) == HX_OK, "twin: %s", err.msg);
-    CHECK(hx_embedding_load(t2, path, &err) == HX_OK, "dynamic load: %s", err.msg);
+    CHECK(hx_emb_table_load(t2, path, &err) == HX_OK, "dynamic load: %s", err.msg);
     q.train = 0;
     float o1[16], o2[16];
-    CHECK(hx_embedding_lookup(t, &q, o1, NULL, &err) == HX_OK && hx_embedding_lookup(t2, &q, o2, NULL, &err) == HX_OK &&
+    CHECK(hx_emb_table_lookup(t, &q, o1, NULL, &err) == HX_OK && hx_emb_table_lookup(t2, &q, o2, NULL, &err) == HX_OK &&
               memcmp(o1, o2, sizeof o1) == 0,
           "loaded dynamic table looks up the same");
     hx_emb_idmap_stats s1, s2;
@@ -291,12 +291,12 @@ static void dynamic_table(void)
     hx_emb_local_read_row(hx_emb_as_local(hx_emb_dynamic_local(t2)), 10, u2);
     CHECK(memcmp(u1, u2, sizeof(float) * (size_t)dim) == 0, "loaded lazy rows keep the saved initialiser");
     /* A dynamic file does not load into a fixed table, nor the reverse. */
-    hx_embedding_table *fixed = NULL;
+    hx_emb_table *fixed = NULL;
     CHECK(hx_emb_local_create(&c, &fixed, &err) == HX_OK, "fixed: %s", err.msg);
-    CHECK(hx_embedding_load(fixed, path, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "dynamic"),
+    CHECK(hx_emb_table_load(fixed, path, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "dynamic"),
           "dynamic file into a fixed table: %s", err.msg);
-    CHECK(hx_embedding_save(fixed, path, &err) == HX_OK, "fixed save: %s", err.msg);
-    CHECK(hx_embedding_load(t2, path, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "fixed"),
+    CHECK(hx_emb_table_save(fixed, path, &err) == HX_OK, "fixed save: %s", err.msg);
+    CHECK(hx_emb_table_load(t2, path, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "fixed"),
           "fixed file into a dynamic table: %s", err.msg);
     remove(path);
     /* Eviction resets the row handed out again. */
@@ -307,20 +307,20 @@ static void dynamic_table(void)
     qm.train = 1;
     qm.step = 5;
     float *om = malloc(sizeof(float) * 200 * 16);
-    CHECK(hx_embedding_lookup(t, &qm, om, NULL, &err) == HX_OK, "64 new keys at step 5: %s", err.msg);
+    CHECK(hx_emb_table_lookup(t, &qm, om, NULL, &err) == HX_OK, "64 new keys at step 5: %s", err.msg);
     hx_emb_local_read_row(hx_emb_as_local(loc), 0, after);
     hx_emb_init init = hx_emb_as_local(loc)->init;
     float fresh_row[16];
     hx_emb_init_row(&init, 0, dim, 16, fresh_row);
     CHECK(memcmp(after, fresh_row, sizeof(float) * (size_t)dim) == 0, "row 0, evicted and reassigned, is reset");
     qm.n = 200;
-    CHECK(hx_embedding_lookup(t, &qm, om, NULL, &err) == HX_ERR_OUT_OF_MEMORY, "100 keys at one step: full: %s",
+    CHECK(hx_emb_table_lookup(t, &qm, om, NULL, &err) == HX_ERR_OUT_OF_MEMORY, "100 keys at one step: full: %s",
           err.msg);
     free(om);
     hx_emb_sparse_grad_free(&g);
-    hx_embedding_free(t);
-    hx_embedding_free(t2);
-    hx_embedding_free(fixed);
+    hx_emb_table_free(t);
+    hx_emb_table_free(t2);
+    hx_emb_table_free(fixed);
 }
 
 int main(void)

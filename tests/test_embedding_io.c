@@ -26,7 +26,7 @@ static const char *path_of(const char *name)
     return b;
 }
 
-static hx_embedding_table *make(int64_t rows, int64_t dim, hx_dtype dt, int lazy, hx_emb_optim_kind ok,
+static hx_emb_table *make(int64_t rows, int64_t dim, hx_dtype dt, int lazy, hx_emb_optim_kind ok,
                                 uint64_t seed, const char *backing)
 {
     hx_emb_table_config c = hx_emb_table_config_default(rows, dim);
@@ -35,14 +35,14 @@ static hx_embedding_table *make(int64_t rows, int64_t dim, hx_dtype dt, int lazy
     c.init.seed = seed;
     c.optim = hx_emb_optim_default(ok);
     c.backing_file = backing;
-    hx_embedding_table *t = NULL;
+    hx_emb_table *t = NULL;
     hx_emb_err err;
     CHECK(hx_emb_local_create(&c, &t, &err) == HX_OK, "create: %s", err.msg);
     return t;
 }
 
 /* A few steps of updates on rows of a bag batch. */
-static void train(hx_embedding_table *t, int steps, uint64_t seed)
+static void train(hx_emb_table *t, int steps, uint64_t seed)
 {
     test_rng r = test_rng_make(seed);
     int64_t n = 300, dim = t->dim;
@@ -55,7 +55,7 @@ static void train(hx_embedding_table *t, int steps, uint64_t seed)
         hx_emb_query q = hx_emb_query_bags(ids, n, offs, 30, HX_EMB_SUM);
         hx_emb_grad_input gi = {dout, NULL, dim, HX_EMB_DEDUP_AUTO};
         hx_emb_err err;
-        CHECK(hx_embedding_backward_update(t, &q, &gi, s, NULL, &err) == HX_OK, "train: %s", err.msg);
+        CHECK(hx_emb_table_backward_update(t, &q, &gi, s, NULL, &err) == HX_OK, "train: %s", err.msg);
     }
     free(ids);
     free(dout);
@@ -68,7 +68,7 @@ typedef struct snap {
     size_t n;
 } snap;
 
-static snap take(hx_embedding_table *tt)
+static snap take(hx_emb_table *tt)
 {
     hx_emb_local *t = hx_emb_as_local(tt);
     int64_t rows = tt->rows, dim = tt->dim;
@@ -109,14 +109,14 @@ static void round_trips(void)
     } cases[] = {{HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 19}, {HX_DTYPE_F16, 1, HX_EMB_OPTIM_FTRL, 40},
                  {HX_DTYPE_BF16, 0, HX_EMB_OPTIM_ROW_ADAGRAD, 8}, {HX_DTYPE_F32, 1, HX_EMB_OPTIM_ADAGRAD, 64}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        hx_embedding_table *a = make(1000, cases[i].dim, cases[i].dt, cases[i].lazy, cases[i].ok, 1, NULL);
-        hx_embedding_table *b = make(1000, cases[i].dim, cases[i].dt, cases[i].lazy, cases[i].ok, 2, NULL);
+        hx_emb_table *a = make(1000, cases[i].dim, cases[i].dt, cases[i].lazy, cases[i].ok, 1, NULL);
+        hx_emb_table *b = make(1000, cases[i].dim, cases[i].dt, cases[i].lazy, cases[i].ok, 2, NULL);
         if (!a || !b) return;
         train(a, 3, 10 + i);
         const char *p = path_of("rt.bin");
         hx_emb_err err;
-        CHECK(hx_embedding_save(a, p, &err) == HX_OK, "save: %s", err.msg);
-        CHECK(hx_embedding_load(b, p, &err) == HX_OK, "load: %s", err.msg);
+        CHECK(hx_emb_table_save(a, p, &err) == HX_OK, "save: %s", err.msg);
+        CHECK(hx_emb_table_load(b, p, &err) == HX_OK, "load: %s", err.msg);
         snap sa = take(a), sb = take(b);
         CHECK(same_snap(sa, sb), "case %zu: loaded table equals the saved one", i);
         /* And they go on identically. */
@@ -132,16 +132,16 @@ static void round_trips(void)
         char tmp[200];
         snprintf(tmp, sizeof tmp, "%s.tmp.%d", p, (int)getpid());
         CHECK(file_size(tmp) < 0, "no temporary file left after a save");
-        hx_embedding_free(a);
-        hx_embedding_free(b);
+        hx_emb_table_free(a);
+        hx_emb_table_free(b);
     }
     /* A lazy file into an eager table: rows not written get their initial values. */
-    hx_embedding_table *lz = make(500, 16, HX_DTYPE_F32, 1, HX_EMB_OPTIM_ADAGRAD, 3, NULL);
-    hx_embedding_table *eg = make(500, 16, HX_DTYPE_F32, 0, HX_EMB_OPTIM_ADAGRAD, 4, NULL);
+    hx_emb_table *lz = make(500, 16, HX_DTYPE_F32, 1, HX_EMB_OPTIM_ADAGRAD, 3, NULL);
+    hx_emb_table *eg = make(500, 16, HX_DTYPE_F32, 0, HX_EMB_OPTIM_ADAGRAD, 4, NULL);
     if (!lz || !eg) return;
     train(lz, 2, 7);
     hx_emb_err err;
-    CHECK(hx_embedding_save(lz, path_of("lz.bin"), &err) == HX_OK && hx_embedding_load(eg, path_of("lz.bin"), &err) == HX_OK,
+    CHECK(hx_emb_table_save(lz, path_of("lz.bin"), &err) == HX_OK && hx_emb_table_load(eg, path_of("lz.bin"), &err) == HX_OK,
           "lazy to eager: %s", err.msg);
     float r1[16], r2[16];
     int ok = 1;
@@ -153,14 +153,14 @@ static void round_trips(void)
     CHECK(ok, "lazy file into an eager table reads the same");
     CHECK(hx_emb_as_local(eg)->state[0][499 * 16] == 0.0f, "unwritten rows get their start state");
     /* A table without an optimizer loads the params only. */
-    hx_embedding_table *none = make(500, 16, HX_DTYPE_F32, 0, HX_EMB_OPTIM_NONE, 5, NULL);
-    CHECK(none && hx_embedding_load(none, path_of("lz.bin"), &err) == HX_OK, "params only: %s", err.msg);
+    hx_emb_table *none = make(500, 16, HX_DTYPE_F32, 0, HX_EMB_OPTIM_NONE, 5, NULL);
+    CHECK(none && hx_emb_table_load(none, path_of("lz.bin"), &err) == HX_OK, "params only: %s", err.msg);
     hx_emb_local_read_row(hx_emb_as_local(none), 3, r2);
     hx_emb_local_read_row(hx_emb_as_local(lz), 3, r1);
     CHECK(memcmp(r1, r2, sizeof r1) == 0, "params only: the params");
-    hx_embedding_free(none);
-    hx_embedding_free(lz);
-    hx_embedding_free(eg);
+    hx_emb_table_free(none);
+    hx_emb_table_free(lz);
+    hx_emb_table_free(eg);
 }
 
 static unsigned char *slurp(const char *p, long *n)
@@ -186,13 +186,13 @@ static void spit(const char *p, const unsigned char *b, long n)
 
 static void bad_files(void)
 {
-    hx_embedding_table *a = make(3000, 100, HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 1, NULL);
-    hx_embedding_table *b = make(3000, 100, HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 2, NULL);
+    hx_emb_table *a = make(3000, 100, HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 1, NULL);
+    hx_emb_table *b = make(3000, 100, HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 2, NULL);
     if (!a || !b) return;
     train(a, 1, 3);
     const char *good = path_of("good.bin");
     hx_emb_err err;
-    CHECK(hx_embedding_save(a, good, &err) == HX_OK, "save: %s", err.msg);
+    CHECK(hx_emb_table_save(a, good, &err) == HX_OK, "save: %s", err.msg);
     long n;
     unsigned char *bytes = slurp(good, &n);
     /* Params 1.2 MB and state: more than one block per section. */
@@ -204,7 +204,7 @@ static void bad_files(void)
     const long cuts[] = {0, 10, 95, 96, 100, 128, 1000, (1 << 20) + 96 + 32, n / 2, n - 8, n - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         spit(bad, bytes, cuts[i]);
-        hx_status st = hx_embedding_load(b, bad, &err);
+        hx_status st = hx_emb_table_load(b, bad, &err);
         CHECK(st == HX_ERR_CORRUPT && strstr(err.msg, "truncated"), "truncated at %ld: %d %s", cuts[i], (int)st,
               err.msg);
     }
@@ -214,7 +214,7 @@ static void bad_files(void)
         bytes[flips[i]] ^= 0x10;
         spit(bad, bytes, n);
         bytes[flips[i]] ^= 0x10;
-        hx_status st = hx_embedding_load(b, bad, &err);
+        hx_status st = hx_emb_table_load(b, bad, &err);
         CHECK(st == HX_ERR_CORRUPT || st == HX_ERR_SHAPE, "flip at %ld: %d %s", flips[i], (int)st, err.msg);
     }
     /* Trailing bytes. */
@@ -222,29 +222,29 @@ static void bad_files(void)
     memcpy(longer, bytes, (size_t)n);
     memset(longer + n, 0, 4);
     spit(bad, longer, n + 4);
-    CHECK(hx_embedding_load(b, bad, &err) == HX_ERR_CORRUPT && strstr(err.msg, "after the last"), "trailing: %s",
+    CHECK(hx_emb_table_load(b, bad, &err) == HX_ERR_CORRUPT && strstr(err.msg, "after the last"), "trailing: %s",
           err.msg);
     free(longer);
     /* Not our file; a missing file. */
     spit(bad, (const unsigned char *)"hello world, this is not a table at all, not even close to one....."
                                      "..............................",
          96);
-    CHECK(hx_embedding_load(b, bad, &err) == HX_ERR_CORRUPT && strstr(err.msg, "magic"), "bad magic: %s", err.msg);
-    CHECK(hx_embedding_load(b, path_of("missing.bin"), &err) == HX_ERR_IO, "missing file");
+    CHECK(hx_emb_table_load(b, bad, &err) == HX_ERR_CORRUPT && strstr(err.msg, "magic"), "bad magic: %s", err.msg);
+    CHECK(hx_emb_table_load(b, path_of("missing.bin"), &err) == HX_ERR_IO, "missing file");
     snap after = take(b);
     CHECK(same_snap(before, after), "refused loads left the table untouched");
     free(after.bytes);
     /* Mismatches. */
-    hx_embedding_table *wide = make(3000, 101, HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 1, NULL);
-    hx_embedding_table *half = make(3000, 100, HX_DTYPE_BF16, 0, HX_EMB_OPTIM_LAZY_ADAM, 1, NULL);
-    hx_embedding_table *other = make(3000, 100, HX_DTYPE_F32, 0, HX_EMB_OPTIM_FTRL, 1, NULL);
-    CHECK(hx_embedding_load(wide, good, &err) == HX_ERR_SHAPE && strstr(err.msg, "3000 x 100"), "other dim: %s",
+    hx_emb_table *wide = make(3000, 101, HX_DTYPE_F32, 0, HX_EMB_OPTIM_LAZY_ADAM, 1, NULL);
+    hx_emb_table *half = make(3000, 100, HX_DTYPE_BF16, 0, HX_EMB_OPTIM_LAZY_ADAM, 1, NULL);
+    hx_emb_table *other = make(3000, 100, HX_DTYPE_F32, 0, HX_EMB_OPTIM_FTRL, 1, NULL);
+    CHECK(hx_emb_table_load(wide, good, &err) == HX_ERR_SHAPE && strstr(err.msg, "3000 x 100"), "other dim: %s",
           err.msg);
-    CHECK(hx_embedding_load(half, good, &err) == HX_ERR_SHAPE && strstr(err.msg, "bf16"), "other dtype: %s", err.msg);
-    CHECK(hx_embedding_load(other, good, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "LazyAdam"),
+    CHECK(hx_emb_table_load(half, good, &err) == HX_ERR_SHAPE && strstr(err.msg, "bf16"), "other dtype: %s", err.msg);
+    CHECK(hx_emb_table_load(other, good, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "LazyAdam"),
           "other optimizer: %s", err.msg);
     /* A save that cannot be written keeps the old file. */
-    CHECK(hx_embedding_save(a, path_of("no/such/dir.bin"), &err) == HX_ERR_IO, "save into a missing dir: %s", err.msg);
+    CHECK(hx_emb_table_save(a, path_of("no/such/dir.bin"), &err) == HX_ERR_IO, "save into a missing dir: %s", err.msg);
     long n2;
     unsigned char *again = slurp(good, &n2);
     CHECK(again && n2 == n && memcmp(again, bytes, (size_t)n) == 0, "the good file is untouched");
@@ -253,18 +253,18 @@ static void bad_files(void)
     free(bytes);
     remove(bad);
     remove(good);
-    hx_embedding_free(a);
-    hx_embedding_free(b);
-    hx_embedding_free(wide);
-    hx_embedding_free(half);
-    hx_embedding_free(other);
+    hx_emb_table_free(a);
+    hx_emb_table_free(b);
+    hx_emb_table_free(wide);
+    hx_emb_table_free(half);
+    hx_emb_table_free(other);
 }
 
 static void backing_file(void)
 {
     const char *bp = path_of("backing.dat");
-    hx_embedding_table *f = make(2000, 24, HX_DTYPE_F16, 0, HX_EMB_OPTIM_LAZY_ADAM, 8, bp);
-    hx_embedding_table *m = make(2000, 24, HX_DTYPE_F16, 0, HX_EMB_OPTIM_LAZY_ADAM, 8, NULL);
+    hx_emb_table *f = make(2000, 24, HX_DTYPE_F16, 0, HX_EMB_OPTIM_LAZY_ADAM, 8, bp);
+    hx_emb_table *m = make(2000, 24, HX_DTYPE_F16, 0, HX_EMB_OPTIM_LAZY_ADAM, 8, NULL);
     if (!f || !m) return;
     CHECK(file_size(bp) > 2000 * 32 * 2, "backing file sized: %ld", file_size(bp));
     train(f, 3, 4);
@@ -287,12 +287,12 @@ static void backing_file(void)
     hx_emb_local_stats s;
     hx_emb_local_stats_get(f, &s, &err);
     CHECK(!s.huge_pages, "no huge pages on a file");
-    hx_embedding_free(f);
-    hx_embedding_free(m);
+    hx_emb_table_free(f);
+    hx_emb_table_free(m);
     remove(bp);
     hx_emb_table_config c = hx_emb_table_config_default(10, 4);
     c.backing_file = path_of("no/such/dir/x.dat");
-    hx_embedding_table *t = NULL;
+    hx_emb_table *t = NULL;
     CHECK(hx_emb_local_create(&c, &t, &err) == HX_ERR_IO && !t, "backing file in a missing dir: %s", err.msg);
 }
 

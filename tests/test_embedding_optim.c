@@ -20,7 +20,7 @@
 
 #define STEPS 5
 
-static hx_embedding_table *make_table(int64_t rows, int64_t dim, hx_dtype dt, int lazy,
+static hx_emb_table *make_table(int64_t rows, int64_t dim, hx_dtype dt, int lazy,
                                       const hx_emb_optim *o)
 {
     hx_emb_table_config c = hx_emb_table_config_default(rows, dim);
@@ -33,20 +33,20 @@ static hx_embedding_table *make_table(int64_t rows, int64_t dim, hx_dtype dt, in
     c.optim = *o;
     c.oob = HX_EMB_OOB_ZERO;
     c.nthreads = 2;
-    hx_embedding_table *t = NULL;
+    hx_emb_table *t = NULL;
     hx_emb_err err;
     CHECK(hx_emb_local_create(&c, &t, &err) == HX_OK, "create: %s", err.msg);
     return t;
 }
 
-static void read_params(hx_embedding_table *tt, float *out)
+static void read_params(hx_emb_table *tt, float *out)
 {
     hx_emb_local *t = hx_emb_as_local(tt);
     for (int64_t r = 0; r < tt->rows; r++) hx_emb_local_read_row(t, r, out + r * tt->dim);
 }
 
 /* Params and state, bytes as stored (every row read as f32). */
-static int same_table(hx_embedding_table *a, hx_embedding_table *b)
+static int same_table(hx_emb_table *a, hx_emb_table *b)
 {
     int64_t n = a->rows * a->dim;
     float *pa = malloc(sizeof(float) * (size_t)(n + 64)), *pb = malloc(sizeof(float) * (size_t)(n + 64));
@@ -89,7 +89,7 @@ static double round_to(double x, hx_dtype dt)
     return f;
 }
 
-static ref ref_make(hx_embedding_table *t, const hx_emb_optim *o, hx_dtype dt)
+static ref ref_make(hx_emb_table *t, const hx_emb_optim *o, hx_dtype dt)
 {
     ref R;
     R.o = *o;
@@ -252,8 +252,8 @@ static void run_optimizer(const char *name, const hx_emb_optim *o, int64_t rows,
 {
     /* A: fused, 1 thread. B: fused, 2 threads. C: backward + sparse update, 2
      * threads, hash dedup. D: lazy rows, fused, 2 threads. */
-    hx_embedding_table *A = make_table(rows, dim, dt, 0, o), *B = make_table(rows, dim, dt, 0, o);
-    hx_embedding_table *C = make_table(rows, dim, dt, 0, o), *D = make_table(rows, dim, dt, 1, o);
+    hx_emb_table *A = make_table(rows, dim, dt, 0, o), *B = make_table(rows, dim, dt, 0, o);
+    hx_emb_table *C = make_table(rows, dim, dt, 0, o), *D = make_table(rows, dim, dt, 1, o);
     if (!A || !B || !C || !D) return;
     ref R = ref_make(A, o, dt);
     test_rng r = test_rng_make(1234);
@@ -267,13 +267,13 @@ static void run_optimizer(const char *name, const hx_emb_optim *o, int64_t rows,
         hx_emb_grad_input gi = {b.dout, NULL, dim, HX_EMB_DEDUP_SORT};
         hx_emb_err err;
         hx_emb_query q1 = batch_query(&b, 1), q2 = batch_query(&b, 2);
-        CHECK(hx_embedding_backward_update(A, &q1, &gi, step, NULL, &err) == HX_OK, "%s: fused: %s", name, err.msg);
-        CHECK(hx_embedding_backward_update(B, &q2, &gi, step, ws, &err) == HX_OK, "%s: fused 2: %s", name, err.msg);
-        CHECK(hx_embedding_backward_update(D, &q2, &gi, step, ws, &err) == HX_OK, "%s: lazy: %s", name, err.msg);
+        CHECK(hx_emb_table_backward_update(A, &q1, &gi, step, NULL, &err) == HX_OK, "%s: fused: %s", name, err.msg);
+        CHECK(hx_emb_table_backward_update(B, &q2, &gi, step, ws, &err) == HX_OK, "%s: fused 2: %s", name, err.msg);
+        CHECK(hx_emb_table_backward_update(D, &q2, &gi, step, ws, &err) == HX_OK, "%s: lazy: %s", name, err.msg);
         hx_emb_grad_input gih = gi;
         gih.dedup = HX_EMB_DEDUP_HASH;
         CHECK(hx_emb_backward(&q2, &gih, ws, &g, &err) == HX_OK, "%s: backward: %s", name, err.msg);
-        CHECK(hx_embedding_apply(C, &g, step, 2, &err) == HX_OK, "%s: apply: %s", name, err.msg);
+        CHECK(hx_emb_table_apply(C, &g, step, 2, &err) == HX_OK, "%s: apply: %s", name, err.msg);
         /* The reference takes the same f32 row sums (checked against double
          * sums in test_embedding), minus the out-of-range ids. */
         CHECK(hx_emb_backward(&q1, &gi, NULL, &gref, &err) == HX_OK, "%s: backward 1: %s", name, err.msg);
@@ -312,10 +312,10 @@ static void run_optimizer(const char *name, const hx_emb_optim *o, int64_t rows,
     hx_emb_sparse_grad_free(&g);
     hx_emb_sparse_grad_free(&gref);
     hx_emb_workspace_free(ws);
-    hx_embedding_free(A);
-    hx_embedding_free(B);
-    hx_embedding_free(C);
-    hx_embedding_free(D);
+    hx_emb_table_free(A);
+    hx_emb_table_free(B);
+    hx_emb_table_free(C);
+    hx_emb_table_free(D);
 }
 
 /* ---- edges --------------------------------------------------------------------------------- */
@@ -325,7 +325,7 @@ static void edges(void)
     int64_t rows = 50, dim = 4;
     hx_emb_optim adam = hx_emb_optim_default(HX_EMB_OPTIM_LAZY_ADAM);
     hx_emb_table_config c = hx_emb_table_config_default(rows, dim);
-    hx_embedding_table *t = NULL, *u = NULL;
+    hx_emb_table *t = NULL, *u = NULL;
     hx_emb_err err;
     CHECK(hx_emb_local_create(&c, &t, &err) == HX_OK, "create: %s", err.msg);
     if (!t) return;
@@ -337,21 +337,21 @@ static void edges(void)
         g.ids[i] = i * 7;
         for (int k = 0; k < dim; k++) g.rows[i * g.stride + k] = 0.5f - (float)k;
     }
-    CHECK(hx_embedding_apply(t, &g, 1, 1, &err) == HX_ERR_STATE && strstr(err.msg, "no optimizer"),
+    CHECK(hx_emb_table_apply(t, &g, 1, 1, &err) == HX_ERR_STATE && strstr(err.msg, "no optimizer"),
           "update without an optimizer: %s", err.msg);
     CHECK(hx_emb_local_set_optim(t, &adam, 1, &err) == HX_OK, "set_optim: %s", err.msg);
-    CHECK(hx_embedding_apply(t, &g, 0, 1, &err) == HX_ERR_INVALID_ARGUMENT, "step 0");
+    CHECK(hx_emb_table_apply(t, &g, 0, 1, &err) == HX_ERR_INVALID_ARGUMENT, "step 0");
     /* A bad id under OOB_ERROR: nothing written. */
     hx_emb_local *l = hx_emb_as_local(t);
     size_t pbytes = (size_t)(rows * l->stride) * sizeof(float);
     float *before = malloc(pbytes);
     memcpy(before, l->param, pbytes);
     g.ids[2] = rows;
-    CHECK(hx_embedding_apply(t, &g, 1, 1, &err) == HX_ERR_INDEX && strstr(err.msg, "id 50") &&
+    CHECK(hx_emb_table_apply(t, &g, 1, 1, &err) == HX_ERR_INDEX && strstr(err.msg, "id 50") &&
               strstr(err.msg, "position 2"),
           "bad id in an update: %s", err.msg);
     g.ids[2] = -4;
-    CHECK(hx_embedding_apply(t, &g, 1, 1, &err) == HX_ERR_INDEX && strstr(err.msg, "id -4"), "negative id: %s",
+    CHECK(hx_emb_table_apply(t, &g, 1, 1, &err) == HX_ERR_INDEX && strstr(err.msg, "id -4"), "negative id: %s",
           err.msg);
     CHECK(memcmp(before, l->param, pbytes) == 0, "a refused update changed the table");
     /* The same grad with a zero-policy table: the bad row is dropped. */
@@ -361,14 +361,14 @@ static void edges(void)
     if (u) {
         hx_emb_local *lu = hx_emb_as_local(u);
         memcpy(before, lu->param, pbytes);
-        CHECK(hx_embedding_apply(u, &g, 1, 1, &err) == HX_OK, "zero policy update: %s", err.msg);
+        CHECK(hx_emb_table_apply(u, &g, 1, 1, &err) == HX_OK, "zero policy update: %s", err.msg);
         CHECK(lu->param != NULL && ((float *)lu->param)[7 * lu->stride] != before[7 * lu->stride] &&
                   memcmp((float *)lu->param + 8 * lu->stride, before + 8 * lu->stride,
                          sizeof(float) * (size_t)((rows - 8) * lu->stride)) == 0,
               "zero policy: valid rows updated, others untouched");
     }
     /* Duplicate ids in a sparse gradient are applied in order, as two steps would. */
-    hx_embedding_table *d1 = NULL, *d2 = NULL;
+    hx_emb_table *d1 = NULL, *d2 = NULL;
     c.oob = HX_EMB_OOB_ERROR;
     for (int h = 0; h < 2; h++) {
         c.dtype = h ? HX_DTYPE_BF16 : HX_DTYPE_F32;
@@ -383,14 +383,14 @@ static void edges(void)
         memset(one.rows, 0, sizeof(float) * (size_t)one.stride);
         dup.ids[0] = dup.ids[1] = one.ids[0] = 3;
         for (int k = 0; k < dim; k++) dup.rows[k] = dup.rows[dup.stride + k] = one.rows[k] = 0.25f * (float)(k + 1);
-        CHECK(hx_embedding_apply(d1, &dup, 1, 1, &err) == HX_OK, "dup apply: %s", err.msg);
-        CHECK(hx_embedding_apply(d2, &one, 1, 1, &err) == HX_OK && hx_embedding_apply(d2, &one, 1, 1, &err) == HX_OK,
+        CHECK(hx_emb_table_apply(d1, &dup, 1, 1, &err) == HX_OK, "dup apply: %s", err.msg);
+        CHECK(hx_emb_table_apply(d2, &one, 1, 1, &err) == HX_OK && hx_emb_table_apply(d2, &one, 1, 1, &err) == HX_OK,
               "one apply: %s", err.msg);
         CHECK(same_table(d1, d2), "duplicate ids applied in order (%s)", h ? "bf16" : "f32");
         hx_emb_sparse_grad_free(&dup);
         hx_emb_sparse_grad_free(&one);
-        hx_embedding_free(d1);
-        hx_embedding_free(d2);
+        hx_emb_table_free(d1);
+        hx_emb_table_free(d2);
     }
     /* Changing the learning rate keeps the state; changing the kind replaces it. */
     hx_emb_optim fast = adam;
@@ -412,12 +412,12 @@ static void edges(void)
     hx_emb_sparse_grad_reserve(&g5, 1, dim + 1, &err);
     g5.ids[0] = 0;
     memset(g5.rows, 0, sizeof(float) * (size_t)g5.stride);
-    CHECK(hx_embedding_apply(t, &g5, 1, 1, &err) == HX_ERR_SHAPE, "gradient of another dim");
+    CHECK(hx_emb_table_apply(t, &g5, 1, 1, &err) == HX_ERR_SHAPE, "gradient of another dim");
     hx_emb_sparse_grad_free(&g5);
     free(before);
     hx_emb_sparse_grad_free(&g);
-    hx_embedding_free(t);
-    hx_embedding_free(u);
+    hx_emb_table_free(t);
+    hx_emb_table_free(u);
 }
 
 int main(void)
