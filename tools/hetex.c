@@ -10,6 +10,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"mlp", hx_cmd_mlp, "train a small MLP on generated data and print its falling loss"},
+    {"gpt", gpt_main, "train a character-level GPT (examples/gpt) and report validation loss"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,59 @@
+/* A GPT-2-style character-level language model built through the public
+ * API only: token and position embeddings, pre-LayerNorm blocks of causal
+ * self-attention and a GELU MLP, a final LayerNorm and a head tied to the
+ * token embedding. Used by `hetex gpt` and by example_gpt. */
+#ifndef HX_EXAMPLE_GPT_H
+#define HX_EXAMPLE_GPT_H
+
+#include "hetex.h"
+
+typedef struct gpt_config {
+    int vocab;       /* distinct characters */
+    int layers, heads, width;
+    int context;     /* T */
+    int batch;       /* B */
+    float dropout;   /* after attention and MLP outputs; 0: none */
+    uint64_t seed;   /* dropout masks */
+} gpt_config;
+
+/* The graph's handles a training loop needs. */
+typedef struct gpt_model {
+    hx_tensor *tokens;  /* input (B, T) i32 */
+    hx_tensor *targets; /* input (B*T) i32: the next character of each position */
+    hx_tensor *loss;    /* mean cross-entropy, a scalar */
+    hx_tensor **params; /* every parameter, in creation order */
+    int n_tensors;
+    int64_t n_params;   /* scalars */
+} gpt_model;
+
+/* Adds the model to g (empty; c valid: width a multiple of heads). HX_OK,
+ * or an error with hx_last_error() saying which op failed. */
+hx_status gpt_build(hx_graph *g, const gpt_config *c, gpt_model *m);
+void gpt_model_free(gpt_model *m); /* the params array; the graph owns the rest */
+
+/* True for parameters of 2 or more dims (weights and embedding tables): they
+ * get weight decay, as in nanoGPT; biases and LayerNorm gains do not. */
+bool gpt_param_decays(const hx_tensor *param);
+
+/* The corpus as token ids with its vocabulary (sorted distinct bytes). */
+typedef struct gpt_text {
+    int32_t *ids;
+    int64_t n, n_train; /* the first n_train ids train, the rest validate */
+    int vocab;
+    unsigned char chars[256]; /* id -> byte */
+} gpt_text;
+
+/* Reads path; n_train = 90% of it. HX_OK or HX_ERR_IO/HX_ERR_INVALID_ARGUMENT
+ * with a message in msg. */
+hx_status gpt_text_load(const char *path, gpt_text *t, char *msg, size_t msg_len);
+void gpt_text_free(gpt_text *t);
+
+/* Fills B windows of T+1 ids drawn at random (seeded state *rng) from the
+ * train (val = false) or validation split: tokens (B,T), targets (B*T). */
+void gpt_text_batch(const gpt_text *t, bool val, int batch, int context, uint64_t *rng,
+                    int32_t *tokens, int32_t *targets);
+
+/* `hetex gpt ...` */
+int gpt_main(int argc, char **argv);
+
+#endif

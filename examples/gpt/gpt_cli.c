@@ -1,0 +1,261 @@
+/* hetex gpt: trains the GPT of gpt_model.c on a character corpus and
+ * reports the validation loss every few steps. */
+#include "gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum offload { OFFLOAD_NONE, OFFLOAD_OPTIMIZER } offload;
+
+typedef struct options {
+    gpt_config model;
+    const char *data;
+    int steps, eval_every, eval_iters, threads;
+    double lr, beta1, beta2, weight_decay;
+    hx_accelerator accelerator;
+    offload offload;
+    size_t max_device_memory;
+} options;
+
+static const char usage[] =
+    "usage: hetex gpt [options]\n"
+    "  --data PATH             character corpus (data/tinyshakespeare/input.txt)\n"
+    "  --layers N --heads N --width N --context N --batch N   model and batch (2 4 128 64 32)\n"
+    "  --dropout P             dropout after attention and MLP (0)\n"
+    "  --steps N               training steps (2000)\n"
+    "  --lr X --beta1 X --beta2 X --weight-decay X   AdamW (1e-3 0.9 0.99 0.1)\n"
+    "  --eval-every N --eval-iters N   validation loss every N steps over M batches (250 20)\n"
+    "  --accelerator auto|cuda|emu|none   where DEVICE ops run (auto)\n"
+    "  --offload none|optimizer   optimizer on the device, or AdamW on the host (optimizer)\n"
+    "  --max-device-memory N[K|M|G]   accelerator memory cap\n"
+    "  --threads N --seed N\n";
+
+static bool parse_size(const char *v, size_t *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    double unit = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+    if (unit != 1.0) end++;
+    if (end == v || *end || !(x > 0)) return false;
+    *out = (size_t)(x * unit);
+    return true;
+}
+
+static int parse(int argc, char **argv, options *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (!v) {
+            fprintf(stderr, "hetex gpt: option %s needs a value\n", a);
+            return 2;
+        }
+        bool ok = true;
+        if (!strcmp(a, "--data")) o->data = v;
+        else if (!strcmp(a, "--layers")) o->model.layers = atoi(v);
+        else if (!strcmp(a, "--heads")) o->model.heads = atoi(v);
+        else if (!strcmp(a, "--width")) o->model.width = atoi(v);
+        else if (!strcmp(a, "--context")) o->model.context = atoi(v);
+        else if (!strcmp(a, "--batch")) o->model.batch = atoi(v);
+        else if (!strcmp(a, "--dropout")) o->model.dropout = strtof(v, NULL);
+        else if (!strcmp(a, "--steps")) o->steps = atoi(v);
+        else if (!strcmp(a, "--lr")) o->lr = strtod(v, NULL);
+        else if (!strcmp(a, "--beta1")) o->beta1 = strtod(v, NULL);
+        else if (!strcmp(a, "--beta2")) o->beta2 = strtod(v, NULL);
+        else if (!strcmp(a, "--weight-decay")) o->weight_decay = strtod(v, NULL);
+        else if (!strcmp(a, "--eval-every")) o->eval_every = atoi(v);
+        else if (!strcmp(a, "--eval-iters")) o->eval_iters = atoi(v);
+        else if (!strcmp(a, "--threads")) o->threads = atoi(v);
+        else if (!strcmp(a, "--seed")) o->model.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--max-device-memory")) ok = parse_size(v, &o->max_device_memory);
+        else if (!strcmp(a, "--accelerator")) {
+            if (!strcmp(v, "auto")) o->accelerator = HX_ACCELERATOR_AUTO;
+            else if (!strcmp(v, "cuda")) o->accelerator = HX_ACCELERATOR_CUDA;
+            else if (!strcmp(v, "emu")) o->accelerator = HX_ACCELERATOR_EMU;
+            else if (!strcmp(v, "none")) o->accelerator = HX_ACCELERATOR_NONE;
+            else ok = false;
+        } else if (!strcmp(a, "--offload")) {
+            if (!strcmp(v, "none")) o->offload = OFFLOAD_NONE;
+            else if (!strcmp(v, "optimizer")) o->offload = OFFLOAD_OPTIMIZER;
+            else ok = false;
+        } else {
+            fprintf(stderr, "hetex gpt: unknown option %s (see --help)\n", a);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "hetex gpt: bad value '%s' for %s (see --help)\n", v, a);
+            return 2;
+        }
+        i++;
+    }
+    const gpt_config *m = &o->model;
+    if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->width % m->heads ||
+        m->context < 1 || m->batch < 1 || !(m->dropout >= 0 && m->dropout < 1) ||
+        o->steps < 1 || o->eval_every < 1 || o->eval_iters < 1 || o->threads < 0 ||
+        !(o->lr > 0)) {
+        fprintf(stderr, "hetex gpt: layers, heads, width, context, batch, steps, eval-every, "
+                        "eval-iters and lr must be positive, width a multiple of heads, "
+                        "0 <= dropout < 1\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* AdamW on every parameter: weight decay on matrices only. With offload
+ * none the updates (and so the parameters and moments) sit on the device;
+ * with offload optimizer they stay on the host, their default. */
+static hx_status add_optimizer(hx_graph *g, const gpt_model *m, const options *o)
+{
+    hx_optimizer_config c = hx_optimizer_config_default(HX_OPTIMIZER_ADAMW);
+    c.lr = o->lr;
+    c.beta1 = o->beta1;
+    c.beta2 = o->beta2;
+    bool on_device = o->offload == OFFLOAD_NONE;
+    hx_status st = on_device ? hx_graph_push_target(g, HX_TARGET_DEVICE) : HX_OK;
+    for (int i = 0; i < m->n_tensors && !st; i++) {
+        c.weight_decay = gpt_param_decays(m->params[i]) ? o->weight_decay : 0;
+        st = hx_graph_apply_optimizer(g, m->params[i], &c);
+    }
+    hx_status pop = on_device ? hx_graph_pop_target(g) : HX_OK;
+    return st ? st : pop;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Mean loss over eval_iters validation batches (forward only). */
+static hx_status val_loss(hx_session *s, const gpt_model *m, const gpt_text *text,
+                          const options *o, int32_t *tok, int32_t *tgt, double *out)
+{
+    uint64_t rng = 0x5eed; /* the same batches at every evaluation */
+    size_t bytes = sizeof *tok * o->model.batch * o->model.context;
+    double sum = 0;
+    for (int i = 0; i < o->eval_iters; i++) {
+        gpt_text_batch(text, true, o->model.batch, o->model.context, &rng, tok, tgt);
+        float l;
+        hx_feed feeds[2] = {{NULL, m->tokens, tok, bytes}, {NULL, m->targets, tgt, bytes}};
+        hx_fetch fetch = {NULL, m->loss, &l, sizeof l};
+        hx_status st = hx_session_run(s, feeds, 2, &fetch, 1, 0);
+        if (st) return st;
+        sum += l;
+    }
+    *out = sum / o->eval_iters;
+    return HX_OK;
+}
+
+static void print_memory(hx_session *s, const gpt_model *m)
+{
+    hx_memory_stats ms;
+    if (hx_session_memory_stats(s, &ms)) return;
+    double mib = 1.0 / (1 << 20), n = (double)m->n_params;
+    printf("memory: %lld params; device %.1f MiB persistent (%.1f bytes/param) + %.1f MiB "
+           "planned transient; host %.1f MiB persistent (%.1f bytes/param) + %.1f MiB transient\n",
+           (long long)m->n_params, ms.device_persistent_bytes * mib,
+           ms.device_persistent_bytes / n, ms.device_transient_planned_bytes * mib,
+           ms.persistent_bytes * mib, ms.persistent_bytes / n, ms.transient_planned_bytes * mib);
+}
+
+int gpt_main(int argc, char **argv)
+{
+    options o = {.model = {.layers = 2, .heads = 4, .width = 128, .context = 64, .batch = 32,
+                           .dropout = 0, .seed = 1},
+                 .data = "data/tinyshakespeare/input.txt", .steps = 2000, .eval_every = 250,
+                 .eval_iters = 20, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1,
+                 .accelerator = HX_ACCELERATOR_AUTO, .offload = OFFLOAD_OPTIMIZER};
+    if (parse(argc, argv, &o)) return 2;
+
+    char msg[512];
+    gpt_text text;
+    if (gpt_text_load(o.data, &text, msg, sizeof msg)) {
+        fprintf(stderr, "hetex gpt: %s\n", msg);
+        return 1;
+    }
+    o.model.vocab = text.vocab;
+    int64_t val_len = text.n - text.n_train;
+    if (text.n_train <= o.model.context || val_len <= o.model.context) {
+        fprintf(stderr, "hetex gpt: '%s' is too short for context %d (train %lld, val %lld "
+                "characters)\n", o.data, o.model.context, (long long)text.n_train,
+                (long long)val_len);
+        gpt_text_free(&text);
+        return 1;
+    }
+
+    hx_graph *g = hx_graph_create();
+    hx_session *s = NULL;
+    gpt_model m = {0};
+    size_t n_tok = (size_t)o.model.batch * o.model.context;
+    int32_t *tok = malloc(sizeof *tok * n_tok), *tgt = malloc(sizeof *tgt * n_tok);
+    hx_session_config cfg = hx_session_config_default();
+    cfg.n_threads = o.threads;
+    cfg.seed = o.model.seed;
+    cfg.accelerator = o.accelerator;
+    cfg.max_device_memory = o.max_device_memory;
+    int rc = 1;
+    hx_status st = !g || !tok || !tgt ? HX_ERR_OUT_OF_MEMORY : HX_OK;
+    if (!st) st = hx_graph_push_target(g, HX_TARGET_DEVICE);
+    if (!st) st = gpt_build(g, &o.model, &m);
+    if (!st) st = hx_graph_pop_target(g);
+    if (!st) st = hx_graph_backward(g, m.loss);
+    if (!st) st = add_optimizer(g, &m, &o);
+    if (!st) st = hx_session_create(g, &cfg, &s);
+    if (st) {
+        fprintf(stderr, "hetex gpt: %s\n", st == HX_ERR_OUT_OF_MEMORY && !g ? "out of memory"
+                                                                           : hx_last_error());
+        goto out;
+    }
+    printf("hetex gpt: %d layers, %d heads, width %d, context %d, batch %d, vocab %d; "
+           "AdamW lr %g; offload %s\n", o.model.layers, o.model.heads, o.model.width,
+           o.model.context, o.model.batch, o.model.vocab, o.lr,
+           o.offload == OFFLOAD_NONE ? "none" : "optimizer");
+    print_memory(s, &m);
+
+    uint64_t rng = o.model.seed;
+    double t0 = now(), window = 0;
+    int in_window = 0;
+    for (int step = 1; step <= o.steps; step++) {
+        gpt_text_batch(&text, false, o.model.batch, o.model.context, &rng, tok, tgt);
+        float l;
+        hx_feed feeds[2] = {{NULL, m.tokens, tok, sizeof *tok * n_tok},
+                            {NULL, m.targets, tgt, sizeof *tgt * n_tok}};
+        hx_fetch fetch = {NULL, m.loss, &l, sizeof l};
+        if ((st = hx_session_run(s, feeds, 2, &fetch, 1, HX_RUN_TRAIN))) {
+            fprintf(stderr, "hetex gpt: step %d: %s\n", step, hx_last_error());
+            goto out;
+        }
+        window += l;
+        in_window++;
+        if (step % o.eval_every == 0 || step == o.steps) {
+            double vl;
+            if ((st = val_loss(s, &m, &text, &o, tok, tgt, &vl))) {
+                fprintf(stderr, "hetex gpt: evaluation: %s\n", hx_last_error());
+                goto out;
+            }
+            double dt = now() - t0;
+            printf("step %5d  train loss %.4f  val loss %.4f  %.2f steps/s\n", step,
+                   window / in_window, vl, step / dt);
+            fflush(stdout);
+            window = 0;
+            in_window = 0;
+        }
+    }
+    rc = 0;
+out:
+    hx_session_free(s);
+    hx_graph_free(g);
+    gpt_model_free(&m);
+    gpt_text_free(&text);
+    free(tok);
+    free(tgt);
+    return rc;
+}
