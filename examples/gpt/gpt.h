@@ -53,6 +53,33 @@ void gpt_text_free(gpt_text *t);
 void gpt_text_batch(const gpt_text *t, bool val, int batch, int context, uint64_t *rng,
                     int32_t *tokens, int32_t *targets);
 
+/* Where the optimizer runs: on the device with everything else, or on the
+ * host (AdamW on an fp32 master and moments; ZeRO-Offload's split). */
+typedef enum gpt_offload { GPT_OFFLOAD_NONE, GPT_OFFLOAD_OPTIMIZER } gpt_offload;
+
+typedef struct gpt_optim {
+    double lr, beta1, beta2, weight_decay;
+    gpt_offload offload;
+} gpt_optim;
+
+/* A model ready to train: its graph (ops on the DEVICE target, AdamW updates
+ * per o->offload) and a session over it. */
+typedef struct gpt_run {
+    hx_graph *g;
+    gpt_model m;
+    hx_session *s;
+} gpt_run;
+
+/* HX_OK, or an error with hx_last_error() set; r is then empty. */
+hx_status gpt_run_create(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc,
+                         gpt_run *r);
+void gpt_run_free(gpt_run *r);
+
+/* With the device capped at sc->max_device_memory, prints for each offload
+ * mode the largest model that fits: the most layers at c's width and the
+ * widest at c's layers (widths in steps of 8 * heads), without training. */
+void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc);
+
 /* `hetex gpt ...` */
 int gpt_main(int argc, char **argv);
 

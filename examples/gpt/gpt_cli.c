@@ -8,15 +8,12 @@
 #include <string.h>
 #include <time.h>
 
-typedef enum offload { OFFLOAD_NONE, OFFLOAD_OPTIMIZER } offload;
-
 typedef struct options {
     gpt_config model;
     const char *data;
+    gpt_optim optim;
     int steps, eval_every, eval_iters, threads;
-    double lr, beta1, beta2, weight_decay;
     hx_accelerator accelerator;
-    offload offload;
     size_t max_device_memory;
 } options;
 
@@ -66,10 +63,10 @@ static int parse(int argc, char **argv, options *o)
         else if (!strcmp(a, "--batch")) o->model.batch = atoi(v);
         else if (!strcmp(a, "--dropout")) o->model.dropout = strtof(v, NULL);
         else if (!strcmp(a, "--steps")) o->steps = atoi(v);
-        else if (!strcmp(a, "--lr")) o->lr = strtod(v, NULL);
-        else if (!strcmp(a, "--beta1")) o->beta1 = strtod(v, NULL);
-        else if (!strcmp(a, "--beta2")) o->beta2 = strtod(v, NULL);
-        else if (!strcmp(a, "--weight-decay")) o->weight_decay = strtod(v, NULL);
+        else if (!strcmp(a, "--lr")) o->optim.lr = strtod(v, NULL);
+        else if (!strcmp(a, "--beta1")) o->optim.beta1 = strtod(v, NULL);
+        else if (!strcmp(a, "--beta2")) o->optim.beta2 = strtod(v, NULL);
+        else if (!strcmp(a, "--weight-decay")) o->optim.weight_decay = strtod(v, NULL);
         else if (!strcmp(a, "--eval-every")) o->eval_every = atoi(v);
         else if (!strcmp(a, "--eval-iters")) o->eval_iters = atoi(v);
         else if (!strcmp(a, "--threads")) o->threads = atoi(v);
@@ -82,8 +79,8 @@ static int parse(int argc, char **argv, options *o)
             else if (!strcmp(v, "none")) o->accelerator = HX_ACCELERATOR_NONE;
             else ok = false;
         } else if (!strcmp(a, "--offload")) {
-            if (!strcmp(v, "none")) o->offload = OFFLOAD_NONE;
-            else if (!strcmp(v, "optimizer")) o->offload = OFFLOAD_OPTIMIZER;
+            if (!strcmp(v, "none")) o->optim.offload = GPT_OFFLOAD_NONE;
+            else if (!strcmp(v, "optimizer")) o->optim.offload = GPT_OFFLOAD_OPTIMIZER;
             else ok = false;
         } else {
             fprintf(stderr, "hetex gpt: unknown option %s (see --help)\n", a);
@@ -99,32 +96,13 @@ static int parse(int argc, char **argv, options *o)
     if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->width % m->heads ||
         m->context < 1 || m->batch < 1 || !(m->dropout >= 0 && m->dropout < 1) ||
         o->steps < 1 || o->eval_every < 1 || o->eval_iters < 1 || o->threads < 0 ||
-        !(o->lr > 0)) {
+        !(o->optim.lr > 0)) {
         fprintf(stderr, "hetex gpt: layers, heads, width, context, batch, steps, eval-every, "
                         "eval-iters and lr must be positive, width a multiple of heads, "
                         "0 <= dropout < 1\n");
         return 2;
     }
     return 0;
-}
-
-/* AdamW on every parameter: weight decay on matrices only. With offload
- * none the updates (and so the parameters and moments) sit on the device;
- * with offload optimizer they stay on the host, their default. */
-static hx_status add_optimizer(hx_graph *g, const gpt_model *m, const options *o)
-{
-    hx_optimizer_config c = hx_optimizer_config_default(HX_OPTIMIZER_ADAMW);
-    c.lr = o->lr;
-    c.beta1 = o->beta1;
-    c.beta2 = o->beta2;
-    bool on_device = o->offload == OFFLOAD_NONE;
-    hx_status st = on_device ? hx_graph_push_target(g, HX_TARGET_DEVICE) : HX_OK;
-    for (int i = 0; i < m->n_tensors && !st; i++) {
-        c.weight_decay = gpt_param_decays(m->params[i]) ? o->weight_decay : 0;
-        st = hx_graph_apply_optimizer(g, m->params[i], &c);
-    }
-    hx_status pop = on_device ? hx_graph_pop_target(g) : HX_OK;
-    return st ? st : pop;
 }
 
 static double now(void)
@@ -170,9 +148,10 @@ int gpt_main(int argc, char **argv)
 {
     options o = {.model = {.layers = 2, .heads = 4, .width = 128, .context = 64, .batch = 32,
                            .dropout = 0, .seed = 1},
+                 .optim = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1,
+                           .offload = GPT_OFFLOAD_OPTIMIZER},
                  .data = "data/tinyshakespeare/input.txt", .steps = 2000, .eval_every = 250,
-                 .eval_iters = 20, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1,
-                 .accelerator = HX_ACCELERATOR_AUTO, .offload = OFFLOAD_OPTIMIZER};
+                 .eval_iters = 20, .accelerator = HX_ACCELERATOR_AUTO};
     if (parse(argc, argv, &o)) return 2;
 
     char msg[512];
@@ -191,34 +170,33 @@ int gpt_main(int argc, char **argv)
         return 1;
     }
 
-    hx_graph *g = hx_graph_create();
-    hx_session *s = NULL;
-    gpt_model m = {0};
-    size_t n_tok = (size_t)o.model.batch * o.model.context;
-    int32_t *tok = malloc(sizeof *tok * n_tok), *tgt = malloc(sizeof *tgt * n_tok);
     hx_session_config cfg = hx_session_config_default();
     cfg.n_threads = o.threads;
     cfg.seed = o.model.seed;
     cfg.accelerator = o.accelerator;
     cfg.max_device_memory = o.max_device_memory;
+    if (o.max_device_memory) gpt_plan_report(&o.model, &o.optim, &cfg);
+
+    gpt_run r;
+    size_t n_tok = (size_t)o.model.batch * o.model.context;
+    int32_t *tok = malloc(sizeof *tok * n_tok), *tgt = malloc(sizeof *tgt * n_tok);
     int rc = 1;
-    hx_status st = !g || !tok || !tgt ? HX_ERR_OUT_OF_MEMORY : HX_OK;
-    if (!st) st = hx_graph_push_target(g, HX_TARGET_DEVICE);
-    if (!st) st = gpt_build(g, &o.model, &m);
-    if (!st) st = hx_graph_pop_target(g);
-    if (!st) st = hx_graph_backward(g, m.loss);
-    if (!st) st = add_optimizer(g, &m, &o);
-    if (!st) st = hx_session_create(g, &cfg, &s);
-    if (st) {
-        fprintf(stderr, "hetex gpt: %s\n", st == HX_ERR_OUT_OF_MEMORY && !g ? "out of memory"
-                                                                           : hx_last_error());
+    if (!tok || !tgt) {
+        fprintf(stderr, "hetex gpt: out of memory\n");
+        free(tok);
+        free(tgt);
+        gpt_text_free(&text);
+        return 1;
+    }
+    if (gpt_run_create(&o.model, &o.optim, &cfg, &r)) {
+        fprintf(stderr, "hetex gpt: %s\n", hx_last_error());
         goto out;
     }
     printf("hetex gpt: %d layers, %d heads, width %d, context %d, batch %d, vocab %d; "
            "AdamW lr %g; offload %s\n", o.model.layers, o.model.heads, o.model.width,
-           o.model.context, o.model.batch, o.model.vocab, o.lr,
-           o.offload == OFFLOAD_NONE ? "none" : "optimizer");
-    print_memory(s, &m);
+           o.model.context, o.model.batch, o.model.vocab, o.optim.lr,
+           o.optim.offload == GPT_OFFLOAD_NONE ? "none" : "optimizer");
+    print_memory(r.s, &r.m);
 
     uint64_t rng = o.model.seed;
     double t0 = now(), window = 0;
@@ -226,10 +204,10 @@ int gpt_main(int argc, char **argv)
     for (int step = 1; step <= o.steps; step++) {
         gpt_text_batch(&text, false, o.model.batch, o.model.context, &rng, tok, tgt);
         float l;
-        hx_feed feeds[2] = {{NULL, m.tokens, tok, sizeof *tok * n_tok},
-                            {NULL, m.targets, tgt, sizeof *tgt * n_tok}};
-        hx_fetch fetch = {NULL, m.loss, &l, sizeof l};
-        if ((st = hx_session_run(s, feeds, 2, &fetch, 1, HX_RUN_TRAIN))) {
+        hx_feed feeds[2] = {{NULL, r.m.tokens, tok, sizeof *tok * n_tok},
+                            {NULL, r.m.targets, tgt, sizeof *tgt * n_tok}};
+        hx_fetch fetch = {NULL, r.m.loss, &l, sizeof l};
+        if (hx_session_run(r.s, feeds, 2, &fetch, 1, HX_RUN_TRAIN)) {
             fprintf(stderr, "hetex gpt: step %d: %s\n", step, hx_last_error());
             goto out;
         }
@@ -237,13 +215,12 @@ int gpt_main(int argc, char **argv)
         in_window++;
         if (step % o.eval_every == 0 || step == o.steps) {
             double vl;
-            if ((st = val_loss(s, &m, &text, &o, tok, tgt, &vl))) {
+            if (val_loss(r.s, &r.m, &text, &o, tok, tgt, &vl)) {
                 fprintf(stderr, "hetex gpt: evaluation: %s\n", hx_last_error());
                 goto out;
             }
-            double dt = now() - t0;
             printf("step %5d  train loss %.4f  val loss %.4f  %.2f steps/s\n", step,
-                   window / in_window, vl, step / dt);
+                   window / in_window, vl, step / (now() - t0));
             fflush(stdout);
             window = 0;
             in_window = 0;
@@ -251,9 +228,7 @@ int gpt_main(int argc, char **argv)
     }
     rc = 0;
 out:
-    hx_session_free(s);
-    hx_graph_free(g);
-    gpt_model_free(&m);
+    gpt_run_free(&r);
     gpt_text_free(&text);
     free(tok);
     free(tgt);
