@@ -323,6 +323,10 @@ typedef struct hx_session_config {
     size_t max_device_memory;     /* accelerator memory cap in bytes; 0: 8 GiB for emu */
     hx_fallback fallback;         /* HX_FALLBACK_ERROR */
     hx_loss_scale_config loss_scale;
+    /* CUDA (accelerator CUDA, or AUTO where a GPU is usable) */
+    int cuda_device;              /* device index: 0 */
+    bool allow_tf32;              /* f32 matmuls may use TF32 tensor cores (10-bit
+                                     mantissa products): false, full f32 */
 } hx_session_config;
 HX_API hx_session_config hx_session_config_default(void);
 

@@ -1,5 +1,6 @@
 /* Sessions: persistent storage, feeds and fetches, plan cache, the run loop. */
 #include "scheduler/backend.h"
+#include "scheduler/backend_cuda.h"
 
 #include "kernels/cpu/optim.h"
 
@@ -60,7 +61,8 @@ static bool has_kernel(void *ctx, hx_target t, hx_op op, hx_dtype dt)
 static hx_status setup_devices(hx_session *s)
 {
     hx_status st = hx__backend_cpu_create(&s->be[HX_DEV_HOST]);
-    if (!st && s->cfg.accelerator != HX_ACCELERATOR_NONE) {
+    if (!st) st = hx__backend_cuda_for(&s->cfg, &s->be[HX_DEV_ACCEL]); /* CUDA, AUTO with a GPU */
+    if (!st && s->cfg.accelerator != HX_ACCELERATOR_NONE && !s->be[HX_DEV_ACCEL]) {
         size_t cap = s->cfg.max_device_memory ? s->cfg.max_device_memory : (size_t)8 << 30;
         st = hx__backend_emu_create(cap, &s->be[HX_DEV_ACCEL]);
     }

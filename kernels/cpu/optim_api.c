@@ -251,6 +251,34 @@ int hx_optim_ftrl(float *param, float *accum, float *linear, int64_t n, const hx
     return dense_run(&pl, a, n, io);
 }
 
+hx_optim_plan hx_optim_plan_adam(const hx_adam_hp *hp, int64_t t, const hx_optim_io *io)
+{
+    hx_optim_plan pl = plan_for(HX_OPT_ADAM, io);
+    adam_scalars(&pl, hp, t, 0);
+    return pl;
+}
+
+hx_optim_plan hx_optim_plan_adagrad(const hx_adagrad_hp *hp, int64_t t, const hx_optim_io *io)
+{
+    hx_optim_plan pl = plan_for(HX_OPT_ADAGRAD, io);
+    adagrad_scalars(&pl, hp, t);
+    return pl;
+}
+
+hx_optim_plan hx_optim_plan_sgd(const hx_sgd_hp *hp, int64_t t, const hx_optim_io *io)
+{
+    hx_optim_plan pl = plan_for(HX_OPT_SGD, io);
+    sgd_scalars(&pl, hp, t == 1);
+    return pl;
+}
+
+hx_optim_plan hx_optim_plan_ftrl(const hx_ftrl_hp *hp, const hx_optim_io *io)
+{
+    hx_optim_plan pl = plan_for(HX_OPT_FTRL, io);
+    ftrl_scalars(&pl, hp);
+    return pl;
+}
+
 /* ---- rows ---------------------------------------------------------------------- */
 
 /* Checks every id, then updates; each thread checks a slice of the ids and

@@ -53,6 +53,14 @@ typedef struct hx_optim_plan {
     int bc2s_fast, lr_fast;
 } hx_optim_plan;
 
+/* The plan of one dense update at step t (SGD: t == 1 is its first step),
+ * built exactly as hx_optim_adam, _adagrad, _sgd and _ftrl build theirs:
+ * for kernels that apply the same formulas elsewhere (kernels/gpu). */
+hx_optim_plan hx_optim_plan_adam(const hx_adam_hp *hp, int64_t t, const hx_optim_io *io);
+hx_optim_plan hx_optim_plan_adagrad(const hx_adagrad_hp *hp, int64_t t, const hx_optim_io *io);
+hx_optim_plan hx_optim_plan_sgd(const hx_sgd_hp *hp, int64_t t, const hx_optim_io *io);
+hx_optim_plan hx_optim_plan_ftrl(const hx_ftrl_hp *hp, const hx_optim_io *io);
+
 /* Whether x / b may take the multiply-and-correct form (optim_body.h). */
 static inline int hx_optim_div_fast(float b)
 {

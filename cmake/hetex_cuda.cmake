@@ -1,0 +1,69 @@
+# The CUDA backend (kernels/gpu/, scheduler/backend_cuda*.c), included by
+# CMakeLists.txt once the library targets exist.
+#
+# HX_CUDA: AUTO (default) builds it when nvcc is found, ON requires it, OFF
+# leaves it out. Sanitizer builds leave it out: the CUDA runtime does not
+# run under TSan, and CI's second build stays fast (those builds test the
+# entry points' no-CUDA side instead). Without it, backend_cuda_none.c
+# answers for the backend. Kernels are built for sm_80 (A100) and sm_90
+# (H100/H200) machine code, plus sm_90 PTX for later GPUs.
+set(HX_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when nvcc is found), ON, OFF")
+set_property(CACHE HX_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(HX_HAVE_CUDA OFF)
+set(HX_PC_CUDA_LIBS "")
+if(NOT HX_CUDA STREQUAL "OFF" AND NOT HX_SANITIZE)
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(HX_HAVE_CUDA ON)
+  elseif(HX_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "HX_CUDA=ON but no CUDA compiler (nvcc) was found; set CMAKE_CUDA_COMPILER")
+  endif()
+endif()
+if(HX_SANITIZE AND HX_CUDA STREQUAL "ON")
+  message(FATAL_ERROR "HX_CUDA=ON cannot be combined with HX_SANITIZE")
+endif()
+
+if(HX_HAVE_CUDA)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
+  endif()
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared) # one runtime: the libcudart.so hetex links
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  message(STATUS "hetex: CUDA backend on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES})")
+
+  # The kernels: their own object library, so the C-only flags of the
+  # directory do not reach nvcc.
+  file(GLOB HX_CUDA_SOURCES CONFIGURE_DEPENDS
+    ${CMAKE_SOURCE_DIR}/kernels/gpu/*.cu ${CMAKE_SOURCE_DIR}/kernels/gpu/*.c)
+  add_library(hetex_cuda_objects OBJECT ${HX_CUDA_SOURCES})
+  set_property(TARGET hetex_cuda_objects PROPERTY COMPILE_OPTIONS
+    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wno-unused-parameter -fvisibility=hidden>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-fvisibility=hidden>)
+  target_include_directories(hetex_cuda_objects PRIVATE
+    ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR})
+  target_link_libraries(hetex_cuda_objects PRIVATE CUDA::cudart CUDA::cublas)
+
+  target_compile_definitions(hetex_objects PUBLIC HX_HAVE_CUDA)
+  target_link_libraries(hetex_objects PUBLIC CUDA::cudart CUDA::cublas)
+  set(HX_CUDA_LIBS ${CUDA_cublas_LIBRARY} ${CUDA_cudart_LIBRARY} stdc++)
+  foreach(lib hetex_objects hetex hetex_static) # made before the architectures were set
+    set_property(TARGET ${lib} PROPERTY CUDA_ARCHITECTURES ${CMAKE_CUDA_ARCHITECTURES})
+    set_property(TARGET ${lib} PROPERTY CUDA_RUNTIME_LIBRARY Shared)
+  endforeach()
+  foreach(lib hetex hetex_static)
+    target_sources(${lib} PRIVATE $<TARGET_OBJECTS:hetex_cuda_objects>)
+  endforeach()
+  target_link_libraries(hetex PRIVATE ${HX_CUDA_LIBS})
+  set_target_properties(hetex PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+  target_link_libraries(hetex_static PUBLIC ${HX_CUDA_LIBS})
+  target_compile_definitions(hetex_static PUBLIC $<BUILD_INTERFACE:HX_HAVE_CUDA>)
+  target_include_directories(hetex_static PUBLIC $<BUILD_INTERFACE:${CUDAToolkit_INCLUDE_DIRS}>)
+  set(HX_PC_CUDA_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcudart -lstdc++")
+endif()

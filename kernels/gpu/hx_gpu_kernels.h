@@ -1,0 +1,196 @@
+/* hetex GPU kernels: CUDA kernels and cuBLAS calls, the counterpart of
+ * kernels/cpu/hx_kernels.h.
+ *
+ * Pure functions on device pointers and sizes: kernels never see a graph.
+ * Each takes an hx_gk_ctx (the stream to enqueue on, the cuBLAS handle bound
+ * to it, a scratch buffer) and returns an hx_gk_status: 0 once the work is
+ * enqueued, else a code whose text hx_gk_strerror gives (the CUDA or cuBLAS
+ * error text). Nothing here aborts. Errors of the work itself (a fault in a
+ * kernel) surface at the next synchronisation of the stream, as CUDA does.
+ *
+ * Storage dtypes are HX_K_F32, HX_K_F16 and HX_K_BF16; arithmetic and every
+ * accumulation is f32 (the mean losses accumulate in f64). Shapes are
+ * row-major, as on the CPU, and the formulas are the CPU kernels' (see each
+ * function there); results agree with them to rounding.
+ *
+ * Determinism: no kernel adds floats with atomics. Every sum is a fixed
+ * tree or a fixed sequential order chosen from the shapes alone, so the same
+ * inputs give bitwise the same outputs run to run on one GPU model. The only
+ * atomics are integer minima (the first bad id) and cuBLAS runs with its
+ * atomics off and one workspace per handle.
+ *
+ * Kernels that need scratch memory say how much in a companion
+ * *_scratch_bytes function; the caller passes at least that much in
+ * ctx->scratch (used in stream order, so one buffer per stream suffices).
+ *
+ * Kernels that read ids or labels take `bad`: two device-visible u64 words
+ * set to (UINT64_MAX, 0) by the caller before the launch. A bad id (outside
+ * [0, rows)) leaves its output row zero, and after the kernel bad[0] holds
+ * the smallest bad position and bad[1] the id found there (as i64 bits);
+ * the caller reads them once the stream has passed the kernel.
+ */
+#ifndef HX_GPU_KERNELS_H
+#define HX_GPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "kernels/cpu/hx_kernels.h"
+#include "kernels/cpu/optim_internal.h"
+
+/* 0: OK. Otherwise one of the families below with the library's own code
+ * in the low 16 bits. */
+typedef int hx_gk_status;
+#define HX_GK_OK 0
+#define HX_GK_CUDA_BASE 0x10000    /* + cudaError_t */
+#define HX_GK_CUBLAS_BASE 0x20000  /* + cublasStatus_t */
+#define HX_GK_BAD_ARG 0x30000      /* a dtype, size or rank the kernel does not take */
+#define HX_GK_SCRATCH 0x30001      /* ctx->scratch smaller than *_scratch_bytes said */
+
+/* Text for a status: the CUDA or cuBLAS error string, or ours. Static storage. */
+const char *hx_gk_strerror(hx_gk_status st);
+/* Whether st means the device ran out of memory. */
+int hx_gk_is_oom(hx_gk_status st);
+hx_gk_status hx_gk_cuda(cudaError_t e);     /* 0 for cudaSuccess */
+hx_gk_status hx_gk_cublas(cublasStatus_t e); /* 0 for CUBLAS_STATUS_SUCCESS */
+
+typedef struct hx_gk_ctx {
+    cudaStream_t stream;
+    cublasHandle_t blas; /* bound to `stream`, with its own workspace */
+    void *scratch;       /* device memory, used in stream order */
+    size_t scratch_bytes;
+    int allow_tf32;      /* f32 GEMMs may use TF32 tensor cores */
+} hx_gk_ctx;
+
+/* ---- memory ----------------------------------------------------------------- */
+
+hx_gk_status hx_gk_memcpy(const hx_gk_ctx *c, void *dst, const void *src, size_t n);
+hx_gk_status hx_gk_memset0(const hx_gk_ctx *c, void *dst, size_t n);
+
+/* ---- matmul (cuBLAS) ------------------------------------------------------------
+ * C (M,N) = op(A) op(B) for `batch` matrices at element strides (stride 0
+ * reuses one matrix), row-major with leading dimensions lda/ldb/ldc, as
+ * hx_k_gemm_f32 (alpha 1, beta 0). A, B and C share the dtype dt; f16 and
+ * bf16 run on tensor cores with f32 accumulation, f32 in full f32 unless
+ * ctx->allow_tf32. */
+hx_gk_status hx_gk_gemm(const hx_gk_ctx *c, hx_kdtype dt, int trans_a, int trans_b,
+                        int64_t batch, int64_t M, int64_t N, int64_t K, const void *A,
+                        int64_t lda, int64_t stride_a, const void *B, int64_t ldb,
+                        int64_t stride_b, void *C, int64_t ldc, int64_t stride_c);
+
+/* ---- elementwise ------------------------------------------------------------------ */
+
+/* out (contiguous, shape) = a op b read through element strides per output
+ * dimension (0 on a broadcast dimension), as hx_k_binary_f32. */
+hx_gk_status hx_gk_binary(const hx_gk_ctx *c, hx_kdtype dt, hx_binary_op op, void *out,
+                          const void *a, const int64_t *a_strides, const void *b,
+                          const int64_t *b_strides, const int64_t *shape, int ndim);
+hx_gk_status hx_gk_unary(const hx_gk_ctx *c, hx_kdtype dt, hx_unary_op op, void *y,
+                         const void *x, int64_t n);
+/* As hx_k_unary_backward_f32: relu, gelu and log read x; the others y. */
+hx_gk_status hx_gk_unary_backward(const hx_gk_ctx *c, hx_kdtype dt, hx_unary_op op, void *dx,
+                                  const void *dy, const void *x, const void *y, int64_t n);
+hx_gk_status hx_gk_scale(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x, float s,
+                         int64_t n);
+hx_gk_status hx_gk_bias_add(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x,
+                            const void *b, int64_t rows, int64_t n);
+/* Between f32, f16 and bf16, round to nearest even. */
+hx_gk_status hx_gk_cast(const hx_gk_ctx *c, void *y, hx_kdtype ydt, const void *x,
+                        hx_kdtype xdt, int64_t n);
+hx_gk_status hx_gk_causal_mask(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x,
+                               int64_t batch, int64_t T, float fill);
+/* The CPU kernel's mask bit for bit: keep(i) is the same pure function of
+ * (seed, stream, i) as in hx_k_dropout_f32. */
+hx_gk_status hx_gk_dropout(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x, float p,
+                           uint64_t seed, uint64_t stream, int64_t n);
+
+/* ---- rows (last axis) --------------------------------------------------------------- */
+
+hx_gk_status hx_gk_softmax(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x,
+                           int64_t rows, int64_t n);
+hx_gk_status hx_gk_log_softmax(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x,
+                               int64_t rows, int64_t n);
+hx_gk_status hx_gk_softmax_backward(const hx_gk_ctx *c, hx_kdtype dt, void *dx, const void *dy,
+                                    const void *y, int64_t rows, int64_t n);
+hx_gk_status hx_gk_log_softmax_backward(const hx_gk_ctx *c, hx_kdtype dt, void *dx,
+                                        const void *dy, const void *y, int64_t rows, int64_t n);
+hx_gk_status hx_gk_layernorm(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x,
+                             const void *gamma, const void *beta, float eps, int64_t rows,
+                             int64_t n);
+hx_gk_status hx_gk_layernorm_backward_x(const hx_gk_ctx *c, hx_kdtype dt, void *dx,
+                                        const void *dy, const void *x, const void *gamma,
+                                        float eps, int64_t rows, int64_t n);
+size_t hx_gk_layernorm_backward_gamma_scratch_bytes(int64_t rows, int64_t n);
+hx_gk_status hx_gk_layernorm_backward_gamma(const hx_gk_ctx *c, hx_kdtype dt, void *dgamma,
+                                            const void *dy, const void *x, float eps,
+                                            int64_t rows, int64_t n);
+
+/* ---- reductions and data movement ------------------------------------------------------ */
+
+/* As hx_k_reduce_sum_f32: out = sum of x over the dims with reduce[d] set. */
+size_t hx_gk_reduce_sum_scratch_bytes(const int64_t *shape, int ndim, const uint8_t *reduce);
+hx_gk_status hx_gk_reduce_sum(const hx_gk_ctx *c, hx_kdtype dt, void *out, const void *x,
+                              const int64_t *shape, int ndim, const uint8_t *reduce);
+/* As hx_k_copy_strided, for elements of 1, 2, 4 or 8 bytes. */
+hx_gk_status hx_gk_copy_strided(const hx_gk_ctx *c, void *out, const int64_t *out_strides,
+                                const void *x, const int64_t *x_strides, const int64_t *shape,
+                                int ndim, size_t elem_size);
+
+/* ---- rows by id --------------------------------------------------------------------------- */
+
+/* out (n, row_bytes) = table[ids[i]]; ids i32 or i64; a bad id gives a zero row. */
+hx_gk_status hx_gk_gather_rows(const hx_gk_ctx *c, void *out, const void *table, int64_t rows,
+                               size_t row_bytes, const void *ids, hx_kdtype id_dt, int64_t n,
+                               uint64_t *bad);
+/* dtable (rows, dim) f32 = 0, then dtable[ids[i]] += dy[i] in order of i:
+ * the CPU kernel's sums bit for bit (positions sorted by id with a stable
+ * radix sort, each row summed sequentially). Bad ids are skipped. */
+size_t hx_gk_scatter_add_scratch_bytes(int64_t n, int64_t rows);
+hx_gk_status hx_gk_scatter_add_rows(const hx_gk_ctx *c, float *dtable, int64_t rows,
+                                    int64_t dim, const float *dy, const void *ids,
+                                    hx_kdtype id_dt, int64_t n, uint64_t *bad);
+
+/* ---- losses (mean over the batch; loss and dloss are f32) ------------------------------------ */
+
+size_t hx_gk_cross_entropy_scratch_bytes(int64_t N);
+hx_gk_status hx_gk_cross_entropy(const hx_gk_ctx *c, hx_kdtype dt, float *loss,
+                                 const void *logits, const void *labels, hx_kdtype label_dt,
+                                 int64_t N, int64_t C, uint64_t *bad);
+hx_gk_status hx_gk_cross_entropy_backward(const hx_gk_ctx *c, hx_kdtype dt, void *dlogits,
+                                          const float *dloss, const void *logits,
+                                          const void *labels, hx_kdtype label_dt, int64_t N,
+                                          int64_t C, uint64_t *bad);
+size_t hx_gk_bce_logits_scratch_bytes(int64_t n);
+hx_gk_status hx_gk_bce_logits(const hx_gk_ctx *c, hx_kdtype dt, float *loss, const void *x,
+                              const void *t, int64_t n);
+hx_gk_status hx_gk_bce_logits_backward(const hx_gk_ctx *c, hx_kdtype dt, void *dx,
+                                       const float *dloss, const void *x, const void *t,
+                                       int64_t n);
+
+/* flag (one device int32) = 1 if any of the n values of x is Inf or NaN,
+ * else 0 (the gradient scan before the updates). */
+hx_gk_status hx_gk_nonfinite(const hx_gk_ctx *c, hx_kdtype dt, int32_t *flag, const void *x,
+                             int64_t n);
+
+/* ---- optimizer updates ------------------------------------------------------------------------ */
+
+/* One dense update of n f32 params in place, with the plan's kind, scalars,
+ * gradient dtype and optional half copy (pl->half_dt F16/BF16 writes `half`).
+ * The formulas of kernels/cpu/optim.h, one IEEE rounding per operation and
+ * no contraction, so the results are the CPU kernels' bit for bit. s1, s2:
+ * the kind's state (Adam m, v; Adagrad sum; SGD momentum buffer or NULL;
+ * FTRL accum, linear). */
+hx_gk_status hx_gk_optim_update(const hx_gk_ctx *c, const hx_optim_plan *pl, float *param,
+                                float *s1, float *s2, const void *grad, void *half, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
