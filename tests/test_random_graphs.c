@@ -1,0 +1,346 @@
+/* test_random_graphs: 300 seeded random graphs (tests/util/randgraph.h) over
+ * the whole op set with random target attributes. Each graph runs under the
+ * all-CPU session (accelerator NONE) and under emu placements; the loss,
+ * forward values, gradients, and after HX_RUN_TRAIN steps the parameters and
+ * optimizer state must be bitwise equal (emu runs the CPU kernels, so any
+ * difference is a placement, copy, memory-plan or scheduling bug).
+ *
+ * Every run after the first of a plan starts from poisoned transient arenas
+ * and is fed new data, so a step that reads a value before it is written (a
+ * missing dependency, a race in a concurrent executor, an arena overlap)
+ * sees NaN or the previous run's value, not the right one by luck.
+ *
+ * Kernels are thread-count deterministic (hx_kernels.h), so the emu run at
+ * 1 thread is also compared with the CPU run at 2 threads; one graph in 15
+ * graph holds a tensor large enough for kernels to split over threads.
+ *
+ * A failure prints the seed, the graph (ops, shapes, targets) and the emu
+ * plan summary. `test_random_graphs --seed N [--verbose]` runs one seed. */
+#include "hetex.h"
+#include "backend_suite.h"
+#include "graph/graph.h"
+#include "randgraph.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define N_SEEDS 300
+
+/* ---- a transcript: every fetched byte of a session's runs, in order ---------------- */
+
+typedef struct record {
+    int run;
+    const hx_tensor *t;
+    hx_status st;
+    size_t off, bytes;
+} record;
+
+typedef struct transcript {
+    record *rec;
+    int n, cap;
+    unsigned char *data;
+    size_t len, cap_bytes;
+} transcript;
+
+static void tr_free(transcript *tr)
+{
+    free(tr->rec);
+    free(tr->data);
+    memset(tr, 0, sizeof *tr);
+}
+
+/* Room for one record of `bytes`; returns its data (filled with `fill`). */
+static void *tr_add(transcript *tr, int run, const hx_tensor *t, size_t bytes, unsigned char fill)
+{
+    if (tr->n == tr->cap) {
+        tr->cap = tr->cap ? 2 * tr->cap : 64;
+        tr->rec = realloc(tr->rec, sizeof *tr->rec * tr->cap);
+    }
+    if (tr->len + bytes > tr->cap_bytes) {
+        tr->cap_bytes = (tr->len + bytes) * 2;
+        tr->data = realloc(tr->data, tr->cap_bytes);
+    }
+    if (!tr->rec || !tr->data) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    tr->rec[tr->n++] = (record){run, t, HX_OK, tr->len, bytes};
+    memset(tr->data + tr->len, fill, bytes);
+    tr->len += bytes;
+    return tr->data + tr->len - bytes;
+}
+
+/* One run: feeds of `run`, every fetch of r plus (train) every parameter. */
+static hx_status one_run(rg_graph *r, hx_session *s, transcript *tr, int run, bool train,
+                         unsigned char fill)
+{
+    hx_feed feeds[r->n_inputs + 1];
+    rg_feeds(r, (uint64_t)run, feeds);
+    int n = r->n_fetch + (train ? r->n_params : 0);
+    hx_fetch fetches[n + 1];
+    int first = tr->n;
+    for (int i = 0; i < n; i++) {
+        const hx_tensor *t = i < r->n_fetch ? r->fetch[i] : r->params[i - r->n_fetch];
+        size_t bytes = hx_tensor_nbytes(t);
+        tr_add(tr, run, t, bytes, fill);
+        fetches[i] = (hx_fetch){.tensor = t, .bytes = bytes};
+    }
+    for (int i = 0; i < n; i++) fetches[i].data = tr->data + tr->rec[first + i].off;
+    hx_status st = hx_session_run(s, feeds, r->n_inputs, fetches, n, train ? HX_RUN_TRAIN : 0);
+    for (int i = 0; i < n; i++) tr->rec[first + i].st = st;
+    return st;
+}
+
+/* The protocol every session of a graph goes through: two inference runs,
+ * training runs (three with updates, else one: dropout is active), then the
+ * parameters and optimizer state read back. Runs after a plan's first start
+ * from poisoned arenas. Returns the first failure. */
+static hx_status protocol(rg_graph *r, hx_session *s, transcript *tr, unsigned char fill)
+{
+    int n_train = r->n_updates ? 3 : 1;
+    hx_status st = one_run(r, s, tr, 0, false, fill);
+    if (!st) st = bsuite_poison(s, 0xff);
+    if (!st) st = one_run(r, s, tr, 1, false, fill);
+    for (int k = 0; k < n_train && !st; k++) {
+        if (k) st = bsuite_poison(s, k & 1 ? 0xff : 0x7f);
+        if (!st) st = one_run(r, s, tr, 2 + k, true, fill);
+    }
+    for (int i = 0; i < r->n_params + r->n_state && !st; i++) {
+        const hx_tensor *t = i < r->n_params ? r->params[i] : r->state[i - r->n_params];
+        size_t bytes = hx_tensor_nbytes(t);
+        st = hx_session_read(s, t, tr_add(tr, 100, t, bytes, fill), bytes);
+        tr->rec[tr->n - 1].st = st;
+    }
+    if (!st) {
+        int64_t step = hx_session_step(s);
+        memcpy(tr_add(tr, 101, NULL, sizeof step, fill), &step, sizeof step);
+    }
+    return st;
+}
+
+/* ---- comparing ------------------------------------------------------------------------ */
+
+static int n_reported;
+
+static void report(rg_graph *r, hx_session *s, const char *what)
+{
+    if (n_reported++ >= 3) return; /* the first few in full */
+    fprintf(stderr, "---- seed %llu: %s\n%s", (unsigned long long)r->seed, what, rg_describe(r));
+    if (s) {
+        fprintf(stderr, "---- plan of the session under test:\n");
+        fflush(stderr);
+        hx_session_dump_summary(s, "/dev/stderr");
+    }
+    fprintf(stderr, "---- rerun: test_random_graphs --seed %llu --verbose\n", (unsigned long long)r->seed);
+}
+
+static const char *run_name(int run)
+{
+    static char buf[32];
+    if (run == 100) return "read back";
+    if (run == 101) return "step count";
+    snprintf(buf, sizeof buf, "run %d (%s)", run, run < 2 ? "inference" : "train");
+    return buf;
+}
+
+/* got vs want, record by record; describes the first difference. */
+static bool same(const transcript *got, const transcript *want, char *why, size_t n)
+{
+    if (got->n != want->n) {
+        snprintf(why, n, "%d records vs %d (a run failed in one session only?)", got->n, want->n);
+        return false;
+    }
+    for (int i = 0; i < got->n; i++) {
+        const record *a = &got->rec[i], *b = &want->rec[i];
+        const char *name = b->t ? hx_tensor_name(b->t) : "step";
+        if (a->st != b->st) {
+            snprintf(why, n, "%s, '%s': status %s vs %s", run_name(b->run), name,
+                     hx_status_name(a->st), hx_status_name(b->st));
+            return false;
+        }
+        if (!memcmp(got->data + a->off, want->data + b->off, b->bytes)) continue;
+        size_t es = b->t ? hx_dtype_size(hx_tensor_dtype(b->t)) : 8, e = 0;
+        while (memcmp(got->data + a->off + e * es, want->data + b->off + e * es, es)) e++;
+        float gv = 0, wv = 0;
+        if (b->t && hx_tensor_dtype(b->t) == HX_DTYPE_F32) {
+            memcpy(&gv, got->data + a->off + e * es, 4);
+            memcpy(&wv, want->data + b->off + e * es, 4);
+        }
+        snprintf(why, n, "%s, '%s' (%s): element %zu differs: %.9g vs %.9g", run_name(b->run), name,
+                 b->t ? hx_tensor_op_name(b->t) : "", e, (double)gv, (double)wv);
+        return false;
+    }
+    return true;
+}
+
+/* ---- one seed ------------------------------------------------------------------------- */
+
+typedef struct totals {
+    int graphs, ops, device_ops, copies, subgraphs, fallbacks, optimizers, big;
+    long op_seen[HX_OP_COUNT];
+} totals;
+
+static hx_session *open_session(rg_graph *r, hx_accelerator acc, int threads, hx_fallback fb,
+                                hx_status *st)
+{
+    hx_session_config c = hx_session_config_default();
+    c.accelerator = acc;
+    c.n_threads = threads;
+    c.seed = 1000 + r->seed;
+    c.fallback = fb;
+    hx_session *s = NULL;
+    *st = hx_session_create(r->g, &c, &s);
+    return s;
+}
+
+static rg_options options_for(uint64_t seed)
+{
+    rg_options o = rg_options_default();
+    o.big = seed % 15 == 7;
+    if (o.big) o.max_moves = 7;
+    o.optimizer = seed % 2 == 1;
+    o.ftrl = seed % 6 == 1;
+    return o;
+}
+
+static void check_seed(uint64_t seed, bool verbose, totals *tot)
+{
+    rg_options o = options_for(seed);
+    rg_graph *r = rg_build(seed, &o);
+    CHECK(r != NULL, "seed %llu: out of memory", (unsigned long long)seed);
+    if (!r) return;
+    if (verbose) printf("%s", rg_describe(r));
+    CHECK(!r->error[0], "%s", r->error);
+    if (r->error[0]) {
+        report(r, NULL, r->error);
+        rg_free(r);
+        return;
+    }
+    for (int i = 0; i < r->g->n; i++) tot->op_seen[r->g->tensors[i]->op]++;
+    tot->graphs++;
+    tot->big += o.big;
+    tot->optimizers += r->n_updates > 0;
+
+    hx_status st;
+    transcript ref = {0};
+    hx_session *s = open_session(r, HX_ACCELERATOR_NONE, 2, HX_FALLBACK_ERROR, &st);
+    CHECK(st == HX_OK, "seed %llu: all-CPU session: %s", (unsigned long long)seed, hx_last_error());
+    hx_placement_stats ref_ps = {0};
+    if (s) {
+        st = protocol(r, s, &ref, 0x00);
+        CHECK(st == HX_OK, "seed %llu: all-CPU run: %s: %s", (unsigned long long)seed,
+              hx_status_name(st), hx_last_error());
+        if (st) report(r, s, "the all-CPU run failed");
+        CHECK(hx_session_placement_stats(s, &ref_ps) == HX_OK && ref_ps.n_device_ops == 0 &&
+                  ref_ps.n_copies == 0,
+              "seed %llu: all-CPU session: %d device ops, %d copies", (unsigned long long)seed,
+              ref_ps.n_device_ops, ref_ps.n_copies);
+        hx_session_free(s);
+    }
+
+    static const int threads[2] = {2, 1};
+    for (int k = 0; k < 2 && !st; k++) {
+        hx_status cst;
+        s = open_session(r, HX_ACCELERATOR_EMU, threads[k], HX_FALLBACK_ERROR, &cst);
+        if (cst == HX_ERR_NO_KERNEL) { /* only FTRL lacks an emu kernel */
+            CHECK(r->has_ftrl && strstr(hx_last_error(), "ftrl_update"),
+                  "seed %llu: emu: %s", (unsigned long long)seed, hx_last_error());
+            s = open_session(r, HX_ACCELERATOR_EMU, threads[k], HX_FALLBACK_CPU, &cst);
+        }
+        CHECK(cst == HX_OK, "seed %llu: emu session: %s: %s", (unsigned long long)seed,
+              hx_status_name(cst), hx_last_error());
+        if (!s) break;
+        transcript got = {0};
+        hx_status rst = protocol(r, s, &got, 0xff);
+        char why[512] = "";
+        bool ok = rst == HX_OK && same(&got, &ref, why, sizeof why);
+        if (rst) snprintf(why, sizeof why, "run failed: %s: %s", hx_status_name(rst), hx_last_error());
+        CHECK(ok, "seed %llu: emu at %d thread(s) vs all-CPU at 2: %s", (unsigned long long)seed,
+              threads[k], why);
+        if (!ok) {
+            char what[700];
+            snprintf(what, sizeof what, "emu at %d thread(s): %s", threads[k], why);
+            report(r, s, what);
+        }
+        hx_placement_stats ps = {0};
+        CHECK(hx_session_placement_stats(s, &ps) == HX_OK, "stats: %s", hx_last_error());
+        CHECK(ps.n_ops == ref_ps.n_ops && ps.n_device_ops <= ps.n_ops &&
+                  ps.n_copies == ps.n_h2d + ps.n_d2h && ps.n_device_subgraphs <= ps.n_subgraphs,
+              "seed %llu: emu stats: %d ops (all-CPU %d), %d device ops, %d copies = %d h2d + %d d2h",
+              (unsigned long long)seed, ps.n_ops, ref_ps.n_ops, ps.n_device_ops, ps.n_copies,
+              ps.n_h2d, ps.n_d2h);
+        if (k == 0) {
+            tot->ops += ps.n_ops;
+            tot->device_ops += ps.n_device_ops;
+            tot->copies += ps.n_copies;
+            tot->subgraphs += ps.n_subgraphs;
+            tot->fallbacks += ps.n_fallbacks;
+        }
+        if (verbose && k == 0) {
+            fflush(stdout);
+            hx_session_dump_summary(s, "/dev/stdout");
+        }
+        tr_free(&got);
+        hx_session_free(s);
+    }
+    tr_free(&ref);
+    rg_free(r);
+}
+
+/* Every op the generator means to reach shows up in some graph; ops of the
+ * table it does not generate are listed. */
+static void check_coverage(const totals *t, int n_seeds)
+{
+    static const hx_op generated[] = {
+        HX_OP_MATMUL, HX_OP_ADD, HX_OP_SUB, HX_OP_MUL, HX_OP_DIV, HX_OP_SCALE, HX_OP_BIAS_ADD,
+        HX_OP_RELU, HX_OP_GELU, HX_OP_SIGMOID, HX_OP_TANH, HX_OP_EXP, HX_OP_LOG, HX_OP_SQRT,
+        HX_OP_SOFTMAX, HX_OP_LOG_SOFTMAX, HX_OP_LAYERNORM, HX_OP_RESHAPE, HX_OP_PERMUTE,
+        HX_OP_CONCAT, HX_OP_SLICE, HX_OP_REDUCE_SUM, HX_OP_CAST, HX_OP_GATHER,
+        HX_OP_CAUSAL_MASK, HX_OP_CROSS_ENTROPY, HX_OP_BCE_LOGITS, HX_OP_DROPOUT,
+        HX_OP_RELU_BACKWARD, HX_OP_GELU_BACKWARD, HX_OP_SIGMOID_BACKWARD, HX_OP_TANH_BACKWARD,
+        HX_OP_SOFTMAX_BACKWARD, HX_OP_LOG_SOFTMAX_BACKWARD, HX_OP_LAYERNORM_BACKWARD_X,
+        HX_OP_LAYERNORM_BACKWARD_GAMMA, HX_OP_SUM_TO, HX_OP_BROADCAST_TO, HX_OP_SLICE_BACKWARD,
+        HX_OP_SCATTER_ADD, HX_OP_CROSS_ENTROPY_BACKWARD, HX_OP_BCE_LOGITS_BACKWARD,
+        HX_OP_SGD_UPDATE, HX_OP_ADAM_UPDATE, HX_OP_ADAGRAD_UPDATE, HX_OP_FTRL_UPDATE,
+    };
+    enum { N_GEN = sizeof generated / sizeof generated[0] };
+    bool listed[HX_OP_COUNT] = {false};
+    for (int k = 0; k < N_GEN; k++) {
+        listed[generated[k]] = true;
+        if (n_seeds >= N_SEEDS)
+            CHECK(t->op_seen[generated[k]] > 0, "no random graph used op '%s'",
+                  hx__ops[generated[k]].name);
+    }
+    for (int op = HX_OP_MATMUL; op < HX_OP_COUNT; op++)
+        if (!listed[op]) printf("note: the generator does not make op '%s'\n", hx__ops[op].name);
+}
+
+int main(int argc, char **argv)
+{
+    long first = 0, count = N_SEEDS;
+    bool verbose = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+            first = atol(argv[++i]);
+            count = 1;
+        } else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
+            count = atol(argv[++i]);
+        } else if (!strcmp(argv[i], "--verbose")) {
+            verbose = true;
+        } else {
+            fprintf(stderr, "usage: %s [--seed N] [--count N] [--verbose]\n", argv[0]);
+            return 2;
+        }
+    }
+    totals tot = {0};
+    clock_t t0 = clock();
+    for (long k = 0; k < count; k++) check_seed((uint64_t)(first + k), verbose, &tot);
+    check_coverage(&tot, (int)count);
+    printf("random graphs: %d graphs (%d big, %d with optimizers), %d ops, %d on the device, "
+           "%d subgraphs, %d copies, %d fallbacks; %.2f s CPU\n",
+           tot.graphs, tot.big, tot.optimizers, tot.ops, tot.device_ops, tot.subgraphs, tot.copies,
+           tot.fallbacks, (double)(clock() - t0) / CLOCKS_PER_SEC);
+    return test_finish("random_graphs");
+}
