@@ -415,6 +415,363 @@ HX_API hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out
 HX_API hx_status hx_session_save(hx_session *s, const char *path);
 HX_API hx_status hx_session_load(hx_session *s, const char *path);
 
+/* ---- data: readers, a generator, feature columns -------------------------------
+ *
+ *   hx_reader_config rc = hx_reader_config_adult(false);
+ *   rc.batch_size = 256;
+ *   hx_reader *r;
+ *   if (hx_reader_open("data/adult/adult.data", &rc, &r) != HX_OK) puts(hx_last_error());
+ *   const hx_batch *b;
+ *   while (hx_reader_next(r, &b) == HX_OK && b) { ... b->labels, b->numeric ... }
+ *   hx_reader_rewind(r);                               // the next epoch
+ *
+ * A reader streams a delimited text file in blocks: one thread reads blocks
+ * ending at line boundaries, n_threads threads parse them, and the caller's
+ * thread receives rows in file order, so batches are the same at any thread
+ * count. At most max_blocks blocks are in memory at once. Feature columns
+ * (hx_features) then turn batches into what a model feeds: dense numeric
+ * features, categorical ids per column, and a bag of ids for a wide (linear)
+ * part. */
+
+/* How a column of the file is read. */
+typedef enum hx_column_kind {
+    HX_COLUMN_IGNORE = 0,   /* skipped (still counted as a column) */
+    HX_COLUMN_LABEL,        /* the target: at most one per schema */
+    HX_COLUMN_NUMERIC,      /* a decimal number -> f32 */
+    HX_COLUMN_CATEGORICAL   /* a category -> an i64 id (see hx_category_parse) */
+} hx_column_kind;
+
+/* How a categorical field becomes an id. Ids are >= 0; a missing field gets
+ * HX_ID_MISSING. */
+typedef enum hx_category_parse {
+    HX_CATEGORY_HASH = 0, /* XXH3-64 of the field's bytes with hash_seed, top bit cleared */
+    HX_CATEGORY_HEX       /* a hexadecimal number of 1..16 digits (Criteo), top bit cleared */
+} hx_category_parse;
+#define HX_ID_MISSING ((int64_t)-1)
+
+typedef struct hx_column_spec {
+    const char *name;         /* for messages and hx_reader_config_find */
+    hx_column_kind kind;
+    float missing_value;      /* NUMERIC: the value of a missing field (0) */
+    hx_category_parse parse;  /* CATEGORICAL */
+} hx_column_spec;
+
+/* A label's text (after trimming and the suffix strip) and its value. */
+typedef struct hx_label_map {
+    const char *text;
+    float value;
+} hx_label_map;
+
+/* What a malformed row does: skipped and counted, or the reader stops with
+ * HX_ERR_CORRUPT naming the file, the line and the reason. */
+typedef enum hx_malformed_policy { HX_MALFORMED_SKIP = 0, HX_MALFORMED_ERROR } hx_malformed_policy;
+
+/* Why a row was malformed (hx_reader_stats counts each). */
+typedef enum hx_malformed_reason {
+    HX_MALFORMED_COLUMNS = 0, /* not n_columns fields */
+    HX_MALFORMED_NUMBER,      /* a numeric (or hex) field that does not parse, or is not finite */
+    HX_MALFORMED_LABEL,       /* a missing label, or one not in the label map / not a number */
+    HX_MALFORMED_QUOTE,       /* an unterminated quote or text after a closing quote */
+    HX_MALFORMED_TOO_LONG,    /* a line longer than max_line_bytes */
+    HX_MALFORMED_REASON_COUNT
+} hx_malformed_reason;
+HX_API const char *hx_malformed_reason_name(hx_malformed_reason r);
+
+/* Parsing rules: fields are split at `delimiter`; a line's trailing '\r' is
+ * dropped (CRLF files); blank lines are skipped and not rows. With `quotes`
+ * a field may be "quoted" (a delimiter inside is data, "" is one quote);
+ * a quoted field cannot span lines. A field is missing when it is empty
+ * or equals missing_token (after trimming). Bytes are bytes: a categorical
+ * field hashes whatever it holds, UTF-8 or not. */
+typedef struct hx_reader_config {
+    const hx_column_spec *columns; /* the schema, copied at open */
+    int n_columns;
+    char delimiter;                /* ',' */
+    bool quotes;                   /* true */
+    bool trim_spaces;              /* trim ' ' and '\t' around each field (false) */
+    const char *missing_token;     /* e.g. "?"; NULL: only empty fields are missing */
+    int64_t skip_lines;            /* lines dropped at the start of the file (a header) */
+    const char *label_suffix;      /* stripped from the end of a label if present, e.g. "." */
+    const hx_label_map *labels;    /* NULL: the label is a number */
+    int n_labels;
+    uint64_t hash_seed;            /* HX_CATEGORY_HASH */
+    hx_malformed_policy on_malformed; /* SKIP */
+    int64_t batch_size;            /* rows per batch (256); the last batch may be smaller */
+    int n_threads;                 /* parser threads, >= 1 (1); a reading thread besides */
+    size_t block_bytes;            /* bytes per block (1 MiB) */
+    int max_blocks;                /* blocks in memory at once, >= 2 (2 * n_threads + 2) */
+    size_t max_line_bytes;         /* longer lines are malformed (64 KiB) */
+    int64_t shuffle_rows;          /* 0: file order; else rows shuffled in a buffer of this size */
+    uint64_t shuffle_seed;         /* epoch e's order depends on (shuffle_seed, e) only */
+} hx_reader_config;
+/* Defaults as noted above; no columns. */
+HX_API hx_reader_config hx_reader_config_default(void);
+/* UCI Adult (data/adult): 14 features (6 numeric, 8 categorical) and the
+ * income label, ", "-separated, "?" missing, ">50K" -> 1, "<=50K" -> 0.
+ * test_file: skip adult.test's first line and strip its labels' ".". */
+HX_API hx_reader_config hx_reader_config_adult(bool test_file);
+/* Criteo (Display Advertising Challenge): tab-separated, a 0/1 label, 13
+ * integer columns I1..I13 (missing: 0), 26 hexadecimal categorical columns
+ * C1..C26; empty fields are missing. */
+HX_API hx_reader_config hx_reader_config_criteo(void);
+/* The index of column `name` among the batch's numeric (or categorical)
+ * columns, i.e. its rank among the schema's columns of its kind; -1 if no
+ * such column or it is a label/ignored column. */
+HX_API int hx_reader_config_find(const hx_reader_config *cfg, const char *name);
+
+/* Rows as a struct of arrays, row-major per array. Owned by whoever
+ * returned it and valid until its next call. */
+typedef struct hx_batch {
+    int64_t n;                       /* rows */
+    int n_numeric, n_categorical;    /* columns of each kind, in schema order */
+    const float *labels;             /* [n] (0 without a label column) */
+    const float *numeric;            /* [n, n_numeric] */
+    const uint8_t *numeric_missing;  /* [n, n_numeric]: 1 where the field was missing */
+    const int64_t *categorical;      /* [n, n_categorical]: ids or HX_ID_MISSING */
+} hx_batch;
+
+typedef struct hx_reader hx_reader;
+
+/* Opens `path` and starts reading ahead. Fails on a bad config (no columns,
+ * two labels, a label map without a label column, ...) or an unreadable file. */
+HX_API hx_status hx_reader_open(const char *path, const hx_reader_config *cfg, hx_reader **out);
+HX_API void hx_reader_close(hx_reader *r);
+/* The next batch of this epoch in *out, or *out = NULL at its end. A
+ * malformed row under HX_MALFORMED_ERROR fails with HX_ERR_CORRUPT (and so
+ * does every later call until a rewind); a read failure with HX_ERR_IO. */
+HX_API hx_status hx_reader_next(hx_reader *r, const hx_batch **out);
+/* Starts the next epoch from the top of the file. */
+HX_API hx_status hx_reader_rewind(hx_reader *r);
+
+typedef struct hx_reader_stats {
+    int64_t epoch;          /* 0 for the first pass, +1 per rewind */
+    int64_t rows;           /* rows delivered this epoch */
+    int64_t lines;          /* lines read this epoch (skipped, blank and malformed ones too) */
+    int64_t bytes;          /* bytes read this epoch */
+    int64_t malformed;      /* rows skipped as malformed this epoch */
+    int64_t malformed_by_reason[HX_MALFORMED_REASON_COUNT];
+    int64_t first_malformed_line; /* 1-based; 0 if none */
+    char first_malformed[192];    /* what was wrong with it */
+    size_t buffer_bytes;    /* bytes the reader holds for blocks, rows and batches */
+} hx_reader_stats;
+HX_API hx_status hx_reader_stats_get(const hx_reader *r, hx_reader_stats *out);
+
+/* ---- a generator of Criteo-schema rows for scale tests ------------------------
+ * Row i is a pure function of (seed, i): integer features (log-normal
+ * counts), categorical ids drawn from a Zipf law (id 0 the most frequent:
+ * P(id = k) ~ (k + 1)^-zipf_exponent over [0, vocab)), and a label drawn
+ * from a planted logistic model: logit = bias + sum_j w_j * z_j + sum_c
+ * u_c(id_c), where z_j is feature j's log1p, centred and scaled by its
+ * generating law, w_j ~ N(0, weight_scale) and u_c(id) ~ N(0, weight_scale)
+ * a hash of (seed, c, id); missing fields add nothing. Missing numeric
+ * fields read 0 (as hx_reader_config_criteo reads them). */
+typedef struct hx_generator_config {
+    uint64_t seed;
+    int64_t n_rows;            /* rows per epoch (1 << 20) */
+    int64_t batch_size;        /* 4096 */
+    int n_numeric;             /* 13 */
+    int n_categorical;         /* 26 */
+    int64_t vocab_size;        /* ids per categorical column, 1 .. 2^32 (1 << 20) */
+    const int64_t *vocab_sizes;/* per column; NULL: vocab_size for all */
+    double zipf_exponent;      /* >= 0 (1.05) */
+    double missing_rate;       /* probability that a feature field is missing (0) */
+    double bias;               /* planted intercept (-1) */
+    double weight_scale;       /* planted weights' standard deviation (0.5) */
+    int n_threads;             /* threads generating a batch (1) */
+} hx_generator_config;
+HX_API hx_generator_config hx_generator_config_default(void);
+
+typedef struct hx_generator hx_generator;
+HX_API hx_status hx_generator_create(const hx_generator_config *cfg, hx_generator **out);
+HX_API void hx_generator_free(hx_generator *g);
+/* The next batch (rows in order), or *out = NULL at the end of the epoch. */
+HX_API hx_status hx_generator_next(hx_generator *g, const hx_batch **out);
+/* The planted logits of the last batch's rows ([n]), NULL before any. */
+HX_API const float *hx_generator_logits(const hx_generator *g);
+/* Back to row 0: every epoch holds the same rows. */
+HX_API hx_status hx_generator_rewind(hx_generator *g);
+/* Writes cfg's n_rows rows as a Criteo TSV file (label, %d integers, %08x
+ * ids, empty when missing) that hx_reader_config_criteo reads back to the
+ * same batches. Written to a temporary file and renamed into place. */
+HX_API hx_status hx_generator_write_tsv(const hx_generator_config *cfg, const char *path);
+
+/* ---- feature columns -----------------------------------------------------------
+ * A feature column reads one column of a batch (or, crossed, other feature
+ * columns) and yields either dense values (NUMERIC) or ids in [0,
+ * cardinality) (all others). Columns that need training statistics
+ * (standardisation, quantile boundaries, vocabularies) get them from one
+ * pass over the training set: hx_features_fit. */
+typedef enum hx_feature_kind {
+    HX_FEATURE_NUMERIC = 0, /* dense: x (or its log1p), optionally (x - mean) / std */
+    HX_FEATURE_BUCKETIZED,  /* ids: the number of boundaries <= x */
+    HX_FEATURE_VOCABULARY,  /* ids: a vocabulary of the training set's values */
+    HX_FEATURE_HASHED,      /* ids: XXH3-64(id as 8 little-endian bytes, hash_seed) % hash_buckets */
+    HX_FEATURE_CROSSED      /* ids: XXH3-64(the sources' ids, 8 bytes each, hash_seed) % hash_buckets */
+} hx_feature_kind;
+
+typedef struct hx_feature_column {
+    const char *name;
+    hx_feature_kind kind;
+    int source;             /* NUMERIC, BUCKETIZED: a numeric column of the batch;
+                             * VOCABULARY, HASHED: a categorical column of the batch */
+    bool log1p;             /* NUMERIC, BUCKETIZED: x -> sign(x) * log1p(|x|) first */
+    bool standardize;       /* NUMERIC: mean and (population) std of the training
+                             * set (Welford); a std of 0 divides by 1 */
+    const double *boundaries; /* BUCKETIZED: ascending, copied; NULL: quantiles */
+    int n_boundaries;
+    int n_quantiles;        /* BUCKETIZED without boundaries: boundaries at the
+                             * training set's i/n_quantiles quantiles (duplicates
+                             * dropped), exact up to 2^17 rows, else of a seeded
+                             * sample of that size */
+    int64_t min_count;      /* VOCABULARY: values seen fewer times are out of vocabulary (1) */
+    int64_t oov_buckets;    /* VOCABULARY: >= 1; an out-of-vocabulary value goes to
+                             * vocab + XXH3-64(id, 0) % oov_buckets (1) */
+    int64_t hash_buckets;   /* HASHED, CROSSED (1000) */
+    uint64_t hash_seed;     /* HASHED, CROSSED */
+    int crossed[3];         /* CROSSED: 2 or 3 id-valued feature columns listed earlier */
+    int n_crossed;
+    bool wide;              /* id-valued columns: part of the wide bag */
+} hx_feature_column;
+/* A missing categorical value (HX_ID_MISSING) is a value like any other: it
+ * has its own vocabulary entry if frequent enough, and its own hash. */
+HX_API hx_feature_column hx_feature_column_default(hx_feature_kind kind, const char *name,
+                                                   int source);
+
+/* Which id-valued feature columns feed one embedding table: the table has
+ * the sum of their cardinalities as rows (column k's ids start at the sum
+ * of the earlier ones') and `dim` columns. For the model code. */
+typedef struct hx_embedding_column {
+    const char *name;
+    const int *columns;     /* copied */
+    int n_columns;
+    int dim;
+} hx_embedding_column;
+
+typedef struct hx_features_config {
+    const hx_feature_column *columns; /* copied */
+    int n_columns;
+    const hx_embedding_column *embeddings; /* copied */
+    int n_embeddings;
+    int n_numeric, n_categorical;   /* the batches' columns, checked against sources */
+} hx_features_config;
+HX_API hx_features_config hx_features_config_default(void);
+
+typedef struct hx_features hx_features;
+HX_API hx_status hx_features_create(const hx_features_config *cfg, hx_features **out);
+HX_API void hx_features_free(hx_features *f);
+/* Training statistics: fit_batch for each training batch, then
+ * fit_finish; or hx_features_fit, which reads the reader's epoch to its end,
+ * finishes and rewinds the reader. A config that needs no statistics is
+ * finished at create. */
+HX_API hx_status hx_features_fit_batch(hx_features *f, const hx_batch *b);
+HX_API hx_status hx_features_fit_finish(hx_features *f);
+HX_API hx_status hx_features_fit(hx_features *f, hx_reader *r);
+
+/* What a feature column became after fitting. */
+typedef struct hx_feature_info {
+    bool dense;             /* NUMERIC */
+    int index;              /* dense: its position in the dense vector; else its id column */
+    int64_t cardinality;    /* id-valued: ids are in [0, cardinality) */
+    int64_t wide_offset;    /* wide columns: where its ids start in the wide bag's id space */
+    double mean, std;       /* NUMERIC with standardize */
+    int64_t vocab_size;     /* VOCABULARY: in-vocabulary values */
+    const double *boundaries; /* BUCKETIZED: the boundaries used (owned by f) */
+    int n_boundaries;
+} hx_feature_info;
+HX_API hx_status hx_features_info(const hx_features *f, int column, hx_feature_info *out);
+/* The vocabulary index of a raw id (a value of the batch's categorical
+ * column), or its OOV bucket. */
+HX_API hx_status hx_features_lookup(const hx_features *f, int column, int64_t raw_id,
+                                    int64_t *out);
+typedef struct hx_features_shape {
+    int dense_dim;          /* dense values per row */
+    int n_id_columns;       /* id-valued columns */
+    int n_wide;             /* wide columns: ids per row in the wide bag */
+    int64_t wide_dim;       /* the wide bag's id space (sum of wide cardinalities) */
+} hx_features_shape;
+HX_API hx_status hx_features_shape_get(const hx_features *f, hx_features_shape *out);
+/* Embedding table e: rows and the first row of each of its columns' ids
+ * (offsets must hold n_columns values; may be NULL). */
+HX_API hx_status hx_features_embedding(const hx_features *f, int e, int64_t *rows,
+                                       int64_t *offsets);
+
+/* What a model feeds, caller-owned (hx_feature_batch_alloc/free). */
+typedef struct hx_feature_batch {
+    int64_t n, capacity;
+    float *labels;          /* [n] */
+    float *dense;           /* [n, dense_dim] */
+    int64_t *ids;           /* [n_id_columns, n]: id column c is ids + c * n */
+    int64_t *wide_ids;      /* [n * n_wide]: row r's ids are wide_ids[wide_offsets[r]..[r+1]) */
+    int64_t *wide_offsets;  /* [n + 1] */
+} hx_feature_batch;
+HX_API hx_status hx_feature_batch_alloc(const hx_features *f, int64_t capacity,
+                                        hx_feature_batch *out);
+HX_API void hx_feature_batch_free(hx_feature_batch *fb);
+/* Transforms b (at most fb->capacity rows) into fb. f is only read: several
+ * threads may transform with one fitted f at once. */
+HX_API hx_status hx_features_transform(const hx_features *f, const hx_batch *b,
+                                       hx_feature_batch *fb);
+
+/* ---- device memory pools and trace replay -----------------------------------
+ * Device memory is managed in two pools that never share a segment: a
+ * persistent pool (parameters, master copies, optimizer state: exact-size
+ * blocks, never split) and a transient pool (activations, gradients,
+ * workspaces within a step: best fit, split on allocation, coalesced on
+ * free). Short-lived churn therefore never fragments long-lived memory.
+ * A device OOM (HX_ERR_DEVICE_OOM) says what was requested, the cap,
+ * reserved and in-use bytes per pool, free bytes, the largest free block,
+ * fragmentation, and what to try. */
+
+/* One pool (or the sum of both). Bytes are device bytes. */
+typedef struct hx_pool_stats {
+    size_t reserved;        /* obtained from the device (segments) */
+    size_t allocated;       /* in live blocks (sizes rounded to the alignment) */
+    size_t requested;       /* what the live allocations asked for */
+    size_t peak_reserved, peak_allocated, peak_requested;
+    size_t free_bytes;      /* reserved - allocated */
+    size_t largest_free;    /* the largest free block */
+    double fragmentation;   /* 1 - largest_free / free_bytes; 0 when nothing is free */
+    int64_t segments, live_blocks, free_blocks;
+    int64_t allocs, frees, reserves, releases, ooms; /* counts so far */
+} hx_pool_stats;
+
+typedef struct hx_device_pools_stats {
+    size_t capacity;        /* the cap (SIZE_MAX: none) */
+    hx_pool_stats persistent, transient;
+    hx_pool_stats total;    /* both: its peaks are peaks of the sum */
+} hx_device_pools_stats;
+
+/* Replays an allocation trace through hetex's pools and through a
+ * single-pool best-fit caching allocator in the style of PyTorch's CUDA
+ * allocator (512-byte rounding; 2 MiB segments for requests up to 1 MiB,
+ * 20 MiB for those under 10 MiB, larger ones rounded up to 2 MiB; blocks
+ * split and coalesced; nothing given back to the device until it runs
+ * out). Neither touches real memory: traces of any size replay.
+ *
+ * A trace is text, one event a line ('#' comments):
+ *   hxmemtrace 1                 header
+ *   a <id> <bytes> [p|t]         allocation, persistent or transient (t if left out)
+ *   f <id>                       free
+ * hetex writes one when HX_MEMTRACE=path is set (a device allocator's events,
+ * written when it is destroyed). */
+typedef struct hx_memreplay_report {
+    int64_t events, allocs, frees;
+    size_t peak_live;            /* most bytes live at once, as requested */
+    size_t capacity;             /* the cap replayed under (SIZE_MAX: none) */
+    hx_device_pools_stats pools; /* hetex's pools at the end */
+    hx_pool_stats baseline;      /* the baseline at the end */
+    /* peak reserved / peak live of what each served (0 with nothing live) */
+    double pools_ratio, baseline_ratio;
+    /* the first allocation each could not serve under the cap: its event
+     * (0-based, in file order) and the bytes live then; -1 and 0: none */
+    int64_t pools_oom_event, baseline_oom_event;
+    size_t pools_oom_live, baseline_oom_live;
+} hx_memreplay_report;
+/* capacity: bytes either may reserve; 0: no cap. HX_ERR_IO when the file
+ * cannot be read, HX_ERR_CORRUPT naming the line of a malformed event or
+ * an inconsistent one (an id allocated twice, a free of an id not live). */
+HX_API hx_status hx_memreplay(const char *path, size_t capacity, hx_memreplay_report *out);
+
 #ifdef __cplusplus
 }
 #endif
