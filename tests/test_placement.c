@@ -1,7 +1,8 @@
 /* Placement on the emu accelerator: copy and subgraph counts of crafted
- * graphs, placement errors, device OOM, and 300 seeded random graphs whose
- * outputs and gradients under random placements equal the all-CPU run
- * bitwise (emu runs the CPU kernels). */
+ * graphs, placement errors, device OOM. More crafted graphs are in
+ * test_partition.c; 300 seeded random graphs whose outputs, gradients and
+ * training steps under random placements equal the all-CPU run bitwise are
+ * in test_random_graphs.c. */
 #include "hetex.h"
 #include "testutil.h"
 

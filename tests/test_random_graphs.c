@@ -162,7 +162,7 @@ static bool same(const transcript *got, const transcript *want, char *why, size_
         }
         if (!memcmp(got->data + a->off, want->data + b->off, b->bytes)) continue;
         size_t es = b->t ? hx_dtype_size(hx_tensor_dtype(b->t)) : 8, e = 0;
-        while (memcmp(got->data + a->off + e * es, want->data + b->off + e * es, es)) e++;
+        while (!memcmp(got->data + a->off + e * es, want->data + b->off + e * es, es)) e++;
         float gv = 0, wv = 0;
         if (b->t && hx_tensor_dtype(b->t) == HX_DTYPE_F32) {
             memcpy(&gv, got->data + a->off + e * es, 4);
