@@ -4,6 +4,7 @@
 #define HX_TOOLS_COMMANDS_H
 
 int hx_cmd_mlp(int argc, char **argv);
+int hx_cmd_memreplay(int argc, char **argv);
 /* The examples the CLI runs (examples/<name>/, built into the CLI). */
 int gpt_main(int argc, char **argv);
 

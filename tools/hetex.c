@@ -10,6 +10,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"mlp", hx_cmd_mlp, "train a small MLP on generated data and print its falling loss"},
+    {"memreplay", hx_cmd_memreplay, "replay a memory trace through hetex's pools and a PyTorch-style allocator"},
     {"gpt", gpt_main, "train a character-level GPT (examples/gpt) and report validation loss"},
 };
 

@@ -1,0 +1,97 @@
+/* Allocation traces: recording, the text format, replay, and synthetic
+ * traces for tests and benchmarks.
+ *
+ * The format (one event a line; '#' starts a comment line; blank lines are
+ * skipped):
+ *   hxmemtrace 1              the header, first line that is not a comment
+ *   a <id> <bytes> [p|t]      allocation: id (unsigned 64-bit, not live),
+ *                             size in bytes, persistent or transient (t if
+ *                             left out)
+ *   f <id>                    free of a live id
+ *
+ * A recorder (hx_memtrace_open, or hx_memtrace_open_env for HX_MEMTRACE=path)
+ * takes the events of a running allocator, from any thread, into a buffer
+ * in memory, and writes it at close to path.tmp, then renames it over the
+ * path (a reader never sees half a trace). Ids are numbered from 1 in
+ * allocation order. */
+#ifndef HX_MEM_MEMTRACE_H
+#define HX_MEM_MEMTRACE_H
+
+#include <stdbool.h>
+
+#include "memory/mem_common.h"
+
+typedef struct hx_mem_event {
+    uint64_t id;
+    size_t bytes;       /* alloc only */
+    bool alloc;
+    bool persistent;    /* alloc only */
+} hx_mem_event;
+
+/* ---- recording -------------------------------------------------------------------- */
+
+typedef struct hx_memtrace hx_memtrace;
+
+hx_status hx_memtrace_open(const char *path, hx_memtrace **out, hx_mem_err *err);
+/* A recorder for $HX_MEMTRACE; NULL (err untouched) when it is unset or
+ * empty; NULL with err set when it cannot be opened. */
+hx_memtrace *hx_memtrace_open_env(hx_mem_err *err);
+/* Thread-safe. A free of a pointer the recorder never saw (allocated
+ * before it started) is left out of the trace. */
+void hx_memtrace_alloc(hx_memtrace *t, const void *ptr, size_t bytes, bool persistent);
+void hx_memtrace_free(hx_memtrace *t, const void *ptr);
+/* Writes the trace (atomically) and frees the recorder (also on failure).
+ * NULL: HX_OK. Fails with HX_ERR_IO when the file cannot be written and
+ * with HX_ERR_OUT_OF_MEMORY when events were lost for want of host memory. */
+hx_status hx_memtrace_close(hx_memtrace *t, hx_mem_err *err);
+
+/* ---- files ---------------------------------------------------------------------------- */
+
+/* Writes events in the format above, atomically (path.tmp, renamed). */
+hx_status hx_memtrace_write(const char *path, const hx_mem_event *ev, size_t n,
+                            hx_mem_err *err);
+/* Reads and checks a trace: HX_ERR_IO when it cannot be read,
+ * HX_ERR_CORRUPT naming the line for a bad header, a malformed line, an
+ * alloc of a live id or a free of an id that is not live. *out is malloc'd. */
+hx_status hx_memtrace_load(const char *path, hx_mem_event **out, size_t *n, hx_mem_err *err);
+
+/* ---- replay ------------------------------------------------------------------------------ */
+
+/* Replays checked events through the lifetime-segregated pools and through
+ * the PyTorch-style baseline (both on fake addresses, each under the same
+ * capacity, SIZE_MAX for none). An allocator that runs out of memory stops
+ * there: its OOM event (index into ev) and the live bytes then are
+ * reported. */
+hx_status hx_memtrace_replay(const hx_mem_event *ev, size_t n, size_t capacity,
+                             hx_memreplay_report *out, hx_mem_err *err);
+
+/* ---- synthetic traces ---------------------------------------------------------------------- */
+
+/* Each returns a malloc'd, consistent event list (every id freed by the end
+ * unless stated) or NULL when out of host memory. */
+
+/* Random sizes (log-uniform in [16, max_bytes]) and lifetimes: n_allocs
+ * allocations, each live set member freed with probability 1/2 per step
+ * once more than `live` are live; a tenth persistent and never freed. */
+hx_mem_event *hx_memtrace_gen_random(uint64_t seed, size_t n_allocs, size_t max_bytes,
+                                     size_t live, size_t *n);
+
+/* A GPT-2-style training loop: parameters (persistent, f32) first, then per
+ * step the forward pass keeps each layer's activations for the backward
+ * pass and frees its temporaries, the backward pass walks the layers in
+ * reverse freeing them and allocating gradients, and Adam's moments are
+ * allocated at the first step (persistent, between the activations, as
+ * frameworks that create optimizer state lazily do). Parameters and
+ * moments stay live at the end. */
+typedef struct hx_gpt_trace_shape {
+    int layers, hidden, heads, seq, batch, vocab, steps;
+} hx_gpt_trace_shape;
+hx_mem_event *hx_memtrace_gen_gpt(const hx_gpt_trace_shape *shape, size_t *n);
+
+/* A pattern that fragments a single pool: rounds of large transient
+ * buffers with a small long-lived (persistent) tensor allocated between
+ * each two, then the transients freed and a round of larger ones (a
+ * growing sequence length), `rounds` times. */
+hx_mem_event *hx_memtrace_gen_fragment(uint64_t seed, int rounds, size_t *n);
+
+#endif

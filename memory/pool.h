@@ -1,0 +1,87 @@
+/* Device memory pools segregated by lifetime.
+ *
+ * One hx_mem_pools per device manages everything the device hands out, in
+ * two pools that never share a segment:
+ *   persistent  params, master copies, optimizer state, whatever lives
+ *               across steps;
+ *   transient   activations, gradients, workspaces within a step.
+ * So transient churn never splits, pins or fragments long-lived memory. In
+ * each pool a block is the request's exact size (rounded to align), taken
+ * best fit from a size-ordered index of free blocks, split off, and
+ * coalesced with its address neighbours when freed. A request larger than
+ * small_max that fits no free block gets a segment of its own size
+ * (rounded up to segment_round); smaller ones share small_segment-byte
+ * segments and the tails of large ones.
+ *
+ * Memory comes from the backend through hx_mem_source and counts against a
+ * cap. Before the pools reserve a segment for a large request they give
+ * back that pool's entirely free segments; when the cap (or the device)
+ * refuses, they give back every entirely free segment and try once more.
+ * Then the allocation fails with HX_ERR_DEVICE_OOM and a report: the
+ * request, the cap, reserved and in-use bytes per pool, free bytes, the
+ * largest free block, fragmentation, and what to try.
+ *
+ * Fragmentation is 1 - largest free block / free bytes (0 with nothing
+ * free): the share of free memory that a request as large as all of it
+ * could not use. All calls are thread-safe (one mutex per hx_mem_pools).
+ *
+ * Putting a backend behind the pools (emu, cuda) takes these calls:
+ *   create:  hx_mem_pools_config c = hx_mem_pools_config_default("emu device", cap);
+ *            c.source = (hx_mem_source){ctx, reserve, release};   // the old raw alloc/free
+ *            c.trace = hx_memtrace_open_env(NULL);                 // HX_MEMTRACE=path, else NULL
+ *            hx_mem_pools_create(&c, &pools, &err);
+ *   alloc:   hx_mem_pools_alloc(pools, bytes, lifetime, what, &p, &err); the backend's
+ *            alloc needs the lifetime: session.c's alloc_persistent and device
+ *            feeds pass HX_MEM_PERSISTENT, grow_arena HX_MEM_TRANSIENT.
+ *   free:    hx_mem_pools_free(pools, p, &err)
+ *   stats:   hx_mem_pools_stats(pools, &out) (backend stats: used = total.allocated,
+ *            peak = total.peak_allocated, capacity = c.capacity)
+ *   destroy: hx_mem_pools_destroy(pools); then hx_memtrace_close(c.trace, &err).
+ * hx_mem_pools_trim gives cached segments back (after an offload). */
+#ifndef HX_MEM_POOL_H
+#define HX_MEM_POOL_H
+
+#include "memory/arena.h"
+
+typedef struct hx_memtrace hx_memtrace;
+
+typedef enum hx_mem_lifetime { HX_MEM_PERSISTENT = 0, HX_MEM_TRANSIENT = 1 } hx_mem_lifetime;
+
+typedef struct hx_mem_pools_config {
+    const char *name;      /* the device, in messages ("emu device") */
+    size_t capacity;       /* bytes the pools may reserve in all; SIZE_MAX: no cap */
+    hx_mem_source source;
+    size_t align;          /* block alignment and request rounding: 64 or a larger power of 2 */
+    size_t small_max;      /* requests up to this are small */
+    size_t small_segment;  /* segment size of small requests (>= small_max) */
+    size_t segment_round;  /* large segments are rounded up to this (>= align) */
+    hx_memtrace *trace;    /* when set, every alloc and free is recorded (not owned) */
+} hx_mem_pools_config;
+
+/* align 256, small_max 1 MiB, small_segment 2 MiB, segment_round 2 MiB
+ * (a CUDA device's allocation granularity); no source, no trace. */
+hx_mem_pools_config hx_mem_pools_config_default(const char *name, size_t capacity);
+
+typedef struct hx_mem_pools hx_mem_pools;
+
+hx_status hx_mem_pools_create(const hx_mem_pools_config *cfg, hx_mem_pools **out,
+                              hx_mem_err *err);
+/* Gives every segment back to the source (blocks still allocated too). */
+void hx_mem_pools_destroy(hx_mem_pools *p);
+
+/* bytes may be 0 (a distinct block of `align` bytes). `what` names the
+ * allocation in the OOM report (may be NULL). */
+hx_status hx_mem_pools_alloc(hx_mem_pools *p, size_t bytes, hx_mem_lifetime lt,
+                             const char *what, void **out, hx_mem_err *err);
+/* Freeing NULL does nothing; a pointer the pools did not hand out is
+ * HX_ERR_INVALID_ARGUMENT (nothing changes). */
+hx_status hx_mem_pools_free(hx_mem_pools *p, void *ptr, hx_mem_err *err);
+/* Gives back every entirely free segment; returns the bytes released. */
+size_t hx_mem_pools_trim(hx_mem_pools *p);
+void hx_mem_pools_stats(hx_mem_pools *p, hx_device_pools_stats *out);
+
+/* Fills a public hx_pool_stats from a tally and the arenas behind it. */
+void hx__pool_stats_fill(hx_pool_stats *out, const hx_mem_tally *t, hx_arena *const *arenas,
+                         int n, int64_t ooms);
+
+#endif

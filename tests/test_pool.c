@@ -1,0 +1,485 @@
+/* test_pool: the device pools (memory/pool.h) and the PyTorch-style
+ * baseline (memory/caching_baseline.h): randomized alloc/free against a
+ * shadow map of live ranges (no overlap, alignment, data intact),
+ * statistics consistent after every operation, coalescing, lifetime
+ * segregation, the cap and the OOM report, retries when the device
+ * refuses, bad input, two threads at once; the baseline's size rules. */
+#include "memory/caching_baseline.h"
+#include "memory/pool.h"
+#include "testutil.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a real memory source that counts, and can refuse ---------------------------- */
+
+typedef struct counting_src {
+    size_t reserved, peak;
+    size_t refuse_above; /* reserve fails when reserved would pass this (0: never) */
+    int64_t reserves, releases, refusals;
+    pthread_mutex_t mu;
+} counting_src;
+
+static hx_status cs_reserve(void *ctx, size_t bytes, void **out)
+{
+    counting_src *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    bool refuse = c->refuse_above && c->reserved + bytes > c->refuse_above;
+    if (refuse) c->refusals++;
+    pthread_mutex_unlock(&c->mu);
+    if (refuse) return HX_ERR_DEVICE_OOM;
+    void *p = aligned_alloc(4096, hx__mem_round(bytes, 4096));
+    if (!p) return HX_ERR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&c->mu);
+    c->reserved += bytes;
+    if (c->reserved > c->peak) c->peak = c->reserved;
+    c->reserves++;
+    pthread_mutex_unlock(&c->mu);
+    *out = p;
+    return HX_OK;
+}
+
+static void cs_release(void *ctx, void *p, size_t bytes)
+{
+    counting_src *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    c->reserved -= bytes;
+    c->releases++;
+    pthread_mutex_unlock(&c->mu);
+    free(p);
+}
+
+static hx_mem_pools *make_pools(counting_src *c, size_t cap)
+{
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    hx_mem_pools_config cfg = hx_mem_pools_config_default("test device", cap);
+    cfg.source = (hx_mem_source){c, cs_reserve, cs_release};
+    hx_mem_pools *p = NULL;
+    hx_mem_err err;
+    hx_status st = hx_mem_pools_create(&cfg, &p, &err);
+    CHECK(st == HX_OK, "create: %s", err.msg);
+    return p;
+}
+
+/* ---- the shadow map ------------------------------------------------------------------ */
+
+typedef struct live_t {
+    unsigned char *p;
+    size_t bytes;
+    bool persistent;
+    unsigned char tag;
+} live_t;
+
+static bool overlaps(const live_t *l, int n, const unsigned char *p, size_t bytes)
+{
+    size_t len = bytes ? bytes : 1;
+    for (int i = 0; i < n; i++) {
+        size_t li = l[i].bytes ? l[i].bytes : 1;
+        if (p < l[i].p + li && l[i].p < p + len) return true;
+    }
+    return false;
+}
+
+/* Blocks are tagged at both ends (the shadow map checks the middle). */
+static void tag(const live_t *l)
+{
+    size_t n = l->bytes < 128 ? l->bytes : 64;
+    memset(l->p, l->tag, n);
+    memset(l->p + l->bytes - n, l->tag, n);
+}
+
+static bool intact(const live_t *l)
+{
+    size_t n = l->bytes < 128 ? l->bytes : 64;
+    for (size_t k = 0; k < n; k++)
+        if (l->p[k] != l->tag || l->p[l->bytes - 1 - k] != l->tag) return false;
+    return true;
+}
+
+/* Every statistic agrees with the shadow map and the source. */
+static void check_stats(hx_mem_pools *p, const counting_src *c, const live_t *l, int n,
+                        size_t cap, const char *when)
+{
+    hx_device_pools_stats s;
+    hx_mem_pools_stats(p, &s);
+    size_t req[2] = {0, 0}, alloc[2] = {0, 0};
+    int64_t blocks[2] = {0, 0};
+    for (int i = 0; i < n; i++) {
+        req[!l[i].persistent] += l[i].bytes;
+        alloc[!l[i].persistent] += hx__mem_round(l[i].bytes ? l[i].bytes : 1, 256);
+        blocks[!l[i].persistent]++;
+    }
+    const hx_pool_stats *ps[2] = {&s.persistent, &s.transient};
+    bool ok = true;
+    for (int k = 0; k < 2; k++) {
+        const hx_pool_stats *q = ps[k];
+        ok &= q->requested == req[k] && q->allocated == alloc[k] && q->live_blocks == blocks[k];
+        ok &= q->free_bytes == q->reserved - q->allocated && q->largest_free <= q->free_bytes;
+        ok &= q->peak_reserved >= q->reserved && q->peak_allocated >= q->allocated &&
+              q->peak_requested >= q->requested;
+        ok &= q->fragmentation >= 0 && q->fragmentation <= 1;
+        ok &= (q->free_bytes == 0) == (q->free_blocks == 0);
+    }
+    ok &= s.total.reserved == c->reserved && s.total.reserved <= cap &&
+          s.total.reserved == s.persistent.reserved + s.transient.reserved &&
+          s.total.allocated == alloc[0] + alloc[1] && s.total.peak_reserved == c->peak;
+    ok &= s.total.segments == s.persistent.segments + s.transient.segments;
+    CHECK(ok, "%s: stats disagree: T res %zu alloc %zu req %zu / shadow alloc %zu+%zu req %zu+%zu "
+          "src %zu peak %zu/%zu", when, s.total.reserved, s.total.allocated, s.total.requested,
+          alloc[0], alloc[1], req[0], req[1], c->reserved, s.total.peak_reserved, c->peak);
+}
+
+/* ---- randomized ---------------------------------------------------------------------- */
+
+static size_t random_size(test_rng *r)
+{
+    int octave = (int)(test_rng_u64(r) % 23); /* 1 B .. 8 MiB */
+    size_t b = (size_t)1 << octave;
+    return b + test_rng_u64(r) % b - (test_rng_u64(r) % 7 == 0 ? b : 0);
+}
+
+static void test_random(uint64_t seed, size_t cap, int ops)
+{
+    counting_src c;
+    hx_mem_pools *p = make_pools(&c, cap);
+    test_rng r = test_rng_make(seed);
+    enum { MAXLIVE = 300 };
+    live_t l[MAXLIVE];
+    int n = 0, fails = 0, ooms = 0;
+    hx_mem_err err;
+    for (int op = 0; op < ops && !fails; op++) {
+        bool do_alloc = n < MAXLIVE && (n == 0 || test_rng_u64(&r) % 100 < 55);
+        if (do_alloc) {
+            size_t bytes = random_size(&r);
+            bool pers = test_rng_u64(&r) % 5 == 0;
+            void *q = NULL;
+            hx_status st = hx_mem_pools_alloc(p, bytes, pers ? HX_MEM_PERSISTENT : HX_MEM_TRANSIENT,
+                                              "random", &q, &err);
+            if (st == HX_ERR_DEVICE_OOM) {
+                ooms++;
+                CHECK(cap != SIZE_MAX, "OOM without a cap: %s", err.msg);
+                continue;
+            }
+            CHECK(st == HX_OK && q, "alloc %zu: %s", bytes, err.msg);
+            if (st) { fails++; break; }
+            CHECK((uintptr_t)q % 256 == 0, "alignment of %p", q);
+            if (overlaps(l, n, q, bytes)) {
+                CHECK(false, "op %d: block %p (%zu bytes) overlaps a live one", op, q, bytes);
+                fails++;
+            }
+            l[n] = (live_t){q, bytes, pers, (unsigned char)(op * 31 + 7)};
+            tag(&l[n]);
+            n++;
+        } else {
+            int i = (int)(test_rng_u64(&r) % n);
+            if (!intact(&l[i])) {
+                CHECK(false, "op %d: block %p was overwritten while live", op, (void *)l[i].p);
+                fails++;
+            }
+            CHECK(hx_mem_pools_free(p, l[i].p, &err) == HX_OK, "free: %s", err.msg);
+            l[i] = l[--n];
+        }
+        char when[64];
+        snprintf(when, sizeof when, "seed %llu op %d", (unsigned long long)seed, op);
+        check_stats(p, &c, l, n, cap, when);
+    }
+    if (cap != SIZE_MAX) CHECK(ooms > 0, "seed %llu: the cap %zu was never reached", (unsigned long long)seed, cap);
+    while (n) {
+        CHECK(hx_mem_pools_free(p, l[n - 1].p, &err) == HX_OK, "free: %s", err.msg);
+        n--;
+    }
+    hx_device_pools_stats s;
+    hx_mem_pools_stats(p, &s);
+    CHECK(s.total.allocated == 0 && s.total.requested == 0, "all freed: %zu allocated", s.total.allocated);
+    size_t released = hx_mem_pools_trim(p);
+    hx_mem_pools_stats(p, &s);
+    CHECK(s.total.reserved == 0 && c.reserved == 0 && released > 0,
+          "trim gives every free segment back: %zu left", s.total.reserved);
+    hx_mem_pools_destroy(p);
+    CHECK(c.reserved == 0, "destroy releases everything");
+}
+
+/* ---- coalescing ------------------------------------------------------------------------ */
+
+static void test_coalescing(void)
+{
+    counting_src c;
+    hx_mem_pools *p = make_pools(&c, SIZE_MAX);
+    hx_mem_err err;
+    void *b[6];
+    for (int i = 0; i < 6; i++)
+        hx_mem_pools_alloc(p, 300 * 1024, HX_MEM_TRANSIENT, "small", &b[i], &err);
+    hx_device_pools_stats s;
+    hx_mem_pools_stats(p, &s);
+    CHECK(s.transient.segments == 1 && s.transient.reserved == 2 * HX_MIB,
+          "six 300 KiB blocks share one 2 MiB segment (%lld segments)", (long long)s.transient.segments);
+    for (int i = 1; i < 6; i++)
+        CHECK((char *)b[i] == (char *)b[i - 1] + 300 * 1024, "blocks are carved in address order");
+    /* free 0, 2, 4: three holes, no merging */
+    for (int i = 0; i < 6; i += 2) hx_mem_pools_free(p, b[i], &err);
+    hx_mem_pools_stats(p, &s);
+    CHECK(s.transient.free_blocks == 4 && s.transient.largest_free == 300 * 1024,
+          "holes stay apart: %lld free blocks, largest %zu", (long long)s.transient.free_blocks,
+          s.transient.largest_free);
+    CHECK(s.transient.fragmentation > 0.5, "fragmentation %.3f", s.transient.fragmentation);
+    /* free 1 and 3: 0..4 merge into one; 5 still splits the tail */
+    hx_mem_pools_free(p, b[1], &err);
+    hx_mem_pools_free(p, b[3], &err);
+    hx_mem_pools_stats(p, &s);
+    CHECK(s.transient.free_blocks == 2 && s.transient.largest_free == 5 * 300 * 1024,
+          "neighbours coalesce: %lld free blocks, largest %zu", (long long)s.transient.free_blocks,
+          s.transient.largest_free);
+    void *big;
+    hx_mem_pools_alloc(p, 5 * 300 * 1024, HX_MEM_TRANSIENT, "merged", &big, &err);
+    CHECK(big == b[0] && c.reserves == 1, "the merged hole serves a 1.5 MiB request in place");
+    hx_mem_pools_free(p, big, &err);
+    hx_mem_pools_free(p, b[5], &err);
+    hx_mem_pools_stats(p, &s);
+    CHECK(s.transient.free_blocks == 1 && s.transient.largest_free == 2 * HX_MIB &&
+          s.transient.fragmentation == 0, "everything coalesces back into the segment");
+    hx_mem_pools_destroy(p);
+}
+
+/* ---- segregation ------------------------------------------------------------------------ */
+
+static void test_segregation(void)
+{
+    counting_src c;
+    hx_mem_pools *p = make_pools(&c, SIZE_MAX);
+    hx_mem_err err;
+    test_rng r = test_rng_make(5);
+    void *params[40];
+    void *act[64] = {0};
+    /* parameters arrive between activations, as with lazily created optimizer state */
+    for (int i = 0; i < 40; i++) {
+        hx_mem_pools_alloc(p, (size_t)(1 + i % 5) * HX_MIB + 4096 * (i % 3), HX_MEM_PERSISTENT,
+                           "param", &params[i], &err);
+        for (int k = 0; k < 4; k++) {
+            int j = (int)(test_rng_u64(&r) % 64);
+            hx_mem_pools_free(p, act[j], &err);
+            hx_mem_pools_alloc(p, 1 + test_rng_u64(&r) % (8 * HX_MIB), HX_MEM_TRANSIENT, "act", &act[j], &err);
+        }
+    }
+    hx_device_pools_stats before, after;
+    hx_mem_pools_stats(p, &before);
+    /* heavy transient churn must not touch the persistent pool */
+    for (int i = 0; i < 3000; i++) {
+        int j = (int)(test_rng_u64(&r) % 64);
+        hx_mem_pools_free(p, act[j], &err);
+        hx_mem_pools_alloc(p, 1 + test_rng_u64(&r) % (24 * HX_MIB), HX_MEM_TRANSIENT, "act", &act[j], &err);
+    }
+    hx_mem_pools_stats(p, &after);
+    CHECK(!memcmp(&before.persistent, &after.persistent, sizeof before.persistent),
+          "transient churn leaves the persistent pool as it was (reserved %zu -> %zu, free "
+          "blocks %lld -> %lld)", before.persistent.reserved, after.persistent.reserved,
+          (long long)before.persistent.free_blocks, (long long)after.persistent.free_blocks);
+    CHECK(after.transient.allocs > 3000, "the churn ran");
+    /* no parameter lies inside a transient block */
+    for (int i = 0; i < 40; i++)
+        for (int j = 0; j < 64; j++)
+            CHECK(!act[j] || (char *)params[i] + HX_MIB <= (char *)act[j] ||
+                  (char *)act[j] + 1 <= (char *)params[i] || params[i] != act[j],
+                  "param %d and activation %d overlap", i, j);
+    /* and the persistent pool wastes at most a segment rounding per param */
+    CHECK(after.persistent.fragmentation <= 1 && after.persistent.reserved <=
+          after.persistent.requested + 40 * 2 * HX_MIB, "persistent reserved %zu for %zu requested",
+          after.persistent.reserved, after.persistent.requested);
+    for (int j = 0; j < 64; j++) hx_mem_pools_free(p, act[j], &err);
+    for (int i = 0; i < 40; i++) hx_mem_pools_free(p, params[i], &err);
+    hx_mem_pools_destroy(p);
+}
+
+/* ---- the cap, the OOM report, retries, bad input ------------------------------------- */
+
+static void test_oom_report(void)
+{
+    counting_src c;
+    size_t cap = 64 * HX_MIB;
+    hx_mem_pools *p = make_pools(&c, cap);
+    hx_mem_err err;
+    void *w, *a[48], *q = NULL;
+    CHECK(!hx_mem_pools_alloc(p, 40 * HX_MIB, HX_MEM_PERSISTENT, "'w'", &w, &err), "%s", err.msg);
+    for (int i = 0; i < 48; i++) /* 24 MiB in 12 small segments: the cap is reached */
+        CHECK(!hx_mem_pools_alloc(p, HX_MIB / 2, HX_MEM_TRANSIENT, "act", &a[i], &err), "%s", err.msg);
+    for (int i = 0; i < 48; i += 2) hx_mem_pools_free(p, a[i], &err); /* 12 MiB free in 0.5 MiB holes */
+    hx_device_pools_stats before, after;
+    hx_mem_pools_stats(p, &before);
+    hx_status st = hx_mem_pools_alloc(p, 10 * HX_MIB, HX_MEM_TRANSIENT, "'logits' (matmul)", &q, &err);
+    CHECK(st == HX_ERR_DEVICE_OOM && !q, "10 MiB past the cap: %d", st);
+    const char *want[] = {"test device", "10485760", "transient", "'logits' (matmul)",
+                          "capacity 67108864", "persistent 41943040", "transient 12582912",
+                          "largest free block 524288", "fragmentation 95.8%", "fragmented",
+                          "offload", "smaller batch",
+                          "max_device_memory"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        CHECK(strstr(err.msg, want[i]), "the OOM report mentions '%s': %s", want[i], err.msg);
+    hx_mem_pools_stats(p, &after);
+    after.transient.ooms = after.total.ooms = 0;
+    CHECK(!memcmp(&before, &after, sizeof before), "a failed allocation changes nothing");
+    hx_mem_pools_stats(p, &after);
+    CHECK(after.total.ooms == 1 && after.transient.ooms == 1, "the OOM is counted");
+    /* a request that fits a hole still succeeds at the cap */
+    void *hole;
+    int64_t reserves = c.reserves;
+    CHECK(!hx_mem_pools_alloc(p, HX_MIB / 2, HX_MEM_TRANSIENT, "hole", &hole, &err) &&
+          c.reserves == reserves, "%s", err.msg);
+    hx_mem_pools_free(p, hole, &err);
+    /* bad input */
+    int local;
+    CHECK(hx_mem_pools_free(p, &local, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "did not hand out"),
+          "a foreign pointer is refused: %s", err.msg);
+    CHECK(hx_mem_pools_free(p, (char *)w + 256, &err) == HX_ERR_INVALID_ARGUMENT, "an interior pointer is refused");
+    CHECK(hx_mem_pools_alloc(p, 1, (hx_mem_lifetime)7, "x", &q, &err) == HX_ERR_INVALID_ARGUMENT, "bad lifetime");
+    hx_mem_pools_stats(p, &after);
+    CHECK(after.total.allocated == before.total.allocated, "bad calls change nothing");
+    hx_mem_pools_destroy(p);
+
+    hx_mem_pools_config cfg = hx_mem_pools_config_default("x", SIZE_MAX);
+    hx_mem_pools *bad = NULL;
+    CHECK(hx_mem_pools_create(&cfg, &bad, &err) == HX_ERR_INVALID_ARGUMENT && !bad, "no source");
+    cfg.source = (hx_mem_source){&c, cs_reserve, cs_release};
+    cfg.align = 100;
+    CHECK(hx_mem_pools_create(&cfg, &bad, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "align"),
+          "align must be a power of 2: %s", err.msg);
+}
+
+static void test_device_refuses(void)
+{
+    /* the device holds less than the cap: cached segments are given back and
+     * the reservation retried before an OOM is reported */
+    counting_src c;
+    hx_mem_pools *p = make_pools(&c, SIZE_MAX);
+    c.refuse_above = 32 * HX_MIB;
+    hx_mem_err err;
+    void *a, *b;
+    CHECK(!hx_mem_pools_alloc(p, 20 * HX_MIB, HX_MEM_PERSISTENT, "a", &a, &err), "%s", err.msg);
+    hx_mem_pools_free(p, a, &err); /* 20 MiB cached */
+    CHECK(!hx_mem_pools_alloc(p, 10 * HX_MIB, HX_MEM_TRANSIENT, "b", &b, &err), "%s", err.msg);
+    hx_mem_pools_free(p, b, &err);
+    CHECK(!hx_mem_pools_alloc(p, 30 * HX_MIB, HX_MEM_TRANSIENT, "c", &b, &err),
+          "the cached segments make room: %s", err.msg);
+    CHECK(c.refusals == 1 && c.reserved == 30 * HX_MIB, "one refusal, then the retry (%lld, %zu)",
+          (long long)c.refusals, c.reserved);
+    void *d;
+    CHECK(hx_mem_pools_alloc(p, 8 * HX_MIB, HX_MEM_TRANSIENT, "d", &d, &err) == HX_ERR_DEVICE_OOM &&
+          strstr(err.msg, "device refused"), "then a real OOM: %s", err.msg);
+    hx_mem_pools_destroy(p);
+}
+
+/* ---- threads --------------------------------------------------------------------------- */
+
+typedef struct thread_arg {
+    hx_mem_pools *p;
+    uint64_t seed;
+    int bad;
+} thread_arg;
+
+static void *thread_main(void *v)
+{
+    thread_arg *t = v;
+    test_rng r = test_rng_make(t->seed);
+    live_t l[64];
+    int n = 0;
+    hx_mem_err err;
+    for (int op = 0; op < 4000; op++) {
+        if (n < 64 && (n == 0 || test_rng_u64(&r) & 1)) {
+            size_t bytes = 1 + test_rng_u64(&r) % (3 * HX_MIB);
+            void *q;
+            if (hx_mem_pools_alloc(t->p, bytes, op % 3 ? HX_MEM_TRANSIENT : HX_MEM_PERSISTENT, "t", &q, &err)) {
+                t->bad++;
+                continue;
+            }
+            l[n] = (live_t){q, bytes, false, (unsigned char)(t->seed * 17 + op)};
+            tag(&l[n]);
+            n++;
+        } else {
+            int i = (int)(test_rng_u64(&r) % n);
+            if (!intact(&l[i])) t->bad++;
+            hx_mem_pools_free(t->p, l[i].p, &err);
+            l[i] = l[--n];
+        }
+    }
+    while (n) hx_mem_pools_free(t->p, l[--n].p, &err);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    counting_src c;
+    hx_mem_pools *p = make_pools(&c, SIZE_MAX);
+    pthread_t th[2];
+    thread_arg a[2] = {{p, 1, 0}, {p, 2, 0}};
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, thread_main, &a[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    hx_device_pools_stats s;
+    hx_mem_pools_stats(p, &s);
+    CHECK(a[0].bad == 0 && a[1].bad == 0 && s.total.allocated == 0 && s.total.live_blocks == 0,
+          "two threads: %d + %d bad blocks, %zu left allocated", a[0].bad, a[1].bad, s.total.allocated);
+    hx_mem_pools_destroy(p);
+}
+
+/* ---- the baseline ------------------------------------------------------------------------ */
+
+static void test_baseline(void)
+{
+    counting_src c = {0};
+    pthread_mutex_init(&c.mu, NULL);
+    hx_mem_baseline *b;
+    hx_mem_err err;
+    CHECK(!hx_mem_baseline_create(32 * HX_MIB, (hx_mem_source){&c, cs_reserve, cs_release}, &b, &err), "%s", err.msg);
+    hx_pool_stats s;
+    void *x, *y, *z, *w;
+    hx_mem_baseline_alloc(b, 100, &x, &err);
+    hx_mem_baseline_stats(b, &s);
+    CHECK(s.allocated == 512 && s.reserved == 2 * HX_MIB, "100 B: a 512 B block of a 2 MiB segment (%zu, %zu)",
+          s.allocated, s.reserved);
+    hx_mem_baseline_alloc(b, 3 * HX_MIB, &y, &err);
+    hx_mem_baseline_alloc(b, 3 * HX_MIB + 1, &z, &err);
+    hx_mem_baseline_stats(b, &s);
+    CHECK(s.reserved == 22 * HX_MIB && s.segments == 2 && (char *)z == (char *)y + 3 * HX_MIB,
+          "3 MiB requests share a 20 MiB segment (%zu reserved, %lld segments)", s.reserved, (long long)s.segments);
+    CHECK(s.allocated == 512 + 6 * HX_MIB + 512, "3 MiB + 1 rounds to 512 B (%zu)", s.allocated);
+    hx_mem_baseline_free(b, y, &err);
+    hx_mem_baseline_free(b, z, &err);
+    /* a cached 20 MiB block: 19.5 MiB leaves 0.5 MiB, not split */
+    hx_mem_baseline_alloc(b, 19 * HX_MIB + HX_MIB / 2, &w, &err);
+    hx_mem_baseline_stats(b, &s);
+    CHECK(s.allocated == 512 + 20 * HX_MIB && s.reserved == 22 * HX_MIB,
+          "a remainder of 1 MiB or less stays in the block (%zu)", s.allocated);
+    hx_mem_baseline_free(b, w, &err);
+    hx_mem_baseline_free(b, x, &err);
+    hx_mem_baseline_stats(b, &s);
+    CHECK(s.reserved == 22 * HX_MIB && s.allocated == 0, "nothing goes back until told (%zu)", s.reserved);
+    /* 11 MiB: served by splitting the cached 20 MiB block */
+    CHECK(!hx_mem_baseline_alloc(b, 11 * HX_MIB, &w, &err), "%s", err.msg);
+    hx_mem_baseline_stats(b, &s);
+    CHECK(s.reserved == 22 * HX_MIB && s.allocated == 11 * HX_MIB, "best fit splits a cached block");
+    hx_mem_baseline_free(b, w, &err);
+    /* 21 MiB (a 22 MiB segment): under the cap only if the cache goes back first */
+    CHECK(!hx_mem_baseline_alloc(b, 21 * HX_MIB, &w, &err), "%s", err.msg);
+    hx_mem_baseline_stats(b, &s);
+    CHECK(s.reserved == 22 * HX_MIB && s.releases == 2 && s.segments == 1,
+          "at the cap it releases its cache and retries (%zu, %lld releases)", s.reserved, (long long)s.releases);
+    CHECK(hx_mem_baseline_alloc(b, 24 * HX_MIB, &x, &err) == HX_ERR_DEVICE_OOM, "then it is out of memory");
+    hx_mem_baseline_free(b, w, &err);
+    CHECK(hx_mem_baseline_empty_cache(b) == 22 * HX_MIB && c.reserved == 0, "empty_cache gives back the rest");
+    int local;
+    CHECK(hx_mem_baseline_free(b, &local, &err) == HX_ERR_INVALID_ARGUMENT, "a foreign pointer is refused");
+    hx_mem_baseline_destroy(b);
+}
+
+int main(void)
+{
+    test_random(1, SIZE_MAX, 4000);
+    test_random(2, 96 * HX_MIB, 4000);
+    test_random(3, 40 * HX_MIB, 3000);
+    test_coalescing();
+    test_segregation();
+    test_oom_report();
+    test_device_refuses();
+    test_threads();
+    test_baseline();
+    return test_finish("test_pool");
+}
