@@ -772,66 +772,6 @@ typedef struct hx_memreplay_report {
  * an inconsistent one (an id allocated twice, a free of an id not live). */
 HX_API hx_status hx_memreplay(const char *path, size_t capacity, hx_memreplay_report *out);
 
-/* ---- device memory pools and trace replay -----------------------------------
- * Device memory is managed in two pools that never share a segment: a
- * persistent pool (parameters, master copies, optimizer state) and a
- * transient pool (activations, gradients, workspaces within a step). In
- * each, blocks of the exact size are taken best fit, split off and
- * coalesced on free; short-lived churn never fragments long-lived memory.
- * A device OOM (HX_ERR_DEVICE_OOM) says what was requested, the cap,
- * reserved and in-use bytes per pool, free bytes, the largest free block,
- * fragmentation, and what to try. */
-
-/* One pool (or the sum of both). Bytes are device bytes. */
-typedef struct hx_pool_stats {
-    size_t reserved;        /* obtained from the device (segments) */
-    size_t allocated;       /* in live blocks (sizes rounded to the alignment) */
-    size_t requested;       /* what the live allocations asked for */
-    size_t peak_reserved, peak_allocated, peak_requested;
-    size_t free_bytes;      /* reserved - allocated */
-    size_t largest_free;    /* the largest free block */
-    double fragmentation;   /* 1 - largest_free / free_bytes; 0 when nothing is free */
-    int64_t segments, live_blocks, free_blocks;
-    int64_t allocs, frees, reserves, releases, ooms; /* counts so far */
-} hx_pool_stats;
-
-typedef struct hx_device_pools_stats {
-    size_t capacity;        /* the cap (SIZE_MAX: none) */
-    hx_pool_stats persistent, transient;
-    hx_pool_stats total;    /* both: its peaks are peaks of the sum */
-} hx_device_pools_stats;
-
-/* Replays an allocation trace through hetex's pools and through a
- * single-pool best-fit caching allocator in the style of PyTorch's CUDA
- * allocator (512-byte rounding; 2 MiB segments for requests up to 1 MiB,
- * 20 MiB for those under 10 MiB, larger ones rounded up to 2 MiB; blocks
- * split and coalesced; nothing given back to the device until it runs
- * out). Neither touches real memory: traces of any size replay.
- *
- * A trace is text, one event a line ('#' comments):
- *   hxmemtrace 1                 header
- *   a <id> <bytes> [p|t]         allocation, persistent or transient (t if left out)
- *   f <id>                       free
- * hetex writes one when HX_MEMTRACE=path is set (a device allocator's events,
- * written when it is destroyed). */
-typedef struct hx_memreplay_report {
-    int64_t events, allocs, frees;
-    size_t peak_live;            /* most bytes live at once, as requested */
-    size_t capacity;             /* the cap replayed under (SIZE_MAX: none) */
-    hx_device_pools_stats pools; /* hetex's pools at the end */
-    hx_pool_stats baseline;      /* the baseline at the end */
-    /* peak reserved / peak live of what each served (0 with nothing live) */
-    double pools_ratio, baseline_ratio;
-    /* the first allocation each could not serve under the cap: its event
-     * (0-based, in file order) and the bytes live then; -1 and 0: none */
-    int64_t pools_oom_event, baseline_oom_event;
-    size_t pools_oom_live, baseline_oom_live;
-} hx_memreplay_report;
-/* capacity: bytes either may reserve; 0: no cap. HX_ERR_IO when the file
- * cannot be read, HX_ERR_CORRUPT naming the line of a malformed event or
- * an inconsistent one (an id allocated twice, a free of an id not live). */
-HX_API hx_status hx_memreplay(const char *path, size_t capacity, hx_memreplay_report *out);
-
 #ifdef __cplusplus
 }
 #endif
