@@ -326,7 +326,7 @@ hx_status hx_emb_idmap_map(hx_emb_idmap *m, const int64_t *keys, int64_t n, int 
                 rollback(m, &sv);
                 return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY,
                                    "embedding id map: full: all %lld rows are held%s; key %lld at position %lld "
-                                   "needs one. Raise the capacity, expire keys, or use HX_EMB_FULL_EVICT",
+                                   "needs one. Raise the capacity, expire keys, or evict (evict_when_full)",
                                    (long long)m->cfg.capacity,
                                    m->cfg.on_full == HX_EMB_FULL_EVICT ? " by keys of this step" : "",
                                    (long long)key, (long long)i);

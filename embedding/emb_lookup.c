@@ -149,9 +149,11 @@ hx_status hx_emb_check_ids(const hx_emb_query *q, int64_t rows, hx_emb_oob oob,
                            "embedding %s: id %lld at position %lld is outside the table's rows [0, %lld)%s",
                            op, (long long)hx_emb_id_at(q->ids, q->id_dtype, bad), (long long)bad,
                            (long long)rows,
-                           cnt > 1 ? " (and more ids after it); map raw ids with hx_emb_keys_mod, or "
-                                     "choose HX_EMB_OOB_ZERO"
-                                   : "; map raw ids with hx_emb_keys_mod, or choose HX_EMB_OOB_ZERO");
+                           cnt > 1 ? " (and more ids after it); map raw ids to rows (ids "
+                                     "HX_EMBEDDING_IDS_MODULO), or read them as zero rows "
+                                     "(out_of_range HX_EMBEDDING_OUT_OF_RANGE_ZERO)"
+                                   : "; map raw ids to rows (ids HX_EMBEDDING_IDS_MODULO), or read "
+                                     "them as zero rows (out_of_range HX_EMBEDDING_OUT_OF_RANGE_ZERO)");
     if (cnt && oob_count) atomic_fetch_add(oob_count, cnt);
     return HX_OK;
 }

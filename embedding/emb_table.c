@@ -231,6 +231,12 @@ void hx_emb_local_materialise(hx_emb_local *t, int64_t r, float *tmp)
     atomic_fetch_or_explicit(&t->ready[r >> 6], 1ull << (r & 63), memory_order_relaxed);
 }
 
+void hx_emb_local_write_row(hx_emb_local *t, int64_t r, const float *src, float *tmp)
+{
+    hx_emb_local_materialise(t, r, tmp);
+    write_param_row(t, r, src);
+}
+
 void hx_emb_local_reset_rows(hx_emb_table *tt, const int64_t *rows, int64_t n)
 {
     hx_emb_local *t = hx_emb_as_local(tt);

@@ -170,7 +170,7 @@ static hx_status check_update(const hx_emb_local *t, int64_t step, const char *o
 {
     if (t->optim.kind == HX_EMB_OPTIM_NONE)
         return hx_emb_fail(err, HX_ERR_STATE,
-                           "embedding %s: the table has no optimizer; set one with hx_emb_local_set_optim", op);
+                           "embedding %s: the table has no optimizer; set one (hx_embedding_table_set_optimizer)", op);
     if (step < 1)
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding %s: step %lld < 1 (the first step is 1)", op,
                            (long long)step);

@@ -269,6 +269,13 @@ hx_status hx_emb_table_apply(hx_emb_table *t, const hx_emb_sparse_grad *g, int64
 hx_status hx_emb_table_backward_update(hx_emb_table *t, const hx_emb_query *q,
                                        const hx_emb_grad_input *gi, int64_t step,
                                        hx_emb_workspace *ws, hx_emb_err *err);
+/* Several queries of one table as one optimizer step (a graph that looks a
+ * table up more than once): each query's sparse gradient (hx_emb_backward
+ * with gis[k]), their rows summed per id in query order, then one fused
+ * backward_update over them. One query: hx_emb_table_backward_update. */
+hx_status hx_emb_table_backward_update_many(hx_emb_table *t, const hx_emb_query *qs,
+                                            const hx_emb_grad_input *gis, int nq, int64_t step,
+                                            hx_emb_workspace *ws, hx_emb_err *err);
 /* Save: a header (magic, version, dtype, rows, dim, optimizer and its state,
  * initialiser) and sections of data in blocks of 1 MiB, each with an XXH3-64 checksum,
  * written to PATH.tmp.PID, flushed and renamed over path. Load: the whole
@@ -431,6 +438,10 @@ void hx_emb_local_read_row(const hx_emb_local *t, int64_t r, float *dst);
 /* A lazy row not yet written gets its initial value and start state and is
  * marked ready (tmp: gstride floats). Rows of one call's threads must differ. */
 void hx_emb_local_materialise(hx_emb_local *t, int64_t r, float *tmp);
+/* Sets row r's params from dim f32 values (rounded to the storage dtype);
+ * a lazy row not yet written gets its start state first (tmp: gstride
+ * floats). */
+void hx_emb_local_write_row(hx_emb_local *t, int64_t r, const float *src, float *tmp);
 /* After a load into an eager table: rows whose bit is clear in the file's
  * ready bitmap get their initial value and start state. */
 void hx_emb_local_init_unready(hx_emb_local *t, const uint64_t *file_ready, int nthreads);

@@ -1,5 +1,5 @@
 /* Reverse-mode autodiff over the graph, and optimizer update nodes. */
-#include "graph/graph.h"
+#include "graph/embedding_table.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,12 +8,14 @@
 
 static bool is_leaf(const hx_tensor *t) { return t->op <= HX_OP_STATE; }
 
-/* Marks tensors whose value depends on a parameter (float tensors only). */
+/* Marks tensors whose value depends on a parameter or an embedding table
+ * (float tensors only). */
 static void mark_requires_grad(const hx_graph *g, int n, bool *req)
 {
     for (int i = 0; i < n; i++) {
         const hx_tensor *t = g->tensors[i];
-        req[i] = t->kind == HX_TENSOR_PARAMETER;
+        req[i] = t->kind == HX_TENSOR_PARAMETER ||
+                 t->op == HX_OP_EMBEDDING_LOOKUP || t->op == HX_OP_EMBEDDING_BAG;
         for (int k = 0; !req[i] && k < t->n_src && !is_leaf(t); k++) req[i] = req[t->src[k]->id];
         req[i] = req[i] && hx__is_float(t->dtype) && t->kind != HX_TENSOR_UPDATE;
     }
@@ -79,7 +81,8 @@ hx_status hx_graph_backward(hx_graph *g, hx_tensor *loss)
     mark_requires_grad(g, n0, req);
     if (!req[loss->id]) {
         st = hx__error(HX_ERR_INVALID_ARGUMENT,
-                       "hx_graph_backward: loss '%s' does not depend on any parameter",
+                       "hx_graph_backward: loss '%s' does not depend on any parameter or "
+                       "embedding table",
                        loss->name);
         goto out;
     }
@@ -228,6 +231,111 @@ static hx_status check_param(const hx_graph *g, const hx_tensor *p)
     return HX_OK;
 }
 
+/* ---- embedding tables ------------------------------------------------------------ */
+
+static bool is_lookup(const hx_tensor *t)
+{
+    return t->op == HX_OP_EMBEDDING_LOOKUP || t->op == HX_OP_EMBEDDING_BAG;
+}
+
+/* Names u after its table: the session's gradient scan names the update's
+ * "parameter" (u itself) when a gradient holds Inf or NaN. */
+static void name_after_table(hx_tensor *u, const char *table)
+{
+    char name[512];
+    snprintf(name, sizeof name, "%s", table);
+    for (int k = 0; hx_tensor_set_name(u, name) && k < 100; k++)
+        snprintf(name, sizeof name, "%s/update_%d", table, k);
+    hx__clear_error();
+}
+
+/* One update node for table t over every lookup of t with a gradient:
+ * src = ids of the first lookup, the gradient (one lookup's, or all of them
+ * flattened and concatenated on the CPU), then the other lookups' ids and
+ * every offsets and weights; data: where each lookup's inputs are. */
+static hx_status add_table_update(hx_graph *g, hx_embedding_table *t, int n0)
+{
+    int nl = 0;
+    for (int i = 0; i < n0; i++) nl += g->tensors[i]->table == t && is_lookup(g->tensors[i]) &&
+                                      g->tensors[i]->grad;
+    if (!nl) return HX_OK;
+    hx_emb_update_info *info = malloc(sizeof *info + sizeof info->src[0] * nl);
+    hx_tensor **src = malloc(sizeof *src * (3 * nl + 1));
+    hx_tensor **grads = malloc(sizeof *grads * nl);
+    if (!info || !src || !grads) {
+        free(info);
+        free(src);
+        free(grads);
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_graph_apply_optimizer: out of host memory");
+    }
+    info->n = nl;
+    int ns = 2, k = 0;
+    int64_t off = 0;
+    for (int i = 0; i < n0; i++) {
+        hx_tensor *l = g->tensors[i];
+        if (l->table != t || !is_lookup(l) || !l->grad) continue;
+        hx_emb_update_src *e = &info->src[k];
+        *e = (hx_emb_update_src){l, k ? ns : 0, -1, -1, off};
+        if (k) src[ns++] = l->src[0];
+        if (l->n_src > 1) src[e->offsets = ns++] = l->src[1];
+        if (l->n_src > 2) src[e->weights = ns++] = l->src[2];
+        grads[k++] = l->grad;
+        off += hx_tensor_numel(l);
+    }
+    src[0] = info->src[0].lookup->src[0];
+    hx_status st = hx_graph_push_target(g, HX_TARGET_CPU);
+    if (st) goto out;
+    if (nl == 1) {
+        src[1] = grads[0];
+    } else {
+        for (k = 0; k < nl && grads[k]; k++) {
+            int64_t flat = hx_tensor_numel(grads[k]);
+            grads[k] = hx_reshape(g, grads[k], 1, &flat);
+        }
+        src[1] = k == nl ? hx_concat(g, nl, grads, 0) : NULL;
+    }
+    hx_tensor *u = src[1] ? hx__node_new(g, HX_OP_EMBEDDING_UPDATE, ns, src, HX_DTYPE_F32,
+                                         src[1]->ndim, src[1]->shape, NULL)
+                          : NULL;
+    hx_graph_pop_target(g);
+    if (!u) {
+        st = HX_ERR_INTERNAL; /* the builder set the message */
+        goto out;
+    }
+    u->data = info;
+    info = NULL;
+    u->table = t;
+    u->param = u;
+    name_after_table(u, t->name);
+out:
+    free(info);
+    free(src);
+    free(grads);
+    return st;
+}
+
+static bool table_has_update(const hx_graph *g, const hx_embedding_table *t)
+{
+    for (int i = 0; i < g->n; i++)
+        if (g->tensors[i]->op == HX_OP_EMBEDDING_UPDATE && g->tensors[i]->table == t) return true;
+    return false;
+}
+
+/* Update nodes for the tables of g that have an optimizer and none yet;
+ * *added counts them. */
+static hx_status add_table_updates(hx_graph *g, int n0, int *added)
+{
+    hx_status st = HX_OK;
+    for (int i = 0; i < g->n_tables && !st; i++) {
+        hx_embedding_table *t = g->tables[i].table;
+        if (t->local->optim.kind == HX_EMB_OPTIM_NONE || table_has_update(g, t)) continue;
+        int before = g->n;
+        st = add_table_update(g, t, n0);
+        *added += g->n > before;
+    }
+    return st;
+}
+
 hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param, const hx_optimizer_config *cfg)
 {
     hx_status st = hx__check_srcs(g, "hx_graph_apply_optimizer", 0, NULL);
@@ -249,10 +357,12 @@ hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param, const hx_optim
             if (!st) st = add_update(g, p, cfg);
             added++;
         }
+        if (!st) st = add_table_updates(g, n0, &added);
         if (!st && !added)
             return hx__error(HX_ERR_NOT_FOUND,
                              "hx_graph_apply_optimizer: no parameter without an optimizer has a "
-                             "gradient");
+                             "gradient, and no embedding table with an optimizer is looked up "
+                             "on the loss's path");
     }
     if (st) hx__graph_truncate(g, n0);
     return st;

@@ -1,5 +1,5 @@
 /* Graph and tensor objects: creation, names, targets, errors. */
-#include "graph/graph.h"
+#include "graph/embedding_table.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +207,8 @@ static void tensor_free(hx_tensor *t)
 void hx_graph_free(hx_graph *g)
 {
     if (!g) return;
+    for (int i = 0; i < g->n_tables; i++) hx__embedding_use(g->tables[i].table, -1);
+    free(g->tables);
     for (int i = 0; i < g->n; i++) tensor_free(g->tensors[i]);
     free(g->tensors);
     free(g->names.slots);
@@ -225,6 +227,24 @@ void hx__graph_truncate(hx_graph *g, int n)
         tensor_free(t);
     }
     g->n = n < g->n ? n : g->n;
+    while (g->n_tables && g->tables[g->n_tables - 1].first_id >= g->n)
+        hx__embedding_use(g->tables[--g->n_tables].table, -1);
+}
+
+hx_status hx__graph_use_table(hx_graph *g, hx_embedding_table *t, int first_id)
+{
+    for (int i = 0; i < g->n_tables; i++)
+        if (g->tables[i].table == t) return HX_OK;
+    if (g->n_tables == g->cap_tables) {
+        int cap = g->cap_tables ? 2 * g->cap_tables : 4;
+        hx_graph_table *p = realloc(g->tables, sizeof *p * cap);
+        if (!p) return hx__error(HX_ERR_OUT_OF_MEMORY, "embedding op: out of host memory");
+        g->tables = p;
+        g->cap_tables = cap;
+    }
+    g->tables[g->n_tables++] = (hx_graph_table){t, first_id};
+    hx__embedding_use(t, +1);
+    return HX_OK;
 }
 
 static hx_status check_graph_open(const hx_graph *g, const char *what)

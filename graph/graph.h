@@ -17,6 +17,7 @@ typedef enum hx_op {
     HX_OP_RESHAPE, HX_OP_PERMUTE, HX_OP_CONCAT, HX_OP_SLICE,
     HX_OP_REDUCE_SUM, HX_OP_CAST, HX_OP_GATHER, HX_OP_CAUSAL_MASK,
     HX_OP_CROSS_ENTROPY, HX_OP_BCE_LOGITS, HX_OP_DROPOUT,
+    HX_OP_EMBEDDING_LOOKUP, HX_OP_EMBEDDING_BAG, /* host tables (tensor.table) */
     /* ops that only gradients use */
     HX_OP_RELU_BACKWARD, HX_OP_GELU_BACKWARD, HX_OP_SIGMOID_BACKWARD, HX_OP_TANH_BACKWARD,
     HX_OP_SOFTMAX_BACKWARD, HX_OP_LOG_SOFTMAX_BACKWARD,
@@ -25,6 +26,7 @@ typedef enum hx_op {
     HX_OP_CROSS_ENTROPY_BACKWARD, HX_OP_BCE_LOGITS_BACKWARD,
     /* optimizer updates (side effects on a parameter; data: the config) */
     HX_OP_SGD_UPDATE, HX_OP_ADAM_UPDATE, HX_OP_ADAGRAD_UPDATE, HX_OP_FTRL_UPDATE,
+    HX_OP_EMBEDDING_UPDATE, /* a table's sparse update; data: hx_emb_update_info */
     HX_OP_COUNT
 } hx_op;
 
@@ -52,8 +54,32 @@ struct hx_tensor {
     hx_init init;     /* parameters and state */
     void *data;       /* constants: their value; updates: their hx_optimizer_config */
     hx_tensor *grad;  /* set by hx_graph_backward */
-    hx_tensor *param; /* update nodes and state: the parameter they serve */
+    hx_tensor *param; /* update nodes and state: the parameter they serve (an embedding
+                         update: itself, named after its table) */
+    hx_embedding_table *table; /* embedding lookups and updates: their table */
 };
+
+/* What an embedding update node reads: per lookup of its table, the
+ * indices in the node's src[] of its ids, offsets and per-sample weights
+ * (-1: none), and where its output gradient starts in src[1], the one f32
+ * gradient the session scans (the lookups' gradients, flattened and
+ * concatenated in this order). */
+typedef struct hx_emb_update_src {
+    const hx_tensor *lookup;
+    int ids, offsets, weights;
+    int64_t grad_offset;
+} hx_emb_update_src;
+typedef struct hx_emb_update_info {
+    int n;
+    hx_emb_update_src src[];
+} hx_emb_update_info;
+
+/* A table a graph uses, and the first node that uses it (a failed build
+ * rolled back past it releases the table). */
+typedef struct hx_graph_table {
+    hx_embedding_table *table;
+    int first_id;
+} hx_graph_table;
 
 typedef struct hx_name_map { /* open addressing: name -> tensor */
     hx_tensor **slots;
@@ -70,6 +96,8 @@ struct hx_graph {
     bool has_backward;
     hx_tensor *grad_seed; /* d loss / d loss: 1, or the loss scale */
     int next_stream; /* dropout mask streams */
+    hx_graph_table *tables; /* embedding tables used, each once, holding a use count */
+    int n_tables, cap_tables;
 };
 
 typedef struct hx_op_info {
@@ -79,6 +107,10 @@ typedef struct hx_op_info {
      * i with needs[i] set (NULL for a source that gets no gradient). */
     hx_status (*backward)(hx_graph *g, hx_tensor *node, hx_tensor *dy, const bool *needs,
                           hx_tensor **dsrc);
+    /* Kept on the host: accelerator backends offer no kernel for it (it works
+     * on host state such as embedding tables), so placement puts it on the CPU
+     * or reports HX_ERR_NO_KERNEL. */
+    bool host_only;
 } hx_op_info;
 
 extern const hx_op_info hx__ops[HX_OP_COUNT];
@@ -100,6 +132,9 @@ hx_status hx__check_srcs(hx_graph *g, const char *opname, int n, hx_tensor *cons
 hx_tensor *hx__state_new(hx_graph *g, hx_tensor *param, const char *suffix, hx_init init);
 /* Frees tensors created after the first `n` (rolls back a failed build). */
 void hx__graph_truncate(hx_graph *g, int n);
+/* Records that g uses table t (once per graph; the table counts its graphs)
+ * from node first_id on. */
+hx_status hx__graph_use_table(hx_graph *g, hx_embedding_table *t, int first_id);
 
 /* ---- placement (placement.c) ------------------------------------------------
  * Every node gets a concrete target (CPU or DEVICE) and the reason for it. */

@@ -227,10 +227,23 @@ RULE(dropout_backward)
     return HX_OK;
 }
 
+/* The table's rows get their gradient through the table's update node
+ * (hx_graph_apply_optimizer), not as a tensor; ids and offsets are integers.
+ * Per-sample weights computed from parameters would need d out / d weight:
+ * not supported. */
+RULE(embedding_bag_backward)
+{
+    return hx__error(HX_ERR_UNSUPPORTED,
+                     "hx_graph_backward: embedding_bag '%s': its per-sample weights '%s' depend "
+                     "on a parameter, and their gradient is not supported; feed the weights as "
+                     "an input", y->name, SRC(2)->name);
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
 #define CPU HX_TARGET_CPU
 #define DEV HX_TARGET_DEVICE
+#define HOST_ONLY true
 
 const hx_op_info hx__ops[HX_OP_COUNT] = {
     [HX_OP_INPUT] = {"input", CPU, NULL},
@@ -282,5 +295,9 @@ const hx_op_info hx__ops[HX_OP_COUNT] = {
     [HX_OP_SGD_UPDATE] = {"sgd_update", CPU, NULL},
     [HX_OP_ADAM_UPDATE] = {"adam_update", CPU, NULL},
     [HX_OP_ADAGRAD_UPDATE] = {"adagrad_update", CPU, NULL},
-    [HX_OP_FTRL_UPDATE] = {"ftrl_update", CPU, NULL},
+    /* FTRL is the wide part's optimizer: it stays next to the tables it updates. */
+    [HX_OP_FTRL_UPDATE] = {"ftrl_update", CPU, NULL, HOST_ONLY},
+    [HX_OP_EMBEDDING_LOOKUP] = {"embedding_lookup", CPU, NULL, HOST_ONLY},
+    [HX_OP_EMBEDDING_BAG] = {"embedding_bag", CPU, embedding_bag_backward, HOST_ONLY},
+    [HX_OP_EMBEDDING_UPDATE] = {"embedding_update", CPU, NULL, HOST_ONLY},
 };

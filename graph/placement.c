@@ -126,6 +126,7 @@ hx_status hx__place(const hx_graph *g, const hx_place_opts *o, hx_target *target
             why[p] = HX_WHY_PARAM_UPDATE;
         }
         for (int k = 2; k < t->n_src; k++) {
+            if (t->src[k]->kind != HX_TENSOR_STATE) continue; /* an embedding update's ids */
             target[t->src[k]->id] = target[i];
             why[t->src[k]->id] = HX_WHY_FOLLOWS_PARAM;
         }

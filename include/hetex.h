@@ -281,6 +281,178 @@ HX_API hx_optimizer_config hx_optimizer_config_default(hx_optimizer_kind kind);
 HX_API hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param,
                                           const hx_optimizer_config *cfg);
 
+/* ---- embedding tables ---------------------------------------------------------
+ * Host tables of up to 10^9 rows (f32, f16 or bf16 storage), looked up by
+ * graph ops on the CPU and trained sparsely: only the rows a step looked up
+ * are updated, in place, by the table's own optimizer; no table-sized
+ * gradient ever exists. The rest of the model may run on the device: the
+ * gathered rows are copied there, never the table.
+ *
+ *   hx_embedding_config ec = hx_embedding_config_default();
+ *   ec.name = "user"; ec.rows = 10000000; ec.dim = 64; ec.lazy_init = true;
+ *   ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_LAZY_ADAM);
+ *   hx_embedding_table *user;
+ *   hx_embedding_table_create(&ec, &user);
+ *   hx_tensor *e = hx_embedding_bag(g, user, ids, offsets, NULL, HX_EMBEDDING_BAG_SUM, 0, 0);
+ *   ...                                     // e: (bags, 64), an ordinary f32 tensor
+ *   hx_graph_backward(g, loss);
+ *   hx_graph_apply_optimizer(g, NULL, &opt); // dense params with opt, tables with their own
+ *
+ * A table belongs to the user and may be shared by several graphs and their
+ * sessions; it must outlive them: hx_embedding_table_free fails with
+ * HX_ERR_STATE while a graph uses it. Runs that train a table must not
+ * overlap other runs using it. Session checkpoints do not hold tables: save
+ * them with hx_embedding_table_save. */
+
+typedef struct hx_embedding_table hx_embedding_table;
+
+/* How the ids given to the ops (and to read/write rows) name rows. */
+typedef enum hx_embedding_ids {
+    HX_EMBEDDING_IDS_ROWS,    /* ids are rows in [0, rows); others: see out_of_range */
+    HX_EMBEDDING_IDS_MODULO,  /* any id; row = id mod rows, the id read as unsigned 64 bits */
+    HX_EMBEDDING_IDS_DYNAMIC  /* any id: a collisionless map gives an id its own row when a
+                                 training run sees it (rows = capacity); an id without a
+                                 row reads as a zero row and gets no update */
+} hx_embedding_ids;
+
+typedef enum hx_embedding_out_of_range {
+    HX_EMBEDDING_OUT_OF_RANGE_ERROR, /* the run fails with HX_ERR_INDEX naming id and position */
+    HX_EMBEDDING_OUT_OF_RANGE_ZERO   /* a zero row, no update, counted in the stats */
+} hx_embedding_out_of_range;
+
+/* Sparse optimizers: each touched row's gradient is summed over the step
+ * first; untouched rows and their state do not change (no decay). */
+typedef enum hx_embedding_optimizer_kind {
+    HX_EMBEDDING_OPTIMIZER_NONE,        /* a frozen table: no update node */
+    HX_EMBEDDING_OPTIMIZER_LAZY_ADAM,   /* torch SparseAdam / TF Addons LazyAdam */
+    HX_EMBEDDING_OPTIMIZER_ADAGRAD,     /* torch Adagrad, per element */
+    HX_EMBEDDING_OPTIMIZER_ROW_ADAGRAD, /* one accumulator per row: mean of g^2 (FBGEMM) */
+    HX_EMBEDDING_OPTIMIZER_FTRL         /* TF FTRL-proximal, lr_power -0.5 */
+} hx_embedding_optimizer_kind;
+
+/* Fields a kind does not use are ignored. */
+typedef struct hx_embedding_optimizer {
+    hx_embedding_optimizer_kind kind;
+    double lr;
+    double beta1, beta2, eps;    /* LazyAdam; eps also Adagrad */
+    double weight_decay;         /* LazyAdam, Adagrad: L2 on the gradient */
+    double lr_decay;             /* Adagrad, row-wise Adagrad */
+    double initial_accumulator;  /* Adagrad, row-wise Adagrad, FTRL */
+    double l1, l2, l2_shrinkage; /* FTRL */
+} hx_embedding_optimizer;
+/* The frameworks' defaults: LazyAdam lr 1e-3, betas (0.9, 0.999), eps 1e-8;
+ * Adagrad lr 1e-2, eps 1e-10; FTRL lr 1e-3, initial accumulator 0.1. */
+HX_API hx_embedding_optimizer hx_embedding_optimizer_default(hx_embedding_optimizer_kind kind);
+
+typedef struct hx_embedding_config {
+    const char *name;         /* in messages and as the update node's name; NULL: "embedding" */
+    int64_t rows, dim;        /* required: rows in [1, 2^40], dim in [1, 2^20] */
+    hx_dtype dtype;           /* storage: F32, F16 or BF16; arithmetic and state are f32 */
+    hx_init init;             /* ZEROS, UNIFORM or NORMAL; uniform(-0.05, 0.05) */
+    uint64_t seed;            /* element (r, c) starts as a pure function of (seed, r, c) */
+    bool lazy_init;           /* a row is written when first updated and reads as its
+                                 initial value until then: creation costs no time */
+    const char *backing_file; /* NULL: memory; else a file (created or truncated) holds the
+                                 rows and state, mapped: a working store for tables larger
+                                 than RAM, not a checkpoint */
+    hx_embedding_ids ids;     /* ROWS */
+    hx_embedding_out_of_range out_of_range; /* ROWS tables: ERROR */
+    /* DYNAMIC tables */
+    int64_t min_count;        /* times a training run must see an id before it gets a row;
+                                 <= 1: at once */
+    int64_t expire_after;     /* > 0: ids unseen for more than this many steps lose their
+                                 row (checked every expire_after steps); 0: never */
+    bool evict_when_full;     /* a full table frees the rows of the ids seen longest ago;
+                                 false: the run fails with HX_ERR_OUT_OF_MEMORY */
+    hx_embedding_optimizer optimizer; /* NONE */
+    int n_threads;            /* threads that initialise the table; 0: all cores */
+} hx_embedding_config;
+/* Everything above at its stated default; rows and dim are 0 and must be set. */
+HX_API hx_embedding_config hx_embedding_config_default(void);
+
+HX_API hx_status hx_embedding_table_create(const hx_embedding_config *cfg,
+                                           hx_embedding_table **out);
+/* Frees the table (NULL: no-op). Fails with HX_ERR_STATE, changing nothing,
+ * while a graph uses it: free those graphs first. */
+HX_API hx_status hx_embedding_table_free(hx_embedding_table *t);
+HX_API int64_t hx_embedding_table_rows(const hx_embedding_table *t); /* -1 for NULL */
+HX_API int64_t hx_embedding_table_dim(const hx_embedding_table *t);
+/* Another kind starts its state afresh; the same kind keeps the state and
+ * takes the new hyper-parameters (a learning-rate schedule). */
+HX_API hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t,
+                                                  const hx_embedding_optimizer *opt);
+
+/* Rows as f32, (n, dim), named by ids as the ops name them (DYNAMIC: an id
+ * without a row reads as zeros). An id outside the table fails with
+ * HX_ERR_INDEX whatever out_of_range says. */
+HX_API hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64_t *ids,
+                                              int64_t n, float *rows);
+/* Sets rows (rounded to the storage dtype); their optimizer state stays.
+ * DYNAMIC: every id must hold a row (else HX_ERR_NOT_FOUND). All ids are
+ * checked before anything is written. */
+HX_API hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *ids,
+                                               int64_t n, const float *rows);
+
+/* Rows, optimizer state, initialiser (and a DYNAMIC table's id map), in
+ * blocks with XXH3 checksums, written to a temporary file and renamed.
+ * Load verifies the whole file first: a corrupt or truncated file
+ * (HX_ERR_CORRUPT) or one of another shape leaves the table as it was. */
+HX_API hx_status hx_embedding_table_save(hx_embedding_table *t, const char *path);
+HX_API hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path);
+
+typedef struct hx_embedding_stats {
+    int64_t rows, dim;
+    int64_t rows_assigned;   /* DYNAMIC: ids holding a row; lazy: rows written; else rows */
+    int64_t out_of_range;    /* ids read as zero rows under OUT_OF_RANGE_ZERO */
+    int64_t evictions, expirations; /* DYNAMIC: rows freed when full / by expiry */
+    int64_t filtered;        /* DYNAMIC: occurrences given no row (below min_count) */
+    int64_t updates;         /* sparse optimizer steps applied */
+    size_t bytes;            /* rows and state */
+    int graphs;              /* graphs using the table */
+} hx_embedding_stats;
+HX_API hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_stats *out);
+
+/* keys[i] = XXH3-64 of strs[i] (lens[i] bytes) with seed, as i64: feature
+ * strings to ids for MODULO or DYNAMIC tables. */
+HX_API void hx_embedding_hash_strings(const char *const *strs, const size_t *lens, int64_t n,
+                                      uint64_t seed, int64_t *keys);
+
+/* ids (...) i32/i64 -> (..., dim) f32: the rows the ids name. Runs on the
+ * CPU (the table's memory); the output may feed ops on either target. A bad
+ * id fails the run (HX_ERR_INDEX naming it and its position) or reads as a
+ * zero row, as the table's out_of_range says. */
+HX_API hx_tensor *hx_embedding_lookup(hx_graph *g, hx_embedding_table *t, hx_tensor *ids);
+
+typedef enum hx_embedding_bag_mode {
+    HX_EMBEDDING_BAG_SUM, HX_EMBEDDING_BAG_MEAN, HX_EMBEDDING_BAG_MAX
+} hx_embedding_bag_mode;
+enum {
+    HX_EMBEDDING_BAG_INCLUDE_LAST_OFFSET = 1, /* offsets has bags + 1 entries, the last n */
+    HX_EMBEDDING_BAG_PADDING = 2              /* padding_id is skipped: adds nothing, does
+                                                 not count in a mean, gets no gradient */
+};
+/* torch.nn.EmbeddingBag: ids (n) i32/i64; offsets (bags) of the same dtype,
+ * bag b = ids[offsets[b] .. offsets[b + 1]) (the last bag runs to n),
+ * offsets[0] = 0, not decreasing (checked at run time); per_sample_weights
+ * (n) f32 or NULL, SUM only, an input or a tensor that does not depend on a
+ * parameter (it gets no gradient). -> (bags, dim) f32: each bag's sum, mean
+ * or elementwise max; an empty bag gives zeros. */
+HX_API hx_tensor *hx_embedding_bag(hx_graph *g, hx_embedding_table *t, hx_tensor *ids,
+                                   hx_tensor *offsets, hx_tensor *per_sample_weights,
+                                   hx_embedding_bag_mode mode, unsigned flags,
+                                   int64_t padding_id);
+
+/* Training: hx_graph_backward gives each lookup's output an ordinary
+ * gradient (its own shape), and hx_graph_apply_optimizer(g, NULL, cfg) adds,
+ * besides the parameters' updates, one update node per table with an
+ * optimizer (cfg does not apply to tables). It takes every lookup of that
+ * table in the graph, sums each touched row's gradient over all of them,
+ * and applies the table's optimizer once per HX_RUN_TRAIN run (step t = the
+ * session's step + 1), after the gradient scan: a gradient holding Inf or
+ * NaN fails the run with HX_ERR_NUMERIC naming the table (the update node
+ * carries its name) and leaves the table as it was. Set the table's
+ * optimizer before calling hx_graph_apply_optimizer. */
+
 /* ---- sessions -------------------------------------------------------------- */
 
 typedef struct hx_session hx_session;

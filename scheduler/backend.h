@@ -48,8 +48,27 @@ struct hx_backend {
     void (*destroy)(hx_backend *b);
 };
 
+/* Kernels the scheduler launches that are no graph op, looked up with
+ * kernel() like ops (the dtype argument is the node's dtype). An
+ * accelerator backend provides each of them:
+ * HX_KERNEL_NONFINITE: node is a gradient, in[0] its value on this device;
+ *   writes to out (an int32 on this device) 1 if it holds an Inf or NaN,
+ *   else 0. The session scans device gradients with it before updates. */
+#define HX_KERNEL_NONFINITE ((hx_op)HX_OP_COUNT)
+
 hx_status hx__backend_cpu_create(hx_backend **out);
+
+/* What the emu backend shares with its session: the host core budget its
+ * streams take cores from (NULL: none), the trace its stream threads record
+ * to (NULL: none), and the simulated costs. */
+typedef struct hx_cpu_budget hx_cpu_budget;
+typedef struct hx_trace hx_trace;
+typedef struct hx_emu_options {
+    hx_cpu_budget *budget;
+    hx_trace *trace;
+    hx_emu_cost cost;
+} hx_emu_options;
 /* capacity: the device memory cap in bytes. */
-hx_status hx__backend_emu_create(size_t capacity, hx_backend **out);
+hx_status hx__backend_emu_create(size_t capacity, const hx_emu_options *opt, hx_backend **out);
 
 #endif

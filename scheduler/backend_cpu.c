@@ -1,6 +1,6 @@
 /* The CPU backend's kernel table: one launcher per op, turning a node's
  * shapes and attributes into a call of a kernels/cpu function. */
-#include "scheduler/sched.h"
+#include "scheduler/backend_cpu_embedding.h"
 #include "kernels/cpu/hx_kernels.h"
 #include "kernels/cpu/optim.h"
 
@@ -397,6 +397,7 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
     [HX_OP_GATHER] = gather, [HX_OP_CAUSAL_MASK] = causal_mask,
     [HX_OP_CROSS_ENTROPY] = cross_entropy, [HX_OP_BCE_LOGITS] = bce_logits,
     [HX_OP_DROPOUT] = dropout,
+    [HX_OP_EMBEDDING_LOOKUP] = hx__cpu_embedding_lookup, [HX_OP_EMBEDDING_BAG] = hx__cpu_embedding_bag,
     [HX_OP_RELU_BACKWARD] = relu_backward, [HX_OP_GELU_BACKWARD] = gelu_backward,
     [HX_OP_SIGMOID_BACKWARD] = sigmoid_backward, [HX_OP_TANH_BACKWARD] = tanh_backward,
     [HX_OP_SOFTMAX_BACKWARD] = softmax_backward,
@@ -409,6 +410,7 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
     [HX_OP_BCE_LOGITS_BACKWARD] = bce_logits_backward,
     [HX_OP_SGD_UPDATE] = sgd_update, [HX_OP_ADAM_UPDATE] = adam_update,
     [HX_OP_ADAGRAD_UPDATE] = adagrad_update, [HX_OP_FTRL_UPDATE] = ftrl_update,
+    [HX_OP_EMBEDDING_UPDATE] = hx__cpu_embedding_update,
 };
 
 hx_launch_fn hx__cpu_kernel(hx_op op) { return (unsigned)op < HX_OP_COUNT ? cpu_kernels[op] : NULL; }

@@ -37,7 +37,7 @@ static hx_launch_fn cpu_kernel(const hx_backend *b, hx_op op, hx_dtype dt) { ret
 static hx_status cpu_launch(hx_backend *b, hx_stream *s, hx_launch_fn fn, const hx_exec *ex,
                             const hx_tensor *node, void *out, void *const *in)
 {
-    ((cpu_backend *)b)->st.launches++;
+    __atomic_fetch_add(&((cpu_backend *)b)->st.launches, 1, __ATOMIC_RELAXED); /* host lanes launch concurrently */
     s->submitted++;
     return fn(ex, node, out, in);
 }

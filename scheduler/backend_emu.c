@@ -2,7 +2,7 @@
  * of host memory capped at the session's max_device_memory (an allocation
  * past the cap fails with HX_ERR_DEVICE_OOM and a report, as on a GPU), its
  * copies are real, counted memcpys, and its kernels are the CPU kernels
- * except those hetex keeps on the host (see emu_kernel). Its streams are
+ * except those of host-only ops (hx_op_info.host_only). Its streams are
  * in-order and complete work as it is submitted, on the submitting thread. */
 #include "scheduler/stream_inline.h"
 
@@ -72,11 +72,10 @@ static hx_status emu_d2h(hx_backend *b, void *dst, const void *src, size_t n, hx
     return HX_OK;
 }
 
-/* The CPU kernels, less FTRL: hetex keeps FTRL (the wide part's sparse
- * optimizer) on the host, next to the tables it updates. */
+/* The CPU kernels, less the ops the op table keeps on the host. */
 static hx_launch_fn emu_kernel(const hx_backend *b, hx_op op, hx_dtype dt)
 {
-    return op == HX_OP_FTRL_UPDATE ? NULL : hx__cpu_kernel(op);
+    return hx__ops[op].host_only ? NULL : hx__cpu_kernel(op);
 }
 
 static hx_status emu_launch(hx_backend *b, hx_stream *s, hx_launch_fn fn, const hx_exec *ex,

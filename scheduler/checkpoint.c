@@ -6,7 +6,8 @@
  *             u64 nbytes, data, u64 xxh3(data) }
  *   u64 xxh3(everything above)
  * Written to "<path>.tmp", synced, then renamed over path, so a crash never
- * leaves a half-written checkpoint under the real name. */
+ * leaves a half-written checkpoint under the real name. Tensors that live on
+ * the accelerator are read and written through its backend's copies. */
 #include "scheduler/sched.h"
 
 #include <errno.h>
@@ -27,19 +28,26 @@ static bool saved(const hx_tensor *t)
  * written with one call, so every short write is caught in one place. */
 typedef struct buf { char *p; size_t n, cap; bool oom; } buf;
 
-static void put(buf *b, const void *data, size_t n)
+/* n more bytes at the end of b (NULL when out of memory). */
+static char *append(buf *b, size_t n)
 {
-    if (b->oom) return;
+    if (b->oom) return NULL;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->n + n) cap *= 2;
         char *p = realloc(b->p, cap);
-        if (!p) { b->oom = true; return; }
+        if (!p) { b->oom = true; return NULL; }
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, data, n);
     b->n += n;
+    return b->p + b->n - n;
+}
+
+static void put(buf *b, const void *data, size_t n)
+{
+    char *at = append(b, n);
+    if (at) memcpy(at, data, n);
 }
 
 #define PUT(b, v) put((b), &(v), sizeof(v))
@@ -61,19 +69,27 @@ hx_status hx_session_save(hx_session *s, const char *path)
     PUT(&b, good);
     PUT(&b, s->stats.loss_scale);
     PUT(&b, count);
-    for (int i = 0; i < g->n; i++) {
+    hx_status st = HX_OK;
+    for (int i = 0; i < g->n && !st; i++) {
         const hx_tensor *t = g->tensors[i];
         if (!saved(t)) continue;
         uint32_t len = (uint32_t)strlen(t->name), dt = t->dtype, nd = (uint32_t)t->ndim;
-        uint64_t nbytes = hx_tensor_nbytes(t), sum = XXH3_64bits(s->persist[i], nbytes);
+        uint64_t nbytes = hx_tensor_nbytes(t);
         PUT(&b, len);
         put(&b, t->name, len);
         PUT(&b, dt);
         PUT(&b, nd);
         put(&b, t->shape, sizeof(int64_t) * nd);
         PUT(&b, nbytes);
-        put(&b, s->persist[i], nbytes);
+        char *at = append(&b, nbytes);
+        if (!at) break;
+        st = hx__session_copy_out(s, hx__dev_of(s, i), at, s->persist[i], nbytes);
+        uint64_t sum = XXH3_64bits(at, nbytes);
         PUT(&b, sum);
+    }
+    if (st) {
+        free(b.p);
+        return st;
     }
     uint64_t total = b.oom ? 0 : XXH3_64bits(b.p, b.n);
     PUT(&b, total);
@@ -90,7 +106,6 @@ hx_status hx_session_save(hx_session *s, const char *path)
     }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
-    hx_status st = HX_OK;
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         st = hx__error(HX_ERR_IO, "hx_session_save: cannot create '%s': %s", tmp, strerror(errno));
@@ -241,8 +256,12 @@ hx_status hx_session_load(hx_session *s, const char *path)
     header h = {0};
     st = verify(s, path, &r, src, &h);
     if (!st) { /* everything checked: now apply */
-        for (int i = 0; i < s->g->n; i++)
-            if (src[i]) memcpy(s->persist[i], src[i], hx_tensor_nbytes(s->g->tensors[i]));
+        for (int i = 0; i < s->g->n && !st; i++)
+            if (src[i])
+                st = hx__session_copy_in(s, hx__dev_of(s, i), s->persist[i], src[i],
+                                         hx_tensor_nbytes(s->g->tensors[i]));
+    }
+    if (!st) {
         s->stats.step = (int64_t)h.step;
         s->stats.skipped_steps = (int64_t)h.skipped;
         s->stats.loss_scale = h.scale;

@@ -1,6 +1,21 @@
-/* Execution plans: which nodes a run needs, in which order, and a static
- * memory plan that lets transient tensors with disjoint lifetimes share
- * arena bytes (greedy by size, best offset first). */
+/* Execution plans: which nodes a run needs, in which order, the units the
+ * executor runs concurrently (plan_units.c), and a static memory plan that
+ * lets transient tensors share arena bytes when one is wholly done before
+ * the other is produced, in every order the executor may take (greedy by
+ * size, lowest free offset first).
+ *
+ * Positions are those of the unit-major order (units in topological order,
+ * each unit's steps in order), which every execution respects. Step i of
+ * unit U runs after unit u has finished when u is a pred of U that U's
+ * steps need from i on (link_at <= i), or reaches such a pred; so the steps
+ * of U that run after u are a suffix of U, from thr(U, u) on. The lifetime
+ * of a value X on a device is [first, ext]: first its production (-1: fed
+ * before the run), ext the later of its last use (the end for fetches) and,
+ * for every other unit U on that device, the position before the suffix of
+ * U that runs after all of X's users. Two values whose intervals are
+ * disjoint, X's before Y's, may share bytes: Y's production lies in such a
+ * suffix (or in X's own unit after X's last use there), so it comes after
+ * every use of X in every execution. */
 #include "scheduler/backend.h"
 
 #include <stdlib.h>
@@ -12,9 +27,11 @@ static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1)
 
 typedef struct lifetime {
     int id;
-    int first, last; /* step indices; inputs are live from step 0 */
+    int first, last; /* positions in unit-major order; then last becomes ext */
     size_t bytes;
     int64_t offset;
+    int unit;   /* the unit of its first event (-1: none yet, a fed input) */
+    int more;   /* other units with events: a list in the builder's pool, -1 */
 } lifetime;
 
 static int by_size_desc(const void *pa, const void *pb)
@@ -56,14 +73,29 @@ static size_t assign_offsets(lifetime *lt, int n)
     return total;
 }
 
-void hx__plan_free(hx_plan *p)
+void hx__plan_free(const hx_session *s, hx_plan *p)
 {
     if (!p) return;
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    for (int u = 0; p->done && u < p->n_units; u++)
+        if (p->done[u]) acc->event_destroy(acc, p->done[u]);
+    free(p->done);
     free(p->key);
     free(p->steps);
     free(p->in_pool);
     free(p->offset);
     free(p->inputs);
+    free(p->units);
+    free(p->unit_steps);
+    free(p->links);
+    free(p->link_at);
+    free(p->scan_update);
+    free(p->scan_at);
+    free(p->dev_in_slot);
+    free(p->dev_in_id);
+    free(p->input_copy_unit);
+    free(p->input_host_use);
+    free(p->skip);
     hx__partition_free(&p->part);
     free(p);
 }
@@ -95,19 +127,50 @@ typedef struct builder {
     int *lt_of;     /* [dev * n + id]: its lifetime, -1 */
     lifetime *lt[HX_NDEV];
     int n_lt[HX_NDEV];
+    uint64_t *reach; /* unit reachability (plan_units.c) */
+    int words;
+    int *unit_at;    /* per position: its unit */
+    struct unit_list { int unit, next; } *pool; /* lifetime.more lists */
+    int n_pool, cap_pool;
+    bool oom;
 } builder;
 
-static void add_lifetime(builder *b, int dev, int id, int first)
+static void add_lifetime(builder *b, int dev, int id, int pos, int unit)
 {
     b->lt_of[dev * b->n + id] = b->n_lt[dev];
-    b->lt[dev][b->n_lt[dev]++] = (lifetime){id, first, first,
-                                            align_up(hx_tensor_nbytes(b->s->g->tensors[id])), 0};
+    b->lt[dev][b->n_lt[dev]++] = (lifetime){id, pos, pos,
+                                            align_up(hx_tensor_nbytes(b->s->g->tensors[id])), 0,
+                                            unit, -1};
 }
 
-static void extend(builder *b, int dev, int id, int step)
+/* Adds unit u to x's other units. */
+static void add_unit(builder *b, lifetime *x, int u)
+{
+    if (b->n_pool == b->cap_pool) {
+        int cap = b->cap_pool ? 2 * b->cap_pool : 64;
+        struct unit_list *pool = realloc(b->pool, sizeof *pool * cap);
+        if (!pool) {
+            b->oom = true;
+            return;
+        }
+        b->pool = pool;
+        b->cap_pool = cap;
+    }
+    b->pool[b->n_pool] = (struct unit_list){u, x->more};
+    x->more = b->n_pool++;
+}
+
+/* A use of id's value on dev at position pos by unit u (-1: the fetch at
+ * the end of the run). */
+static void extend(builder *b, int dev, int id, int pos, int u)
 {
     int l = b->lt_of[dev * b->n + id];
-    if (l >= 0 && b->lt[dev][l].last < step) b->lt[dev][l].last = step;
+    if (l < 0) return;
+    lifetime *x = &b->lt[dev][l];
+    if (x->last < pos) x->last = pos;
+    if (u < 0 || x->unit == u) return;
+    if (x->unit < 0) x->unit = u;
+    else add_unit(b, x, u);
 }
 
 /* Orders the steps: op nodes in creation order (a topological order),
@@ -118,7 +181,8 @@ static hx_status order_steps(builder *b, const bool *need)
     const hx_graph *g = s->g;
     hx_plan *p = b->p;
     int k = 0;
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) p->first_update = k;
         for (int i = 0; i < g->n; i++) {
             const hx_tensor *t = g->tensors[i];
             if (!need[i] || t->op <= HX_OP_STATE || (t->kind == HX_TENSOR_UPDATE) != pass)
@@ -144,15 +208,13 @@ static hx_status order_steps(builder *b, const bool *need)
                                  s->be[dev]->name);
             p->steps[k++] = (hx_step){fn, t, NULL, NULL, dev, -1};
         }
+    }
     p->n_steps = k;
-    p->first_update = p->n_steps;
-    for (k = p->n_steps - 1; k >= 0 && p->steps[k].node->kind == HX_TENSOR_UPDATE; k--)
-        p->first_update = k;
     return HX_OK;
 }
 
 /* Lifetimes of transient values per device: fed inputs and op outputs at
- * their home, copies at their destination. */
+ * their home, copies at their destination; positions in unit-major order. */
 static void lifetimes(builder *b, const bool *need, const int *fetch_ids, int n_fetch)
 {
     const hx_graph *g = b->s->g;
@@ -160,20 +222,156 @@ static void lifetimes(builder *b, const bool *need, const int *fetch_ids, int n_
     for (int i = 0; i < g->n; i++)
         if (need[i] && g->tensors[i]->kind == HX_TENSOR_INPUT) {
             p->inputs[p->n_inputs++] = i;
-            add_lifetime(b, HX_DEV_HOST, i, 0);
+            add_lifetime(b, HX_DEV_HOST, i, -1, -1);
         }
-    for (int k = 0; k < p->n_steps; k++) {
-        const hx_step *sp = &p->steps[k];
+    for (int q = 0; q < p->n_steps; q++) {
+        const hx_step *sp = &p->steps[p->unit_steps[q]];
         const hx_tensor *t = sp->node;
+        int u = b->unit_at[q];
         if (!sp->fn) {
-            add_lifetime(b, sp->dev, t->id, k);
-            extend(b, sp->src_dev, t->id, k);
+            add_lifetime(b, sp->dev, t->id, q, u);
+            extend(b, sp->src_dev, t->id, q, u);
             continue;
         }
-        for (int j = 0; j < t->n_src; j++) extend(b, sp->dev, t->src[j]->id, k);
-        if (t->kind != HX_TENSOR_UPDATE) add_lifetime(b, sp->dev, t->id, k);
+        for (int j = 0; j < t->n_src; j++) extend(b, sp->dev, t->src[j]->id, q, u);
+        if (t->kind != HX_TENSOR_UPDATE) add_lifetime(b, sp->dev, t->id, q, u);
     }
-    for (int f = 0; f < n_fetch; f++) extend(b, hx__dev_of(b->s, fetch_ids[f]), fetch_ids[f], p->n_steps);
+    for (int f = 0; f < n_fetch; f++)
+        extend(b, hx__dev_of(b->s, fetch_ids[f]), fetch_ids[f], p->n_steps, -1);
+}
+
+/* Whether unit u touches device d's arena. */
+static bool touches(const hx_unit *u, int d)
+{
+    if (u->lane == HX_LANE_HOST) return d == HX_DEV_HOST;
+    if (u->lane == HX_LANE_COMPUTE) return d == HX_DEV_ACCEL;
+    return true;
+}
+
+/* The first position of unit U's steps that run after unit u finished
+ * (U's n_steps: none; see the top of the file). */
+static int thr(const builder *b, int U, int u)
+{
+    const hx_plan *p = b->p;
+    const hx_unit *x = &p->units[U];
+    if (x->phase > p->units[u].phase) return 0;
+    for (int j = 0; j < x->n_pred; j++) { /* preds in the order they are needed */
+        int w = p->links[x->first_pred + j];
+        if (w == u || hx__reaches(b->reach, b->words, u, w)) return p->link_at[x->first_pred + j];
+    }
+    return x->n_steps;
+}
+
+/* The last position, over the units on device d other than x's own, of a
+ * step that may run before all of x's units have finished (-1: none). */
+static int concurrent_end(const builder *b, int d, const lifetime *x)
+{
+    const hx_plan *p = b->p;
+    int end = -1;
+    for (int U = 0; U < p->n_units; U++) {
+        if (!touches(&p->units[U], d)) continue;
+        int t = U == x->unit ? 0 : thr(b, U, x->unit);
+        for (int l = x->more; l >= 0 && t < p->units[U].n_steps; l = b->pool[l].next)
+            if (b->pool[l].unit != U) {
+                int tu = thr(b, U, b->pool[l].unit);
+                if (tu > t) t = tu;
+            }
+        if (t > 0 && p->units[U].first + t - 1 > end) end = p->units[U].first + t - 1;
+    }
+    return end;
+}
+
+/* Turns each lifetime's last into its ext (see the top of the file). */
+static hx_status extend_concurrent(builder *b)
+{
+    const hx_plan *p = b->p;
+    int nu = p->n_units;
+    int *memo = malloc(sizeof *memo * HX_NDEV * (nu ? nu : 1));
+    if (!memo || b->oom) {
+        free(memo);
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
+    }
+    for (int i = 0; i < HX_NDEV * nu; i++) memo[i] = -2;
+    for (int d = 0; d < HX_NDEV; d++)
+        for (int l = 0; l < b->n_lt[d]; l++) {
+            lifetime *x = &b->lt[d][l];
+            int end = -1;
+            if (x->unit >= 0 && x->more < 0) { /* one unit: the same for all its values */
+                int *m = &memo[d * nu + x->unit];
+                if (*m == -2) *m = concurrent_end(b, d, x);
+                end = *m;
+            } else if (x->unit >= 0) {
+                end = concurrent_end(b, d, x);
+            }
+            if (end > x->last) x->last = end;
+        }
+    free(memo);
+    return HX_OK;
+}
+
+/* The gradients the scan reads before the updates: one per update step. */
+static hx_status scan_list(builder *b)
+{
+    hx_plan *p = b->p;
+    int n = p->n_steps - p->first_update;
+    p->scan_update = malloc(sizeof *p->scan_update * (n ? n : 1));
+    p->scan_at = malloc(sizeof *p->scan_at * (n ? n : 1));
+    if (!p->scan_update || !p->scan_at)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
+    for (int k = p->first_update; k < p->n_steps; k++)
+        if (p->steps[k].fn) p->scan_update[p->n_scan++] = p->steps[k].node;
+    return HX_OK;
+}
+
+/* Where each input is needed: its copy unit to the device, and the host
+ * op (or fetch) that needs it on the host. */
+static hx_status input_uses(builder *b, const int *fetch_ids, int n_fetch)
+{
+    hx_plan *p = b->p;
+    int ni = p->n_inputs ? p->n_inputs : 1;
+    p->input_copy_unit = malloc(sizeof *p->input_copy_unit * ni);
+    p->input_host_use = calloc(ni, sizeof *p->input_host_use);
+    p->skip = calloc(p->n_units ? p->n_units : 1, sizeof *p->skip);
+    if (!p->input_copy_unit || !p->input_host_use || !p->skip)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
+    for (int k = 0; k < p->n_inputs; k++) {
+        int id = p->inputs[k];
+        p->input_copy_unit[k] = -1;
+        for (int u = 0; u < p->n_units; u++)
+            if (p->units[u].fed_input == id) p->input_copy_unit[k] = u;
+        for (int f = 0; f < n_fetch; f++)
+            if (fetch_ids[f] == id) p->input_host_use[k] = b->s->g->tensors[id];
+    }
+    for (int q = 0; q < p->n_steps; q++) {
+        const hx_step *sp = &p->steps[q];
+        for (int j = 0; sp->fn && sp->dev == HX_DEV_HOST && j < sp->node->n_src; j++)
+            for (int k = 0; k < p->n_inputs && sp->node->src[j]->kind == HX_TENSOR_INPUT; k++)
+                if (p->inputs[k] == sp->node->src[j]->id && !p->input_host_use[k])
+                    p->input_host_use[k] = sp->node;
+    }
+    return HX_OK;
+}
+
+/* Device-read input slots and completion events of stream units. */
+static hx_status exec_parts(builder *b)
+{
+    const hx_session *s = b->s;
+    hx_plan *p = b->p;
+    size_t n_in = 0;
+    for (int k = 0; k < p->n_steps; k++)
+        if (p->steps[k].fn && p->steps[k].dev == HX_DEV_ACCEL) n_in += p->steps[k].node->n_src;
+    p->dev_in_slot = malloc(sizeof *p->dev_in_slot * (n_in ? n_in : 1));
+    p->dev_in_id = malloc(sizeof *p->dev_in_id * (n_in ? n_in : 1));
+    p->done = calloc(p->n_units ? p->n_units : 1, sizeof *p->done);
+    if (!p->dev_in_slot || !p->dev_in_id || !p->done)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    for (int u = 0; u < p->n_units; u++) {
+        if (p->units[u].lane == HX_LANE_HOST) continue;
+        hx_status st = acc->event_create(acc, &p->done[u]);
+        if (st) return st;
+    }
+    return HX_OK;
 }
 
 hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool train,
@@ -184,7 +382,8 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
     hx_plan *p = calloc(1, sizeof *p);
     bool *need = calloc(n ? n : 1, sizeof *need);
     builder b = {s, p, n, malloc(sizeof(int) * HX_NDEV * (n ? n : 1)),
-                 malloc(sizeof(int) * HX_NDEV * (n ? n : 1)), {NULL}, {0}};
+                 malloc(sizeof(int) * HX_NDEV * (n ? n : 1)), {NULL}, {0}, NULL, 0, NULL, NULL,
+                 0, 0, false};
     hx_status st = HX_OK;
     if (!p || !need || !b.copy_step || !b.lt_of) goto oom;
     for (int i = 0; i < HX_NDEV * n; i++) b.copy_step[i] = b.lt_of[i] = -1;
@@ -208,7 +407,21 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
     if (!p->steps || !p->offset || !p->inputs || !p->in_pool || !b.lt[0] || !b.lt[1]) goto oom;
 
     if ((st = order_steps(&b, need))) goto fail;
+    bool *ops = calloc(n ? n : 1, sizeof *ops); /* the partition covers the plan's op nodes */
+    if (!ops) goto oom;
+    for (int i = 0; i < n; i++) ops[i] = need[i] && g->tensors[i]->op > HX_OP_STATE;
+    st = hx__partition(g, ops, s->target, &p->part);
+    free(ops);
+    if (st || (st = hx__plan_units(s, p, &b.reach))) goto fail;
+    b.words = hx__reach_words(p->n_units);
+    b.unit_at = malloc(sizeof *b.unit_at * (p->n_steps ? p->n_steps : 1));
+    if (!b.unit_at) goto oom;
+    for (int u = 0; u < p->n_units; u++)
+        for (int q = 0; q < p->units[u].n_steps; q++) b.unit_at[p->units[u].first + q] = u;
     lifetimes(&b, need, fetch_ids, n_fetch);
+    if ((st = extend_concurrent(&b)) || (st = scan_list(&b)) || (st = exec_parts(&b)) ||
+        (st = input_uses(&b, fetch_ids, n_fetch)))
+        goto fail;
     for (int i = 0; i < HX_NDEV * n; i++) p->offset[i] = -1;
     for (int d = 0; d < HX_NDEV; d++) {
         for (int l = 0; l < b.n_lt[d]; l++)
@@ -217,19 +430,19 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
         if (p->arena_bytes[d] == SIZE_MAX) goto oom;
         for (int l = 0; l < b.n_lt[d]; l++) p->offset[d * n + b.lt[d][l].id] = b.lt[d][l].offset;
     }
-    bool *ops = need; /* the partition covers the plan's op nodes */
-    for (int i = 0; i < n; i++) ops[i] = need[i] && g->tensors[i]->op > HX_OP_STATE;
-    if ((st = hx__partition(g, ops, s->target, &p->part))) goto fail;
     goto done;
 oom:
     st = hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
 fail:
-    hx__plan_free(p);
+    hx__plan_free(s, p);
     p = NULL;
 done:
     free(need);
     free(b.copy_step);
     free(b.lt_of);
+    free(b.reach);
+    free(b.unit_at);
+    free(b.pool);
     for (int d = 0; d < HX_NDEV; d++) free(b.lt[d]);
     *out = p;
     return st;
@@ -245,6 +458,7 @@ static void *locate(const hx_session *s, const hx_plan *p, int dev, int id)
 void hx__plan_bind(hx_session *s, hx_plan *p)
 {
     void **pool = p->in_pool;
+    p->n_dev_in = 0;
     for (int k = 0; k < p->n_steps; k++) {
         hx_step *st = &p->steps[k];
         const hx_tensor *t = st->node;
@@ -255,7 +469,17 @@ void hx__plan_bind(hx_session *s, hx_plan *p)
             continue;
         }
         st->out = t->kind == HX_TENSOR_UPDATE ? NULL : locate(s, p, st->dev, t->id);
-        for (int j = 0; j < t->n_src; j++) *pool++ = locate(s, p, st->dev, t->src[j]->id);
+        for (int j = 0; j < t->n_src; j++) {
+            if (st->dev == HX_DEV_ACCEL && t->src[j]->kind == HX_TENSOR_INPUT) {
+                p->dev_in_slot[p->n_dev_in] = (int)(pool - p->in_pool);
+                p->dev_in_id[p->n_dev_in++] = t->src[j]->id;
+            }
+            *pool++ = locate(s, p, st->dev, t->src[j]->id);
+        }
+    }
+    for (int i = 0; i < p->n_scan; i++) {
+        int id = p->scan_update[i]->src[1]->id;
+        p->scan_at[i] = locate(s, p, hx__dev_of(s, id), id);
     }
     for (int d = 0; d < HX_NDEV; d++) p->bound_to[d] = s->arena[d];
 }

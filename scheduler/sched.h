@@ -35,14 +35,32 @@ typedef struct hx_step {
     int src_dev;
 } hx_step;
 
+/* Lanes a unit runs on: host threads, or one of the accelerator's streams
+ * (compute, and one copy stream per direction). */
+enum { HX_LANE_HOST, HX_LANE_COMPUTE, HX_LANE_H2D, HX_LANE_D2H, HX_NLANES };
+
+/* A unit of concurrent execution: the steps of one subgraph in one phase
+ * (0: forward and backward, 1: optimizer updates), or one copy. Units are
+ * numbered in a topological order of their DAG, phase 0 first. */
+typedef struct hx_unit {
+    int lane;               /* HX_LANE_* */
+    int phase;
+    int first, n_steps;     /* its steps, in order: plan->unit_steps[first ..] */
+    int first_pred, n_pred; /* units of its phase it waits for: plan->links[first_pred ..] */
+    int first_succ, n_succ; /* units of its phase that wait for it */
+    int fed_input;          /* a copy of an input to the device: its tensor id; else -1 */
+} hx_unit;
+
+typedef struct hx_event hx_event;
+
 /* A plan for one (set of fetches, train flag): the nodes to run in order and
  * where every transient tensor lives in the session's arena. */
 typedef struct hx_plan {
     int *key; /* sorted unique fetch ids, then the train flag */
     int key_len;
     int n_steps;
-    int first_update; /* steps from here on are optimizer updates */
-    hx_step *steps;
+    int first_update; /* steps from here on are phase 1: optimizer updates and their copies */
+    hx_step *steps;   /* op nodes in creation order, each copy before its first reader */
     void **in_pool;
     /* offset[dev * n + id]: byte offset of tensor id's value (or copy) in
      * device dev's arena, -1 if it has none there */
@@ -55,17 +73,60 @@ typedef struct hx_plan {
     size_t copy_bytes; /* per run */
     hx_partition part;
     const char *bound_to[HX_NDEV]; /* arenas the step pointers were resolved against */
+
+    /* concurrent execution */
+    int n_units;
+    hx_unit *units;
+    int first_unit[3];   /* phase p's units are [first_unit[p], first_unit[p + 1]) */
+    int *unit_steps;     /* step indices, unit after unit */
+    int *links;          /* pred and succ lists */
+    int *link_at;        /* a pred: the position in its unit of the first step that
+                            needs it (preds are in that order); a succ: where this
+                            unit is in the succ's preds */
+    int n_links;
+    hx_event **done;     /* per unit on a stream: recorded after its last step (NULL: host) */
+    int host_lanes[2];   /* per phase: CPU units that may run at once (<= n_threads) */
+    int threads[2][2];   /* per phase: kernel threads of a host lane [0] and of the device [1] */
+    /* gradients scanned before the updates, at their home device */
+    int n_scan;
+    const hx_tensor **scan_update; /* per update step, in order */
+    void **scan_at;                /* bound: its gradient's value at the gradient's home */
+    /* device-read slots of inputs copied to the device: in_pool[dev_in_slot[i]]
+     * holds input dev_in_id[i]'s device value (rebound per run for device feeds) */
+    int n_dev_in;
+    int *dev_in_slot, *dev_in_id;
+    /* per input (as in inputs[]): its copy unit to the device (-1: none), and
+     * why the host needs its value (a CPU op reading it, or the input itself
+     * when it is fetched; NULL: the host does not) */
+    int *input_copy_unit;
+    const hx_tensor **input_host_use;
+    bool *skip; /* per unit, this run: a copy a device feed made unnecessary */
 } hx_plan;
 
 typedef struct hx_backend hx_backend;
 typedef struct hx_stream hx_stream;
+
+typedef struct hx_exec_state hx_exec_state;
+typedef struct hx_trace hx_trace;
+typedef struct hx_cpu_budget hx_cpu_budget;
 
 struct hx_session {
     hx_graph *g;
     hx_session_config cfg;
     int nthreads;
     hx_backend *be[HX_NDEV]; /* be[HX_DEV_ACCEL] NULL: no accelerator */
-    hx_stream *stream[HX_NDEV];
+    hx_stream *stream[HX_NDEV]; /* host: the calling thread's; accel: its compute stream */
+    hx_stream *copy_stream[2];  /* accel: h2d, d2h */
+    bool accel_on_host;         /* the accelerator's kernels use host cores (emu) */
+    hx_cpu_budget *budget;
+    hx_trace *trace;
+    hx_exec_state *exec;        /* host worker threads and run state (exec.c) */
+    /* device memory handed out by hx_session_device_alloc */
+    struct hx_device_block { void *p; size_t bytes; } *dev_blocks;
+    int n_dev_blocks;
+    /* non-finite flags of device gradients, one int32 per update node */
+    int32_t *scan_flags_dev, *scan_flags_host;
+    int n_scan_flags;
     hx_target *target;   /* per tensor id: placement */
     hx_place_why *why;
     int n_fallbacks;
@@ -83,9 +144,38 @@ struct hx_session {
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */
 hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool train,
                          hx_plan **out);
-void hx__plan_free(hx_plan *p);
+void hx__plan_free(const hx_session *s, hx_plan *p);
 /* Resolves step pointers against the session's current arena. */
 void hx__plan_bind(hx_session *s, hx_plan *p);
+
+/* plan_units.c: groups the steps into units, orders them, links them, and
+ * fills *reach (n_units rows of hx__reach_words(n_units) words): bit v of
+ * row u is set when v == u or v finishes only after u has finished
+ * (through the unit DAG or the barrier between the phases). A unit's steps
+ * before the first one that reads a pred's output may run before that
+ * pred finishes. Also sets the lanes' thread counts. */
+hx_status hx__plan_units(const hx_session *s, hx_plan *p, uint64_t **reach);
+static inline int hx__reach_words(int n_units) { return (n_units + 63) / 64; }
+static inline bool hx__reaches(const uint64_t *reach, int words, int u, int v)
+{
+    return reach[(size_t)u * words + v / 64] >> (v % 64) & 1;
+}
+
+/* exec.c: runs phase `phase` of plan p (steps bound) with these launch
+ * contexts; skip_unit (NULL: none) marks copy units not to run this time
+ * (device feeds). Returns the first error of any lane with its message,
+ * after every lane has stopped and every stream is synchronised. */
+hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_exec *ex_host,
+                         const hx_exec *ex_dev, const bool *skip_unit);
+/* Makes sure `lanes` host lanes exist (the calling thread is one). */
+hx_status hx__exec_reserve(hx_session *s, int lanes);
+hx_status hx__exec_create(hx_session *s);
+void hx__exec_free(hx_session *s);
+
+/* Copies between a device's memory and the host through its backend,
+ * synchronously (host memory: memcpy). */
+hx_status hx__session_copy_out(hx_session *s, int dev, void *dst, const void *src, size_t n);
+hx_status hx__session_copy_in(hx_session *s, int dev, void *dst, const void *src, size_t n);
 
 /* Device index of a tensor's home (where it is produced or stored). */
 static inline int hx__dev_of(const hx_session *s, int id)

@@ -1,6 +1,9 @@
-/* Sessions: persistent storage, feeds and fetches, plan cache, the run loop. */
+/* Sessions: persistent storage, feeds and fetches, plan cache, the run loop
+ * (phase 0, the gradient scan, phase 1; each phase runs on the executor). */
 #include "scheduler/backend.h"
 #include "scheduler/backend_cuda.h"
+#include "scheduler/cpu_budget.h"
+#include "scheduler/trace.h"
 
 #include "kernels/cpu/optim.h"
 
@@ -14,24 +17,38 @@ hx_session_config hx_session_config_default(void)
 {
     hx_session_config c = {.n_threads = 0, .seed = 42, .accelerator = HX_ACCELERATOR_AUTO,
                            .max_device_memory = 0, .fallback = HX_FALLBACK_ERROR,
-                           .loss_scale = {false, 65536.0, 2000, 2.0, 0.5}};
+                           .loss_scale = {false, 65536.0, 2000, 2.0, 0.5},
+                           .emu_cost = {0, 0, 0}, .trace_path = NULL};
     return c;
 }
 
 void hx_session_free(hx_session *s)
 {
     if (!s) return;
-    for (int i = 0; i < s->n_plans; i++) hx__plan_free(s->plans[i]);
+    hx__exec_free(s);
+    for (int i = 0; i < s->n_plans; i++) hx__plan_free(s, s->plans[i]);
     free(s->plans);
     for (int i = 0; s->persist && i < s->g->n; i++)
         if (s->persist[i]) s->be[hx__dev_of(s, i)]->free(s->be[hx__dev_of(s, i)], s->persist[i]);
     free(s->persist);
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    for (int i = 0; i < s->n_dev_blocks; i++) acc->free(acc, s->dev_blocks[i].p);
+    free(s->dev_blocks);
+    if (s->scan_flags_dev) acc->free(acc, s->scan_flags_dev);
+    free(s->scan_flags_host);
+    for (int i = 0; i < 2; i++)
+        if (s->copy_stream[i]) acc->stream_destroy(acc, s->copy_stream[i]);
     for (int d = 0; d < HX_NDEV; d++) {
         if (!s->be[d]) continue;
         if (s->arena[d]) s->be[d]->free(s->be[d], s->arena[d]);
         if (s->stream[d]) s->be[d]->stream_destroy(s->be[d], s->stream[d]);
         s->be[d]->destroy(s->be[d]);
     }
+    if (s->trace && hx__trace_write(s->trace))
+        fprintf(stderr, "hetex: the trace was not written: %s\n", hx_last_error());
+    hx__trace_free(s->trace);
+    if (s->budget) hx__budget_destroy(s->budget);
+    free(s->budget);
     free(s->target);
     free(s->why);
     s->g->n_sessions--;
@@ -57,17 +74,36 @@ static bool has_kernel(void *ctx, hx_target t, hx_op op, hx_dtype dt)
     return b && b->kernel(b, op, dt);
 }
 
-/* Backends for the configured accelerator, streams, and placement. */
+/* The host core budget and the trace (config field, else $HX_TRACE). */
+static hx_status setup_lanes(hx_session *s)
+{
+    s->budget = malloc(sizeof *s->budget);
+    if (!s->budget) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    hx__budget_init(s->budget, s->nthreads);
+    const char *path = s->cfg.trace_path ? s->cfg.trace_path : getenv("HX_TRACE");
+    if (path && *path) {
+        hx_status st = hx__trace_create(path, &s->trace);
+        if (st) return st;
+    }
+    return hx__exec_create(s);
+}
+
+/* Backends for the configured accelerator, streams (the accelerator's:
+ * compute, h2d, d2h), and placement. */
 static hx_status setup_devices(hx_session *s)
 {
     hx_status st = hx__backend_cpu_create(&s->be[HX_DEV_HOST]);
     if (!st) st = hx__backend_cuda_for(&s->cfg, &s->be[HX_DEV_ACCEL]); /* CUDA, AUTO with a GPU */
     if (!st && s->cfg.accelerator != HX_ACCELERATOR_NONE && !s->be[HX_DEV_ACCEL]) {
         size_t cap = s->cfg.max_device_memory ? s->cfg.max_device_memory : (size_t)8 << 30;
-        st = hx__backend_emu_create(cap, &s->be[HX_DEV_ACCEL]);
+        hx_emu_options o = {s->budget, s->trace, s->cfg.emu_cost};
+        st = hx__backend_emu_create(cap, &o, &s->be[HX_DEV_ACCEL]);
+        s->accel_on_host = true;
     }
     for (int d = 0; d < HX_NDEV && !st; d++)
         if (s->be[d]) st = s->be[d]->stream_create(s->be[d], &s->stream[d]);
+    for (int i = 0; i < 2 && !st && s->be[HX_DEV_ACCEL]; i++)
+        st = s->be[HX_DEV_ACCEL]->stream_create(s->be[HX_DEV_ACCEL], &s->copy_stream[i]);
     if (st) return st;
     int n = s->g->n ? s->g->n : 1;
     s->target = malloc(sizeof *s->target * n);
@@ -105,14 +141,24 @@ static hx_status alloc_persistent(hx_session *s)
         if (!host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
         if (t->kind == HX_TENSOR_CONSTANT) memcpy(host, t->data, bytes);
         else st = hx__param_init(t, host, s->cfg.seed, s->nthreads);
-        if (!st && d != HX_DEV_HOST) {
-            st = s->be[d]->copy_h2d(s->be[d], s->persist[i], host, bytes, s->stream[d]);
-            if (!st) st = s->be[d]->stream_sync(s->be[d], s->stream[d]);
-        }
+        if (!st && d != HX_DEV_HOST) st = hx__session_copy_in(s, d, s->persist[i], host, bytes);
         if (host != s->persist[i]) free(host);
         if (st) return st;
     }
     return HX_OK;
+}
+
+/* Flags for the non-finite scan of device gradients: one per update node. */
+static hx_status alloc_scan_flags(hx_session *s)
+{
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    for (int i = 0; i < s->g->n; i++) s->n_scan_flags += s->g->tensors[i]->kind == HX_TENSOR_UPDATE;
+    if (!acc || !s->n_scan_flags) return HX_OK;
+    size_t bytes = sizeof(int32_t) * s->n_scan_flags;
+    s->scan_flags_host = malloc(bytes);
+    if (!s->scan_flags_host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    hx_status st = acc->alloc(acc, bytes, "the gradient scan's flags", (void **)&s->scan_flags_dev);
+    return st ? device_report(s, "hx_session_create", st) : HX_OK;
 }
 
 hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_session **out)
@@ -127,11 +173,6 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
                          "hx_session_create: n_threads %d must be >= 0 (0: all cores), "
                          "accelerator one of HX_ACCELERATOR_* and fallback one of HX_FALLBACK_*",
                          c.n_threads);
-    if (c.accelerator == HX_ACCELERATOR_CUDA)
-        return hx__error(HX_ERR_UNSUPPORTED,
-                         "hx_session_create: accelerator 'cuda' is not built into this hetex "
-                         "(built without nvcc); use HX_ACCELERATOR_EMU to emulate one or "
-                         "HX_ACCELERATOR_NONE");
     const hx_loss_scale_config *ls = &c.loss_scale;
     if (ls->enabled && !(ls->initial_scale > 0 && isfinite(ls->initial_scale) &&
                          ls->growth_interval >= 1 && ls->growth_factor >= 1 &&
@@ -148,9 +189,11 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     s->nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
     g->n_sessions++;
     s->persist = calloc(g->n ? g->n : 1, sizeof *s->persist);
-    hx_status st = s->persist ? setup_devices(s)
+    hx_status st = s->persist ? setup_lanes(s)
                               : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    if (!st) st = setup_devices(s);
     if (!st) st = alloc_persistent(s);
+    if (!st) st = alloc_scan_flags(s);
     if (st) {
         hx_session_free(s);
         return st;
@@ -258,9 +301,10 @@ static hx_status get_plan(hx_session *s, int *ids, int n, bool train, hx_plan **
     hx_status st = hx__plan_build(s, ids, m, train, &p);
     if (st) return st;
     for (int d = 0; d < HX_NDEV && !st; d++) st = grow_arena(s, d, p->arena_bytes[d]);
+    for (int ph = 0; ph < 2 && !st; ph++) st = hx__exec_reserve(s, p->host_lanes[ph]);
     hx_plan **plans = st ? NULL : realloc(s->plans, sizeof *plans * (s->n_plans + 1));
     if (!plans) {
-        hx__plan_free(p);
+        hx__plan_free(s, p);
         return st ? st : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
     }
     s->plans = plans;
@@ -270,70 +314,104 @@ static hx_status get_plan(hx_session *s, int *ids, int n, bool train, hx_plan **
     return HX_OK;
 }
 
-/* Runs steps [from, to) in order: launches on their device's stream,
- * copies on the accelerator's stream; then waits for both streams. */
-/* Copies n bytes of device d's memory to the host. */
-static hx_status copy_out(hx_session *s, int d, void *dst, const void *src, size_t n)
+hx_status hx__session_copy_out(hx_session *s, int d, void *dst, const void *src, size_t n)
 {
     if (d == HX_DEV_HOST) {
         memcpy(dst, src, n);
         return HX_OK;
     }
     hx_backend *b = s->be[d];
-    hx_status st = b->copy_d2h(b, dst, src, n, s->stream[d]);
-    return st ? st : b->stream_sync(b, s->stream[d]);
+    hx_status st = b->copy_d2h(b, dst, src, n, s->copy_stream[1]);
+    hx_status sync = b->stream_sync(b, s->copy_stream[1]);
+    return st ? st : sync;
 }
 
-static hx_status run_steps(hx_session *s, const hx_exec *ex, const hx_plan *p, int from, int to)
+hx_status hx__session_copy_in(hx_session *s, int d, void *dst, const void *src, size_t n)
 {
-    hx_status st = HX_OK;
+    if (d == HX_DEV_HOST) {
+        memcpy(dst, src, n);
+        return HX_OK;
+    }
+    hx_backend *b = s->be[d];
+    hx_status st = b->copy_h2d(b, dst, src, n, s->copy_stream[0]);
+    hx_status sync = b->stream_sync(b, s->copy_stream[0]);
+    return st ? st : sync;
+}
+
+/* Finds the first update (in plan order) whose gradient holds an Inf or
+ * NaN (*bad, NULL if none). Device gradients are scanned on the device by
+ * its HX_KERNEL_NONFINITE kernel and their flags copied back; host
+ * gradients are scanned here meanwhile. */
+static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_dev,
+                            int host_threads, const hx_tensor **bad)
+{
     hx_backend *acc = s->be[HX_DEV_ACCEL];
-    for (int k = from; k < to && !st; k++) {
-        const hx_step *sp = &p->steps[k];
-        hx_backend *b = s->be[sp->dev];
-        if (sp->fn) st = b->launch(b, s->stream[sp->dev], sp->fn, ex, sp->node, sp->out, sp->in);
-        else if (sp->dev == HX_DEV_ACCEL)
-            st = acc->copy_h2d(acc, sp->out, sp->in[0], hx_tensor_nbytes(sp->node), s->stream[HX_DEV_ACCEL]);
-        else
-            st = acc->copy_d2h(acc, sp->out, sp->in[0], hx_tensor_nbytes(sp->node), s->stream[HX_DEV_ACCEL]);
+    hx_status st = HX_OK;
+    int n_dev = 0;
+    *bad = NULL;
+    for (int i = 0; i < p->n_scan && !st; i++) {
+        const hx_tensor *g = p->scan_update[i]->src[1];
+        if (hx__dev_of(s, g->id) != HX_DEV_ACCEL) continue;
+        hx_launch_fn fn = acc->kernel(acc, HX_KERNEL_NONFINITE, g->dtype);
+        if (!fn)
+            return hx__error(HX_ERR_NO_KERNEL, "hx_session_run: the %s backend has no kernel to "
+                             "scan gradient '%s' (%s) for Inf/NaN", acc->name, g->name,
+                             hx_dtype_name(g->dtype));
+        st = acc->launch(acc, s->stream[HX_DEV_ACCEL], fn, ex_dev, g, &s->scan_flags_dev[i],
+                         &p->scan_at[i]);
+        n_dev = i + 1;
     }
-    for (int d = 0; d < HX_NDEV; d++)
-        if (s->be[d]) {
-            hx_status sync = s->be[d]->stream_sync(s->be[d], s->stream[d]);
-            if (!st) st = sync;
-        }
-    return st;
+    if (!st && n_dev)
+        st = acc->copy_d2h(acc, s->scan_flags_host, s->scan_flags_dev, sizeof(int32_t) * n_dev,
+                           s->stream[HX_DEV_ACCEL]);
+    int host_bad = p->n_scan;
+    int cores = hx__budget_take(s->budget, host_threads);
+    for (int i = 0; i < p->n_scan && !st && host_bad == p->n_scan; i++) {
+        const hx_tensor *g = p->scan_update[i]->src[1];
+        if (hx__dev_of(s, g->id) == HX_DEV_HOST &&
+            hx_optim_nonfinite(p->scan_at[i], (hx_kdtype)g->dtype, 1.0f, 1.0f,
+                               hx_tensor_numel(g), hx_k_isa(), host_threads))
+            host_bad = i;
+    }
+    hx__budget_give(s->budget, cores);
+    if (n_dev) {
+        hx_status sync = acc->stream_sync(acc, s->stream[HX_DEV_ACCEL]);
+        if (!st) st = sync;
+    }
+    if (st) return st;
+    for (int i = 0; i < host_bad && !*bad; i++)
+        if (hx__dev_of(s, p->scan_update[i]->src[1]->id) == HX_DEV_ACCEL && s->scan_flags_host[i])
+            *bad = p->scan_update[i];
+    if (!*bad && host_bad < p->n_scan) *bad = p->scan_update[host_bad];
+    return HX_OK;
 }
 
-/* The update node whose gradient holds an Inf or NaN, or NULL. */
-static const hx_tensor *nonfinite_grad(const hx_session *s, const hx_plan *p)
-{
-    for (int k = p->first_update; k < p->n_steps; k++) {
-        const hx_step *sp = &p->steps[k];
-        if (hx_optim_nonfinite(sp->in[1], HX_K_F32, 1.0f, 1.0f, hx_tensor_numel(sp->node),
-                               hx_k_isa(), s->nthreads))
-            return sp->node;
-    }
-    return NULL;
-}
-
-/* Forward and backward, then (training) the gradient scan and the updates,
- * with the loss scaler's bookkeeping. */
-static hx_status execute(hx_session *s, const hx_plan *p, bool train)
+/* Phase 0 (forward and backward), then (training) the gradient scan and
+ * phase 1 (the updates), with the loss scaler's bookkeeping. */
+static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool *skip)
 {
     const hx_loss_scale_config *ls = &s->cfg.loss_scale;
     bool scaling = train && ls->enabled && s->g->grad_seed;
-    if (scaling) *(float *)s->persist[s->g->grad_seed->id] = (float)s->stats.loss_scale;
-    hx_exec ex = {.nthreads = s->nthreads, .step = s->stats.step, .train = train,
-                  .grad_unscale = scaling ? (float)(1.0 / s->stats.loss_scale) : 1.0f};
-    hx_status st = run_steps(s, &ex, p, 0, p->first_update);
-    if (st || !train) return st;
+    hx_status st = HX_OK;
+    if (scaling) { /* d loss / d loss = the scale */
+        int id = s->g->grad_seed->id;
+        float v = (float)s->stats.loss_scale;
+        if ((st = hx__session_copy_in(s, hx__dev_of(s, id), s->persist[id], &v, sizeof v))) return st;
+    }
+    hx_exec ex[2][2];
+    for (int ph = 0; ph < 2; ph++)
+        for (int k = 0; k < 2; k++)
+            ex[ph][k] = (hx_exec){.nthreads = p->threads[ph][k], .step = s->stats.step,
+                                  .train = train,
+                                  .grad_unscale = scaling ? (float)(1.0 / s->stats.loss_scale) : 1.0f};
+    if ((st = hx__exec_phase(s, p, 0, &ex[0][0], &ex[0][1], skip)) || !train) return st;
     if (p->first_update == p->n_steps) { /* a training run without updates */
         s->stats.step++;
         return HX_OK;
     }
 
-    const hx_tensor *bad = nonfinite_grad(s, p);
+    const hx_tensor *bad = NULL;
+    if ((st = scan_grads(s, p, &ex[1][1], p->threads[1][0], &bad))) return st;
     if (bad && !scaling)
         return hx__error(HX_ERR_NUMERIC,
                          "hx_session_run: the gradient of parameter '%s' holds Inf or NaN; no "
@@ -346,11 +424,81 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
         s->good_steps = 0;
         return HX_OK;
     }
-    if ((st = run_steps(s, &ex, p, p->first_update, p->n_steps))) return st;
+    if ((st = hx__exec_phase(s, p, 1, &ex[1][0], &ex[1][1], skip))) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps == ls->growth_interval) {
         s->stats.loss_scale *= ls->growth_factor;
         s->good_steps = 0;
+    }
+    return HX_OK;
+}
+
+/* The device allocation that holds p (the whole [p, p + bytes) if `whole`), or NULL. */
+static const struct hx_device_block *device_block(const hx_session *s, const void *p,
+                                                  size_t bytes, bool whole)
+{
+    for (int i = 0; i < s->n_dev_blocks; i++) {
+        const struct hx_device_block *b = &s->dev_blocks[i];
+        const char *lo = b->p, *x = p;
+        if (x >= lo && x < lo + b->bytes && (!whole || bytes <= b->bytes - (size_t)(x - lo)))
+            return b;
+    }
+    return NULL;
+}
+
+/* A feed that starts in a device block must end in it. */
+static hx_status check_device_feed(const hx_session *s, int i, const hx_tensor *t,
+                                   const void *data, size_t bytes)
+{
+    if (device_block(s, data, bytes, false) && !device_block(s, data, bytes, true))
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_session_run: feed %d ('%s') is device memory from "
+                         "hx_session_device_alloc, but its %zu bytes run past the end of that "
+                         "allocation", i, t->name, bytes);
+    return HX_OK;
+}
+
+/* Puts every input where the plan reads it: a host feed into the host
+ * arena (a copy unit takes it to the device if device ops read it), a
+ * device feed straight into the device ops' input slots, its copy skipped.
+ * Checks every feed before changing anything. */
+static hx_status place_feeds(hx_session *s, hx_plan *p, const hx_feed *feeds,
+                             const hx_tensor **feed_t, int n_feeds)
+{
+    for (int k = 0; k < p->n_inputs; k++) {
+        const hx_tensor *in = s->g->tensors[p->inputs[k]];
+        int j = 0;
+        while (j < n_feeds && feed_t[j] != in) j++;
+        if (j == n_feeds)
+            return hx__error(HX_ERR_INVALID_ARGUMENT,
+                             "hx_session_run: input '%s' is needed by this run but not fed",
+                             in->name);
+        const hx_tensor *use = p->input_host_use[k];
+        if (device_block(s, feeds[j].data, feeds[j].bytes, true) &&
+            (use || p->input_copy_unit[k] < 0))
+            return hx__error(HX_ERR_INVALID_ARGUMENT,
+                             "hx_session_run: feed %d ('%s') is device memory, but this run "
+                             "keeps input '%s' on the host (placed on the cpu%s%s%s); feed it "
+                             "host memory", j, in->name, in->name,
+                             use == in ? ": it is fetched" : use ? ": cpu op '" : "",
+                             use && use != in ? use->name : "",
+                             use && use != in ? "' reads it" : "");
+    }
+    for (int k = 0; k < p->n_inputs; k++) {
+        const hx_tensor *in = s->g->tensors[p->inputs[k]];
+        int j = 0;
+        while (feed_t[j] != in) j++;
+        bool dev = device_block(s, feeds[j].data, feeds[j].bytes, true);
+        if (p->input_copy_unit[k] >= 0) p->skip[p->input_copy_unit[k]] = dev;
+        if (!dev) memcpy(s->arena[HX_DEV_HOST] + p->offset[in->id], feeds[j].data, feeds[j].bytes);
+    }
+    for (int i = 0; i < p->n_dev_in; i++) { /* device ops read device feeds in place */
+        int id = p->dev_in_id[i];
+        void *at = s->arena[HX_DEV_ACCEL] + p->offset[HX_DEV_ACCEL * s->g->n + id];
+        for (int j = 0; j < n_feeds; j++)
+            if (feed_t[j]->id == id && device_block(s, feeds[j].data, feeds[j].bytes, true))
+                at = (void *)feeds[j].data;
+        p->in_pool[p->dev_in_slot[i]] = at;
     }
     return HX_OK;
 }
@@ -387,6 +535,7 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                            "%s); set parameters with hx_session_write", i, t->name,
                            hx__ops[t->op].name);
         if (!st) st = check_bytes("feed", i, t, feeds[i].data, feeds[i].bytes);
+        if (!st) st = check_device_feed(s, i, t, feeds[i].data, feeds[i].bytes);
         for (int j = 0; j < i && !st; j++)
             if (feed_t[j] == t)
                 st = hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: '%s' is fed twice",
@@ -407,28 +556,17 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     bool train = flags & HX_RUN_TRAIN;
     hx_plan *p = NULL;
     if ((st = get_plan(s, ids, n_fetches, train, &p))) goto out;
-    for (int k = 0; k < p->n_inputs; k++) {
-        const hx_tensor *in = s->g->tensors[p->inputs[k]];
-        int j = 0;
-        while (j < n_feeds && feed_t[j] != in) j++;
-        if (j == n_feeds) {
-            st = hx__error(HX_ERR_INVALID_ARGUMENT,
-                           "hx_session_run: input '%s' is needed by this run but not fed",
-                           in->name);
-            goto out;
-        }
-        memcpy(s->arena[HX_DEV_HOST] + p->offset[in->id], feeds[j].data, feeds[j].bytes);
-    }
     if (p->bound_to[0] != s->arena[0] || p->bound_to[1] != s->arena[1]) hx__plan_bind(s, p);
+    if ((st = place_feeds(s, p, feeds, feed_t, n_feeds))) goto out;
     s->last_plan = p;
 
-    if ((st = execute(s, p, train))) goto out;
+    if ((st = execute(s, p, train, p->skip))) goto out;
     for (int i = 0; i < n_fetches && !st; i++) {
         const hx_tensor *t = fetch_t[i];
         int d = hx__dev_of(s, t->id);
         int64_t off = p->offset[d * s->g->n + t->id];
         const void *src = off >= 0 ? s->arena[d] + off : s->persist[t->id];
-        st = copy_out(s, d, fetches[i].data, src, fetches[i].bytes);
+        st = hx__session_copy_out(s, d, fetches[i].data, src, fetches[i].bytes);
     }
 out:
     if (feed_t != feed_small) free(feed_t);
@@ -462,22 +600,14 @@ hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t 
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
-    return st ? st : copy_out(s, hx__dev_of(s, t->id), data, p, bytes);
+    return st ? st : hx__session_copy_out(s, hx__dev_of(s, t->id), data, p, bytes);
 }
 
 hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, size_t bytes)
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
-    if (st) return st;
-    int d = hx__dev_of(s, t->id);
-    if (d == HX_DEV_HOST) {
-        memcpy(p, data, bytes);
-        return HX_OK;
-    }
-    hx_backend *b = s->be[d];
-    st = b->copy_h2d(b, p, data, bytes, s->stream[d]);
-    return st ? st : b->stream_sync(b, s->stream[d]);
+    return st ? st : hx__session_copy_in(s, hx__dev_of(s, t->id), p, data, bytes);
 }
 
 hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
@@ -510,4 +640,62 @@ hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
         out->device_peak_bytes = bs.peak;
     }
     return HX_OK;
+}
+
+/* ---- device memory for feeds, trace ---------------------------------------------- */
+
+static hx_status need_accel(const hx_session *s, const char *fn)
+{
+    if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
+    if (!s->be[HX_DEV_ACCEL])
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: the session has no accelerator "
+                         "(HX_ACCELERATOR_NONE); there is no device memory", fn);
+    return HX_OK;
+}
+
+hx_status hx_session_device_alloc(hx_session *s, size_t bytes, void **out)
+{
+    const char *fn = "hx_session_device_alloc";
+    if (out) *out = NULL;
+    hx_status st = need_accel(s, fn);
+    if (st) return st;
+    if (!out) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    struct hx_device_block *blocks = realloc(s->dev_blocks, sizeof *blocks * (s->n_dev_blocks + 1));
+    if (!blocks) return hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    s->dev_blocks = blocks;
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    void *p = NULL;
+    if ((st = acc->alloc(acc, bytes, "a device feed buffer", &p))) return device_report(s, fn, st);
+    s->dev_blocks[s->n_dev_blocks++] = (struct hx_device_block){p, bytes};
+    *out = p;
+    return HX_OK;
+}
+
+void hx_session_device_free(hx_session *s, void *p)
+{
+    if (!s || !p) return;
+    for (int i = 0; i < s->n_dev_blocks; i++)
+        if (s->dev_blocks[i].p == p) {
+            s->be[HX_DEV_ACCEL]->free(s->be[HX_DEV_ACCEL], p);
+            s->dev_blocks[i] = s->dev_blocks[--s->n_dev_blocks];
+            return;
+        }
+}
+
+hx_status hx_session_device_upload(hx_session *s, void *dst, const void *src, size_t bytes)
+{
+    const char *fn = "hx_session_device_upload";
+    hx_status st = need_accel(s, fn);
+    if (st) return st;
+    if (!dst || !src) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, dst ? "src" : "dst");
+    if (!device_block(s, dst, bytes, true))
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %zu bytes at %p are not inside one "
+                         "allocation of hx_session_device_alloc of this session", fn, bytes, dst);
+    return hx__session_copy_in(s, HX_DEV_ACCEL, dst, src, bytes);
+}
+
+hx_status hx_session_trace_flush(hx_session *s)
+{
+    if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_trace_flush: session is NULL");
+    return hx__trace_write(s->trace);
 }

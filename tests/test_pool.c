@@ -3,12 +3,15 @@
  * shadow map of live ranges (no overlap, alignment, data intact),
  * statistics consistent after every operation, coalescing, lifetime
  * segregation, the cap and the OOM report, retries when the device
- * refuses, bad input, two threads at once; the baseline's size rules. */
+ * refuses, bad input, two threads at once; the baseline's size rules;
+ * the pinned host pool (blocks, mlock or plain and why, hooks, capacity). */
 #include "memory/caching_baseline.h"
+#include "memory/pinned.h"
 #include "memory/pool.h"
 #include "testutil.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -470,6 +473,111 @@ static void test_baseline(void)
     hx_mem_baseline_destroy(b);
 }
 
+
+/* ---- the pinned host pool ------------------------------------------------------------------ */
+
+typedef struct fake_cuda { int64_t allocs, frees; } fake_cuda;
+static hx_status fake_host_alloc(void *ctx, size_t bytes, void **out)
+{
+    ((fake_cuda *)ctx)->allocs++;
+    *out = aligned_alloc(4096, bytes);
+    return *out ? HX_OK : HX_ERR_OUT_OF_MEMORY;
+}
+static void fake_host_free(void *ctx, void *p, size_t bytes)
+{
+    ((fake_cuda *)ctx)->frees++;
+    free(p);
+}
+
+static void test_pinned(void)
+{
+    hx_mem_err err;
+    hx_pinned_config cfg = hx_pinned_config_default();
+    cfg.block_size = HX_MIB;
+    hx_pinned_pool *p;
+    CHECK(!hx_pinned_create(&cfg, &p, &err), "%s", err.msg);
+    test_rng r = test_rng_make(9);
+    live_t l[40];
+    int n = 0;
+    for (int op = 0; op < 2000; op++) {
+        if (n < 40 && (n == 0 || test_rng_u64(&r) & 1)) {
+            size_t bytes = 1 + test_rng_u64(&r) % (op % 50 ? 200 * 1024 : 3 * HX_MIB);
+            void *q;
+            CHECK(!hx_pinned_alloc(p, bytes, &q, &err), "%s", err.msg);
+            CHECK((uintptr_t)q % 64 == 0 && !overlaps(l, n, q, bytes), "pinned block %p: aligned, no overlap", q);
+            l[n] = (live_t){q, bytes, false, (unsigned char)op};
+            tag(&l[n]);
+            n++;
+        } else {
+            int i = (int)(test_rng_u64(&r) % n);
+            CHECK(intact(&l[i]), "pinned block intact");
+            hx_pinned_free(p, l[i].p, &err);
+            l[i] = l[--n];
+        }
+    }
+    hx_pinned_stats s;
+    hx_pinned_stats_get(p, &s);
+    CHECK(s.block_size == HX_MIB && s.pool.live_blocks == n && s.locked_blocks + s.plain_blocks == s.pool.segments &&
+          s.pool.reserved >= s.pool.allocated && !strcmp(s.locked_by, "mlock"),
+          "pinned stats: %lld blocks (%lld locked, %lld plain)", (long long)s.pool.segments,
+          (long long)s.locked_blocks, (long long)s.plain_blocks);
+    CHECK(s.plain_blocks == 0 || s.plain_reason[0], "a plain block says why: '%s'", s.plain_reason);
+    while (n) hx_pinned_free(p, l[--n].p, &err);
+    hx_pinned_trim(p);
+    hx_pinned_stats_get(p, &s);
+    CHECK(s.pool.reserved == 0 && s.locked_bytes == 0 && s.locked_blocks == 0 && s.plain_blocks == 0,
+          "trim gives every block back");
+    int local;
+    CHECK(hx_pinned_free(p, &local, &err) == HX_ERR_INVALID_ARGUMENT, "a foreign pointer is refused");
+    hx_pinned_destroy(p);
+
+    /* RLIMIT_MEMLOCK below a block: plain memory, and the reason */
+    struct rlimit old, low;
+    getrlimit(RLIMIT_MEMLOCK, &old);
+    low = old;
+    low.rlim_cur = 64 * 1024;
+    if (old.rlim_max != RLIM_INFINITY && old.rlim_max < low.rlim_cur) low.rlim_cur = old.rlim_max;
+    CHECK(setrlimit(RLIMIT_MEMLOCK, &low) == 0, "lowering RLIMIT_MEMLOCK");
+    CHECK(!hx_pinned_create(&cfg, &p, &err), "%s", err.msg);
+    void *q;
+    CHECK(!hx_pinned_alloc(p, 1000, &q, &err), "%s", err.msg);
+    hx_pinned_stats_get(p, &s);
+    CHECK(s.plain_blocks == 1 && s.locked_blocks == 0 && strstr(s.plain_reason, "RLIMIT_MEMLOCK"),
+          "over the memlock limit: plain, because '%s'", s.plain_reason);
+    hx_pinned_destroy(p);
+    setrlimit(RLIMIT_MEMLOCK, &old);
+    cfg.lock = false;
+    CHECK(!hx_pinned_create(&cfg, &p, &err) && !hx_pinned_alloc(p, 1000, &q, &err), "%s", err.msg);
+    hx_pinned_stats_get(p, &s);
+    CHECK(s.plain_blocks == 1 && strstr(s.plain_reason, "not asked") && !strcmp(s.locked_by, "none"),
+          "lock = false: plain ('%s')", s.plain_reason);
+    hx_pinned_destroy(p);
+
+    /* hooks (cudaHostAlloc) and the capacity */
+    fake_cuda fc = {0};
+    hx_pinned_hooks hooks = {&fc, fake_host_alloc, fake_host_free, "cudaHostAlloc"};
+    cfg = hx_pinned_config_default();
+    cfg.block_size = HX_MIB;
+    cfg.capacity = 4 * HX_MIB + HX_MIB / 2;
+    cfg.hooks = &hooks;
+    CHECK(!hx_pinned_create(&cfg, &p, &err), "%s", err.msg);
+    void *a, *b, *c;
+    CHECK(!hx_pinned_alloc(p, 600 * 1024, &a, &err) && !hx_pinned_alloc(p, 600 * 1024, &b, &err), "%s", err.msg);
+    CHECK(!hx_pinned_alloc(p, 2 * HX_MIB - 100, &c, &err), "a request larger than a block gets its own");
+    hx_pinned_stats_get(p, &s);
+    CHECK(fc.allocs == 3 && s.locked_blocks == 3 && !strcmp(s.locked_by, "cudaHostAlloc") &&
+          s.pool.reserved == 4 * HX_MIB, "hooks: %lld calls, %zu reserved", (long long)fc.allocs, s.pool.reserved);
+    void *d;
+    CHECK(hx_pinned_alloc(p, 512 * 1024, &d, &err) == HX_ERR_OUT_OF_MEMORY && strstr(err.msg, "pinned"),
+          "past the capacity: %s", err.msg);
+    hx_pinned_free(p, b, &err);
+    CHECK(!hx_pinned_alloc(p, 512 * 1024, &d, &err) && d == b, "a freed piece is reused");
+    hx_pinned_destroy(p);
+    CHECK(fc.frees == 3, "destroy frees every block through the hooks");
+    cfg.block_size = 1000;
+    CHECK(hx_pinned_create(&cfg, &p, &err) == HX_ERR_INVALID_ARGUMENT, "block size must be pages");
+}
+
 int main(void)
 {
     test_random(1, SIZE_MAX, 4000);
@@ -481,5 +589,6 @@ int main(void)
     test_device_refuses();
     test_threads();
     test_baseline();
+    test_pinned();
     return test_finish("test_pool");
 }

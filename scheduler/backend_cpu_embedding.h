@@ -1,0 +1,15 @@
+/* CPU launchers of the embedding ops (host tables): lookup, bag and the
+ * tables' sparse update nodes. */
+#ifndef HX_BACKEND_CPU_EMBEDDING_H
+#define HX_BACKEND_CPU_EMBEDDING_H
+
+#include "scheduler/sched.h"
+
+hx_status hx__cpu_embedding_lookup(const hx_exec *ex, const hx_tensor *y, void *out,
+                                   void *const *in);
+hx_status hx__cpu_embedding_bag(const hx_exec *ex, const hx_tensor *y, void *out,
+                                void *const *in);
+hx_status hx__cpu_embedding_update(const hx_exec *ex, const hx_tensor *y, void *out,
+                                   void *const *in);
+
+#endif
