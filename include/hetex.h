@@ -488,6 +488,39 @@ typedef enum hx_fallback {
  * crosses devices, one per (tensor, destination). A parameter lives where
  * its optimizer update runs, else where the ops that read it run.
  * Set HX_DEBUG=placement to print each op's target and why, and each copy. */
+/* Simulated costs of the emu accelerator, so that a plan's overlap (and
+ * its absence) shows on a small machine as it would on a real device. With
+ * a field set, every emu launch lasts at least launch_latency_s +
+ * flops / flops_per_s and every emu copy at least launch_latency_s +
+ * bytes / copy_bytes_per_s (the kernel or memcpy runs, then its stream
+ * sleeps the rest without holding host cores). flops: 2*M*N*K for a
+ * matmul, one per output element for any other op. 0: no floor. */
+typedef struct hx_emu_cost {
+    double copy_bytes_per_s;  /* host<->device bandwidth, each direction */
+    double launch_latency_s;  /* per launch and per copy */
+    double flops_per_s;       /* compute rate */
+} hx_emu_cost;
+
+/* Execution. A run's plan is split into units: each CPU subgraph, each
+ * device subgraph and each copy (see hx_session_placement_stats). A unit
+ * starts as soon as the units it reads from are done: device subgraphs are
+ * launched on the accelerator's compute stream, copies go on its copy
+ * streams (one per direction) and overlap compute, CPU subgraphs run on the
+ * calling thread and on host worker threads the session starts when a plan
+ * first needs them. Updates run after every gradient was scanned. Results
+ * are bitwise those of an all-CPU run at any thread count. The n_threads
+ * host cores are shared out: when CPU work and emu work (whose kernels run
+ * on host cores) can run at the same time, each runnable CPU subgraph gets
+ * n_threads / (lanes) threads and the emu compute stream the rest, and no
+ * more than n_threads cores compute at once (lanes wait for cores).
+ *
+ * Tracing: with trace_path set (or the HX_TRACE environment variable, which
+ * the field overrides), every kernel and copy is recorded with its lane
+ * (host threads and emu streams; CUDA work is not traced) and written as a
+ * Chrome trace JSON ("traceEvents", open it in Perfetto or chrome://tracing)
+ * by hx_session_trace_flush and by hx_session_free, each time atomically
+ * (a temporary file renamed over the path). Each lane keeps its first
+ * 262,144 events; the file's otherData.dropped_events counts the rest. */
 typedef struct hx_session_config {
     int n_threads;                /* host threads for kernels; 0: all cores */
     uint64_t seed;                /* parameter init and dropout */
@@ -495,6 +528,8 @@ typedef struct hx_session_config {
     size_t max_device_memory;     /* accelerator memory cap in bytes; 0: 8 GiB for emu */
     hx_fallback fallback;         /* HX_FALLBACK_ERROR */
     hx_loss_scale_config loss_scale;
+    hx_emu_cost emu_cost;         /* all 0: emu runs at host speed */
+    const char *trace_path;       /* NULL: $HX_TRACE if set, else no trace */
     /* CUDA (accelerator CUDA, or AUTO where a GPU is usable) */
     int cuda_device;              /* device index: 0 */
     bool allow_tf32;              /* f32 matmuls may use TF32 tensor cores (10-bit
@@ -508,7 +543,13 @@ HX_API hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx
 HX_API void hx_session_free(hx_session *s);
 
 /* A feed or fetch names its tensor by `tensor` or, when that is NULL, by
- * `name`. `bytes` must equal the tensor's size. */
+ * `name`. `bytes` must equal the tensor's size. A feed's data is host
+ * memory, or accelerator memory of this session: a feed whose data lies in
+ * a block from hx_session_device_alloc (filled with
+ * hx_session_device_upload) is a device feed, and an input that only device
+ * ops read then takes it in place, with no copy. A device feed for an input
+ * that the run needs on the host (a CPU op reads it, or it is fetched), or
+ * that straddles the end of its block, fails with HX_ERR_INVALID_ARGUMENT. */
 typedef struct hx_feed {
     const char *name;
     const hx_tensor *tensor;
@@ -532,6 +573,20 @@ enum { HX_RUN_TRAIN = 1 }; /* run optimizer updates; dropout active */
  * step). On failure, parameters and optimizer state are unchanged. */
 HX_API hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                                 const hx_fetch *fetches, int n_fetches, unsigned flags);
+
+/* Accelerator memory for device feeds: allocated against the device's
+ * memory cap (HX_ERR_DEVICE_OOM past it), freed by hx_session_device_free
+ * or with the session; upload copies host bytes into it (synchronously;
+ * dst + bytes must lie inside one allocation). Without an accelerator each
+ * fails with HX_ERR_INVALID_ARGUMENT. */
+HX_API hx_status hx_session_device_alloc(hx_session *s, size_t bytes, void **out);
+HX_API void hx_session_device_free(hx_session *s, void *p);
+HX_API hx_status hx_session_device_upload(hx_session *s, void *dst, const void *src,
+                                          size_t bytes);
+
+/* Writes the trace recorded so far (see hx_session_config.trace_path) now;
+ * HX_OK and nothing written when the session has no trace. */
+HX_API hx_status hx_session_trace_flush(hx_session *s);
 
 /* Copies a parameter's value (or constant's) out / in. */
 HX_API hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t bytes);
