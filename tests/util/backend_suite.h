@@ -1,14 +1,23 @@
 /* The backend consistency suite (in the spirit of ggml's test-backend-ops):
  * every op of the op table, forward ops and the ops only gradients and
- * optimizers use, built into small graphs, run on an accelerator and
+ * optimizers use, built into small graphs (tests/util/backend_cases.c) in
+ * several variants and dtypes, run with every op on an accelerator and
  * compared with the all-CPU run of the same graph within a per-dtype
- * tolerance. The accelerator is a parameter: emu now (tests/test_backend_ops.c),
- * CUDA later (tests/gpu/ calls bsuite_run with HX_ACCELERATOR_CUDA).
+ * tolerance. The accelerator is a parameter: emu now
+ * (tests/test_backend_ops.c), CUDA later (a test in tests/gpu/ calls
+ * bsuite_run with HX_ACCELERATOR_CUDA).
  *
- * Unwritten output elements are caught by poisoning: before a checked run
- * both the session's transient arenas (host and device) and the fetch
- * buffers are filled with NaN bytes, so an element a kernel forgets to
- * write comes out NaN where the reference has a number. */
+ * Each case runs twice per session; before the second run the session's
+ * transient arenas (host and device) and the fetch buffers are filled with
+ * NaN bytes, so an element a kernel forgets to write, or a value read before
+ * it is written, comes out NaN (or stale) where the reference has a number.
+ * Training cases (dropout, updates) compare both runs: they differ by step.
+ *
+ * A case whose op does not take a dtype is skipped with the builder's
+ * reason (f16/bf16 are storage types on the CPU today: arithmetic is f32);
+ * a case the accelerator has no kernel for is skipped ("no kernel"). After
+ * the cases, every op for which the accelerator offers a kernel but no case
+ * ran is reported as uncovered (a failure). */
 #ifndef HX_BACKEND_SUITE_H
 #define HX_BACKEND_SUITE_H
 
@@ -16,6 +25,39 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+
+typedef struct bsuite_config {
+    hx_accelerator accelerator; /* the backend under test */
+    int n_threads;              /* of both sessions */
+    /* Largest error allowed per output dtype (index: hx_dtype): relative to
+     * max(|reference|, 1e-3 * max|reference|); integers must match. */
+    double tol[5];
+    bool bitwise;       /* outputs must equal the reference bit for bit (emu) */
+    const char *op;     /* run only cases of ops whose name contains this (NULL: all) */
+    unsigned dtypes;    /* dtypes to try (bits 1u << HX_DTYPE_*) */
+    bool perf;          /* also time each case: one JSON line per case on `out` */
+    int perf_scale;     /* perf: leading dims times this (cases are small otherwise) */
+    double perf_seconds;/* perf: time spent per case and session, at least */
+    bool verbose;       /* a line per case and dtype on `out`, skips with their reason */
+    FILE *out;          /* verbose lines and JSON (NULL: stdout) */
+    uint64_t seed;      /* input data */
+} bsuite_config;
+
+/* Tolerances f32 1e-5, f16/bf16 1e-2, integers exact; 2 threads; all
+ * dtypes; no perf (perf_scale 64, perf_seconds 0.05 when turned on). */
+bsuite_config bsuite_config_default(hx_accelerator acc);
+
+typedef struct bsuite_result {
+    int cases;     /* (case, variant, dtype) combinations built and run */
+    int passed, failed;
+    int skipped;   /* the op does not take the dtype, or no kernel */
+    int no_kernel; /* of those: the accelerator has no kernel */
+    int uncovered; /* ops with an accelerator kernel and no case run */
+} bsuite_result;
+
+/* Runs the suite; failures go to stderr naming op, variant, dtype and the
+ * worst element. Returns the number of failures (failed + uncovered). */
+int bsuite_run(const bsuite_config *c, bsuite_result *r);
 
 /* Fills the session's transient arenas (host and accelerator) with `byte`,
  * through the backend's own copy for device memory. Arenas exist once a run
