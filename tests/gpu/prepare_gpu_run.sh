@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Run HERE (a machine with nvcc and apt, no GPU needed) before sending the
+# tree to a GPU machine that has no package registry. Fills the git-ignored
+# folder .gpu-libs/ with:
+#   debs/  the Debian packages the build and the programs need (apt-get
+#          download; run_on_gpu.sh unpacks them with dpkg -x inside the tree,
+#          never into /)
+#   bin/   the GPU test programs and bench_cuda, built here (Release, CUDA on)
+#   cuda/  libcudart.so.13 (0.7 MB). cuBLAS is not copied by default: with
+#          cublasLt it is ~600 MB, over the 64 MiB a tree may carry; the GPU
+#          image's own CUDA 13 toolkit provides it. --with-cublas copies
+#          libcublas too (54 MB) for machines whose cuBLAS is older.
+# Then carry .gpu-libs (and nothing else ignored) and run tests/gpu/run_on_gpu.sh there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+dest=$root/.gpu-libs
+build=${HX_GPU_BUILD:-$root/build-gpu}
+rm -rf "$dest"
+mkdir -p "$dest/debs" "$dest/bin" "$dest/cuda"
+
+# Packages: runtime libraries, and the headers for building there if it must.
+(cd "$dest/debs" && apt-get download libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev \
+    libxxhash0 libxxhash-dev libgomp1 >/dev/null)
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DHX_CUDA=ON \
+  -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" >/dev/null
+cmake --build "$build" -j "$(nproc)" --target test_gpu_kernels test_gpu_backend bench_cuda
+for f in "$build"/test_gpu_* "$build"/bench_cuda; do
+  [ -x "$f" ] && cp "$f" "$dest/bin/"
+done
+strip "$dest"/bin/* 2>/dev/null || true
+cp -L /usr/local/cuda/lib64/libcudart.so.13 "$dest/cuda/"
+if [ "${1:-}" = "--with-cublas" ]; then
+  cp -L /usr/local/cuda/lib64/libcublas.so.13 "$dest/cuda/"
+fi
+du -sh "$dest" "$dest"/*
+echo "carry: .gpu-libs   then run: bash tests/gpu/run_on_gpu.sh"
