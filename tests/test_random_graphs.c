@@ -130,8 +130,7 @@ static void report(rg_graph *r, hx_session *s, const char *what)
     fprintf(stderr, "---- seed %llu: %s\n%s", (unsigned long long)r->seed, what, rg_describe(r));
     if (s) {
         fprintf(stderr, "---- plan of the session under test:\n");
-        fflush(stderr);
-        hx_session_dump_summary(s, "/dev/stderr");
+        bsuite_print_summary(s, stderr);
     }
     fprintf(stderr, "---- rerun: test_random_graphs --seed %llu --verbose\n", (unsigned long long)r->seed);
 }
@@ -278,10 +277,7 @@ static void check_seed(uint64_t seed, bool verbose, totals *tot)
             tot->subgraphs += ps.n_subgraphs;
             tot->fallbacks += ps.n_fallbacks;
         }
-        if (verbose && k == 0) {
-            fflush(stdout);
-            hx_session_dump_summary(s, "/dev/stdout");
-        }
+        if (verbose && k == 0) bsuite_print_summary(s, stdout);
         tr_free(&got);
         hx_session_free(s);
     }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 bsuite_config bsuite_config_default(hx_accelerator acc)
 {
@@ -38,6 +39,23 @@ hx_status bsuite_poison(hx_session *s, unsigned char byte)
         if (st) return st;
     }
     return HX_OK;
+}
+
+void bsuite_print_summary(hx_session *s, FILE *to)
+{
+    char path[] = "/tmp/hx_summary_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    if (hx_session_dump_summary(s, path) == HX_OK) {
+        FILE *f = fopen(path, "r");
+        char line[512];
+        while (f && fgets(line, sizeof line, f)) fputs(line, to);
+        if (f) fclose(f);
+    } else {
+        fprintf(to, "(no summary: %s)\n", hx_last_error());
+    }
+    remove(path);
 }
 
 static const char *acc_name(hx_accelerator a)

@@ -59,6 +59,10 @@ typedef struct bsuite_result {
  * worst element. Returns the number of failures (failed + uncovered). */
 int bsuite_run(const bsuite_config *c, bsuite_result *r);
 
+/* Writes hx_session_dump_summary of s to `to` (through a temporary file, so
+ * that a redirected stream is appended to, not truncated). */
+void bsuite_print_summary(hx_session *s, FILE *to);
+
 /* Fills the session's transient arenas (host and accelerator) with `byte`,
  * through the backend's own copy for device memory. Arenas exist once a run
  * has planned them; parameters and optimizer state are left alone. */
