@@ -25,7 +25,7 @@ mkdir -p "$dest/debs" "$dest/bin" "$dest/cuda"
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DHX_CUDA=ON \
   -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" >/dev/null
-cmake --build "$build" -j "$(nproc)" --target test_gpu_kernels test_gpu_backend bench_cuda
+cmake --build "$build" -j "$(nproc)" --target test_gpu_kernels test_gpu_backend test_gpu_backend_ops bench_cuda
 for f in "$build"/test_gpu_* "$build"/bench_cuda; do
   [ -x "$f" ] && cp "$f" "$dest/bin/"
 done
