@@ -11,6 +11,7 @@ static const struct {
 } commands[] = {
     {"mlp", hx_cmd_mlp, "train a small MLP on generated data and print its falling loss"},
     {"memreplay", hx_cmd_memreplay, "replay a memory trace through hetex's pools and a PyTorch-style allocator"},
+    {"widedeep", wd_main, "train wide & deep on UCI Adult (examples/widedeep): host embeddings, device MLP"},
     {"gpt", gpt_main, "train a character-level GPT (examples/gpt) and report validation loss"},
 };
 

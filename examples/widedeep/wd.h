@@ -1,0 +1,95 @@
+/* Wide & deep on UCI Adult, built through the public API only: a wide
+ * linear model over sparse categorical and crossed features trained with
+ * FTRL on the host, a deep part of host embeddings (LazyAdam or Adagrad)
+ * and numeric features feeding an MLP on the device trained with Adam;
+ * their logits summed, sigmoid cross-entropy. Placement is by target
+ * attributes only, so the host and device branches run concurrently.
+ * Used by `hetex widedeep` and example_widedeep. */
+#ifndef HX_EXAMPLE_WD_H
+#define HX_EXAMPLE_WD_H
+
+#include "hetex.h"
+
+typedef struct wd_options {
+    const char *data;          /* a folder holding adult.data and adult.test */
+    int epochs;
+    int64_t batch;
+    int threads;               /* session threads; 0: all cores */
+    int reader_threads;
+    uint64_t seed;
+    hx_accelerator accelerator;
+    int deep_dim;              /* embedding width per categorical column */
+    int hidden[2];             /* MLP widths */
+    double lr_dense;           /* Adam on the MLP */
+    double lr_embedding;       /* the deep tables' optimizer */
+    hx_embedding_optimizer_kind embedding_optimizer; /* LAZY_ADAM or ADAGRAD */
+    double lr_wide, l1_wide, l2_wide; /* FTRL on the wide table */
+    int64_t cross_buckets;     /* hash buckets per crossed column */
+    const char *trace;         /* Chrome trace path or NULL */
+    const char *save;          /* checkpoint prefix written after every epoch, or NULL */
+    const char *resume;        /* checkpoint prefix to continue from, or NULL */
+    const char *curve;         /* CSV of per-epoch metrics (and a PNG with gnuplot), or NULL */
+    bool quiet;                /* no progress output */
+} wd_options;
+wd_options wd_options_default(void);
+
+/* The feature columns of Adult and their fitted statistics. */
+typedef struct wd_features {
+    hx_features *f;
+    hx_features_shape shape;
+    int n_deep;                /* id columns feeding the deep embedding table */
+    int64_t deep_rows;         /* rows of the deep table */
+    int64_t *deep_offsets;     /* [n_deep]: first row of each column's ids */
+    int *deep_columns;         /* [n_deep]: their id columns in a feature batch */
+} wd_features;
+/* Defines the columns and fits them on one pass over `train`, which is
+ * then rewound. */
+hx_status wd_features_fit(hx_reader *train, const hx_reader_config *rc, int64_t cross_buckets,
+                          wd_features *out);
+void wd_features_free(wd_features *wf);
+
+/* One batch as the graph feeds it, for a fixed batch size B. */
+typedef struct wd_feed {
+    int64_t n;                 /* real rows (<= B); rows n..B-1 repeat row 0 and are left out
+                                  of metrics (training uses full batches only) */
+    float *dense;              /* (B, dense_dim) */
+    int64_t *deep_ids;         /* (B, n_deep) rows of the deep table */
+    int64_t *wide_ids;         /* (B * n_wide) */
+    int64_t *wide_offsets;     /* (B) */
+    float *labels;             /* (B) */
+    hx_feature_batch fb;
+} wd_feed;
+hx_status wd_feed_alloc(const wd_features *wf, int64_t batch, wd_feed *out);
+void wd_feed_free(wd_feed *fd);
+/* Transforms a reader batch (<= B rows) into fd. */
+hx_status wd_feed_fill(const wd_features *wf, const hx_batch *b, int64_t batch, wd_feed *fd);
+
+typedef struct wd_model {
+    hx_graph *g;
+    hx_embedding_table *deep, *wide;
+    hx_tensor *dense, *deep_ids, *wide_ids, *wide_offsets, *labels;
+    hx_tensor *loss;           /* mean sigmoid cross-entropy */
+    hx_tensor *prob;           /* (B) predicted probabilities */
+} wd_model;
+hx_status wd_model_build(const wd_options *o, const wd_features *wf, wd_model *m);
+void wd_model_free(wd_model *m);
+
+/* The feeds of one batch for m. */
+enum { WD_N_FEEDS = 5 };
+void wd_feeds(const wd_model *m, const wd_feed *fd, int64_t batch, const wd_features *wf,
+              hx_feed feeds[WD_N_FEEDS]);
+
+/* Metrics over scored examples. */
+typedef struct wd_metrics {
+    double auc, accuracy, log_loss;
+    int64_t n;
+} wd_metrics;
+/* Exact ROC AUC (ties count one half), accuracy at 0.5 and mean log loss of
+ * probabilities p for 0/1 labels y. Sorts a copy; HX_ERR_OUT_OF_MEMORY or
+ * HX_OK. With only one class present the AUC is NaN. */
+hx_status wd_metrics_compute(const float *p, const float *y, int64_t n, wd_metrics *out);
+
+/* `hetex widedeep ...` */
+int wd_main(int argc, char **argv);
+
+#endif
