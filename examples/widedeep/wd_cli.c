@@ -125,6 +125,7 @@ typedef struct job {
     int64_t scored_cap;
     int64_t train_bytes; /* the training file's size */
     int epochs_done;
+    char msg[1200];      /* the example's own errors (else hx_last_error()) */
 } job;
 
 /* A progress bar by bytes of the file read. */
@@ -249,12 +250,13 @@ static hx_status resume(job *j)
     bool ok = f && fscanf(f, "hetex widedeep checkpoint 1\nepochs %d\nseed %llu", &epochs, &seed) == 2;
     if (f) fclose(f);
     if (!ok || epochs < 0) {
-        fprintf(stderr, "hetex widedeep: '%s' is not a widedeep checkpoint's .meta file\n", p);
+        snprintf(j->msg, sizeof j->msg, "'%s' is missing or not a widedeep checkpoint's .meta "
+                 "file", p);
         return HX_ERR_CORRUPT;
     }
     if (seed != j->o.seed) {
-        fprintf(stderr, "hetex widedeep: the checkpoint was made with --seed %llu; resume with "
-                "the same seed\n", seed);
+        snprintf(j->msg, sizeof j->msg, "the checkpoint was made with --seed %llu; resume with "
+                 "the same seed", seed);
         return HX_ERR_INVALID_ARGUMENT;
     }
     path_of(p, sizeof p, pre, "session");
@@ -344,7 +346,7 @@ int wd_main(int argc, char **argv)
     int rc = 1;
     FILE *curve = NULL;
     if (setup(&j)) {
-        fprintf(stderr, "hetex widedeep: %s\n", hx_last_error());
+        fprintf(stderr, "hetex widedeep: %s\n", *j.msg ? j.msg : hx_last_error());
         goto out;
     }
     if (o->curve && !(curve = fopen(o->curve, j.epochs_done ? "a" : "w"))) {
