@@ -2,7 +2,7 @@
 # hetex build driver.
 #   ./build.sh                 build (Release) into build/
 #   ./build.sh test            build and run the test suite (ctest)
-#   ./build.sh run             run the project's main job
+#   ./build.sh run             the main job: wide & deep on data/adult (hetex widedeep)
 #   ./build.sh bench NAME      run one benchmark (JSON lines on stdout)
 #   ./build.sh install --prefix DIR
 #   ./build.sh sanitize [address,undefined|thread]   test suite in a sanitizer build
@@ -68,9 +68,9 @@ case "$cmd" in
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       TSAN_OPTIONS="halt_on_error=1 suppressions=$root/tests/tsan.supp" \
       HX_TEST_SANITIZER="$san" ctest --output-on-failure -j "$jobs" -LE 'gpu|install' "$@" ;;
-  run)
+  run) # wide & deep on UCI Adult: host embeddings beside a device MLP
     build build -DCMAKE_BUILD_TYPE=Release >/dev/null
-    exec build/hetex mlp "$@" ;;
+    exec build/hetex widedeep --data data/adult "$@" ;;
   bench)
     name=${1:?usage: ./build.sh bench NAME}
     shift
