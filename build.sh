@@ -20,6 +20,8 @@ need_pkgs() {
   [ -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ] || [ -e /usr/include/openblas/cblas.h ] ||
     missing+=(libopenblas-openmp-dev)
   [ -e /usr/include/xxhash.h ] || missing+=(libxxhash-dev)
+  [ -e /usr/include/liburing.h ] || missing+=(liburing-dev)
+  [ -e /usr/include/libaio.h ] || missing+=(libaio-dev)
   [ -e /usr/lib/x86_64-linux-gnu/libgomp.so.1 ] || missing+=(libgomp1)
   echo "${missing[@]:-}"
 }

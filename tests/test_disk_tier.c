@@ -1,0 +1,175 @@
+/* test_disk_tier: round trips under each engine (io_uring, libaio, sync,
+ * forced; auto), aligned and unaligned buffers, partial last blocks,
+ * overwrites; each injected failure (short write, ENOSPC, EIO, a flipped
+ * bit) reported with the file and block and nothing applied; the buffered
+ * fallback where O_DIRECT is refused; bad arguments. */
+#include "memory/disk_tier.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BS (64 * 1024)
+
+static char dir[256];
+
+static void fill(test_rng *r, unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)test_rng_u64(r);
+}
+
+static hx_disk_tier *make(const char *path, hx_disk_engine e, hx_mem_err *err)
+{
+    hx_disk_config c = hx_disk_config_default(path);
+    c.block_size = BS;
+    c.queue_depth = 8;
+    c.engine = e;
+    hx_disk_tier *t = NULL;
+    hx_status st = hx_disk_tier_create(&c, &t, err);
+    if (st == HX_ERR_UNSUPPORTED && strstr(err->msg, "not built in")) {
+        fprintf(stderr, "note: %s\n", err->msg); /* a build without that library */
+        return NULL;
+    }
+    CHECK(st == HX_OK, "create (%s): %s", hx__aio_name(e), err->msg);
+    return t;
+}
+
+static void test_engine(hx_disk_engine e, uint64_t seed)
+{
+    hx_mem_err err;
+    hx_disk_tier *t = make(dir, e, &err);
+    if (!t) return;
+    const char *name = hx__aio_name(e);
+    hx_disk_stats s;
+    hx_disk_tier_stats(t, &s);
+    CHECK(!strcmp(s.engine, name) && s.direct && !s.direct_reason[0] && access(s.file, F_OK) == 0,
+          "%s: engine %s, O_DIRECT %d (%s)", name, s.engine, s.direct, s.direct_reason);
+    test_rng r = test_rng_make(seed);
+    size_t bytes = 10 * BS + 1000; /* a partial last block */
+    unsigned char *a = aligned_alloc(4096, 11 * BS), *b = aligned_alloc(4096, 11 * BS + 4096);
+    unsigned char *old = malloc(bytes);
+    fill(&r, a, bytes);
+    CHECK(!hx_disk_tier_write(t, 0, a, bytes, &err), "%s: write: %s", name, err.msg);
+    memset(b, 0, bytes);
+    CHECK(!hx_disk_tier_read(t, 0, b, bytes, &err) && !memcmp(a, b, bytes), "%s: round trip: %s", name, err.msg);
+    /* unaligned buffers go through the tier's own */
+    CHECK(!hx_disk_tier_write(t, 20, a + 1, 3 * BS, &err), "%s: unaligned write: %s", name, err.msg);
+    memset(b, 0, 3 * BS + 8);
+    CHECK(!hx_disk_tier_read(t, 20, b + 3, 3 * BS, &err) && !memcmp(a + 1, b + 3, 3 * BS),
+          "%s: unaligned round trip: %s", name, err.msg);
+    /* overwrite: the new data is read back; old places are reused */
+    memcpy(old, a, bytes);
+    fill(&r, a, bytes);
+    CHECK(!hx_disk_tier_write(t, 0, a, bytes, &err), "%s: overwrite: %s", name, err.msg);
+    CHECK(!hx_disk_tier_read(t, 0, b, bytes, &err) && !memcmp(a, b, bytes), "%s: overwrite read: %s", name, err.msg);
+    CHECK(!hx_disk_tier_write(t, 0, old, bytes, &err), "%s: %s", name, err.msg);
+    hx_disk_tier_stats(t, &s);
+    CHECK(s.blocks == 14 && s.slots <= 14 + 11 && s.writes == 4 && s.reads == 3 &&
+          s.bytes_written == (uint64_t)(11 * 3 + 3) * BS, "%s: stats: %lld blocks, %lld slots, %llu bytes",
+          name, (long long)s.blocks, (long long)s.slots, (unsigned long long)s.bytes_written);
+    memcpy(a, old, bytes); /* a: what is stored now */
+
+    /* each failure: reported, nothing applied */
+    unsigned char *fresh = aligned_alloc(4096, 11 * BS);
+    fill(&r, fresh, bytes);
+    struct { hx_disk_faults f; bool write; hx_status st; const char *want[3]; } cases[] = {
+        {{3, -1, -1, -1, false}, true, HX_ERR_IO, {"short write", "block 3", "previous copy"}},
+        {{-1, 5 * BS, -1, -1, false}, true, HX_ERR_IO, {"ENOSPC", "block 5", "previous copy"}},
+        {{-1, -1, 1, -1, false}, false, HX_ERR_IO, {"Input/output error", "block 1", "unchanged"}},
+        {{-1, -1, -1, 7, false}, false, HX_ERR_CORRUPT, {"checksum mismatch", "block 7", "corrupt"}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        hx_disk_tier_set_faults(t, &cases[k].f);
+        hx_status st = cases[k].write ? hx_disk_tier_write(t, 0, fresh, bytes, &err)
+                                      : hx_disk_tier_read(t, 0, b, bytes, &err);
+        bool named = strstr(err.msg, s.file) != NULL;
+        for (int w = 0; w < 3; w++) named &= strstr(err.msg, cases[k].want[w]) != NULL;
+        CHECK(st == cases[k].st && named, "%s: fault %zu: %s: %s", name, k, hx_status_name(st), err.msg);
+        hx_disk_tier_set_faults(t, NULL);
+        memset(b, 0, bytes);
+        CHECK(!hx_disk_tier_read(t, 0, b, bytes, &err) && !memcmp(a, b, bytes),
+              "%s: fault %zu: the stored copy is unchanged: %s", name, k, err.msg);
+    }
+    hx_disk_tier_stats(t, &s);
+    CHECK(s.failed_writes == 2 && s.failed_reads == 2 && s.blocks == 14, "%s: failures counted", name);
+    /* a real write still works after the failures, and the slots were given back */
+    CHECK(!hx_disk_tier_write(t, 0, fresh, bytes, &err) && !hx_disk_tier_read(t, 0, b, bytes, &err) &&
+          !memcmp(fresh, b, bytes), "%s: after the failures: %s", name, err.msg);
+    hx_disk_tier_stats(t, &s);
+    CHECK(s.slots <= 14 + 11, "%s: failed writes gave their places back (%lld slots)", name, (long long)s.slots);
+
+    /* bad arguments */
+    CHECK(hx_disk_tier_read(t, 50, b, BS, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "never written"),
+          "%s: a block never written: %s", name, err.msg);
+    CHECK(hx_disk_tier_read(t, 0, b, BS / 2, &err) == HX_ERR_INVALID_ARGUMENT && strstr(err.msg, "another size"),
+          "%s: a size that differs: %s", name, err.msg);
+    CHECK(hx_disk_tier_write(t, -1, a, BS, &err) == HX_ERR_INVALID_ARGUMENT, "%s: negative block", name);
+    CHECK(hx_disk_tier_write(t, 0, NULL, BS, &err) == HX_ERR_INVALID_ARGUMENT, "%s: NULL buffer", name);
+    char file[512];
+    snprintf(file, sizeof file, "%s", s.file);
+    hx_disk_tier_destroy(t);
+    CHECK(access(file, F_OK) != 0, "%s: destroy removes the file", name);
+    free(a);
+    free(b);
+    free(old);
+    free(fresh);
+}
+
+static void test_fallbacks(void)
+{
+    hx_mem_err err;
+    hx_disk_tier *t = make(dir, HX_DISK_ENGINE_AUTO, &err);
+    if (t) {
+        hx_disk_stats s;
+        hx_disk_tier_stats(t, &s);
+        CHECK((!strcmp(s.engine, "io_uring") && !s.engine_reason[0]) ||
+              (strcmp(s.engine, "io_uring") && s.engine_reason[0]),
+              "auto: %s, and why not io_uring when not: '%s'", s.engine, s.engine_reason);
+        hx_disk_tier_destroy(t);
+    }
+    /* a filesystem that refuses O_DIRECT (tmpfs before Linux 6.6; injected
+     * here, as /dev/shm may take it): buffered I/O, and the reason */
+    hx_disk_faults f = hx_disk_faults_none();
+    f.refuse_direct = true;
+    hx_disk_config c = hx_disk_config_default(dir);
+    c.block_size = BS;
+    c.faults = &f;
+    CHECK(!hx_disk_tier_create(&c, &t, &err), "%s", err.msg);
+    if (t) {
+        hx_disk_stats s;
+        hx_disk_tier_stats(t, &s);
+        unsigned char *a = aligned_alloc(4096, 2 * BS), *b = aligned_alloc(4096, 2 * BS);
+        test_rng r = test_rng_make(4);
+        fill(&r, a, 2 * BS);
+        CHECK(!s.direct && strstr(s.direct_reason, "O_DIRECT") && strstr(s.direct_reason, "buffered"),
+              "O_DIRECT refused: buffered I/O ('%s')", s.direct_reason);
+        CHECK(!hx_disk_tier_write(t, 0, a + 8, 2 * BS - 8, &err) && !hx_disk_tier_read(t, 0, b, 2 * BS - 8, &err) &&
+              !memcmp(a + 8, b, 2 * BS - 8), "buffered round trip: %s", err.msg);
+        free(a);
+        free(b);
+        hx_disk_tier_destroy(t);
+    }
+    c = hx_disk_config_default(dir);
+    c.block_size = 1000;
+    CHECK(hx_disk_tier_create(&c, &t, &err) == HX_ERR_INVALID_ARGUMENT && !t && strstr(err.msg, "4096"),
+          "block size must be a multiple of 4096: %s", err.msg);
+    c = hx_disk_config_default("/nonexistent-offload-dir");
+    CHECK(hx_disk_tier_create(&c, &t, &err) == HX_ERR_IO && strstr(err.msg, "/nonexistent-offload-dir"),
+          "a missing offload path: %s", err.msg);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/hx_test_disk_XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_engine(HX_DISK_ENGINE_URING, 1);
+    test_engine(HX_DISK_ENGINE_AIO, 2);
+    test_engine(HX_DISK_ENGINE_SYNC, 3);
+    test_fallbacks();
+    rmdir(dir);
+    return test_finish("test_disk_tier");
+}
