@@ -1,0 +1,189 @@
+/* Memory benchmarks, one JSON object per case:
+ *   memreplay_*   synthetic traces (GPT-like at three sizes, random
+ *                 lifetimes, a fragmenting pattern) replayed through
+ *                 hetex's lifetime-segregated pools and through the
+ *                 PyTorch-style single-pool baseline: peak reserved / peak
+ *                 live of each and our waste as a share of the baseline's;
+ *   disk_*        the disk tier writing and reading SIZE bytes (1 MiB
+ *                 blocks, queue depth 32) through io_uring and libaio,
+ *                 beside the ceiling measured in the same run: a plain
+ *                 sequential O_DIRECT pwrite/pread loop of the same size
+ *                 and block size on the same filesystem;
+ *   chunks_gpt    the chunk-size search on a 24-layer, hidden-1024 layout.
+ * Usage: bench_memory [--dir DIR] [--mib SIZE] [--reps N] (DIR: /tmp). */
+#define _GNU_SOURCE /* O_DIRECT */
+#include "memory/chunks.h"
+#include "memory/disk_tier.h"
+#include "memory/memtrace.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double mib(size_t b) { return (double)b / (1 << 20); }
+
+static void replay_case(const char *name, hx_mem_event *ev, size_t n)
+{
+    hx_memreplay_report r;
+    hx_mem_err err;
+    double t0 = now();
+    if (!ev || hx_memtrace_replay(ev, n, SIZE_MAX, &r, &err)) {
+        fprintf(stderr, "bench_memory: %s: %s\n", name, ev ? err.msg : "out of memory");
+        exit(1);
+    }
+    double t = now() - t0;
+    double wp = (double)r.pools.total.peak_reserved - r.peak_live;
+    double wb = (double)r.baseline.peak_reserved - r.peak_live;
+    printf("{\"bench\":\"memory\",\"case\":\"memreplay_%s\",\"events\":%lld,\"peak_live_mib\":%.1f,"
+           "\"pools_peak_reserved_mib\":%.1f,\"pools_ratio\":%.4f,\"pools_persistent_mib\":%.1f,"
+           "\"pools_transient_mib\":%.1f,\"baseline_peak_reserved_mib\":%.1f,\"baseline_ratio\":%.4f,"
+           "\"pools_waste_share_of_baseline\":%.3f,\"replay_s\":%.4f}\n",
+           name, (long long)r.events, mib(r.peak_live), mib(r.pools.total.peak_reserved),
+           r.pools_ratio, mib(r.pools.persistent.peak_reserved), mib(r.pools.transient.peak_reserved),
+           mib(r.baseline.peak_reserved), r.baseline_ratio, wb > 0 ? wp / wb : 0, t);
+    free(ev);
+}
+
+/* The ceiling: one sequential O_DIRECT pass writing (then reading) bytes in
+ * block-sized pwrite/pread calls. Returns GB/s of each through *w, *r. */
+static void plain_direct(const char *dir, char *buf, size_t bytes, size_t block, double *w, double *r)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/hetex-bench-plain-%d.bin", dir, (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+    if (fd < 0) {
+        perror("bench_memory: O_DIRECT open");
+        exit(1);
+    }
+    double t0 = now();
+    for (size_t off = 0; off < bytes; off += block)
+        if (pwrite(fd, buf + off, block, (off_t)off) != (ssize_t)block) {
+            perror("bench_memory: pwrite");
+            exit(1);
+        }
+    *w = bytes / (now() - t0) / 1e9;
+    t0 = now();
+    for (size_t off = 0; off < bytes; off += block)
+        if (pread(fd, buf + off, block, (off_t)off) != (ssize_t)block) {
+            perror("bench_memory: pread");
+            exit(1);
+        }
+    *r = bytes / (now() - t0) / 1e9;
+    close(fd);
+    unlink(path);
+}
+
+static void disk_cases(const char *dir, size_t bytes, int reps)
+{
+    size_t block = HX_MIB;
+    char *buf = aligned_alloc(4096, bytes);
+    for (size_t i = 0; i < bytes; i++) buf[i] = (char)(i * 131 + (i >> 20));
+    hx_disk_engine engines[2] = {HX_DISK_ENGINE_URING, HX_DISK_ENGINE_AIO};
+    for (int e = 0; e < 2; e++) {
+        hx_disk_config c = hx_disk_config_default(dir);
+        c.block_size = block;
+        c.queue_depth = 32;
+        c.engine = engines[e];
+        /* best of reps for the tier and for the ceiling (measured just before each rep) */
+        double bw = 0, br = 0, cw = 0, cr = 0;
+        hx_disk_stats s = {0};
+        for (int k = 0; k < reps; k++) {
+            double pw, pr;
+            plain_direct(dir, buf, bytes, block, &pw, &pr);
+            hx_disk_tier *t;
+            hx_mem_err err;
+            if (hx_disk_tier_create(&c, &t, &err)) {
+                fprintf(stderr, "bench_memory: %s\n", err.msg);
+                return;
+            }
+            double t0 = now();
+            if (hx_disk_tier_write(t, 0, buf, bytes, &err)) fprintf(stderr, "bench_memory: %s\n", err.msg);
+            double w = bytes / (now() - t0) / 1e9;
+            t0 = now();
+            if (hx_disk_tier_read(t, 0, buf, bytes, &err)) fprintf(stderr, "bench_memory: %s\n", err.msg);
+            double r = bytes / (now() - t0) / 1e9;
+            hx_disk_tier_stats(t, &s);
+            hx_disk_tier_destroy(t);
+            if (w > bw) bw = w;
+            if (pw > cw) cw = pw;
+            if (r > br) br = r;
+            if (pr > cr) cr = pr;
+        }
+        printf("{\"bench\":\"memory\",\"case\":\"disk_%s\",\"mib\":%.0f,\"block_kib\":%zu,\"queue_depth\":32,"
+               "\"direct\":%s,\"write_gbs\":%.3f,\"plain_direct_write_gbs\":%.3f,\"write_ratio\":%.3f,"
+               "\"read_gbs\":%.3f,\"plain_direct_read_gbs\":%.3f,\"read_ratio\":%.3f,\"reps\":%d}\n",
+               s.engine, mib(bytes), block >> 10, s.direct ? "true" : "false", bw, cw, bw / cw, br, cr,
+               br / cr, reps);
+    }
+    free(buf);
+}
+
+static void chunks_case(void)
+{
+    size_t sz[400];
+    int64_t n = 0;
+    const size_t h = 1024, e = 2;
+    sz[n++] = 50257 * h * e;
+    sz[n++] = 1024 * h * e;
+    for (int l = 0; l < 24; l++) {
+        size_t per[] = {h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * 4 * h, 4 * h, 4 * h * h, h};
+        for (int k = 0; k < 12; k++) sz[n++] = per[k] * e;
+    }
+    sz[n++] = h * e;
+    sz[n++] = h * e;
+    size_t ranges[][2] = {{32, 64}, {32, 128}, {32, 256}};
+    for (int i = 0; i < 3; i++) {
+        hx_chunk_search s = {ranges[i][0] << 20, ranges[i][1] << 20, 1024, 256};
+        hx_chunk_plan p;
+        hx_mem_err err;
+        double t0 = now();
+        hx_chunk_search_run(sz, n, &s, &p, &err);
+        printf("{\"bench\":\"memory\",\"case\":\"chunks_gpt_24x1024_fp16\",\"range_mib\":[%zu,%zu],"
+               "\"step\":1024,\"chunk_mib\":%.3f,\"chunks\":%lld,\"own_chunks\":%lld,\"waste_mib\":%.2f,"
+               "\"waste_pct\":%.3f,\"search_s\":%.3f}\n", ranges[i][0], ranges[i][1], mib(p.chunk_size),
+               (long long)p.n_chunks, (long long)p.n_own, mib(p.waste), 100 * p.waste_fraction, now() - t0);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = "/tmp";
+    size_t size_mib = 256;
+    int reps = 3;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--mib")) size_mib = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double load[1] = {0};
+    getloadavg(load, 1);
+    printf("{\"bench\":\"memory\",\"case\":\"machine\",\"cores\":%ld,\"loadavg\":%.2f,\"dir\":\"%s\"}\n",
+           cores, load[0], dir);
+    size_t n;
+    hx_gpt_trace_shape big = {24, 1024, 16, 1024, 4, 50257, 3}, mid = {12, 768, 12, 512, 8, 50257, 3},
+                       small = {6, 256, 4, 128, 4, 4096, 3};
+    hx_mem_event *ev = hx_memtrace_gen_gpt(&big, &n);
+    replay_case("gpt_24x1024_b4_t1024", ev, n);
+    ev = hx_memtrace_gen_gpt(&mid, &n);
+    replay_case("gpt_12x768_b8_t512", ev, n);
+    ev = hx_memtrace_gen_gpt(&small, &n);
+    replay_case("gpt_6x256_b4_t128", ev, n);
+    ev = hx_memtrace_gen_random(1, 20000, 64 << 20, 200, &n);
+    replay_case("random_lifetimes", ev, n);
+    ev = hx_memtrace_gen_fragment(1, 8, &n);
+    replay_case("fragmenting", ev, n);
+    chunks_case();
+    disk_cases(dir, size_mib << 20, reps);
+    return 0;
+}
