@@ -36,12 +36,14 @@ static hx_status block_reserve(void *ctx, size_t bytes, void **out)
     hx_pinned_pool *p = ctx;
     if (p->cfg.hooks) {
         hx_status st = p->hooks.alloc(p->hooks.ctx, bytes, out);
-        if (!st) {
-            p->st.locked_bytes += bytes;
-            p->st.locked_blocks++;
-            hx__ptrmap_put(&p->locked, (uintptr_t)*out, (void *)1);
+        if (st) return st;
+        if (!hx__ptrmap_put(&p->locked, (uintptr_t)*out, (void *)1)) {
+            p->hooks.free(p->hooks.ctx, *out, bytes);
+            return HX_ERR_OUT_OF_MEMORY;
         }
-        return st;
+        p->st.locked_bytes += bytes;
+        p->st.locked_blocks++;
+        return HX_OK;
     }
     void *m = aligned_alloc(PAGE, bytes);
     if (!m) return HX_ERR_OUT_OF_MEMORY;
