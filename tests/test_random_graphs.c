@@ -5,10 +5,12 @@
  * optimizer state must be bitwise equal (emu runs the CPU kernels, so any
  * difference is a placement, copy, memory-plan or scheduling bug).
  *
- * Every run after the first of a plan starts from poisoned transient arenas
- * and is fed new data, so a step that reads a value before it is written (a
- * missing dependency, a race in a concurrent executor, an arena overlap)
- * sees NaN or the previous run's value, not the right one by luck.
+ * Every run after the first starts from poisoned transient arenas and is fed
+ * new data, so a step that reads a value before it is written (a missing
+ * dependency, a race in a concurrent executor, an arena overlap) sees NaN or
+ * the previous run's value, not the right one by luck. Fetch sets alternate
+ * (the first plan's arena is outgrown), feeds and fetches go by handle and
+ * by name, and parameters are rewritten before training.
  *
  * Kernels are thread-count deterministic (hx_kernels.h), so the emu run at
  * 1 thread is also compared with the CPU run at 2 threads; one graph in 15
@@ -72,40 +74,69 @@ static void *tr_add(transcript *tr, int run, const hx_tensor *t, size_t bytes, u
     return tr->data + tr->len - bytes;
 }
 
-/* One run: feeds of `run`, every fetch of r plus (train) every parameter. */
-static hx_status one_run(rg_graph *r, hx_session *s, transcript *tr, int run, bool train,
-                         unsigned char fill)
+/* One run: feeds of `run`; fetches: the first n_fetch of r's plus (train)
+ * every parameter; by name or by handle. */
+static hx_status one_run(rg_graph *r, hx_session *s, transcript *tr, int run, int n_fetch,
+                         bool train, bool by_name, unsigned char fill)
 {
     hx_feed feeds[r->n_inputs + 1];
     rg_feeds(r, (uint64_t)run, feeds);
-    int n = r->n_fetch + (train ? r->n_params : 0);
+    int n = n_fetch + (train ? r->n_params : 0);
     hx_fetch fetches[n + 1];
     int first = tr->n;
     for (int i = 0; i < n; i++) {
-        const hx_tensor *t = i < r->n_fetch ? r->fetch[i] : r->params[i - r->n_fetch];
+        const hx_tensor *t = i < n_fetch ? r->fetch[i] : r->params[i - n_fetch];
         size_t bytes = hx_tensor_nbytes(t);
         tr_add(tr, run, t, bytes, fill);
-        fetches[i] = (hx_fetch){.tensor = t, .bytes = bytes};
+        fetches[i] = by_name ? (hx_fetch){.name = hx_tensor_name(t), .bytes = bytes}
+                             : (hx_fetch){.tensor = t, .bytes = bytes};
     }
     for (int i = 0; i < n; i++) fetches[i].data = tr->data + tr->rec[first + i].off;
+    for (int i = 0; by_name && i < r->n_inputs; i++) {
+        feeds[i].name = hx_tensor_name(feeds[i].tensor);
+        feeds[i].tensor = NULL;
+    }
     hx_status st = hx_session_run(s, feeds, r->n_inputs, fetches, n, train ? HX_RUN_TRAIN : 0);
     for (int i = 0; i < n; i++) tr->rec[first + i].st = st;
     return st;
 }
 
-/* The protocol every session of a graph goes through: two inference runs,
- * training runs (three with updates, else one: dropout is active), then the
- * parameters and optimizer state read back. Runs after a plan's first start
- * from poisoned arenas. Returns the first failure. */
+/* New parameter values (the same for every session of the graph). */
+static hx_status write_params(rg_graph *r, hx_session *s)
+{
+    test_rng rng = test_rng_make(r->seed + 77);
+    hx_status st = HX_OK;
+    for (int i = 0; i < r->n_params && !st; i++) {
+        int64_t n = hx_tensor_numel(r->params[i]);
+        float *v = malloc(sizeof *v * (size_t)n);
+        if (!v) return HX_ERR_OUT_OF_MEMORY;
+        test_fill_uniform(&rng, v, n, -1, 1);
+        st = hx_session_write(s, r->params[i], v, sizeof *v * (size_t)n);
+        free(v);
+    }
+    return st;
+}
+
+/* The protocol every session of a graph goes through. Inference runs
+ * alternate a loss-only fetch and the full fetch set, so the first plan's
+ * arena is outgrown and that plan must follow the new one; the third and
+ * fourth fetch and feed by name. Then new parameter values are written,
+ * and training runs follow (three with updates, else one: dropout is
+ * active), then the parameters and optimizer state are read back. Every
+ * run after the first starts from poisoned arenas. Returns the first
+ * failure. */
 static hx_status protocol(rg_graph *r, hx_session *s, transcript *tr, unsigned char fill)
 {
     int n_train = r->n_updates ? 3 : 1;
-    hx_status st = one_run(r, s, tr, 0, false, fill);
-    if (!st) st = bsuite_poison(s, 0xff);
-    if (!st) st = one_run(r, s, tr, 1, false, fill);
-    for (int k = 0; k < n_train && !st; k++) {
+    hx_status st = HX_OK;
+    for (int k = 0; k < 4 && !st; k++) {
         if (k) st = bsuite_poison(s, k & 1 ? 0xff : 0x7f);
-        if (!st) st = one_run(r, s, tr, 2 + k, true, fill);
+        if (!st) st = one_run(r, s, tr, k, k & 1 ? r->n_fetch : 1, false, k >= 2, fill);
+    }
+    if (!st) st = write_params(r, s);
+    for (int k = 0; k < n_train && !st; k++) {
+        st = bsuite_poison(s, k & 1 ? 0xff : 0x7f);
+        if (!st) st = one_run(r, s, tr, 4 + k, r->n_fetch, true, false, fill);
     }
     for (int i = 0; i < r->n_params + r->n_state && !st; i++) {
         const hx_tensor *t = i < r->n_params ? r->params[i] : r->state[i - r->n_params];
@@ -140,7 +171,7 @@ static const char *run_name(int run)
     static char buf[32];
     if (run == 100) return "read back";
     if (run == 101) return "step count";
-    snprintf(buf, sizeof buf, "run %d (%s)", run, run < 2 ? "inference" : "train");
+    snprintf(buf, sizeof buf, "run %d (%s)", run, run < 4 ? "inference" : "train");
     return buf;
 }
 
