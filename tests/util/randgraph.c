@@ -787,9 +787,8 @@ static void build_loss(gen *g)
 
 static void add_optimizer(gen *g, hx_tensor *p)
 {
-    int kinds = g->o->ftrl ? 5 : 4;
-    hx_optimizer_kind kind = (hx_optimizer_kind)rnd(g, kinds);
-    if (kind == HX_OPTIMIZER_FTRL && chance(g, 0.5)) kind = HX_OPTIMIZER_ADAM;
+    hx_optimizer_kind kind = g->o->ftrl && chance(g, 0.3) ? HX_OPTIMIZER_FTRL
+                                                          : (hx_optimizer_kind)rnd(g, 4);
     hx_optimizer_config c = hx_optimizer_config_default(kind);
     c.lr = test_rng_uniform(&g->rng, 0.001, 0.1);
     if (chance(g, 0.5)) c.weight_decay = 0.01;
@@ -802,6 +801,11 @@ static void add_optimizer(gen *g, hx_tensor *p)
     if (kind == HX_OPTIMIZER_FTRL) {
         c.l1 = chance(g, 0.5) ? 0.001 : 0;
         c.l2 = chance(g, 0.5) ? 0.01 : 0;
+        /* on the device half the time: no emu kernel, so the fallback moves it */
+        if (g->o->targets && chance(g, 0.5)) {
+            status(g, hx_tensor_set_target(p, HX_TARGET_DEVICE), "hx_tensor_set_target");
+            desc_add(g->r, "  %s: target DEVICE\n", nm(p));
+        }
     }
     static const char *kn[] = {"sgd", "adam", "adamw", "adagrad", "ftrl"};
     bool scoped = g->o->targets && chance(g, 0.2);
