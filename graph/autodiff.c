@@ -252,7 +252,9 @@ static void name_after_table(hx_tensor *u, const char *table)
 /* One update node for table t over every lookup of t with a gradient:
  * src = ids of the first lookup, the gradient (one lookup's, or all of them
  * flattened and concatenated on the CPU), then the other lookups' ids and
- * every offsets and weights; data: where each lookup's inputs are. */
+ * every offsets and weights; data: where each lookup's inputs are. Weights
+ * that are a parameter are read through a copy made before any update runs
+ * (their own update may run first and change them in place). */
 static hx_status add_table_update(hx_graph *g, hx_embedding_table *t, int n0)
 {
     int nl = 0;
@@ -262,44 +264,45 @@ static hx_status add_table_update(hx_graph *g, hx_embedding_table *t, int n0)
     hx_emb_update_info *info = malloc(sizeof *info + sizeof info->src[0] * nl);
     hx_tensor **src = malloc(sizeof *src * (3 * nl + 1));
     hx_tensor **grads = malloc(sizeof *grads * nl);
-    if (!info || !src || !grads) {
-        free(info);
-        free(src);
-        free(grads);
-        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_graph_apply_optimizer: out of host memory");
-    }
+    hx_status st = info && src && grads ? hx_graph_push_target(g, HX_TARGET_CPU)
+                                        : hx__error(HX_ERR_OUT_OF_MEMORY,
+                                                    "hx_graph_apply_optimizer: out of host memory");
+    if (st) goto out;
     info->n = nl;
     int ns = 2, k = 0;
     int64_t off = 0;
-    for (int i = 0; i < n0; i++) {
+    bool ok = true; /* false: a builder failed and set the message */
+    for (int i = 0; i < n0 && ok; i++) {
         hx_tensor *l = g->tensors[i];
         if (l->table != t || !is_lookup(l) || !l->grad) continue;
         hx_emb_update_src *e = &info->src[k];
         *e = (hx_emb_update_src){l, k ? ns : 0, -1, -1, off};
         if (k) src[ns++] = l->src[0];
         if (l->n_src > 1) src[e->offsets = ns++] = l->src[1];
-        if (l->n_src > 2) src[e->weights = ns++] = l->src[2];
+        if (l->n_src > 2) {
+            hx_tensor *w = l->src[2];
+            if (w->kind == HX_TENSOR_PARAMETER) ok = (w = hx_reshape(g, w, w->ndim, w->shape));
+            src[e->weights = ns++] = w;
+        }
         grads[k++] = l->grad;
         off += hx_tensor_numel(l);
     }
     src[0] = info->src[0].lookup->src[0];
-    hx_status st = hx_graph_push_target(g, HX_TARGET_CPU);
-    if (st) goto out;
-    if (nl == 1) {
+    if (ok && nl == 1) {
         src[1] = grads[0];
-    } else {
-        for (k = 0; k < nl && grads[k]; k++) {
+    } else if (ok) {
+        for (k = 0; k < nl && ok; k++) {
             int64_t flat = hx_tensor_numel(grads[k]);
-            grads[k] = hx_reshape(g, grads[k], 1, &flat);
+            ok = (grads[k] = hx_reshape(g, grads[k], 1, &flat));
         }
-        src[1] = k == nl ? hx_concat(g, nl, grads, 0) : NULL;
+        ok = ok && (src[1] = hx_concat(g, nl, grads, 0));
     }
-    hx_tensor *u = src[1] ? hx__node_new(g, HX_OP_EMBEDDING_UPDATE, ns, src, HX_DTYPE_F32,
-                                         src[1]->ndim, src[1]->shape, NULL)
-                          : NULL;
+    hx_tensor *u = ok ? hx__node_new(g, HX_OP_EMBEDDING_UPDATE, ns, src, HX_DTYPE_F32,
+                                     src[1]->ndim, src[1]->shape, NULL)
+                      : NULL;
     hx_graph_pop_target(g);
     if (!u) {
-        st = HX_ERR_INTERNAL; /* the builder set the message */
+        st = HX_ERR_INTERNAL;
         goto out;
     }
     u->data = info;

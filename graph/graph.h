@@ -24,6 +24,7 @@ typedef enum hx_op {
     HX_OP_LAYERNORM_BACKWARD_X, HX_OP_LAYERNORM_BACKWARD_GAMMA,
     HX_OP_SUM_TO, HX_OP_BROADCAST_TO, HX_OP_SLICE_BACKWARD, HX_OP_SCATTER_ADD,
     HX_OP_CROSS_ENTROPY_BACKWARD, HX_OP_BCE_LOGITS_BACKWARD,
+    HX_OP_EMBEDDING_BAG_WEIGHTS_BACKWARD, /* d loss / d per-sample weights */
     /* optimizer updates (side effects on a parameter; data: the config) */
     HX_OP_SGD_UPDATE, HX_OP_ADAM_UPDATE, HX_OP_ADAGRAD_UPDATE, HX_OP_FTRL_UPDATE,
     HX_OP_EMBEDDING_UPDATE, /* a table's sparse update; data: hx_emb_update_info */

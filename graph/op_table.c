@@ -228,15 +228,18 @@ RULE(dropout_backward)
 }
 
 /* The table's rows get their gradient through the table's update node
- * (hx_graph_apply_optimizer), not as a tensor; ids and offsets are integers.
- * Per-sample weights computed from parameters would need d out / d weight:
- * not supported. */
+ * (hx_graph_apply_optimizer), not as a tensor; ids and offsets are
+ * integers. Per-sample weights: d loss / d w_j = row(ids[j]) . dy[bag(j)]. */
 RULE(embedding_bag_backward)
 {
-    return hx__error(HX_ERR_UNSUPPORTED,
-                     "hx_graph_backward: embedding_bag '%s': its per-sample weights '%s' depend "
-                     "on a parameter, and their gradient is not supported; feed the weights as "
-                     "an input", y->name, SRC(2)->name);
+    if (!needs[2]) return HX_OK;
+    hx_tensor *src[3] = {dy, SRC(0), SRC(1)};
+    dx[2] = grad_node(g, HX_OP_EMBEDDING_BAG_WEIGHTS_BACKWARD, 3, src, SRC(2), &y->attr);
+    if (dx[2]) {
+        dx[2]->table = y->table;
+        dx[2]->target = HX_TARGET_DEFAULT; /* next to the table */
+    }
+    return HX_OK;
 }
 
 /* ---- the table ------------------------------------------------------------------------ */
@@ -300,4 +303,5 @@ const hx_op_info hx__ops[HX_OP_COUNT] = {
     [HX_OP_EMBEDDING_LOOKUP] = {"embedding_lookup", CPU, NULL, HOST_ONLY},
     [HX_OP_EMBEDDING_BAG] = {"embedding_bag", CPU, embedding_bag_backward, HOST_ONLY},
     [HX_OP_EMBEDDING_UPDATE] = {"embedding_update", CPU, NULL, HOST_ONLY},
+    [HX_OP_EMBEDDING_BAG_WEIGHTS_BACKWARD] = {"embedding_bag_weights_backward", CPU, NULL, HOST_ONLY},
 };

@@ -434,9 +434,9 @@ enum {
 /* torch.nn.EmbeddingBag: ids (n) i32/i64; offsets (bags) of the same dtype,
  * bag b = ids[offsets[b] .. offsets[b + 1]) (the last bag runs to n),
  * offsets[0] = 0, not decreasing (checked at run time); per_sample_weights
- * (n) f32 or NULL, SUM only, an input or a tensor that does not depend on a
- * parameter (it gets no gradient). -> (bags, dim) f32: each bag's sum, mean
- * or elementwise max; an empty bag gives zeros. */
+ * (n) f32 or NULL, SUM only (any tensor: it gets a gradient when it depends
+ * on a parameter). -> (bags, dim) f32: each bag's sum, mean or elementwise
+ * max; an empty bag gives zeros. */
 HX_API hx_tensor *hx_embedding_bag(hx_graph *g, hx_embedding_table *t, hx_tensor *ids,
                                    hx_tensor *offsets, hx_tensor *per_sample_weights,
                                    hx_embedding_bag_mode mode, unsigned flags,

@@ -411,6 +411,7 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
     [HX_OP_SGD_UPDATE] = sgd_update, [HX_OP_ADAM_UPDATE] = adam_update,
     [HX_OP_ADAGRAD_UPDATE] = adagrad_update, [HX_OP_FTRL_UPDATE] = ftrl_update,
     [HX_OP_EMBEDDING_UPDATE] = hx__cpu_embedding_update,
+    [HX_OP_EMBEDDING_BAG_WEIGHTS_BACKWARD] = hx__cpu_embedding_bag_weights_backward,
 };
 
 hx_launch_fn hx__cpu_kernel(hx_op op) { return (unsigned)op < HX_OP_COUNT ? cpu_kernels[op] : NULL; }

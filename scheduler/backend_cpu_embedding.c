@@ -54,6 +54,37 @@ hx_status hx__cpu_embedding_bag(const hx_exec *ex, const hx_tensor *y, void *out
     return hx__embedding_query(y->table, &q, out, NULL, true, where_of(y, where, sizeof where));
 }
 
+/* in: dy, ids, offsets; the attributes are the bag's. Reads the rows of the
+ * ids as the forward did (padding and out-of-range ids as zero rows). */
+hx_status hx__cpu_embedding_bag_weights_backward(const hx_exec *ex, const hx_tensor *y, void *out,
+                                                 void *const *in)
+{
+    char where[320];
+    where_of(y, where, sizeof where);
+    const hx_tensor *ids = y->src[1];
+    int64_t n = hx_tensor_numel(ids), dim = hx_embedding_table_dim(y->table);
+    int64_t nbags = y->src[0]->shape[0], flags = y->attr.i[1];
+    hx_emb_query q = {.ids = in[1], .id_dtype = ids->dtype, .n = n, .mode = HX_EMB_ROWS,
+                      .has_padding = (flags & HX_EMBEDDING_BAG_PADDING) != 0,
+                      .padding_id = y->attr.i[2], .nthreads = ex->nthreads};
+    float *rows = malloc((size_t)(n * dim) * sizeof *rows);
+    if (!rows) return hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", where);
+    hx_status st = hx__embedding_query(y->table, &q, rows, NULL, false, where);
+    const float *dy = in[0];
+    float *dw = out;
+    for (int64_t b = 0; b < nbags && !st; b++) {
+        int64_t lo = hx_emb_id_at(in[2], ids->dtype, b);
+        int64_t hi = b + 1 < y->src[2]->shape[0] ? hx_emb_id_at(in[2], ids->dtype, b + 1) : n;
+        for (int64_t j = lo; j < hi; j++) {
+            float acc = 0;
+            for (int64_t k = 0; k < dim; k++) acc += rows[j * dim + k] * dy[b * dim + k];
+            dw[j] = acc;
+        }
+    }
+    free(rows);
+    return st;
+}
+
 /* in: src[1] is every lookup's output gradient (see hx_emb_update_info). */
 hx_status hx__cpu_embedding_update(const hx_exec *ex, const hx_tensor *y, void *out,
                                    void *const *in)

@@ -290,7 +290,8 @@ static void test_gradients(void)
         snprintf(name, sizeof name, "off%d", k);
         hx_tensor *to = ids_input(g, name, HX_DTYPE_I64, GBAGS);
         snprintf(name, sizeof name, "w%d", k);
-        hx_tensor *tw = cases[k].weights ? hx_graph_input(g, name, HX_DTYPE_F32, 1, &n[k]) : NULL;
+        /* the weights are a parameter: they get a gradient too */
+        hx_tensor *tw = cases[k].weights ? hx_graph_param(g, name, HX_DTYPE_F32, 1, &n[k], hx_init_uniform(-1, 1)) : NULL;
         outs[k] = hx_embedding_bag(g, t, ti, to, tw, cases[k].mode, cases[k].flags, ids[k][0]);
     }
     for (int i = 0; i < 8; i++) lids[i] = (int64_t)(test_rng_u64(&r) % 4);
@@ -313,8 +314,7 @@ static void test_gradients(void)
     for (int k = 0; k < NC; k++) {
         feeds[nf++] = (hx_feed){.tensor = outs[k]->src[0], .data = ids[k], .bytes = 8 * n[k]};
         feeds[nf++] = (hx_feed){.tensor = outs[k]->src[1], .data = off[k], .bytes = 8 * GBAGS};
-        if (cases[k].weights)
-            feeds[nf++] = (hx_feed){.tensor = outs[k]->src[2], .data = w[k], .bytes = 4 * n[k]};
+        if (cases[k].weights) OK(hx_session_read(s, outs[k]->src[2], w[k], 4 * n[k]));
     }
     feeds[nf++] = (hx_feed){.tensor = outs[NC]->src[0], .data = lids, .bytes = sizeof lids};
 
@@ -340,12 +340,13 @@ static void test_gradients(void)
     }
     /* One training step reads the gradient out (-g per element), and the
      * outputs' gradients give the double reference. */
-    float dy[NC + 1][GBAGS * GD * 2];
-    hx_fetch fetches[NC + 1];
+    float dy[NC + 1][GBAGS * GD * 2], dw[4 * GBAGS + 1];
+    hx_fetch fetches[NC + 2];
     for (int k = 0; k <= NC; k++)
         fetches[k] = (hx_fetch){.tensor = hx_tensor_grad(outs[k]), .data = dy[k],
                                 .bytes = hx_tensor_nbytes(outs[k])};
-    OK(hx_session_run(s, feeds, nf, fetches, NC + 1, HX_RUN_TRAIN));
+    fetches[NC + 1] = (hx_fetch){.tensor = hx_tensor_grad(outs[0]->src[2]), .data = dw, .bytes = 4 * n[0]};
+    OK(hx_session_run(s, feeds, nf, fetches, NC + 2, HX_RUN_TRAIN));
     float *after = read_all(t);
     double ref[GR * GD] = {0};
     for (int k = 0; k < NC; k++)
@@ -363,6 +364,16 @@ static void test_gradients(void)
               (double)step[probe[i]], fd[i]);
     CHECK(!memcmp(T + (GR - 1) * GD, after + (GR - 1) * GD, sizeof(float) * GD),
           "an untouched row changed");
+    /* d loss / d w_j = row(ids[j]) . dy[bag(j)], 0 for padding */
+    double dw_ref[4 * GBAGS + 1];
+    for (int64_t b = 0; b < GBAGS; b++)
+        for (int64_t j = off[0][b]; j < (b + 1 < GBAGS ? off[0][b + 1] : n[0]); j++) {
+            dw_ref[j] = 0;
+            for (int c = 0; c < GD && ids[0][j] != ids[0][0]; c++)
+                dw_ref[j] += (double)T[ids[0][j] * GD + c] * dy[0][b * GD + c];
+        }
+    CHECK(test_close_f32("per-sample weights' gradient", dw, dw_ref, n[0], 1e-5, 1e-6),
+          "d loss / d per-sample weights");
     hx_embedding_stats st;
     OK(hx_embedding_table_stats(t, &st));
     CHECK(st.updates == 1, "4 lookups of one table: one update per step, got %lld",
