@@ -98,6 +98,15 @@ static bool put_field(const hx__schema *s, hx__rows *rows, int64_t r, int col, c
     }
 }
 
+/* Bad quoting in field `col`; past the schema's columns the line has too
+ * many fields, which is what it reports. */
+static hx_status quote_error(hx__parsed *out, int64_t line, int col, int n_cols, const char *fs,
+                             const char *e)
+{
+    if (col >= n_cols) return add_error(out, line, HX_MALFORMED_COLUMNS, -1, col + 1, NULL, 0);
+    return add_error(out, line, HX_MALFORMED_QUOTE, col, col + 1, fs, (size_t)(e - fs));
+}
+
 /* Parses line [p, e) (no '\n'); a good row is committed to out->rows. */
 static hx_status parse_line(const hx__schema *s, char *p, char *e, int64_t line, hx__parsed *out)
 {
@@ -130,7 +139,7 @@ static hx_status parse_line(const hx__schema *s, char *p, char *e, int64_t line,
             /* Unescape in place: the field's text becomes [fs, fe). */
             char *w = fs, *rd = fs + 1;
             for (;;) {
-                if (rd == e) return add_error(out, line, HX_MALFORMED_QUOTE, col, col + 1, fs, (size_t)(e - fs));
+                if (rd == e) return quote_error(out, line, col, n_cols, fs, e);
                 if (*rd == '"') {
                     if (rd + 1 < e && rd[1] == '"') {
                         *w++ = '"';
@@ -146,7 +155,7 @@ static hx_status parse_line(const hx__schema *s, char *p, char *e, int64_t line,
             if (trim)
                 while (rd < e && is_space(*rd)) rd++;
             if (rd < e && *rd != delim)
-                return add_error(out, line, HX_MALFORMED_QUOTE, col, col + 1, fs, (size_t)(e - fs));
+                return quote_error(out, line, col, n_cols, fs, e);
             next = rd;
         } else {
             char *d = fs < e ? memchr(fs, delim, (size_t)(e - fs)) : NULL;
@@ -201,7 +210,7 @@ void hx__line_error_format(const hx__schema *s, const hx__line_error *e, int64_t
                            size_t n)
 {
     char where[96] = "";
-    if (e->column >= 0) {
+    if (e->column >= 0 && e->column < s->cfg.n_columns) {
         const char *name = s->columns[e->column].name;
         snprintf(where, sizeof where, ", column %d (%s)", e->column + 1, name ? name : "unnamed");
     }

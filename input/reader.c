@@ -21,7 +21,7 @@ typedef enum { SLOT_FREE, SLOT_RAW, SLOT_PARSING, SLOT_PARSED } slot_state;
 typedef struct slot {
     slot_state state;
     int64_t seq;
-    char *data;            /* capacity: max_line_bytes + block_bytes */
+    char *data;            /* capacity: max_line_bytes + 1 + block_bytes */
     size_t off, len;       /* the block's complete lines: data[off, off + len) */
     int64_t bytes;         /* bytes of the file this block read */
     int64_t skipped_lines; /* header lines dropped before the block */
@@ -130,8 +130,10 @@ static void *reading_main(void *arg)
                     end = i;
                     break;
                 }
+            /* An unfinished line is certainly too long once it holds more than
+             * max_line_bytes besides a '\r' that a '\n' may follow. */
             size_t rest = len - end;
-            if (rest > c->max_line_bytes) {
+            if (rest - (rest && s->data[len - 1] == '\r') > c->max_line_bytes) {
                 s->overlong_after = true;
                 discard = true;
             } else {
@@ -275,10 +277,10 @@ hx_status hx_reader_open(const char *path, const hx_reader_config *cfg, hx_reade
         return st;
     }
     r->n_slots = c->max_blocks;
-    r->slot_capacity = c->max_line_bytes + c->block_bytes;
+    r->slot_capacity = c->max_line_bytes + 1 + c->block_bytes;
     r->slots = calloc((size_t)r->n_slots, sizeof *r->slots);
     r->parser_threads = calloc((size_t)c->n_threads, sizeof *r->parser_threads);
-    r->carry = malloc(c->max_line_bytes);
+    r->carry = malloc(c->max_line_bytes + 1);
     bool oom = !r->path || !r->slots || !r->parser_threads || !r->carry;
     for (int i = 0; !oom && i < r->n_slots; i++) {
         r->slots[i].data = malloc(r->slot_capacity);
@@ -353,7 +355,7 @@ static hx_status open_block(hx_reader *r)
     while (s->state != SLOT_PARSED) pthread_cond_wait(&r->cv_parsed, &r->mu);
     for (int i = 0; i < r->n_slots; i++) held += r->slots[i].rows_bytes;
     pthread_mutex_unlock(&r->mu);
-    held += (size_t)r->n_slots * r->slot_capacity + r->schema.cfg.max_line_bytes +
+    held += (size_t)r->n_slots * r->slot_capacity + r->schema.cfg.max_line_bytes + 1 +
             hx__rows_bytes(&r->batch) + hx__rows_bytes(&r->shuffle);
     if (held > r->stats.buffer_bytes) r->stats.buffer_bytes = held;
     r->next_seq++;

@@ -622,6 +622,60 @@ static void test_errors(void)
           hx_last_error());
 }
 
+/* Random bytes drawn from the characters that matter: no crash, every line
+ * accounted for, and the same result for any block size and thread count. */
+static void test_fuzz(void)
+{
+    static const char alphabet[] = ",,,,\"\"\n\n\r 0123456789.-eE?xyz\t\xc3\xa9";
+    char path[512];
+    tmp_path(path, sizeof path, "fuzz.csv");
+    test_rng rng = test_rng_make(2024);
+    int ok = 1;
+    for (int file = 0; file < 40; file++) {
+        char text[3000];
+        size_t n = 1 + test_rng_u64(&rng) % sizeof text;
+        for (size_t i = 0; i < n; i++) text[i] = alphabet[test_rng_u64(&rng) % (sizeof alphabet - 1)];
+        /* a few long lines for the max_line_bytes paths */
+        if (file % 3 == 0)
+            for (size_t i = 0; i < n / 2; i++)
+                if (text[i] == '\n') text[i] = '7';
+        write_file(path, text, n);
+        uint64_t digest[3];
+        int64_t counts[3][HX_MALFORMED_REASON_COUNT + 2];
+        for (int v = 0; v < 3; v++) {
+            hx_reader_config c = small_config();
+            c.block_bytes = v == 0 ? 1 << 20 : 64 + 37 * v;
+            c.n_threads = 1 + v;
+            c.quotes = file % 2 == 0;
+            c.missing_token = "?";
+            c.skip_lines = file % 4 == 1;
+            c.batch_size = 7;
+            epoch_sum es;
+            hx_reader_stats st;
+            ok &= read_file_epoch(path, &c, &es, &st) == HX_OK;
+            digest[v] = es.digest;
+            memcpy(counts[v], st.malformed_by_reason, sizeof st.malformed_by_reason);
+            counts[v][HX_MALFORMED_REASON_COUNT] = st.lines;
+            counts[v][HX_MALFORMED_REASON_COUNT + 1] = st.rows;
+            ok &= st.rows + st.malformed <= st.lines && st.rows == es.rows && st.bytes == (int64_t)n;
+        }
+        bool same = digest[0] == digest[1] && digest[0] == digest[2] &&
+                    memcmp(counts[0], counts[1], sizeof counts[0]) == 0 &&
+                    memcmp(counts[0], counts[2], sizeof counts[0]) == 0;
+        if (!same || !ok) {
+            for (int v = 0; v < 3; v++)
+                fprintf(stderr, "fuzz file %d variant %d: %016llx lines %lld rows %lld by reason %lld %lld %lld %lld %lld\n",
+                        file, v, (unsigned long long)digest[v], (long long)counts[v][5], (long long)counts[v][6],
+                        (long long)counts[v][0], (long long)counts[v][1], (long long)counts[v][2],
+                        (long long)counts[v][3], (long long)counts[v][4]);
+            ok = 0;
+            break;
+        }
+    }
+    CHECK(ok, "random files: every line accounted for, same rows and counts at any block size and thread count");
+    remove(path);
+}
+
 int main(void)
 {
     const char *src = getenv("HX_TEST_SRC");
@@ -635,6 +689,7 @@ int main(void)
     test_malformed();
     test_threads_memory_rewind();
     test_shuffle();
+    test_fuzz();
     test_criteo_round_trip();
     test_zipf_and_planted_model();
     test_errors();
