@@ -10,7 +10,9 @@
  * dependency, a race in a concurrent executor, an arena overlap) sees NaN or
  * the previous run's value, not the right one by luck. Fetch sets alternate
  * (the first plan's arena is outgrown), feeds and fetches go by handle and
- * by name, and parameters are rewritten before training.
+ * by name, and parameters are rewritten before training. A quarter of the
+ * graphs with updates train with loss scaling, half of those with a scale so
+ * large that steps are skipped (the gradient scan, on either device).
  *
  * Kernels are thread-count deterministic (hx_kernels.h), so the emu run at
  * 1 thread is also compared with the CPU run at 2 threads; one graph in 15
@@ -144,9 +146,11 @@ static hx_status protocol(rg_graph *r, hx_session *s, transcript *tr, unsigned c
         st = hx_session_read(s, t, tr_add(tr, 100, t, bytes, fill), bytes);
         tr->rec[tr->n - 1].st = st;
     }
+    hx_train_stats ts = {0};
+    if (!st) st = hx_session_train_stats(s, &ts);
     if (!st) {
-        int64_t step = hx_session_step(s);
-        memcpy(tr_add(tr, 101, NULL, sizeof step, fill), &step, sizeof step);
+        int64_t v[3] = {ts.step, ts.skipped_steps, (int64_t)ts.loss_scale};
+        memcpy(tr_add(tr, 101, NULL, sizeof v, fill), v, sizeof v);
     }
     return st;
 }
@@ -170,7 +174,7 @@ static const char *run_name(int run)
 {
     static char buf[32];
     if (run == 100) return "read back";
-    if (run == 101) return "step count";
+    if (run == 101) return "train stats (step, skipped, scale)";
     snprintf(buf, sizeof buf, "run %d (%s)", run, run < 4 ? "inference" : "train");
     return buf;
 }
@@ -208,14 +212,28 @@ static bool same(const transcript *got, const transcript *want, char *why, size_
 /* ---- one seed ------------------------------------------------------------------------- */
 
 typedef struct totals {
-    int graphs, ops, device_ops, copies, subgraphs, fallbacks, optimizers, big;
+    int graphs, ops, device_ops, copies, subgraphs, fallbacks, optimizers, big, scaled, skipped;
     long op_seen[HX_OP_COUNT];
 } totals;
+
+/* Loss scaling on a quarter of the graphs with updates: a moderate scale,
+ * or one so large that gradients overflow and steps are skipped. */
+static hx_loss_scale_config loss_scale_for(const rg_graph *r)
+{
+    hx_loss_scale_config ls = hx_session_config_default().loss_scale;
+    if (r->n_updates && r->seed % 4 == 3) {
+        ls.enabled = true;
+        ls.initial_scale = r->seed % 8 == 3 ? 1e36 : 1024;
+        ls.growth_interval = 2;
+    }
+    return ls;
+}
 
 static hx_session *open_session(rg_graph *r, hx_accelerator acc, int threads, hx_fallback fb,
                                 hx_status *st)
 {
     hx_session_config c = hx_session_config_default();
+    c.loss_scale = loss_scale_for(r);
     c.accelerator = acc;
     c.n_threads = threads;
     c.seed = 1000 + r->seed;
@@ -252,6 +270,7 @@ static void check_seed(uint64_t seed, bool verbose, totals *tot)
     tot->graphs++;
     tot->big += o.big;
     tot->optimizers += r->n_updates > 0;
+    tot->scaled += loss_scale_for(r).enabled;
 
     hx_status st;
     transcript ref = {0};
@@ -267,6 +286,8 @@ static void check_seed(uint64_t seed, bool verbose, totals *tot)
                   ref_ps.n_copies == 0,
               "seed %llu: all-CPU session: %d device ops, %d copies", (unsigned long long)seed,
               ref_ps.n_device_ops, ref_ps.n_copies);
+        hx_train_stats ts = {0};
+        if (!hx_session_train_stats(s, &ts)) tot->skipped += (int)ts.skipped_steps;
         hx_session_free(s);
     }
 
@@ -365,9 +386,10 @@ int main(int argc, char **argv)
     clock_t t0 = clock();
     for (long k = 0; k < count; k++) check_seed((uint64_t)(first + k), verbose, &tot);
     check_coverage(&tot, (int)count);
-    printf("random graphs: %d graphs (%d big, %d with optimizers), %d ops, %d on the device, "
-           "%d subgraphs, %d copies, %d fallbacks; %.2f s CPU\n",
-           tot.graphs, tot.big, tot.optimizers, tot.ops, tot.device_ops, tot.subgraphs, tot.copies,
-           tot.fallbacks, (double)(clock() - t0) / CLOCKS_PER_SEC);
+    printf("random graphs: %d graphs (%d big, %d with optimizers, %d with loss scaling: %d "
+           "steps skipped), %d ops, %d on the device, %d subgraphs, %d copies, %d fallbacks; "
+           "%.2f s CPU\n",
+           tot.graphs, tot.big, tot.optimizers, tot.scaled, tot.skipped, tot.ops, tot.device_ops,
+           tot.subgraphs, tot.copies, tot.fallbacks, (double)(clock() - t0) / CLOCKS_PER_SEC);
     return test_finish("random_graphs");
 }
