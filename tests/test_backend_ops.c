@@ -1,13 +1,16 @@
 /* test_backend_ops: the backend consistency suite (tests/util/backend_suite.h)
- * on the emu accelerator, at 2 threads and at 1: every op, forward and
- * gradient-only and optimizer updates, in every dtype it takes, run on the
- * device from NaN-poisoned arenas and compared with the all-CPU run. emu runs
- * the CPU kernels, so outputs must match bit for bit; FTRL (kept on the
- * host) is skipped as having no kernel.
+ * on the emu accelerator: every op, forward and gradient-only and optimizer
+ * updates, in every dtype it takes, run on the device from NaN-poisoned
+ * arenas and compared with the all-CPU run. emu runs the CPU kernels, so
+ * outputs must match bit for bit; FTRL (kept on the host) is skipped as
+ * having no kernel. Three passes: the small cases at 2 threads and at 1, and
+ * the cases scaled 64x (kernels split their work over threads) on emu at 2
+ * threads against the CPU at 1: every kernel is thread-count deterministic.
  *
  * Flags: --perf (one JSON line per case with the time per run on emu and on
- * the CPU; cases scaled up by --scale N), --op NAME, --dtype NAME,
- * --threads N, --seconds S (perf time per case), --verbose. */
+ * the CPU, cases scaled 64x or by --scale N), --op NAME, --dtype NAME,
+ * --threads N (one pass, both sessions), --seconds S (perf time per case),
+ * --verbose. */
 #include "hetex.h"
 #include "backend_suite.h"
 #include "testutil.h"
@@ -26,12 +29,12 @@ int main(int argc, char **argv)
 {
     bsuite_config c = bsuite_config_default(HX_ACCELERATOR_EMU);
     c.bitwise = true;
-    int threads = 0;
+    int threads = 0, scale = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--perf")) c.perf = true;
         else if (!strcmp(a, "--verbose")) c.verbose = true;
-        else if (!strcmp(a, "--scale") && next) c.perf_scale = atoi(argv[++i]);
+        else if (!strcmp(a, "--scale") && next) scale = atoi(argv[++i]);
         else if (!strcmp(a, "--seconds") && next) c.perf_seconds = atof(argv[++i]);
         else if (!strcmp(a, "--op") && next) c.op = argv[++i];
         else if (!strcmp(a, "--threads") && next) threads = atoi(argv[++i]);
@@ -43,15 +46,20 @@ int main(int argc, char **argv)
             i++;
         } else return usage(argv[0]);
     }
-    for (int t = 2; t >= 1; t--) {
-        if (threads && t != threads) continue;
-        c.n_threads = t;
+    /* {threads, reference threads, scale} */
+    static const int passes[3][3] = {{2, 2, 1}, {1, 1, 1}, {2, 1, 64}};
+    int n_passes = c.perf || threads ? 1 : 3; /* a flag picks one pass */
+    for (int p = 0; p < n_passes; p++) {
+        c.n_threads = threads ? threads : passes[p][0];
+        c.ref_threads = threads ? threads : passes[p][1];
+        c.scale = scale ? scale : c.perf ? 64 : passes[p][2];
         bsuite_result r;
         int bad = bsuite_run(&c, &r);
-        printf("backend_ops emu, %d thread(s): %d cases, %d passed, %d failed, %d skipped "
-               "(%d without an emu kernel), %d ops uncovered\n",
-               t, r.cases, r.passed, r.failed, r.skipped, r.no_kernel, r.uncovered);
-        CHECK(bad == 0, "%d failures at %d thread(s)", bad, t);
+        printf("backend_ops emu, %d thread(s) vs the CPU at %d, scale %d: %d cases, %d passed, "
+               "%d failed, %d skipped (%d without an emu kernel), %d ops uncovered\n",
+               c.n_threads, c.ref_threads, c.scale, r.cases, r.passed, r.failed, r.skipped,
+               r.no_kernel, r.uncovered);
+        CHECK(bad == 0, "%d failures in pass %d", bad, p);
         CHECK(r.cases > 0 && r.passed + r.failed == r.cases, "%d cases, %d passed, %d failed",
               r.cases, r.passed, r.failed);
     }

@@ -190,12 +190,14 @@ static const struct { int na, nb; int64_t a[4], b[4]; } bshapes[] = {
 static hx_tensor *b_binary(bs_ctx *c, hx_dtype dt, int v, int arg)
 {
     int64_t a[4], b[4];
+    int na = bshapes[v].na, nb = bshapes[v].nb;
     memcpy(a, bshapes[v].a, sizeof a);
     memcpy(b, bshapes[v].b, sizeof b);
-    a[0] *= c->scale; /* a's leading dim is never broadcast against b's */
-    if (bshapes[v].nb == bshapes[v].na && b[0] != 1) b[0] *= c->scale;
-    hx_tensor *x = make_leaf(c, c->perf, dt, bshapes[v].na, a, BS_UNIFORM, 0);
-    hx_tensor *y = make_leaf(c, c->perf, dt, bshapes[v].nb, b, arg == 3 ? BS_POSITIVE : BS_UNIFORM, 0);
+    /* the output's leading dim grows: in the operands that have it, unless broadcast there */
+    if (na >= nb && a[0] != 1) a[0] *= c->scale;
+    if (nb >= na && nb && b[0] != 1) b[0] *= c->scale;
+    hx_tensor *x = make_leaf(c, c->perf, dt, na, a, BS_UNIFORM, 0);
+    hx_tensor *y = make_leaf(c, c->perf, dt, nb, b, arg == 3 ? BS_POSITIVE : BS_UNIFORM, 0);
     char sa[64], sb[64];
     vdesc(c, "%s, %s", shape_str(x, sa, sizeof sa), shape_str(y, sb, sizeof sb));
     switch (arg) {

@@ -28,7 +28,9 @@
 
 typedef struct bsuite_config {
     hx_accelerator accelerator; /* the backend under test */
-    int n_threads;              /* of both sessions */
+    int n_threads;              /* of the accelerator's session */
+    int ref_threads;            /* of the all-CPU reference (0: n_threads); with bitwise,
+                                   1 vs 2 checks that kernels are thread-count deterministic */
     /* Largest error allowed per output dtype (index: hx_dtype): relative to
      * max(|reference|, 1e-3 * max|reference|); integers must match. */
     double tol[5];
@@ -36,7 +38,8 @@ typedef struct bsuite_config {
     const char *op;     /* run only cases of ops whose name contains this (NULL: all) */
     unsigned dtypes;    /* dtypes to try (bits 1u << HX_DTYPE_*) */
     bool perf;          /* also time each case: one JSON line per case on `out` */
-    int perf_scale;     /* perf: leading dims times this (cases are small otherwise) */
+    int scale;          /* leading dims times this: 1 the small cases, 64 sizes where
+                           kernels split their work over threads (and perf) */
     double perf_seconds;/* perf: time spent per case and session, at least */
     bool verbose;       /* a line per case and dtype on `out`, skips with their reason */
     FILE *out;          /* verbose lines and JSON (NULL: stdout) */
@@ -44,7 +47,7 @@ typedef struct bsuite_config {
 } bsuite_config;
 
 /* Tolerances f32 1e-5, f16/bf16 1e-2, integers exact; 2 threads; all
- * dtypes; no perf (perf_scale 64, perf_seconds 0.05 when turned on). */
+ * dtypes; scale 1; no perf (perf_seconds 0.05 when turned on). */
 bsuite_config bsuite_config_default(hx_accelerator acc);
 
 typedef struct bsuite_result {
