@@ -252,7 +252,10 @@ static void name_after_table(hx_tensor *u, const char *table)
 /* One update node for table t over every lookup of t with a gradient:
  * src = ids of the first lookup, the gradient (one lookup's, or all of them
  * flattened and concatenated on the CPU), then the other lookups' ids and
- * every offsets and weights; data: where each lookup's inputs are. Weights
+ * every offsets and weights, and last the lookups themselves (so that they
+ * run before the update even when no value needs their output: a DYNAMIC
+ * table's forward gives new ids their rows); data: where each lookup's
+ * inputs are. Weights
  * that are a parameter are read through a copy made before any update runs
  * (their own update may run first and change them in place). */
 static hx_status add_table_update(hx_graph *g, hx_embedding_table *t, int n0)
@@ -262,7 +265,7 @@ static hx_status add_table_update(hx_graph *g, hx_embedding_table *t, int n0)
                                       g->tensors[i]->grad;
     if (!nl) return HX_OK;
     hx_emb_update_info *info = malloc(sizeof *info + sizeof info->src[0] * nl);
-    hx_tensor **src = malloc(sizeof *src * (3 * nl + 1));
+    hx_tensor **src = malloc(sizeof *src * (4 * nl + 1));
     hx_tensor **grads = malloc(sizeof *grads * nl);
     hx_status st = info && src && grads ? hx_graph_push_target(g, HX_TARGET_CPU)
                                         : hx__error(HX_ERR_OUT_OF_MEMORY,
@@ -288,6 +291,7 @@ static hx_status add_table_update(hx_graph *g, hx_embedding_table *t, int n0)
         off += hx_tensor_numel(l);
     }
     src[0] = info->src[0].lookup->src[0];
+    for (k = 0; k < nl; k++) src[ns++] = (hx_tensor *)info->src[k].lookup;
     if (ok && nl == 1) {
         src[1] = grads[0];
     } else if (ok) {

@@ -236,6 +236,7 @@ hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64_t *ids
 {
     int64_t *rows;
     float *tmp;
+    if (t) pthread_mutex_lock(&t->lock); /* a training lookup may be changing the id map */
     hx_status st = rows_args(t, "hx_embedding_table_read_rows", ids, n, out, &rows, &tmp);
     int64_t dim = st ? 0 : t->impl->dim;
     for (int64_t i = 0; i < n && !st; i++) {
@@ -246,6 +247,7 @@ hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64_t *ids
         hx_emb_local_read_row(t->local, rows[i], tmp);
         memcpy(out + i * dim, tmp, (size_t)dim * sizeof *out);
     }
+    if (t) pthread_mutex_unlock(&t->lock);
     free(rows);
     free(tmp);
     return st;
@@ -257,6 +259,7 @@ hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *id
     const char *fn = "hx_embedding_table_write_rows";
     int64_t *rows;
     float *tmp;
+    if (t) pthread_mutex_lock(&t->lock);
     hx_status st = rows_args(t, fn, ids, n, data, &rows, &tmp);
     for (int64_t i = 0; i < n && !st; i++)
         if (rows[i] < 0)
@@ -264,12 +267,9 @@ hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *id
                            "%s '%s': id %lld at position %lld holds no row yet (a DYNAMIC table "
                            "gives ids rows in training runs); nothing was written", fn, t->name,
                            (long long)ids[i], (long long)i);
-    if (!st) {
-        int64_t dim = t->impl->dim;
-        pthread_mutex_lock(&t->lock);
-        for (int64_t i = 0; i < n; i++) hx_emb_local_write_row(t->local, rows[i], data + i * dim, tmp);
-        pthread_mutex_unlock(&t->lock);
-    }
+    for (int64_t i = 0; i < n && !st; i++)
+        hx_emb_local_write_row(t->local, rows[i], data + i * t->impl->dim, tmp);
+    if (t) pthread_mutex_unlock(&t->lock);
     free(rows);
     free(tmp);
     return st;
@@ -315,10 +315,12 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
                                 .rows_assigned = ls.rows_ready, .out_of_range = ls.oob_ids,
                                 .updates = atomic_load(&t->updates), .bytes = ls.bytes,
                                 .graphs = atomic_load(&t->graphs)};
-    const hx_emb_idmap *map = hx_emb_dynamic_idmap((hx_emb_table *)t->impl);
+    const hx_emb_idmap *map = hx_emb_dynamic_idmap(t->impl);
     if (map) {
         hx_emb_idmap_stats ms;
+        pthread_mutex_lock((pthread_mutex_t *)&t->lock);
         hx_emb_idmap_stats_get(map, &ms);
+        pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
         out->rows_assigned = ms.keys;
         out->evictions = ms.evicted;
         out->expirations = ms.expired;

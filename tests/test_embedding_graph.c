@@ -17,11 +17,15 @@
 
 #define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 
-static hx_embedding_table *make_table(const char *name, int64_t rows, int64_t dim,
-                                      hx_embedding_optimizer_kind opt, uint64_t seed)
+/* backing: NULL, or a file to hold the table (removed at once: the mapping keeps it). */
+static hx_embedding_table *make_table_in(const char *name, int64_t rows, int64_t dim,
+                                         hx_dtype dtype, hx_embedding_optimizer_kind opt,
+                                         uint64_t seed, const char *backing)
 {
     hx_embedding_config c = hx_embedding_config_default();
     c.name = name;
+    c.dtype = dtype;
+    c.backing_file = backing;
     c.rows = rows;
     c.dim = dim;
     c.seed = seed;
@@ -30,7 +34,14 @@ static hx_embedding_table *make_table(const char *name, int64_t rows, int64_t di
     c.n_threads = 1;
     hx_embedding_table *t = NULL;
     OK(hx_embedding_table_create(&c, &t));
+    if (backing) unlink(backing);
     return t;
+}
+
+static hx_embedding_table *make_table(const char *name, int64_t rows, int64_t dim,
+                                      hx_embedding_optimizer_kind opt, uint64_t seed)
+{
+    return make_table_in(name, rows, dim, HX_DTYPE_F32, opt, seed, NULL);
 }
 
 /* All rows as f32 (rows * dim). */
@@ -471,10 +482,14 @@ out:
 
 enum { BR = 40, BD = 9, BN = 30, BBAGS = 8, BSTEPS = 3 };
 
-static void test_bitwise(hx_embedding_optimizer_kind kind, bool twice)
+/* The graph trains table a (bf16: in a file), embedding/ trains b directly. */
+static void test_bitwise(hx_embedding_optimizer_kind kind, bool twice, hx_dtype dtype)
 {
     test_rng r = test_rng_make(31 + kind);
-    hx_embedding_table *a = make_table("a", BR, BD, kind, 4), *b = make_table("b", BR, BD, kind, 4);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/hx_emb_graph_a_%d.tbl", (int)getpid());
+    hx_embedding_table *a = make_table_in("a", BR, BD, dtype, kind, 4, dtype == HX_DTYPE_F32 ? NULL : path);
+    hx_embedding_table *b = make_table_in("b", BR, BD, dtype, kind, 4, NULL);
     if (!a || !b) return;
     hx_graph *g = hx_graph_create();
     int64_t n = BN, shape[2] = {BBAGS, BD}, lshape[2] = {BN, BD};
@@ -517,10 +532,11 @@ static void test_bitwise(hx_embedding_optimizer_kind kind, bool twice)
         CHECK(hx_emb_table_backward_update_many(b->impl, q, gi, twice ? 2 : 1, step, NULL, &err) == HX_OK,
               "%s", err.msg);
     }
-    CHECK(same_storage(a, b), "%s%s: the graph's table differs from direct calls after %d steps",
-          hx_emb_optim_name((hx_emb_optim_kind)kind), twice ? " (two lookups)" : "", BSTEPS);
+    CHECK(same_storage(a, b), "%s%s, %s: the graph's table differs from direct calls after %d steps",
+          hx_emb_optim_name((hx_emb_optim_kind)kind), twice ? " (two lookups)" : "",
+          hx_dtype_name(dtype), BSTEPS);
     float *va = read_all(a), *v0 = NULL;
-    hx_embedding_table *fresh = make_table("fresh", BR, BD, kind, 4);
+    hx_embedding_table *fresh = make_table_in("fresh", BR, BD, dtype, kind, 4, NULL);
     if (fresh) v0 = read_all(fresh);
     CHECK(v0 && memcmp(va, v0, sizeof(float) * BR * BD), "the table did not train");
     free(va);
@@ -824,6 +840,48 @@ out:
     free(v0);
 }
 
+/* A DYNAMIC table trained by one session: min_count and expiry by step. */
+static void test_dynamic_training(void)
+{
+    hx_embedding_config c = hx_embedding_config_default();
+    c.name = "dyn";
+    c.rows = 4;
+    c.dim = 2;
+    c.ids = HX_EMBEDDING_IDS_DYNAMIC;
+    c.min_count = 2;
+    c.expire_after = 2;
+    c.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
+    hx_embedding_table *t = NULL;
+    OK(hx_embedding_table_create(&c, &t));
+    if (!t) return;
+    hx_graph *g = hx_graph_create();
+    int64_t n = 2;
+    hx_tensor *ids = ids_input(g, "ids", HX_DTYPE_I64, n);
+    OK(hx_graph_backward(g, hx_reduce_sum(g, hx_embedding_lookup(g, t, ids), 0, NULL, false)));
+    hx_optimizer_config dense = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    OK(hx_graph_apply_optimizer(g, NULL, &dense));
+    hx_session *s = session(g, HX_ACCELERATOR_NONE, 1);
+    /* step 1: id 500 seen twice (min_count 2: it gets a row); steps 2..4: id 9 */
+    int64_t batches[4][2] = {{500, 500}, {9, -1}, {9, -1}, {9, -1}}, rows_after[4];
+    hx_embedding_stats st;
+    for (int k = 0; s && k < 4; k++) {
+        hx_feed f = {.tensor = ids, .data = batches[k], .bytes = sizeof batches[k]};
+        OK(hx_session_run(s, &f, 1, NULL, 0, HX_RUN_TRAIN));
+        OK(hx_embedding_table_stats(t, &st));
+        rows_after[k] = st.rows_assigned;
+    }
+    /* 9 and -1 reach min_count at step 3; at step 4, a multiple
+     * of expire_after, 500 (last seen at step 1 < 4 - 2) loses its row. */
+    CHECK(rows_after[0] == 1 && rows_after[1] == 1 && rows_after[2] == 3 && rows_after[3] == 2 &&
+              st.expirations == 1 && st.filtered > 0,
+          "dynamic rows by step: %lld %lld %lld %lld, expirations %lld, filtered %lld",
+          (long long)rows_after[0], (long long)rows_after[1], (long long)rows_after[2],
+          (long long)rows_after[3], (long long)st.expirations, (long long)st.filtered);
+    hx_session_free(s);
+    hx_graph_free(g);
+    OK(hx_embedding_table_free(t));
+}
+
 /* ---- threads, placement ------------------------------------------------------------------------ */
 
 enum { TR = 20000, TD = 24, TN = 4096, TB = 512 };
@@ -912,12 +970,14 @@ int main(void)
     test_gradients();
     test_wide_deep();
     for (int k = HX_EMBEDDING_OPTIMIZER_LAZY_ADAM; k <= HX_EMBEDDING_OPTIMIZER_FTRL; k++) {
-        test_bitwise((hx_embedding_optimizer_kind)k, false);
-        test_bitwise((hx_embedding_optimizer_kind)k, true);
+        test_bitwise((hx_embedding_optimizer_kind)k, false, HX_DTYPE_F32);
+        test_bitwise((hx_embedding_optimizer_kind)k, true, HX_DTYPE_F32);
+        test_bitwise((hx_embedding_optimizer_kind)k, true, HX_DTYPE_BF16);
     }
     test_nonfinite();
     test_lifetime_and_errors();
     test_ids();
+    test_dynamic_training();
     test_threads();
     test_placement();
     return test_finish("test_embedding_graph");
