@@ -246,22 +246,55 @@ static void perf_line(suite *su, const bs_case *k, bs_ctx *c, hx_dtype dt, const
             su->cfg->n_threads, su->cfg->scale, us, runs, cpu_us, cpu_us / us);
 }
 
+static void ctx_clear(bs_ctx *c)
+{
+    hx_graph_free(c->g);
+    for (int i = 0; i < c->n_leaf; i++) free(c->leaf[i].data);
+    memset(c, 0, sizeof *c);
+}
+
+/* Builds variant v of case k in dt at `scale` with every op on the
+ * accelerator; err receives hx_last_error() of a failed build. */
+static hx_tensor *build_case(bs_ctx *c, const bsuite_config *cfg, const bs_case *k, int v,
+                             hx_dtype dt, int64_t scale, char *err, size_t n)
+{
+    ctx_clear(c);
+    c->g = hx_graph_create();
+    c->scale = scale;
+    c->perf = cfg->perf;
+    c->rng = test_rng_make(cfg->seed * 1000003 + (uint64_t)(k - bs_cases) * 101 + (uint64_t)v * 7 + dt);
+    if (!c->g) {
+        snprintf(err, n, "hx_graph_create failed");
+        return NULL;
+    }
+    hx_graph_push_target(c->g, HX_TARGET_DEVICE);
+    hx_tensor *y = k->build(c, dt, v, k->arg);
+    snprintf(err, n, "%s", hx_last_error());
+    hx_graph_pop_target(c->g);
+    return y;
+}
+
+static int64_t largest_tensor(const hx_graph *g)
+{
+    int64_t m = 0;
+    for (int i = 0; i < g->n; i++)
+        if (hx_tensor_numel(g->tensors[i]) > m) m = hx_tensor_numel(g->tensors[i]);
+    return m;
+}
+
 static void run_case(suite *su, const bs_case *k, int v, hx_dtype dt)
 {
     const bsuite_config *cfg = su->cfg;
-    bs_ctx c = {.g = hx_graph_create(), .scale = cfg->scale > 0 ? cfg->scale : 1, .perf = cfg->perf,
-                .rng = test_rng_make(cfg->seed * 1000003 + (uint64_t)(k - bs_cases) * 101 + (uint64_t)v * 7 + dt)};
+    bs_ctx c = {0};
     hx_session *acc = NULL, *ref = NULL;
     void *got[2] = {NULL, NULL}, *want[2] = {NULL, NULL};
-    if (!c.g) {
-        fail(su, k, &c, dt, "hx_graph_create failed");
-        return;
-    }
-    hx_graph_push_target(c.g, HX_TARGET_DEVICE); /* every op of the case on the accelerator */
-    hx_tensor *y = k->build(&c, dt, v, k->arg);
     char err[512];
-    snprintf(err, sizeof err, "%s", hx_last_error());
-    hx_graph_pop_target(c.g);
+    int64_t scale = cfg->scale > 0 ? cfg->scale : 1;
+    hx_tensor *y = build_case(&c, cfg, k, v, dt, scale, err, sizeof err);
+    while (y && largest_tensor(c.g) < cfg->min_elements && scale < (1 << 20)) {
+        scale *= 2; /* grow until kernels split their work */
+        y = build_case(&c, cfg, k, v, dt, scale, err, sizeof err);
+    }
     bool takes = cfg->dtypes & k->dtypes & 1u << dt, found = false;
     if (!y) {
         if (c.skip) say(su, "n/a", k, &c, dt, c.skip);
@@ -333,8 +366,7 @@ out:
     }
     hx_session_free(acc);
     hx_session_free(ref);
-    hx_graph_free(c.g);
-    for (int i = 0; i < c.n_leaf; i++) free(c.leaf[i].data);
+    ctx_clear(&c);
 }
 
 /* Ops the accelerator has a kernel for that no case ran. */
@@ -370,10 +402,13 @@ int bsuite_run(const bsuite_config *cfg, bsuite_result *r)
     for (int k = 0; k < bs_n_cases; k++) {
         const bs_case *kc = &bs_cases[k];
         if (cfg->op && !strstr(kc->op, cfg->op)) continue;
+        bool left_out = false;
+        for (const char *const *e = cfg->except; e && *e && !left_out; e++) left_out = !strcmp(*e, kc->op);
+        if (left_out) continue;
         for (int v = 0; v < kc->n_variants; v++)
             for (int dt = HX_DTYPE_F32; dt <= HX_DTYPE_I64; dt++)
                 if (cfg->dtypes & 1u << dt) run_case(&su, kc, v, (hx_dtype)dt);
     }
-    if (!cfg->op && (cfg->dtypes & 1u << HX_DTYPE_F32)) check_coverage(&su);
+    if (!cfg->op && !cfg->except && (cfg->dtypes & 1u << HX_DTYPE_F32)) check_coverage(&su);
     return r->failed + r->uncovered;
 }

@@ -36,10 +36,13 @@ typedef struct bsuite_config {
     double tol[5];
     bool bitwise;       /* outputs must equal the reference bit for bit (emu) */
     const char *op;     /* run only cases of ops whose name contains this (NULL: all) */
+    const char *const *except; /* NULL-terminated op names whose cases are left out (NULL: none) */
     unsigned dtypes;    /* dtypes to try (bits 1u << HX_DTYPE_*) */
     bool perf;          /* also time each case: one JSON line per case on `out` */
-    int scale;          /* leading dims times this: 1 the small cases, 64 sizes where
-                           kernels split their work over threads (and perf) */
+    int scale;          /* leading dims times this (1: the small cases; perf: 64) */
+    int64_t min_elements; /* scale each case up (doubling) until its largest tensor has
+                           this many elements: 32768 makes kernels split their work
+                           over threads (0: off) */
     double perf_seconds;/* perf: time spent per case and session, at least */
     bool verbose;       /* a line per case and dtype on `out`, skips with their reason */
     FILE *out;          /* verbose lines and JSON (NULL: stdout) */
