@@ -390,7 +390,7 @@ void hx_emb_group_share(const hx_emb_gplan *p, int si, hx_emb_groups *g)
     g->scale = p->scale;
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
+HX_EMB_CLONES
 void hx_emb_group_sum(const hx_emb_query *q, const hx_emb_grad_input *gi,
                       const hx_emb_groups *gr, int64_t u, int64_t gstride, float *dst)
 {

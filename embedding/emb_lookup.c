@@ -246,7 +246,7 @@ static inline void add_row_scaled(float *restrict acc, const float *restrict r, 
 
 /* Bags [b0, b1). Compiled for AVX-512, AVX2 and the baseline (picked at
  * load time); with contraction off every clone rounds alike. */
-__attribute__((target_clones("avx512f", "avx2", "default")))
+HX_EMB_CLONES
 static void bag_range(const job *jb, int64_t b0, int64_t b1, float *buf)
 {
     const hx_emb_query *q = jb->q;

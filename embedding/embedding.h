@@ -46,6 +46,15 @@
 /* ---- errors ---------------------------------------------------------------- */
 
 #define HX_EMB_ERR_LEN 320
+
+/* Functions compiled for AVX-512, AVX2 and the baseline, picked at load
+ * time through an ifunc. Not under ThreadSanitizer, whose runtime is not up
+ * yet when ifunc resolvers run (the process would crash at start). */
+#if defined(__SANITIZE_THREAD__)
+#define HX_EMB_CLONES
+#else
+#define HX_EMB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 typedef struct hx_emb_err {
     char msg[HX_EMB_ERR_LEN];
 } hx_emb_err;
