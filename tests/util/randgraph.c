@@ -550,7 +550,9 @@ static const char *dims_str(int nd, const int64_t *d, char *buf, size_t n)
 /* One data-movement op on t of any dtype: reshape, permute, slice, or
  * concat. With self_val (t's pool value, f32) concat's other parts are t
  * again, pool values or new leaves; without, new inputs of t's dtype and
- * data (an f16 tensor must not have two consumers: see the report). */
+ * data: an f16/bf16 tensor with two consumers on the gradient path makes
+ * hx_graph_backward fail (the two gradients are summed with hx_add, which is
+ * f32-only), so half tensors get one consumer each. */
 static hx_tensor *move(gen *g, hx_tensor *t, rg_data data, int64_t hi, val *self_val, double *mag)
 {
     hx_graph *G = g->r->g;
