@@ -13,7 +13,8 @@
  * Flags: --perf (one JSON line per case with the time per run on emu and on
  * the CPU, cases scaled 64x or by --scale N), --op NAME, --dtype NAME,
  * --threads N (one pass, both sessions), --seconds S (perf time per case),
- * --verbose. */
+ * --verbose, --accelerator cuda|auto (by hand on a GPU machine: the
+ * tolerance table instead of bitwise). */
 #include "hetex.h"
 #include "backend_suite.h"
 #include "testutil.h"
@@ -23,8 +24,8 @@
 
 static int usage(const char *argv0)
 {
-    fprintf(stderr, "usage: %s [--perf] [--scale N] [--seconds S] [--op NAME] [--dtype NAME] "
-                    "[--threads N] [--verbose]\n", argv0);
+    fprintf(stderr, "usage: %s [--accelerator emu|cuda|auto] [--perf] [--scale N] [--seconds S] "
+                    "[--op NAME] [--dtype NAME] [--threads N] [--verbose]\n", argv0);
     return 2;
 }
 
@@ -41,6 +42,12 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--seconds") && next) c.perf_seconds = atof(argv[++i]);
         else if (!strcmp(a, "--op") && next) c.op = argv[++i];
         else if (!strcmp(a, "--threads") && next) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--accelerator") && next) {
+            i++;
+            c.accelerator = !strcmp(next, "cuda") ? HX_ACCELERATOR_CUDA
+                          : !strcmp(next, "auto") ? HX_ACCELERATOR_AUTO : HX_ACCELERATOR_EMU;
+            c.bitwise = c.accelerator == HX_ACCELERATOR_EMU; /* else the tolerance table */
+        }
         else if (!strcmp(a, "--dtype") && next) {
             c.dtypes = 0;
             for (int dt = HX_DTYPE_F32; dt <= HX_DTYPE_I64; dt++)
@@ -61,10 +68,11 @@ int main(int argc, char **argv)
         c.except = c.ref_threads != c.n_threads ? gemm : NULL;
         bsuite_result r;
         int bad = bsuite_run(&c, &r);
-        printf("backend_ops emu, %d thread(s) vs the CPU at %d, scale %d, cases grown to %lld "
-               "elements: %d cases, %d passed, %d failed, %d skipped (%d without an emu kernel), "
+        printf("backend_ops %s, %d thread(s) vs the CPU at %d, scale %d, cases grown to %lld "
+               "elements: %d cases, %d passed, %d failed, %d skipped (%d without a kernel), "
                "%d ops uncovered\n",
-               c.n_threads, c.ref_threads, c.scale, (long long)c.min_elements, r.cases, r.passed,
+               c.accelerator == HX_ACCELERATOR_EMU ? "emu" : "cuda/auto", c.n_threads,
+               c.ref_threads, c.scale, (long long)c.min_elements, r.cases, r.passed,
                r.failed, r.skipped,
                r.no_kernel, r.uncovered);
         CHECK(bad == 0, "%d failures in pass %d", bad, p);

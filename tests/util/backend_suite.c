@@ -369,36 +369,56 @@ out:
     ctx_clear(&c);
 }
 
-/* Ops the accelerator has a kernel for that no case ran. */
-static void check_coverage(suite *su)
+/* A session on the accelerator over a one-op graph: is it there at all,
+ * and which kernels does it offer. */
+typedef struct probe {
+    hx_graph *g;
+    hx_session *s;
+} probe;
+
+static hx_status probe_open(probe *p, hx_accelerator acc)
 {
-    hx_graph *g = hx_graph_create();
     int64_t one = 1;
-    hx_tensor *x = g ? hx_graph_input(g, "x", HX_DTYPE_F32, 1, &one) : NULL;
-    hx_session *s = NULL;
+    p->g = hx_graph_create();
+    hx_tensor *x = p->g ? hx_graph_input(p->g, "x", HX_DTYPE_F32, 1, &one) : NULL;
+    if (!x || !hx_relu(p->g, x)) return HX_ERR_OUT_OF_MEMORY;
     hx_session_config cfg = hx_session_config_default();
-    cfg.accelerator = su->cfg->accelerator;
-    if (!x || !hx_relu(g, x) || hx_session_create(g, &cfg, &s) || !s->be[HX_DEV_ACCEL]) {
-        fprintf(stderr, "FAIL backend_ops %s: no session to list kernels: %s\n",
-                acc_name(su->cfg->accelerator), hx_last_error());
-        su->r->uncovered++;
-    } else {
-        const hx_backend *b = s->be[HX_DEV_ACCEL];
-        for (int op = HX_OP_MATMUL; op < HX_OP_COUNT; op++)
-            if (!su->covered[op] && b->kernel(b, (hx_op)op, HX_DTYPE_F32)) {
-                fprintf(stderr, "FAIL backend_ops %s: op '%s' has a kernel and no case\n",
-                        acc_name(su->cfg->accelerator), hx__ops[op].name);
-                su->r->uncovered++;
-            }
-    }
-    hx_session_free(s);
-    hx_graph_free(g);
+    cfg.accelerator = acc;
+    hx_status st = hx_session_create(p->g, &cfg, &p->s);
+    return st ? st : p->s->be[HX_DEV_ACCEL] ? HX_OK : HX_ERR_UNSUPPORTED;
+}
+
+static void probe_close(probe *p)
+{
+    hx_session_free(p->s);
+    hx_graph_free(p->g);
+}
+
+/* Ops the accelerator has a kernel for that no case ran. */
+static void check_coverage(suite *su, const probe *p)
+{
+    const hx_backend *b = p->s->be[HX_DEV_ACCEL];
+    for (int op = HX_OP_MATMUL; op < HX_OP_COUNT; op++)
+        if (!su->covered[op] && b->kernel(b, (hx_op)op, HX_DTYPE_F32)) {
+            fprintf(stderr, "FAIL backend_ops %s: op '%s' has a kernel and no case\n",
+                    acc_name(su->cfg->accelerator), hx__ops[op].name);
+            su->r->uncovered++;
+        }
 }
 
 int bsuite_run(const bsuite_config *cfg, bsuite_result *r)
 {
     suite su = {.cfg = cfg, .r = r, .out = cfg->out ? cfg->out : stdout};
     memset(r, 0, sizeof *r);
+    probe p = {0};
+    hx_status st = probe_open(&p, cfg->accelerator);
+    if (st) { /* one failure, not one per case */
+        fprintf(stderr, "FAIL backend_ops %s: the accelerator cannot be opened: %s: %s\n",
+                acc_name(cfg->accelerator), hx_status_name(st), hx_last_error());
+        probe_close(&p);
+        r->failed = 1;
+        return 1;
+    }
     for (int k = 0; k < bs_n_cases; k++) {
         const bs_case *kc = &bs_cases[k];
         if (cfg->op && !strstr(kc->op, cfg->op)) continue;
@@ -409,6 +429,7 @@ int bsuite_run(const bsuite_config *cfg, bsuite_result *r)
             for (int dt = HX_DTYPE_F32; dt <= HX_DTYPE_I64; dt++)
                 if (cfg->dtypes & 1u << dt) run_case(&su, kc, v, (hx_dtype)dt);
     }
-    if (!cfg->op && !cfg->except && (cfg->dtypes & 1u << HX_DTYPE_F32)) check_coverage(&su);
+    if (!cfg->op && !cfg->except && (cfg->dtypes & 1u << HX_DTYPE_F32)) check_coverage(&su, &p);
+    probe_close(&p);
     return r->failed + r->uncovered;
 }

@@ -17,7 +17,15 @@
  * reason (f16/bf16 are storage types on the CPU today: arithmetic is f32);
  * a case the accelerator has no kernel for is skipped ("no kernel"). After
  * the cases, every op for which the accelerator offers a kernel but no case
- * ran is reported as uncovered (a failure). */
+ * ran is reported as uncovered (a failure). An accelerator that cannot be
+ * opened is one failure, not one per case.
+ *
+ * From a GPU test:
+ *   bsuite_config c = bsuite_config_default(HX_ACCELERATOR_CUDA);
+ *   bsuite_result r;
+ *   CHECK(bsuite_run(&c, &r) == 0, "%d failed", r.failed);
+ * (tolerances per dtype in c.tol; c.perf = true for timings; c.op = "matmul"
+ * for one op's cases). */
 #ifndef HX_BACKEND_SUITE_H
 #define HX_BACKEND_SUITE_H
 
