@@ -22,7 +22,8 @@
  * their work over threads.
  *
  * A failure prints the seed, the graph (ops, shapes, targets) and the emu
- * plan summary. `test_random_graphs --seed N [--verbose]` runs one seed. */
+ * plan summary. `test_random_graphs --seed N [--verbose]` runs one seed;
+ * `--repeat N` runs every seed N times (a stress run for executor races). */
 #include "hetex.h"
 #include "backend_suite.h"
 #include "graph/graph.h"
@@ -310,6 +311,13 @@ static void against_emu(rg_graph *r, int threads, const transcript *ref,
               ps.n_copies == ps.n_h2d + ps.n_d2h && ps.n_device_subgraphs <= ps.n_subgraphs,
           "seed %llu: emu stats: %d ops (all-CPU %d), %d device ops, %d copies = %d h2d + %d d2h",
           seed, ps.n_ops, ref_ps->n_ops, ps.n_device_ops, ps.n_copies, ps.n_h2d, ps.n_d2h);
+    hx_memory_stats ms = {0};
+    CHECK(hx_session_memory_stats(s, &ms) == HX_OK && ms.device_used_bytes <= ms.device_peak_bytes &&
+              ms.device_peak_bytes <= ms.device_capacity &&
+              ms.device_persistent_bytes + ms.device_transient_planned_bytes <= ms.device_peak_bytes,
+          "seed %llu: emu memory: used %zu, peak %zu, capacity %zu, persistent %zu + arena %zu",
+          seed, ms.device_used_bytes, ms.device_peak_bytes, ms.device_capacity,
+          ms.device_persistent_bytes, ms.device_transient_planned_bytes);
     if (tot) {
         tot->ops += ps.n_ops;
         tot->device_ops += ps.n_device_ops;
@@ -395,7 +403,7 @@ static void check_coverage(const totals *t, int n_seeds)
 
 int main(int argc, char **argv)
 {
-    long first = 0, count = N_SEEDS;
+    long first = 0, count = N_SEEDS, repeat = 1;
     bool verbose = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
@@ -403,16 +411,19 @@ int main(int argc, char **argv)
             count = 1;
         } else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
             count = atol(argv[++i]);
+        } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
+            repeat = atol(argv[++i]); /* stress: races show up on some repeats only */
         } else if (!strcmp(argv[i], "--verbose")) {
             verbose = true;
         } else {
-            fprintf(stderr, "usage: %s [--seed N] [--count N] [--verbose]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--seed N] [--count N] [--repeat N] [--verbose]\n", argv[0]);
             return 2;
         }
     }
     totals tot = {0};
     clock_t t0 = clock();
-    for (long k = 0; k < count; k++) check_seed((uint64_t)(first + k), verbose, &tot);
+    for (long rep = 0; rep < repeat; rep++)
+        for (long k = 0; k < count; k++) check_seed((uint64_t)(first + k), verbose, &tot);
     check_coverage(&tot, (int)count);
     printf("random graphs: %d graphs (%d big, %d with optimizers, %d with loss scaling: %d "
            "steps skipped), %d ops, %d on the device, %d subgraphs, %d copies, %d fallbacks; "
