@@ -21,6 +21,15 @@ static void mark_requires_grad(const hx_graph *g, int n, bool *req)
     }
 }
 
+/* a + b for two gradients of one tensor: f32 arithmetic, so half-precision
+ * gradients are widened, summed and rounded back once. */
+static hx_tensor *accumulate(hx_graph *g, hx_tensor *a, hx_tensor *b)
+{
+    if (a->dtype == HX_DTYPE_F32) return hx_add(g, a, b);
+    return hx_cast(g, hx_add(g, hx_cast(g, a, HX_DTYPE_F32), hx_cast(g, b, HX_DTYPE_F32)),
+                   a->dtype);
+}
+
 /* Builds the gradients of node t's inputs from its gradient and adds them
  * into grad[]. Runs with t's target as the scoped default, so gradient nodes
  * inherit the target of their forward op. */
@@ -47,7 +56,7 @@ static hx_status backprop_node(hx_graph *g, hx_tensor *t, hx_tensor **grad, cons
         if (!needs[k]) continue;
         if (!dsrc[k]) { st = HX_ERR_INTERNAL; break; } /* the builder set the message */
         int s = t->src[k]->id;
-        grad[s] = grad[s] ? hx_add(g, grad[s], dsrc[k]) : dsrc[k];
+        grad[s] = grad[s] ? accumulate(g, grad[s], dsrc[k]) : dsrc[k];
         if (!grad[s]) st = HX_ERR_INTERNAL;
     }
     hx_graph_pop_target(g);
