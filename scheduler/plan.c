@@ -248,20 +248,6 @@ static bool touches(const hx_unit *u, int d)
     return true;
 }
 
-/* The first position of unit U's steps that run after unit u finished
- * (U's n_steps: none; see the top of the file). */
-static int thr(const builder *b, int U, int u)
-{
-    const hx_plan *p = b->p;
-    const hx_unit *x = &p->units[U];
-    if (x->phase > p->units[u].phase) return 0;
-    for (int j = 0; j < x->n_pred; j++) { /* preds in the order they are needed */
-        int w = p->links[x->first_pred + j];
-        if (w == u || hx__reaches(b->reach, b->words, u, w)) return p->link_at[x->first_pred + j];
-    }
-    return x->n_steps;
-}
-
 /* The last position, over the units on device d other than x's own, of a
  * step that may run before all of x's units have finished (-1: none). */
 static int concurrent_end(const builder *b, int d, const lifetime *x)
@@ -270,10 +256,10 @@ static int concurrent_end(const builder *b, int d, const lifetime *x)
     int end = -1;
     for (int U = 0; U < p->n_units; U++) {
         if (!touches(&p->units[U], d)) continue;
-        int t = U == x->unit ? 0 : thr(b, U, x->unit);
+        int t = U == x->unit ? 0 : hx__unit_after(p, b->reach, U, x->unit);
         for (int l = x->more; l >= 0 && t < p->units[U].n_steps; l = b->pool[l].next)
             if (b->pool[l].unit != U) {
-                int tu = thr(b, U, b->pool[l].unit);
+                int tu = hx__unit_after(p, b->reach, U, b->pool[l].unit);
                 if (tu > t) t = tu;
             }
         if (t > 0 && p->units[U].first + t - 1 > end) end = p->units[U].first + t - 1;

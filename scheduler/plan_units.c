@@ -139,9 +139,27 @@ static void topo_order(int nu, const edge *e, int ne, int *rank, int *scratch)
     }
 }
 
+int hx__unit_after(const hx_plan *p, const uint64_t *reach, int U, int u)
+{
+    const hx_unit *x = &p->units[U];
+    if (x->phase > p->units[u].phase) return 0;
+    int words = hx__reach_words(p->n_units);
+    for (int j = 0; j < x->n_pred; j++) { /* preds in the order they are needed */
+        int w = p->links[x->first_pred + j];
+        if (w == u || hx__reaches(reach, words, u, w)) return p->link_at[x->first_pred + j];
+    }
+    return x->n_steps;
+}
+
+/* Whether some step of u can run at the same time as some step of v. */
+static bool concurrent(const hx_plan *p, const uint64_t *reach, int u, int v)
+{
+    return u != v && hx__unit_after(p, reach, v, u) > 0 && hx__unit_after(p, reach, u, v) > 0;
+}
+
 /* Upper bound on the CPU units of phase ph that can run at once, and
  * whether one of them can run at the same time as a device unit. */
-static int host_width(const hx_plan *p, const uint64_t *reach, int words, int ph, bool *with_dev)
+static int host_width(const hx_plan *p, const uint64_t *reach, int ph, bool *with_dev)
 {
     int width = 0;
     *with_dev = false;
@@ -149,7 +167,7 @@ static int host_width(const hx_plan *p, const uint64_t *reach, int words, int ph
         if (p->units[u].lane != HX_LANE_HOST) continue;
         int w = 1;
         for (int v = p->first_unit[ph]; v < p->first_unit[ph + 1]; v++) {
-            if (v == u || hx__reaches(reach, words, u, v) || hx__reaches(reach, words, v, u)) continue;
+            if (!concurrent(p, reach, u, v)) continue;
             if (p->units[v].lane == HX_LANE_HOST) w++;
             else if (p->units[v].lane == HX_LANE_COMPUTE) *with_dev = true;
         }
@@ -161,12 +179,12 @@ static int host_width(const hx_plan *p, const uint64_t *reach, int words, int ph
 /* Host cores per lane: CPU units that can run at once share them with the
  * emu compute stream when it can run beside them; otherwise each gets all
  * it can. */
-static void share_threads(const hx_session *s, hx_plan *p, const uint64_t *reach, int words)
+static void share_threads(const hx_session *s, hx_plan *p, const uint64_t *reach)
 {
     int T = s->nthreads;
     for (int ph = 0; ph < 2; ph++) {
         bool with_dev;
-        int width = host_width(p, reach, words, ph, &with_dev);
+        int width = host_width(p, reach, ph, &with_dev);
         int dev = s->accel_on_host && with_dev;
         int lanes = width < 1 ? 1 : width;
         if (lanes > T - dev) lanes = T - dev > 1 ? T - dev : 1;
@@ -264,7 +282,7 @@ hx_status hx__plan_units(const hx_session *s, hx_plan *p, uint64_t **reach_out)
         for (int v = p->first_unit[1]; p->units[i].phase == 0 && v < nu; v++)
             row[v / 64] |= 1ull << (v % 64);
     }
-    share_threads(s, p, reach, words);
+    share_threads(s, p, reach);
     goto done;
 oom:
     st = hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");

@@ -7,7 +7,7 @@
 
 /* What a launcher may know about the run it is part of. */
 typedef struct hx_exec {
-    int nthreads;
+    int nthreads;       /* kernel threads of the lane running it (plan_units.c shares out n_threads) */
     int64_t step;       /* training steps done before this run */
     bool train;
     float grad_unscale; /* 1 / loss scale, for update nodes */
@@ -156,6 +156,9 @@ void hx__plan_bind(hx_session *s, hx_plan *p);
  * pred finishes. Also sets the lanes' thread counts. */
 hx_status hx__plan_units(const hx_session *s, hx_plan *p, uint64_t **reach);
 static inline int hx__reach_words(int n_units) { return (n_units + 63) / 64; }
+/* The first position of unit U's steps that run only after unit u has
+ * finished (U's n_steps: none do). */
+int hx__unit_after(const hx_plan *p, const uint64_t *reach, int U, int u);
 static inline bool hx__reaches(const uint64_t *reach, int words, int u, int v)
 {
     return reach[(size_t)u * words + v / 64] >> (v % 64) & 1;
