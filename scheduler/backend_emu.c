@@ -167,24 +167,25 @@ static hx_status run_op(hx_stream *s, const emu_op *op)
 {
     emu_backend *e = s->e;
     const hx_emu_cost *c = &e->opt.cost;
+    bool timed = s->lane || c->launch_latency_s > 0 || c->flops_per_s > 0 || c->copy_bytes_per_s > 0;
     if (op->kind == OP_LAUNCH) {
         int cores = hx__budget_take(e->opt.budget, op->ex->nthreads);
-        double t0 = hx__now();
+        double t0 = timed ? hx__now() : 0;
         hx_status st = op->fn(op->ex, op->node, op->out, op->in);
         hx__budget_give(e->opt.budget, cores);
         double want = c->launch_latency_s + (c->flops_per_s > 0 ? launch_flops(op->node) / c->flops_per_s : 0);
-        double t1 = hold_until(t0, want);
+        double t1 = timed ? hold_until(t0, want) : 0;
         hx__trace_event(s->lane, op->fn == scan_nonfinite ? "nonfinite_scan" : hx__ops[op->node->op].name,
                         op->node->name, 0, t0, t1);
         __atomic_fetch_add(&e->st.launches, 1, __ATOMIC_RELAXED);
         return st;
     }
     int cores = hx__budget_take(e->opt.budget, 1);
-    double t0 = hx__now();
+    double t0 = timed ? hx__now() : 0;
     memcpy(op->out, op->src, op->n);
     hx__budget_give(e->opt.budget, cores);
     double want = c->launch_latency_s + (c->copy_bytes_per_s > 0 ? (double)op->n / c->copy_bytes_per_s : 0);
-    double t1 = hold_until(t0, want);
+    double t1 = timed ? hold_until(t0, want) : 0;
     bool h2d = op->kind == OP_H2D;
     hx__trace_event(s->lane, h2d ? "copy h2d" : "copy d2h", NULL, op->n, t0, t1);
     __atomic_fetch_add(h2d ? &e->st.h2d_copies : &e->st.d2h_copies, 1, __ATOMIC_RELAXED);
@@ -206,10 +207,15 @@ static hx_status wait_stream(hx_stream *w, uint64_t until, char *msg, size_t n)
     return st;
 }
 
+/* Serves the queue: takes up to BATCH operations at a time (one lock per
+ * batch), runs them in order, then counts them completed. */
+enum { BATCH = 64 };
+
 static void *stream_main(void *arg)
 {
     hx_stream *s = arg;
     char msg[sizeof s->msg];
+    emu_op batch[BATCH];
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->count && !s->stop) {
@@ -218,20 +224,27 @@ static void *stream_main(void *arg)
             s->idle = false;
         }
         if (!s->count) break;
-        emu_op op = s->q[s->head];
-        s->head = (s->head + 1) % s->cap;
-        s->count--;
-        bool skip = s->err != HX_OK;
+        int n = 0;
+        for (; n < BATCH && s->count; n++) {
+            batch[n] = s->q[s->head];
+            s->head = (s->head + 1) % s->cap;
+            s->count--;
+        }
+        hx_status err = s->err;
         pthread_mutex_unlock(&s->mu);
-        hx_status st = HX_OK;
-        if (op.kind == OP_WAIT) st = wait_stream(op.wait_on, op.until, msg, sizeof msg);
-        else if (!skip && (st = run_op(s, &op))) snprintf(msg, sizeof msg, "%s", hx_last_error());
+        hx_status first = HX_OK;
+        for (int i = 0; i < n; i++) {
+            hx_status st = HX_OK;
+            if (batch[i].kind == OP_WAIT) st = wait_stream(batch[i].wait_on, batch[i].until, msg, sizeof msg);
+            else if (!err && (st = run_op(s, &batch[i]))) snprintf(msg, sizeof msg, "%s", hx_last_error());
+            if (st && !err) err = first = st; /* later operations are skipped */
+        }
         pthread_mutex_lock(&s->mu);
-        if (st && !s->err) {
-            s->err = st;
+        if (first && !s->err) {
+            s->err = first;
             memcpy(s->msg, msg, sizeof msg);
         }
-        s->completed++;
+        s->completed += (uint64_t)n;
         if (s->waiters) pthread_cond_broadcast(&s->done);
     }
     pthread_mutex_unlock(&s->mu);
