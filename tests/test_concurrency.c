@@ -106,6 +106,28 @@ static void span(const tr_trace *t, int from, int to, const char *prefix, const 
     }
 }
 
+/* The host copy of the device branch's output d is made while the CPU
+ * chain runs: in sequential order it comes after most of the chain's
+ * values, but it must share bytes with none of them. */
+static void check_copy_not_shared(const hx_session *s, const hx_plan *p, const hx_tensor *d)
+{
+    const hx_graph *g = s->g;
+    int64_t at = p->offset[HX_DEV_HOST * g->n + d->id];
+    CHECK(at >= 0, "d has a host copy in the arena");
+    int64_t end = at + (int64_t)hx_tensor_nbytes(d);
+    int shared = 0, chain = 0;
+    for (int i = 0; i < g->n; i++) {
+        const hx_tensor *t = g->tensors[i];
+        if (t == d || s->target[i] != HX_TARGET_CPU || t->op <= HX_OP_STATE) continue;
+        int64_t o = p->offset[HX_DEV_HOST * g->n + i];
+        if (o < 0) continue;
+        chain++;
+        shared += o < end && at < o + (int64_t)hx_tensor_nbytes(t);
+    }
+    CHECK(chain >= N_CPU && shared == 0, "%d of %d CPU chain values share bytes with the host "
+          "copy of the device output", shared, chain);
+}
+
 /* The CPU chain and the device chain cost about the same (the device's by
  * its simulated launch latency, set from the CPU chain's time in a first
  * session); the step must take at most 1.2x the longer one, and they must
@@ -140,6 +162,7 @@ static void test_overlap(void)
     s = open_session(b.g, HX_ACCELERATOR_EMU, 2, cost, path);
     run_branches(s, &b, x, y, 2);
     const hx_plan *p = s->last_plan;
+    check_copy_not_shared(s, p, b.d);
     CHECK(p->threads[0][0] == 1 && p->threads[0][1] == 1 && p->host_lanes[0] == 1,
           "2 threads: a host lane and the emu lane get 1 each (got host %d x %d, device %d)",
           p->host_lanes[0], p->threads[0][0], p->threads[0][1]);
