@@ -37,7 +37,10 @@ static hx_launch_fn cpu_kernel(const hx_backend *b, hx_op op, hx_dtype dt) { ret
 static hx_status cpu_launch(hx_backend *b, hx_stream *s, hx_launch_fn fn, const hx_exec *ex,
                             const hx_tensor *node, void *out, void *const *in)
 {
-    __atomic_fetch_add(&((cpu_backend *)b)->st.launches, 1, __ATOMIC_RELAXED); /* host lanes launch concurrently */
+    /* host lanes launch concurrently: a relaxed load and store (no locked
+     * add on this hot path), so a count may be lost to a concurrent launch */
+    uint64_t *n = &((cpu_backend *)b)->st.launches;
+    __atomic_store_n(n, __atomic_load_n(n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
     s->submitted++;
     return fn(ex, node, out, in);
 }
