@@ -1,5 +1,7 @@
 /* What placement and partition decided, for people: HX_DEBUG=placement
- * lines on stderr, Graphviz DOT, a text summary, and the counts. */
+ * lines on stderr, Graphviz DOT, a text summary (with the executor's units:
+ * "u:lane(n steps; after p@k ...)" waits for unit p before its step k),
+ * and the counts. */
 #include "scheduler/backend.h"
 
 #include <stdio.h>
@@ -158,6 +160,21 @@ hx_status hx_session_dump_summary(hx_session *s, const char *path)
     fprintf(f, "hetex plan: %d steps, %d subgraphs, %d copies (%d h2d, %d d2h), %zu bytes "
             "copied per step\n", p->n_steps, p->part.n_sub, p->n_copies, p->n_h2d, p->n_d2h,
             p->copy_bytes);
+    static const char *lane[HX_NLANES] = {"host", "device", "h2d copy", "d2h copy"};
+    for (int ph = 0; ph < 2; ph++) {
+        fprintf(f, "phase %d (%s): host lanes %d x %d threads, device %d threads; units:", ph,
+                ph ? "updates" : "forward and backward", p->host_lanes[ph], p->threads[ph][0],
+                p->threads[ph][1]);
+        for (int u = p->first_unit[ph]; u < p->first_unit[ph + 1]; u++) {
+            const hx_unit *x = &p->units[u];
+            fprintf(f, " %d:%s(%d steps", u, lane[x->lane], x->n_steps);
+            for (int j = 0; j < x->n_pred; j++)
+                fprintf(f, "%s%d@%d", j ? " " : "; after ", p->links[x->first_pred + j],
+                        p->link_at[x->first_pred + j]);
+            fprintf(f, ")");
+        }
+        fprintf(f, "\n");
+    }
     for (int sg = 0; sg < p->part.n_sub; sg++) {
         fprintf(f, "subgraph %d on %s: %d ops; after", sg,
                 hx_target_name(p->part.sub_target[sg]), p->part.sub_ops[sg]);
