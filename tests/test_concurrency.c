@@ -483,6 +483,50 @@ static void test_device_scan(void)
     }
 }
 
+/* Kernels large enough to split over threads, on a CPU lane and the emu
+ * lane at once: their bits equal the all-CPU run's at the same n_threads.
+ * OpenBLAS GEMM gives other bits at other thread counts (1 vs 3 threads
+ * here), so matmul keeps the session's count on every lane; the other
+ * kernels give the same bits at any count. */
+static void test_thread_count_bits(void)
+{
+    hx_graph *g = hx_graph_create();
+    int64_t xs[2] = {384, 512}, ws[2] = {512, 448}, gs[1] = {448};
+    hx_tensor *x = hx_graph_input(g, "x", HX_DTYPE_F32, 2, xs);
+    hx_tensor *w = hx_graph_param(g, "w", HX_DTYPE_F32, 2, ws, hx_init_normal(0, 1));
+    hx_graph_push_target(g, HX_TARGET_CPU);
+    hx_tensor *h = hx_matmul(g, x, w, false, false);
+    h = hx_layernorm(g, h, hx_graph_param(g, "g", HX_DTYPE_F32, 1, gs, hx_init_uniform(0.5, 1.5)),
+                     hx_graph_param(g, "b", HX_DTYPE_F32, 1, gs, hx_init_normal(0, 1)), 1e-5f);
+    int axis = 0;
+    hx_tensor *y = hx_reduce_sum(g, hx_softmax(g, hx_matmul(g, h, w, false, true)), 1, &axis, false);
+    hx_graph_pop_target(g);
+    hx_graph_push_target(g, HX_TARGET_DEVICE);
+    hx_tensor *d = hx_matmul(g, hx_gelu(g, x), w, false, false);
+    hx_tensor *z = hx_reduce_sum(g, hx_tanh(g, d), 1, &axis, false);
+    hx_graph_pop_target(g);
+    float *xv = malloc(sizeof *xv * 384 * 512), y1[512], y2[512], z1[448], z2[448];
+    test_rng r = test_rng_make(77);
+    test_fill_uniform(&r, xv, 384 * 512, -1, 1);
+    hx_feed f = {NULL, x, xv, sizeof *xv * 384 * 512};
+    for (int t = 2; t <= 4; t++) {
+        hx_session *s = open_session(g, HX_ACCELERATOR_EMU, t, no_cost, NULL);
+        hx_session *ref = open_session(g, HX_ACCELERATOR_NONE, t, no_cost, NULL);
+        hx_fetch o[2] = {{NULL, y, y1, sizeof y1}, {NULL, z, z1, sizeof z1}};
+        hx_fetch w2[2] = {{NULL, y, y2, sizeof y2}, {NULL, z, z2, sizeof z2}};
+        OK(hx_session_run(s, &f, 1, o, 2, 0));
+        OK(hx_session_run(ref, &f, 1, w2, 2, 0));
+        const hx_plan *p = s->last_plan;
+        CHECK(p->threads[0][0] < t, "%d threads: the CPU lane gets a share (%d)", t, p->threads[0][0]);
+        CHECK(!memcmp(y1, y2, sizeof y1) && !memcmp(z1, z2, sizeof z1),
+              "%d threads: emu with a CPU lane beside it differs from all-CPU", t);
+        hx_session_free(s);
+        hx_session_free(ref);
+    }
+    free(xv);
+    hx_graph_free(g);
+}
+
 /* ---- device feeds ------------------------------------------------------------------ */
 
 static uint64_t h2d_copies(hx_session *s)
@@ -600,6 +644,7 @@ int main(void)
     test_lane_errors();
     test_device_oom();
     test_bitwise();
+    test_thread_count_bits();
     test_device_scan();
     test_device_feeds();
     test_many_runs();

@@ -79,7 +79,7 @@ static hx_tensor *g_node; /* a softmax node whose launcher the overlap test enqu
 static double run_lanes(hx_backend *b, hx_stream **ss, int nstreams, void **bufs, int reps)
 {
     hx_launch_fn fn = b->kernel(b, HX_OP_SOFTMAX, HX_DTYPE_F32);
-    hx_exec ex = {1, 0, false, 1.0f};
+    hx_exec ex = {.nthreads = 1, .grad_unscale = 1.0f};
     for (int j = 0; j < nstreams; j++) CHECK(b->stream_sync(b, ss[j]) == HX_OK, "sync");
     double t0 = now();
     for (int k = 0; k < reps; k++)
@@ -130,7 +130,7 @@ static void check_events_and_overlap(hx_backend *b)
     for (int i = 0; i < 20000000; i++) sink += i * 1e-9;
     double host = now() - t0;
     hx_launch_fn fn = b->kernel(b, HX_OP_SOFTMAX, HX_DTYPE_F32);
-    hx_exec ex = {1, 0, false, 1.0f};
+    hx_exec ex = {.nthreads = 1, .grad_unscale = 1.0f};
     t0 = now();
     for (int k = 0; k < 200; k++) {
         void *in[1] = {bufs[0]};
