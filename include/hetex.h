@@ -512,11 +512,7 @@ typedef struct hx_emu_cost {
  * host cores are shared out: when CPU work and emu work (whose kernels run
  * on host cores) can run at the same time, each runnable CPU subgraph gets
  * n_threads / (lanes) threads and the emu compute stream the rest, and no
- * more than n_threads cores compute at once (lanes wait for cores). One
- * exception: OpenBLAS's GEMM gives other bits at other thread counts, so a
- * matmul runs with n_threads threads on whichever lane runs it (as in an
- * all-CPU run) while its lane holds only its share; beside another lane it
- * may run up to n_threads - share threads more than the budget.
+ * more than n_threads cores compute at once (lanes wait for cores).
  *
  * Tracing: with trace_path set (or the HX_TRACE environment variable, which
  * the field overrides), every kernel and copy is recorded with its lane

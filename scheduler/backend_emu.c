@@ -169,7 +169,7 @@ static hx_status run_op(hx_stream *s, const emu_op *op)
     const hx_emu_cost *c = &e->opt.cost;
     bool timed = s->lane || c->launch_latency_s > 0 || c->flops_per_s > 0 || c->copy_bytes_per_s > 0;
     if (op->kind == OP_LAUNCH) {
-        int cores = hx__budget_take(e->opt.budget, op->ex->cores ? op->ex->cores : op->ex->nthreads);
+        int cores = hx__budget_take(e->opt.budget, op->ex->nthreads);
         double t0 = timed ? hx__now() : 0;
         hx_status st = op->fn(op->ex, op->node, op->out, op->in);
         hx__budget_give(e->opt.budget, cores);

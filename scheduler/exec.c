@@ -30,7 +30,7 @@
 typedef struct run {
     hx_session *s;
     const hx_plan *p;
-    const hx_exec (*ex)[2]; /* [host, device][most ops, hx__fixed_threads ops] */
+    const hx_exec *ex_host, *ex_dev;
     const bool *skip;
     int base;       /* first unit of the phase */
     int *remaining; /* per unit of the phase: predecessors not resolved */
@@ -88,9 +88,7 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
     hx_status st = HX_OK;
     for (int i = from; i < to && !st; i++) {
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
-        if (sp->fn)
-            st = acc->launch(acc, st_, sp->fn, &r->ex[1][hx__fixed_threads(sp->node)], sp->node,
-                             sp->out, sp->in);
+        if (sp->fn) st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
         else if (x->lane == HX_LANE_H2D)
             st = acc->copy_h2d(acc, sp->out, sp->in[0], hx_tensor_nbytes(sp->node), st_);
         else st = acc->copy_d2h(acc, sp->out, sp->in[0], hx_tensor_nbytes(sp->node), st_);
@@ -171,20 +169,19 @@ static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
     const hx_unit *x = &p->units[u];
     hx_backend *host = s->be[HX_DEV_HOST], *acc = s->be[HX_DEV_ACCEL];
     hx_status st = HX_OK;
-    int cores = hx__budget_take(s->budget, r->ex[0][0].nthreads);
+    int cores = hx__budget_take(s->budget, r->ex_host->nthreads);
     for (int i = 0, j = 0; i < x->n_steps && !st; i++) {
         for (; j < x->n_pred && p->link_at[x->first_pred + j] <= i && !st; j++) {
             int w = p->links[x->first_pred + j];
             if (!on_stream(&p->units[w]) || (r->skip && r->skip[w])) continue;
             hx__budget_give(s->budget, cores); /* no cores held while waiting */
             st = acc->event_sync(acc, p->done[w]);
-            cores = hx__budget_take(s->budget, r->ex[0][0].nthreads);
+            cores = hx__budget_take(s->budget, r->ex_host->nthreads);
         }
         if (st) break;
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
         double t0 = lane ? hx__now() : 0;
-        st = host->launch(host, stream, sp->fn, &r->ex[0][hx__fixed_threads(sp->node)], sp->node,
-                          sp->out, sp->in);
+        st = host->launch(host, stream, sp->fn, r->ex_host, sp->node, sp->out, sp->in);
         if (lane) hx__trace_event(lane, hx__ops[sp->node->op].name, sp->node->name, 0, t0, hx__now());
     }
     hx__budget_give(s->budget, cores);
@@ -287,8 +284,8 @@ hx_status hx__exec_reserve(hx_session *s, int lanes)
     return HX_OK;
 }
 
-hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_exec ex[2][2],
-                         const bool *skip_unit)
+hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_exec *ex_host,
+                         const hx_exec *ex_dev, const bool *skip_unit)
 {
     hx_exec_state *x = s->exec;
     int base = p->first_unit[phase], n = p->first_unit[phase + 1] - base;
@@ -300,7 +297,7 @@ hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_ex
         free(pred_done);
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
     }
-    run r = {.s = s, .p = p, .ex = ex, .skip = skip_unit,
+    run r = {.s = s, .p = p, .ex_host = ex_host, .ex_dev = ex_dev, .skip = skip_unit,
              .base = base, .remaining = mem, .ready = mem + n, .work = mem + 2 * n,
              .next_step = mem + 3 * n, .prefix = mem + 4 * n, .pred_done = pred_done};
     for (int u = base; u < base + n; u++) {

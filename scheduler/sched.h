@@ -11,7 +11,6 @@ typedef struct hx_exec {
     int64_t step;       /* training steps done before this run */
     bool train;
     float grad_unscale; /* 1 / loss scale, for update nodes */
-    int cores;          /* host cores the lane holds from the budget (0: nthreads) */
 } hx_exec;
 
 /* Runs one node: out and in[] are the node's output and inputs, resolved
@@ -142,11 +141,6 @@ struct hx_session {
     int good_steps; /* in a row, for loss-scale growth */
 };
 
-/* Ops whose results depend on their thread count (OpenBLAS GEMM gives
- * other bits at other thread counts): they run at the session's n_threads
- * on every lane, as in an all-CPU run, whatever the lane's share. */
-static inline bool hx__fixed_threads(const hx_tensor *t) { return t->op == HX_OP_MATMUL; }
-
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */
 hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool train,
                          hx_plan **out);
@@ -171,13 +165,13 @@ static inline bool hx__reaches(const uint64_t *reach, int words, int u, int v)
 }
 
 /* exec.c: runs phase `phase` of plan p (steps bound) with these launch
- * contexts: ex[0] host lanes, ex[1] the device, each [0] for most ops and
- * [1] for hx__fixed_threads ops. skip_unit (NULL: none) marks copy units
- * not to run this time (device feeds). Returns the first error of any lane
- * with its message, after every lane has stopped and every stream is
- * synchronised. */
-hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_exec ex[2][2],
-                         const bool *skip_unit);
+ * contexts (kernels give the same bits at any thread count, so a lane's
+ * share of the threads changes no result); skip_unit (NULL: none) marks
+ * copy units not to run this time (device feeds). Returns the first error
+ * of any lane with its message, after every lane has stopped and every
+ * stream is synchronised. */
+hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_exec *ex_host,
+                         const hx_exec *ex_dev, const bool *skip_unit);
 /* Makes sure `lanes` host lanes exist (the calling thread is one). */
 hx_status hx__exec_reserve(hx_session *s, int lanes);
 hx_status hx__exec_create(hx_session *s);

@@ -398,22 +398,20 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
         float v = (float)s->stats.loss_scale;
         if ((st = hx__session_copy_in(s, hx__dev_of(s, id), s->persist[id], &v, sizeof v))) return st;
     }
-    hx_exec ex[2][2][2]; /* [phase][host, device][most ops, hx__fixed_threads ops] */
+    hx_exec ex[2][2]; /* [phase][host lanes, device] */
     for (int ph = 0; ph < 2; ph++)
         for (int k = 0; k < 2; k++)
-            for (int fixed = 0; fixed < 2; fixed++)
-                ex[ph][k][fixed] = (hx_exec){
-                    .nthreads = fixed ? s->nthreads : p->threads[ph][k],
-                    .cores = p->threads[ph][k], .step = s->stats.step, .train = train,
-                    .grad_unscale = scaling ? (float)(1.0 / s->stats.loss_scale) : 1.0f};
-    if ((st = hx__exec_phase(s, p, 0, ex[0], skip)) || !train) return st;
+            ex[ph][k] = (hx_exec){.nthreads = p->threads[ph][k], .step = s->stats.step,
+                                  .train = train,
+                                  .grad_unscale = scaling ? (float)(1.0 / s->stats.loss_scale) : 1.0f};
+    if ((st = hx__exec_phase(s, p, 0, &ex[0][0], &ex[0][1], skip)) || !train) return st;
     if (p->first_update == p->n_steps) { /* a training run without updates */
         s->stats.step++;
         return HX_OK;
     }
 
     const hx_tensor *bad = NULL;
-    if ((st = scan_grads(s, p, &ex[1][1][0], p->threads[1][0], &bad))) return st;
+    if ((st = scan_grads(s, p, &ex[1][1], p->threads[1][0], &bad))) return st;
     if (bad && !scaling)
         return hx__error(HX_ERR_NUMERIC,
                          "hx_session_run: the gradient of parameter '%s' holds Inf or NaN; no "
@@ -426,7 +424,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
         s->good_steps = 0;
         return HX_OK;
     }
-    if ((st = hx__exec_phase(s, p, 1, ex[1], skip))) return st;
+    if ((st = hx__exec_phase(s, p, 1, &ex[1][0], &ex[1][1], skip))) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps == ls->growth_interval) {
         s->stats.loss_scale *= ls->growth_factor;

@@ -1,16 +1,21 @@
-/* Batched matmul through OpenBLAS (its OpenMP build). */
+/* Batched matmul through OpenBLAS (its OpenMP build).
+ *
+ * Results do not depend on nthreads: the scheduler runs a kernel with its
+ * lane's share of the session's threads, and the bits must equal an
+ * all-CPU run's. OpenBLAS's own threading splits a matrix differently at
+ * each thread count and gives other bits (1 vs 2 threads for 100x300x200,
+ * 1 vs 3 for 384x512x448 on OpenBLAS 0.3.21), so every matrix is cut into
+ * tiles whose bounds depend on the shape only, each tile is one
+ * single-threaded OpenBLAS call, and the threads share the tiles. */
 #include <stdint.h>
 
 #include <cblas.h>
 
 #include "hx_kinternal.h"
 
-/* Batches of small matrices with distinct outputs run one matrix per thread
- * (OpenBLAS sees that it is inside a parallel region and stays on one
- * thread); otherwise matrices run one after another, each spread over the
- * threads by OpenBLAS. */
-#define GEMM_SMALL_MNK (128 * 128 * 128)
-#define GEMM_BATCH_MIN_MNK (1 << 20)
+#define GEMM_TILE_M 128
+#define GEMM_TILE_N 256
+#define GEMM_PARALLEL_MIN_MNK (64 * 64 * 64) /* less work than this stays on one thread */
 
 // C (M, N) = alpha * op(A) (M, K) op(B) (K, N) + beta * C, one matrix
 static void gemm_forward(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -28,24 +33,52 @@ static void gemm_forward(int trans_a, int trans_b, int64_t M, int64_t N, int64_t
                 (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
 }
 
+typedef struct gemm_args {
+    int ta, tb;
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    int64_t lda, ldb, ldc, sa, sb, sc;
+    int64_t tiles_m, tiles_n;
+} gemm_args;
+
+/* Tile t: batch t / (tiles_m * tiles_n), then row tile, then column tile. */
+static void gemm_tile(const gemm_args *g, int64_t t)
+{
+    int64_t per = g->tiles_m * g->tiles_n, b = t / per, r = t % per;
+    int64_t i0 = r / g->tiles_n * GEMM_TILE_M, j0 = r % g->tiles_n * GEMM_TILE_N;
+    int64_t m = g->M - i0 < GEMM_TILE_M ? g->M - i0 : GEMM_TILE_M;
+    int64_t n = g->N - j0 < GEMM_TILE_N ? g->N - j0 : GEMM_TILE_N;
+    const float *A = g->A + b * g->sa + (g->ta ? i0 : i0 * g->lda);
+    const float *B = g->B + b * g->sb + (g->tb ? j0 * g->ldb : j0);
+    gemm_forward(g->ta, g->tb, m, n, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta,
+                 g->C + b * g->sc + i0 * g->ldc + j0, g->ldc);
+}
+
 void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                    float alpha, const float *A, int64_t lda, int64_t stride_a,
                    const float *B, int64_t ldb, int64_t stride_b, float beta, float *C,
                    int64_t ldc, int64_t stride_c, int nthreads)
 {
     if (batch <= 0 || M <= 0 || N <= 0) return;
-    int64_t mnk = M * N * K;
-    if (nthreads > 1 && batch >= nthreads && stride_c != 0 && mnk <= GEMM_SMALL_MNK &&
-        batch * mnk >= GEMM_BATCH_MIN_MNK) {
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-        for (int64_t b = 0; b < batch; b++)
-            gemm_forward(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b,
-                         ldb, beta, C + b * stride_c, ldc);
+    gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc,
+                   stride_a, stride_b, stride_c, (M + GEMM_TILE_M - 1) / GEMM_TILE_M,
+                   (N + GEMM_TILE_N - 1) / GEMM_TILE_N};
+    int64_t tiles = batch * g.tiles_m * g.tiles_n;
+    /* OpenBLAS (OpenMP build) takes its thread count from the calling
+     * thread's nthreads ICV when it is not in an active parallel region (a
+     * region may get a team of one: OMP_THREAD_LIMIT, nesting), so every
+     * thread that calls it sets that to 1 first. */
+    if (nthreads > 1 && tiles > 1 && batch * M * N * (K ? K : 1) >= GEMM_PARALLEL_MIN_MNK) {
+#pragma omp parallel num_threads(nthreads)
+        {
+            omp_set_num_threads(1);
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < tiles; t++) gemm_tile(&g, t);
+        }
         return;
     }
-    /* OpenBLAS (OpenMP build) reads the calling thread's nthreads ICV. */
-    omp_set_num_threads(nthreads);
-    for (int64_t b = 0; b < batch; b++)
-        gemm_forward(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,
-                     beta, C + b * stride_c, ldc);
+    omp_set_num_threads(1);
+    for (int64_t t = 0; t < tiles; t++) gemm_tile(&g, t);
 }
