@@ -78,7 +78,7 @@ case "$cmd" in
       targets=$tsan_tests build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san" \
         "-DCMAKE_C_FLAGS=--param=tsan-instrument-func-entry-exit=0"
       set -- -R "^($(echo $tsan_tests | tr ' ' '|'))\$" "$@"
-      export OMP_THREAD_LIMIT=1 # only here: OpenBLAS GEMM at 2 threads hangs under this limit
+      export OMP_THREAD_LIMIT=1 # only here (OpenBLAS's own threading spins forever under it; gemm.c keeps OpenBLAS on one thread)
     else
       build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san"
     fi
