@@ -1,6 +1,7 @@
 /* The CPU backend's kernel table: one launcher per op, turning a node's
  * shapes and attributes into a call of a kernels/cpu function. */
 #include "scheduler/backend_cpu_embedding.h"
+#include "scheduler/node_shapes.h"
 #include "kernels/cpu/hx_kernels.h"
 #include "kernels/cpu/optim.h"
 
@@ -18,29 +19,6 @@ _Static_assert((int)HX_K_F32 == (int)HX_DTYPE_F32 && (int)HX_K_F16 == (int)HX_DT
 #define SRC(i) (y->src[i])
 
 static int64_t numel(const hx_tensor *t) { return hx_tensor_numel(t); }
-static int64_t last_dim(const hx_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
-
-/* Contiguous element strides of t. */
-static void strides_of(const hx_tensor *t, int64_t *st)
-{
-    int64_t s = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        st[d] = s;
-        s *= t->shape[d];
-    }
-}
-
-/* Strides that read x (right-aligned) as if broadcast to y's shape. */
-static void broadcast_strides(const hx_tensor *x, const hx_tensor *y, int64_t *st)
-{
-    int64_t xs[HX_MAX_DIMS];
-    strides_of(x, xs);
-    int lead = y->ndim - x->ndim;
-    for (int d = 0; d < y->ndim; d++) {
-        int dx = d - lead;
-        st[d] = dx < 0 || x->shape[dx] == 1 ? 0 : xs[dx];
-    }
-}
 
 /* ---- matmul ------------------------------------------------------------------ */
 
@@ -67,8 +45,8 @@ static hx_status binary(const hx_exec *ex, hx_binary_op op, const hx_tensor *y, 
                         void *const *in)
 {
     int64_t sa[HX_MAX_DIMS], sb[HX_MAX_DIMS];
-    broadcast_strides(SRC(0), y, sa);
-    broadcast_strides(SRC(1), y, sb);
+    hx__broadcast_strides(SRC(0), y, sa);
+    hx__broadcast_strides(SRC(1), y, sb);
     hx_k_binary_f32(op, out, X(0), sa, X(1), sb, y->shape, y->ndim, NT);
     return HX_OK;
 }
@@ -82,7 +60,7 @@ LAUNCH(scale) { hx_k_scale_f32(out, X(0), y->attr.f[0], numel(y), NT); return HX
 
 LAUNCH(bias_add)
 {
-    int64_t n = last_dim(y);
+    int64_t n = hx__last_dim(y);
     hx_k_bias_add_f32(out, X(0), X(1), numel(y) / n, n, NT);
     return HX_OK;
 }
@@ -116,7 +94,7 @@ UNARY_BACKWARD(tanh_backward, HX_UNARY_TANH, 0)
 
 /* ---- rows ------------------------------------------------------------------------------ */
 
-#define ROWS(y) (numel(y) / last_dim(y)), last_dim(y)
+#define ROWS(y) (numel(y) / hx__last_dim(y)), hx__last_dim(y)
 
 LAUNCH(softmax) { hx_k_softmax_forward_f32(out, X(0), ROWS(y), NT); return HX_OK; }
 LAUNCH(log_softmax) { hx_k_log_softmax_forward_f32(out, X(0), ROWS(y), NT); return HX_OK; }
@@ -160,8 +138,8 @@ LAUNCH(permute)
 {
     const hx_tensor *x = SRC(0);
     int64_t xs[HX_MAX_DIMS], perm_xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    strides_of(x, xs);
-    strides_of(y, ys);
+    hx__strides_of(x, xs);
+    hx__strides_of(y, ys);
     for (int d = 0; d < y->ndim; d++) perm_xs[d] = xs[y->attr.i[d]];
     hx_k_copy_strided(out, ys, in[0], perm_xs, y->shape, y->ndim, hx_dtype_size(y->dtype), NT);
     return HX_OK;
@@ -172,10 +150,10 @@ LAUNCH(concat)
     int ax = (int)y->attr.i[0];
     size_t es = hx_dtype_size(y->dtype);
     int64_t ys[HX_MAX_DIMS], xs[HX_MAX_DIMS], off = 0;
-    strides_of(y, ys);
+    hx__strides_of(y, ys);
     for (int k = 0; k < y->n_src; k++) {
         const hx_tensor *x = SRC(k);
-        strides_of(x, xs);
+        hx__strides_of(x, xs);
         hx_k_copy_strided((char *)out + off * ys[ax] * es, ys, in[k], xs, x->shape, x->ndim, es, NT);
         off += x->shape[ax];
     }
@@ -188,8 +166,8 @@ LAUNCH(slice)
     const hx_tensor *x = SRC(0);
     size_t es = hx_dtype_size(y->dtype);
     int64_t xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    strides_of(x, xs);
-    strides_of(y, ys);
+    hx__strides_of(x, xs);
+    hx__strides_of(y, ys);
     const char *base = (const char *)in[0] + y->attr.i[1] * xs[y->attr.i[0]] * es;
     hx_k_copy_strided(out, ys, base, xs, y->shape, y->ndim, es, NT);
     return HX_OK;
@@ -201,8 +179,8 @@ LAUNCH(slice_backward)
     const hx_tensor *dy = SRC(0);
     size_t es = hx_dtype_size(y->dtype);
     int64_t ys[HX_MAX_DIMS], dys[HX_MAX_DIMS];
-    strides_of(y, ys);
-    strides_of(dy, dys);
+    hx__strides_of(y, ys);
+    hx__strides_of(dy, dys);
     memset(out, 0, hx_tensor_nbytes(y));
     char *base = (char *)out + y->attr.i[1] * ys[y->attr.i[0]] * es;
     hx_k_copy_strided(base, ys, in[0], dys, dy->shape, dy->ndim, es, NT);
@@ -212,8 +190,8 @@ LAUNCH(slice_backward)
 LAUNCH(broadcast_to)
 {
     int64_t xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    broadcast_strides(SRC(0), y, xs);
-    strides_of(y, ys);
+    hx__broadcast_strides(SRC(0), y, xs);
+    hx__strides_of(y, ys);
     hx_k_copy_strided(out, ys, in[0], xs, y->shape, y->ndim, hx_dtype_size(y->dtype), NT);
     return HX_OK;
 }
@@ -284,7 +262,7 @@ LAUNCH(scatter_add)
 
 LAUNCH(causal_mask)
 {
-    int64_t T = last_dim(y);
+    int64_t T = hx__last_dim(y);
     hx_k_causal_mask_f32(out, X(0), numel(y) / (T * T), T, y->attr.f[0], NT);
     return HX_OK;
 }
