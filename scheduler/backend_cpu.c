@@ -24,18 +24,9 @@ static int64_t numel(const hx_tensor *t) { return hx_tensor_numel(t); }
 
 LAUNCH(matmul)
 {
-    const hx_tensor *a = SRC(0), *b = SRC(1);
-    bool ta = y->attr.i[0], tb = y->attr.i[1];
-    int64_t K = a->shape[a->ndim - (ta ? 2 : 1)];
-    int64_t M = y->shape[y->ndim - 2], N = y->shape[y->ndim - 1];
-    int64_t batch = numel(y) / (M * N);
-    int64_t lda = a->shape[a->ndim - 1], ldb = b->shape[b->ndim - 1];
-    if (b->ndim == 2 && batch > 1) { /* b shared: one GEMM over all rows of a */
-        M *= batch;
-        batch = 1;
-    }
-    hx_k_gemm_f32(ta, tb, batch, M, N, K, 1.0f, X(0), lda, M * K, X(1), ldb,
-                  b->ndim == 2 ? 0 : K * N, 0.0f, out, N, M * N, NT);
+    hx__gemm_shape g = hx__matmul_shape(y);
+    hx_k_gemm_f32(g.ta, g.tb, g.batch, g.M, g.N, g.K, 1.0f, X(0), g.lda, g.M * g.K, X(1), g.ldb,
+                  g.b_stride, 0.0f, out, g.N, g.M * g.N, NT);
     return HX_OK;
 }
 

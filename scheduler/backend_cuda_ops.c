@@ -22,18 +22,9 @@ static int64_t numel(const hx_tensor *t) { return hx_tensor_numel(t); }
 
 LAUNCH(matmul)
 {
-    const hx_tensor *a = SRC(0), *b = SRC(1);
-    bool ta = y->attr.i[0], tb = y->attr.i[1];
-    int64_t K = a->shape[a->ndim - (ta ? 2 : 1)];
-    int64_t M = y->shape[y->ndim - 2], N = y->shape[y->ndim - 1];
-    int64_t batch = numel(y) / (M * N);
-    int64_t lda = a->shape[a->ndim - 1], ldb = b->shape[b->ndim - 1];
-    if (b->ndim == 2 && batch > 1) { /* b shared: one GEMM over all rows of a */
-        M *= batch;
-        batch = 1;
-    }
-    RUN(hx_gk_gemm(C, DT(y), ta, tb, batch, M, N, K, in[0], lda, M * K, in[1], ldb,
-                   b->ndim == 2 ? 0 : K * N, out, N, M * N));
+    hx__gemm_shape g = hx__matmul_shape(y);
+    RUN(hx_gk_gemm(C, DT(y), g.ta, g.tb, g.batch, g.M, g.N, g.K, in[0], g.lda, g.M * g.K, in[1],
+                   g.ldb, g.b_stride, out, g.N, g.M * g.N));
 }
 
 /* ---- elementwise ---------------------------------------------------------------- */

@@ -29,4 +29,30 @@ static inline void hx__broadcast_strides(const hx_tensor *x, const hx_tensor *y,
     }
 }
 
+/* A matmul node's GEMM: (batch of) M x K times K x N, leading dims of a and
+ * b, and b's batch stride (0 when a 2-D b is shared by every batch, which is
+ * then one GEMM over all rows of a). */
+typedef struct hx__gemm_shape {
+    bool ta, tb;
+    int64_t batch, M, N, K, lda, ldb, b_stride;
+} hx__gemm_shape;
+
+static inline hx__gemm_shape hx__matmul_shape(const hx_tensor *y)
+{
+    const hx_tensor *a = y->src[0], *b = y->src[1];
+    hx__gemm_shape g = {.ta = y->attr.i[0], .tb = y->attr.i[1]};
+    g.K = a->shape[a->ndim - (g.ta ? 2 : 1)];
+    g.M = y->shape[y->ndim - 2];
+    g.N = y->shape[y->ndim - 1];
+    g.batch = hx_tensor_numel(y) / (g.M * g.N);
+    g.lda = a->shape[a->ndim - 1];
+    g.ldb = b->shape[b->ndim - 1];
+    if (b->ndim == 2 && g.batch > 1) {
+        g.M *= g.batch;
+        g.batch = 1;
+    }
+    g.b_stride = b->ndim == 2 ? 0 : g.K * g.N;
+    return g;
+}
+
 #endif
