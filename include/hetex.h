@@ -534,6 +534,12 @@ typedef struct hx_session_config {
     int cuda_device;              /* device index: 0 */
     bool allow_tf32;              /* f32 matmuls may use TF32 tensor cores (10-bit
                                      mantissa products): false, full f32 */
+    double clip_grad_norm;        /* 0: off; else before the updates every dense
+                                     parameter's gradient is multiplied by
+                                     min(1, clip_grad_norm / (norm + 1e-6)), norm the
+                                     L2 norm of all of them together after loss
+                                     unscaling (torch.nn.utils.clip_grad_norm_;
+                                     embedding tables are not clipped) */
 } hx_session_config;
 HX_API hx_session_config hx_session_config_default(void);
 
@@ -625,11 +631,19 @@ HX_API hx_status hx_session_dump_summary(hx_session *s, const char *path);
 /* Number of HX_RUN_TRAIN runs that succeeded and were not skipped. */
 HX_API int64_t hx_session_step(const hx_session *s);
 
+/* Multiplies the learning rate of every dense parameter's update from the
+ * next run on (warmup and decay schedules: set it before each step); 1 at
+ * creation. Embedding tables keep their own rates. */
+HX_API hx_status hx_session_set_lr_scale(hx_session *s, double scale);
+
 typedef struct hx_train_stats {
     int64_t step;          /* steps taken */
     int64_t skipped_steps; /* skipped for non-finite gradients (loss scaling) */
     bool last_skipped;     /* the last HX_RUN_TRAIN run skipped its update */
     double loss_scale;     /* current scale (1 when loss scaling is off) */
+    double grad_norm;      /* the last HX_RUN_TRAIN run's global gradient norm (dense
+                              parameters, unscaled, before clipping; Inf or NaN when
+                              that step was skipped or failed) */
 } hx_train_stats;
 HX_API hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out);
 

@@ -51,10 +51,12 @@ struct hx_backend {
 /* Kernels the scheduler launches that are no graph op, looked up with
  * kernel() like ops (the dtype argument is the node's dtype). An
  * accelerator backend provides each of them:
- * HX_KERNEL_NONFINITE: node is a gradient, in[0] its value on this device;
- *   writes to out (an int32 on this device) 1 if it holds an Inf or NaN,
- *   else 0. The session scans device gradients with it before updates. */
-#define HX_KERNEL_NONFINITE ((hx_op)HX_OP_COUNT)
+ * HX_KERNEL_SUMSQ: node is a gradient, in[0] its value on this device;
+ *   writes to out (a double on this device) the sum of its squared
+ *   elements, in an order that does not change between runs: finite
+ *   exactly when every element is. The session scans device gradients with
+ *   it before updates (Inf/NaN, and the global norm for clipping). */
+#define HX_KERNEL_SUMSQ ((hx_op)HX_OP_COUNT)
 
 hx_status hx__backend_cpu_create(hx_backend **out);
 

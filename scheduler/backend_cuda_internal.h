@@ -25,7 +25,7 @@ hx_status hx__cuda_index_check(const hx_tensor *node, const hx_tensor *ids, int6
 hx_status hx__cuda_fail(const hx_tensor *node, hx_gk_status st);
 
 /* The launcher for op on dtype dt, or NULL: no cuda kernel (host-only ops,
- * dtypes the op does not take). op may be HX_KERNEL_NONFINITE. */
+ * dtypes the op does not take). op may be HX_KERNEL_SUMSQ. */
 hx_launch_fn hx__cuda_kernel(hx_op op, hx_dtype dt);
 
 #endif

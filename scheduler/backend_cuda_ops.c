@@ -276,6 +276,7 @@ static hx_optim_io update_io(const hx_exec *ex, void *const *in)
 {
     hx_optim_io io = hx_optim_io_f32(in[1], 1);
     io.grad_unscale = ex->grad_unscale;
+    io.grad_clip = ex->grad_clip;
     return io;
 }
 
@@ -287,7 +288,7 @@ static hx_status update(const hx_tensor *y, hx_optim_plan pl, void *const *in, f
 LAUNCH(sgd_update)
 {
     const hx_optimizer_config *c = CONFIG(y);
-    hx_sgd_hp hp = {c->lr, c->momentum, c->dampening, c->weight_decay, c->nesterov};
+    hx_sgd_hp hp = {hx__update_lr(ex, c), c->momentum, c->dampening, c->weight_decay, c->nesterov};
     hx_optim_io io = update_io(ex, in);
     float *buf = y->n_src > 2 ? in[2] : NULL;
     if (hp.momentum != 0 && !buf) return HX_OK; /* as hx_optim_sgd: nothing to update with */
@@ -297,7 +298,7 @@ LAUNCH(sgd_update)
 LAUNCH(adam_update)
 {
     const hx_optimizer_config *c = CONFIG(y);
-    hx_adam_hp hp = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay,
+    hx_adam_hp hp = {hx__update_lr(ex, c), c->beta1, c->beta2, c->eps, c->weight_decay,
                      c->kind == HX_OPTIMIZER_ADAMW};
     hx_optim_io io = update_io(ex, in);
     return update(y, hx_optim_plan_adam(&hp, ex->step + 1, &io), in, in[2], in[3]);
@@ -306,15 +307,17 @@ LAUNCH(adam_update)
 LAUNCH(adagrad_update)
 {
     const hx_optimizer_config *c = CONFIG(y);
-    hx_adagrad_hp hp = {c->lr, c->lr_decay, c->eps, c->weight_decay};
+    hx_adagrad_hp hp = {hx__update_lr(ex, c), c->lr_decay, c->eps, c->weight_decay};
     hx_optim_io io = update_io(ex, in);
     return update(y, hx_optim_plan_adagrad(&hp, ex->step + 1, &io), in, in[2], NULL);
 }
 
-/* HX_KERNEL_NONFINITE: y is the gradient, in[0] its value, out an int32. */
-static hx_status nonfinite(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in)
+/* HX_KERNEL_SUMSQ: y is the gradient, in[0] its value, out a double. */
+static hx_status sumsq(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in)
 {
-    RUN(hx_gk_nonfinite(C, DT(y), out, in[0], numel(y)));
+    hx_status st = hx__cuda_scratch(y, hx_gk_sumsq_scratch_bytes());
+    if (st) return st;
+    RUN(hx_gk_sumsq(C, DT(y), out, in[0], numel(y)));
 }
 
 /* ---- the table -------------------------------------------------------------------------------- */
@@ -361,7 +364,7 @@ static bool takes(int dtypes, hx_dtype dt)
 
 hx_launch_fn hx__cuda_kernel(hx_op op, hx_dtype dt)
 {
-    if (op == HX_KERNEL_NONFINITE) return takes(FLOAT, dt) ? nonfinite : NULL;
+    if (op == HX_KERNEL_SUMSQ) return takes(FLOAT, dt) ? sumsq : NULL;
     if ((unsigned)op >= HX_OP_COUNT || hx__ops[op].host_only) return NULL;
     const cuda_op *k = &cuda_ops[op];
     return k->fn && takes(k->dtypes, dt) ? k->fn : NULL;

@@ -17,7 +17,7 @@
 #include "scheduler/backend.h"
 #include "scheduler/cpu_budget.h"
 #include "scheduler/trace.h"
-#include "kernels/cpu/optim.h"
+#include "kernels/cpu/hx_kernels.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -145,19 +145,15 @@ static double hold_until(double t0, double want)
     return end;
 }
 
-/* ---- the non-finite scan kernel -------------------------------------------------- */
+/* ---- the gradient scan kernel ---------------------------------------------------- */
 
-/* HX_KERNEL_NONFINITE: out (int32) = 1 if the gradient in[0] (node's dtype
- * and size) holds an Inf or NaN, else 0. */
-static hx_status scan_nonfinite(const hx_exec *ex, const hx_tensor *node, void *out,
-                                void *const *in)
+/* HX_KERNEL_SUMSQ: out (a double) = the sum of the squares of the gradient
+ * in[0] (node's dtype and size). */
+static hx_status scan_sumsq(const hx_exec *ex, const hx_tensor *node, void *out,
+                            void *const *in)
 {
-    int r = hx_optim_nonfinite(in[0], (hx_kdtype)node->dtype, 1.0f, 1.0f,
-                               hx_tensor_numel(node), hx_k_isa(), ex->nthreads);
-    if (r < 0)
-        return hx__error(HX_ERR_INTERNAL, "emu device: cannot scan '%s' (%s) for Inf/NaN",
-                         node->name, hx_dtype_name(node->dtype));
-    *(int32_t *)out = r;
+    *(double *)out = hx_k_sumsq(in[0], (hx_kdtype)node->dtype, hx_tensor_numel(node),
+                                ex->nthreads);
     return HX_OK;
 }
 
@@ -175,7 +171,7 @@ static hx_status run_op(hx_stream *s, const emu_op *op)
         hx__budget_give(e->opt.budget, cores);
         double want = c->launch_latency_s + (c->flops_per_s > 0 ? launch_flops(op->node) / c->flops_per_s : 0);
         double t1 = timed ? hold_until(t0, want) : 0;
-        hx__trace_event(s->lane, op->fn == scan_nonfinite ? "nonfinite_scan" : hx__ops[op->node->op].name,
+        hx__trace_event(s->lane, op->fn == scan_sumsq ? "gradient_scan" : hx__ops[op->node->op].name,
                         op->node->name, 0, t0, t1);
         __atomic_fetch_add(&e->st.launches, 1, __ATOMIC_RELAXED);
         return st;
@@ -395,7 +391,7 @@ static hx_status emu_d2h(hx_backend *b, void *dst, const void *src, size_t n, hx
 /* The CPU kernels, less the ops the op table keeps on the host. */
 static hx_launch_fn emu_kernel(const hx_backend *b, hx_op op, hx_dtype dt)
 {
-    if (op == HX_KERNEL_NONFINITE) return scan_nonfinite;
+    if (op == HX_KERNEL_SUMSQ) return scan_sumsq;
     return hx__ops[op].host_only ? NULL : hx__cpu_kernel(op);
 }
 

@@ -11,7 +11,15 @@ typedef struct hx_exec {
     int64_t step;       /* training steps done before this run */
     bool train;
     float grad_unscale; /* 1 / loss scale, for update nodes */
+    float grad_clip;    /* the clip coefficient of this step's gradients (1: none) */
+    double lr_scale;    /* multiplies every update's learning rate */
 } hx_exec;
+
+/* An update node's learning rate in this run. */
+static inline double hx__update_lr(const hx_exec *ex, const hx_optimizer_config *c)
+{
+    return c->lr * ex->lr_scale;
+}
 
 /* Runs one node: out and in[] are the node's output and inputs, resolved
  * when the plan was bound. Returns HX_OK or an error with the message set. */
@@ -124,9 +132,10 @@ struct hx_session {
     /* device memory handed out by hx_session_device_alloc */
     struct hx_device_block { void *p; size_t bytes; } *dev_blocks;
     int n_dev_blocks;
-    /* non-finite flags of device gradients, one int32 per update node */
-    int32_t *scan_flags_dev, *scan_flags_host;
-    int n_scan_flags;
+    /* the gradient scan: per update node, its gradient's sum of squares
+     * (scan_dev: written there for device gradients) */
+    double *scan_dev, *scan_host;
+    int n_scan;
     hx_target *target;   /* per tensor id: placement */
     hx_place_why *why;
     int n_fallbacks;
@@ -139,6 +148,7 @@ struct hx_session {
     const hx_plan *last_plan;
     hx_train_stats stats;
     int good_steps; /* in a row, for loss-scale growth */
+    double lr_scale; /* hx_session_set_lr_scale */
 };
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */

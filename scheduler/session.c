@@ -34,8 +34,8 @@ void hx_session_free(hx_session *s)
     hx_backend *acc = s->be[HX_DEV_ACCEL];
     for (int i = 0; i < s->n_dev_blocks; i++) acc->free(acc, s->dev_blocks[i].p);
     free(s->dev_blocks);
-    if (s->scan_flags_dev) acc->free(acc, s->scan_flags_dev);
-    free(s->scan_flags_host);
+    if (s->scan_dev) acc->free(acc, s->scan_dev);
+    free(s->scan_host);
     for (int i = 0; i < 2; i++)
         if (s->copy_stream[i]) acc->stream_destroy(acc, s->copy_stream[i]);
     for (int d = 0; d < HX_NDEV; d++) {
@@ -148,16 +148,19 @@ static hx_status alloc_persistent(hx_session *s)
     return HX_OK;
 }
 
-/* Flags for the non-finite scan of device gradients: one per update node. */
-static hx_status alloc_scan_flags(hx_session *s)
+/* The gradient scan's sums: one per update node, on the host and, for
+ * device gradients, on the device. */
+static hx_status alloc_scan(hx_session *s)
 {
     hx_backend *acc = s->be[HX_DEV_ACCEL];
-    for (int i = 0; i < s->g->n; i++) s->n_scan_flags += s->g->tensors[i]->kind == HX_TENSOR_UPDATE;
-    if (!acc || !s->n_scan_flags) return HX_OK;
-    size_t bytes = sizeof(int32_t) * s->n_scan_flags;
-    s->scan_flags_host = malloc(bytes);
-    if (!s->scan_flags_host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    hx_status st = acc->alloc(acc, bytes, "the gradient scan's flags", (void **)&s->scan_flags_dev);
+    for (int i = 0; i < s->g->n; i++) s->n_scan += s->g->tensors[i]->kind == HX_TENSOR_UPDATE;
+    if (!s->n_scan) return HX_OK;
+    size_t bytes = sizeof(double) * s->n_scan;
+    s->scan_host = malloc(2 * bytes); /* the device's sums copied back, then the host's */
+    if (!s->scan_host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    if (!acc) return HX_OK;
+    hx_status st = acc->alloc(acc, bytes, "the gradient scan's sums",
+                              (void **)&s->scan_dev);
     return st ? device_report(s, "hx_session_create", st) : HX_OK;
 }
 
@@ -181,9 +184,13 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "hx_session_create: loss scaling needs initial_scale > 0, "
                          "growth_interval >= 1, growth_factor >= 1 and 0 < backoff_factor < 1");
+    if (!(c.clip_grad_norm >= 0 && isfinite(c.clip_grad_norm)))
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: clip_grad_norm %g must be "
+                         "finite and >= 0 (0: no clipping)", c.clip_grad_norm);
     hx_session *s = calloc(1, sizeof *s);
     if (!s) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     s->stats.loss_scale = ls->enabled ? ls->initial_scale : 1.0;
+    s->lr_scale = 1.0;
     s->g = g;
     s->cfg = c;
     s->nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
@@ -193,7 +200,7 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
                               : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     if (!st) st = setup_devices(s);
     if (!st) st = alloc_persistent(s);
-    if (!st) st = alloc_scan_flags(s);
+    if (!st) st = alloc_scan(s);
     if (st) {
         hx_session_free(s);
         return st;
@@ -210,6 +217,16 @@ hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_train_stats: %s is NULL",
                          s ? "out" : "session");
     *out = s->stats;
+    return HX_OK;
+}
+
+hx_status hx_session_set_lr_scale(hx_session *s, double scale)
+{
+    if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_set_lr_scale: session is NULL");
+    if (!(scale >= 0 && isfinite(scale)))
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_set_lr_scale: scale %g must be "
+                         "finite and >= 0", scale);
+    s->lr_scale = scale;
     return HX_OK;
 }
 
@@ -338,40 +355,42 @@ hx_status hx__session_copy_in(hx_session *s, int d, void *dst, const void *src, 
     return st ? st : sync;
 }
 
-/* Finds the first update (in plan order) whose gradient holds an Inf or
- * NaN (*bad, NULL if none). Device gradients are scanned on the device by
- * its HX_KERNEL_NONFINITE kernel and their flags copied back; host
- * gradients are scanned here meanwhile. */
+/* Scans the gradient of every update (plan order) in one pass: its sum of
+ * squares, device gradients on the device by HX_KERNEL_SUMSQ (the sums
+ * copied back) while host gradients are summed here. *bad: the first update
+ * whose gradient holds an Inf or NaN (NULL if none); *sumsq: the sum over
+ * the dense parameters' gradients (embedding tables are left out of the
+ * norm, as sparse gradients are in the frameworks), in plan order. */
 static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_dev,
-                            int host_threads, const hx_tensor **bad)
+                            int host_threads, const hx_tensor **bad, double *sumsq)
 {
     hx_backend *acc = s->be[HX_DEV_ACCEL];
+    double *dev_sums = s->scan_host, *host_sums = s->scan_host + s->n_scan;
     hx_status st = HX_OK;
     int n_dev = 0;
     *bad = NULL;
+    *sumsq = 0;
     for (int i = 0; i < p->n_scan && !st; i++) {
         const hx_tensor *g = p->scan_update[i]->src[1];
         if (hx__dev_of(s, g->id) != HX_DEV_ACCEL) continue;
-        hx_launch_fn fn = acc->kernel(acc, HX_KERNEL_NONFINITE, g->dtype);
+        hx_launch_fn fn = acc->kernel(acc, HX_KERNEL_SUMSQ, g->dtype);
         if (!fn)
             return hx__error(HX_ERR_NO_KERNEL, "hx_session_run: the %s backend has no kernel to "
                              "scan gradient '%s' (%s) for Inf/NaN", acc->name, g->name,
                              hx_dtype_name(g->dtype));
-        st = acc->launch(acc, s->stream[HX_DEV_ACCEL], fn, ex_dev, g, &s->scan_flags_dev[i],
+        st = acc->launch(acc, s->stream[HX_DEV_ACCEL], fn, ex_dev, g, &s->scan_dev[i],
                          &p->scan_at[i]);
         n_dev = i + 1;
     }
     if (!st && n_dev)
-        st = acc->copy_d2h(acc, s->scan_flags_host, s->scan_flags_dev, sizeof(int32_t) * n_dev,
+        st = acc->copy_d2h(acc, dev_sums, s->scan_dev, sizeof(double) * n_dev,
                            s->stream[HX_DEV_ACCEL]);
-    int host_bad = p->n_scan;
     int cores = hx__budget_take(s->budget, host_threads);
-    for (int i = 0; i < p->n_scan && !st && host_bad == p->n_scan; i++) {
+    for (int i = 0; i < p->n_scan && !st; i++) {
         const hx_tensor *g = p->scan_update[i]->src[1];
-        if (hx__dev_of(s, g->id) == HX_DEV_HOST &&
-            hx_optim_nonfinite(p->scan_at[i], (hx_kdtype)g->dtype, 1.0f, 1.0f,
-                               hx_tensor_numel(g), hx_k_isa(), host_threads))
-            host_bad = i;
+        if (hx__dev_of(s, g->id) == HX_DEV_HOST)
+            host_sums[i] = hx_k_sumsq(p->scan_at[i], (hx_kdtype)g->dtype, hx_tensor_numel(g),
+                                      host_threads);
     }
     hx__budget_give(s->budget, cores);
     if (n_dev) {
@@ -379,11 +398,21 @@ static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_d
         if (!st) st = sync;
     }
     if (st) return st;
-    for (int i = 0; i < host_bad && !*bad; i++)
-        if (hx__dev_of(s, p->scan_update[i]->src[1]->id) == HX_DEV_ACCEL && s->scan_flags_host[i])
-            *bad = p->scan_update[i];
-    if (!*bad && host_bad < p->n_scan) *bad = p->scan_update[host_bad];
+    for (int i = 0; i < p->n_scan; i++) {
+        const hx_tensor *u = p->scan_update[i];
+        double v = hx__dev_of(s, u->src[1]->id) == HX_DEV_ACCEL ? dev_sums[i] : host_sums[i];
+        if (!isfinite(v) && !*bad) *bad = u;
+        if (u->op != HX_OP_EMBEDDING_UPDATE) *sumsq += v;
+    }
     return HX_OK;
+}
+
+/* torch.nn.utils.clip_grad_norm_'s coefficient for a global norm. */
+static float clip_coefficient(double max_norm, double norm)
+{
+    if (max_norm <= 0) return 1.0f;
+    double c = max_norm / (norm + 1e-6);
+    return c < 1 ? (float)c : 1.0f;
 }
 
 /* Phase 0 (forward and backward), then (training) the gradient scan and
@@ -398,20 +427,23 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
         float v = (float)s->stats.loss_scale;
         if ((st = hx__session_copy_in(s, hx__dev_of(s, id), s->persist[id], &v, sizeof v))) return st;
     }
+    double unscale = scaling ? 1.0 / s->stats.loss_scale : 1.0;
     hx_exec ex[2][2]; /* [phase][host lanes, device] */
     for (int ph = 0; ph < 2; ph++)
         for (int k = 0; k < 2; k++)
             ex[ph][k] = (hx_exec){.nthreads = p->threads[ph][k], .step = s->stats.step,
-                                  .train = train,
-                                  .grad_unscale = scaling ? (float)(1.0 / s->stats.loss_scale) : 1.0f};
+                                  .train = train, .grad_unscale = (float)unscale,
+                                  .grad_clip = 1.0f, .lr_scale = s->lr_scale};
     if ((st = hx__exec_phase(s, p, 0, &ex[0][0], &ex[0][1], skip)) || !train) return st;
     if (p->first_update == p->n_steps) { /* a training run without updates */
         s->stats.step++;
         return HX_OK;
     }
 
-    const hx_tensor *bad = NULL;
-    if ((st = scan_grads(s, p, &ex[1][1], p->threads[1][0], &bad))) return st;
+    const hx_tensor *bad;
+    double sumsq;
+    if ((st = scan_grads(s, p, &ex[1][1], p->threads[1][0], &bad, &sumsq))) return st;
+    s->stats.grad_norm = sqrt(sumsq) * unscale;
     if (bad && !scaling)
         return hx__error(HX_ERR_NUMERIC,
                          "hx_session_run: the gradient of parameter '%s' holds Inf or NaN; no "
@@ -424,6 +456,8 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
         s->good_steps = 0;
         return HX_OK;
     }
+    float clip = clip_coefficient(s->cfg.clip_grad_norm, s->stats.grad_norm);
+    ex[1][0].grad_clip = ex[1][1].grad_clip = clip;
     if ((st = hx__exec_phase(s, p, 1, &ex[1][0], &ex[1][1], skip))) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps == ls->growth_interval) {

@@ -105,11 +105,11 @@ static void check_kernel_table(void)
             CHECK(!f32 || (hx__cuda_kernel((hx_op)op, (hx_dtype)dt) != NULL) == moves,
                   "%s on %s", name, hx_dtype_name((hx_dtype)dt));
     }
-    CHECK(hx__cuda_kernel(HX_KERNEL_NONFINITE, HX_DTYPE_F32) &&
-              hx__cuda_kernel(HX_KERNEL_NONFINITE, HX_DTYPE_BF16) &&
-              !hx__cuda_kernel(HX_KERNEL_NONFINITE, HX_DTYPE_I32),
+    CHECK(hx__cuda_kernel(HX_KERNEL_SUMSQ, HX_DTYPE_F32) &&
+              hx__cuda_kernel(HX_KERNEL_SUMSQ, HX_DTYPE_BF16) &&
+              !hx__cuda_kernel(HX_KERNEL_SUMSQ, HX_DTYPE_I32),
           "the gradient scan kernel");
-    CHECK(!hx__cuda_kernel((hx_op)(HX_KERNEL_NONFINITE + 1), HX_DTYPE_F32), "past the table");
+    CHECK(!hx__cuda_kernel((hx_op)(HX_KERNEL_SUMSQ + 1), HX_DTYPE_F32), "past the table");
 }
 
 /* Each kernel, called with no device behind the runtime, reports an error
@@ -158,7 +158,7 @@ static void check_kernels_fail_cleanly(void)
     expect_failure("bce_logits", hx_gk_bce_logits(&c, HX_K_F32, p, p, p, 12));
     expect_failure("bce_logits_backward", hx_gk_bce_logits_backward(&c, HX_K_F32, p, p, p, p, 12));
     expect_failure("optim_update", hx_gk_optim_update(&c, &pl, p, p, p, p, NULL, 12));
-    expect_failure("nonfinite", hx_gk_nonfinite(&c, HX_K_F32, p, p, 12));
+    expect_failure("sumsq", hx_gk_sumsq(&c, HX_K_F32, (double *)p, p, 12));
     expect_failure("memcpy", hx_gk_memcpy(&c, &scratch_dummy, p, 12));
     expect_failure("memset0", hx_gk_memset0(&c, p, 12));
 

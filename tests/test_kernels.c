@@ -800,6 +800,48 @@ static void test_casts(test_rng *r)
     CHECK(h[0] == 0x7FC0 && h[1] == 0xFFE1, "f32 -> bf16 NaN: %04x %04x", h[0], h[1]);
 }
 
+/* The gradient scan's sum of squares: a double reference over the values
+ * as stored (f32, f16, bf16), several blocks, the same bits at 1 and 2
+ * threads, and Inf/NaN anywhere makes it non-finite. */
+static void test_sumsq(test_rng *r)
+{
+    static const char *names[] = {"f32", "f16", "bf16"};
+    static const int64_t sizes[] = {0, 1, 17, 4096, 65536, 65537, 300001};
+    for (int d = 0; d < 3; d++) {
+        hx_kdtype dt = d == 0 ? HX_K_F32 : d == 1 ? HX_K_F16 : HX_K_BF16;
+        for (int k = 0; k < 7; k++) {
+            int64_t n = sizes[k];
+            float *x = malloc(sizeof *x * (n + 1)), *back = malloc(sizeof *back * (n + 1));
+            uint16_t *h = malloc(sizeof *h * (n + 1));
+            test_fill_uniform(r, x, n, -3, 3);
+            const void *v = x;
+            if (dt != HX_K_F32) {
+                hx_k_cast(h, dt, x, HX_K_F32, n, 1);
+                hx_k_cast(back, HX_K_F32, h, dt, n, 1);
+                v = h;
+            } else {
+                memcpy(back, x, sizeof *x * n);
+            }
+            double want = 0;
+            for (int64_t i = 0; i < n; i++) want += (double)back[i] * back[i];
+            double one = hx_k_sumsq(v, dt, n, 1), two = hx_k_sumsq(v, dt, n, 2);
+            CHECK(fabs(one - want) <= 1e-12 * want, "sumsq %s n %lld: %.17g, reference %.17g",
+                  names[d], (long long)n, one, want);
+            CHECK(one == two, "sumsq %s n %lld: 1 thread %.17g, 2 threads %.17g",
+                  names[d], (long long)n, one, two);
+            if (n) {
+                int64_t at = n * 3 / 4;
+                float bad = k % 2 ? INFINITY : NAN;
+                if (dt == HX_K_F32) x[at] = bad;
+                else hx_k_cast(h + at, dt, &bad, HX_K_F32, 1, 1);
+                CHECK(!isfinite(hx_k_sumsq(v, dt, n, 2)), "sumsq %s n %lld missed a %f",
+                      names[d], (long long)n, bad);
+            }
+            free(x), free(back), free(h);
+        }
+    }
+}
+
 /* Reruns the cast tests in a child with HX_ISA set; must run before this
  * process (or OpenMP) starts anything. */
 static void test_casts_per_isa(void)
@@ -1162,6 +1204,7 @@ int main(void)
     test_reduce(&r);
     test_copy(&r);
     test_casts(&r);
+    test_sumsq(&r);
     test_gemm(&r);
     test_gather_scatter(&r);
     test_mask_dropout(&r);

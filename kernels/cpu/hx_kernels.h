@@ -98,6 +98,10 @@ void hx_k_copy_strided(void *out, const int64_t *out_strides, const void *x,
  * AVX-512 where the CPU has them (chosen at run time). */
 void hx_k_cast(void *y, hx_kdtype ydt, const void *x, hx_kdtype xdt, int64_t n, int nthreads);
 
+/* Sum of x[i]^2 in double over n elements of f32, f16 or bf16: finite
+ * exactly when every x[i] is, and the same bits at any thread count. */
+double hx_k_sumsq(const void *x, hx_kdtype dt, int64_t n, int nthreads);
+
 /* ---- matmul (OpenBLAS) ----------------------------------------------------- */
 
 /* C (M,N) = alpha * op(A) op(B) + beta * C for `batch` matrices at the given

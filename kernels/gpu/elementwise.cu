@@ -273,23 +273,48 @@ hx_gk_status hx_gk_dropout(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void
     return hx_gk_launched();
 }
 
-/* ---- non-finite scan ---------------------------------------------------------------------- */
+/* ---- sum of squares (the gradient scan) ------------------------------------------------
+ * Thread t of SUMSQ_BLOCKS x SUMSQ_THREADS sums x[t], x[t + stride], ... in
+ * double; each block adds its threads in a fixed tree into part[block], and
+ * one thread adds the parts in order: the same bits on every run. */
+enum { SUMSQ_BLOCKS = 256, SUMSQ_THREADS = 256 };
 
-/* Every thread that sees an Inf or NaN stores the same 1: no race on the result. */
+size_t hx_gk_sumsq_scratch_bytes(void) { return SUMSQ_BLOCKS * sizeof(double); }
+
 template <typename T>
-__global__ void nonfinite_kernel(int32_t *flag, const T *x, int64_t n)
+__global__ void sumsq_blocks_kernel(double *part, const T *x, int64_t n)
 {
-    GRID_STRIDE(i, n) if (!isfinite(ld(x + i))) *flag = 1;
+    __shared__ double acc[SUMSQ_THREADS];
+    double a = 0;
+    for (int64_t i = (int64_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n;
+         i += (int64_t)SUMSQ_BLOCKS * SUMSQ_THREADS) {
+        double v = ld(x + i);
+        a += v * v;
+    }
+    acc[threadIdx.x] = a;
+    __syncthreads();
+    for (int w = SUMSQ_THREADS / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) acc[threadIdx.x] += acc[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = acc[0];
 }
 
-hx_gk_status hx_gk_nonfinite(const hx_gk_ctx *c, hx_kdtype dt, int32_t *flag, const void *x,
-                             int64_t n)
+__global__ void sumsq_total_kernel(double *out, const double *part)
+{
+    double t = 0;
+    for (int b = 0; b < SUMSQ_BLOCKS; b++) t += part[b];
+    *out = t;
+}
+
+hx_gk_status hx_gk_sumsq(const hx_gk_ctx *c, hx_kdtype dt, double *out, const void *x, int64_t n)
 {
     if (n < 0) return HX_GK_BAD_ARG;
-    GK_TRY(hx_gk_memset0(c, flag, sizeof *flag));
-    if (n == 0) return HX_GK_OK;
+    if (c->scratch_bytes < hx_gk_sumsq_scratch_bytes()) return HX_GK_SCRATCH;
+    double *part = (double *)c->scratch;
     HX_GK_FLOAT_TYPES(dt, T,
-        nonfinite_kernel<T><<<hx_gk_blocks(n, HX_GK_THREADS), HX_GK_THREADS, 0, c->stream>>>(
-            flag, (const T *)x, n));
+        sumsq_blocks_kernel<T><<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, c->stream>>>(part, (const T *)x, n));
+    GK_TRY(hx_gk_launched());
+    sumsq_total_kernel<<<1, 1, 0, c->stream>>>(out, part);
     return hx_gk_launched();
 }

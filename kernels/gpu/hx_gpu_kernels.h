@@ -174,10 +174,12 @@ hx_gk_status hx_gk_bce_logits_backward(const hx_gk_ctx *c, hx_kdtype dt, void *d
                                        const float *dloss, const void *x, const void *t,
                                        int64_t n);
 
-/* flag (one device int32) = 1 if any of the n values of x is Inf or NaN,
- * else 0 (the gradient scan before the updates). */
-hx_gk_status hx_gk_nonfinite(const hx_gk_ctx *c, hx_kdtype dt, int32_t *flag, const void *x,
-                             int64_t n);
+/* out (one device double) = the sum of x[i]^2 over the n values of x, in a
+ * fixed order (the gradient scan before the updates: finite exactly when
+ * every x[i] is; its root is the norm for clipping). Uses
+ * hx_gk_sumsq_scratch_bytes() of the context's scratch. */
+size_t hx_gk_sumsq_scratch_bytes(void);
+hx_gk_status hx_gk_sumsq(const hx_gk_ctx *c, hx_kdtype dt, double *out, const void *x, int64_t n);
 
 /* ---- optimizer updates ------------------------------------------------------------------------ */
 

@@ -532,28 +532,36 @@ static void check_optim(void)
     }
 }
 
-static void check_nonfinite(void)
+/* The gradient scan: the sum of squares in double, finite exactly when x is. */
+static void check_sumsq(void)
 {
-    float x[100];
-    for (int i = 0; i < 100; i++) x[i] = (float)i;
+    enum { N = 100003 }; /* more than one pass of the grid */
+    float *x = malloc(sizeof *x * N);
+    for (int i = 0; i < N; i++) x[i] = (float)((i * 7919) % 201 - 100) / 8.0f; /* 7 bits: exact in bf16 */
     for (int d = 0; d < 3; d++) {
-        int32_t *flag, h = -1;
-        GT_CUDA(cudaMalloc((void **)&flag, 4));
-        void *dx_ = gt_upload(DTS[d], x, 100);
-        run_ok("nonfinite", hx_gk_nonfinite(&C, DTS[d], flag, dx_, 100));
+        double *out, h = -1, h2 = -2;
+        GT_CUDA(cudaMalloc((void **)&out, sizeof *out));
+        void *dx_ = gt_upload(DTS[d], x, N);
+        run_ok("sumsq", hx_gk_sumsq(&C, DTS[d], out, dx_, N));
         GT_CUDA(cudaStreamSynchronize(C.stream));
-        GT_CUDA(cudaMemcpy(&h, flag, 4, cudaMemcpyDeviceToHost));
-        CHECK(h == 0, "finite values scanned as %d", h);
+        GT_CUDA(cudaMemcpy(&h, out, sizeof h, cudaMemcpyDeviceToHost));
+        double ref = hx_k_sumsq(x, HX_K_F32, N, 1);
+        CHECK(fabs(h - ref) <= 1e-12 * ref, "sumsq %.17g, reference %.17g", h, ref);
+        run_ok("sumsq", hx_gk_sumsq(&C, DTS[d], out, dx_, N));
+        GT_CUDA(cudaStreamSynchronize(C.stream));
+        GT_CUDA(cudaMemcpy(&h2, out, sizeof h2, cudaMemcpyDeviceToHost));
+        CHECK(h == h2, "sumsq differs between two runs: %.17g and %.17g", h, h2);
         float y[100];
         memcpy(y, x, sizeof y);
         y[77] = d == 1 ? INFINITY : NAN;
         void *dy = gt_upload(DTS[d], y, 100);
-        run_ok("nonfinite", hx_gk_nonfinite(&C, DTS[d], flag, dy, 100));
+        run_ok("sumsq", hx_gk_sumsq(&C, DTS[d], out, dy, 100));
         GT_CUDA(cudaStreamSynchronize(C.stream));
-        GT_CUDA(cudaMemcpy(&h, flag, 4, cudaMemcpyDeviceToHost));
-        CHECK(h == 1, "a non-finite value scanned as %d", h);
-        cudaFree(flag), cudaFree(dx_), cudaFree(dy);
+        GT_CUDA(cudaMemcpy(&h, out, sizeof h, cudaMemcpyDeviceToHost));
+        CHECK(!isfinite(h), "a non-finite value summed to %g", h);
+        cudaFree(out), cudaFree(dx_), cudaFree(dy);
     }
+    free(x);
 }
 
 int main(void)
@@ -580,7 +588,7 @@ int main(void)
     check_gather_scatter();
     check_losses();
     check_optim();
-    check_nonfinite();
+    check_sumsq();
     GT_CUDA(cudaStreamSynchronize(C.stream));
     gt_ctx_free(&C);
     return test_finish("gpu_kernels");
