@@ -164,7 +164,7 @@ static void copy_cases(size_t n)
     TRY(hx__backend_cuda_for(&cfg, &b));
     TRY(b->stream_create(b, &s));
     void *d, *pinned, *pageable = malloc(n);
-    TRY(b->alloc(b, n, "bench", &d));
+    TRY(b->alloc(b, n, HX_MEM_TRANSIENT, "bench", &d));
     TRY(cudaHostAlloc(&pinned, n, cudaHostAllocDefault));
     memset(pageable, 1, n);
     for (int h2d = 1; h2d >= 0; h2d--) {

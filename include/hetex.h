@@ -609,7 +609,8 @@ typedef struct hx_memory_stats {
     size_t device_transient_planned_bytes;
     size_t device_used_bytes, device_peak_bytes;
 } hx_memory_stats;
-/* Plans the training step (all update nodes) if it has not run yet. */
+/* Plans the training step (all update nodes) if it has not run yet. The
+ * device pools in detail: hx_session_pool_stats (below, with the pools). */
 HX_API hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out);
 
 /* How the last run's plan (or, before any run, the training step's) was
@@ -981,6 +982,17 @@ typedef struct hx_device_pools_stats {
     hx_pool_stats persistent, transient;
     hx_pool_stats total;    /* both: its peaks are peaks of the sum */
 } hx_device_pools_stats;
+
+/* The pools of the session's accelerator (emu or cuda) now: what its
+ * persistent pool holds (parameters, optimizer state and other persistent
+ * tensors placed on the device, the gradient scan's sums, hx_session_device_alloc
+ * buffers, per-stream library workspaces) and its transient pool (the
+ * plans' activation arena, kernel scratch), their sum, and the cap
+ * (max_device_memory, or the device's memory). allocated <= reserved <=
+ * capacity; peaks never go down; hx_memory_stats.device_used_bytes and
+ * device_peak_bytes are total.allocated and total.peak_allocated.
+ * HX_ERR_INVALID_ARGUMENT without an accelerator. */
+HX_API hx_status hx_session_pool_stats(hx_session *s, hx_device_pools_stats *out);
 
 /* Replays an allocation trace through hetex's pools and through a
  * single-pool best-fit caching allocator in the style of PyTorch's CUDA

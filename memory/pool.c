@@ -240,7 +240,8 @@ hx_status hx_mem_pools_alloc(hx_mem_pools *p, size_t bytes, hx_mem_lifetime lt,
         goto done;
     }
     retally(p);
-    if (p->cfg.trace) hx_memtrace_alloc(p->cfg.trace, (void *)b->addr, bytes, lt == HX_MEM_PERSISTENT);
+    if (p->cfg.trace && (lt == HX_MEM_PERSISTENT || !p->cfg.trace_persistent_only))
+        hx_memtrace_alloc(p->cfg.trace, (void *)b->addr, bytes, lt == HX_MEM_PERSISTENT);
     *out = (void *)b->addr;
 done:
     pthread_mutex_unlock(&p->mu);
@@ -270,6 +271,32 @@ size_t hx_mem_pools_trim(hx_mem_pools *p)
     pthread_mutex_lock(&p->mu);
     size_t n = release_all_free(p);
     retally(p);
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+size_t hx_mem_pools_size_of(hx_mem_pools *p, const void *ptr)
+{
+    if (!p || !ptr) return 0;
+    pthread_mutex_lock(&p->mu);
+    const hx_mblock *b = hx__ptrmap_get(&p->live, (uintptr_t)ptr);
+    size_t n = b ? b->requested : 0;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+const hx_mem_pools_config *hx_mem_pools_config_of(const hx_mem_pools *p) { return &p->cfg; }
+
+int hx_mem_pools_segments(hx_mem_pools *p, hx_mem_lifetime lt, uintptr_t *base, size_t *size,
+                          int max)
+{
+    pthread_mutex_lock(&p->mu);
+    int n = 0;
+    for (const hx_mseg *g = p->arena[lt].segs; g; g = g->next, n++)
+        if (n < max) {
+            base[n] = g->base;
+            size[n] = g->size;
+        }
     pthread_mutex_unlock(&p->mu);
     return n;
 }

@@ -56,6 +56,7 @@ typedef struct hx_mem_pools_config {
     size_t small_segment;  /* segment size of small requests (>= small_max) */
     size_t segment_round;  /* large segments are rounded up to this (>= align) */
     hx_memtrace *trace;    /* when set, every alloc and free is recorded (not owned) */
+    bool trace_persistent_only; /* record only the persistent pool's events */
 } hx_mem_pools_config;
 
 /* align 256, small_max 1 MiB, small_segment 2 MiB, segment_round 2 MiB
@@ -79,6 +80,38 @@ hx_status hx_mem_pools_free(hx_mem_pools *p, void *ptr, hx_mem_err *err);
 /* Gives back every entirely free segment; returns the bytes released. */
 size_t hx_mem_pools_trim(hx_mem_pools *p);
 void hx_mem_pools_stats(hx_mem_pools *p, hx_device_pools_stats *out);
+
+/* The requested size of a live block handed out at ptr; 0 when none is. */
+size_t hx_mem_pools_size_of(hx_mem_pools *p, const void *ptr);
+const hx_mem_pools_config *hx_mem_pools_config_of(const hx_mem_pools *p);
+/* Writes up to max segments of pool lt as [base, base + size) and returns
+ * how many it has (tests check that the pools never share one). */
+int hx_mem_pools_segments(hx_mem_pools *p, hx_mem_lifetime lt, uintptr_t *base, size_t *size,
+                          int max);
+
+/* ---- a device's pools (pool_device.c) ------------------------------------------------
+ * What the emu and cuda backends create: the default config with its
+ * granularity scaled to the cap (segments of cap / 64 rounded down to a
+ * power of 2, between 1 KiB and 2 MiB, so that a small cap is not taken by
+ * one pool's first segment), memory from src, and the HX_MEMTRACE recorder:
+ *   HX_MEMTRACE=path                 every allocation of the device's pools
+ *                                    (the plan's transient arena is one);
+ *   HX_MEMTRACE_MODE=tensors         the persistent pool's allocations, and
+ *                                    the session adds each transient device
+ *                                    tensor of every run (alloc at its
+ *                                    production, free after its last use, in
+ *                                    plan order): what a per-tensor allocator
+ *                                    would be asked for (hx__plan_memtrace).
+ * A process that opens several devices (sessions) writes the file once per
+ * device, at close; the last one closed stays. */
+hx_status hx_mem_pools_open_device(const char *name, size_t capacity, hx_mem_source src,
+                                   hx_mem_pools **out, hx_mem_err *err);
+/* The recorder the session adds the plan's tensors to (HX_MEMTRACE_MODE=
+ * tensors), else NULL. */
+hx_memtrace *hx_mem_pools_tensor_trace(const hx_mem_pools *p);
+/* Destroys the pools, then writes and frees their recorder: the status of
+ * writing the trace (HX_OK without one). NULL: HX_OK. */
+hx_status hx_mem_pools_close(hx_mem_pools *p, hx_mem_err *err);
 
 /* Fills a public hx_pool_stats from a tally and the arenas behind it. */
 void hx__pool_stats_fill(hx_pool_stats *out, const hx_mem_tally *t, hx_arena *const *arenas,

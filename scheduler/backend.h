@@ -8,6 +8,7 @@
 #define HX_BACKEND_H
 
 #include "scheduler/sched.h"
+#include "memory/pool.h"
 
 typedef struct hx_stream hx_stream; /* defined by each backend */
 typedef struct hx_event hx_event;
@@ -23,8 +24,12 @@ typedef struct hx_backend hx_backend;
 struct hx_backend {
     const char *name;  /* "cpu", "emu", "cuda" */
     hx_target target;  /* where its kernels run */
-    /* `what` names the allocation in an out-of-memory report. */
-    hx_status (*alloc)(hx_backend *b, size_t bytes, const char *what, void **out);
+    /* lt: what lives across steps (params, optimizer state, device feeds)
+     * is HX_MEM_PERSISTENT, the plans' arenas and workspaces
+     * HX_MEM_TRANSIENT; an accelerator keeps them in separate pools. `what`
+     * names the allocation in an out-of-memory report. */
+    hx_status (*alloc)(hx_backend *b, size_t bytes, hx_mem_lifetime lt, const char *what,
+                       void **out);
     void (*free)(hx_backend *b, void *p);
     hx_status (*stream_create)(hx_backend *b, hx_stream **out);
     void (*stream_destroy)(hx_backend *b, hx_stream *s);
@@ -46,6 +51,9 @@ struct hx_backend {
                         const hx_tensor *node, void *out, void *const *in);
     void (*stats)(const hx_backend *b, hx_backend_stats *out);
     void (*destroy)(hx_backend *b);
+    /* An accelerator's device pools (memory/pool.h: statistics, the
+     * HX_MEMTRACE recorder); NULL for the host. */
+    hx_mem_pools *pools;
 };
 
 /* Kernels the scheduler launches that are no graph op, looked up with

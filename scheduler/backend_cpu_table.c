@@ -14,7 +14,8 @@ typedef struct cpu_backend {
     hx_backend_stats st;
 } cpu_backend;
 
-static hx_status cpu_alloc(hx_backend *b, size_t bytes, const char *what, void **out)
+static hx_status cpu_alloc(hx_backend *b, size_t bytes, hx_mem_lifetime lt, const char *what,
+                           void **out)
 {
     *out = aligned_alloc(ALIGN, (bytes + ALIGN - 1) / ALIGN * ALIGN + ALIGN);
     if (!*out)
@@ -55,7 +56,7 @@ hx_status hx__backend_cpu_create(hx_backend **out)
     c->b = (hx_backend){"cpu", HX_TARGET_CPU, cpu_alloc, cpu_free, hx__inline_stream_create,
                         hx__inline_stream_destroy, hx__inline_stream_sync, hx__inline_event_create, hx__inline_event_destroy,
                         hx__inline_event_record, hx__inline_stream_wait, hx__inline_event_sync, cpu_copy, cpu_copy,
-                        cpu_kernel, cpu_launch, cpu_stats, cpu_destroy};
+                        cpu_kernel, cpu_launch, cpu_stats, cpu_destroy, NULL};
     c->st.capacity = SIZE_MAX;
     *out = &c->b;
     return HX_OK;

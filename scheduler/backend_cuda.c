@@ -20,21 +20,14 @@
 /* cuBLAS workspace per handle (NVIDIA's recommendation for Hopper). */
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 
-typedef struct alloc_map { /* open addressing: device pointer -> bytes */
-    void **key;
-    size_t *bytes;
-    size_t cap, count;
-} alloc_map;
-
 typedef struct cuda_backend {
     hx_backend b;
     int device;
     bool allow_tf32;
     char name[256];
     int sm_count;
-    pthread_mutex_t mu; /* st, map */
+    pthread_mutex_t mu; /* st */
     hx_backend_stats st;
-    alloc_map map;
 } cuda_backend;
 
 typedef struct index_check {
@@ -96,109 +89,51 @@ static hx_status cuda_err(cudaError_t e, const char *what)
 
 /* ---- memory: the one place device memory is taken and given back ----------------- */
 
-static size_t slot_of(const alloc_map *m, const void *p)
+/* Segments of memory/'s device pools (persistent and transient, capped at
+ * max_device_memory): cudaMalloc and cudaFree run only when a pool grows
+ * or gives cached segments back. */
+static hx_status segment_reserve(void *ctx, size_t bytes, void **out)
 {
-    size_t h = ((uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull;
-    return h & (m->cap - 1);
+    cudaError_t e = cudaMalloc(out, bytes);
+    if (e == cudaSuccess) return HX_OK;
+    cudaGetLastError();
+    *out = NULL;
+    return e == cudaErrorMemoryAllocation ? HX_ERR_DEVICE_OOM : HX_ERR_INTERNAL;
 }
 
-static bool map_put(alloc_map *m, void *p, size_t bytes)
+static void segment_release(void *ctx, void *p, size_t bytes)
 {
-    if ((m->count + 1) * 2 > m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 256;
-        alloc_map n = {calloc(cap, sizeof(void *)), calloc(cap, sizeof(size_t)), cap, 0};
-        if (!n.key || !n.bytes) {
-            free(n.key);
-            free(n.bytes);
-            return false;
-        }
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->key[i]) map_put(&n, m->key[i], m->bytes[i]);
-        free(m->key);
-        free(m->bytes);
-        *m = n;
-    }
-    size_t i = slot_of(m, p);
-    while (m->key[i]) i = (i + 1) & (m->cap - 1);
-    m->key[i] = p;
-    m->bytes[i] = bytes;
-    m->count++;
-    return true;
+    cudaFree(p);
+    cudaGetLastError();
 }
 
-/* Removes p; returns its size (0 if unknown). Backward-shift deletion. */
-static size_t map_take(alloc_map *m, const void *p)
-{
-    if (!m->cap) return 0;
-    size_t i = slot_of(m, p);
-    while (m->key[i] != p) {
-        if (!m->key[i]) return 0;
-        i = (i + 1) & (m->cap - 1);
-    }
-    size_t bytes = m->bytes[i];
-    m->key[i] = NULL;
-    m->count--;
-    for (size_t j = (i + 1) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1)) {
-        void *k = m->key[j];
-        size_t b = m->bytes[j];
-        m->key[j] = NULL;
-        m->count--;
-        map_put(m, k, b); /* fits: the table only shrank */
-    }
-    return bytes;
-}
-
-static hx_status cuda_alloc(hx_backend *b, size_t bytes, const char *what, void **out)
+static hx_status cuda_alloc(hx_backend *b, size_t bytes, hx_mem_lifetime lt, const char *what,
+                            void **out)
 {
     cuda_backend *c = cb(b);
     *out = NULL;
     hx_status st = on_device(c, "alloc");
     if (st) return st;
-    size_t need = bytes ? bytes : 1;
-    pthread_mutex_lock(&c->mu);
-    size_t used = c->st.used, peak = c->st.peak;
-    bool over = need > c->st.capacity - used;
-    pthread_mutex_unlock(&c->mu);
-    cudaError_t e = cudaSuccess;
-    void *p = NULL;
-    if (!over) e = cudaMalloc(&p, need);
-    if (over || e == cudaErrorMemoryAllocation) {
-        size_t free_b = 0, total = 0;
-        cudaGetLastError();
-        cudaMemGetInfo(&free_b, &total);
-        cudaGetLastError();
-        return hx__error(HX_ERR_DEVICE_OOM,
-                         "cuda device %d (%s): out of memory allocating %zu bytes for %s: "
-                         "capacity %zu bytes, %zu in use by hetex (peak %zu), %zu free on the "
-                         "device; raise max_device_memory, place fewer ops or parameters on the "
-                         "device, or use smaller batches",
-                         c->device, c->name, bytes, what, c->st.capacity, used, peak, free_b);
-    }
-    if (e != cudaSuccess) return cuda_err(e, "cudaMalloc");
-    pthread_mutex_lock(&c->mu);
-    bool ok = map_put(&c->map, p, need);
-    if (ok) {
-        c->st.used += need;
-        if (c->st.used > c->st.peak) c->st.peak = c->st.used;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (!ok) {
-        cudaFree(p);
-        return hx__error(HX_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory for %s", what);
-    }
-    *out = p;
-    return HX_OK;
+    hx_mem_err err;
+    st = hx_mem_pools_alloc(b->pools, bytes, lt, what, out, &err);
+    if (st != HX_ERR_DEVICE_OOM) return st ? hx__error(st, "%s", err.msg) : HX_OK;
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    cudaGetLastError();
+    return hx__error(st, "%s (cudaMemGetInfo: %zu of %zu bytes free on the device)", err.msg,
+                     free_b, total);
 }
 
+/* A block goes back to its pool for the next allocation at once, so free
+ * waits for the device's work first, as cudaFree did. */
 static void cuda_free(hx_backend *b, void *p)
 {
     cuda_backend *c = cb(b);
     if (!p || on_device(c, "free")) return;
-    pthread_mutex_lock(&c->mu);
-    c->st.used -= map_take(&c->map, p);
-    pthread_mutex_unlock(&c->mu);
-    cudaFree(p); /* waits for the work using it, as cudaFree does */
+    cudaDeviceSynchronize();
     cudaGetLastError();
+    hx_mem_err err;
+    if (hx_mem_pools_free(b->pools, p, &err)) fprintf(stderr, "hetex: %s\n", err.msg);
 }
 
 /* ---- bad-id checks ------------------------------------------------------------------- */
@@ -279,7 +214,7 @@ static hx_status cuda_stream_create(hx_backend *b, hx_stream **out)
                                          cudaHostAllocMapped), "cudaHostAlloc (id check slots)");
     if (!st) st = blas_err(cublasCreate(&s->ctx.blas), "cublasCreate");
     if (!st) st = blas_err(cublasSetStream(s->ctx.blas, s->cs), "cublasSetStream");
-    if (!st) st = cuda_alloc(b, BLAS_WORKSPACE, "a cuBLAS workspace", &s->blas_ws);
+    if (!st) st = cuda_alloc(b, BLAS_WORKSPACE, HX_MEM_PERSISTENT, "a cuBLAS workspace", &s->blas_ws);
     if (!st) st = blas_err(cublasSetWorkspace(s->ctx.blas, s->blas_ws, BLAS_WORKSPACE), "cublasSetWorkspace");
     if (!st) st = blas_err(cublasSetAtomicsMode(s->ctx.blas, CUBLAS_ATOMICS_NOT_ALLOWED),
                            "cublasSetAtomicsMode");
@@ -472,7 +407,7 @@ hx_status hx__cuda_scratch(const hx_tensor *node, size_t bytes)
     char what[160];
     snprintf(what, sizeof what, "scratch of %s '%s'", hx__ops[node->op].name, node->name);
     size_t grown = bytes < ((size_t)1 << 20) ? (size_t)1 << 20 : bytes;
-    st = cuda_alloc(&s->be->b, grown, what, &s->ctx.scratch);
+    st = cuda_alloc(&s->be->b, grown, HX_MEM_TRANSIENT, what, &s->ctx.scratch);
     if (!st) s->ctx.scratch_bytes = grown;
     return st;
 }
@@ -523,13 +458,18 @@ static void cuda_stats(const hx_backend *b, hx_backend_stats *out)
     pthread_mutex_lock(&c->mu);
     *out = c->st;
     pthread_mutex_unlock(&c->mu);
+    hx_device_pools_stats ps;
+    hx_mem_pools_stats(b->pools, &ps);
+    out->used = ps.total.allocated;
+    out->peak = ps.total.peak_allocated;
 }
 
 static void cuda_destroy(hx_backend *b)
 {
     cuda_backend *c = cb(b);
-    free(c->map.key);
-    free(c->map.bytes);
+    hx_mem_err err;
+    if (c->b.pools && !on_device(c, "destroy") && hx_mem_pools_close(c->b.pools, &err))
+        fprintf(stderr, "hetex: the memory trace (HX_MEMTRACE) was not written: %s\n", err.msg);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -572,7 +512,17 @@ static hx_status create(const hx_session_config *cfg, int n_devices, hx_backend 
     c->b = (hx_backend){"cuda", HX_TARGET_DEVICE, cuda_alloc, cuda_free, cuda_stream_create,
                         cuda_stream_destroy, cuda_stream_sync, cuda_event_create,
                         cuda_event_destroy, cuda_event_record, cuda_stream_wait, cuda_event_sync,
-                        cuda_h2d, cuda_d2h, cuda_kernel, cuda_launch, cuda_stats, cuda_destroy};
+                        cuda_h2d, cuda_d2h, cuda_kernel, cuda_launch, cuda_stats, cuda_destroy,
+                        NULL};
+    char pname[300];
+    snprintf(pname, sizeof pname, "cuda device %d (%s)", c->device, c->name);
+    hx_mem_err err;
+    st = hx_mem_pools_open_device(pname, c->st.capacity, (hx_mem_source){c, segment_reserve,
+                                  segment_release}, &c->b.pools, &err);
+    if (st) {
+        cuda_destroy(&c->b);
+        return hx__error(st, "hx_session_create: %s", err.msg);
+    }
     if (hx__debug("placement"))
         fprintf(stderr, "hetex: accelerator: cuda device %d of %d: %s, %d SMs, %zu MiB (%zu free), "
                 "capacity %zu MiB, TF32 %s\n", c->device, n_devices, c->name, c->sm_count,

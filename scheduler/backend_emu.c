@@ -1,6 +1,7 @@
-/* The emu backend: an emulated accelerator. Its memory is a separate pool
- * of host memory capped at the session's max_device_memory (an allocation
- * past the cap fails with HX_ERR_DEVICE_OOM and a report, as on a GPU), its
+/* The emu backend: an emulated accelerator. Its memory is host memory
+ * behind memory/'s device pools (persistent and transient), capped at the
+ * session's max_device_memory (an allocation past the cap fails with
+ * HX_ERR_DEVICE_OOM and the pools' report, as on a GPU), its
  * copies are real, counted memcpys, and its kernels are the CPU kernels
  * except those of host-only ops (hx_op_info.host_only).
  *
@@ -26,12 +27,13 @@
 #include <string.h>
 #include <time.h>
 
-#define ALIGN 64
+/* Segments are aligned as cudaMalloc's are. */
+#define SEGMENT_ALIGN 256
 
 typedef struct emu_backend {
     hx_backend b;
     hx_backend_stats st; /* counters updated atomically by stream threads */
-    pthread_mutex_t mu;  /* memory accounting, events */
+    pthread_mutex_t mu;  /* events */
     hx_emu_options opt;
     int n_streams;
 } emu_backend;
@@ -73,50 +75,51 @@ struct hx_event {
 
 /* ---- memory ------------------------------------------------------------------ */
 
-/* Every block starts with a header holding its size, so free can count. */
-typedef struct block_header { size_t bytes; char pad[ALIGN - sizeof(size_t)]; } block_header;
+/* The device's memory: memory/'s lifetime-segregated pools over segments of
+ * host memory, capped at the session's max_device_memory. Under ASan the
+ * bytes of a segment that no live block covers are poisoned, so a kernel
+ * that runs past its buffer is caught although buffers share segments. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
-static size_t rounded(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
-
-static hx_status emu_alloc(hx_backend *b, size_t bytes, const char *what, void **out)
+static hx_status segment_reserve(void *ctx, size_t bytes, void **out)
 {
-    emu_backend *e = (emu_backend *)b;
-    size_t need = rounded(bytes ? bytes : 1);
-    *out = NULL;
-    pthread_mutex_lock(&e->mu);
-    size_t used = e->st.used, peak = e->st.peak;
-    bool fits = need <= e->st.capacity - used;
-    if (fits) e->st.used += need; /* reserved before the host allocation */
-    pthread_mutex_unlock(&e->mu);
-    if (!fits)
-        return hx__error(HX_ERR_DEVICE_OOM,
-                         "emu device: out of memory allocating %zu bytes for %s: capacity %zu "
-                         "bytes, %zu in use (peak %zu); raise max_device_memory, place fewer "
-                         "ops or parameters on the device, or use smaller batches",
-                         bytes, what, e->st.capacity, used, peak);
-    block_header *h = aligned_alloc(ALIGN, sizeof *h + need);
-    pthread_mutex_lock(&e->mu);
-    if (!h) e->st.used -= need;
-    else if (e->st.used > e->st.peak) e->st.peak = e->st.used;
-    pthread_mutex_unlock(&e->mu);
-    if (!h)
-        return hx__error(HX_ERR_OUT_OF_MEMORY,
-                         "emu device: host memory behind the emulated device ran out allocating "
-                         "%zu bytes for %s", bytes, what);
-    h->bytes = need;
-    *out = h + 1;
+    *out = aligned_alloc(SEGMENT_ALIGN, hx__mem_round(bytes, SEGMENT_ALIGN));
+    if (!*out) return HX_ERR_OUT_OF_MEMORY;
+    POISON(*out, bytes);
+    return HX_OK;
+}
+
+static void segment_release(void *ctx, void *p, size_t bytes)
+{
+    UNPOISON(p, bytes);
+    free(p);
+}
+
+static hx_status emu_alloc(hx_backend *b, size_t bytes, hx_mem_lifetime lt, const char *what,
+                           void **out)
+{
+    hx_mem_err err;
+    hx_status st = hx_mem_pools_alloc(b->pools, bytes, lt, what, out, &err);
+    if (st) return hx__error(st, "%s", err.msg);
+    UNPOISON(*out, bytes);
     return HX_OK;
 }
 
 static void emu_free(hx_backend *b, void *p)
 {
     if (!p) return;
-    emu_backend *e = (emu_backend *)b;
-    block_header *h = (block_header *)p - 1;
-    pthread_mutex_lock(&e->mu);
-    e->st.used -= h->bytes;
-    pthread_mutex_unlock(&e->mu);
-    free(h);
+    size_t n = hx_mem_pools_size_of(b->pools, p);
+    POISON(p, hx__mem_round(n ? n : 1, hx_mem_pools_config_of(b->pools)->align));
+    hx_mem_err err;
+    if (hx_mem_pools_free(b->pools, p, &err)) /* a pointer of no allocation: a bug of ours */
+        fprintf(stderr, "hetex: %s\n", err.msg);
 }
 
 /* ---- simulated cost ------------------------------------------------------------ */
@@ -405,9 +408,10 @@ static hx_status emu_launch(hx_backend *b, hx_stream *s, hx_launch_fn fn, const 
 static void emu_stats(const hx_backend *b, hx_backend_stats *out)
 {
     emu_backend *e = (emu_backend *)b;
-    pthread_mutex_lock(&e->mu);
-    *out = (hx_backend_stats){.capacity = e->st.capacity, .used = e->st.used, .peak = e->st.peak};
-    pthread_mutex_unlock(&e->mu);
+    hx_device_pools_stats ps;
+    hx_mem_pools_stats(b->pools, &ps);
+    *out = (hx_backend_stats){.capacity = ps.capacity, .used = ps.total.allocated,
+                              .peak = ps.total.peak_allocated};
     out->launches = __atomic_load_n(&e->st.launches, __ATOMIC_RELAXED);
     out->h2d_copies = __atomic_load_n(&e->st.h2d_copies, __ATOMIC_RELAXED);
     out->h2d_bytes = __atomic_load_n(&e->st.h2d_bytes, __ATOMIC_RELAXED);
@@ -418,6 +422,9 @@ static void emu_stats(const hx_backend *b, hx_backend_stats *out)
 static void emu_destroy(hx_backend *b)
 {
     emu_backend *e = (emu_backend *)b;
+    hx_mem_err err;
+    if (hx_mem_pools_close(b->pools, &err))
+        fprintf(stderr, "hetex: the memory trace (HX_MEMTRACE) was not written: %s\n", err.msg);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -429,8 +436,14 @@ hx_status hx__backend_emu_create(size_t capacity, const hx_emu_options *opt, hx_
     e->b = (hx_backend){"emu", HX_TARGET_DEVICE, emu_alloc, emu_free, emu_stream_create,
                         emu_stream_destroy, emu_stream_sync, emu_event_create, emu_event_destroy,
                         emu_event_record, emu_stream_wait, emu_event_sync, emu_h2d, emu_d2h,
-                        emu_kernel, emu_launch, emu_stats, emu_destroy};
-    e->st.capacity = capacity;
+                        emu_kernel, emu_launch, emu_stats, emu_destroy, NULL};
+    hx_mem_err err;
+    hx_mem_source src = {NULL, segment_reserve, segment_release};
+    hx_status st = hx_mem_pools_open_device("emu device", capacity, src, &e->b.pools, &err);
+    if (st) {
+        free(e);
+        return hx__error(st, "hx_session_create: %s", err.msg);
+    }
     if (opt) e->opt = *opt;
     pthread_mutex_init(&e->mu, NULL);
     *out = &e->b;

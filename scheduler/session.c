@@ -3,6 +3,7 @@
 #include "scheduler/backend.h"
 #include "scheduler/backend_cuda.h"
 #include "scheduler/cpu_budget.h"
+#include "scheduler/plan_memtrace.h"
 #include "scheduler/trace.h"
 
 #include "kernels/cpu/optim.h"
@@ -134,7 +135,7 @@ static hx_status alloc_persistent(hx_session *s)
         int d = hx__dev_of(s, i);
         char what[160];
         snprintf(what, sizeof what, "'%s' (%s)", t->name, hx__ops[t->op].name);
-        hx_status st = s->be[d]->alloc(s->be[d], bytes, what, &s->persist[i]);
+        hx_status st = s->be[d]->alloc(s->be[d], bytes, HX_MEM_PERSISTENT, what, &s->persist[i]);
         if (st) return device_report(s, "hx_session_create", st);
         s->persist_bytes[d] += bytes;
         void *host = d == HX_DEV_HOST ? s->persist[i] : malloc(bytes ? bytes : 1); /* staging */
@@ -159,7 +160,7 @@ static hx_status alloc_scan(hx_session *s)
     s->scan_host = malloc(2 * bytes); /* the device's sums copied back, then the host's */
     if (!s->scan_host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     if (!acc) return HX_OK;
-    hx_status st = acc->alloc(acc, bytes, "the gradient scan's sums",
+    hx_status st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "the gradient scan's sums",
                               (void **)&s->scan_dev);
     return st ? device_report(s, "hx_session_create", st) : HX_OK;
 }
@@ -284,7 +285,7 @@ static hx_status grow_arena(hx_session *s, int d, size_t bytes)
     s->arena[d] = NULL;
     s->arena_bytes[d] = 0;
     void *mem = NULL;
-    hx_status st = b->alloc(b, bytes, "the transient (activation) arena", &mem);
+    hx_status st = b->alloc(b, bytes, HX_MEM_TRANSIENT, "the transient (activation) arena", &mem);
     if (!st) {
         s->arena[d] = mem;
         s->arena_bytes[d] = bytes;
@@ -293,7 +294,7 @@ static hx_status grow_arena(hx_session *s, int d, size_t bytes)
     st = device_report(s, "hx_session_run", st);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", hx_last_error());
-    if (old && !b->alloc(b, old, "the transient (activation) arena", &mem)) {
+    if (old && !b->alloc(b, old, HX_MEM_TRANSIENT, "the transient (activation) arena", &mem)) {
         s->arena[d] = mem;
         s->arena_bytes[d] = old;
     }
@@ -595,6 +596,7 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     s->last_plan = p;
 
     if ((st = execute(s, p, train, p->skip))) goto out;
+    hx__plan_memtrace(s, p);
     for (int i = 0; i < n_fetches && !st; i++) {
         const hx_tensor *t = fetch_t[i];
         int d = hx__dev_of(s, t->id);
@@ -699,7 +701,7 @@ hx_status hx_session_device_alloc(hx_session *s, size_t bytes, void **out)
     s->dev_blocks = blocks;
     hx_backend *acc = s->be[HX_DEV_ACCEL];
     void *p = NULL;
-    if ((st = acc->alloc(acc, bytes, "a device feed buffer", &p))) return device_report(s, fn, st);
+    if ((st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "a device feed buffer", &p))) return device_report(s, fn, st);
     s->dev_blocks[s->n_dev_blocks++] = (struct hx_device_block){p, bytes};
     *out = p;
     return HX_OK;

@@ -49,7 +49,7 @@ static void check_copies(hx_backend *b)
         void *dev;
         hx_backend_stats before, after;
         b->stats(b, &before);
-        CHECK(b->alloc(b, n, "a test buffer", &dev) == HX_OK, "%s", hx_last_error());
+        CHECK(b->alloc(b, n, HX_MEM_TRANSIENT, "a test buffer", &dev) == HX_OK, "%s", hx_last_error());
         CHECK(b->copy_h2d(b, dev, src, n, s) == HX_OK, "%s", hx_last_error());
         memset(src, 0, n); /* pageable source may be reused at once */
         CHECK(b->copy_d2h(b, pinned, dev, n, s) == HX_OK, "%s", hx_last_error());
@@ -106,7 +106,7 @@ static void check_events_and_overlap(hx_backend *b)
     for (int j = 0; j < 2; j++) CHECK(b->stream_create(b, &ss[j]) == HX_OK, "%s", hx_last_error());
     float *h = calloc(8 * 65536, 4);
     for (int j = 0; j < 4; j++) {
-        CHECK(b->alloc(b, bytes, "overlap buffer", &bufs[j]) == HX_OK, "%s", hx_last_error());
+        CHECK(b->alloc(b, bytes, HX_MEM_TRANSIENT, "overlap buffer", &bufs[j]) == HX_OK, "%s", hx_last_error());
         b->copy_h2d(b, bufs[j], h, bytes, ss[0]);
     }
     /* an event orders stream 1 after stream 0's copy */
@@ -156,7 +156,7 @@ static void copy_bandwidth(hx_backend *b)
     hx_stream *s;
     void *dev, *pinned, *pageable = malloc(n);
     b->stream_create(b, &s);
-    CHECK(b->alloc(b, n, "bandwidth buffer", &dev) == HX_OK, "%s", hx_last_error());
+    CHECK(b->alloc(b, n, HX_MEM_TRANSIENT, "bandwidth buffer", &dev) == HX_OK, "%s", hx_last_error());
     GT_CUDA(cudaHostAlloc(&pinned, n, cudaHostAllocDefault));
     memset(pageable, 1, n);
     memset(pinned, 1, n);
@@ -283,7 +283,7 @@ static void check_bad_label_and_oom(void)
 
     hx_backend *b = cuda_backend((size_t)64 << 20);
     void *p;
-    st = b->alloc(b, (size_t)128 << 20, "a too-large buffer", &p);
+    st = b->alloc(b, (size_t)128 << 20, HX_MEM_TRANSIENT, "a too-large buffer", &p);
     CHECK(st == HX_ERR_DEVICE_OOM && strstr(hx_last_error(), "a too-large buffer") &&
               strstr(hx_last_error(), "capacity"), "OOM report: %s", hx_last_error());
     b->destroy(b);
