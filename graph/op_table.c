@@ -34,7 +34,10 @@ static hx_tensor *pair_node(hx_graph *g, hx_op op, hx_tensor *a, hx_tensor *b,
     return grad_node(g, op, 2, src, like, at);
 }
 
-/* ---- rules ----------------------------------------------------------------------- */
+/* ---- rules -----------------------------------------------------------------------
+ * A gradient has its tensor's dtype: the float inputs of an op share the
+ * output's dtype, so dy and every dx of a rule are of one dtype (f32, f16 or
+ * bf16), and a cast's gradient is cast back to the cast's source dtype. */
 
 #define RULE(name) \
     static hx_status name(hx_graph *g, hx_tensor *y, hx_tensor *dy, const bool *needs, hx_tensor **dx)
@@ -183,14 +186,10 @@ RULE(cast_backward)
     return HX_OK;
 }
 
+/* The table's gradient has the table's dtype (scatter_add sums in f32). */
 RULE(gather_backward)
 {
-    hx_tensor *table = SRC(0);
-    if (table->dtype != HX_DTYPE_F32)
-        return hx__error(HX_ERR_DTYPE,
-                         "gather '%s': the gradient of a %s table is not supported; keep "
-                         "trained tables in f32", y->name, hx_dtype_name(table->dtype));
-    dx[0] = pair_node(g, HX_OP_SCATTER_ADD, dy, SRC(1), table, NULL);
+    dx[0] = pair_node(g, HX_OP_SCATTER_ADD, dy, SRC(1), SRC(0), NULL);
     return HX_OK;
 }
 

@@ -8,13 +8,32 @@
 
 #define SHAPE(t, buf) hx__shape_str((t), (buf), sizeof(buf))
 
-static bool need_float32(const char *op, const hx_tensor *x, const char *role)
+/* Float ops take f32, f16 or bf16 (stored as given, computed in f32). */
+static bool need_float(const char *op, const hx_tensor *x, const char *role)
 {
-    if (x->dtype == HX_DTYPE_F32) return true;
-    hx__error(HX_ERR_DTYPE,
-              "%s: %s '%s' is %s; this op computes in f32: hx_cast it to f32 first", op, role,
+    if (hx__is_float(x->dtype)) return true;
+    hx__error(HX_ERR_DTYPE, "%s: %s '%s' is %s; this op takes f32, f16 or bf16", op, role,
               x->name, hx_dtype_name(x->dtype));
     return false;
+}
+
+/* All float inputs of one op share a dtype, which is the output's. */
+static bool same_dtype(const char *op, const hx_tensor *a, const char *ra, const hx_tensor *b,
+                       const char *rb)
+{
+    if (a->dtype == b->dtype) return true;
+    hx__error(HX_ERR_DTYPE,
+              "%s: dtypes differ: %s '%s' is %s, %s '%s' is %s; an op's float inputs must "
+              "have one dtype: hx_cast one of them", op, ra, a->name, hx_dtype_name(a->dtype),
+              rb, b->name, hx_dtype_name(b->dtype));
+    return false;
+}
+
+/* Both float, of one dtype. */
+static bool need_float_pair(const char *op, const hx_tensor *a, const char *ra,
+                            const hx_tensor *b, const char *rb)
+{
+    return need_float(op, a, ra) && need_float(op, b, rb) && same_dtype(op, a, ra, b, rb);
 }
 
 static bool need_ids(const char *op, const hx_tensor *x, const char *role)
@@ -35,7 +54,7 @@ hx_tensor *hx_matmul(hx_graph *g, hx_tensor *a, hx_tensor *b, bool trans_a, bool
     hx_tensor *src[2] = {a, b};
     char sa[HX_SHAPE_STR_LEN], sb[HX_SHAPE_STR_LEN];
     if (hx__check_srcs(g, "matmul", 2, src)) return NULL;
-    if (!need_float32("matmul", a, "a") || !need_float32("matmul", b, "b")) return NULL;
+    if (!need_float_pair("matmul", a, "a", b, "b")) return NULL;
     if (a->ndim < 2 || b->ndim < 2) {
         hx__error(HX_ERR_SHAPE, "matmul: a '%s' %s and b '%s' %s must have at least 2 dims",
                   a->name, SHAPE(a, sa), b->name, SHAPE(b, sb));
@@ -71,7 +90,7 @@ hx_tensor *hx_matmul(hx_graph *g, hx_tensor *a, hx_tensor *b, bool trans_a, bool
     shape[a->ndim - 2] = M;
     shape[a->ndim - 1] = N;
     hx_attrs at = {.i = {trans_a, trans_b}};
-    return hx__node_new(g, HX_OP_MATMUL, 2, src, HX_DTYPE_F32, a->ndim, shape, &at);
+    return hx__node_new(g, HX_OP_MATMUL, 2, src, a->dtype, a->ndim, shape, &at);
 }
 
 /* ---- elementwise ------------------------------------------------------------ */
@@ -83,12 +102,7 @@ static hx_tensor *binary(hx_graph *g, hx_op op, hx_tensor *a, hx_tensor *b)
     hx_tensor *src[2] = {a, b};
     char sa[HX_SHAPE_STR_LEN], sb[HX_SHAPE_STR_LEN];
     if (hx__check_srcs(g, name, 2, src)) return NULL;
-    if (a->dtype != b->dtype) {
-        hx__error(HX_ERR_DTYPE, "%s: dtypes differ: a '%s' is %s, b '%s' is %s; hx_cast one",
-                  name, a->name, hx_dtype_name(a->dtype), b->name, hx_dtype_name(b->dtype));
-        return NULL;
-    }
-    if (!need_float32(name, a, "a")) return NULL;
+    if (!need_float_pair(name, a, "a", b, "b")) return NULL;
     int nd;
     int64_t shape[HX_MAX_DIMS];
     if (!hx__broadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &nd, shape)) {
@@ -97,7 +111,7 @@ static hx_tensor *binary(hx_graph *g, hx_op op, hx_tensor *a, hx_tensor *b)
                   "must be equal or 1)", name, a->name, SHAPE(a, sa), b->name, SHAPE(b, sb));
         return NULL;
     }
-    return hx__node_new(g, op, 2, src, HX_DTYPE_F32, nd, shape, NULL);
+    return hx__node_new(g, op, 2, src, a->dtype, nd, shape, NULL);
 }
 
 hx_tensor *hx_add(hx_graph *g, hx_tensor *a, hx_tensor *b) { return binary(g, HX_OP_ADD, a, b); }
@@ -108,8 +122,8 @@ hx_tensor *hx_div(hx_graph *g, hx_tensor *a, hx_tensor *b) { return binary(g, HX
 static hx_tensor *unary(hx_graph *g, hx_op op, hx_tensor *x, const hx_attrs *at)
 {
     const char *name = hx__ops[op].name;
-    if (hx__check_srcs(g, name, 1, &x) || !need_float32(name, x, "x")) return NULL;
-    return hx__node_new(g, op, 1, &x, HX_DTYPE_F32, x->ndim, x->shape, at);
+    if (hx__check_srcs(g, name, 1, &x) || !need_float(name, x, "x")) return NULL;
+    return hx__node_new(g, op, 1, &x, x->dtype, x->ndim, x->shape, at);
 }
 
 /* attr: f[0] s */
@@ -154,7 +168,7 @@ hx_tensor *hx_log_softmax(hx_graph *g, hx_tensor *x)
 static bool check_vector(const char *op, const hx_tensor *x, const hx_tensor *v, const char *role)
 {
     char sx[HX_SHAPE_STR_LEN], sv[HX_SHAPE_STR_LEN];
-    if (!need_float32(op, v, role)) return false;
+    if (!need_float_pair(op, x, "x", v, role)) return false;
     if (x->ndim < 1 || v->ndim != 1 || v->shape[0] != x->shape[x->ndim - 1]) {
         hx__error(HX_ERR_SHAPE, "%s: %s '%s' %s must be 1-D with the last dim of x '%s' %s",
                   op, role, v->name, SHAPE(v, sv), x->name, SHAPE(x, sx));
@@ -167,8 +181,8 @@ hx_tensor *hx_bias_add(hx_graph *g, hx_tensor *x, hx_tensor *b)
 {
     hx_tensor *src[2] = {x, b};
     if (hx__check_srcs(g, "bias_add", 2, src)) return NULL;
-    if (!need_float32("bias_add", x, "x") || !check_vector("bias_add", x, b, "bias")) return NULL;
-    return hx__node_new(g, HX_OP_BIAS_ADD, 2, src, HX_DTYPE_F32, x->ndim, x->shape, NULL);
+    if (!check_vector("bias_add", x, b, "bias")) return NULL;
+    return hx__node_new(g, HX_OP_BIAS_ADD, 2, src, x->dtype, x->ndim, x->shape, NULL);
 }
 
 /* attr: f[0] eps */
@@ -176,8 +190,7 @@ hx_tensor *hx_layernorm(hx_graph *g, hx_tensor *x, hx_tensor *gamma, hx_tensor *
 {
     hx_tensor *src[3] = {x, gamma, beta};
     if (hx__check_srcs(g, "layernorm", 3, src)) return NULL;
-    if (!need_float32("layernorm", x, "x") || !check_vector("layernorm", x, gamma, "gamma") ||
-        !check_vector("layernorm", x, beta, "beta"))
+    if (!check_vector("layernorm", x, gamma, "gamma") || !check_vector("layernorm", x, beta, "beta"))
         return NULL;
     if (!(eps > 0) || !isfinite(eps)) {
         hx__error(HX_ERR_INVALID_ARGUMENT, "layernorm: eps %g must be positive and finite",
@@ -185,7 +198,7 @@ hx_tensor *hx_layernorm(hx_graph *g, hx_tensor *x, hx_tensor *gamma, hx_tensor *
         return NULL;
     }
     hx_attrs at = {.f = {eps}};
-    return hx__node_new(g, HX_OP_LAYERNORM, 3, src, HX_DTYPE_F32, x->ndim, x->shape, &at);
+    return hx__node_new(g, HX_OP_LAYERNORM, 3, src, x->dtype, x->ndim, x->shape, &at);
 }
 
 /* ---- data movement ------------------------------------------------------------- */
@@ -310,7 +323,7 @@ hx_tensor *hx_slice(hx_graph *g, hx_tensor *x, int axis, int64_t start, int64_t 
 static hx_tensor *reduce(hx_graph *g, const char *op, hx_tensor *x, int naxes, const int *axes,
                          bool keepdims, int64_t *count)
 {
-    if (hx__check_srcs(g, op, 1, &x) || !need_float32(op, x, "x")) return NULL;
+    if (hx__check_srcs(g, op, 1, &x) || !need_float(op, x, "x")) return NULL;
     if (naxes < 0 || (naxes && !axes)) {
         hx__error(HX_ERR_INVALID_ARGUMENT, "%s '%s': naxes %d with axes %p", op, x->name,
                   naxes, (const void *)axes);
@@ -338,7 +351,7 @@ static hx_tensor *reduce(hx_graph *g, const char *op, hx_tensor *x, int naxes, c
         }
     }
     hx_attrs at = {.i = {mask}};
-    return hx__node_new(g, HX_OP_REDUCE_SUM, 1, &x, HX_DTYPE_F32, nd, shape, &at);
+    return hx__node_new(g, HX_OP_REDUCE_SUM, 1, &x, x->dtype, nd, shape, &at);
 }
 
 hx_tensor *hx_reduce_sum(hx_graph *g, hx_tensor *x, int naxes, const int *axes, bool keepdims)
@@ -392,14 +405,14 @@ hx_tensor *hx_gather(hx_graph *g, hx_tensor *table, hx_tensor *ids)
 hx_tensor *hx_causal_mask(hx_graph *g, hx_tensor *x)
 {
     char sx[HX_SHAPE_STR_LEN];
-    if (hx__check_srcs(g, "causal_mask", 1, &x) || !need_float32("causal_mask", x, "x")) return NULL;
+    if (hx__check_srcs(g, "causal_mask", 1, &x) || !need_float("causal_mask", x, "x")) return NULL;
     if (x->ndim < 2 || x->shape[x->ndim - 1] != x->shape[x->ndim - 2]) {
         hx__error(HX_ERR_SHAPE, "causal_mask: x '%s' %s must end in two equal dims (..., T, T)",
                   x->name, SHAPE(x, sx));
         return NULL;
     }
     hx_attrs at = {.f = {-INFINITY}};
-    return hx__node_new(g, HX_OP_CAUSAL_MASK, 1, &x, HX_DTYPE_F32, x->ndim, x->shape, &at);
+    return hx__node_new(g, HX_OP_CAUSAL_MASK, 1, &x, x->dtype, x->ndim, x->shape, &at);
 }
 
 /* attr: f[0] p, seed, stream (the mask's identity, shared with its backward) */
@@ -424,7 +437,7 @@ hx_tensor *hx_cross_entropy(hx_graph *g, hx_tensor *logits, hx_tensor *labels)
     hx_tensor *src[2] = {logits, labels};
     char sl[HX_SHAPE_STR_LEN], sy[HX_SHAPE_STR_LEN];
     if (hx__check_srcs(g, "cross_entropy", 2, src)) return NULL;
-    if (!need_float32("cross_entropy", logits, "logits") ||
+    if (!need_float("cross_entropy", logits, "logits") ||
         !need_ids("cross_entropy", labels, "labels"))
         return NULL;
     if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0]) {
@@ -434,13 +447,13 @@ hx_tensor *hx_cross_entropy(hx_graph *g, hx_tensor *logits, hx_tensor *labels)
                   labels->name, SHAPE(labels, sy));
         return NULL;
     }
-    return hx__node_new(g, HX_OP_CROSS_ENTROPY, 2, src, HX_DTYPE_F32, 0, scalar_shape, NULL);
+    return hx__node_new(g, HX_OP_CROSS_ENTROPY, 2, src, logits->dtype, 0, scalar_shape, NULL);
 }
 
 static bool same_shape_pair(const char *op, const hx_tensor *a, const hx_tensor *b)
 {
     char sa[HX_SHAPE_STR_LEN], sb[HX_SHAPE_STR_LEN];
-    if (!need_float32(op, a, "input") || !need_float32(op, b, "target")) return false;
+    if (!need_float_pair(op, a, "input", b, "target")) return false;
     if (hx__same_shape(a, b)) return true;
     hx__error(HX_ERR_SHAPE, "%s: '%s' %s and '%s' %s must have the same shape", op, a->name,
               SHAPE(a, sa), b->name, SHAPE(b, sb));
@@ -453,7 +466,7 @@ hx_tensor *hx_bce_with_logits(hx_graph *g, hx_tensor *logits, hx_tensor *targets
     if (hx__check_srcs(g, "bce_with_logits", 2, src) ||
         !same_shape_pair("bce_with_logits", logits, targets))
         return NULL;
-    return hx__node_new(g, HX_OP_BCE_LOGITS, 2, src, HX_DTYPE_F32, 0, scalar_shape, NULL);
+    return hx__node_new(g, HX_OP_BCE_LOGITS, 2, src, logits->dtype, 0, scalar_shape, NULL);
 }
 
 /* mean((pred - target)^2), built from elementwise ops. */

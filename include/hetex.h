@@ -172,8 +172,12 @@ HX_API hx_status hx_graph_push_target(hx_graph *g, hx_target target);
 HX_API hx_status hx_graph_pop_target(hx_graph *g);
 
 /* ---- ops ------------------------------------------------------------------
- * Arithmetic is f32 unless stated. Shape and dtype errors are reported here,
- * when the op is added, naming the op and its inputs. */
+ * Float ops take f32, f16 or bf16: the float inputs of one op must share a
+ * dtype (else HX_ERR_DTYPE naming both: hx_cast one), which is the output's
+ * dtype. f16/bf16 are storage: arithmetic (and every sum) is f32, and an
+ * op's result is rounded once to nearest even (reduce_mean and mse are
+ * several ops). Gradients have their tensor's dtype. Shape and dtype errors are reported here, when the op is added,
+ * naming the op and its inputs. */
 
 /* (..., M, K) x (..., K, N) -> (..., M, N); trans_a/trans_b transpose the last
  * two dims of a/b. Batch dims must be equal, or b is 2-D and shared by every
@@ -228,7 +232,10 @@ HX_API hx_tensor *hx_gather(hx_graph *g, hx_tensor *table, hx_tensor *ids);
 /* x (..., T, T): -inf above the diagonal (attention scores before softmax). */
 HX_API hx_tensor *hx_causal_mask(hx_graph *g, hx_tensor *x);
 
-/* Scalar mean losses. labels (N) i32/i64 in [0, C) for logits (N, C). */
+/* Scalar mean losses. labels (N) i32/i64 in [0, C) for logits (N, C). The
+ * loss has the logits' dtype, rounded once from f32: for a precise f16/bf16
+ * model, hx_cast the logits to f32 first (hx_graph_backward needs an f32
+ * loss anyway; a 16-bit loss can be cast to f32 too, at 16-bit precision). */
 HX_API hx_tensor *hx_cross_entropy(hx_graph *g, hx_tensor *logits, hx_tensor *labels);
 HX_API hx_tensor *hx_bce_with_logits(hx_graph *g, hx_tensor *logits, hx_tensor *targets);
 HX_API hx_tensor *hx_mse(hx_graph *g, hx_tensor *pred, hx_tensor *target);

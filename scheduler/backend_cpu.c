@@ -1,6 +1,9 @@
 /* The CPU backend's kernel table: one launcher per op, turning a node's
- * shapes and attributes into a call of a kernels/cpu function. */
+ * shapes and attributes into a call of a kernels/cpu function. Launchers of
+ * float ops read and write f32; f16/bf16 nodes reach them through the
+ * widening path (backend_cpu_widen.c). Data movement is dtype-size aware. */
 #include "scheduler/backend_cpu_embedding.h"
+#include "scheduler/backend_cpu_widen.h"
 #include "scheduler/node_shapes.h"
 #include "kernels/cpu/hx_kernels.h"
 #include "kernels/cpu/optim.h"
@@ -261,7 +264,11 @@ LAUNCH(causal_mask)
 /* The mask changes every training step and is shared by forward and backward. */
 LAUNCH(dropout)
 {
-    if (!ex->train || y->attr.f[0] == 0) return copy(ex, y, out, in);
+    if (!ex->train || y->attr.f[0] == 0) {
+        /* f32 buffers also for a 16-bit node (widened) */
+        if (out != in[0]) memcpy(out, in[0], sizeof(float) * numel(y));
+        return HX_OK;
+    }
     uint64_t seed = y->attr.seed ^ ((uint64_t)ex->step * 0x9E3779B97F4A7C15ull);
     hx_k_dropout_f32(out, X(0), y->attr.f[0], seed, y->attr.stream, numel(y), NT);
     return HX_OK;
@@ -384,4 +391,31 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
     [HX_OP_EMBEDDING_BAG_WEIGHTS_BACKWARD] = hx__cpu_embedding_bag_weights_backward,
 };
 
-hx_launch_fn hx__cpu_kernel(hx_op op) { return (unsigned)op < HX_OP_COUNT ? cpu_kernels[op] : NULL; }
+/* Ops whose launcher above computes on f32 buffers. */
+static const bool computes_f32[HX_OP_COUNT] = {
+    [HX_OP_MATMUL] = 1, [HX_OP_ADD] = 1, [HX_OP_SUB] = 1, [HX_OP_MUL] = 1, [HX_OP_DIV] = 1,
+    [HX_OP_SCALE] = 1, [HX_OP_BIAS_ADD] = 1, [HX_OP_RELU] = 1, [HX_OP_GELU] = 1,
+    [HX_OP_SIGMOID] = 1, [HX_OP_TANH] = 1, [HX_OP_EXP] = 1, [HX_OP_LOG] = 1, [HX_OP_SQRT] = 1,
+    [HX_OP_SOFTMAX] = 1, [HX_OP_LOG_SOFTMAX] = 1, [HX_OP_LAYERNORM] = 1, [HX_OP_REDUCE_SUM] = 1,
+    [HX_OP_CAUSAL_MASK] = 1, [HX_OP_CROSS_ENTROPY] = 1, [HX_OP_BCE_LOGITS] = 1,
+    [HX_OP_DROPOUT] = 1, [HX_OP_RELU_BACKWARD] = 1, [HX_OP_GELU_BACKWARD] = 1,
+    [HX_OP_SIGMOID_BACKWARD] = 1, [HX_OP_TANH_BACKWARD] = 1, [HX_OP_SOFTMAX_BACKWARD] = 1,
+    [HX_OP_LOG_SOFTMAX_BACKWARD] = 1, [HX_OP_LAYERNORM_BACKWARD_X] = 1,
+    [HX_OP_LAYERNORM_BACKWARD_GAMMA] = 1, [HX_OP_SUM_TO] = 1, [HX_OP_SCATTER_ADD] = 1,
+    [HX_OP_CROSS_ENTROPY_BACKWARD] = 1, [HX_OP_BCE_LOGITS_BACKWARD] = 1,
+};
+
+/* A float op's launch: the float inputs of a node share its dtype (the
+ * graph's rule), so an f32 node runs its launcher as it is and a 16-bit one
+ * is widened. */
+static hx_status float_op(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in)
+{
+    hx_launch_fn fn = cpu_kernels[y->op];
+    return y->dtype == HX_DTYPE_F32 ? fn(ex, y, out, in) : hx__cpu_widen(fn, ex, y, out, in);
+}
+
+hx_launch_fn hx__cpu_kernel(hx_op op)
+{
+    if ((unsigned)op >= HX_OP_COUNT) return NULL;
+    return computes_f32[op] ? float_op : cpu_kernels[op];
+}

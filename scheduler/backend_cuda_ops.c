@@ -349,8 +349,10 @@ static const cuda_op cuda_ops[HX_OP_COUNT] = {
     [HX_OP_LAYERNORM_BACKWARD_GAMMA] = {layernorm_backward_gamma, FLOAT},
     [HX_OP_SUM_TO] = {sum_to, FLOAT}, [HX_OP_BROADCAST_TO] = {broadcast_to, ANY},
     [HX_OP_SLICE_BACKWARD] = {slice_backward, ANY}, [HX_OP_SCATTER_ADD] = {scatter_add, F32_ONLY},
-    [HX_OP_CROSS_ENTROPY_BACKWARD] = {cross_entropy_backward, FLOAT},
-    [HX_OP_BCE_LOGITS_BACKWARD] = {bce_logits_backward, FLOAT},
+    /* the loss kernels keep loss and dloss in f32: a 16-bit loss (the graph
+     * gives a loss its logits' dtype, and dloss the loss's) has none here */
+    [HX_OP_CROSS_ENTROPY_BACKWARD] = {cross_entropy_backward, F32_ONLY},
+    [HX_OP_BCE_LOGITS_BACKWARD] = {bce_logits_backward, F32_ONLY},
     [HX_OP_SGD_UPDATE] = {sgd_update, F32_ONLY}, [HX_OP_ADAM_UPDATE] = {adam_update, F32_ONLY},
     [HX_OP_ADAGRAD_UPDATE] = {adagrad_update, F32_ONLY},
 };

@@ -97,6 +97,7 @@ static void check_kernel_table(void)
         bool moves = op == HX_OP_RESHAPE || op == HX_OP_PERMUTE || op == HX_OP_CONCAT ||
                      op == HX_OP_SLICE || op == HX_OP_BROADCAST_TO || op == HX_OP_SLICE_BACKWARD;
         bool f32_only = op == HX_OP_CROSS_ENTROPY || op == HX_OP_BCE_LOGITS ||
+                        op == HX_OP_CROSS_ENTROPY_BACKWARD || op == HX_OP_BCE_LOGITS_BACKWARD ||
                         op == HX_OP_SCATTER_ADD || op >= HX_OP_SGD_UPDATE;
         for (int dt = HX_DTYPE_F16; dt <= HX_DTYPE_BF16; dt++)
             CHECK(!f32 || (hx__cuda_kernel((hx_op)op, (hx_dtype)dt) != NULL) == !f32_only,

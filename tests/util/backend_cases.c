@@ -411,59 +411,59 @@ static hx_tensor *b_dropout(bs_ctx *c, hx_dtype dt, int v, int arg)
 
 /* ---- ops only gradients use ------------------------------------------------------------------- */
 
-/* The graphs below differentiate f32 parameters; the op runs in f32. */
-static hx_tensor *not_f32(bs_ctx *c)
+/* The graphs below differentiate f32 parameters, seen by the op in dt
+ * through a cast, so that the op and its gradient ops run in dt. */
+static hx_tensor *in_dt(bs_ctx *c, hx_tensor *p, hx_dtype dt)
 {
-    c->skip = "this gradient is computed in f32 (parameters with gradients are f32)";
-    return NULL;
+    return !p || dt == HX_DTYPE_F32 ? p : hx_cast(c->g, p, dt);
 }
 
 /* relu, gelu, sigmoid, tanh, softmax, log-softmax backward (arg: unaries index). */
 static hx_tensor *b_grad_unary(bs_ctx *c, hx_dtype dt, int v, int arg)
 {
-    if (dt != HX_DTYPE_F32) return not_f32(c);
     hx_tensor *x = v ? PARAM(c, BS_AWAY, rows(c, 2), 3, 17) : PARAM(c, BS_AWAY, rows(c, 4), 5);
+    hx_tensor *xd = in_dt(c, x, dt);
     char sx[64];
     vdesc(c, "d/dx of %s", shape_str(x, sx, sizeof sx));
-    return grad_of(c, x ? unaries[arg](c->g, x) : NULL, x);
+    return grad_of(c, xd ? unaries[arg](c->g, xd) : NULL, x);
 }
 
 /* arg 0: d/dx (layernorm_backward_x), 1: d/dgamma (layernorm_backward_gamma) */
 static hx_tensor *b_grad_layernorm(bs_ctx *c, hx_dtype dt, int v, int arg)
 {
-    if (dt != HX_DTYPE_F32) return not_f32(c);
     int64_t n = v ? 33 : 8;
     hx_tensor *x = arg ? IN(c, dt, BS_WIDE, rows(c, 5), n) : PARAM(c, BS_WIDE, rows(c, 5), n);
     hx_tensor *gamma = arg ? PARAM(c, BS_UNIFORM, n) : IN(c, dt, BS_UNIFORM, n);
     hx_tensor *beta = IN(c, dt, BS_UNIFORM, n);
     char sx[64];
     vdesc(c, "d/d%s of %s", arg ? "gamma" : "x", shape_str(x, sx, sizeof sx));
-    return grad_of(c, hx_layernorm(c->g, x, gamma, beta, 1e-5f), arg ? gamma : x);
+    hx_tensor *y = hx_layernorm(c->g, arg ? x : in_dt(c, x, dt), arg ? in_dt(c, gamma, dt) : gamma,
+                                beta, 1e-5f);
+    return grad_of(c, y, arg ? gamma : x);
 }
 
 /* A broadcast operand's gradient sums over the broadcast axes. */
 static hx_tensor *b_grad_sum_to(bs_ctx *c, hx_dtype dt, int v, int arg)
 {
-    if (dt != HX_DTYPE_F32) return not_f32(c);
     hx_tensor *x = v ? IN(c, dt, BS_UNIFORM, 2, 3, rows(c, 4), 5) : IN(c, dt, BS_UNIFORM, rows(c, 4), 5);
     hx_tensor *b = v ? PARAM(c, BS_UNIFORM, 3, 1, 5) : PARAM(c, BS_UNIFORM, 5);
     char sx[64], sb[64];
     vdesc(c, "d/db of %s + %s", shape_str(x, sx, sizeof sx), shape_str(b, sb, sizeof sb));
-    return grad_of(c, hx_add(c->g, x, b), b);
+    return grad_of(c, hx_add(c->g, x, in_dt(c, b, dt)), b);
 }
 
 /* A reduction's gradient broadcasts back. */
 static hx_tensor *b_grad_broadcast_to(bs_ctx *c, hx_dtype dt, int v, int arg)
 {
-    if (dt != HX_DTYPE_F32) return not_f32(c);
     int64_t s[3];
     memcpy(s, reductions[v].s, sizeof s);
     s[0] *= c->scale;
-    hx_tensor *x = make_leaf(c, true, dt, reductions[v].nd, s, BS_UNIFORM, 0);
+    hx_tensor *x = make_leaf(c, true, HX_DTYPE_F32, reductions[v].nd, s, BS_UNIFORM, 0);
     char sx[64];
     vdesc(c, "d/dx of sum %s axes %d%s", shape_str(x, sx, sizeof sx),
           reductions[v].naxes ? reductions[v].axes[0] : -99, reductions[v].naxes > 1 ? "+" : "");
-    return grad_of(c, hx_reduce_sum(c->g, x, reductions[v].naxes, reductions[v].axes, reductions[v].keep), x);
+    return grad_of(c, hx_reduce_sum(c->g, in_dt(c, x, dt), reductions[v].naxes, reductions[v].axes,
+                                    reductions[v].keep), x);
 }
 
 /* slice's gradient in dt: an f32 parameter cast to dt, sliced. */
@@ -474,7 +474,7 @@ static hx_tensor *b_grad_slice(bs_ctx *c, hx_dtype dt, int v, int arg)
         return NULL;
     }
     hx_tensor *p = v ? PARAM(c, BS_UNIFORM, rows(c, 3), 4, 5) : PARAM(c, BS_UNIFORM, rows(c, 6), 5);
-    hx_tensor *x = dt == HX_DTYPE_F32 ? p : hx_cast(c->g, p, dt);
+    hx_tensor *x = in_dt(c, p, dt);
     char sx[64];
     vdesc(c, "d/dx of %s %s, %s", shape_str(p, sx, sizeof sx), v ? "axis 1 [1, 3)" : "axis 1 [2, 4)",
           hx_dtype_name(dt));
@@ -484,23 +484,21 @@ static hx_tensor *b_grad_slice(bs_ctx *c, hx_dtype dt, int v, int arg)
 /* gather's gradient: rows of the table summed over repeated ids. */
 static hx_tensor *b_grad_scatter_add(bs_ctx *c, hx_dtype dt, int v, int arg)
 {
-    if (dt != HX_DTYPE_F32) return not_f32(c);
     hx_tensor *table = PARAM(c, BS_UNIFORM, 6, v ? 33 : 4);
     hx_tensor *ids = v ? IDS(c, HX_DTYPE_I64, 6, rows(c, 4), 5) : IDS(c, HX_DTYPE_I32, 6, rows(c, 13));
     char si[64];
     vdesc(c, "d/dtable, table [6,%d], ids %s (repeats)", v ? 33 : 4, shape_str(ids, si, sizeof si));
-    return grad_of(c, hx_gather(c->g, table, ids), table);
+    return grad_of(c, hx_gather(c->g, in_dt(c, table, dt), ids), table);
 }
 
 static hx_tensor *b_grad_loss(bs_ctx *c, hx_dtype dt, int v, int arg)
 {
-    if (dt != HX_DTYPE_F32) return not_f32(c);
     int64_t N = rows(c, v ? 3 : 4), C = v ? 7 : 5;
-    hx_tensor *x = PARAM(c, BS_WIDE, N, C);
+    hx_tensor *x = PARAM(c, BS_WIDE, N, C), *xd = in_dt(c, x, dt);
     hx_tensor *y = arg ? IN(c, dt, BS_PROB, N, C) : IDS(c, v ? HX_DTYPE_I64 : HX_DTYPE_I32, C, N);
     char sx[64];
     vdesc(c, "d/dlogits, logits %s", shape_str(x, sx, sizeof sx));
-    return grad_of(c, arg ? hx_bce_with_logits(c->g, x, y) : hx_cross_entropy(c->g, x, y), x);
+    return grad_of(c, arg ? hx_bce_with_logits(c->g, xd, y) : hx_cross_entropy(c->g, xd, y), x);
 }
 
 /* ---- optimizer updates ---------------------------------------------------------------------------- */
@@ -535,49 +533,49 @@ static hx_tensor *b_update(bs_ctx *c, hx_dtype dt, int v, int arg)
 /* ---- the table ------------------------------------------------------------------------------------- */
 
 const bs_case bs_cases[] = {
-    {"matmul", b_matmul, 0, 9, F32, false},
-    {"add", b_binary, 0, 8, F32, false},
-    {"sub", b_binary, 1, 8, F32, false},
-    {"mul", b_binary, 2, 8, F32, false},
-    {"div", b_binary, 3, 8, F32, false},
-    {"scale", b_scale, 0, 2, F32, false},
-    {"bias_add", b_bias_add, 0, 2, F32, false},
-    {"relu", b_unary, 0, 5, F32, false},
-    {"gelu", b_unary, 1, 5, F32, false},
-    {"sigmoid", b_unary, 2, 5, F32, false},
-    {"tanh", b_unary, 3, 5, F32, false},
-    {"exp", b_unary, 4, 5, F32, false},
-    {"log", b_unary, 5, 5, F32, false},
-    {"sqrt", b_unary, 6, 5, F32, false},
-    {"softmax", b_unary, 7, 5, F32, false},
-    {"log_softmax", b_unary, 8, 5, F32, false},
-    {"layernorm", b_layernorm, 0, 3, F32, false},
+    {"matmul", b_matmul, 0, 9, FLOATS, false},
+    {"add", b_binary, 0, 8, FLOATS, false},
+    {"sub", b_binary, 1, 8, FLOATS, false},
+    {"mul", b_binary, 2, 8, FLOATS, false},
+    {"div", b_binary, 3, 8, FLOATS, false},
+    {"scale", b_scale, 0, 2, FLOATS, false},
+    {"bias_add", b_bias_add, 0, 2, FLOATS, false},
+    {"relu", b_unary, 0, 5, FLOATS, false},
+    {"gelu", b_unary, 1, 5, FLOATS, false},
+    {"sigmoid", b_unary, 2, 5, FLOATS, false},
+    {"tanh", b_unary, 3, 5, FLOATS, false},
+    {"exp", b_unary, 4, 5, FLOATS, false},
+    {"log", b_unary, 5, 5, FLOATS, false},
+    {"sqrt", b_unary, 6, 5, FLOATS, false},
+    {"softmax", b_unary, 7, 5, FLOATS, false},
+    {"log_softmax", b_unary, 8, 5, FLOATS, false},
+    {"layernorm", b_layernorm, 0, 3, FLOATS, false},
     {"reshape", b_reshape, 0, 2, ANY, false},
     {"permute", b_permute, 0, 4, ANY, false},
     {"concat", b_concat, 0, 4, ANY, false},
     {"slice", b_slice, 0, 4, ANY, false},
-    {"reduce_sum", b_reduce, 0, 7, F32, false},
-    {"reduce_sum", b_reduce, 1, 7, F32, false}, /* reduce_mean: sum, then scale */
+    {"reduce_sum", b_reduce, 0, 7, FLOATS, false},
+    {"reduce_sum", b_reduce, 1, 7, FLOATS, false}, /* reduce_mean: sum, then scale */
     {"cast", b_cast, 0, 3, FLOATS, false},
     {"gather", b_gather, 0, 3, FLOATS, false},
-    {"causal_mask", b_causal_mask, 0, 4, F32, false},
-    {"cross_entropy", b_cross_entropy, 0, 3, F32, false},
-    {"bce_with_logits", b_bce, 0, 2, F32, false},
-    {"dropout", b_dropout, 0, 3, F32, true},
-    {"relu_backward", b_grad_unary, 0, 2, F32, false},
-    {"gelu_backward", b_grad_unary, 1, 2, F32, false},
-    {"sigmoid_backward", b_grad_unary, 2, 2, F32, false},
-    {"tanh_backward", b_grad_unary, 3, 2, F32, false},
-    {"softmax_backward", b_grad_unary, 7, 2, F32, false},
-    {"log_softmax_backward", b_grad_unary, 8, 2, F32, false},
-    {"layernorm_backward_x", b_grad_layernorm, 0, 2, F32, false},
-    {"layernorm_backward_gamma", b_grad_layernorm, 1, 2, F32, false},
-    {"sum_to", b_grad_sum_to, 0, 2, F32, false},
-    {"broadcast_to", b_grad_broadcast_to, 0, 7, F32, false},
+    {"causal_mask", b_causal_mask, 0, 4, FLOATS, false},
+    {"cross_entropy", b_cross_entropy, 0, 3, FLOATS, false},
+    {"bce_with_logits", b_bce, 0, 2, FLOATS, false},
+    {"dropout", b_dropout, 0, 3, FLOATS, true},
+    {"relu_backward", b_grad_unary, 0, 2, FLOATS, false},
+    {"gelu_backward", b_grad_unary, 1, 2, FLOATS, false},
+    {"sigmoid_backward", b_grad_unary, 2, 2, FLOATS, false},
+    {"tanh_backward", b_grad_unary, 3, 2, FLOATS, false},
+    {"softmax_backward", b_grad_unary, 7, 2, FLOATS, false},
+    {"log_softmax_backward", b_grad_unary, 8, 2, FLOATS, false},
+    {"layernorm_backward_x", b_grad_layernorm, 0, 2, FLOATS, false},
+    {"layernorm_backward_gamma", b_grad_layernorm, 1, 2, FLOATS, false},
+    {"sum_to", b_grad_sum_to, 0, 2, FLOATS, false},
+    {"broadcast_to", b_grad_broadcast_to, 0, 7, FLOATS, false},
     {"slice_backward", b_grad_slice, 0, 2, FLOATS, false},
-    {"scatter_add", b_grad_scatter_add, 0, 2, F32, false},
-    {"cross_entropy_backward", b_grad_loss, 0, 2, F32, false},
-    {"bce_with_logits_backward", b_grad_loss, 1, 2, F32, false},
+    {"scatter_add", b_grad_scatter_add, 0, 2, FLOATS, false},
+    {"cross_entropy_backward", b_grad_loss, 0, 2, FLOATS, false},
+    {"bce_with_logits_backward", b_grad_loss, 1, 2, FLOATS, false},
     {"sgd_update", b_update, 0, 2, F32, true},
     {"sgd_update", b_update, 1, 2, F32, true},
     {"sgd_update", b_update, 2, 2, F32, true},
