@@ -352,6 +352,60 @@ static hx_status add_table_updates(hx_graph *g, int n0, int *added)
     return st;
 }
 
+/* ---- mixed precision ---------------------------------------------------------------- */
+
+static bool is_dense_update(const hx_tensor *u)
+{
+    return u->op == HX_OP_SGD_UPDATE || u->op == HX_OP_ADAM_UPDATE ||
+           u->op == HX_OP_ADAGRAD_UPDATE || u->op == HX_OP_FTRL_UPDATE;
+}
+
+/* The one consumer of p other than its update, if it is a cast to f16 or
+ * bf16 (the mixed-precision pattern: an f32 master used through its half
+ * copy); else NULL. */
+static hx_tensor *only_half_cast(const hx_graph *g, const hx_tensor *p)
+{
+    hx_tensor *cast = NULL;
+    for (int i = p->id + 1; i < g->n; i++) {
+        hx_tensor *t = g->tensors[i];
+        if (t->kind == HX_TENSOR_UPDATE) continue;
+        for (int k = 0; k < t->n_src; k++) {
+            if (t->src[k] != p) continue;
+            if (cast || t->op != HX_OP_CAST || t->dtype == HX_DTYPE_F32) return NULL;
+            cast = t;
+        }
+    }
+    return cast;
+}
+
+/* Fuses the half copy of u's parameter into u (ZeRO-Offload's fused
+ * update): the cast becomes a state of the parameter that u writes as it
+ * updates the master (the kernel rounds each new value into it), so it is
+ * not recomputed every step, and where the parameter's gradient is only
+ * the cast's gradient widened, u reads the half gradient itself. The
+ * session sets the copy from the master at creation and on every
+ * hx_session_write of the master. Best effort: without memory for the
+ * longer source list nothing changes, and the unfused graph computes the
+ * same values. */
+static void fuse_half_copy(hx_graph *g, hx_tensor *u)
+{
+    hx_tensor *p = u->param, *c = only_half_cast(g, p);
+    if (!c || u->attr.i[0]) return;
+    hx_tensor **src = realloc(u->src, sizeof *src * (u->n_src + 1));
+    if (!src) return;
+    u->src = src;
+    hx_tensor *half_grad = c->grad;
+    u->attr.i[0] = u->n_src; /* where the half copy is among u's sources */
+    src[u->n_src++] = c;
+    if (half_grad && p->grad->op == HX_OP_CAST && p->grad->src[0] == half_grad) src[1] = half_grad;
+    c->op = HX_OP_STATE;
+    c->kind = HX_TENSOR_STATE;
+    c->n_src = 0;
+    c->param = p;
+    c->init = hx_init_zeros();
+    c->target = u->target;
+}
+
 hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param, const hx_optimizer_config *cfg)
 {
     hx_status st = hx__check_srcs(g, "hx_graph_apply_optimizer", 0, NULL);
@@ -380,6 +434,11 @@ hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param, const hx_optim
                              "gradient, and no embedding table with an optimizer is looked up "
                              "on the loss's path");
     }
-    if (st) hx__graph_truncate(g, n0);
-    return st;
+    if (st) {
+        hx__graph_truncate(g, n0);
+        return st;
+    }
+    for (int i = n0; i < g->n; i++)
+        if (is_dense_update(g->tensors[i])) fuse_half_copy(g, g->tensors[i]);
+    return HX_OK;
 }

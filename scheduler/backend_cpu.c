@@ -313,23 +313,15 @@ LAUNCH(bce_logits_backward)
  * hx_optimizer_config. The session's step count is the optimizer's step
  * (torch's state['step']); gradients were scanned for Inf/NaN before any
  * update ran, so the kernels need not scan again. */
-static hx_optim_io update_io(const hx_exec *ex, void *const *in)
-{
-    hx_optim_io io = hx_optim_io_f32(X(1), NT);
-    io.grad_unscale = ex->grad_unscale;
-    io.grad_clip = ex->grad_clip;
-    return io;
-}
-
 #define CONFIG(y) ((const hx_optimizer_config *)(y)->data)
 
 LAUNCH(sgd_update)
 {
     const hx_optimizer_config *c = CONFIG(y);
     hx_sgd_hp hp = {hx__update_lr(ex, c), c->momentum, c->dampening, c->weight_decay, c->nesterov};
-    hx_optim_io io = update_io(ex, in);
+    hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
-    hx_optim_sgd(in[0], y->n_src > 2 ? in[2] : NULL, numel(y), &step, &hp, &io);
+    hx_optim_sgd(in[0], hx__update_state(y, in, 0), numel(y), &step, &hp, &io);
     return HX_OK;
 }
 
@@ -338,7 +330,7 @@ LAUNCH(adam_update)
     const hx_optimizer_config *c = CONFIG(y);
     hx_adam_hp hp = {hx__update_lr(ex, c), c->beta1, c->beta2, c->eps, c->weight_decay,
                      c->kind == HX_OPTIMIZER_ADAMW};
-    hx_optim_io io = update_io(ex, in);
+    hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
     hx_optim_adam(in[0], in[2], in[3], numel(y), &step, &hp, &io);
     return HX_OK;
@@ -348,7 +340,7 @@ LAUNCH(adagrad_update)
 {
     const hx_optimizer_config *c = CONFIG(y);
     hx_adagrad_hp hp = {hx__update_lr(ex, c), c->lr_decay, c->eps, c->weight_decay};
-    hx_optim_io io = update_io(ex, in);
+    hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
     hx_optim_adagrad(in[0], in[2], numel(y), &step, &hp, &io);
     return HX_OK;
@@ -358,7 +350,7 @@ LAUNCH(ftrl_update)
 {
     const hx_optimizer_config *c = CONFIG(y);
     hx_ftrl_hp hp = {hx__update_lr(ex, c), c->l1, c->l2, c->l2_shrinkage};
-    hx_optim_io io = update_io(ex, in);
+    hx_optim_io io = hx__update_io(ex, y, in, NT);
     hx_optim_ftrl(in[0], in[2], in[3], numel(y), &hp, &io);
     return HX_OK;
 }

@@ -272,25 +272,18 @@ LAUNCH(bce_logits_backward)
 
 #define CONFIG(y) ((const hx_optimizer_config *)(y)->data)
 
-static hx_optim_io update_io(const hx_exec *ex, void *const *in)
-{
-    hx_optim_io io = hx_optim_io_f32(in[1], 1);
-    io.grad_unscale = ex->grad_unscale;
-    io.grad_clip = ex->grad_clip;
-    return io;
-}
-
 static hx_status update(const hx_tensor *y, hx_optim_plan pl, void *const *in, float *s1, float *s2)
 {
-    RUN(hx_gk_optim_update(C, &pl, in[0], s1, s2, in[1], NULL, numel(y)));
+    void *half = y->attr.i[0] ? in[y->attr.i[0]] : NULL;
+    RUN(hx_gk_optim_update(C, &pl, in[0], s1, s2, in[1], half, numel(y)));
 }
 
 LAUNCH(sgd_update)
 {
     const hx_optimizer_config *c = CONFIG(y);
     hx_sgd_hp hp = {hx__update_lr(ex, c), c->momentum, c->dampening, c->weight_decay, c->nesterov};
-    hx_optim_io io = update_io(ex, in);
-    float *buf = y->n_src > 2 ? in[2] : NULL;
+    hx_optim_io io = hx__update_io(ex, y, in, 1);
+    float *buf = hx__update_state(y, in, 0);
     if (hp.momentum != 0 && !buf) return HX_OK; /* as hx_optim_sgd: nothing to update with */
     return update(y, hx_optim_plan_sgd(&hp, ex->step + 1, &io), in, buf, NULL);
 }
@@ -300,7 +293,7 @@ LAUNCH(adam_update)
     const hx_optimizer_config *c = CONFIG(y);
     hx_adam_hp hp = {hx__update_lr(ex, c), c->beta1, c->beta2, c->eps, c->weight_decay,
                      c->kind == HX_OPTIMIZER_ADAMW};
-    hx_optim_io io = update_io(ex, in);
+    hx_optim_io io = hx__update_io(ex, y, in, 1);
     return update(y, hx_optim_plan_adam(&hp, ex->step + 1, &io), in, in[2], in[3]);
 }
 
@@ -308,7 +301,7 @@ LAUNCH(adagrad_update)
 {
     const hx_optimizer_config *c = CONFIG(y);
     hx_adagrad_hp hp = {hx__update_lr(ex, c), c->lr_decay, c->eps, c->weight_decay};
-    hx_optim_io io = update_io(ex, in);
+    hx_optim_io io = hx__update_io(ex, y, in, 1);
     return update(y, hx_optim_plan_adagrad(&hp, ex->step + 1, &io), in, in[2], NULL);
 }
 

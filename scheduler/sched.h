@@ -4,6 +4,7 @@
 #define HX_SCHED_H
 
 #include "graph/graph.h"
+#include "kernels/cpu/optim.h"
 
 /* What a launcher may know about the run it is part of. */
 typedef struct hx_exec {
@@ -19,6 +20,32 @@ typedef struct hx_exec {
 static inline double hx__update_lr(const hx_exec *ex, const hx_optimizer_config *c)
 {
     return c->lr * ex->lr_scale;
+}
+
+/* Update nodes: in = param, grad, its optimizer state, then (when
+ * attr.i[0] names its index: graph/autodiff.c fuse_half_copy) the half
+ * copy of the param the update writes. The gradient may be f32, f16 or
+ * bf16. How the optimizer kernels read and write them in this run: */
+static inline hx_optim_io hx__update_io(const hx_exec *ex, const hx_tensor *u, void *const *in,
+                                        int nthreads)
+{
+    hx_optim_io io = hx_optim_io_f32(in[1], nthreads);
+    io.grad_dtype = (hx_kdtype)u->src[1]->dtype;
+    io.grad_unscale = ex->grad_unscale;
+    io.grad_clip = ex->grad_clip;
+    int half = (int)u->attr.i[0];
+    if (half) {
+        io.param_half = in[half];
+        io.param_half_dtype = (hx_kdtype)u->src[half]->dtype;
+    }
+    return io;
+}
+
+/* The k-th optimizer state buffer of update node u, NULL past its state. */
+static inline void *hx__update_state(const hx_tensor *u, void *const *in, int k)
+{
+    int n_state = u->n_src - 2 - (u->attr.i[0] != 0);
+    return k < n_state ? in[2 + k] : NULL;
 }
 
 /* Runs one node: out and in[] are the node's output and inputs, resolved
@@ -191,6 +218,11 @@ void hx__exec_free(hx_session *s);
  * synchronously (host memory: memcpy). */
 hx_status hx__session_copy_out(hx_session *s, int dev, void *dst, const void *src, size_t n);
 hx_status hx__session_copy_in(hx_session *s, int dev, void *dst, const void *src, size_t n);
+
+/* half_copy.c: f16/bf16 copies of f32 masters that their updates write. */
+bool hx__is_half_copy(const hx_tensor *t);
+/* Sets the half copies of master (NULL: of every parameter) from it. */
+hx_status hx__half_copies_refresh(hx_session *s, const hx_tensor *master);
 
 /* Device index of a tensor's home (where it is produced or stored). */
 static inline int hx__dev_of(const hx_session *s, int id)

@@ -201,6 +201,7 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
                               : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     if (!st) st = setup_devices(s);
     if (!st) st = alloc_persistent(s);
+    if (!st) st = hx__half_copies_refresh(s, NULL);
     if (!st) st = alloc_scan(s);
     if (st) {
         hx_session_free(s);
@@ -643,7 +644,8 @@ hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, 
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
-    return st ? st : hx__session_copy_in(s, hx__dev_of(s, t->id), p, data, bytes);
+    if (!st) st = hx__session_copy_in(s, hx__dev_of(s, t->id), p, data, bytes);
+    return st || t->kind != HX_TENSOR_PARAMETER ? st : hx__half_copies_refresh(s, t);
 }
 
 hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
