@@ -9,7 +9,16 @@
  *                 beside the ceiling measured in the same run: a plain
  *                 sequential O_DIRECT pwrite/pread loop of the same size
  *                 and block size on the same filesystem;
- *   chunks_gpt    the chunk-size search on a 24-layer, hidden-1024 layout.
+ *   chunks_gpt    the chunk-size search on a 24-layer, hidden-1024 layout;
+ *   memreplay_run_*  traces recorded in this run from our own GPT and wide &
+ *                 deep (the hetex CLI beside this program, --accelerator emu,
+ *                 HX_MEMTRACE into DIR), replayed the same way: "tensors"
+ *                 (HX_MEMTRACE_MODE=tensors: each transient device tensor
+ *                 its own allocation, as a per-tensor allocator would see
+ *                 the run) and "blocks" (the device's real allocations: the
+ *                 plan's transient arena is one block, so that replay is
+ *                 trivial and shown only for contrast). Skipped (a JSON line
+ *                 says why) without the CLI or data/.
  * Usage: bench_memory [--dir DIR] [--mib SIZE] [--reps N] (DIR: /tmp). */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "memory/chunks.h"
@@ -34,11 +43,15 @@ static double mib(size_t b) { return (double)b / (1 << 20); }
 
 static void replay_case(const char *name, hx_mem_event *ev, size_t n)
 {
+    if (!ev) {
+        fprintf(stderr, "bench_memory: %s: out of memory\n", name);
+        exit(1);
+    }
     hx_memreplay_report r;
     hx_mem_err err;
     double t0 = now();
-    if (!ev || hx_memtrace_replay(ev, n, SIZE_MAX, &r, &err)) {
-        fprintf(stderr, "bench_memory: %s: %s\n", name, ev ? err.msg : "out of memory");
+    if (hx_memtrace_replay(ev, n, SIZE_MAX, &r, &err)) {
+        fprintf(stderr, "bench_memory: %s: %s\n", name, err.msg);
         exit(1);
     }
     double t = now() - t0;
@@ -155,6 +168,61 @@ static void chunks_case(void)
     }
 }
 
+/* Runs `cli args` with HX_MEMTRACE=DIR/name.trace (and the mode), then
+ * replays the trace. */
+static void recorded_case(const char *cli, const char *dir, const char *name, const char *mode,
+                          const char *args, const char *need)
+{
+    if (access(cli, X_OK) || access(need, R_OK)) {
+        printf("{\"bench\":\"memory\",\"case\":\"memreplay_run_%s_%s\",\"skipped\":\"%s not found\"}\n",
+               name, mode, access(cli, X_OK) ? cli : need);
+        return;
+    }
+    char path[512], cmd[2048];
+    snprintf(path, sizeof path, "%s/hx_bench_memory_%s_%s.trace", dir, name, mode);
+    snprintf(cmd, sizeof cmd, "HX_MEMTRACE='%s' HX_MEMTRACE_MODE=%s '%s' %s >/dev/null", path, mode,
+             cli, args);
+    double t0 = now();
+    int rc = system(cmd);
+    double t_run = now() - t0;
+    hx_mem_event *ev = NULL;
+    size_t n = 0;
+    hx_mem_err err;
+    if (rc || hx_memtrace_load(path, &ev, &n, &err)) {
+        fprintf(stderr, "bench_memory: %s (exit %d): %s\n", cmd, rc, rc ? "failed" : err.msg);
+        exit(1);
+    }
+    remove(path);
+    char full[128];
+    snprintf(full, sizeof full, "run_%s_%s", name, mode);
+    printf("{\"bench\":\"memory\",\"case\":\"record_%s\",\"cmd\":\"hetex %s\",\"run_s\":%.2f}\n",
+           full, args, t_run);
+    replay_case(full, ev, n);
+}
+
+static void recorded_cases(const char *argv0, const char *dir)
+{
+    char cli[1024];
+    const char *slash = strrchr(argv0, '/');
+    snprintf(cli, sizeof cli, "%.*shetex", slash ? (int)(slash - argv0 + 1) : 0, argv0);
+    static const struct { const char *name, *args, *need; } runs[] = {
+        {"gpt_2x128_b32_t64", "gpt --steps 3 --eval-every 1000 --eval-iters 2 --accelerator emu "
+         "--offload none --threads 2", "data/tinyshakespeare/input.txt"},
+        {"gpt_4x256_b16_t128", "gpt --layers 4 --width 256 --context 128 --batch 16 --steps 2 "
+         "--eval-every 1000 --eval-iters 2 --accelerator emu --offload none --threads 2",
+         "data/tinyshakespeare/input.txt"},
+        {"widedeep_adult", "widedeep --data data/adult --accelerator emu --epochs 1 --threads 2 "
+         "--quiet", "data/adult/adult.data"},
+        {"widedeep_adult_wide", "widedeep --data data/adult --accelerator emu --epochs 1 "
+         "--threads 2 --batch 4096 --deep-dim 32 --hidden 1024,512,256 --quiet",
+         "data/adult/adult.data"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        recorded_case(cli, dir, runs[i].name, "tensors", runs[i].args, runs[i].need);
+        recorded_case(cli, dir, runs[i].name, "blocks", runs[i].args, runs[i].need);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = "/tmp";
@@ -183,6 +251,7 @@ int main(int argc, char **argv)
     replay_case("random_lifetimes", ev, n);
     ev = hx_memtrace_gen_fragment(1, 8, &n);
     replay_case("fragmenting", ev, n);
+    recorded_cases(argv[0], dir);
     chunks_case();
     disk_cases(dir, size_mib << 20, reps);
     return 0;

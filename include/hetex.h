@@ -1012,8 +1012,12 @@ HX_API hx_status hx_session_pool_stats(hx_session *s, hx_device_pools_stats *out
  *   hxmemtrace 1                 header
  *   a <id> <bytes> [p|t]         allocation, persistent or transient (t if left out)
  *   f <id>                       free
- * hetex writes one when HX_MEMTRACE=path is set (a device allocator's events,
- * written when it is destroyed). */
+ * hetex writes one when HX_MEMTRACE=path is set: every allocation of a
+ * session's accelerator (the plan's transient arena is one block), written
+ * when the session is freed; with HX_MEMTRACE_MODE=tensors also, instead of
+ * the arena, every transient device tensor of every run (allocated when
+ * produced, freed after its last reader, in plan order), as a per-tensor
+ * allocator would see the run. */
 typedef struct hx_memreplay_report {
     int64_t events, allocs, frees;
     size_t peak_live;            /* most bytes live at once, as requested */

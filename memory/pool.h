@@ -25,18 +25,11 @@
  * free): the share of free memory that a request as large as all of it
  * could not use. All calls are thread-safe (one mutex per hx_mem_pools).
  *
- * Putting a backend behind the pools (emu, cuda) takes these calls:
- *   create:  hx_mem_pools_config c = hx_mem_pools_config_default("emu device", cap);
- *            c.source = (hx_mem_source){ctx, reserve, release};   // the old raw alloc/free
- *            c.trace = hx_memtrace_open_env(NULL);                 // HX_MEMTRACE=path, else NULL
- *            hx_mem_pools_create(&c, &pools, &err);
- *   alloc:   hx_mem_pools_alloc(pools, bytes, lifetime, what, &p, &err); the backend's
- *            alloc needs the lifetime: session.c's alloc_persistent and device
- *            feeds pass HX_MEM_PERSISTENT, grow_arena HX_MEM_TRANSIENT.
- *   free:    hx_mem_pools_free(pools, p, &err)
- *   stats:   hx_mem_pools_stats(pools, &out) (backend stats: used = total.allocated,
- *            peak = total.peak_allocated, capacity = c.capacity)
- *   destroy: hx_mem_pools_destroy(pools); then hx_memtrace_close(c.trace, &err).
+ * The emu and cuda backends create theirs with hx_mem_pools_open_device
+ * (below); the backend's alloc takes the lifetime (session.c: params,
+ * state, scan sums and device feeds persistent, the plans' arena
+ * transient), its stats come from hx_mem_pools_stats, and
+ * hx_session_pool_stats hands them to users.
  * hx_mem_pools_trim gives cached segments back (after an offload). */
 #ifndef HX_MEM_POOL_H
 #define HX_MEM_POOL_H
