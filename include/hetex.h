@@ -547,6 +547,16 @@ typedef struct hx_session_config {
                                      L2 norm of all of them together after loss
                                      unscaling (torch.nn.utils.clip_grad_norm_;
                                      embedding tables are not clipped) */
+    /* Delayed parameter update (ZeRO-Offload's DPU): from step
+     * dpu_warmup_steps on, a training run returns once its gradients are
+     * scanned, and its host updates run while the next run computes, whose
+     * forward and backward therefore see the parameters one step older.
+     * Applies where every update is dense and on the host and the device
+     * reads the parameters only through their f16/bf16 copies (an f32
+     * master used through one hx_cast); other plans update in step. Reading,
+     * writing, saving or loading the session waits for the update. */
+    bool delayed_param_update;
+    int dpu_warmup_steps;
 } hx_session_config;
 HX_API hx_session_config hx_session_config_default(void);
 

@@ -57,6 +57,8 @@ hx_status hx_session_save(hx_session *s, const char *path)
     if (!s || !path)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_save: %s is NULL",
                          s ? "path" : "session");
+    hx_status settled = hx__dpu_settle(s); /* a delayed update lands first */
+    if (settled) return settled;
     const hx_graph *g = s->g;
     buf b = {0};
     uint32_t count = 0;
@@ -243,6 +245,8 @@ hx_status hx_session_load(hx_session *s, const char *path)
     if (!s || !path)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_load: %s is NULL",
                          s ? "path" : "session");
+    hx_status settled = hx__dpu_settle(s); /* a delayed update lands first */
+    if (settled) return settled;
     char *data = NULL;
     size_t n = 0;
     hx_status st = read_file(path, &data, &n);

@@ -144,6 +144,7 @@ typedef struct hx_stream hx_stream;
 typedef struct hx_exec_state hx_exec_state;
 typedef struct hx_trace hx_trace;
 typedef struct hx_cpu_budget hx_cpu_budget;
+typedef struct hx_dpu hx_dpu;
 
 struct hx_session {
     hx_graph *g;
@@ -176,6 +177,7 @@ struct hx_session {
     hx_train_stats stats;
     int good_steps; /* in a row, for loss-scale growth */
     double lr_scale; /* hx_session_set_lr_scale */
+    hx_dpu *dpu;     /* the delayed update, once one ran */
 };
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */
@@ -218,6 +220,19 @@ void hx__exec_free(hx_session *s);
  * synchronously (host memory: memcpy). */
 hx_status hx__session_copy_out(hx_session *s, int dev, void *dst, const void *src, size_t n);
 hx_status hx__session_copy_in(hx_session *s, int dev, void *dst, const void *src, size_t n);
+
+/* dpu.c: the delayed parameter update (hx_session_config.delayed_param_update). */
+/* p's updates may run behind the next run: all dense, on the host, alone in
+ * phase 1, and p qualifies for hx__dpu_reads_no_master. */
+bool hx__dpu_plan_ok(const hx_plan *p);
+/* No step of p before its updates reads a parameter or optimizer state
+ * (half copies excepted): p may run while a delayed update does. */
+bool hx__dpu_reads_no_master(const hx_plan *p);
+/* Starts p's phase 1 on the delayed update's thread with ex (settled before). */
+hx_status hx__dpu_launch(hx_session *s, const hx_plan *p, const hx_exec *ex);
+/* Waits for the delayed update, if one runs, and publishes its half copies. */
+hx_status hx__dpu_settle(hx_session *s);
+void hx__dpu_free(hx_session *s);
 
 /* half_copy.c: f16/bf16 copies of f32 masters that their updates write. */
 bool hx__is_half_copy(const hx_tensor *t);

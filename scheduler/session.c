@@ -26,6 +26,7 @@ hx_session_config hx_session_config_default(void)
 void hx_session_free(hx_session *s)
 {
     if (!s) return;
+    hx__dpu_free(s);
     hx__exec_free(s);
     for (int i = 0; i < s->n_plans; i++) hx__plan_free(s, s->plans[i]);
     free(s->plans);
@@ -436,7 +437,9 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
             ex[ph][k] = (hx_exec){.nthreads = p->threads[ph][k], .step = s->stats.step,
                                   .train = train, .grad_unscale = (float)unscale,
                                   .grad_clip = 1.0f, .lr_scale = s->lr_scale};
-    if ((st = hx__exec_phase(s, p, 0, &ex[0][0], &ex[0][1], skip)) || !train) return st;
+    if (!hx__dpu_reads_no_master(p) && (st = hx__dpu_settle(s))) return st;
+    if ((st = hx__exec_phase(s, p, 0, &ex[0][0], &ex[0][1], skip))) return st;
+    if ((st = hx__dpu_settle(s)) || !train) return st; /* the update of the step before */
     if (p->first_update == p->n_steps) { /* a training run without updates */
         s->stats.step++;
         return HX_OK;
@@ -460,7 +463,10 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
     }
     float clip = clip_coefficient(s->cfg.clip_grad_norm, s->stats.grad_norm);
     ex[1][0].grad_clip = ex[1][1].grad_clip = clip;
-    if ((st = hx__exec_phase(s, p, 1, &ex[1][0], &ex[1][1], skip))) return st;
+    bool delay = s->cfg.delayed_param_update && s->stats.step >= s->cfg.dpu_warmup_steps &&
+                 hx__dpu_plan_ok(p);
+    st = delay ? hx__dpu_launch(s, p, &ex[1][0]) : hx__exec_phase(s, p, 1, &ex[1][0], &ex[1][1], skip);
+    if (st) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps == ls->growth_interval) {
         s->stats.loss_scale *= ls->growth_factor;
@@ -630,7 +636,7 @@ static hx_status persistent_of(hx_session *s, const char *fn, const hx_tensor *t
         return hx__error(HX_ERR_SHAPE, "%s: '%s' is %zu bytes, not %zu", fn, t->name,
                          hx_tensor_nbytes(t), bytes);
     *out = s->persist[t->id];
-    return HX_OK;
+    return hx__dpu_settle(s);
 }
 
 hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t bytes)
