@@ -5,7 +5,10 @@
  *             [--batch N] [--threads N]
  *
  * Cases: accelerator none; emu with everything on the device (offload
- * none); emu with AdamW on the host (offload optimizer). Each reports
+ * none); emu with AdamW on the host (offload optimizer); the same two with
+ * bf16 params and activations on the device (f32 masters; offload moves
+ * 2 bytes per param each way per step), and offload with the delayed
+ * parameter update (from the first step on). Each reports
  * steps/s and tokens/s over N steps after 3 warm-up steps, the model's
  * FLOPs per step (6 per parameter per token plus attention, as nanoGPT
  * counts them), the GFLOP/s that makes, and `ratio` = that over the
@@ -75,10 +78,19 @@ int main(int argc, char **argv)
     int64_t tokens = (int64_t)c.batch * c.context;
     double ceiling = gemm_gflops(tokens, 4 * c.width, c.width, threads);
 
-    struct { const char *name; hx_accelerator acc; gpt_offload off; } cases[] = {
-        {"none", HX_ACCELERATOR_NONE, GPT_OFFLOAD_NONE},
-        {"emu", HX_ACCELERATOR_EMU, GPT_OFFLOAD_NONE},
-        {"emu+offload", HX_ACCELERATOR_EMU, GPT_OFFLOAD_OPTIMIZER},
+    struct {
+        const char *name;
+        hx_accelerator acc;
+        gpt_offload off;
+        hx_dtype dt;
+        bool dpu;
+    } cases[] = {
+        {"none", HX_ACCELERATOR_NONE, GPT_OFFLOAD_NONE, HX_DTYPE_F32, false},
+        {"emu", HX_ACCELERATOR_EMU, GPT_OFFLOAD_NONE, HX_DTYPE_F32, false},
+        {"emu+offload", HX_ACCELERATOR_EMU, GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_F32, false},
+        {"emu bf16", HX_ACCELERATOR_EMU, GPT_OFFLOAD_NONE, HX_DTYPE_BF16, false},
+        {"emu+offload bf16", HX_ACCELERATOR_EMU, GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false},
+        {"emu+offload bf16+dpu", HX_ACCELERATOR_EMU, GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, true},
     };
     int32_t *tok = malloc(sizeof *tok * tokens), *tgt = malloc(sizeof *tgt * tokens);
     if (!tok || !tgt) return 1;
@@ -94,6 +106,8 @@ int main(int argc, char **argv)
         hx_session_config sc = hx_session_config_default();
         sc.n_threads = threads;
         sc.accelerator = cases[k].acc;
+        sc.delayed_param_update = cases[k].dpu;
+        c.dtype = cases[k].dt;
         gpt_run run;
         if (gpt_run_create(&c, &o, &sc, &run)) {
             fprintf(stderr, "bench_gpt: %s: %s\n", cases[k].name, hx_last_error());
@@ -117,12 +131,12 @@ int main(int argc, char **argv)
                        12.0 * c.layers * c.width * (double)c.context * tokens;
         hx_placement_stats ps;
         hx_session_placement_stats(run.s, &ps);
-        printf("{\"bench\":\"gpt\",\"case\":\"%s\",\"threads\":%d,\"layers\":%d,\"width\":%d,"
+        printf("{\"bench\":\"gpt\",\"case\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"layers\":%d,\"width\":%d,"
                "\"context\":%d,\"batch\":%d,\"params\":%lld,\"steps_per_s\":%.3f,"
                "\"tokens_per_s\":%.0f,\"gflop_per_step\":%.3f,\"gflops\":%.2f,"
                "\"ceiling_gemm_gflops\":%.2f,\"ratio\":%.3f,\"copies_per_step\":%d,"
                "\"copy_bytes_per_step\":%zu}\n",
-               cases[k].name, threads, c.layers, c.width, c.context, c.batch,
+               cases[k].name, hx_dtype_name(c.dtype), threads, c.layers, c.width, c.context, c.batch,
                (long long)run.m.n_params, 1 / dt, tokens / dt, flops * 1e-9, flops / dt * 1e-9,
                ceiling, flops / dt * 1e-9 / ceiling, ps.n_copies, ps.copy_bytes);
         fflush(stdout);

@@ -14,6 +14,8 @@ typedef struct gpt_config {
     int batch;       /* B */
     float dropout;   /* after attention and MLP outputs; 0: none */
     uint64_t seed;   /* dropout masks */
+    hx_dtype dtype;  /* params (as used) and activations: F32, or BF16/F16 copies of
+                        f32 masters (mixed precision; the loss is computed in f32) */
 } gpt_config;
 
 /* The graph's handles a training loop needs. */
@@ -60,7 +62,13 @@ typedef enum gpt_offload { GPT_OFFLOAD_NONE, GPT_OFFLOAD_OPTIMIZER } gpt_offload
 typedef struct gpt_optim {
     double lr, beta1, beta2, weight_decay;
     gpt_offload offload;
+    int warmup;          /* steps of linear warmup */
+    double min_lr_ratio; /* cosine decay to lr * this at the last step */
 } gpt_optim;
+
+/* The learning-rate multiplier of step (0-based) of `steps`: linear warmup,
+ * then cosine decay to min_lr_ratio. */
+double gpt_lr_scale(const gpt_optim *o, int step, int steps);
 
 /* A model ready to train: its graph (ops on the DEVICE target, AdamW updates
  * per o->offload) and a session over it. */

@@ -15,6 +15,8 @@ typedef struct options {
     int steps, eval_every, eval_iters, threads;
     hx_accelerator accelerator;
     size_t max_device_memory;
+    double clip;
+    int dpu; /* delayed parameter update after this many steps; -1: off */
 } options;
 
 static const char usage[] =
@@ -24,6 +26,12 @@ static const char usage[] =
     "  --dropout P             dropout after attention and MLP (0)\n"
     "  --steps N               training steps (2000)\n"
     "  --lr X --beta1 X --beta2 X --weight-decay X   AdamW (1e-3 0.9 0.99 0.1)\n"
+    "  --warmup N --min-lr-ratio X   linear warmup steps, then cosine decay to lr * X (100 0.1)\n"
+    "  --clip X                clip the global gradient norm to X; 0: off (1)\n"
+    "  --dtype f32|bf16|f16    params (f32 masters' copies) and activations on the device (bf16);\n"
+    "                          f16 turns on dynamic loss scaling\n"
+    "  --dpu K                 delayed parameter update after K steps (ZeRO-Offload's DPU;\n"
+    "                          offload optimizer with bf16/f16 only); -1: off (-1)\n"
     "  --eval-every N --eval-iters N   validation loss every N steps over M batches (250 20)\n"
     "  --accelerator auto|cuda|emu|none   where DEVICE ops run (auto)\n"
     "  --offload none|optimizer   optimizer on the device, or AdamW on the host (optimizer)\n"
@@ -67,6 +75,16 @@ static int parse(int argc, char **argv, options *o)
         else if (!strcmp(a, "--beta1")) o->optim.beta1 = strtod(v, NULL);
         else if (!strcmp(a, "--beta2")) o->optim.beta2 = strtod(v, NULL);
         else if (!strcmp(a, "--weight-decay")) o->optim.weight_decay = strtod(v, NULL);
+        else if (!strcmp(a, "--warmup")) o->optim.warmup = atoi(v);
+        else if (!strcmp(a, "--min-lr-ratio")) o->optim.min_lr_ratio = strtod(v, NULL);
+        else if (!strcmp(a, "--clip")) o->clip = strtod(v, NULL);
+        else if (!strcmp(a, "--dpu")) o->dpu = atoi(v);
+        else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "f32")) o->model.dtype = HX_DTYPE_F32;
+            else if (!strcmp(v, "bf16")) o->model.dtype = HX_DTYPE_BF16;
+            else if (!strcmp(v, "f16")) o->model.dtype = HX_DTYPE_F16;
+            else ok = false;
+        }
         else if (!strcmp(a, "--eval-every")) o->eval_every = atoi(v);
         else if (!strcmp(a, "--eval-iters")) o->eval_iters = atoi(v);
         else if (!strcmp(a, "--threads")) o->threads = atoi(v);
@@ -96,10 +114,13 @@ static int parse(int argc, char **argv, options *o)
     if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->width % m->heads ||
         m->context < 1 || m->batch < 1 || !(m->dropout >= 0 && m->dropout < 1) ||
         o->steps < 1 || o->eval_every < 1 || o->eval_iters < 1 || o->threads < 0 ||
-        !(o->optim.lr > 0)) {
+        !(o->optim.lr > 0) || o->optim.warmup < 0 ||
+        !(o->optim.min_lr_ratio >= 0 && o->optim.min_lr_ratio <= 1) || !(o->clip >= 0) ||
+        o->dpu < -1) {
         fprintf(stderr, "hetex gpt: layers, heads, width, context, batch, steps, eval-every, "
                         "eval-iters and lr must be positive, width a multiple of heads, "
-                        "0 <= dropout < 1\n");
+                        "0 <= dropout < 1, warmup >= 0, 0 <= min-lr-ratio <= 1, clip >= 0, "
+                        "dpu >= -1\n");
         return 2;
     }
     return 0;
@@ -132,24 +153,31 @@ static hx_status val_loss(hx_session *s, const gpt_model *m, const gpt_text *tex
     return HX_OK;
 }
 
+/* Device bytes per parameter: persistent (f32 masters and moments when the
+ * optimizer runs there) and with the step's planned transient (half copies,
+ * gradients, activations). */
 static void print_memory(hx_session *s, const gpt_model *m)
 {
     hx_memory_stats ms;
     if (hx_session_memory_stats(s, &ms)) return;
     double mib = 1.0 / (1 << 20), n = (double)m->n_params;
+    size_t dev = ms.device_persistent_bytes + ms.device_transient_planned_bytes;
     printf("memory: %lld params; device %.1f MiB persistent (%.1f bytes/param) + %.1f MiB "
-           "planned transient; host %.1f MiB persistent (%.1f bytes/param) + %.1f MiB transient\n",
+           "planned transient = %.1f bytes/param at the step's peak; host %.1f MiB persistent "
+           "(%.1f bytes/param) + %.1f MiB transient\n",
            (long long)m->n_params, ms.device_persistent_bytes * mib,
-           ms.device_persistent_bytes / n, ms.device_transient_planned_bytes * mib,
+           ms.device_persistent_bytes / n, ms.device_transient_planned_bytes * mib, dev / n,
            ms.persistent_bytes * mib, ms.persistent_bytes / n, ms.transient_planned_bytes * mib);
 }
 
 int gpt_main(int argc, char **argv)
 {
     options o = {.model = {.layers = 2, .heads = 4, .width = 128, .context = 64, .batch = 32,
-                           .dropout = 0, .seed = 1},
+                           .dropout = 0, .seed = 1, .dtype = HX_DTYPE_BF16},
                  .optim = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1,
-                           .offload = GPT_OFFLOAD_OPTIMIZER},
+                           .offload = GPT_OFFLOAD_OPTIMIZER, .warmup = 100,
+                           .min_lr_ratio = 0.1},
+                 .clip = 1.0, .dpu = -1,
                  .data = "data/tinyshakespeare/input.txt", .steps = 2000, .eval_every = 250,
                  .eval_iters = 20, .accelerator = HX_ACCELERATOR_AUTO};
     if (parse(argc, argv, &o)) return 2;
@@ -175,6 +203,10 @@ int gpt_main(int argc, char **argv)
     cfg.seed = o.model.seed;
     cfg.accelerator = o.accelerator;
     cfg.max_device_memory = o.max_device_memory;
+    cfg.clip_grad_norm = o.clip;
+    cfg.loss_scale.enabled = o.model.dtype == HX_DTYPE_F16;
+    cfg.delayed_param_update = o.dpu >= 0;
+    cfg.dpu_warmup_steps = o.dpu >= 0 ? o.dpu : 0;
     if (o.max_device_memory) gpt_plan_report(&o.model, &o.optim, &cfg);
 
     gpt_run r;
@@ -192,10 +224,12 @@ int gpt_main(int argc, char **argv)
         fprintf(stderr, "hetex gpt: %s\n", hx_last_error());
         goto out;
     }
-    printf("hetex gpt: %d layers, %d heads, width %d, context %d, batch %d, vocab %d; "
-           "AdamW lr %g; offload %s\n", o.model.layers, o.model.heads, o.model.width,
-           o.model.context, o.model.batch, o.model.vocab, o.optim.lr,
-           o.optim.offload == GPT_OFFLOAD_NONE ? "none" : "optimizer");
+    printf("hetex gpt: %d layers, %d heads, width %d, context %d, batch %d, vocab %d, %s; "
+           "AdamW lr %g (warmup %d, cosine to x%g), clip %g; offload %s%s\n", o.model.layers,
+           o.model.heads, o.model.width, o.model.context, o.model.batch, o.model.vocab,
+           hx_dtype_name(o.model.dtype), o.optim.lr, o.optim.warmup, o.optim.min_lr_ratio,
+           o.clip, o.optim.offload == GPT_OFFLOAD_NONE ? "none" : "optimizer",
+           o.dpu >= 0 ? ", delayed parameter update" : "");
     print_memory(r.s, &r.m);
 
     uint64_t rng = o.model.seed;
@@ -207,7 +241,8 @@ int gpt_main(int argc, char **argv)
         hx_feed feeds[2] = {{NULL, r.m.tokens, tok, sizeof *tok * n_tok},
                             {NULL, r.m.targets, tgt, sizeof *tgt * n_tok}};
         hx_fetch fetch = {NULL, r.m.loss, &l, sizeof l};
-        if (hx_session_run(r.s, feeds, 2, &fetch, 1, HX_RUN_TRAIN)) {
+        if (hx_session_set_lr_scale(r.s, gpt_lr_scale(&o.optim, step - 1, o.steps)) ||
+            hx_session_run(r.s, feeds, 2, &fetch, 1, HX_RUN_TRAIN)) {
             fprintf(stderr, "hetex gpt: step %d: %s\n", step, hx_last_error());
             goto out;
         }

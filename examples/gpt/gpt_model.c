@@ -14,6 +14,8 @@ typedef struct builder {
     int cap;
 } builder;
 
+/* A parameter: an f32 master, used as it is or (mixed precision) through
+ * one cast to the model's dtype, which hetex fuses into its update. */
 static hx_tensor *param(builder *b, const char *name, int ndim, const int64_t *shape, hx_init init)
 {
     hx_tensor *p = hx_graph_param(b->g, name, HX_DTYPE_F32, ndim, shape, init);
@@ -26,7 +28,7 @@ static hx_tensor *param(builder *b, const char *name, int ndim, const int64_t *s
     }
     m->params[m->n_tensors++] = p;
     m->n_params += hx_tensor_numel(p);
-    return p;
+    return b->c->dtype == HX_DTYPE_F32 ? p : hx_cast(b->g, p, b->c->dtype);
 }
 
 static hx_tensor *vec(builder *b, const char *prefix, const char *what, int64_t n, hx_init init)
@@ -134,7 +136,9 @@ hx_status gpt_build(hx_graph *g, const gpt_config *c, gpt_model *m)
     x = layernorm(&b, x, "final", "ln");
     hx_tensor *logits = hx_matmul(g, x, wte, false, true); /* (B,T,V), tied head */
     int64_t flat[2] = {B * T, V};
-    m->loss = hx_cross_entropy(g, hx_reshape(g, logits, 2, flat), m->targets);
+    logits = hx_reshape(g, logits, 2, flat);
+    if (c->dtype != HX_DTYPE_F32) logits = hx_cast(g, logits, HX_DTYPE_F32);
+    m->loss = hx_cross_entropy(g, logits, m->targets);
     if (m->loss && hx_tensor_set_name(m->loss, "loss")) return HX_ERR_INVALID_ARGUMENT;
     return m->loss ? HX_OK : HX_ERR_INVALID_ARGUMENT;
 }
@@ -146,3 +150,11 @@ void gpt_model_free(gpt_model *m)
 }
 
 bool gpt_param_decays(const hx_tensor *p) { return hx_tensor_ndim(p) >= 2; }
+
+double gpt_lr_scale(const gpt_optim *o, int step, int steps)
+{
+    if (step < o->warmup) return (step + 1.0) / o->warmup;
+    if (steps <= o->warmup + 1) return 1.0;
+    double progress = (double)(step - o->warmup) / (steps - 1 - o->warmup);
+    return o->min_lr_ratio + (1 - o->min_lr_ratio) * 0.5 * (1 + cos(3.14159265358979323846 * progress));
+}

@@ -57,20 +57,24 @@ static int largest(const gpt_config *c, knob k, int step, int limit, const gpt_o
 void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc)
 {
     static const char *mode[] = {"none", "optimizer"};
-    printf("plan: the largest model per offload mode under a %.1f MiB device cap (context %d, "
-           "batch %d):\n", sc->max_device_memory / 1048576.0, c->context, c->batch);
+    printf("plan: the largest model per offload mode under a %.1f MiB device cap (%s, context "
+           "%d, batch %d):\n", sc->max_device_memory / 1048576.0, hx_dtype_name(c->dtype),
+           c->context, c->batch);
+    int64_t by_layers[2] = {0, 0}, by_width[2] = {0, 0};
     for (int m = GPT_OFFLOAD_NONE; m <= GPT_OFFLOAD_OPTIMIZER; m++) {
         gpt_optim om = *o;
         om.offload = (gpt_offload)m;
-        int64_t np = 0;
-        int layers = largest(c, KNOB_LAYERS, 1, 4096, &om, sc, &np);
+        int layers = largest(c, KNOB_LAYERS, 1, 4096, &om, sc, &by_layers[m]);
         if (layers) printf("  offload %-9s  width %d: up to %d layers (%lld params)\n", mode[m],
-                           c->width, layers, (long long)np);
+                           c->width, layers, (long long)by_layers[m]);
         else printf("  offload %-9s  width %d: not even 1 layer fits\n", mode[m], c->width);
-        int width = largest(c, KNOB_WIDTH, 8 * c->heads, 1 << 16, &om, sc, &np);
+        int width = largest(c, KNOB_WIDTH, 8 * c->heads, 1 << 16, &om, sc, &by_width[m]);
         if (width) printf("  offload %-9s  %d layers: up to width %d (%lld params)\n", mode[m],
-                          c->layers, width, (long long)np);
+                          c->layers, width, (long long)by_width[m]);
         else printf("  offload %-9s  %d layers: not even width %d fits\n", mode[m], c->layers,
                     8 * c->heads);
     }
+    if (by_layers[0] && by_width[0])
+        printf("  offload optimizer trains %.1fx the params of offload none (deeper), %.1fx "
+               "(wider)\n", (double)by_layers[1] / by_layers[0], (double)by_width[1] / by_width[0]);
 }
