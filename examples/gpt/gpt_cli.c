@@ -153,13 +153,18 @@ static hx_status val_loss(hx_session *s, const gpt_model *m, const gpt_text *tex
     return HX_OK;
 }
 
-/* Device bytes per parameter: persistent (f32 masters and moments when the
- * optimizer runs there) and with the step's planned transient (half copies,
- * gradients, activations). */
-static void print_memory(hx_session *s, const gpt_model *m)
+/* Device bytes per parameter: what each offload mode keeps there by
+ * construction, then this session's measured persistent bytes and the
+ * step's planned transient (half copies, gradients, activations). */
+static void print_memory(hx_session *s, const gpt_model *m, hx_dtype dt)
 {
     hx_memory_stats ms;
     if (hx_session_memory_stats(s, &ms)) return;
+    int h = (int)hx_dtype_size(dt), half_copy = dt == HX_DTYPE_F32 ? 0 : h;
+    printf("memory: device bytes per param: offload none %d (f32 master and 2 moments%s, %s "
+           "gradient), offload optimizer %d (%s param in, gradient out), plus activations\n",
+           12 + half_copy + h, half_copy ? ", its copy" : "", hx_dtype_name(dt), 2 * h,
+           hx_dtype_name(dt));
     double mib = 1.0 / (1 << 20), n = (double)m->n_params;
     size_t dev = ms.device_persistent_bytes + ms.device_transient_planned_bytes;
     printf("memory: %lld params; device %.1f MiB persistent (%.1f bytes/param) + %.1f MiB "
@@ -230,7 +235,7 @@ int gpt_main(int argc, char **argv)
            hx_dtype_name(o.model.dtype), o.optim.lr, o.optim.warmup, o.optim.min_lr_ratio,
            o.clip, o.optim.offload == GPT_OFFLOAD_NONE ? "none" : "optimizer",
            o.dpu >= 0 ? ", delayed parameter update" : "");
-    print_memory(r.s, &r.m);
+    print_memory(r.s, &r.m, o.model.dtype);
 
     uint64_t rng = o.model.seed;
     double t0 = now(), window = 0;
