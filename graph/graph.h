@@ -150,7 +150,8 @@ typedef enum hx_place_why {
     HX_WHY_PARAM_USERS,   /* a parameter lives where all the ops that read it run */
     HX_WHY_PARAM_MIXED,   /* read on both targets: it stays on the host */
     HX_WHY_FOLLOWS_PARAM, /* an update (or optimizer state) runs where its parameter lives */
-    HX_WHY_HOST_LEAF      /* inputs and constants are host data */
+    HX_WHY_HOST_LEAF,     /* inputs and constants are host data */
+    HX_WHY_OFFLOAD        /* the session offloads parameters (hx_offload_config) to the host */
 } hx_place_why;
 const char *hx__place_why_str(hx_place_why w);
 

@@ -23,6 +23,7 @@ const char *hx__place_why_str(hx_place_why w)
     case HX_WHY_PARAM_MIXED: return "ops on both targets read it; it stays on the host";
     case HX_WHY_FOLLOWS_PARAM: return "it follows its parameter";
     case HX_WHY_HOST_LEAF: return "inputs and constants are host data";
+    case HX_WHY_OFFLOAD: return "offload_param: parameters, their state and updates live on the host";
     }
     return "(unknown)";
 }

@@ -528,6 +528,54 @@ typedef struct hx_emu_cost {
  * by hx_session_trace_flush and by hx_session_free, each time atomically
  * (a temporary file renamed over the path). Each lane keeps its first
  * 262,144 events; the file's otherData.dropped_events counts the rest. */
+/* Memory offload (MindSpore's offload_config keys). offload_param moves
+ * every parameter, with its optimizer state and update, off the device:
+ * CPU keeps them in host memory, and each training step copies them to the
+ * device just before the device ops that read them and drops them after
+ * (a parameter read again much later, as in the backward pass, is copied
+ * again), while each device gradient goes back to the host as soon as it is
+ * complete; the host runs the updates. The copies move in chunks: parameter
+ * copies grouped in execution order into chunks of about chunk_size bytes,
+ * and the copies of chunk k may start only once the device work of chunk
+ * k - 1 - prefetch_depth is done, so the device holds the activations plus
+ * a window of prefetch_depth + 1 chunks of parameters, not all of them.
+ * Results are bitwise those of the same model trained with no offload.
+ * DISK (parameters in files under offload_path) is not available yet and
+ * fails session creation with HX_ERR_UNSUPPORTED.
+ *
+ * hx_offload_config_parse reads "key=value,..." with the keys below
+ * (offload_param=cpu,chunk_size=64MB,...); sizes take an optional
+ * KB/MB/GB suffix (powers of 1024), booleans true/false/1/0. A session
+ * whose config leaves offload at its default (offload_param NONE and
+ * auto_offload false) reads $HX_OFFLOAD in that syntax, as trace_path does
+ * $HX_TRACE. */
+typedef enum hx_offload_target {
+    HX_OFFLOAD_NONE, /* parameters where placement puts them */
+    HX_OFFLOAD_CPU,  /* parameters, state and updates in host memory */
+    HX_OFFLOAD_DISK  /* in files under offload_path (not yet: HX_ERR_UNSUPPORTED) */
+} hx_offload_target;
+
+enum { HX_OFFLOAD_PATH_MAX = 512 };
+
+typedef struct hx_offload_config {
+    hx_offload_target offload_param;  /* "none" | "cpu" | "disk": NONE */
+    char offload_path[HX_OFFLOAD_PATH_MAX]; /* directory of the disk tier's files: "./offload" */
+    size_t offload_cpu_size;     /* host bytes offloaded data may use; 0: no limit */
+    size_t offload_disk_size;    /* disk bytes offloaded data may use; 0: no limit */
+    size_t host_mem_block_size;  /* pinned host pool block: 1 GiB */
+    bool enable_aio;             /* disk tier: io_uring/libaio (else synchronous I/O): true */
+    bool enable_pinned_mem;      /* copies through pinned host memory: true */
+    bool auto_offload;           /* choose from the device cap (not yet: HX_ERR_UNSUPPORTED) */
+    size_t chunk_size;           /* parameter bytes per transfer chunk: 0: 32 MiB */
+    int prefetch_depth;          /* chunks copied ahead of the one in use: 1 */
+} hx_offload_config;
+HX_API hx_offload_config hx_offload_config_default(void);
+/* Sets the keys named in `spec` ("key=value,key=value"; spaces around keys
+ * and values ignored; an empty spec changes nothing) over *cfg. An unknown
+ * key, a bad value or a missing '=' fails with HX_ERR_INVALID_ARGUMENT
+ * naming the key and what it takes; *cfg is then unchanged. */
+HX_API hx_status hx_offload_config_parse(const char *spec, hx_offload_config *cfg);
+
 typedef struct hx_session_config {
     int n_threads;                /* host threads for kernels; 0: all cores */
     uint64_t seed;                /* parameter init and dropout */
@@ -557,6 +605,7 @@ typedef struct hx_session_config {
      * writing, saving or loading the session waits for the update. */
     bool delayed_param_update;
     int dpu_warmup_steps;
+    hx_offload_config offload;    /* hx_offload_config_default(): no offload; see above */
 } hx_session_config;
 HX_API hx_session_config hx_session_config_default(void);
 

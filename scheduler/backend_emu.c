@@ -232,8 +232,22 @@ static void *stream_main(void *arg)
         hx_status err = s->err;
         pthread_mutex_unlock(&s->mu);
         hx_status first = HX_OK;
+        int counted = 0;
         for (int i = 0; i < n; i++) {
             hx_status st = HX_OK;
+            if (batch[i].kind == OP_WAIT && i > counted) {
+                /* count what ran before waiting: the other stream may be
+                 * waiting for it (copies and compute wait on each other) */
+                pthread_mutex_lock(&s->mu);
+                if (first && !s->err) {
+                    s->err = first;
+                    memcpy(s->msg, msg, sizeof msg);
+                }
+                s->completed += (uint64_t)(i - counted);
+                if (s->waiters) pthread_cond_broadcast(&s->done);
+                pthread_mutex_unlock(&s->mu);
+                counted = i;
+            }
             if (batch[i].kind == OP_WAIT) st = wait_stream(batch[i].wait_on, batch[i].until, msg, sizeof msg);
             else if (!err && (st = run_op(s, &batch[i]))) snprintf(msg, sizeof msg, "%s", hx_last_error());
             if (st && !err) err = first = st; /* later operations are skipped */
@@ -243,7 +257,7 @@ static void *stream_main(void *arg)
             s->err = first;
             memcpy(s->msg, msg, sizeof msg);
         }
-        s->completed += (uint64_t)n;
+        s->completed += (uint64_t)(n - counted);
         if (s->waiters) pthread_cond_broadcast(&s->done);
     }
     pthread_mutex_unlock(&s->mu);

@@ -17,6 +17,7 @@
  * suffix (or in X's own unit after X's last use there), so it comes after
  * every use of X in every execution. */
 #include "scheduler/backend.h"
+#include "scheduler/offload.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ typedef struct lifetime {
     int64_t offset;
     int unit;   /* the unit of its first event (-1: none yet, a fed input) */
     int more;   /* other units with events: a list in the builder's pool, -1 */
+    int step;   /* a copy: its step; else -1 */
 } lifetime;
 
 static int by_size_desc(const void *pa, const void *pb)
@@ -96,6 +98,11 @@ void hx__plan_free(const hx_session *s, hx_plan *p)
     free(p->input_copy_unit);
     free(p->input_host_use);
     free(p->skip);
+    free(p->scan_home);
+    free(p->src_step);
+    free(p->step_offset);
+    free(p->step_chunk);
+    free(p->step_role);
     hx__partition_free(&p->part);
     free(p);
 }
@@ -125,6 +132,15 @@ typedef struct builder {
     int n;
     int *copy_step; /* [dev * n + id]: the step copying id to dev, -1 */
     int *lt_of;     /* [dev * n + id]: its lifetime, -1 */
+    int *copy_lt;   /* per step: a copy's lifetime */
+    int *slot_of;   /* per step: its first in_pool slot */
+    /* parameter offload: chunks in execution order, copies again after a gap */
+    bool offload;
+    size_t chunk_bytes, window;
+    int chunk;
+    size_t fill, streamed;
+    size_t *last_use;   /* per id: `streamed` when the device last read its copy */
+    bool *grad_out;     /* per id: a device gradient whose update runs on the host */
     lifetime *lt[HX_NDEV];
     int n_lt[HX_NDEV];
     uint64_t *reach; /* unit reachability (plan_units.c) */
@@ -135,12 +151,13 @@ typedef struct builder {
     bool oom;
 } builder;
 
-static void add_lifetime(builder *b, int dev, int id, int pos, int unit)
+static void add_lifetime(builder *b, int dev, int id, int pos, int unit, int step)
 {
     b->lt_of[dev * b->n + id] = b->n_lt[dev];
+    if (step >= 0) b->copy_lt[step] = b->n_lt[dev];
     b->lt[dev][b->n_lt[dev]++] = (lifetime){id, pos, pos,
                                             align_up(hx_tensor_nbytes(b->s->g->tensors[id])), 0,
-                                            unit, -1};
+                                            unit, -1, step};
 }
 
 /* Adds unit u to x's other units. */
@@ -162,9 +179,8 @@ static void add_unit(builder *b, lifetime *x, int u)
 
 /* A use of id's value on dev at position pos by unit u (-1: the fetch at
  * the end of the run). */
-static void extend(builder *b, int dev, int id, int pos, int u)
+static void extend_lt(builder *b, int dev, int l, int pos, int u)
 {
-    int l = b->lt_of[dev * b->n + id];
     if (l < 0) return;
     lifetime *x = &b->lt[dev][l];
     if (x->last < pos) x->last = pos;
@@ -173,14 +189,56 @@ static void extend(builder *b, int dev, int id, int pos, int u)
     else add_unit(b, x, u);
 }
 
+static void extend(builder *b, int dev, int id, int pos, int u)
+{
+    extend_lt(b, dev, b->lt_of[dev * b->n + id], pos, u);
+}
+
+/* Appends a copy of t from device `from` to dev as step k. */
+static void add_copy(builder *b, int k, const hx_tensor *t, int dev, int from, char role)
+{
+    hx_plan *p = b->p;
+    b->copy_step[dev * b->n + t->id] = k;
+    p->steps[k] = (hx_step){NULL, t, NULL, NULL, dev, from};
+    p->src_step[b->slot_of[k]] = -1;
+    size_t bytes = hx_tensor_nbytes(t);
+    p->n_copies++;
+    p->copy_bytes += bytes;
+    if (dev == HX_DEV_ACCEL) p->n_h2d++;
+    else p->n_d2h++;
+    if (!b->offload) return;
+    if (role == HX_ROLE_STREAM_IN) { /* the next chunk when this one is full */
+        if (b->fill && b->fill + bytes > b->chunk_bytes) b->chunk++, b->fill = 0;
+        b->fill += bytes;
+        b->streamed += bytes;
+        p->streamed_bytes += bytes;
+    }
+    p->step_chunk[k] = b->chunk;
+    p->step_role[k] = role;
+}
+
+/* Whether source j of t (on dev, from `from`) needs a copy step now: none
+ * exists, or (offload) the device last read the copy more than a window of
+ * streamed bytes ago, so that it is dropped meanwhile and copied again. */
+static bool needs_copy(const builder *b, const hx_tensor *src, int dev, int from, char *role)
+{
+    *role = b->offload && dev == HX_DEV_ACCEL && hx__offload_streamed(src) ? HX_ROLE_STREAM_IN
+                                                                           : HX_ROLE_OTHER;
+    if (from == dev) return false;
+    if (b->copy_step[dev * b->n + src->id] < 0) return true;
+    return *role == HX_ROLE_STREAM_IN && b->streamed - b->last_use[src->id] > b->window;
+}
+
 /* Orders the steps: op nodes in creation order (a topological order),
- * updates last, each copy right before the first step that reads it. */
+ * updates last, each copy right before the first step that reads it (with
+ * offload: a parameter again before a read long after the last one, and a
+ * gradient whose update runs on the host right after it is produced). */
 static hx_status order_steps(builder *b, const bool *need)
 {
     const hx_session *s = b->s;
     const hx_graph *g = s->g;
     hx_plan *p = b->p;
-    int k = 0;
+    int k = 0, slot = 0;
     for (int pass = 0; pass < 2; pass++) {
         if (pass) p->first_update = k;
         for (int i = 0; i < g->n; i++) {
@@ -189,15 +247,11 @@ static hx_status order_steps(builder *b, const bool *need)
                 continue;
             int dev = hx__dev_of(s, i);
             for (int j = 0; j < t->n_src; j++) {
-                int u = t->src[j]->id, from = hx__dev_of(s, u);
-                if (from == dev || b->copy_step[dev * b->n + u] >= 0) continue;
-                b->copy_step[dev * b->n + u] = k;
-                p->steps[k++] = (hx_step){NULL, t->src[j], NULL, NULL, dev, from};
-                size_t bytes = hx_tensor_nbytes(t->src[j]);
-                p->n_copies++;
-                p->copy_bytes += bytes;
-                if (dev == HX_DEV_ACCEL) p->n_h2d++;
-                else p->n_d2h++;
+                int from = hx__dev_of(s, t->src[j]->id);
+                char role;
+                if (!needs_copy(b, t->src[j], dev, from, &role)) continue;
+                b->slot_of[k] = slot++;
+                add_copy(b, k++, t->src[j], dev, from, role);
             }
             hx_launch_fn fn = s->be[dev]->kernel(s->be[dev], t->op, t->dtype);
             if (!fn)
@@ -206,7 +260,18 @@ static hx_status order_steps(builder *b, const bool *need)
                                  "place it on the other target with hx_tensor_set_target",
                                  t->name, hx__ops[t->op].name, hx_dtype_name(t->dtype),
                                  s->be[dev]->name);
+            b->slot_of[k] = slot;
+            for (int j = 0; j < t->n_src; j++) {
+                int u = t->src[j]->id;
+                p->src_step[slot++] = hx__dev_of(s, u) != dev ? b->copy_step[dev * b->n + u] : -1;
+                if (b->offload && dev == HX_DEV_ACCEL) b->last_use[u] = b->streamed;
+            }
+            if (b->offload) p->step_chunk[k] = b->chunk;
             p->steps[k++] = (hx_step){fn, t, NULL, NULL, dev, -1};
+            if (b->grad_out && b->grad_out[i] && !pass) {
+                b->slot_of[k] = slot++;
+                add_copy(b, k++, t, HX_DEV_HOST, dev, HX_ROLE_GRAD_OUT);
+            }
         }
     }
     p->n_steps = k;
@@ -222,19 +287,24 @@ static void lifetimes(builder *b, const bool *need, const int *fetch_ids, int n_
     for (int i = 0; i < g->n; i++)
         if (need[i] && g->tensors[i]->kind == HX_TENSOR_INPUT) {
             p->inputs[p->n_inputs++] = i;
-            add_lifetime(b, HX_DEV_HOST, i, -1, -1);
+            add_lifetime(b, HX_DEV_HOST, i, -1, -1, -1);
         }
     for (int q = 0; q < p->n_steps; q++) {
         const hx_step *sp = &p->steps[p->unit_steps[q]];
         const hx_tensor *t = sp->node;
         int u = b->unit_at[q];
+        int k = p->unit_steps[q];
         if (!sp->fn) {
-            add_lifetime(b, sp->dev, t->id, q, u);
+            add_lifetime(b, sp->dev, t->id, q, u, k);
             extend(b, sp->src_dev, t->id, q, u);
             continue;
         }
-        for (int j = 0; j < t->n_src; j++) extend(b, sp->dev, t->src[j]->id, q, u);
-        if (t->kind != HX_TENSOR_UPDATE) add_lifetime(b, sp->dev, t->id, q, u);
+        for (int j = 0; j < t->n_src; j++) {
+            int c = p->src_step[b->slot_of[k] + j];
+            if (c >= 0) extend_lt(b, sp->dev, b->copy_lt[c], q, u);
+            else extend(b, sp->dev, t->src[j]->id, q, u);
+        }
+        if (t->kind != HX_TENSOR_UPDATE) add_lifetime(b, sp->dev, t->id, q, u, -1);
     }
     for (int f = 0; f < n_fetch; f++)
         extend(b, hx__dev_of(b->s, fetch_ids[f]), fetch_ids[f], p->n_steps, -1);
@@ -302,10 +372,15 @@ static hx_status scan_list(builder *b)
     int n = p->n_steps - p->first_update;
     p->scan_update = malloc(sizeof *p->scan_update * (n ? n : 1));
     p->scan_at = malloc(sizeof *p->scan_at * (n ? n : 1));
-    if (!p->scan_update || !p->scan_at)
+    p->scan_home = malloc(sizeof *p->scan_home * (n ? n : 1));
+    if (!p->scan_update || !p->scan_at || !p->scan_home)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
-    for (int k = p->first_update; k < p->n_steps; k++)
-        if (p->steps[k].fn) p->scan_update[p->n_scan++] = p->steps[k].node;
+    for (int k = p->first_update; k < p->n_steps; k++) {
+        if (!p->steps[k].fn) continue;
+        int g = p->steps[k].node->src[1]->id; /* copied out early: scanned on the host */
+        p->scan_home[p->n_scan] = b->grad_out && b->grad_out[g] ? HX_DEV_HOST : hx__dev_of(b->s, g);
+        p->scan_update[p->n_scan++] = p->steps[k].node;
+    }
     return HX_OK;
 }
 
@@ -360,6 +435,31 @@ static hx_status exec_parts(builder *b)
     return HX_OK;
 }
 
+/* Parameter offload's scratch: the chunk size and window, and which
+ * gradients go back to the host as soon as they are complete. */
+static hx_status offload_setup(builder *b, const bool *need, int max_steps)
+{
+    const hx_session *s = b->s;
+    hx_plan *p = b->p;
+    const hx_offload_config *c = &s->cfg.offload;
+    b->offload = true;
+    b->chunk_bytes = c->chunk_size;
+    b->window = c->chunk_size * (size_t)(c->prefetch_depth + 1);
+    b->last_use = calloc(b->n ? b->n : 1, sizeof *b->last_use);
+    b->grad_out = calloc(b->n ? b->n : 1, sizeof *b->grad_out);
+    p->step_chunk = malloc(sizeof *p->step_chunk * (max_steps ? max_steps : 1));
+    p->step_role = calloc(max_steps ? max_steps : 1, sizeof *p->step_role);
+    if (!b->last_use || !b->grad_out || !p->step_chunk || !p->step_role)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
+    for (int k = 0; k < max_steps; k++) p->step_chunk[k] = -1;
+    for (int i = 0; i < b->n; i++) {
+        const hx_tensor *u = s->g->tensors[i];
+        if (!need[i] || u->kind != HX_TENSOR_UPDATE || hx__dev_of(s, i) != HX_DEV_HOST) continue;
+        if (hx__dev_of(s, u->src[1]->id) == HX_DEV_ACCEL) b->grad_out[u->src[1]->id] = true;
+    }
+    return HX_OK;
+}
+
 hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool train,
                          hx_plan **out)
 {
@@ -367,9 +467,8 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
     int n = g->n;
     hx_plan *p = calloc(1, sizeof *p);
     bool *need = calloc(n ? n : 1, sizeof *need);
-    builder b = {s, p, n, malloc(sizeof(int) * HX_NDEV * (n ? n : 1)),
-                 malloc(sizeof(int) * HX_NDEV * (n ? n : 1)), {NULL}, {0}, NULL, 0, NULL, NULL,
-                 0, 0, false};
+    builder b = {.s = s, .p = p, .n = n, .copy_step = malloc(sizeof(int) * HX_NDEV * (n ? n : 1)),
+                 .lt_of = malloc(sizeof(int) * HX_NDEV * (n ? n : 1))};
     hx_status st = HX_OK;
     if (!p || !need || !b.copy_step || !b.lt_of) goto oom;
     for (int i = 0; i < HX_NDEV * n; i++) b.copy_step[i] = b.lt_of[i] = -1;
@@ -390,9 +489,18 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
     p->inputs = malloc(sizeof *p->inputs * (n ? n : 1));
     p->in_pool = malloc(sizeof *p->in_pool * (n_in + max_steps + 1));
     for (int d = 0; d < HX_NDEV; d++) b.lt[d] = malloc(sizeof *b.lt[d] * (max_steps + n + 1));
-    if (!p->steps || !p->offset || !p->inputs || !p->in_pool || !b.lt[0] || !b.lt[1]) goto oom;
+    p->src_step = malloc(sizeof *p->src_step * (n_in + max_steps + 1));
+    p->step_offset = malloc(sizeof *p->step_offset * (max_steps ? max_steps : 1));
+    b.copy_lt = malloc(sizeof *b.copy_lt * (max_steps ? max_steps : 1));
+    b.slot_of = malloc(sizeof *b.slot_of * (max_steps ? max_steps : 1));
+    if (!p->steps || !p->offset || !p->inputs || !p->in_pool || !b.lt[0] || !b.lt[1] ||
+        !p->src_step || !p->step_offset || !b.copy_lt || !b.slot_of)
+        goto oom;
+    for (int k = 0; k < max_steps; k++) b.copy_lt[k] = -1;
+    if (hx__offload_on(s) && (st = offload_setup(&b, need, max_steps))) goto fail;
 
     if ((st = order_steps(&b, need))) goto fail;
+    p->n_chunks = b.offload && p->streamed_bytes ? b.chunk + 1 : 0;
     bool *ops = calloc(n ? n : 1, sizeof *ops); /* the partition covers the plan's op nodes */
     if (!ops) goto oom;
     for (int i = 0; i < n; i++) ops[i] = need[i] && g->tensors[i]->op > HX_OP_STATE;
@@ -414,7 +522,11 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
             p->transient_tensor_bytes[d] += hx_tensor_nbytes(g->tensors[b.lt[d][l].id]);
         p->arena_bytes[d] = assign_offsets(b.lt[d], b.n_lt[d]);
         if (p->arena_bytes[d] == SIZE_MAX) goto oom;
-        for (int l = 0; l < b.n_lt[d]; l++) p->offset[d * n + b.lt[d][l].id] = b.lt[d][l].offset;
+        for (int l = 0; l < b.n_lt[d]; l++) {
+            const lifetime *x = &b.lt[d][l];
+            if (x->step < 0 || p->offset[d * n + x->id] < 0) p->offset[d * n + x->id] = x->offset;
+            if (x->step >= 0) p->step_offset[x->step] = x->offset;
+        }
     }
     goto done;
 oom:
@@ -426,6 +538,10 @@ done:
     free(need);
     free(b.copy_step);
     free(b.lt_of);
+    free(b.copy_lt);
+    free(b.slot_of);
+    free(b.last_use);
+    free(b.grad_out);
     free(b.reach);
     free(b.unit_at);
     free(b.pool);
@@ -450,7 +566,7 @@ void hx__plan_bind(hx_session *s, hx_plan *p)
         const hx_tensor *t = st->node;
         st->in = pool;
         if (!st->fn) {
-            st->out = locate(s, p, st->dev, t->id);
+            st->out = s->arena[st->dev] + p->step_offset[k];
             *pool++ = locate(s, p, st->src_dev, t->id);
             continue;
         }
@@ -460,7 +576,9 @@ void hx__plan_bind(hx_session *s, hx_plan *p)
                 p->dev_in_slot[p->n_dev_in] = (int)(pool - p->in_pool);
                 p->dev_in_id[p->n_dev_in++] = t->src[j]->id;
             }
-            *pool++ = locate(s, p, st->dev, t->src[j]->id);
+            int c = p->src_step[pool - p->in_pool];
+            *pool++ = c >= 0 ? s->arena[st->dev] + p->step_offset[c]
+                             : locate(s, p, st->dev, t->src[j]->id);
         }
     }
     for (int i = 0; i < p->n_scan; i++) {

@@ -55,25 +55,35 @@ static int heap_pop(heap *h)
     return top;
 }
 
-/* Creates units in the order of their first steps: unit_of[k] per step. */
-static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u)
+/* Creates units in the order of their first steps: unit_of[k] per step.
+ * With parameter offload, a device subgraph is cut where the parameter
+ * chunk changes, and the copies of one chunk's parameters form one unit;
+ * chunk[unit] receives each device or copy unit's chunk (-1: none). */
+static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u, int *chunk)
 {
-    int n_sub = p->part.n_sub, nu = 0;
+    int n_sub = p->part.n_sub, nu = 0, cu = -1;
     int *map = malloc(sizeof *map * 2 * (n_sub ? n_sub : 1));
     if (!map) return -1;
     for (int i = 0; i < 2 * n_sub; i++) map[i] = -1;
     for (int k = 0; k < p->n_steps; k++) {
         const hx_step *sp = &p->steps[k];
         int ph = k >= p->first_update;
+        int c = p->step_chunk ? p->step_chunk[k] : -1;
+        char role = p->step_role ? p->step_role[k] : HX_ROLE_OTHER;
         if (sp->fn) {
             int *slot = &map[ph * n_sub + p->part.sub_of[sp->node->id]];
-            if (*slot < 0) {
+            if (*slot < 0 || (sp->dev == HX_DEV_ACCEL && chunk[*slot] != c)) {
+                chunk[nu] = sp->dev == HX_DEV_ACCEL ? c : -1;
                 *slot = nu;
                 u[nu++] = (hx_unit){.lane = sp->dev == HX_DEV_ACCEL ? HX_LANE_COMPUTE : HX_LANE_HOST,
                                     .phase = ph, .fed_input = -1};
             }
             unit_of[k] = *slot;
+        } else if (role == HX_ROLE_STREAM_IN && cu >= 0 && chunk[cu] == c && u[cu].phase == ph) {
+            unit_of[k] = cu; /* the chunk's copy unit */
         } else {
+            if (role == HX_ROLE_STREAM_IN) cu = nu;
+            chunk[nu] = c;
             unit_of[k] = nu;
             u[nu++] = (hx_unit){.lane = sp->dev == HX_DEV_ACCEL ? HX_LANE_H2D : HX_LANE_D2H,
                                 .phase = ph,
@@ -84,6 +94,16 @@ static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u)
     }
     free(map);
     return nu;
+}
+
+/* Sorts edges and keeps one per (from, to): the first read. */
+static int dedup_edges(edge *e, int ne)
+{
+    qsort(e, ne, sizeof *e, by_edge);
+    int m = 0;
+    for (int i = 0; i < ne; i++)
+        if (!m || e[m - 1].from != e[i].from || e[m - 1].to != e[i].to) e[m++] = e[i];
+    return m;
 }
 
 /* Edges between units: a step reads a value another unit produced. */
@@ -107,17 +127,48 @@ static int make_edges(const hx_session *s, const hx_plan *p, const int *unit_of,
         prod[sp->dev * n + t->id] = k;
     }
     free(prod);
-    qsort(e, ne, sizeof *e, by_edge);
-    int m = 0;
-    for (int i = 0; i < ne; i++)
-        if (!m || e[m - 1].from != e[i].from || e[m - 1].to != e[i].to) e[m++] = e[i]; /* first read */
-    return m;
+    return dedup_edges(e, ne);
+}
+
+/* Parameter offload's prefetch limit, as edges: a copy to the device made
+ * in chunk c (the chunk's parameters, a fed input) waits for the device work
+ * of chunk c - 1 - depth (the latest chunk at or before it that has some),
+ * and a copy to the host made in chunk c (a gradient) must be done before
+ * the device work of chunk c + 1 + depth starts and before the copies of
+ * that chunk to the device, so that the device holds about depth + 1
+ * chunks of parameters and of gradients. */
+static int control_edges(const hx_session *s, const hx_plan *p, const int *unit_of,
+                         const int *chunk, const hx_unit *u, int nu, edge *e, int ne)
+{
+    int depth = s->cfg.offload.prefetch_depth;
+    int *first = malloc(sizeof *first * (nu ? nu : 1));
+    if (!first) return -1;
+    for (int k = p->n_steps - 1; k >= 0; k--) first[unit_of[k]] = k;
+    for (int x = 0; x < nu; x++) {
+        if (chunk[x] < 0 || u[x].phase || u[x].lane == HX_LANE_COMPUTE) continue;
+        bool in = u[x].lane == HX_LANE_H2D;
+        int best = -1, copy = -1; /* out: also the copies to the device of that chunk */
+        for (int w = 0; w < nu; w++) {
+            if (u[w].phase || chunk[w] < 0) continue;
+            if (!in && u[w].lane == HX_LANE_H2D && chunk[w] >= chunk[x] + 1 + depth &&
+                (copy < 0 || chunk[w] < chunk[copy]))
+                copy = w;
+            if (u[w].lane != HX_LANE_COMPUTE) continue;
+            if (in ? chunk[w] <= chunk[x] - 1 - depth && (best < 0 || chunk[w] >= chunk[best])
+                   : chunk[w] >= chunk[x] + 1 + depth && (best < 0 || chunk[w] < chunk[best]))
+                best = w;
+        }
+        if (best >= 0) e[ne++] = in ? (edge){best, x, first[x]} : (edge){x, best, first[best]};
+        if (copy >= 0) e[ne++] = (edge){x, copy, first[copy]};
+    }
+    free(first);
+    return dedup_edges(e, ne);
 }
 
 /* Kahn's algorithm, lowest creation number first: rank[old] = new number.
  * Phase 1 units were created after every phase 0 unit and never feed one,
  * so phase 0 comes first. */
-static void topo_order(int nu, const edge *e, int ne, int *rank, int *scratch)
+static int topo_order(int nu, const edge *e, int ne, int *rank, int *scratch)
 {
     int *indeg = scratch, *start = scratch + nu;
     heap h = {scratch + 2 * nu + 1, 0};
@@ -137,6 +188,7 @@ static void topo_order(int nu, const edge *e, int ne, int *rank, int *scratch)
         for (int i = start[u]; i < start[u + 1]; i++)
             if (!--indeg[e[i].to]) heap_push(&h, e[i].to);
     }
+    return next;
 }
 
 int hx__unit_after(const hx_plan *p, const uint64_t *reach, int U, int u)
@@ -202,16 +254,22 @@ hx_status hx__plan_units(const hx_session *s, hx_plan *p, uint64_t **reach_out)
     int ns = p->n_steps ? p->n_steps : 1;
     size_t max_edges = 0;
     for (int k = 0; k < p->n_steps; k++) max_edges += p->steps[k].fn ? p->steps[k].node->n_src : 1;
-    int *unit_of = malloc(sizeof *unit_of * ns);
+    int *unit_of = malloc(sizeof *unit_of * ns), *chunk = malloc(sizeof *chunk * ns);
     hx_unit *u0 = malloc(sizeof *u0 * ns);
-    edge *e = malloc(sizeof *e * (max_edges ? max_edges : 1));
+    edge *e = malloc(sizeof *e * (max_edges + 2 * (size_t)ns));
     int *rank = malloc(sizeof *rank * ns), *scratch = malloc(sizeof *scratch * (3 * ns + 1));
     uint64_t *reach = NULL;
     hx_status st = HX_OK;
-    if (!unit_of || !u0 || !e || !rank || !scratch) goto oom;
-    int nu = make_units(s, p, unit_of, u0);
+    if (!unit_of || !chunk || !u0 || !e || !rank || !scratch) goto oom;
+    int nu = make_units(s, p, unit_of, u0, chunk);
     int ne = nu < 0 ? -1 : make_edges(s, p, unit_of, e);
     if (ne < 0) goto oom;
+    if (p->step_chunk) { /* without the prefetch limit where it would close a cycle */
+        int nc = control_edges(s, p, unit_of, chunk, u0, nu, e, ne);
+        if (nc < 0) goto oom;
+        if (topo_order(nu, e, nc, rank, scratch) == nu) ne = nc;
+        else if ((ne = make_edges(s, p, unit_of, e)) < 0) goto oom;
+    }
     topo_order(nu, e, ne, rank, scratch);
     for (int i = 0; i < ne; i++) e[i] = (edge){rank[e[i].from], rank[e[i].to], e[i].k};
     qsort(e, ne, sizeof *e, by_edge);
@@ -290,6 +348,7 @@ oom:
     reach = NULL;
 done:
     free(unit_of);
+    free(chunk);
     free(u0);
     free(e);
     free(rank);

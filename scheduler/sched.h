@@ -136,7 +136,22 @@ typedef struct hx_plan {
     int *input_copy_unit;
     const hx_tensor **input_host_use;
     bool *skip; /* per unit, this run: a copy a device feed made unnecessary */
+    int *scan_home;      /* per scan entry: the device whose copy of the gradient is scanned */
+    /* copies: where each step's inputs come from and where each copy lands
+     * (a tensor may be copied to a device more than once: offload) */
+    int *src_step;       /* per in_pool slot: the copy step that produced it, -1: none */
+    int64_t *step_offset;/* per step: a copy's byte offset in its destination's arena */
+    /* parameter offload (hx_offload_config; NULL / 0 without it) */
+    int *step_chunk;     /* per step: the parameter chunk current when it was ordered */
+    char *step_role;     /* per step: HX_ROLE_* */
+    int n_chunks;
+    size_t streamed_bytes; /* parameter bytes copied to the device per run */
 } hx_plan;
+
+/* What a step is to the offload: a parameter (state, constant) copied to
+ * the device in a chunk, or a gradient copied back to the host as soon as it
+ * is complete. */
+enum { HX_ROLE_OTHER, HX_ROLE_STREAM_IN, HX_ROLE_GRAD_OUT };
 
 typedef struct hx_backend hx_backend;
 typedef struct hx_stream hx_stream;

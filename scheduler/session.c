@@ -3,6 +3,7 @@
 #include "scheduler/backend.h"
 #include "scheduler/backend_cuda.h"
 #include "scheduler/cpu_budget.h"
+#include "scheduler/offload.h"
 #include "scheduler/plan_memtrace.h"
 #include "scheduler/trace.h"
 
@@ -19,7 +20,8 @@ hx_session_config hx_session_config_default(void)
     hx_session_config c = {.n_threads = 0, .seed = 42, .accelerator = HX_ACCELERATOR_AUTO,
                            .max_device_memory = 0, .fallback = HX_FALLBACK_ERROR,
                            .loss_scale = {false, 65536.0, 2000, 2.0, 0.5},
-                           .emu_cost = {0, 0, 0}, .trace_path = NULL};
+                           .emu_cost = {0, 0, 0}, .trace_path = NULL,
+                           .offload = hx_offload_config_default()};
     return c;
 }
 
@@ -119,6 +121,7 @@ static hx_status setup_devices(hx_session *s)
         snprintf(msg, sizeof msg, "%s", hx_last_error());
         return hx__error(st, "hx_session_create: %s", msg);
     }
+    if ((st = hx__offload_place(s))) return st;
     for (int i = 0; i < s->g->n; i++) s->n_fallbacks += s->why[i] == HX_WHY_FALLBACK;
     if (hx__debug("placement")) hx__debug_placement(s);
     return HX_OK;
@@ -189,6 +192,8 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!(c.clip_grad_norm >= 0 && isfinite(c.clip_grad_norm)))
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: clip_grad_norm %g must be "
                          "finite and >= 0 (0: no clipping)", c.clip_grad_norm);
+    hx_status st = hx__offload_resolve(&c.offload);
+    if (st) return st;
     hx_session *s = calloc(1, sizeof *s);
     if (!s) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     s->stats.loss_scale = ls->enabled ? ls->initial_scale : 1.0;
@@ -198,7 +203,7 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     s->nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
     g->n_sessions++;
     s->persist = calloc(g->n ? g->n : 1, sizeof *s->persist);
-    hx_status st = s->persist ? setup_lanes(s)
+    st = s->persist ? setup_lanes(s)
                               : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     if (!st) st = setup_devices(s);
     if (!st) st = alloc_persistent(s);
@@ -375,7 +380,7 @@ static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_d
     *sumsq = 0;
     for (int i = 0; i < p->n_scan && !st; i++) {
         const hx_tensor *g = p->scan_update[i]->src[1];
-        if (hx__dev_of(s, g->id) != HX_DEV_ACCEL) continue;
+        if (p->scan_home[i] != HX_DEV_ACCEL) continue;
         hx_launch_fn fn = acc->kernel(acc, HX_KERNEL_SUMSQ, g->dtype);
         if (!fn)
             return hx__error(HX_ERR_NO_KERNEL, "hx_session_run: the %s backend has no kernel to "
@@ -391,7 +396,7 @@ static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_d
     int cores = hx__budget_take(s->budget, host_threads);
     for (int i = 0; i < p->n_scan && !st; i++) {
         const hx_tensor *g = p->scan_update[i]->src[1];
-        if (hx__dev_of(s, g->id) == HX_DEV_HOST)
+        if (p->scan_home[i] == HX_DEV_HOST)
             host_sums[i] = hx_k_sumsq(p->scan_at[i], (hx_kdtype)g->dtype, hx_tensor_numel(g),
                                       host_threads);
     }
@@ -403,7 +408,7 @@ static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_d
     if (st) return st;
     for (int i = 0; i < p->n_scan; i++) {
         const hx_tensor *u = p->scan_update[i];
-        double v = hx__dev_of(s, u->src[1]->id) == HX_DEV_ACCEL ? dev_sums[i] : host_sums[i];
+        double v = p->scan_home[i] == HX_DEV_ACCEL ? dev_sums[i] : host_sums[i];
         if (!isfinite(v) && !*bad) *bad = u;
         if (u->op != HX_OP_EMBEDDING_UPDATE) *sumsq += v;
     }

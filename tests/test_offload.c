@@ -1,0 +1,244 @@
+/* Parameter offload (hx_offload_config): the "key=value,..." syntax and its
+ * errors, $HX_OFFLOAD; a deep MLP whose parameters are 10x the emu device
+ * cap trains with offload_param=cpu under that cap, parameters streamed to
+ * the device in chunks within a window, and its parameters after N steps
+ * are bitwise those of an uncapped run without offload. */
+#include "hetex.h"
+#include "testutil.h"
+#include "scheduler/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { B = 2, W = 256, L = 48, STEPS = 3 };
+#define CAP ((size_t)1200 << 10)
+
+static void test_parse(void)
+{
+    hx_offload_config c = hx_offload_config_default();
+    CHECK(c.offload_param == HX_OFFLOAD_NONE && c.prefetch_depth == 1 && c.enable_aio &&
+              c.chunk_size == (size_t)32 << 20 && !strcmp(c.offload_path, "./offload"),
+          "defaults");
+    hx_status st = hx_offload_config_parse(
+        " offload_param = cpu, offload_path=/tmp/x y,offload_cpu_size=3GB,offload_disk_size=7,"
+        "host_mem_block_size=64MB, enable_aio=false,enable_pinned_mem=0,auto_offload=true,"
+        "chunk_size=48kb,prefetch_depth=3,", &c);
+    CHECK(st == HX_OK, "parse: %s", hx_last_error());
+    CHECK(c.offload_param == HX_OFFLOAD_CPU && !strcmp(c.offload_path, "/tmp/x y") &&
+              c.offload_cpu_size == (size_t)3 << 30 && c.offload_disk_size == 7 &&
+              c.host_mem_block_size == (size_t)64 << 20 && !c.enable_aio &&
+              !c.enable_pinned_mem && c.auto_offload && c.chunk_size == 48 << 10 &&
+              c.prefetch_depth == 3,
+          "parsed values");
+    CHECK(hx_offload_config_parse("", &c) == HX_OK && c.prefetch_depth == 3, "empty spec");
+    struct { const char *spec, *names; } bad[] = {
+        {"offload_param=gpu", "offload_param"}, {"offload_cpu_size=12XB", "offload_cpu_size"},
+        {"enable_aio=yes", "enable_aio"},       {"prefetch_depth=-1", "prefetch_depth"},
+        {"chunk_size", "chunk_size"},           {"offload_params=cpu", "offload_params"},
+        {"host_mem_block_size=0", "host_mem_block_size"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        hx_offload_config before = c;
+        st = hx_offload_config_parse(bad[i].spec, &c);
+        CHECK(st == HX_ERR_INVALID_ARGUMENT && strstr(hx_last_error(), bad[i].names),
+              "'%s': %s, '%s'", bad[i].spec, hx_status_name(st), hx_last_error());
+        CHECK(!memcmp(&before, &c, sizeof c), "'%s' changed the config", bad[i].spec);
+    }
+    /* a good key before a bad one changes nothing either */
+    hx_offload_config before = c;
+    CHECK(hx_offload_config_parse("prefetch_depth=5,enable_aio=maybe", &c) != HX_OK &&
+              !memcmp(&before, &c, sizeof c), "partial parse applied");
+    CHECK(hx_offload_config_parse(NULL, &c) == HX_ERR_INVALID_ARGUMENT, "NULL spec");
+}
+
+typedef struct model {
+    hx_graph *g;
+    hx_tensor *x, *y, *loss;
+    hx_tensor *w[L], *b[L];
+} model;
+
+/* L layers of relu(h W + b) (W 256x256: 256 KiB) on the device, mse loss,
+ * Adam; parameters 12.05 MiB in all. */
+static model build(void)
+{
+    model m = {.g = hx_graph_create()};
+    int64_t xs[2] = {B, W}, ws[2] = {W, W}, bs[1] = {W};
+    m.x = hx_graph_input(m.g, "x", HX_DTYPE_F32, 2, xs);
+    m.y = hx_graph_input(m.g, "y", HX_DTYPE_F32, 2, xs);
+    hx_graph_push_target(m.g, HX_TARGET_DEVICE);
+    hx_tensor *h = m.x;
+    for (int l = 0; l < L; l++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", l);
+        m.w[l] = hx_graph_param(m.g, name, HX_DTYPE_F32, 2, ws, hx_init_xavier_uniform(1.4));
+        snprintf(name, sizeof name, "b%d", l);
+        m.b[l] = hx_graph_param(m.g, name, HX_DTYPE_F32, 1, bs, hx_init_uniform(-0.1, 0.1));
+        hx_tensor *z = hx_bias_add(m.g, hx_matmul(m.g, h, m.w[l], false, false), m.b[l]);
+        h = l + 1 < L ? hx_relu(m.g, z) : z;
+    }
+    m.loss = hx_mse(m.g, h, m.y);
+    hx_graph_pop_target(m.g);
+    CHECK(hx_graph_backward(m.g, m.loss) == HX_OK, "backward: %s", hx_last_error());
+    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
+    oc.lr = 1e-3;
+    CHECK(hx_graph_apply_optimizer(m.g, NULL, &oc) == HX_OK, "optimizer: %s", hx_last_error());
+    return m;
+}
+
+static float xv[STEPS][B * W], yv[STEPS][B * W];
+
+/* Trains STEPS steps; returns the session (NULL on failure) and the losses. */
+static hx_session *train(const model *m, const hx_session_config *c, float *loss)
+{
+    hx_session *s = NULL;
+    hx_status st = hx_session_create(m->g, c, &s);
+    CHECK(st == HX_OK, "session: %s", hx_last_error());
+    for (int k = 0; s && k < STEPS; k++) {
+        hx_feed f[2] = {{NULL, m->x, xv[k], sizeof xv[k]}, {NULL, m->y, yv[k], sizeof yv[k]}};
+        hx_fetch o = {NULL, m->loss, &loss[k], sizeof loss[k]};
+        st = hx_session_run(s, f, 2, &o, 1, HX_RUN_TRAIN);
+        CHECK(st == HX_OK, "step %d: %s", k, hx_last_error());
+        if (st) {
+            hx_session_free(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
+static bool same_params(hx_session *a, hx_session *b, const model *m)
+{
+    static float pa[W * W], pb[W * W];
+    bool same = true;
+    for (int l = 0; l < L; l++) {
+        const hx_tensor *t[2] = {m->w[l], m->b[l]};
+        for (int j = 0; j < 2; j++) {
+            size_t n = hx_tensor_nbytes(t[j]);
+            CHECK(hx_session_read(a, t[j], pa, n) == HX_OK && hx_session_read(b, t[j], pb, n) == HX_OK,
+                  "read: %s", hx_last_error());
+            if (memcmp(pa, pb, n)) {
+                CHECK(false, "parameter '%s' differs", hx_tensor_name(t[j]));
+                same = false;
+            }
+        }
+    }
+    return same;
+}
+
+static void test_cpu_offload_bitwise(void)
+{
+    model m = build();
+    size_t param_bytes = 0;
+    for (int l = 0; l < L; l++) param_bytes += hx_tensor_nbytes(m.w[l]) + hx_tensor_nbytes(m.b[l]);
+    CHECK(param_bytes >= 10 * CAP, "parameters %zu bytes, 10x the cap is %zu", param_bytes, 10 * CAP);
+
+    hx_session_config rc = hx_session_config_default();
+    rc.accelerator = HX_ACCELERATOR_EMU;
+    rc.n_threads = 2;
+    float ref_loss[STEPS], loss[STEPS];
+    hx_session *ref = train(&m, &rc, ref_loss);
+
+    hx_session_config c = rc; /* no offload: the step does not fit under the cap */
+    c.max_device_memory = CAP;
+    hx_session *s = NULL;
+    hx_status st = hx_session_create(m.g, &c, &s);
+    if (!st) {
+        hx_feed f[2] = {{NULL, m.x, xv[0], sizeof xv[0]}, {NULL, m.y, yv[0], sizeof yv[0]}};
+        st = hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN);
+    }
+    CHECK(st == HX_ERR_DEVICE_OOM, "without offload: %s (%s)", hx_status_name(st), hx_last_error());
+    hx_session_free(s);
+
+    /* depth 0 under the cap; depth 1 (copies one chunk ahead, gradients
+     * copied out one chunk later) holds about twice the window */
+    for (int depth = 0; depth <= 1; depth++) {
+        size_t cap = depth ? 2 * CAP : CAP;
+        c.max_device_memory = cap;
+        c.offload.offload_param = HX_OFFLOAD_CPU;
+        c.offload.chunk_size = 300 << 10; /* one weight and its bias per chunk */
+        c.offload.prefetch_depth = depth;
+        s = train(&m, &c, loss);
+        if (!s || !ref) break;
+        CHECK(!memcmp(loss, ref_loss, sizeof loss), "depth %d: losses %.9g %.9g vs %.9g %.9g", depth,
+              loss[0], loss[STEPS - 1], ref_loss[0], ref_loss[STEPS - 1]);
+        CHECK(loss[STEPS - 1] < loss[0], "depth %d: loss %g -> %g", depth, loss[0], loss[STEPS - 1]);
+        same_params(s, ref, &m);
+        hx_device_pools_stats ps;
+        hx_memory_stats ms;
+        CHECK(hx_session_pool_stats(s, &ps) == HX_OK && hx_session_memory_stats(s, &ms) == HX_OK,
+              "stats: %s", hx_last_error());
+        const hx_plan *p = s->last_plan;
+        printf("depth %d: params %zu B, cap %zu B, device peak %zu B (persistent %zu, arena %zu), "
+               "%d chunks, %zu B streamed per step, host persistent %zu B\n", depth, param_bytes,
+               cap, ps.total.peak_allocated, ms.device_persistent_bytes,
+               ms.device_transient_planned_bytes, p->n_chunks, p->streamed_bytes,
+               ms.persistent_bytes);
+        CHECK(ps.total.peak_allocated <= cap && ps.capacity == cap, "peak %zu over the cap %zu",
+              ps.total.peak_allocated, cap);
+        CHECK(ms.device_persistent_bytes < (size_t)64 << 10, "parameters left on the device: %zu B",
+              ms.device_persistent_bytes);
+        CHECK(ms.persistent_bytes >= 3 * param_bytes, "host holds params and Adam state: %zu B",
+              ms.persistent_bytes);
+        /* the forward streams every parameter, the backward the weights again
+         * (biases' gradients do not read them), except the last few layers'
+         * whose copies are still in the window when the backward starts */
+        size_t wbytes = hx_tensor_nbytes(m.w[0]);
+        CHECK(p->streamed_bytes >= param_bytes + (L - 4) * wbytes &&
+                  p->streamed_bytes < param_bytes + L * wbytes,
+              "streamed %zu B per step, params %zu B", p->streamed_bytes, param_bytes);
+        CHECK(p->n_chunks >= 2 * L - 4, "%d chunks", p->n_chunks);
+        hx_session_free(s);
+    }
+    hx_session_free(ref);
+    hx_graph_free(m.g);
+}
+
+/* $HX_OFFLOAD configures a session whose config leaves offload at its
+ * default; a bad value fails creation naming the key; disk and auto say
+ * they are not available. */
+static void test_env(void)
+{
+    model m = build();
+    hx_session_config c = hx_session_config_default();
+    c.accelerator = HX_ACCELERATOR_EMU;
+    c.n_threads = 2;
+    hx_session *s = NULL;
+    setenv("HX_OFFLOAD", "offload_param=cpu,chunk_size=1MB", 1);
+    CHECK(hx_session_create(m.g, &c, &s) == HX_OK, "%s", hx_last_error());
+    if (s) {
+        CHECK(s->cfg.offload.offload_param == HX_OFFLOAD_CPU && s->cfg.offload.chunk_size == 1 << 20,
+              "HX_OFFLOAD not applied");
+        CHECK(s->target[m.w[0]->id] == HX_TARGET_CPU && s->target[m.loss->id] == HX_TARGET_DEVICE,
+              "placement under offload");
+        hx_session_free(s);
+    }
+    setenv("HX_OFFLOAD", "offload_param=cpu,chunk_sise=1MB", 1);
+    hx_status st = hx_session_create(m.g, &c, &s);
+    CHECK(st == HX_ERR_INVALID_ARGUMENT && strstr(hx_last_error(), "HX_OFFLOAD") &&
+              strstr(hx_last_error(), "chunk_sise"), "%s", hx_last_error());
+    c.offload.prefetch_depth = 2; /* still the default policy: the variable applies */
+    st = hx_session_create(m.g, &c, &s);
+    CHECK(st == HX_ERR_INVALID_ARGUMENT, "variable ignored: %s", hx_status_name(st));
+    c.offload.offload_param = HX_OFFLOAD_CPU; /* the field overrides the variable */
+    CHECK(hx_session_create(m.g, &c, &s) == HX_OK && s->cfg.offload.prefetch_depth == 2,
+          "%s", hx_last_error());
+    hx_session_free(s);
+    unsetenv("HX_OFFLOAD");
+    c.offload.offload_param = HX_OFFLOAD_DISK;
+    st = hx_session_create(m.g, &c, &s);
+    CHECK(st == HX_ERR_UNSUPPORTED && strstr(hx_last_error(), "disk"), "disk: %s", hx_last_error());
+    hx_graph_free(m.g);
+}
+
+int main(void)
+{
+    test_rng r = test_rng_make(21);
+    for (int k = 0; k < STEPS; k++) {
+        test_fill_uniform(&r, xv[k], B * W, -1, 1);
+        test_fill_uniform(&r, yv[k], B * W, -1, 1);
+    }
+    test_parse();
+    test_env();
+    test_cpu_offload_bitwise();
+    return test_finish("offload");
+}
