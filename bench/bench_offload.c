@@ -1,0 +1,109 @@
+/* Parameter offload to the host (offload_param=cpu) on emu: a deep MLP
+ * (L layers of 256x256, Adam) trained uncapped without offload (the
+ * ceiling, measured in the same run) and with offload at prefetch depth 0
+ * and 1 under a cap just above its measured device peak. One JSON object
+ * per case: parameter bytes, device peak, parameters / peak, step time and
+ * its ratio to the uncapped step. Small by design (the machine is small):
+ * the ratio params / peak grows with L, the window does not. */
+#include "hetex.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+enum { B = 8, W = 256, STEPS = 5 };
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+typedef struct model { hx_graph *g; hx_tensor *x, *y, *loss; size_t param_bytes; } model;
+
+static model build(int L)
+{
+    model m = {.g = hx_graph_create()};
+    int64_t xs[2] = {B, W}, ws[2] = {W, W}, bs[1] = {W};
+    m.x = hx_graph_input(m.g, "x", HX_DTYPE_F32, 2, xs);
+    m.y = hx_graph_input(m.g, "y", HX_DTYPE_F32, 2, xs);
+    hx_graph_push_target(m.g, HX_TARGET_DEVICE);
+    hx_tensor *h = m.x;
+    for (int l = 0; l < L; l++) {
+        char n[16];
+        snprintf(n, sizeof n, "w%d", l);
+        hx_tensor *w = hx_graph_param(m.g, n, HX_DTYPE_F32, 2, ws, hx_init_xavier_uniform(1.4));
+        snprintf(n, sizeof n, "b%d", l);
+        hx_tensor *b = hx_graph_param(m.g, n, HX_DTYPE_F32, 1, bs, hx_init_uniform(-0.1, 0.1));
+        m.param_bytes += hx_tensor_nbytes(w) + hx_tensor_nbytes(b);
+        hx_tensor *z = hx_bias_add(m.g, hx_matmul(m.g, h, w, false, false), b);
+        h = l + 1 < L ? hx_relu(m.g, z) : z;
+    }
+    m.loss = hx_mse(m.g, h, m.y);
+    hx_graph_pop_target(m.g);
+    hx_graph_backward(m.g, m.loss);
+    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
+    hx_graph_apply_optimizer(m.g, NULL, &oc);
+    return m;
+}
+
+/* Mean step seconds after one warm-up step; *peak: the device's peak. */
+static int run(const model *m, const hx_session_config *c, double *step_s, size_t *peak)
+{
+    static float x[B * W], y[B * W];
+    for (int i = 0; i < B * W; i++) x[i] = (float)((i * 7919) % 200) / 100.0f - 1, y[i] = -x[i];
+    hx_session *s;
+    if (hx_session_create(m->g, c, &s)) return -1;
+    hx_feed f[2] = {{NULL, m->x, x, sizeof x}, {NULL, m->y, y, sizeof y}};
+    double t0 = 0;
+    for (int k = 0; k <= STEPS; k++) {
+        if (k == 1) t0 = now();
+        if (hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN)) {
+            fprintf(stderr, "bench_offload: %s\n", hx_last_error());
+            hx_session_free(s);
+            return -1;
+        }
+    }
+    *step_s = (now() - t0) / STEPS;
+    hx_device_pools_stats ps;
+    hx_session_pool_stats(s, &ps);
+    *peak = ps.total.peak_allocated;
+    hx_session_free(s);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int L = argc > 1 ? atoi(argv[1]) : 48;
+    model m = build(L);
+    hx_session_config c = hx_session_config_default();
+    c.accelerator = HX_ACCELERATOR_EMU;
+    c.n_threads = 2;
+    double base_s;
+    size_t base_peak;
+    if (run(&m, &c, &base_s, &base_peak)) return 1;
+    printf("{\"case\":\"uncapped_no_offload\",\"layers\":%d,\"param_bytes\":%zu,\"device_peak\":%zu,"
+           "\"step_ms\":%.3f}\n", L, m.param_bytes, base_peak, base_s * 1e3);
+    for (int depth = 0; depth <= 1; depth++) {
+        c.offload.offload_param = HX_OFFLOAD_CPU;
+        c.offload.chunk_size = 300 << 10;
+        c.offload.prefetch_depth = depth;
+        c.max_device_memory = 0;
+        double s0;
+        size_t peak;
+        if (run(&m, &c, &s0, &peak)) return 1;
+        c.max_device_memory = peak + (64 << 10); /* the measured peak is what a cap must hold */
+        double s1;
+        size_t peak1;
+        int rc = run(&m, &c, &s1, &peak1);
+        printf("{\"case\":\"offload_cpu_depth%d\",\"layers\":%d,\"param_bytes\":%zu,\"cap\":%zu,"
+               "\"trains_under_cap\":%s,\"device_peak\":%zu,\"params_over_cap\":%.2f,"
+               "\"step_ms\":%.3f,\"ceiling_step_ms\":%.3f,\"throughput_vs_uncapped\":%.3f}\n",
+               depth, L, m.param_bytes, c.max_device_memory, rc ? "false" : "true", peak1,
+               (double)m.param_bytes / c.max_device_memory, s1 * 1e3, base_s * 1e3,
+               rc ? 0.0 : base_s / s1);
+    }
+    hx_graph_free(m.g);
+    return 0;
+}
