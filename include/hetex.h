@@ -605,6 +605,11 @@ typedef struct hx_session_config {
      * writing, saving or loading the session waits for the update. */
     bool delayed_param_update;
     int dpu_warmup_steps;
+    /* Device gradients that an update on the host reads are copied there
+     * as backward makes them: the device's work is cut after every
+     * grad_bucket_bytes of them (0: 4 MiB), and each bucket's copies run
+     * while backward goes on. */
+    size_t grad_bucket_bytes;
     hx_offload_config offload;    /* hx_offload_config_default(): no offload; see above */
 } hx_session_config;
 HX_API hx_session_config hx_session_config_default(void);

@@ -197,9 +197,10 @@ static hx_status run_op(hx_stream *s, const emu_op *op)
 static hx_status wait_stream(hx_stream *w, uint64_t until, char *msg, size_t n)
 {
     pthread_mutex_lock(&w->mu);
-    w->waiters++;
-    while (w->completed < until) pthread_cond_wait(&w->done, &w->mu);
-    w->waiters--;
+    __atomic_add_fetch(&w->waiters, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&w->completed, __ATOMIC_SEQ_CST) < until)
+        pthread_cond_wait(&w->done, &w->mu);
+    __atomic_sub_fetch(&w->waiters, 1, __ATOMIC_SEQ_CST);
     hx_status st = w->err;
     if (st) snprintf(msg, n, "%s", w->msg);
     pthread_mutex_unlock(&w->mu);
@@ -207,7 +208,13 @@ static hx_status wait_stream(hx_stream *w, uint64_t until, char *msg, size_t n)
 }
 
 /* Serves the queue: takes up to BATCH operations at a time (one lock per
- * batch), runs them in order, then counts them completed. */
+ * batch) and runs them in order, counting each completed as it ends, with
+ * a lock only when someone waits: a copy waiting for one gradient must not
+ * wait for the rest of the batch (the whole of backward), and streams
+ * waiting on each other must see what the other ran before it blocked. The
+ * counter and the waiter count are sequentially consistent atomics, so a
+ * waiter that registers after the stream looked sees the new count instead
+ * of sleeping. */
 enum { BATCH = 64 };
 
 static void *stream_main(void *arg)
@@ -231,34 +238,27 @@ static void *stream_main(void *arg)
         }
         hx_status err = s->err;
         pthread_mutex_unlock(&s->mu);
-        hx_status first = HX_OK;
-        int counted = 0;
         for (int i = 0; i < n; i++) {
             hx_status st = HX_OK;
-            if (batch[i].kind == OP_WAIT && i > counted) {
-                /* count what ran before waiting: the other stream may be
-                 * waiting for it (copies and compute wait on each other) */
-                pthread_mutex_lock(&s->mu);
-                if (first && !s->err) {
-                    s->err = first;
-                    memcpy(s->msg, msg, sizeof msg);
-                }
-                s->completed += (uint64_t)(i - counted);
-                if (s->waiters) pthread_cond_broadcast(&s->done);
-                pthread_mutex_unlock(&s->mu);
-                counted = i;
-            }
             if (batch[i].kind == OP_WAIT) st = wait_stream(batch[i].wait_on, batch[i].until, msg, sizeof msg);
             else if (!err && (st = run_op(s, &batch[i]))) snprintf(msg, sizeof msg, "%s", hx_last_error());
-            if (st && !err) err = first = st; /* later operations are skipped */
+            if (st && !err) { /* later operations are skipped */
+                err = st;
+                pthread_mutex_lock(&s->mu);
+                if (!s->err) {
+                    s->err = st;
+                    memcpy(s->msg, msg, sizeof msg);
+                }
+                pthread_mutex_unlock(&s->mu);
+            }
+            __atomic_add_fetch(&s->completed, 1, __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST)) {
+                pthread_mutex_lock(&s->mu);
+                pthread_cond_broadcast(&s->done);
+                pthread_mutex_unlock(&s->mu);
+            }
         }
         pthread_mutex_lock(&s->mu);
-        if (first && !s->err) {
-            s->err = first;
-            memcpy(s->msg, msg, sizeof msg);
-        }
-        s->completed += (uint64_t)(n - counted);
-        if (s->waiters) pthread_cond_broadcast(&s->done);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;

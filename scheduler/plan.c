@@ -231,8 +231,8 @@ static bool needs_copy(const builder *b, const hx_tensor *src, int dev, int from
 
 /* Orders the steps: op nodes in creation order (a topological order),
  * updates last, each copy right before the first step that reads it (with
- * offload: a parameter again before a read long after the last one, and a
- * gradient whose update runs on the host right after it is produced). */
+ * offload: a parameter again before a read long after the last one), but a
+ * gradient whose update runs on the host right after it is produced. */
 static hx_status order_steps(builder *b, const bool *need)
 {
     const hx_session *s = b->s;
@@ -435,8 +435,7 @@ static hx_status exec_parts(builder *b)
     return HX_OK;
 }
 
-/* Parameter offload's scratch: the chunk size and window, and which
- * gradients go back to the host as soon as they are complete. */
+/* Parameter offload's scratch: the chunk size and window. */
 static hx_status offload_setup(builder *b, const bool *need, int max_steps)
 {
     const hx_session *s = b->s;
@@ -446,12 +445,24 @@ static hx_status offload_setup(builder *b, const bool *need, int max_steps)
     b->chunk_bytes = c->chunk_size;
     b->window = c->chunk_size * (size_t)(c->prefetch_depth + 1);
     b->last_use = calloc(b->n ? b->n : 1, sizeof *b->last_use);
-    b->grad_out = calloc(b->n ? b->n : 1, sizeof *b->grad_out);
     p->step_chunk = malloc(sizeof *p->step_chunk * (max_steps ? max_steps : 1));
     p->step_role = calloc(max_steps ? max_steps : 1, sizeof *p->step_role);
-    if (!b->last_use || !b->grad_out || !p->step_chunk || !p->step_role)
+    if (!b->last_use || !p->step_chunk || !p->step_role)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
     for (int k = 0; k < max_steps; k++) p->step_chunk[k] = -1;
+    return HX_OK;
+}
+
+/* The device gradients that an update on the host reads: each goes back as
+ * soon as it is complete (optimizer offload: its copy overlaps the rest of
+ * backward, plan_units.c cuts the device work into buckets after them) and
+ * is scanned there. */
+static hx_status grads_out(builder *b, const bool *need)
+{
+    const hx_session *s = b->s;
+    b->grad_out = calloc(b->n ? b->n : 1, sizeof *b->grad_out);
+    if (!b->grad_out)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
     for (int i = 0; i < b->n; i++) {
         const hx_tensor *u = s->g->tensors[i];
         if (!need[i] || u->kind != HX_TENSOR_UPDATE || hx__dev_of(s, i) != HX_DEV_HOST) continue;
@@ -498,6 +509,7 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
         goto oom;
     for (int k = 0; k < max_steps; k++) b.copy_lt[k] = -1;
     if (hx__offload_on(s) && (st = offload_setup(&b, need, max_steps))) goto fail;
+    if (train && (st = grads_out(&b, need))) goto fail;
 
     if ((st = order_steps(&b, need))) goto fail;
     p->n_chunks = b.offload && p->streamed_bytes ? b.chunk + 1 : 0;

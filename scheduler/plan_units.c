@@ -55,31 +55,66 @@ static int heap_pop(heap *h)
     return top;
 }
 
+/* A copy of a gradient to the host that order_steps put right after the
+ * device step making it (plan.c): where backward is cut into buckets. */
+static bool early_grad_copy(const hx_plan *p, int k)
+{
+    const hx_step *sp = &p->steps[k];
+    return !sp->fn && k < p->first_update && sp->dev == HX_DEV_HOST && k > 0 &&
+           p->steps[k - 1].fn && p->steps[k - 1].node == sp->node &&
+           p->steps[k - 1].dev == HX_DEV_ACCEL;
+}
+
 /* Creates units in the order of their first steps: unit_of[k] per step.
- * With parameter offload, a device subgraph is cut where the parameter
- * chunk changes, and the copies of one chunk's parameters form one unit;
- * chunk[unit] receives each device or copy unit's chunk (-1: none). */
-static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u, int *chunk)
+ * A subgraph's steps in a phase form one unit, but a device subgraph is
+ * cut where the parameter chunk changes (parameter offload; the copies of
+ * one chunk's parameters form one unit) and after the step whose gradient
+ * copy brings the bytes copied since the last cut to a bucket
+ * (grad_bucket_bytes), so that those copies leave while backward goes on.
+ * Each later part of a subgraph gets an edge from the part before it
+ * (cont, *n_cont); chunk[unit] receives each device or copy unit's chunk
+ * (-1: none). */
+static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u, int *chunk,
+                      edge *cont, int *n_cont)
 {
     int n_sub = p->part.n_sub, nu = 0, cu = -1;
-    int *map = malloc(sizeof *map * 2 * (n_sub ? n_sub : 1));
-    if (!map) return -1;
-    for (int i = 0; i < 2 * n_sub; i++) map[i] = -1;
+    int *map = malloc(sizeof *map * 4 * (n_sub ? n_sub : 1));
+    size_t *filled = calloc(n_sub ? n_sub : 1, sizeof *filled);
+    if (!map || !filled) {
+        free(map);
+        free(filled);
+        return -1;
+    }
+    int *last = map + 2 * n_sub; /* per (phase, subgraph): its latest unit */
+    size_t bucket = s->cfg.grad_bucket_bytes ? s->cfg.grad_bucket_bytes : HX_GRAD_BUCKET_BYTES;
+    for (int i = 0; i < 4 * n_sub; i++) map[i] = -1;
+    *n_cont = 0;
     for (int k = 0; k < p->n_steps; k++) {
         const hx_step *sp = &p->steps[k];
         int ph = k >= p->first_update;
         int c = p->step_chunk ? p->step_chunk[k] : -1;
         char role = p->step_role ? p->step_role[k] : HX_ROLE_OTHER;
         if (sp->fn) {
-            int *slot = &map[ph * n_sub + p->part.sub_of[sp->node->id]];
+            int sub = ph * n_sub + p->part.sub_of[sp->node->id], *slot = &map[sub];
             if (*slot < 0 || (sp->dev == HX_DEV_ACCEL && chunk[*slot] != c)) {
+                if (last[sub] >= 0) cont[(*n_cont)++] = (edge){last[sub], nu, k};
                 chunk[nu] = sp->dev == HX_DEV_ACCEL ? c : -1;
-                *slot = nu;
+                *slot = last[sub] = nu;
                 u[nu++] = (hx_unit){.lane = sp->dev == HX_DEV_ACCEL ? HX_LANE_COMPUTE : HX_LANE_HOST,
                                     .phase = ph, .fed_input = -1};
             }
             unit_of[k] = *slot;
-        } else if (role == HX_ROLE_STREAM_IN && cu >= 0 && chunk[cu] == c && u[cu].phase == ph) {
+            continue;
+        }
+        if (early_grad_copy(p, k)) {
+            int sub = p->part.sub_of[sp->node->id];
+            filled[sub] += hx_tensor_nbytes(sp->node);
+            if (filled[sub] >= bucket) { /* the bucket is full: cut backward here */
+                map[sub] = -1;
+                filled[sub] = 0;
+            }
+        }
+        if (role == HX_ROLE_STREAM_IN && cu >= 0 && chunk[cu] == c && u[cu].phase == ph) {
             unit_of[k] = cu; /* the chunk's copy unit */
         } else {
             if (role == HX_ROLE_STREAM_IN) cu = nu;
@@ -93,6 +128,7 @@ static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u,
         }
     }
     free(map);
+    free(filled);
     return nu;
 }
 
@@ -106,10 +142,13 @@ static int dedup_edges(edge *e, int ne)
     return m;
 }
 
-/* Edges between units: a step reads a value another unit produced. */
-static int make_edges(const hx_session *s, const hx_plan *p, const int *unit_of, edge *e)
+/* Edges between units: a step reads a value another unit produced; and
+ * the n_cont edges between the parts of a cut subgraph. */
+static int make_edges(const hx_session *s, const hx_plan *p, const int *unit_of, edge *e,
+                      const edge *cont, int n_cont)
 {
     int n = s->g->n, ne = 0;
+    for (int i = 0; i < n_cont; i++) e[ne++] = cont[i];
     int *prod = malloc(sizeof *prod * HX_NDEV * (n ? n : 1));
     if (!prod) return -1;
     for (int i = 0; i < HX_NDEV * n; i++) prod[i] = -1;
@@ -256,19 +295,20 @@ hx_status hx__plan_units(const hx_session *s, hx_plan *p, uint64_t **reach_out)
     for (int k = 0; k < p->n_steps; k++) max_edges += p->steps[k].fn ? p->steps[k].node->n_src : 1;
     int *unit_of = malloc(sizeof *unit_of * ns), *chunk = malloc(sizeof *chunk * ns);
     hx_unit *u0 = malloc(sizeof *u0 * ns);
-    edge *e = malloc(sizeof *e * (max_edges + 2 * (size_t)ns));
+    edge *e = malloc(sizeof *e * (max_edges + 3 * (size_t)ns)), *cont = malloc(sizeof *cont * ns);
+    int n_cont = 0;
     int *rank = malloc(sizeof *rank * ns), *scratch = malloc(sizeof *scratch * (3 * ns + 1));
     uint64_t *reach = NULL;
     hx_status st = HX_OK;
-    if (!unit_of || !chunk || !u0 || !e || !rank || !scratch) goto oom;
-    int nu = make_units(s, p, unit_of, u0, chunk);
-    int ne = nu < 0 ? -1 : make_edges(s, p, unit_of, e);
+    if (!unit_of || !chunk || !u0 || !e || !cont || !rank || !scratch) goto oom;
+    int nu = make_units(s, p, unit_of, u0, chunk, cont, &n_cont);
+    int ne = nu < 0 ? -1 : make_edges(s, p, unit_of, e, cont, n_cont);
     if (ne < 0) goto oom;
     if (p->step_chunk) { /* without the prefetch limit where it would close a cycle */
         int nc = control_edges(s, p, unit_of, chunk, u0, nu, e, ne);
         if (nc < 0) goto oom;
         if (topo_order(nu, e, nc, rank, scratch) == nu) ne = nc;
-        else if ((ne = make_edges(s, p, unit_of, e)) < 0) goto oom;
+        else if ((ne = make_edges(s, p, unit_of, e, cont, n_cont)) < 0) goto oom;
     }
     topo_order(nu, e, ne, rank, scratch);
     for (int i = 0; i < ne; i++) e[i] = (edge){rank[e[i].from], rank[e[i].to], e[i].k};
@@ -347,6 +387,7 @@ oom:
     free(reach);
     reach = NULL;
 done:
+    free(cont);
     free(unit_of);
     free(chunk);
     free(u0);

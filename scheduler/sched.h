@@ -236,6 +236,10 @@ void hx__exec_free(hx_session *s);
 hx_status hx__session_copy_out(hx_session *s, int dev, void *dst, const void *src, size_t n);
 hx_status hx__session_copy_in(hx_session *s, int dev, void *dst, const void *src, size_t n);
 
+/* Gradient copies to the host per bucket when hx_session_config leaves
+ * grad_bucket_bytes 0. */
+#define HX_GRAD_BUCKET_BYTES ((size_t)4 << 20)
+
 /* dpu.c: the delayed parameter update (hx_session_config.delayed_param_update). */
 /* p's updates may run behind the next run: all dense, on the host, alone in
  * phase 1, and p qualifies for hx__dpu_reads_no_master. */
