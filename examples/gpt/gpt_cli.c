@@ -17,6 +17,7 @@ typedef struct options {
     size_t max_device_memory;
     double clip;
     int dpu; /* delayed parameter update after this many steps; -1: off */
+    const char *offload_config; /* hx_offload_config_parse's key=value,... */
 } options;
 
 static const char usage[] =
@@ -32,6 +33,8 @@ static const char usage[] =
     "                          f16 turns on dynamic loss scaling\n"
     "  --dpu K                 delayed parameter update after K steps (ZeRO-Offload's DPU;\n"
     "                          offload optimizer with bf16/f16 only); -1: off (-1)\n"
+    "  --offload-config K=V,...  parameter offload (MindSpore's offload_config keys:\n"
+    "                          offload_param=cpu, chunk_size=, prefetch_depth=, ...)\n"
     "  --eval-every N --eval-iters N   validation loss every N steps over M batches (250 20)\n"
     "  --accelerator auto|cuda|emu|none   where DEVICE ops run (auto)\n"
     "  --offload none|optimizer   optimizer on the device, or AdamW on the host (optimizer)\n"
@@ -79,6 +82,7 @@ static int parse(int argc, char **argv, options *o)
         else if (!strcmp(a, "--min-lr-ratio")) o->optim.min_lr_ratio = strtod(v, NULL);
         else if (!strcmp(a, "--clip")) o->clip = strtod(v, NULL);
         else if (!strcmp(a, "--dpu")) o->dpu = atoi(v);
+        else if (!strcmp(a, "--offload-config")) o->offload_config = v;
         else if (!strcmp(a, "--dtype")) {
             if (!strcmp(v, "f32")) o->model.dtype = HX_DTYPE_F32;
             else if (!strcmp(v, "bf16")) o->model.dtype = HX_DTYPE_BF16;
@@ -212,6 +216,11 @@ int gpt_main(int argc, char **argv)
     cfg.loss_scale.enabled = o.model.dtype == HX_DTYPE_F16;
     cfg.delayed_param_update = o.dpu >= 0;
     cfg.dpu_warmup_steps = o.dpu >= 0 ? o.dpu : 0;
+    if (o.offload_config && hx_offload_config_parse(o.offload_config, &cfg.offload)) {
+        fprintf(stderr, "hetex gpt: --offload-config: %s\n", hx_last_error());
+        gpt_text_free(&text);
+        return 2;
+    }
     if (o.max_device_memory) gpt_plan_report(&o.model, &o.optim, &cfg);
 
     gpt_run r;
