@@ -1,10 +1,12 @@
 /* Parameter offload to the host (offload_param=cpu) on emu: a deep MLP
  * (L layers of 256x256, Adam) trained uncapped without offload (the
  * ceiling, measured in the same run) and with offload at prefetch depth 0
- * and 1 under a cap just above its measured device peak. One JSON object
- * per case: parameter bytes, device peak, parameters / peak, step time and
- * its ratio to the uncapped step. Small by design (the machine is small):
- * the ratio params / peak grows with L, the window does not. */
+ * and 1 under a cap just above its measured device peak; then auto_offload
+ * uncapped and under each of those caps (the policy it chose, its
+ * predicted device peak against the measured one). One JSON object per
+ * case: parameter bytes, device peak, parameters / peak, step time and its
+ * ratio to the uncapped step. Small by design (the machine is small): the
+ * ratio params / peak grows with L, the window does not. */
 #include "hetex.h"
 
 #include <stdio.h>
@@ -48,13 +50,18 @@ static model build(int L)
     return m;
 }
 
-/* Mean step seconds after one warm-up step; *peak: the device's peak. */
-static int run(const model *m, const hx_session_config *c, double *step_s, size_t *peak)
+/* Mean step seconds after one warm-up step; *peak: the device's peak;
+ * *r (when not NULL): the offload report after the steps. */
+static int run(const model *m, const hx_session_config *c, double *step_s, size_t *peak,
+               hx_offload_report *r)
 {
     static float x[B * W], y[B * W];
     for (int i = 0; i < B * W; i++) x[i] = (float)((i * 7919) % 200) / 100.0f - 1, y[i] = -x[i];
     hx_session *s;
-    if (hx_session_create(m->g, c, &s)) return -1;
+    if (hx_session_create(m->g, c, &s)) {
+        fprintf(stderr, "bench_offload: %s\n", hx_last_error());
+        return -1;
+    }
     hx_feed f[2] = {{NULL, m->x, x, sizeof x}, {NULL, m->y, y, sizeof y}};
     double t0 = 0;
     for (int k = 0; k <= STEPS; k++) {
@@ -69,6 +76,7 @@ static int run(const model *m, const hx_session_config *c, double *step_s, size_
     hx_device_pools_stats ps;
     hx_session_pool_stats(s, &ps);
     *peak = ps.total.peak_allocated;
+    if (r) hx_session_offload_report(s, r);
     hx_session_free(s);
     return 0;
 }
@@ -82,9 +90,10 @@ int main(int argc, char **argv)
     c.n_threads = 2;
     double base_s;
     size_t base_peak;
-    if (run(&m, &c, &base_s, &base_peak)) return 1;
+    if (run(&m, &c, &base_s, &base_peak, NULL)) return 1;
     printf("{\"case\":\"uncapped_no_offload\",\"layers\":%d,\"param_bytes\":%zu,\"device_peak\":%zu,"
            "\"step_ms\":%.3f}\n", L, m.param_bytes, base_peak, base_s * 1e3);
+    size_t caps[3] = {0};
     for (int depth = 0; depth <= 1; depth++) {
         c.offload.offload_param = HX_OFFLOAD_CPU;
         c.offload.chunk_size = 300 << 10;
@@ -92,17 +101,42 @@ int main(int argc, char **argv)
         c.max_device_memory = 0;
         double s0;
         size_t peak;
-        if (run(&m, &c, &s0, &peak)) return 1;
+        if (run(&m, &c, &s0, &peak, NULL)) return 1;
         c.max_device_memory = peak + (64 << 10); /* the measured peak is what a cap must hold */
         double s1;
         size_t peak1;
-        int rc = run(&m, &c, &s1, &peak1);
+        caps[depth + 1] = c.max_device_memory;
+        int rc = run(&m, &c, &s1, &peak1, NULL);
         printf("{\"case\":\"offload_cpu_depth%d\",\"layers\":%d,\"param_bytes\":%zu,\"cap\":%zu,"
                "\"trains_under_cap\":%s,\"device_peak\":%zu,\"params_over_cap\":%.2f,"
                "\"step_ms\":%.3f,\"ceiling_step_ms\":%.3f,\"throughput_vs_uncapped\":%.3f}\n",
                depth, L, m.param_bytes, c.max_device_memory, rc ? "false" : "true", peak1,
                (double)m.param_bytes / c.max_device_memory, s1 * 1e3, base_s * 1e3,
                rc ? 0.0 : base_s / s1);
+    }
+    /* auto_offload uncapped (0: 8 GiB) and under the manual cases' caps */
+    for (int k = 0; k < 3; k++) {
+        c.offload = hx_offload_config_default();
+        c.offload.auto_offload = true;
+        c.max_device_memory = caps[k];
+        double s1;
+        size_t peak1;
+        hx_offload_report r = {0};
+        int rc = run(&m, &c, &s1, &peak1, &r);
+        printf("{\"case\":\"auto_offload\",\"layers\":%d,\"param_bytes\":%zu,\"cap\":%zu,"
+               "\"trains_under_cap\":%s,\"offload_param\":\"%s\",\"chunk_size\":%zu,"
+               "\"prefetch_depth\":%d,\"policies_planned\":%d,\"margin\":%zu,"
+               "\"predicted_no_offload\":%zu,\"predicted_peak\":%zu,"
+               "\"measured_peak_reserved\":%zu,\"measured_peak_allocated\":%zu,"
+               "\"measured_over_predicted\":%.4f,\"params_over_cap\":%.2f,\"step_ms\":%.3f,"
+               "\"ceiling_step_ms\":%.3f,\"throughput_vs_uncapped\":%.3f}\n",
+               L, m.param_bytes, r.capacity, rc ? "false" : "true",
+               r.offload_param == HX_OFFLOAD_CPU ? "cpu" : "none", r.chunk_size, r.prefetch_depth,
+               r.candidates, r.margin, r.predicted_no_offload, r.predicted_peak,
+               r.measured_peak_reserved, r.measured_peak_allocated,
+               r.predicted_peak ? (double)r.measured_peak_reserved / r.predicted_peak : 0.0,
+               r.capacity ? (double)m.param_bytes / r.capacity : 0.0, rc ? 0.0 : s1 * 1e3,
+               base_s * 1e3, rc ? 0.0 : base_s / s1);
     }
     hx_graph_free(m.g);
     return 0;

@@ -543,6 +543,23 @@ typedef struct hx_emu_cost {
  * DISK (parameters in files under offload_path) is not available yet and
  * fails session creation with HX_ERR_UNSUPPORTED.
  *
+ * auto_offload chooses the policy from the device cap (max_device_memory,
+ * or the device's memory) at session creation: it plans the training step
+ * (all update nodes, no fetches) without taking device memory and predicts
+ * the device's peak as its pools would reserve it (persistent tensors on
+ * the device, the gradient scan's sums, the step's transient arena), to
+ * stay under the cap less a margin (two of the pools' segments and 1/64 of
+ * the cap). With offload_param NONE it keeps the placement if that fits;
+ * otherwise (or with offload_param CPU) it offloads parameters to the host
+ * and sets chunk_size and prefetch_depth (the config's are ignored): for
+ * each depth 2, 1, 0 the largest power-of-two chunk from 64 KiB that fits,
+ * then of those a depth >= 1 (copies overlap compute) over depth 0, then
+ * the larger chunk, then the deeper. When nothing fits, session creation
+ * fails with HX_ERR_DEVICE_OOM naming the smallest peak found and about
+ * the cap it needs. hx_session_offload_report says what was chosen and
+ * predicted, and the peak measured since; HX_DEBUG=offload prints every
+ * policy planned and the choice.
+ *
  * hx_offload_config_parse reads "key=value,..." with the keys below
  * (offload_param=cpu,chunk_size=64MB,...); sizes take an optional
  * KB/MB/GB suffix (powers of 1024), booleans true/false/1/0. A session
@@ -565,7 +582,7 @@ typedef struct hx_offload_config {
     size_t host_mem_block_size;  /* pinned host pool block: 1 GiB */
     bool enable_aio;             /* disk tier: io_uring/libaio (else synchronous I/O): true */
     bool enable_pinned_mem;      /* copies through pinned host memory: true */
-    bool auto_offload;           /* choose from the device cap (not yet: HX_ERR_UNSUPPORTED) */
+    bool auto_offload;           /* choose offload, chunk and depth from the cap: false */
     size_t chunk_size;           /* parameter bytes per transfer chunk: 0: 32 MiB */
     int prefetch_depth;          /* chunks copied ahead of the one in use: 1 */
 } hx_offload_config;
@@ -575,6 +592,25 @@ HX_API hx_offload_config hx_offload_config_default(void);
  * key, a bad value or a missing '=' fails with HX_ERR_INVALID_ARGUMENT
  * naming the key and what it takes; *cfg is then unchanged. */
 HX_API hx_status hx_offload_config_parse(const char *spec, hx_offload_config *cfg);
+
+/* The offload policy in force and the device peak predicted for it (device
+ * bytes reserved from the accelerator's pools, what the cap limits) beside
+ * the peaks measured so far. */
+typedef struct hx_offload_report {
+    bool automatic;                  /* auto_offload chose the policy */
+    hx_offload_target offload_param; /* in force (NONE without an accelerator) */
+    size_t chunk_size;
+    int prefetch_depth;
+    int candidates;                  /* policies auto_offload planned */
+    size_t capacity;                 /* the device cap */
+    size_t margin;                   /* auto_offload's headroom under it */
+    size_t predicted_no_offload;     /* auto, offload_param NONE: the peak with no offload */
+    /* the training step's predicted peak (a manual policy's is planned at the
+     * first call), the persistent tensors and the arena in it */
+    size_t predicted_peak, predicted_persistent, predicted_arena;
+    /* hx_session_pool_stats' total.peak_reserved and peak_allocated now */
+    size_t measured_peak_reserved, measured_peak_allocated;
+} hx_offload_report;
 
 typedef struct hx_session_config {
     int n_threads;                /* host threads for kernels; 0: all cores */
@@ -683,6 +719,10 @@ typedef struct hx_memory_stats {
 /* Plans the training step (all update nodes) if it has not run yet. The
  * device pools in detail: hx_session_pool_stats (below, with the pools). */
 HX_API hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out);
+/* The offload policy and its predicted against measured device peak (see
+ * hx_offload_report, with hx_offload_config); without an accelerator only
+ * the policy (NONE). */
+HX_API hx_status hx_session_offload_report(hx_session *s, hx_offload_report *out);
 
 /* How the last run's plan (or, before any run, the training step's) was
  * placed and split. */

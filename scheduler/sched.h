@@ -193,6 +193,7 @@ struct hx_session {
     int good_steps; /* in a row, for loss-scale growth */
     double lr_scale; /* hx_session_set_lr_scale */
     hx_dpu *dpu;     /* the delayed update, once one ran */
+    hx_offload_report offload_report; /* auto_offload's decision and prediction (offload.c) */
 };
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */

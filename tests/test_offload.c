@@ -2,7 +2,10 @@
  * errors, $HX_OFFLOAD; a deep MLP whose parameters are 10x the emu device
  * cap trains with offload_param=cpu under that cap, parameters streamed to
  * the device in chunks within a window, and its parameters after N steps
- * are bitwise those of an uncapped run without offload. */
+ * are bitwise those of an uncapped run without offload; auto_offload keeps
+ * a step that fits, offloads one that does not (bitwise again), predicts
+ * the device peak that the pools then measure, and fails a cap too small
+ * for any policy with a report whose suggested cap works. */
 #include "hetex.h"
 #include "testutil.h"
 #include "scheduler/sched.h"
@@ -125,11 +128,17 @@ static bool same_params(hx_session *a, hx_session *b, const model *m)
     return same;
 }
 
+static size_t params_of(const model *m)
+{
+    size_t n = 0;
+    for (int l = 0; l < L; l++) n += hx_tensor_nbytes(m->w[l]) + hx_tensor_nbytes(m->b[l]);
+    return n;
+}
+
 static void test_cpu_offload_bitwise(void)
 {
     model m = build();
-    size_t param_bytes = 0;
-    for (int l = 0; l < L; l++) param_bytes += hx_tensor_nbytes(m.w[l]) + hx_tensor_nbytes(m.b[l]);
+    size_t param_bytes = params_of(&m);
     CHECK(param_bytes >= 10 * CAP, "parameters %zu bytes, 10x the cap is %zu", param_bytes, 10 * CAP);
 
     hx_session_config rc = hx_session_config_default();
@@ -194,8 +203,8 @@ static void test_cpu_offload_bitwise(void)
 }
 
 /* $HX_OFFLOAD configures a session whose config leaves offload at its
- * default; a bad value fails creation naming the key; disk and auto say
- * they are not available. */
+ * default; a bad value fails creation naming the key; disk says it is not
+ * available. */
 static void test_env(void)
 {
     model m = build();
@@ -230,6 +239,126 @@ static void test_env(void)
     hx_graph_free(m.g);
 }
 
+/* The report's prediction against the measured peak: the cap holds, and
+ * the measured peak is within the margin of the prediction. */
+static void check_report(hx_session *s, const char *what, size_t cap)
+{
+    hx_offload_report r;
+    CHECK(hx_session_offload_report(s, &r) == HX_OK, "%s: report: %s", what, hx_last_error());
+    printf("%s: offload_param=%s chunk_size=%zu prefetch_depth=%d after %d policies: predicted "
+           "peak %zu B (persistent %zu, arena %zu; no offload %zu), measured %zu B reserved, %zu B "
+           "allocated; cap %zu B, margin %zu B\n", what,
+           r.offload_param == HX_OFFLOAD_CPU ? "cpu" : "none", r.chunk_size, r.prefetch_depth,
+           r.candidates, r.predicted_peak, r.predicted_persistent, r.predicted_arena,
+           r.predicted_no_offload, r.measured_peak_reserved, r.measured_peak_allocated,
+           r.capacity, r.margin);
+    CHECK(r.automatic && r.capacity == cap && r.predicted_peak + r.margin <= cap,
+          "%s: predicted %zu + margin %zu over the cap %zu", what, r.predicted_peak, r.margin, cap);
+    CHECK(r.measured_peak_reserved <= cap && r.measured_peak_allocated <= r.measured_peak_reserved,
+          "%s: measured %zu over the cap %zu", what, r.measured_peak_reserved, cap);
+    CHECK(r.measured_peak_reserved <= r.predicted_peak + r.margin &&
+              r.measured_peak_reserved + r.margin >= r.predicted_peak,
+          "%s: measured %zu vs predicted %zu (margin %zu)", what, r.measured_peak_reserved,
+          r.predicted_peak, r.margin);
+    CHECK(r.predicted_persistent + r.predicted_arena <= r.predicted_peak, "%s: parts", what);
+}
+
+/* auto_offload: a cap that holds the step keeps every parameter on the
+ * device; one 10x under the parameters turns on parameter offload, whose
+ * parameters after N steps are bitwise an uncapped plain run's; a cap too
+ * small for any policy fails with a report. */
+static void test_auto(void)
+{
+    model m = build();
+    hx_session_config rc = hx_session_config_default();
+    rc.accelerator = HX_ACCELERATOR_EMU;
+    rc.n_threads = 2;
+    float ref_loss[STEPS], loss[STEPS];
+    hx_session *ref = train(&m, &rc, ref_loss);
+    if (!ref) return;
+
+    hx_session_config c = rc;
+    c.offload.auto_offload = true;
+    hx_session *s = train(&m, &c, loss); /* 8 GiB: everything fits */
+    if (s) {
+        CHECK(!memcmp(loss, ref_loss, sizeof loss), "auto, fits: losses differ");
+        same_params(s, ref, &m);
+        CHECK(!memcmp(s->target, ref->target, sizeof *s->target * m.g->n) &&
+                  !s->cfg.offload.offload_param, "auto, fits: the placement changed");
+        check_report(s, "auto, 8 GiB", (size_t)8 << 30);
+        hx_offload_report r;
+        hx_session_offload_report(s, &r);
+        CHECK(r.offload_param == HX_OFFLOAD_NONE && r.candidates == 1 &&
+                  r.predicted_peak == r.predicted_no_offload &&
+                  r.predicted_persistent + r.predicted_arena >= params_of(&m),
+              "auto, fits: %d policies, offload %d", r.candidates, (int)r.offload_param);
+        hx_session_free(s);
+    }
+
+    c.max_device_memory = CAP; /* parameters 10x the cap */
+    s = train(&m, &c, loss);
+    if (s) {
+        CHECK(!memcmp(loss, ref_loss, sizeof loss), "auto, capped: losses %.9g vs %.9g",
+              loss[STEPS - 1], ref_loss[STEPS - 1]);
+        same_params(s, ref, &m);
+        CHECK(s->target[m.w[0]->id] == HX_TARGET_CPU && s->cfg.offload.offload_param == HX_OFFLOAD_CPU,
+              "auto, capped: no offload");
+        check_report(s, "auto, 1.2 MB", CAP);
+        hx_offload_report r;
+        hx_session_offload_report(s, &r);
+        CHECK(r.offload_param == HX_OFFLOAD_CPU && r.candidates > 1 &&
+                  r.predicted_no_offload > 10 * CAP && r.chunk_size >= 64 << 10,
+              "auto, capped: %d policies, no offload %zu", r.candidates, r.predicted_no_offload);
+        hx_session_free(s);
+    }
+
+    c.max_device_memory = 96 << 10; /* less than one layer's weight */
+    s = NULL;
+    hx_status st = hx_session_create(m.g, &c, &s);
+    const char *e = hx_last_error();
+    CHECK(st == HX_ERR_DEVICE_OOM && !s && strstr(e, "auto_offload") &&
+              strstr(e, "smallest peak") && strstr(e, "98304") && strstr(e, "max_device_memory"),
+          "auto, too small: %s (%s)", hx_status_name(st), e);
+    printf("auto, 96 KiB: %s\n", e);
+    size_t need = 0; /* the cap the report suggests is enough */
+    const char *at = strstr(e, "about ");
+    CHECK(at && sscanf(at, "about %zu", &need) == 1 && need > 96 << 10 && need < CAP,
+          "auto, too small: no cap suggested");
+    c.max_device_memory = need;
+    if (need) s = train(&m, &c, loss);
+    if (s) check_report(s, "auto, the suggested cap", need);
+    hx_session_free(s);
+
+    /* end to end through $HX_OFFLOAD; manual offload reports its prediction too */
+    c = rc;
+    c.max_device_memory = CAP;
+    setenv("HX_OFFLOAD", "auto_offload=true", 1);
+    s = train(&m, &c, loss);
+    unsetenv("HX_OFFLOAD");
+    if (s) {
+        CHECK(s->cfg.offload.auto_offload && s->cfg.offload.offload_param == HX_OFFLOAD_CPU,
+              "HX_OFFLOAD=auto_offload=true not applied");
+        check_report(s, "auto via HX_OFFLOAD", CAP);
+        hx_session_free(s);
+    }
+    c.offload.offload_param = HX_OFFLOAD_CPU;
+    c.offload.chunk_size = 300 << 10;
+    c.offload.prefetch_depth = 0;
+    s = train(&m, &c, loss);
+    if (s) {
+        hx_offload_report r;
+        CHECK(hx_session_offload_report(s, &r) == HX_OK && !r.automatic && r.predicted_peak &&
+                  r.measured_peak_reserved <= r.predicted_peak + (64 << 10) &&
+                  r.measured_peak_reserved + (64 << 10) >= r.predicted_peak,
+              "manual: predicted %zu, measured %zu", r.predicted_peak, r.measured_peak_reserved);
+        printf("manual cpu, depth 0, 300 KiB chunks: predicted %zu B, measured %zu B reserved\n",
+               r.predicted_peak, r.measured_peak_reserved);
+        hx_session_free(s);
+    }
+    hx_session_free(ref);
+    hx_graph_free(m.g);
+}
+
 int main(void)
 {
     test_rng r = test_rng_make(21);
@@ -240,5 +369,6 @@ int main(void)
     test_parse();
     test_env();
     test_cpu_offload_bitwise();
+    test_auto();
     return test_finish("offload");
 }
