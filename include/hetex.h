@@ -552,7 +552,8 @@ typedef struct hx_emu_cost {
  * the cap). With offload_param NONE it keeps the placement if that fits;
  * otherwise (or with offload_param CPU) it offloads parameters to the host
  * and sets chunk_size and prefetch_depth (the config's are ignored): for
- * each depth 2, 1, 0 the largest power-of-two chunk from 64 KiB that fits,
+ * each depth 2, 1, 0 the largest chunk that fits (one candidate per power
+ * of two P from 64 KiB: the size in [P, 2P) whose chunks waste least),
  * then of those a depth >= 1 (copies overlap compute) over depth 0, then
  * the larger chunk, then the deeper. When nothing fits, session creation
  * fails with HX_ERR_DEVICE_OOM naming the smallest peak found and about

@@ -5,6 +5,7 @@
  * step's planned device peak and the cap. */
 #include "scheduler/offload.h"
 #include "scheduler/backend.h"
+#include "memory/chunks.h"
 #include "memory/pool.h"
 
 #include <ctype.h>
@@ -292,19 +293,35 @@ static hx_status try_candidate(hx_session *s, size_t base, candidate *c, size_t 
     return HX_OK;
 }
 
-/* Powers of two from 64 KiB up to the first at least the streamed bytes. */
-static int chunk_sizes(const hx_session *s, size_t *out, int max)
+/* Candidate chunk sizes, one per power of two P from 64 KiB up to the first
+ * at least the streamed bytes: the size in [P, 2P) (steps of P/64) whose
+ * chunks of the parameters in creation order waste the least
+ * (memory/chunks.h), so that e.g. a weight and its bias share a chunk. */
+static hx_status chunk_sizes(const hx_session *s, size_t *out, int max, int *n_out)
 {
     size_t total = 0;
+    int64_t n = 0;
+    size_t *sz = malloc(sizeof *sz * (s->g->n ? s->g->n : 1));
+    if (!sz) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     for (int i = 0; i < s->g->n; i++)
-        if (hx__offload_streamed(s->g->tensors[i]) && hx__dev_of(s, i) == HX_DEV_HOST)
-            total += hx_tensor_nbytes(s->g->tensors[i]);
-    int n = 0;
-    for (size_t c = (size_t)64 << 10; n < max; c *= 2) {
-        out[n++] = c;
+        if (hx__offload_streamed(s->g->tensors[i]) && hx__dev_of(s, i) == HX_DEV_HOST) {
+            sz[n++] = hx_tensor_nbytes(s->g->tensors[i]);
+            total += sz[n - 1];
+        }
+    int k = 0;
+    hx_status st = HX_OK;
+    for (size_t c = (size_t)64 << 10; k < max && !st; c *= 2) {
+        hx_chunk_search cs = {c, 2 * c - c / 64, c / 64, 1};
+        hx_chunk_plan best;
+        hx_mem_err err;
+        st = n ? hx_chunk_search_run(sz, n, &cs, &best, &err) : HX_OK;
+        if (st) st = hx__error(st, "hx_session_create: auto_offload: %s", err.msg);
+        out[k++] = n ? best.chunk_size : c;
         if (c >= total) break;
     }
-    return n;
+    free(sz);
+    *n_out = k;
+    return st;
 }
 
 /* Between two policies that fit: copies that overlap compute (depth >= 1:
@@ -320,7 +337,7 @@ static bool better(const candidate *a, const candidate *b)
 
 /* auto_offload: everything where placement put it if the step's predicted
  * peak stays under the cap less the margin; else parameter offload, for
- * each depth 2, 1, 0 with the largest power-of-two chunk that fits, the
+ * each depth 2, 1, 0 with the largest candidate chunk that fits, the
  * best of those (better()); else a device OOM naming the smallest peak
  * found. */
 static hx_status auto_place(hx_session *s)
@@ -349,7 +366,8 @@ static hx_status auto_place(hx_session *s)
         oc->offload_param = HX_OFFLOAD_CPU;
         if ((st = place_on_host(s))) return st;
         size_t sizes[48];
-        int n = chunk_sizes(s, sizes, 48);
+        int n = 0;
+        if ((st = chunk_sizes(s, sizes, 48, &n))) return st;
         for (int depth = 2; depth >= 0 && !st; depth--)
             for (int k = n - 1; k >= 0 && !st; k--) {
                 candidate c = {.where = HX_OFFLOAD_CPU, .chunk = sizes[k], .depth = depth};
