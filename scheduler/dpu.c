@@ -8,9 +8,8 @@
  * staging buffer of its own (run N+1 reads the half copies); the staged
  * half copies are published, and the next update may start, once run N+1's
  * forward and backward are done (hx__dpu_settle). A plan qualifies when its
- * updates are all dense and on the host, with nothing else in phase 1 but
- * the copies of device gradients to the host (made before the update
- * starts, straight into its staging), and
+ * updates are all dense and on the host, with nothing else in phase 1 (the
+ * plan copies device gradients to the host as backward makes them), and
  * when no step before them reads a parameter or optimizer state that an
  * update writes, other than through a half copy: otherwise the run settles
  * first and updates in step. */
@@ -58,7 +57,7 @@ bool hx__dpu_plan_ok(const hx_plan *p)
 {
     for (int i = p->first_update; i < p->n_steps; i++) {
         const hx_step *sp = &p->steps[i];
-        if (sp->dev != HX_DEV_HOST || (sp->fn && !is_dense_update(sp->node))) return false;
+        if (!sp->fn || sp->dev != HX_DEV_HOST || !is_dense_update(sp->node)) return false;
     }
     return hx__dpu_reads_no_master(p);
 }
@@ -93,7 +92,7 @@ static void free_staging(hx_dpu *d)
     d->plan = NULL;
 }
 
-/* Staging laid out for plan p, per phase-1 step (a copy step has none). */
+/* Staging laid out for plan p, per update step. */
 static hx_status stage_for(hx_dpu *d, const hx_plan *p)
 {
     if (d->plan == p) return HX_OK;
@@ -105,9 +104,7 @@ static hx_status stage_for(hx_dpu *d, const hx_plan *p)
     bool ok = d->grads && d->halves && d->in;
     d->plan = p;
     for (int i = 0; i < n && ok; i++) {
-        const hx_step *sp = &p->steps[p->first_update + i];
-        if (!sp->fn) continue;
-        const hx_tensor *u = sp->node;
+        const hx_tensor *u = p->steps[p->first_update + i].node;
         int half = (int)u->attr.i[0];
         d->grads[i].bytes = hx_tensor_nbytes(u->src[1]);
         d->halves[i].bytes = half ? hx_tensor_nbytes(u->src[half]) : 0;
@@ -124,7 +121,8 @@ static hx_status stage_for(hx_dpu *d, const hx_plan *p)
 }
 
 /* Points update step i's inputs at the staging (the plan's pointers may
- * have moved since the last run: a grown arena rebinds them). */
+ * have moved since the last run: a grown arena rebinds them) and stages
+ * its gradient. */
 static void stage_step(hx_dpu *d, int i)
 {
     const hx_step *sp = &d->plan->steps[d->plan->first_update + i];
@@ -132,51 +130,12 @@ static void stage_step(hx_dpu *d, int i)
     int half = (int)u->attr.i[0];
     memcpy(d->in[i], sp->in, sizeof(void *) * u->n_src);
     d->grads[i].home = sp->in[1];
+    memcpy(d->grads[i].buf, d->grads[i].home, d->grads[i].bytes);
     d->in[i][1] = d->grads[i].buf;
     if (half) {
         d->halves[i].home = sp->in[half];
         d->in[i][half] = d->halves[i].buf;
     }
-}
-
-/* The staging of the gradient whose host value lives at home, or NULL. */
-static void *grad_staging(const hx_dpu *d, const void *home)
-{
-    for (int i = 0; i < d->plan->n_steps - d->plan->first_update; i++)
-        if (d->in[i] && d->grads[i].home == home) return d->grads[i].buf;
-    return NULL;
-}
-
-/* Stages every update's gradient: device gradients are copied to the host
- * straight into their staging, host ones copied there. */
-static hx_status stage_gradients(hx_session *s, hx_dpu *d)
-{
-    const hx_plan *p = d->plan;
-    int n = p->n_steps - p->first_update;
-    bool *copied = calloc(n ? n : 1, sizeof *copied);
-    if (!copied) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
-    for (int i = 0; i < n; i++)
-        if (p->steps[p->first_update + i].fn) stage_step(d, i);
-    hx_backend *acc = s->be[HX_DEV_ACCEL];
-    hx_status st = HX_OK;
-    bool any = false;
-    for (int i = 0; i < n && !st; i++) {
-        const hx_step *sp = &p->steps[p->first_update + i];
-        if (sp->fn) continue;
-        void *dst = grad_staging(d, sp->out);
-        for (int j = 0; j < n; j++) copied[j] |= dst && d->grads[j].buf == dst;
-        st = acc->copy_d2h(acc, dst ? dst : sp->out, sp->in[0], hx_tensor_nbytes(sp->node),
-                           s->copy_stream[1]);
-        any = true;
-    }
-    if (any) {
-        hx_status sync = acc->stream_sync(acc, s->copy_stream[1]);
-        if (!st) st = sync;
-    }
-    for (int i = 0; i < n && !st; i++)
-        if (d->in[i] && !copied[i]) memcpy(d->grads[i].buf, d->grads[i].home, d->grads[i].bytes);
-    free(copied);
-    return st;
 }
 
 static void *update_main(void *arg)
@@ -186,7 +145,6 @@ static void *update_main(void *arg)
     const hx_plan *p = d->plan;
     for (int i = 0; i < p->n_steps - p->first_update && !d->st; i++) {
         const hx_step *sp = &p->steps[p->first_update + i];
-        if (!sp->fn) continue; /* a gradient's copy: made before the thread started */
         int cores = hx__budget_take(s->budget, d->ex.nthreads);
         double t0 = d->lane ? hx__now() : 0;
         d->st = sp->fn(&d->ex, sp->node, sp->out, d->in[i]);
@@ -207,8 +165,8 @@ hx_status hx__dpu_launch(hx_session *s, const hx_plan *p, const hx_exec *ex)
     }
     hx_dpu *d = s->dpu;
     hx_status st = stage_for(d, p);
-    if (!st) st = stage_gradients(s, d);
     if (st) return st;
+    for (int i = 0; i < p->n_steps - p->first_update; i++) stage_step(d, i);
     d->ex = *ex;
     d->st = HX_OK;
     d->step = ex->step + 1;
