@@ -52,13 +52,18 @@ hx_status hx_mem_pools_create(const hx_mem_pools_config *cfg, hx_mem_pools **out
     p->cfg = *cfg;
     snprintf(p->name, sizeof p->name, "%s", cfg->name ? cfg->name : "device");
     p->cfg.name = p->name;
-    /* Both pools: large requests get segments of their own size (rounded),
-     * small ones share small segments and the tails of large ones. */
+    /* Both pools: large requests get segments of their own size, small ones
+     * share small segments and the tails of large ones. Transient segments
+     * are rounded to segment_round so that their tails serve later
+     * requests; persistent ones are exact (to align): a long-lived tensor
+     * is freed rarely, so a rounded tail would mostly stay unused (a 1.28 MB
+     * parameter in a 2 MiB segment left 36% of it idle). */
     hx_arena_policy pol = {.round = cfg->align, .min_split = cfg->align, .max_slack = 0,
                            .fixed_upto = cfg->small_max, .fixed_size = cfg->small_segment,
                            .seg_round = cfg->segment_round};
-    hx__arena_init(&p->arena[HX_MEM_PERSISTENT], &pol);
     hx__arena_init(&p->arena[HX_MEM_TRANSIENT], &pol);
+    pol.seg_round = cfg->align;
+    hx__arena_init(&p->arena[HX_MEM_PERSISTENT], &pol);
     *out = p;
     return HX_OK;
 }
