@@ -540,8 +540,23 @@ typedef struct hx_emu_cost {
  * k - 1 - prefetch_depth is done, so the device holds the activations plus
  * a window of prefetch_depth + 1 chunks of parameters, not all of them.
  * Results are bitwise those of the same model trained with no offload.
- * DISK (parameters in files under offload_path) is not available yet and
- * fails session creation with HX_ERR_UNSUPPORTED.
+ * DISK keeps the parameters and optimizer state that CPU puts in host
+ * memory in a file under offload_path (an existing directory; the file is
+ * removed when the session is freed) through the disk tier: O_DIRECT where
+ * the filesystem takes it, io_uring or libaio when enable_aio (else
+ * synchronous I/O), an XXH3 checksum per 1 MiB block. Between calls the
+ * host holds none of them; a run reads them all into one buffer of the
+ * pinned host pool (blocks of host_mem_block_size, capped by
+ * offload_cpu_size, which must therefore hold the parameters and their
+ * state: creation fails naming it otherwise), a training run writes them
+ * back in segments of chunk_size after its updates, and the buffer is
+ * given back (no prefetch overlaps compute yet). Writes go to a second
+ * copy that replaces the first only when every segment was written, so a
+ * short write, ENOSPC (HX_ERR_IO) or a checksum mismatch on read
+ * (HX_ERR_CORRUPT) fails the call naming the file and offset, and nothing
+ * is applied: the parameters and the step count stay as they were.
+ * hx_session_read/write/save/load read from and write to the disk. Not
+ * with delayed_param_update (HX_ERR_UNSUPPORTED).
  *
  * auto_offload chooses the policy from the device cap (max_device_memory,
  * or the device's memory) at session creation: it plans the training step
@@ -570,7 +585,7 @@ typedef struct hx_emu_cost {
 typedef enum hx_offload_target {
     HX_OFFLOAD_NONE, /* parameters where placement puts them */
     HX_OFFLOAD_CPU,  /* parameters, state and updates in host memory */
-    HX_OFFLOAD_DISK  /* in files under offload_path (not yet: HX_ERR_UNSUPPORTED) */
+    HX_OFFLOAD_DISK  /* as CPU, kept in a file under offload_path between runs */
 } hx_offload_target;
 
 enum { HX_OFFLOAD_PATH_MAX = 512 };

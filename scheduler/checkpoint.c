@@ -9,6 +9,7 @@
  * leaves a half-written checkpoint under the real name. Tensors that live on
  * the accelerator are read and written through its backend's copies. */
 #include "scheduler/sched.h"
+#include "scheduler/offload_disk.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -58,6 +59,7 @@ hx_status hx_session_save(hx_session *s, const char *path)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_save: %s is NULL",
                          s ? "path" : "session");
     hx_status settled = hx__dpu_settle(s); /* a delayed update lands first */
+    if (!settled) settled = hx__disk_load(s, "hx_session_save");
     if (settled) return settled;
     const hx_graph *g = s->g;
     buf b = {0};
@@ -89,6 +91,7 @@ hx_status hx_session_save(hx_session *s, const char *path)
         uint64_t sum = XXH3_64bits(at, nbytes);
         PUT(&b, sum);
     }
+    hx__disk_evict(s);
     if (st) {
         free(b.p);
         return st;
@@ -246,14 +249,16 @@ hx_status hx_session_load(hx_session *s, const char *path)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_load: %s is NULL",
                          s ? "path" : "session");
     hx_status settled = hx__dpu_settle(s); /* a delayed update lands first */
+    if (!settled) settled = hx__disk_load(s, "hx_session_load");
     if (settled) return settled;
     char *data = NULL;
     size_t n = 0;
     hx_status st = read_file(path, &data, &n);
-    if (st) return st;
-    const char **src = calloc(s->g->n ? s->g->n : 1, sizeof *src);
+    const char **src = st ? NULL : calloc(s->g->n ? s->g->n : 1, sizeof *src);
     if (!src) {
         free(data);
+        hx__disk_evict(s);
+        if (st) return st;
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_load: out of host memory");
     }
     reader r = {data, n, 0};
@@ -265,6 +270,8 @@ hx_status hx_session_load(hx_session *s, const char *path)
                 st = hx__session_copy_in(s, hx__dev_of(s, i), s->persist[i], src[i],
                                          hx_tensor_nbytes(s->g->tensors[i]));
     }
+    if (!st) st = hx__disk_store(s, "hx_session_load");
+    hx__disk_evict(s);
     if (!st) {
         s->stats.step = (int64_t)h.step;
         s->stats.skipped_steps = (int64_t)h.skipped;

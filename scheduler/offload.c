@@ -148,9 +148,6 @@ hx_status hx__offload_resolve(hx_offload_config *cfg)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: offload.offload_param must "
                          "be one of HX_OFFLOAD_* and offload.prefetch_depth >= 0 (it is %d)",
                          cfg->prefetch_depth);
-    if (cfg->offload_param == HX_OFFLOAD_DISK)
-        return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: offload_param=disk is not "
-                         "available yet; use offload_param=cpu (parameters in host memory)");
     if (!cfg->chunk_size) cfg->chunk_size = (size_t)32 << 20;
     return HX_OK;
 }
@@ -363,7 +360,7 @@ static hx_status auto_place(hx_session *s)
         found = none.peak <= limit;
     }
     if (!found) {
-        oc->offload_param = HX_OFFLOAD_CPU;
+        if (oc->offload_param == HX_OFFLOAD_NONE) oc->offload_param = HX_OFFLOAD_CPU;
         if ((st = place_on_host(s))) return st;
         size_t sizes[48];
         int n = 0;

@@ -160,6 +160,7 @@ typedef struct hx_exec_state hx_exec_state;
 typedef struct hx_trace hx_trace;
 typedef struct hx_cpu_budget hx_cpu_budget;
 typedef struct hx_dpu hx_dpu;
+typedef struct hx_offload_disk hx_offload_disk;
 
 struct hx_session {
     hx_graph *g;
@@ -194,6 +195,7 @@ struct hx_session {
     double lr_scale; /* hx_session_set_lr_scale */
     hx_dpu *dpu;     /* the delayed update, once one ran */
     hx_offload_report offload_report; /* auto_offload's decision and prediction (offload.c) */
+    hx_offload_disk *disk; /* offload_param=disk: the tier holding host params and state */
 };
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */

@@ -4,6 +4,7 @@
 #include "scheduler/backend_cuda.h"
 #include "scheduler/cpu_budget.h"
 #include "scheduler/offload.h"
+#include "scheduler/offload_disk.h"
 #include "scheduler/plan_memtrace.h"
 #include "scheduler/trace.h"
 
@@ -30,6 +31,7 @@ void hx_session_free(hx_session *s)
     if (!s) return;
     hx__dpu_free(s);
     hx__exec_free(s);
+    hx__disk_close(s); /* before the loop below: the disk tier's host copy is its own */
     for (int i = 0; i < s->n_plans; i++) hx__plan_free(s, s->plans[i]);
     free(s->plans);
     for (int i = 0; s->persist && i < s->g->n; i++)
@@ -209,6 +211,7 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!st) st = alloc_persistent(s);
     if (!st) st = hx__half_copies_refresh(s, NULL);
     if (!st) st = alloc_scan(s);
+    if (!st) st = hx__disk_open(s);
     if (st) {
         hx_session_free(s);
         return st;
@@ -602,12 +605,21 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
 
     bool train = flags & HX_RUN_TRAIN;
     hx_plan *p = NULL;
+    if ((st = hx__disk_load(s, "hx_session_run"))) goto out;
     if ((st = get_plan(s, ids, n_fetches, train, &p))) goto out;
     if (p->bound_to[0] != s->arena[0] || p->bound_to[1] != s->arena[1]) hx__plan_bind(s, p);
     if ((st = place_feeds(s, p, feeds, feed_t, n_feeds))) goto out;
     s->last_plan = p;
 
-    if ((st = execute(s, p, train, p->skip))) goto out;
+    hx_train_stats stats0 = s->stats;
+    int good0 = s->good_steps;
+    st = execute(s, p, train, p->skip);
+    if (!st && train) st = hx__disk_store(s, "hx_session_run");
+    if (st && hx__disk_tier_of(s)) { /* nothing applied: the step did not happen */
+        s->stats = stats0;
+        s->good_steps = good0;
+    }
+    if (st) goto out;
     hx__plan_memtrace(s, p);
     for (int i = 0; i < n_fetches && !st; i++) {
         const hx_tensor *t = fetch_t[i];
@@ -617,6 +629,7 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
         st = hx__session_copy_out(s, d, fetches[i].data, src, fetches[i].bytes);
     }
 out:
+    hx__disk_evict(s);
     if (feed_t != feed_small) free(feed_t);
     if (fetch_t != fetch_small) free(fetch_t);
     if (ids != id_small) free(ids);
@@ -647,16 +660,23 @@ static hx_status persistent_of(hx_session *s, const char *fn, const hx_tensor *t
 hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t bytes)
 {
     void *p = NULL;
-    hx_status st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
-    return st ? st : hx__session_copy_out(s, hx__dev_of(s, t->id), data, p, bytes);
+    hx_status st = s && t && t->graph == s->g ? hx__disk_load_one(s, "hx_session_read", t) : HX_OK;
+    if (!st) st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
+    if (!st) st = hx__session_copy_out(s, hx__dev_of(s, t->id), data, p, bytes);
+    if (s) hx__disk_evict(s);
+    return st;
 }
 
 hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, size_t bytes)
 {
     void *p = NULL;
-    hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
+    hx_status st = s ? hx__disk_load(s, "hx_session_write") : HX_OK;
+    if (!st) st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
     if (!st) st = hx__session_copy_in(s, hx__dev_of(s, t->id), p, data, bytes);
-    return st || t->kind != HX_TENSOR_PARAMETER ? st : hx__half_copies_refresh(s, t);
+    if (!st && t->kind == HX_TENSOR_PARAMETER) st = hx__half_copies_refresh(s, t);
+    if (!st) st = hx__disk_store(s, "hx_session_write");
+    if (s) hx__disk_evict(s);
+    return st;
 }
 
 hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
