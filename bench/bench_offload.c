@@ -3,7 +3,11 @@
  * ceiling, measured in the same run) and with offload at prefetch depth 0
  * and 1 under a cap just above its measured device peak; then auto_offload
  * uncapped and under each of those caps (the policy it chose, its
- * predicted device peak against the measured one). One JSON object per
+ * predicted device peak against the measured one); offload_param=disk at
+ * depth 0 and 1 under the same caps (files in a mkdtemp directory under
+ * /tmp, a host budget of 4x the parameters: they and Adam's two states are
+ * read whole per step and written back), against the cpu case and the
+ * uncapped run. One JSON object per
  * case: parameter bytes, device peak, parameters / peak, step time and its
  * ratio to the uncapped step. Small by design (the machine is small): the
  * ratio params / peak grows with L, the window does not. */
@@ -12,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { B = 8, W = 256, STEPS = 5 };
 
@@ -100,6 +105,7 @@ int main(int argc, char **argv)
     printf("{\"case\":\"uncapped_no_offload\",\"layers\":%d,\"param_bytes\":%zu,\"device_peak\":%zu,"
            "\"step_ms\":%.3f}\n", L, m.param_bytes, base_peak, base_s * 1e3);
     size_t caps[3] = {0};
+    double cpu_s[2] = {0};
     for (int depth = 0; depth <= 1; depth++) {
         c.offload.offload_param = HX_OFFLOAD_CPU;
         c.offload.chunk_size = 300 << 10;
@@ -113,6 +119,7 @@ int main(int argc, char **argv)
         size_t peak1;
         caps[depth + 1] = c.max_device_memory;
         int rc = run(&m, &c, &s1, &peak1, NULL);
+        cpu_s[depth] = rc ? 0 : s1;
         printf("{\"case\":\"offload_cpu_depth%d\",\"layers\":%d,\"param_bytes\":%zu,\"cap\":%zu,"
                "\"trains_under_cap\":%s,\"device_peak\":%zu,\"params_over_cap\":%.2f,"
                "\"step_ms\":%.3f,\"ceiling_step_ms\":%.3f,\"throughput_vs_uncapped\":%.3f}\n",
@@ -120,6 +127,30 @@ int main(int argc, char **argv)
                (double)m.param_bytes / c.max_device_memory, s1 * 1e3, base_s * 1e3,
                rc ? 0.0 : base_s / s1);
     }
+    char dir[] = "/tmp/hx-bench-offload-XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    for (int depth = 0; depth <= 1; depth++) {
+        c.offload = hx_offload_config_default();
+        c.offload.offload_param = HX_OFFLOAD_DISK;
+        snprintf(c.offload.offload_path, sizeof c.offload.offload_path, "%s", dir);
+        c.offload.offload_cpu_size = 4 * m.param_bytes;
+        c.offload.host_mem_block_size = 64 << 20;
+        c.offload.chunk_size = 300 << 10;
+        c.offload.prefetch_depth = depth;
+        c.max_device_memory = caps[depth + 1];
+        double s1;
+        size_t peak1;
+        int rc = run(&m, &c, &s1, &peak1, NULL);
+        printf("{\"case\":\"offload_disk_depth%d\",\"layers\":%d,\"param_bytes\":%zu,\"cap\":%zu,"
+               "\"host_budget\":%zu,\"trains_under_cap\":%s,\"device_peak\":%zu,"
+               "\"step_ms\":%.3f,\"cpu_offload_step_ms\":%.3f,\"ceiling_step_ms\":%.3f,"
+               "\"throughput_vs_cpu_offload\":%.3f,\"throughput_vs_uncapped\":%.3f}\n",
+               depth, L, m.param_bytes, c.max_device_memory, c.offload.offload_cpu_size,
+               rc ? "false" : "true", peak1, rc ? 0.0 : s1 * 1e3, cpu_s[depth] * 1e3, base_s * 1e3,
+               rc ? 0.0 : cpu_s[depth] / s1, rc ? 0.0 : base_s / s1);
+    }
+    rmdir(dir);
+    c.offload = hx_offload_config_default();
     /* auto_offload uncapped (0: 8 GiB) and under the manual cases' caps */
     for (int k = 0; k < 3; k++) {
         c.offload = hx_offload_config_default();

@@ -186,6 +186,7 @@ static hx_status setup(hx_session *s, hx_offload_disk *d)
     hx_pinned_config pc = hx_pinned_config_default();
     pc.block_size = hx__mem_round(oc->host_mem_block_size, 4096);
     pc.capacity = oc->offload_cpu_size ? oc->offload_cpu_size : SIZE_MAX;
+    if (pc.block_size > pc.capacity) pc.block_size = pc.capacity / 4096 * 4096; /* >= bytes */
     pc.lock = oc->enable_pinned_mem;
     st = hx_pinned_create(&pc, &d->pinned, &err);
     if (st) return hx__error(st, "hx_session_create: offload_param=disk: %s", err.msg);
