@@ -11,7 +11,7 @@
  * case: parameter bytes, device peak, parameters / peak, step time and its
  * ratio to the uncapped step. Small by design (the machine is small): the
  * ratio params / peak grows with L, the window does not. */
-#include "hetex.h"
+#include "deep_mlp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,40 +27,12 @@ static double now(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-typedef struct model { hx_graph *g; hx_tensor *x, *y, *loss; size_t param_bytes; } model;
-
-static model build(int L)
-{
-    model m = {.g = hx_graph_create()};
-    int64_t xs[2] = {B, W}, ws[2] = {W, W}, bs[1] = {W};
-    m.x = hx_graph_input(m.g, "x", HX_DTYPE_F32, 2, xs);
-    m.y = hx_graph_input(m.g, "y", HX_DTYPE_F32, 2, xs);
-    hx_graph_push_target(m.g, HX_TARGET_DEVICE);
-    hx_tensor *h = m.x;
-    for (int l = 0; l < L; l++) {
-        char n[16];
-        snprintf(n, sizeof n, "w%d", l);
-        hx_tensor *w = hx_graph_param(m.g, n, HX_DTYPE_F32, 2, ws, hx_init_xavier_uniform(1.4));
-        snprintf(n, sizeof n, "b%d", l);
-        hx_tensor *b = hx_graph_param(m.g, n, HX_DTYPE_F32, 1, bs, hx_init_uniform(-0.1, 0.1));
-        m.param_bytes += hx_tensor_nbytes(w) + hx_tensor_nbytes(b);
-        hx_tensor *z = hx_bias_add(m.g, hx_matmul(m.g, h, w, false, false), b);
-        h = l + 1 < L ? hx_relu(m.g, z) : z;
-    }
-    m.loss = hx_mse(m.g, h, m.y);
-    hx_graph_pop_target(m.g);
-    hx_graph_backward(m.g, m.loss);
-    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
-    hx_graph_apply_optimizer(m.g, NULL, &oc);
-    return m;
-}
-
 /* Mean step seconds after one warm-up step; *peak: the device's peak;
  * *r (when not NULL): the offload report after the steps; create_s: the
  * last session creation's seconds (auto_offload plans its candidates). */
 static double create_s;
 
-static int run(const model *m, const hx_session_config *c, double *step_s, size_t *peak,
+static int run(const deep_mlp *m, const hx_session_config *c, double *step_s, size_t *peak,
                hx_offload_report *r)
 {
     static float x[B * W], y[B * W];
@@ -95,7 +67,11 @@ static int run(const model *m, const hx_session_config *c, double *step_s, size_
 int main(int argc, char **argv)
 {
     int L = argc > 1 ? atoi(argv[1]) : 48;
-    model m = build(L);
+    deep_mlp m;
+    if (deep_mlp_build(B, W, L, &m)) {
+        fprintf(stderr, "bench_offload: %s\n", hx_last_error());
+        return 1;
+    }
     hx_session_config c = hx_session_config_default();
     c.accelerator = HX_ACCELERATOR_EMU;
     c.n_threads = 2;
@@ -177,6 +153,6 @@ int main(int argc, char **argv)
                rc ? 0.0 : s1 * 1e3,
                base_s * 1e3, rc ? 0.0 : base_s / s1);
     }
-    hx_graph_free(m.g);
+    deep_mlp_free(&m);
     return 0;
 }

@@ -7,6 +7,7 @@
  * the device peak that the pools then measure, and fails a cap too small
  * for any policy with a report whose suggested cap works. */
 #include "hetex.h"
+#include "deep_mlp.h"
 #include "testutil.h"
 #include "scheduler/sched.h"
 
@@ -54,44 +55,10 @@ static void test_parse(void)
     CHECK(hx_offload_config_parse(NULL, &c) == HX_ERR_INVALID_ARGUMENT, "NULL spec");
 }
 
-typedef struct model {
-    hx_graph *g;
-    hx_tensor *x, *y, *loss;
-    hx_tensor *w[L], *b[L];
-} model;
-
-/* L layers of relu(h W + b) (W 256x256: 256 KiB) on the device, mse loss,
- * Adam; parameters 12.05 MiB in all. */
-static model build(void)
-{
-    model m = {.g = hx_graph_create()};
-    int64_t xs[2] = {B, W}, ws[2] = {W, W}, bs[1] = {W};
-    m.x = hx_graph_input(m.g, "x", HX_DTYPE_F32, 2, xs);
-    m.y = hx_graph_input(m.g, "y", HX_DTYPE_F32, 2, xs);
-    hx_graph_push_target(m.g, HX_TARGET_DEVICE);
-    hx_tensor *h = m.x;
-    for (int l = 0; l < L; l++) {
-        char name[16];
-        snprintf(name, sizeof name, "w%d", l);
-        m.w[l] = hx_graph_param(m.g, name, HX_DTYPE_F32, 2, ws, hx_init_xavier_uniform(1.4));
-        snprintf(name, sizeof name, "b%d", l);
-        m.b[l] = hx_graph_param(m.g, name, HX_DTYPE_F32, 1, bs, hx_init_uniform(-0.1, 0.1));
-        hx_tensor *z = hx_bias_add(m.g, hx_matmul(m.g, h, m.w[l], false, false), m.b[l]);
-        h = l + 1 < L ? hx_relu(m.g, z) : z;
-    }
-    m.loss = hx_mse(m.g, h, m.y);
-    hx_graph_pop_target(m.g);
-    CHECK(hx_graph_backward(m.g, m.loss) == HX_OK, "backward: %s", hx_last_error());
-    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
-    oc.lr = 1e-3;
-    CHECK(hx_graph_apply_optimizer(m.g, NULL, &oc) == HX_OK, "optimizer: %s", hx_last_error());
-    return m;
-}
-
 static float xv[STEPS][B * W], yv[STEPS][B * W];
 
 /* Trains STEPS steps; returns the session (NULL on failure) and the losses. */
-static hx_session *train(const model *m, const hx_session_config *c, float *loss)
+static hx_session *train(const deep_mlp *m, const hx_session_config *c, float *loss)
 {
     hx_session *s = NULL;
     hx_status st = hx_session_create(m->g, c, &s);
@@ -109,7 +76,7 @@ static hx_session *train(const model *m, const hx_session_config *c, float *loss
     return s;
 }
 
-static bool same_params(hx_session *a, hx_session *b, const model *m)
+static bool same_params(hx_session *a, hx_session *b, const deep_mlp *m)
 {
     static float pa[W * W], pb[W * W];
     bool same = true;
@@ -128,7 +95,7 @@ static bool same_params(hx_session *a, hx_session *b, const model *m)
     return same;
 }
 
-static size_t params_of(const model *m)
+static size_t params_of(const deep_mlp *m)
 {
     size_t n = 0;
     for (int l = 0; l < L; l++) n += hx_tensor_nbytes(m->w[l]) + hx_tensor_nbytes(m->b[l]);
@@ -137,7 +104,8 @@ static size_t params_of(const model *m)
 
 static void test_cpu_offload_bitwise(void)
 {
-    model m = build();
+    deep_mlp m;
+    CHECK(deep_mlp_build(B, W, L, &m) == HX_OK, "build: %s", hx_last_error());
     size_t param_bytes = params_of(&m);
     CHECK(param_bytes >= 10 * CAP, "parameters %zu bytes, 10x the cap is %zu", param_bytes, 10 * CAP);
 
@@ -199,7 +167,7 @@ static void test_cpu_offload_bitwise(void)
         hx_session_free(s);
     }
     hx_session_free(ref);
-    hx_graph_free(m.g);
+    deep_mlp_free(&m);
 }
 
 /* $HX_OFFLOAD configures a session whose config leaves offload at its
@@ -207,7 +175,8 @@ static void test_cpu_offload_bitwise(void)
  * offload_path fails naming it. */
 static void test_env(void)
 {
-    model m = build();
+    deep_mlp m;
+    CHECK(deep_mlp_build(B, W, L, &m) == HX_OK, "build: %s", hx_last_error());
     hx_session_config c = hx_session_config_default();
     c.accelerator = HX_ACCELERATOR_EMU;
     c.n_threads = 2;
@@ -238,7 +207,7 @@ static void test_env(void)
     st = hx_session_create(m.g, &c, &s);
     CHECK(st == HX_ERR_IO && strstr(hx_last_error(), "/nonexistent/hx-offload"), "disk: %s",
           hx_last_error());
-    hx_graph_free(m.g);
+    deep_mlp_free(&m);
 }
 
 /* The report's prediction against the measured peak: the cap holds, and
@@ -271,7 +240,8 @@ static void check_report(hx_session *s, const char *what, size_t cap)
  * small for any policy fails with a report. */
 static void test_auto(void)
 {
-    model m = build();
+    deep_mlp m;
+    CHECK(deep_mlp_build(B, W, L, &m) == HX_OK, "build: %s", hx_last_error());
     hx_session_config rc = hx_session_config_default();
     rc.accelerator = HX_ACCELERATOR_EMU;
     rc.n_threads = 2;
@@ -358,7 +328,7 @@ static void test_auto(void)
         hx_session_free(s);
     }
     hx_session_free(ref);
-    hx_graph_free(m.g);
+    deep_mlp_free(&m);
 }
 
 int main(void)

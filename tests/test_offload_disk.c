@@ -9,6 +9,7 @@
  * the step count stay, and training goes on bitwise as if the failed steps
  * had not been tried. The file is gone when the session is freed. */
 #include "hetex.h"
+#include "deep_mlp.h"
 #include "testutil.h"
 #include "scheduler/offload_disk.h"
 #include "memory/disk_tier.h"
@@ -21,50 +22,17 @@
 enum { B = 2, W = 256, L = 16, STEPS = 4 };
 #define CAP ((size_t)1200 << 10)
 
-typedef struct model {
-    hx_graph *g;
-    hx_tensor *x, *y, *loss;
-    hx_tensor *w[L], *b[L];
-} model;
-
-/* L layers of relu(h W + b) (W 256x256) on the device, mse loss, Adam. */
-static model build(void)
-{
-    model m = {.g = hx_graph_create()};
-    int64_t xs[2] = {B, W}, ws[2] = {W, W}, bs[1] = {W};
-    m.x = hx_graph_input(m.g, "x", HX_DTYPE_F32, 2, xs);
-    m.y = hx_graph_input(m.g, "y", HX_DTYPE_F32, 2, xs);
-    hx_graph_push_target(m.g, HX_TARGET_DEVICE);
-    hx_tensor *h = m.x;
-    for (int l = 0; l < L; l++) {
-        char name[16];
-        snprintf(name, sizeof name, "w%d", l);
-        m.w[l] = hx_graph_param(m.g, name, HX_DTYPE_F32, 2, ws, hx_init_xavier_uniform(1.4));
-        snprintf(name, sizeof name, "b%d", l);
-        m.b[l] = hx_graph_param(m.g, name, HX_DTYPE_F32, 1, bs, hx_init_uniform(-0.1, 0.1));
-        hx_tensor *z = hx_bias_add(m.g, hx_matmul(m.g, h, m.w[l], false, false), m.b[l]);
-        h = l + 1 < L ? hx_relu(m.g, z) : z;
-    }
-    m.loss = hx_mse(m.g, h, m.y);
-    hx_graph_pop_target(m.g);
-    CHECK(hx_graph_backward(m.g, m.loss) == HX_OK, "backward: %s", hx_last_error());
-    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
-    oc.lr = 1e-3;
-    CHECK(hx_graph_apply_optimizer(m.g, NULL, &oc) == HX_OK, "optimizer: %s", hx_last_error());
-    return m;
-}
-
 static float xv[STEPS][B * W], yv[STEPS][B * W];
 static char dir[64];
 
-static hx_status step(hx_session *s, const model *m, int k, float *loss)
+static hx_status step(hx_session *s, const deep_mlp *m, int k, float *loss)
 {
     hx_feed f[2] = {{NULL, m->x, xv[k], sizeof xv[k]}, {NULL, m->y, yv[k], sizeof yv[k]}};
     hx_fetch o = {NULL, m->loss, loss, sizeof *loss};
     return hx_session_run(s, f, 2, &o, 1, HX_RUN_TRAIN);
 }
 
-static size_t params_of(const model *m)
+static size_t params_of(const deep_mlp *m)
 {
     size_t n = 0;
     for (int l = 0; l < L; l++) n += hx_tensor_nbytes(m->w[l]) + hx_tensor_nbytes(m->b[l]);
@@ -72,7 +40,7 @@ static size_t params_of(const model *m)
 }
 
 /* Every parameter of s, one after the other, into out (params_of bytes). */
-static void read_all(hx_session *s, const model *m, char *out)
+static void read_all(hx_session *s, const deep_mlp *m, char *out)
 {
     for (int l = 0; l < L; l++) {
         const hx_tensor *t[2] = {m->w[l], m->b[l]};
@@ -111,7 +79,7 @@ static hx_session_config disk_config(size_t host_budget)
 
 /* One injected failure: the step fails with `want` naming the file and an
  * offset, and nothing is applied. */
-static void check_fault(hx_session *s, const model *m, const hx_disk_faults *f, hx_status want,
+static void check_fault(hx_session *s, const deep_mlp *m, const hx_disk_faults *f, hx_status want,
                         const char *what, char *before, char *after, int k)
 {
     int64_t step0 = hx_session_step(s);
@@ -132,7 +100,8 @@ static void check_fault(hx_session *s, const model *m, const hx_disk_faults *f, 
 
 static void test_disk(void)
 {
-    model m = build();
+    deep_mlp m;
+    CHECK(deep_mlp_build(B, W, L, &m) == HX_OK, "build: %s", hx_last_error());
     size_t param_bytes = params_of(&m);
     char *before = malloc(param_bytes), *after = malloc(param_bytes);
     CHECK(param_bytes >= 3 * CAP, "parameters %zu B, cap %zu B", param_bytes, CAP);
@@ -251,7 +220,7 @@ done:
     hx_session_free(s);
     CHECK(files_in_dir() == 0, "%d files left after the session was freed", files_in_dir());
     hx_session_free(ref);
-    hx_graph_free(m.g);
+    deep_mlp_free(&m);
     free(before);
     free(after);
 }
