@@ -157,13 +157,9 @@ LAUNCH(concat)
 /* attr: i[0] axis, i[1] start */
 LAUNCH(slice)
 {
-    const hx_tensor *x = SRC(0);
-    size_t es = hx_dtype_size(y->dtype);
     int64_t xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    hx__strides_of(x, xs);
-    hx__strides_of(y, ys);
-    const char *base = (const char *)in[0] + y->attr.i[1] * xs[y->attr.i[0]] * es;
-    hx_k_copy_strided(out, ys, base, xs, y->shape, y->ndim, es, NT);
+    const char *base = hx__slice_view(y, in[0], xs, ys);
+    hx_k_copy_strided(out, ys, base, xs, y->shape, y->ndim, hx_dtype_size(y->dtype), NT);
     return HX_OK;
 }
 

@@ -127,13 +127,9 @@ LAUNCH(concat)
 /* attr: i[0] axis, i[1] start */
 LAUNCH(slice)
 {
-    const hx_tensor *x = SRC(0);
-    size_t es = hx_dtype_size(y->dtype);
     int64_t xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    hx__strides_of(x, xs);
-    hx__strides_of(y, ys);
-    const char *base = (const char *)in[0] + y->attr.i[1] * xs[y->attr.i[0]] * es;
-    RUN(hx_gk_copy_strided(C, out, ys, base, xs, y->shape, y->ndim, es));
+    const char *base = hx__slice_view(y, in[0], xs, ys);
+    RUN(hx_gk_copy_strided(C, out, ys, base, xs, y->shape, y->ndim, hx_dtype_size(y->dtype)));
 }
 
 /* dx (x's shape) = 0 outside the slice, dy inside. */

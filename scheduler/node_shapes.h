@@ -29,6 +29,17 @@ static inline void hx__broadcast_strides(const hx_tensor *x, const hx_tensor *y,
     }
 }
 
+/* A slice node y (attr: i[0] axis, i[1] start) of its source's value x0:
+ * the first element it reads, with the source's strides (xs) and its own
+ * (ys), for a strided copy of y's shape. */
+static inline const char *hx__slice_view(const hx_tensor *y, const void *x0, int64_t *xs,
+                                         int64_t *ys)
+{
+    hx__strides_of(y->src[0], xs);
+    hx__strides_of(y, ys);
+    return (const char *)x0 + y->attr.i[1] * xs[y->attr.i[0]] * hx_dtype_size(y->dtype);
+}
+
 /* A matmul node's GEMM: (batch of) M x K times K x N, leading dims of a and
  * b, and b's batch stride (0 when a 2-D b is shared by every batch, which is
  * then one GEMM over all rows of a). */
