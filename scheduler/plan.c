@@ -206,6 +206,7 @@ static void add_copy(builder *b, int k, const hx_tensor *t, int dev, int from, c
     p->copy_bytes += bytes;
     if (dev == HX_DEV_ACCEL) p->n_h2d++;
     else p->n_d2h++;
+    p->step_role[k] = role;
     if (!b->offload) return;
     if (role == HX_ROLE_STREAM_IN) { /* the next chunk when this one is full */
         if (b->fill && b->fill + bytes > b->chunk_bytes) b->chunk++, b->fill = 0;
@@ -214,7 +215,6 @@ static void add_copy(builder *b, int k, const hx_tensor *t, int dev, int from, c
         p->streamed_bytes += bytes;
     }
     p->step_chunk[k] = b->chunk;
-    p->step_role[k] = role;
 }
 
 /* Whether source j of t (on dev, from `from`) needs a copy step now: none
@@ -446,8 +446,7 @@ static hx_status offload_setup(builder *b, const bool *need, int max_steps)
     b->window = c->chunk_size * (size_t)(c->prefetch_depth + 1);
     b->last_use = calloc(b->n ? b->n : 1, sizeof *b->last_use);
     p->step_chunk = malloc(sizeof *p->step_chunk * (max_steps ? max_steps : 1));
-    p->step_role = calloc(max_steps ? max_steps : 1, sizeof *p->step_role);
-    if (!b->last_use || !p->step_chunk || !p->step_role)
+    if (!b->last_use || !p->step_chunk)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
     for (int k = 0; k < max_steps; k++) p->step_chunk[k] = -1;
     return HX_OK;
@@ -502,10 +501,11 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
     for (int d = 0; d < HX_NDEV; d++) b.lt[d] = malloc(sizeof *b.lt[d] * (max_steps + n + 1));
     p->src_step = malloc(sizeof *p->src_step * (n_in + max_steps + 1));
     p->step_offset = malloc(sizeof *p->step_offset * (max_steps ? max_steps : 1));
+    p->step_role = calloc(max_steps ? max_steps : 1, sizeof *p->step_role);
     b.copy_lt = malloc(sizeof *b.copy_lt * (max_steps ? max_steps : 1));
     b.slot_of = malloc(sizeof *b.slot_of * (max_steps ? max_steps : 1));
     if (!p->steps || !p->offset || !p->inputs || !p->in_pool || !b.lt[0] || !b.lt[1] ||
-        !p->src_step || !p->step_offset || !b.copy_lt || !b.slot_of)
+        !p->src_step || !p->step_offset || !p->step_role || !b.copy_lt || !b.slot_of)
         goto oom;
     for (int k = 0; k < max_steps; k++) b.copy_lt[k] = -1;
     if (hx__offload_on(s) && (st = offload_setup(&b, need, max_steps))) goto fail;

@@ -55,16 +55,6 @@ static int heap_pop(heap *h)
     return top;
 }
 
-/* A copy of a gradient to the host that order_steps put right after the
- * device step making it (plan.c): where backward is cut into buckets. */
-static bool early_grad_copy(const hx_plan *p, int k)
-{
-    const hx_step *sp = &p->steps[k];
-    return !sp->fn && k < p->first_update && sp->dev == HX_DEV_HOST && k > 0 &&
-           p->steps[k - 1].fn && p->steps[k - 1].node == sp->node &&
-           p->steps[k - 1].dev == HX_DEV_ACCEL;
-}
-
 /* Creates units in the order of their first steps: unit_of[k] per step.
  * A subgraph's steps in a phase form one unit, but a device subgraph is
  * cut where the parameter chunk changes (parameter offload; the copies of
@@ -93,7 +83,7 @@ static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u,
         const hx_step *sp = &p->steps[k];
         int ph = k >= p->first_update;
         int c = p->step_chunk ? p->step_chunk[k] : -1;
-        char role = p->step_role ? p->step_role[k] : HX_ROLE_OTHER;
+        char role = p->step_role[k];
         if (sp->fn) {
             int sub = ph * n_sub + p->part.sub_of[sp->node->id], *slot = &map[sub];
             if (*slot < 0 || (sp->dev == HX_DEV_ACCEL && chunk[*slot] != c)) {
@@ -106,7 +96,7 @@ static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u,
             unit_of[k] = *slot;
             continue;
         }
-        if (early_grad_copy(p, k)) {
+        if (role == HX_ROLE_GRAD_OUT) {
             int sub = p->part.sub_of[sp->node->id];
             filled[sub] += hx_tensor_nbytes(sp->node);
             if (filled[sub] >= bucket) { /* the bucket is full: cut backward here */

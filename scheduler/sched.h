@@ -141,9 +141,10 @@ typedef struct hx_plan {
      * (a tensor may be copied to a device more than once: offload) */
     int *src_step;       /* per in_pool slot: the copy step that produced it, -1: none */
     int64_t *step_offset;/* per step: a copy's byte offset in its destination's arena */
+    char *step_role;     /* per step: HX_ROLE_* (a parameter streamed in, a gradient
+                            sent back as soon as it is made, other) */
     /* parameter offload (hx_offload_config; NULL / 0 without it) */
     int *step_chunk;     /* per step: the parameter chunk current when it was ordered */
-    char *step_role;     /* per step: HX_ROLE_* */
     int n_chunks;
     size_t streamed_bytes; /* parameter bytes copied to the device per run */
 } hx_plan;
