@@ -354,12 +354,6 @@ static hx_status add_table_updates(hx_graph *g, int n0, int *added)
 
 /* ---- mixed precision ---------------------------------------------------------------- */
 
-static bool is_dense_update(const hx_tensor *u)
-{
-    return u->op == HX_OP_SGD_UPDATE || u->op == HX_OP_ADAM_UPDATE ||
-           u->op == HX_OP_ADAGRAD_UPDATE || u->op == HX_OP_FTRL_UPDATE;
-}
-
 /* The one consumer of p other than its update, if it is a cast to f16 or
  * bf16 (the mixed-precision pattern: an f32 master used through its half
  * copy); else NULL. */
@@ -439,6 +433,6 @@ hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param, const hx_optim
         return st;
     }
     for (int i = n0; i < g->n; i++)
-        if (is_dense_update(g->tensors[i])) fuse_half_copy(g, g->tensors[i]);
+        if (hx__is_dense_update(g->tensors[i])) fuse_half_copy(g, g->tensors[i]);
     return HX_OK;
 }

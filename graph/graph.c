@@ -75,6 +75,12 @@ bool hx__is_float(hx_dtype dt)
     return dt == HX_DTYPE_F32 || dt == HX_DTYPE_F16 || dt == HX_DTYPE_BF16;
 }
 
+bool hx__is_dense_update(const hx_tensor *t)
+{
+    return t->op == HX_OP_SGD_UPDATE || t->op == HX_OP_ADAM_UPDATE ||
+           t->op == HX_OP_ADAGRAD_UPDATE || t->op == HX_OP_FTRL_UPDATE;
+}
+
 int64_t hx__numel(int ndim, const int64_t *shape)
 {
     int64_t n = 1;

@@ -186,6 +186,8 @@ void hx__partition_free(hx_partition *p);
 
 int64_t hx__numel(int ndim, const int64_t *shape);
 bool hx__is_float(hx_dtype dt);
+/* An optimizer update of a dense parameter (not an embedding table's). */
+bool hx__is_dense_update(const hx_tensor *t);
 bool hx__same_shape(const hx_tensor *a, const hx_tensor *b);
 /* Right-aligned numpy broadcast of two shapes; false if incompatible. */
 bool hx__broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout,

@@ -40,12 +40,6 @@ struct hx_dpu {
     hx_trace_lane *lane;
 };
 
-static bool is_dense_update(const hx_tensor *u)
-{
-    return u->op == HX_OP_SGD_UPDATE || u->op == HX_OP_ADAM_UPDATE ||
-           u->op == HX_OP_ADAGRAD_UPDATE || u->op == HX_OP_FTRL_UPDATE;
-}
-
 /* Written by an update of the graph, other than a half copy. */
 static bool written_by_update(const hx_tensor *t)
 {
@@ -57,7 +51,7 @@ bool hx__dpu_plan_ok(const hx_plan *p)
 {
     for (int i = p->first_update; i < p->n_steps; i++) {
         const hx_step *sp = &p->steps[i];
-        if (!sp->fn || sp->dev != HX_DEV_HOST || !is_dense_update(sp->node)) return false;
+        if (!sp->fn || sp->dev != HX_DEV_HOST || !hx__is_dense_update(sp->node)) return false;
     }
     return hx__dpu_reads_no_master(p);
 }
