@@ -39,7 +39,7 @@ struct hx_disk_tier {
     blockrec *map;
     int64_t n_map;
     int64_t *free_slots, n_free, cap_free, n_slots;
-    char *bounce;
+    char **bounce; /* queue_depth buffers of a block, each allocated at its first use */
     int *bounce_free, n_bounce_free;
     request *req;
     uint64_t written_total; /* for the injected ENOSPC */
@@ -126,7 +126,7 @@ hx_status hx_disk_tier_create(const hx_disk_config *cfg, hx_disk_tier **out, hx_
     t->cfg.faults = NULL;
     t->fd = -1;
     int qd = cfg->queue_depth;
-    t->bounce = aligned_alloc(IO_ALIGN, (size_t)qd * cfg->block_size);
+    t->bounce = calloc((size_t)qd, sizeof *t->bounce);
     t->bounce_free = malloc((size_t)qd * sizeof *t->bounce_free);
     t->req = calloc((size_t)qd, sizeof *t->req);
     hx_status st = t->bounce && t->bounce_free && t->req
@@ -156,6 +156,7 @@ void hx_disk_tier_destroy(hx_disk_tier *t)
     hx__aio_close(t->io);
     free(t->map);
     free(t->free_slots);
+    for (int i = 0; t->bounce && i < t->cfg.queue_depth; i++) free(t->bounce[i]);
     free(t->bounce);
     free(t->bounce_free);
     free(t->req);
@@ -246,7 +247,15 @@ static bool submit(hx_disk_tier *t, call *c, int64_t i)
     bool aligned = (uintptr_t)mine % IO_ALIGN == 0 || !t->st.direct;
     if (q->len != bs || !aligned) {
         q->bounce = t->bounce_free[--t->n_bounce_free];
-        q->io = t->bounce + (size_t)q->bounce * bs;
+        if (!t->bounce[q->bounce]) {
+            t->bounce[q->bounce] = aligned_alloc(IO_ALIGN, bs);
+            if (!t->bounce[q->bounce]) {
+                fail(t, c, HX_ERR_OUT_OF_MEMORY, i, "out of host memory for a bounce buffer");
+                goto release;
+            }
+            t->st.bounce_bytes += bs;
+        }
+        q->io = t->bounce[q->bounce];
         if (c->write) {
             memcpy(q->io, mine, q->len);
             memset(q->io + q->len, 0, bs - q->len);

@@ -8,7 +8,8 @@
  * a fallback is kept), on a file opened with O_DIRECT where the filesystem
  * allows it (else buffered I/O, and the reason is kept). Blocks of a
  * 4096-aligned caller buffer go straight to and from the file; others go
- * through the tier's own aligned buffers. Calls block until their I/O is
+ * through the tier's own aligned buffers (allocated at their first use, so
+ * a caller whose buffers are aligned whole blocks never pays for them). Calls block until their I/O is
  * done: a caller overlaps them with compute by calling from its own
  * thread (the prefetcher).
  *
@@ -61,6 +62,8 @@ typedef struct hx_disk_stats {
     int64_t writes, reads;     /* calls that succeeded */
     int64_t failed_writes, failed_reads;
     uint64_t bytes_written, bytes_read; /* by the device, padding included */
+    size_t bounce_bytes; /* host memory of the tier's bounce buffers (allocated at first use:
+                            a block that is partial or not 4096-aligned in the caller's buffer) */
 } hx_disk_stats;
 
 typedef struct hx_disk_tier hx_disk_tier;

@@ -1,26 +1,12 @@
-/* offload_param=disk (see offload_disk.h). */
-#include "scheduler/offload_disk.h"
+/* offload_param=disk (see offload_disk.h and disk_layout.h): the layout,
+ * the generations, loads and stores of the resident region, single
+ * tensors, checkpoint spans and creation. */
+#include "scheduler/disk_layout.h"
 #include "scheduler/backend.h"
-#include "memory/disk_tier.h"
-#include "memory/pinned.h"
+#include "scheduler/trace.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define BLOCK HX_MIB /* the tier's block: O_DIRECT transfers of 1 MiB */
-
-struct hx_offload_disk {
-    hx_disk_tier *tier;
-    hx_pinned_pool *pinned;
-    int n;          /* disk-resident tensors */
-    int *ids;
-    size_t *off;    /* each one's place in the host buffer (64-byte aligned) */
-    size_t bytes;   /* the host buffer */
-    size_t seg;     /* bytes per tier call: chunk_size rounded up to blocks */
-    int n_seg;
-    int gen;        /* generation in use (0 or 1); -1: nothing stored yet */
-    char *buf;      /* the host copy while loaded, else NULL */
-};
 
 bool hx__disk_resident(const hx_session *s, int id)
 {
@@ -29,22 +15,108 @@ bool hx__disk_resident(const hx_session *s, int id)
            (t->kind == HX_TENSOR_PARAMETER || t->kind == HX_TENSOR_STATE);
 }
 
+bool hx__disk_holds(const hx_session *s, int id) { return s->disk && s->disk->where[id] > -2; }
+
+bool hx__disk_chunked(const hx_session *s, int id) { return s->disk && s->disk->where[id] >= 0; }
+
 hx_disk_tier *hx__disk_tier_of(const hx_session *s) { return s->disk ? s->disk->tier : NULL; }
 
-size_t hx__disk_host_bytes(const hx_session *s) { return s->disk ? s->disk->bytes : 0; }
+hx_pinned_pool *hx__disk_pool_of(const hx_session *s) { return s->disk ? s->disk->pinned : NULL; }
+
+size_t hx__disk_host_bytes(const hx_session *s)
+{
+    return s->disk ? s->disk->res_bytes + (size_t)s->disk->n_slots * s->disk->slot_bytes : 0;
+}
+
+size_t hx__disk_whole_bytes(const hx_session *s) { return s->disk ? s->disk->whole : 0; }
+
+hx_disk_run_stats hx__disk_last_run(const hx_session *s)
+{
+    return s->disk ? s->disk->last : (hx_disk_run_stats){0};
+}
+
+int hx__disk_segments(const hx_session *s, int *resident)
+{
+    if (resident) *resident = s->disk ? s->disk->n_res : 0;
+    return s->disk ? s->disk->n_seg : 0;
+}
 
 int64_t hx__disk_block_of(const hx_session *s, int seg, bool next)
 {
-    const hx_offload_disk *d = s->disk;
-    int gen = next ? (d->gen < 0 ? 0 : 1 - d->gen) : d->gen;
-    return (int64_t)(2 * seg + gen) * (int64_t)(d->seg / BLOCK);
+    const hx_disk_seg *g = &s->disk->segs[seg];
+    return hx__disk_seg_block(g, next ? hx__disk_next_gen(g) : g->gen);
 }
 
-static size_t seg_len(const hx_offload_disk *d, int j)
+/* ---- segments and generations ---------------------------------------------------- */
+
+hx_status hx__disk_seg_read(hx_offload_disk *d, int k, void *buf, hx_mem_err *err)
 {
-    size_t at = (size_t)j * d->seg;
-    return d->bytes - at < d->seg ? d->bytes - at : d->seg;
+    const hx_disk_seg *g = &d->segs[k];
+    return hx_disk_tier_read(d->tier, hx__disk_seg_block(g, g->gen), buf, g->bytes, err);
 }
+
+hx_status hx__disk_seg_write(hx_offload_disk *d, int k, const void *buf, hx_mem_err *err)
+{
+    hx_disk_seg *g = &d->segs[k];
+    hx_status st = hx_disk_tier_write(d->tier, hx__disk_seg_block(g, hx__disk_next_gen(g)), buf,
+                                      g->bytes, err);
+    if (!st) g->pending = true;
+    return st;
+}
+
+/* Every pending segment switches to its new generation, or none does. */
+static void commit(hx_offload_disk *d)
+{
+    for (int k = 0; k < d->n_seg; k++)
+        if (d->segs[k].pending) {
+            d->segs[k].gen = hx__disk_next_gen(&d->segs[k]);
+            d->segs[k].pending = false;
+        }
+}
+
+static void abort_pending(hx_offload_disk *d)
+{
+    for (int k = 0; k < d->n_seg; k++) d->segs[k].pending = false;
+}
+
+static hx_status read_failed(const char *fn, hx_status st, const hx_mem_err *err)
+{
+    return hx__error(st, "%s: offload_param=disk: reading parameters or optimizer state back "
+                     "failed, so nothing changed: %s; %s", fn, err->msg,
+                     st == HX_ERR_CORRUPT
+                         ? "the file under offload_path is damaged: recreate the session and "
+                           "restore the parameters from a checkpoint (hx_session_load)"
+                         : "check the disk under offload_path and retry");
+}
+
+static hx_status write_failed(const char *fn, hx_status st, const hx_mem_err *err)
+{
+    return hx__error(st, "%s: offload_param=disk: writing parameters or optimizer state back "
+                     "failed: %s; nothing of this call was applied: the parameters and state on "
+                     "disk are those from before it (free space under offload_path or check the "
+                     "disk, then retry)", fn, err->msg);
+}
+
+static hx_status host_alloc(hx_offload_disk *d, const char *fn, size_t bytes, const char *what,
+                            char **out)
+{
+    hx_mem_err err;
+    void *p = NULL;
+    *out = NULL;
+    hx_status st = hx_pinned_alloc(d->pinned, bytes, &p, &err);
+    if (st)
+        return hx__error(st, "%s: offload_param=disk: no host memory for %s (%zu bytes): %s; raise "
+                         "offload_cpu_size or free host memory", fn, what, bytes, err.msg);
+    *out = p;
+    return HX_OK;
+}
+
+static void host_free(hx_offload_disk *d, char *p)
+{
+    if (p) hx_pinned_free(d->pinned, p, NULL);
+}
+
+/* ---- the resident region during a run ------------------------------------------------ */
 
 /* Plans bound to the old host copy rebind before their next run: bound_to
  * holds a value no arena has. */
@@ -53,87 +125,466 @@ static void unbind_plans(hx_session *s)
     for (int i = 0; i < s->n_plans; i++) s->plans[i]->bound_to[HX_DEV_HOST] = (const char *)s->disk;
 }
 
+static void point_resident(hx_session *s, char *base)
+{
+    const hx_offload_disk *d = s->disk;
+    for (int i = 0; i < s->g->n; i++)
+        if (d->where[i] == -1) s->persist[i] = base ? base + d->at[i] : NULL;
+}
+
 void hx__disk_evict(hx_session *s)
 {
     hx_offload_disk *d = s->disk;
-    if (!d || !d->buf) return;
-    for (int k = 0; k < d->n; k++) s->persist[d->ids[k]] = NULL;
-    hx_pinned_free(d->pinned, d->buf, NULL);
+    if (!d) return;
+    hx__disk_update_end(s);
+    abort_pending(d);
+    if (!d->loaded) return;
+    point_resident(s, NULL);
+    host_free(d, d->res);
     hx_pinned_trim(d->pinned); /* between runs the host holds none of it */
-    d->buf = NULL;
+    d->res = NULL;
+    d->loaded = d->res_dirty = false;
     unbind_plans(s);
-}
-
-static hx_status host_buffer(hx_session *s, const char *fn)
-{
-    hx_offload_disk *d = s->disk;
-    hx_mem_err err;
-    void *p = NULL;
-    hx_status st = hx_pinned_alloc(d->pinned, d->bytes, &p, &err);
-    if (st)
-        return hx__error(st, "%s: offload_param=disk: no host memory for the %zu bytes of "
-                         "parameters and optimizer state a run reads from disk: %s; raise "
-                         "offload_cpu_size or free host memory", fn, d->bytes, err.msg);
-    d->buf = p;
-    for (int k = 0; k < d->n; k++) s->persist[d->ids[k]] = d->buf + d->off[k];
-    unbind_plans(s);
-    return HX_OK;
-}
-
-/* Reads segments [lo, hi) into a fresh host buffer. */
-static hx_status load_segments(hx_session *s, const char *fn, int lo, int hi)
-{
-    hx_offload_disk *d = s->disk;
-    hx_status st = host_buffer(s, fn);
-    hx_mem_err err;
-    for (int j = lo; j < hi && !st; j++)
-        st = hx_disk_tier_read(d->tier, hx__disk_block_of(s, j, false), d->buf + (size_t)j * d->seg,
-                               seg_len(d, j), &err);
-    if (st && d->buf) {
-        hx__disk_evict(s);
-        return hx__error(st, "%s: offload_param=disk: reading the parameters back failed, so "
-                         "nothing ran and nothing changed: %s; %s", fn, err.msg,
-                         st == HX_ERR_CORRUPT
-                             ? "the file under offload_path is damaged: recreate the session and "
-                               "restore the parameters from a checkpoint (hx_session_load)"
-                             : "check the disk under offload_path and retry");
-    }
-    return st;
 }
 
 hx_status hx__disk_load(hx_session *s, const char *fn)
 {
     hx_offload_disk *d = s->disk;
-    return !d || d->buf ? HX_OK : load_segments(s, fn, 0, d->n_seg);
-}
-
-hx_status hx__disk_load_one(hx_session *s, const char *fn, const hx_tensor *t)
-{
-    hx_offload_disk *d = s->disk;
-    if (!d || d->buf) return HX_OK;
-    int k = 0;
-    while (k < d->n && d->ids[k] != t->id) k++;
-    if (k == d->n) return load_segments(s, fn, 0, 0); /* not on disk: no reads */
-    size_t end = d->off[k] + hx_tensor_nbytes(t);
-    return load_segments(s, fn, (int)(d->off[k] / d->seg), (int)((end + d->seg - 1) / d->seg));
+    if (!d || d->loaded) return HX_OK;
+    double t0 = hx__now();
+    hx_status st = d->res_bytes ? host_alloc(d, fn, d->res_bytes, "the resident region", &d->res)
+                                : HX_OK;
+    hx_mem_err err;
+    for (int k = 0; k < d->n_res && !st; k++)
+        if ((st = hx__disk_seg_read(d, k, d->res + d->segs[k].off, &err))) st = read_failed(fn, st, &err);
+    if (st) {
+        host_free(d, d->res);
+        d->res = NULL;
+        return st;
+    }
+    d->loaded = true;
+    d->res_dirty = false;
+    point_resident(s, d->res);
+    unbind_plans(s);
+    d->last.resident_read_s = hx__now() - t0;
+    d->last.resident_bytes = d->res_bytes;
+    return HX_OK;
 }
 
 hx_status hx__disk_store(hx_session *s, const char *fn)
 {
     hx_offload_disk *d = s->disk;
-    if (!d || !d->buf) return HX_OK;
+    if (!d || !d->loaded) return HX_OK;
+    double t0 = hx__now();
     hx_mem_err err;
     hx_status st = HX_OK;
-    for (int j = 0; j < d->n_seg && !st; j++)
-        st = hx_disk_tier_write(d->tier, hx__disk_block_of(s, j, true), d->buf + (size_t)j * d->seg,
-                                seg_len(d, j), &err);
-    if (st)
-        return hx__error(st, "%s: offload_param=disk: writing the parameters back failed: %s; "
-                         "nothing of this call was applied: the parameters on disk are those from "
-                         "before it (free space under offload_path or check the disk, then "
-                         "retry)", fn, err.msg);
-    d->gen = d->gen < 0 ? 0 : 1 - d->gen;
+    for (int k = 0; k < d->n_res && d->res_dirty && !st; k++)
+        if ((st = hx__disk_seg_write(d, k, d->res + d->segs[k].off, &err)))
+            st = write_failed(fn, st, &err);
+    d->last.resident_write_s = hx__now() - t0;
+    if (st) {
+        abort_pending(d);
+        return st;
+    }
+    commit(d);
+    d->res_dirty = false;
     return HX_OK;
+}
+
+/* ---- spans: segments loaded together ----------------------------------------------------- */
+
+/* Resident segments [lo, hi] or chunk seg (lo = hi = seg) in one buffer. */
+typedef struct span { int lo, hi; char *buf; } span;
+
+static size_t span_bytes(const hx_offload_disk *d, const span *p)
+{
+    return d->segs[p->hi].off + d->segs[p->hi].bytes - d->segs[p->lo].off;
+}
+
+/* Where tensor id's bytes are in a loaded span. */
+static char *span_at(const hx_offload_disk *d, const span *p, int id)
+{
+    return p->buf + (d->where[id] >= 0 ? d->at[id] : d->at[id] - d->segs[p->lo].off);
+}
+
+/* The resident segments tensor id (resident) lies in. */
+static void resident_segs(const hx_session *s, int id, int *lo, int *hi)
+{
+    const hx_offload_disk *d = s->disk;
+    size_t n = hx_tensor_nbytes(s->g->tensors[id]);
+    *lo = (int)(d->at[id] / d->seg_bytes);
+    *hi = (int)((d->at[id] + (n ? n - 1 : 0)) / d->seg_bytes);
+}
+
+static hx_status span_load(hx_offload_disk *d, const char *fn, span *p, bool blank)
+{
+    hx_status st = host_alloc(d, fn, span_bytes(d, p), "a segment of parameters or state", &p->buf);
+    if (st) return st;
+    if (blank) {
+        memset(p->buf, 0, span_bytes(d, p));
+        return HX_OK;
+    }
+    hx_mem_err err;
+    for (int k = p->lo; k <= p->hi && !st; k++)
+        if ((st = hx__disk_seg_read(d, k, p->buf + d->segs[k].off - d->segs[p->lo].off, &err)))
+            st = read_failed(fn, st, &err);
+    return st;
+}
+
+static hx_status span_store(hx_offload_disk *d, const char *fn, const span *p)
+{
+    hx_mem_err err;
+    hx_status st = HX_OK;
+    for (int k = p->lo; k <= p->hi && !st; k++)
+        if ((st = hx__disk_seg_write(d, k, p->buf + d->segs[k].off - d->segs[p->lo].off, &err)))
+            st = write_failed(fn, st, &err);
+    return st;
+}
+
+static void span_drop(hx_offload_disk *d, span *p)
+{
+    host_free(d, p->buf);
+    p->buf = NULL;
+}
+
+static span span_of(const hx_session *s, int id)
+{
+    span p = {s->disk->where[id], s->disk->where[id], NULL};
+    if (p.lo < 0) resident_segs(s, id, &p.lo, &p.hi);
+    return p;
+}
+
+hx_status hx__disk_read_tensor(hx_session *s, const char *fn, const hx_tensor *t, void *dst)
+{
+    hx_offload_disk *d = s->disk;
+    span p = span_of(s, t->id);
+    hx_status st = span_load(d, fn, &p, false);
+    if (!st) memcpy(dst, span_at(d, &p, t->id), hx_tensor_nbytes(t));
+    span_drop(d, &p);
+    hx_pinned_trim(d->pinned);
+    return st;
+}
+
+hx_status hx__disk_write_tensor(hx_session *s, const char *fn, const hx_tensor *t,
+                                const void *data)
+{
+    hx_offload_disk *d = s->disk;
+    const hx_graph *g = s->g;
+    /* t and its half copies: the resident segments they touch as one span, their chunks */
+    span res = {-1, -1, NULL}, ch[2] = {{-1, -1, NULL}, {-1, -1, NULL}};
+    int n_ch = 0;
+    hx_status st = HX_OK;
+    for (int i = 0; i < g->n && !st; i++) {
+        const hx_tensor *c = g->tensors[i];
+        if (c != t && !(hx__is_half_copy(c) && c->param == t)) continue;
+        if (!hx__disk_holds(s, i)) continue;
+        span p = span_of(s, i);
+        if (d->where[i] == -1) {
+            res.lo = res.lo < 0 || p.lo < res.lo ? p.lo : res.lo;
+            res.hi = p.hi > res.hi ? p.hi : res.hi;
+            continue;
+        }
+        bool have = false;
+        for (int k = 0; k < n_ch; k++) have |= ch[k].lo == p.lo;
+        if (have) continue;
+        if (n_ch == 2)
+            st = hx__error(HX_ERR_INTERNAL, "%s: '%s' and its half copies lie in more than two "
+                           "chunks of the disk tier", fn, t->name);
+        else ch[n_ch++] = p;
+    }
+    if (!st && res.lo >= 0) st = span_load(d, fn, &res, false);
+    for (int k = 0; k < n_ch && !st; k++) st = span_load(d, fn, &ch[k], false);
+    /* point persist at the loaded copies, set t, refresh its half copies */
+    for (int i = 0; i < g->n && !st; i++) {
+        if (d->where[i] == -1 && res.buf && d->at[i] >= d->segs[res.lo].off &&
+            d->at[i] + hx_tensor_nbytes(g->tensors[i]) <= d->segs[res.hi].off + d->segs[res.hi].bytes)
+            s->persist[i] = span_at(d, &res, i);
+        for (int k = 0; k < n_ch; k++)
+            if (d->where[i] == ch[k].lo) s->persist[i] = span_at(d, &ch[k], i);
+    }
+    if (!st) st = hx__session_copy_in(s, hx__dev_of(s, t->id), s->persist[t->id], data,
+                                      hx_tensor_nbytes(t));
+    if (!st && t->kind == HX_TENSOR_PARAMETER) st = hx__half_copies_refresh(s, t);
+    if (!st && res.buf) st = span_store(d, fn, &res);
+    for (int k = 0; k < n_ch && !st; k++) st = span_store(d, fn, &ch[k]);
+    if (st) abort_pending(d);
+    else commit(d);
+    for (int i = 0; i < g->n; i++)
+        if (d->where[i] > -2) s->persist[i] = NULL;
+    span_drop(d, &res);
+    for (int k = 0; k < n_ch; k++) span_drop(d, &ch[k]);
+    hx_pinned_trim(d->pinned);
+    return st;
+}
+
+hx_status hx__disk_visit(hx_session *s, const char *fn, bool blank, bool write,
+                         hx_disk_visit_fn visit, void *ctx)
+{
+    hx_offload_disk *d = s->disk;
+    if (!d) return HX_OK;
+    const hx_graph *g = s->g;
+    int *ids = malloc(sizeof *ids * (g->n ? g->n : 1));
+    if (!ids) return hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    hx_status st = HX_OK;
+    /* resident spans: tensors in layout (id) order, merged where they share a segment;
+     * then one span per chunk. i == g->n closes the last resident span. */
+    span p = {-1, -1, NULL};
+    int n_ids = 0;
+    for (int pass = 0; pass < 2 && !st; pass++) {
+        int n_spans = pass ? d->n_seg - d->n_res : 1;
+        for (int c = 0; c < n_spans && !st; c++) {
+            if (pass) {
+                p = (span){d->n_res + c, d->n_res + c, NULL};
+                n_ids = 0;
+                for (int i = 0; i < g->n; i++)
+                    if (d->where[i] == p.lo) ids[n_ids++] = i;
+            }
+            for (int i = 0; i <= g->n && !st; i++) {
+                if (!pass && i < g->n && d->where[i] != -1) continue;
+                span q = {-1, -1, NULL};
+                if (!pass && i < g->n) q = span_of(s, i);
+                bool flush = pass ? i == g->n : n_ids && (i == g->n || q.lo > p.hi);
+                if (flush) {
+                    st = span_load(d, fn, &p, blank);
+                    for (int k = 0; k < n_ids && !st; k++)
+                        st = visit(ctx, g->tensors[ids[k]], span_at(d, &p, ids[k]));
+                    if (!st && write) st = span_store(d, fn, &p);
+                    span_drop(d, &p);
+                    n_ids = 0;
+                }
+                if (pass || i == g->n) continue;
+                if (!n_ids) p = q;
+                else if (q.hi > p.hi) p.hi = q.hi;
+                ids[n_ids++] = i;
+            }
+        }
+    }
+    free(ids);
+    if (write && !st) commit(d);
+    else abort_pending(d);
+    hx_pinned_trim(d->pinned);
+    return st;
+}
+
+/* ---- layout, creation ------------------------------------------------------------------- */
+
+/* Per tensor: the one update node that reads it when every reader is that
+ * update (the tensor can wait on disk until the update phase), else -2;
+ * -1 when nothing reads it. */
+static void update_readers(const hx_graph *g, int *upd)
+{
+    for (int i = 0; i < g->n; i++) upd[i] = -1;
+    for (int i = 0; i < g->n; i++) {
+        const hx_tensor *u = g->tensors[i];
+        for (int k = 0; k < u->n_src; k++) {
+            int id = u->src[k]->id;
+            if (upd[id] == -2) continue;
+            upd[id] = u->kind == HX_TENSOR_UPDATE && (upd[id] == -1 || upd[id] == i) ? i : -2;
+        }
+    }
+}
+
+static void add_seg(hx_offload_disk *d, size_t off, size_t bytes, int64_t *block)
+{
+    d->segs[d->n_seg++] = (hx_disk_seg){.off = off, .bytes = bytes, .block = *block, .gen = -1};
+    *block += 2 * (int64_t)(bytes / HX_DISK_BLOCK);
+}
+
+/* Resident region, then chunks of update-only tensors in update order. */
+static void lay_out(hx_session *s, hx_offload_disk *d, int *upd)
+{
+    const hx_graph *g = s->g;
+    size_t res = 0;
+    for (int i = 0; i < g->n; i++) {
+        d->where[i] = -2;
+        if (!hx__disk_resident(s, i)) continue;
+        size_t n = hx_tensor_nbytes(g->tensors[i]);
+        d->whole += n;
+        if (upd[i] >= 0) {
+            d->where[i] = -3; /* placed in a chunk below */
+            continue;
+        }
+        d->where[i] = -1;
+        d->at[i] = res;
+        res = hx__mem_round(res + n, 64);
+    }
+    d->res_bytes = hx__mem_round(res, HX_DISK_BLOCK);
+    int64_t block = 0;
+    for (size_t off = 0; off < d->res_bytes; off += d->seg_bytes)
+        add_seg(d, off, d->res_bytes - off < d->seg_bytes ? d->res_bytes - off : d->seg_bytes, &block);
+    d->n_res = d->n_seg;
+    size_t cur = 0;
+    for (int u = 0; u < g->n; u++) {
+        const hx_tensor *x = g->tensors[u];
+        if (x->kind != HX_TENSOR_UPDATE) continue;
+        size_t grp = 0;
+        for (int k = 0; k < x->n_src; k++)
+            if (d->where[x->src[k]->id] == -3 && upd[x->src[k]->id] == u)
+                grp += hx__mem_round(hx_tensor_nbytes(x->src[k]), 64);
+        if (!grp) continue;
+        if (cur && cur + grp > d->seg_bytes) { /* close the chunk */
+            add_seg(d, 0, hx__mem_round(cur, HX_DISK_BLOCK), &block);
+            cur = 0;
+        }
+        for (int k = 0; k < x->n_src; k++) {
+            int id = x->src[k]->id;
+            if (d->where[id] != -3 || upd[id] != u) continue;
+            d->where[id] = d->n_seg; /* the chunk being filled */
+            d->at[id] = cur;
+            cur = hx__mem_round(cur + hx_tensor_nbytes(x->src[k]), 64);
+        }
+    }
+    if (cur) add_seg(d, 0, hx__mem_round(cur, HX_DISK_BLOCK), &block);
+    for (int k = d->n_res; k < d->n_seg; k++)
+        if (d->segs[k].bytes > d->slot_bytes) d->slot_bytes = d->segs[k].bytes;
+    int chunks = d->n_seg - d->n_res;
+    d->n_slots = chunks < HX_DISK_SLOTS ? chunks : HX_DISK_SLOTS;
+}
+
+/* The tier and the pinned pool, the checks against the budgets. */
+static hx_status setup(hx_session *s, hx_offload_disk *d)
+{
+    const hx_offload_config *oc = &s->cfg.offload;
+    size_t need = d->res_bytes + (size_t)d->n_slots * d->slot_bytes;
+    if (oc->offload_cpu_size && need > oc->offload_cpu_size)
+        return hx__error(HX_ERR_OUT_OF_MEMORY,
+                         "hx_session_create: offload_param=disk holds the resident region (%zu "
+                         "bytes: the parameters the forward and backward read) and %d chunk "
+                         "slots of %zu bytes (optimizer state streamed through the update) in "
+                         "host memory, %zu bytes, more than offload_cpu_size (%zu bytes): raise "
+                         "offload_cpu_size to at least %zu, or lower chunk_size to shrink the "
+                         "slots (all parameters and optimizer state are %zu bytes)",
+                         d->res_bytes, d->n_slots, d->slot_bytes, need, oc->offload_cpu_size, need,
+                         d->whole);
+    /* two generations, and the blocks of one segment written before its old ones are free */
+    size_t stored = 0, largest = 0;
+    for (int k = 0; k < d->n_seg; k++) {
+        stored += d->segs[k].bytes;
+        if (d->segs[k].bytes > largest) largest = d->segs[k].bytes;
+    }
+    size_t disk = 2 * stored + largest;
+    if (oc->offload_disk_size && disk > oc->offload_disk_size)
+        return hx__error(HX_ERR_IO, "hx_session_create: offload_param=disk needs up to %zu bytes "
+                         "under offload_path '%s' (two copies of %zu bytes of parameters and "
+                         "optimizer state, and a segment in flight), more than offload_disk_size "
+                         "(%zu bytes): raise offload_disk_size", disk, oc->offload_path, stored,
+                         oc->offload_disk_size);
+    hx_disk_config dc = hx_disk_config_default(oc->offload_path);
+    dc.block_size = HX_DISK_BLOCK;
+    dc.engine = oc->enable_aio ? HX_DISK_ENGINE_AUTO : HX_DISK_ENGINE_SYNC;
+    hx_mem_err err;
+    hx_status st = hx_disk_tier_create(&dc, &d->tier, &err);
+    if (st)
+        return hx__error(st, "hx_session_create: offload_param=disk: %s (offload_path must be an "
+                         "existing, writable directory)", err.msg);
+    /* every buffer is a whole number of tier blocks: with blocks of that
+     * size each one is exact and page aligned (the tier moves it without
+     * a bounce), and the pool's reserve is what the buffers hold */
+    hx_pinned_config pc = hx_pinned_config_default();
+    pc.block_size = HX_DISK_BLOCK;
+    pc.capacity = oc->offload_cpu_size ? oc->offload_cpu_size : SIZE_MAX;
+    pc.lock = oc->enable_pinned_mem;
+    st = hx_pinned_create(&pc, &d->pinned, &err);
+    if (st) return hx__error(st, "hx_session_create: offload_param=disk: %s", err.msg);
+    d->io_lane = hx__trace_lane(s->trace, "disk I/O");
+    return HX_OK;
+}
+
+hx_status hx__disk_layout(hx_session *s)
+{
+    const hx_offload_config *oc = &s->cfg.offload;
+    if (oc->offload_param != HX_OFFLOAD_DISK) return HX_OK;
+    if (s->cfg.delayed_param_update)
+        return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: offload_param=disk does not run "
+                         "with delayed_param_update (the update behind the next run would need "
+                         "the parameters in host memory across runs); use offload_param=cpu");
+    hx_offload_disk *d = calloc(1, sizeof *d);
+    int n = s->g->n ? s->g->n : 1;
+    int *upd = malloc(sizeof *upd * n);
+    if (d) {
+        d->where = malloc(sizeof *d->where * n);
+        for (int i = 0; d->where && i < n; i++) d->where[i] = -2;
+        d->at = calloc(n, sizeof *d->at);
+        d->segs = malloc(sizeof *d->segs * (size_t)(2 * n + 1)); /* resident segments, chunks */
+    }
+    s->disk = d;
+    if (!d || !d->where || !d->at || !d->segs || !upd) {
+        free(upd);
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    }
+    d->seg_bytes = hx__mem_round(oc->chunk_size > HX_DISK_BLOCK ? oc->chunk_size : HX_DISK_BLOCK,
+                                 HX_DISK_BLOCK);
+    update_readers(s->g, upd);
+    /* resident segments: at most n tensors' bytes / seg_bytes + 1 each; grow if needed */
+    size_t res = 0;
+    for (int i = 0; i < s->g->n; i++)
+        if (hx__disk_resident(s, i) && upd[i] < 0)
+            res = hx__mem_round(res + hx_tensor_nbytes(s->g->tensors[i]), 64);
+    size_t n_res = hx__mem_round(res, HX_DISK_BLOCK) / d->seg_bytes + 1;
+    if (n_res > (size_t)n) {
+        hx_disk_seg *g = realloc(d->segs, sizeof *g * (n_res + (size_t)n + 1));
+        if (!g) {
+            free(upd);
+            return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+        }
+        d->segs = g;
+    }
+    lay_out(s, d, upd);
+    free(upd);
+    return setup(s, d);
+}
+
+/* Half copy c from its master, both on the host now. */
+static hx_status refresh(hx_session *s, const hx_tensor *c)
+{
+    return s->persist[c->id] && s->persist[c->param->id] ? hx__half_copies_refresh(s, c->param)
+                                                          : HX_OK;
+}
+
+hx_status hx__disk_open(hx_session *s)
+{
+    hx_offload_disk *d = s->disk;
+    if (!d) return HX_OK;
+    const hx_graph *g = s->g;
+    const char *fn = "hx_session_create";
+    hx_status st = d->res_bytes ? host_alloc(d, fn, d->res_bytes, "the resident region", &d->res)
+                                : HX_OK;
+    if (d->res) memset(d->res, 0, d->res_bytes);
+    point_resident(s, d->res);
+    for (int i = 0; i < g->n && !st; i++)
+        if (d->where[i] == -1) st = hx__param_init(g->tensors[i], s->persist[i], s->cfg.seed, s->nthreads);
+    char *buf = NULL;
+    if (!st && d->slot_bytes) st = host_alloc(d, fn, d->slot_bytes, "a chunk slot", &buf);
+    hx_mem_err err;
+    for (int k = d->n_res; k < d->n_seg && !st; k++) {
+        memset(buf, 0, d->segs[k].bytes);
+        for (int i = 0; i < g->n; i++)
+            if (d->where[i] == k) s->persist[i] = buf + d->at[i];
+        for (int i = 0; i < g->n && !st; i++)
+            if (d->where[i] == k) st = hx__param_init(g->tensors[i], s->persist[i], s->cfg.seed, s->nthreads);
+        for (int i = 0; i < g->n && !st; i++) { /* half copies with a side in this chunk */
+            const hx_tensor *c = g->tensors[i];
+            if (hx__is_half_copy(c) && (d->where[i] == k || d->where[c->param->id] == k))
+                st = refresh(s, c);
+        }
+        if (!st && (st = hx__disk_seg_write(d, k, buf, &err))) st = write_failed(fn, st, &err);
+        for (int i = 0; i < g->n; i++)
+            if (d->where[i] == k) s->persist[i] = NULL;
+    }
+    host_free(d, buf);
+    for (int i = 0; i < g->n && !st; i++) { /* half copies with no side in a chunk */
+        const hx_tensor *c = g->tensors[i];
+        if (hx__is_half_copy(c) && d->where[i] < 0 && d->where[c->param->id] < 0) st = refresh(s, c);
+    }
+    for (int k = 0; k < d->n_res && !st; k++)
+        if ((st = hx__disk_seg_write(d, k, d->res + d->segs[k].off, &err))) st = write_failed(fn, st, &err);
+    if (st) abort_pending(d);
+    else commit(d);
+    point_resident(s, NULL);
+    host_free(d, d->res);
+    d->res = NULL;
+    hx_pinned_trim(d->pinned);
+    return st;
 }
 
 void hx__disk_close(hx_session *s)
@@ -141,94 +592,13 @@ void hx__disk_close(hx_session *s)
     hx_offload_disk *d = s->disk;
     if (!d) return;
     hx__disk_evict(s);
+    for (int i = 0; i < s->g->n && d->where; i++) /* a failed open may leave pointers */
+        if (d->where[i] > -2) s->persist[i] = NULL;
     hx_disk_tier_destroy(d->tier);
-    hx_pinned_destroy(d->pinned);
-    free(d->ids);
-    free(d->off);
+    if (d->pinned) hx_pinned_destroy(d->pinned);
+    free(d->where);
+    free(d->at);
+    free(d->segs);
     free(d);
     s->disk = NULL;
-}
-
-/* The tier and the pinned pool, the layout, the checks against the budgets. */
-static hx_status setup(hx_session *s, hx_offload_disk *d)
-{
-    const hx_offload_config *oc = &s->cfg.offload;
-    for (int i = 0; i < s->g->n; i++)
-        if (hx__disk_resident(s, i)) {
-            d->ids[d->n] = i;
-            d->off[d->n++] = d->bytes;
-            d->bytes = hx__mem_round(d->bytes + hx_tensor_nbytes(s->g->tensors[i]), 64);
-        }
-    d->seg = hx__mem_round(oc->chunk_size > BLOCK ? oc->chunk_size : BLOCK, BLOCK);
-    d->n_seg = (int)((d->bytes + d->seg - 1) / d->seg);
-    if (oc->offload_cpu_size && d->bytes > oc->offload_cpu_size)
-        return hx__error(HX_ERR_OUT_OF_MEMORY,
-                         "hx_session_create: offload_param=disk reads the parameters and "
-                         "optimizer state of a run into host memory at once, %zu bytes, more than "
-                         "offload_cpu_size (%zu bytes): raise offload_cpu_size to at least %zu",
-                         d->bytes, oc->offload_cpu_size, d->bytes);
-    /* two generations, and the blocks of one segment written before its old ones are free */
-    size_t disk = 2 * hx__mem_round(d->bytes, BLOCK) + d->seg;
-    if (oc->offload_disk_size && disk > oc->offload_disk_size)
-        return hx__error(HX_ERR_IO, "hx_session_create: offload_param=disk needs up to %zu bytes "
-                         "under offload_path '%s' (two copies of %zu bytes of parameters and "
-                         "optimizer state, and a segment in flight), more than offload_disk_size "
-                         "(%zu bytes): raise offload_disk_size", disk, oc->offload_path, d->bytes,
-                         oc->offload_disk_size);
-    hx_disk_config dc = hx_disk_config_default(oc->offload_path);
-    dc.block_size = BLOCK;
-    dc.engine = oc->enable_aio ? HX_DISK_ENGINE_AUTO : HX_DISK_ENGINE_SYNC;
-    hx_mem_err err;
-    hx_status st = hx_disk_tier_create(&dc, &d->tier, &err);
-    if (st)
-        return hx__error(st, "hx_session_create: offload_param=disk: %s (offload_path must be an "
-                         "existing, writable directory)", err.msg);
-    hx_pinned_config pc = hx_pinned_config_default();
-    pc.block_size = hx__mem_round(oc->host_mem_block_size, 4096);
-    pc.capacity = oc->offload_cpu_size ? oc->offload_cpu_size : SIZE_MAX;
-    if (pc.block_size > pc.capacity) pc.block_size = pc.capacity / 4096 * 4096; /* >= bytes */
-    pc.lock = oc->enable_pinned_mem;
-    st = hx_pinned_create(&pc, &d->pinned, &err);
-    if (st) return hx__error(st, "hx_session_create: offload_param=disk: %s", err.msg);
-    return HX_OK;
-}
-
-hx_status hx__disk_open(hx_session *s)
-{
-    if (s->cfg.offload.offload_param != HX_OFFLOAD_DISK) return HX_OK;
-    if (s->cfg.delayed_param_update)
-        return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: offload_param=disk does not run "
-                         "with delayed_param_update (the update behind the next run would need "
-                         "the parameters in host memory across runs); use offload_param=cpu");
-    hx_offload_disk *d = calloc(1, sizeof *d);
-    int n = s->g->n ? s->g->n : 1;
-    if (d) {
-        d->ids = malloc(sizeof *d->ids * n);
-        d->off = malloc(sizeof *d->off * n);
-        d->gen = -1;
-    }
-    s->disk = d;
-    if (!d || !d->ids || !d->off)
-        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    hx_status st = setup(s, d);
-    if (st || !d->n) return st;
-    /* the initialised tensors move into the host buffer, then to disk */
-    void **init = malloc(sizeof *init * d->n);
-    if (!init) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    for (int k = 0; k < d->n; k++) init[k] = s->persist[d->ids[k]];
-    st = host_buffer(s, "hx_session_create");
-    hx_backend *host = s->be[HX_DEV_HOST];
-    for (int k = 0; k < d->n; k++) {
-        size_t bytes = hx_tensor_nbytes(s->g->tensors[d->ids[k]]);
-        if (!st) memcpy(d->buf + d->off[k], init[k], bytes);
-        if (st) s->persist[d->ids[k]] = init[k]; /* still the session's to free */
-        else {
-            host->free(host, init[k]);
-            s->persist_bytes[HX_DEV_HOST] -= bytes;
-        }
-    }
-    free(init);
-    if (!st) st = hx__disk_store(s, "hx_session_create");
-    hx__disk_evict(s);
-    return st;
 }

@@ -137,6 +137,7 @@ static hx_status alloc_persistent(hx_session *s)
         if (t->kind != HX_TENSOR_PARAMETER && t->kind != HX_TENSOR_CONSTANT &&
             t->kind != HX_TENSOR_STATE)
             continue;
+        if (hx__disk_holds(s, i)) continue; /* initialised into the disk tier by hx__disk_open */
         size_t bytes = hx_tensor_nbytes(t);
         int d = hx__dev_of(s, i);
         char what[160];
@@ -208,8 +209,9 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     st = s->persist ? setup_lanes(s)
                               : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     if (!st) st = setup_devices(s);
+    if (!st) st = hx__disk_layout(s);
     if (!st) st = alloc_persistent(s);
-    if (!st) st = hx__half_copies_refresh(s, NULL);
+    if (!st && !s->disk) st = hx__half_copies_refresh(s, NULL); /* disk: by hx__disk_open */
     if (!st) st = alloc_scan(s);
     if (!st) st = hx__disk_open(s);
     if (st) {
@@ -473,7 +475,9 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
     ex[1][0].grad_clip = ex[1][1].grad_clip = clip;
     bool delay = s->cfg.delayed_param_update && s->stats.step >= s->cfg.dpu_warmup_steps &&
                  hx__dpu_plan_ok(p);
-    st = delay ? hx__dpu_launch(s, p, &ex[1][0]) : hx__exec_phase(s, p, 1, &ex[1][0], &ex[1][1], skip);
+    if (delay) st = hx__dpu_launch(s, p, &ex[1][0]);
+    else if (hx__disk_update_ready(s, p)) st = hx__disk_update_run(s, p, &ex[1][0]);
+    else st = hx__exec_phase(s, p, 1, &ex[1][0], &ex[1][1], skip);
     if (st) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps == ls->growth_interval) {
@@ -609,6 +613,7 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     if ((st = get_plan(s, ids, n_fetches, train, &p))) goto out;
     if (p->bound_to[0] != s->arena[0] || p->bound_to[1] != s->arena[1]) hx__plan_bind(s, p);
     if ((st = place_feeds(s, p, feeds, feed_t, n_feeds))) goto out;
+    if (train && (st = hx__disk_update_begin(s, p))) goto out; /* its first reads overlap phase 0 */
     s->last_plan = p;
 
     hx_train_stats stats0 = s->stats;
@@ -626,7 +631,9 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
         int d = hx__dev_of(s, t->id);
         int64_t off = p->offset[d * s->g->n + t->id];
         const void *src = off >= 0 ? s->arena[d] + off : s->persist[t->id];
-        st = hx__session_copy_out(s, d, fetches[i].data, src, fetches[i].bytes);
+        if (off < 0 && hx__disk_chunked(s, t->id)) /* optimizer state: not loaded for the run */
+            st = hx__disk_read_tensor(s, "hx_session_run", t, fetches[i].data);
+        else st = hx__session_copy_out(s, d, fetches[i].data, src, fetches[i].bytes);
     }
 out:
     hx__disk_evict(s);
@@ -646,7 +653,7 @@ static hx_status persistent_of(hx_session *s, const char *fn, const hx_tensor *t
                          !s ? "session" : !t ? "tensor" : "data");
     if (t->graph != s->g)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: '%s' belongs to another graph", fn, t->name);
-    if (!s->persist[t->id])
+    if (!s->persist[t->id] && !hx__disk_holds(s, t->id))
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "%s: '%s' is not a parameter, constant or optimizer state; fetch it "
                          "with hx_session_run", fn, t->name);
@@ -657,25 +664,33 @@ static hx_status persistent_of(hx_session *s, const char *fn, const hx_tensor *t
     return hx__dpu_settle(s);
 }
 
+/* A parameter or state in the disk tier, or one of its half copies. */
+static bool via_disk(const hx_session *s, const hx_tensor *t)
+{
+    if (hx__disk_holds(s, t->id)) return true;
+    for (int i = 0; s->disk && i < s->g->n; i++) {
+        const hx_tensor *c = s->g->tensors[i];
+        if (hx__is_half_copy(c) && c->param == t && hx__disk_holds(s, i)) return true;
+    }
+    return false;
+}
+
 hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t bytes)
 {
     void *p = NULL;
-    hx_status st = s && t && t->graph == s->g ? hx__disk_load_one(s, "hx_session_read", t) : HX_OK;
-    if (!st) st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
+    hx_status st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
+    if (!st && hx__disk_holds(s, t->id)) return hx__disk_read_tensor(s, "hx_session_read", t, data);
     if (!st) st = hx__session_copy_out(s, hx__dev_of(s, t->id), data, p, bytes);
-    if (s) hx__disk_evict(s);
     return st;
 }
 
 hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, size_t bytes)
 {
     void *p = NULL;
-    hx_status st = s ? hx__disk_load(s, "hx_session_write") : HX_OK;
-    if (!st) st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
+    hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
+    if (!st && via_disk(s, t)) return hx__disk_write_tensor(s, "hx_session_write", t, data);
     if (!st) st = hx__session_copy_in(s, hx__dev_of(s, t->id), p, data, bytes);
     if (!st && t->kind == HX_TENSOR_PARAMETER) st = hx__half_copies_refresh(s, t);
-    if (!st) st = hx__disk_store(s, "hx_session_write");
-    if (s) hx__disk_evict(s);
     return st;
 }
 

@@ -1,0 +1,314 @@
+/* offload_param=disk: the update phase chunk by chunk (see offload_disk.h).
+ *
+ * The plan's update steps are grouped by the chunk holding their
+ * update-only tensors (file order); steps without any run first. Chunk j
+ * is updated in slot j % n_slots by the calling thread while one I/O
+ * thread reads the chunks ahead and writes the updated ones back:
+ *
+ *   I/O thread: read 0 .. n_slots-1 (during the forward and backward),
+ *               then for each j: once j is updated, write j, read j + n_slots
+ *   caller:     for each j: once j is read, run its steps on the slot
+ *
+ * Each write goes to the segment's next generation and marks it pending;
+ * the session commits them with the resident region, or drops them when
+ * anything failed. The steps are the plan's, with the same kernels and
+ * inputs (only the update-only ones point into the slot), so the results
+ * are bitwise those of the executor's update phase: updates touch
+ * disjoint tensors, and kernels give the same bits at any thread count. */
+#include "scheduler/disk_layout.h"
+#include "scheduler/backend.h"
+#include "scheduler/cpu_budget.h"
+#include "scheduler/trace.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct hx_disk_update {
+    hx_session *s;
+    const hx_plan *p;
+    int n;          /* chunks the plan's updates read, in file order */
+    int *seg;       /* per chunk: its segment */
+    int *first;     /* chunk c's steps: order[first[c] .. first[c + 1]); before first[0]: no chunk */
+    int *order;     /* plan step indices */
+    void **in;      /* a step's inputs with its chunk's tensors in the slot */
+    int n_slots;
+    char *slot[HX_DISK_SLOTS];
+    pthread_t io;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int read, computed, written; /* chunks done so far by each side */
+    bool stop;
+    hx_status st;   /* the first failure of either side */
+    char msg[1536];
+    double io_s, prefetch_s, update_t0; /* update_t0: 0 until the update phase starts */
+    uint64_t bytes_read, bytes_written;
+};
+
+/* Records the first failure and stops both sides (lock held). */
+static void fail(hx_disk_update *u, hx_status st, const char *fmt, const char *what, int j,
+                 const char *detail)
+{
+    if (!u->st) {
+        u->st = st;
+        snprintf(u->msg, sizeof u->msg, fmt, what, j, detail);
+    }
+    u->stop = true;
+    pthread_cond_broadcast(&u->cv);
+}
+
+static void *io_main(void *arg)
+{
+    hx_disk_update *u = arg;
+    hx_offload_disk *d = u->s->disk;
+    hx_mem_err err;
+    for (int j = -u->n_slots; j < u->n; j++) {
+        if (j >= 0) { /* write chunk j once it is updated */
+            pthread_mutex_lock(&u->mu);
+            while (u->computed <= j && !u->stop) pthread_cond_wait(&u->cv, &u->mu);
+            bool stop = u->stop;
+            pthread_mutex_unlock(&u->mu);
+            if (stop) return NULL;
+            double t0 = hx__now();
+            hx_status st = hx__disk_seg_write(d, u->seg[j], u->slot[j % u->n_slots], &err);
+            double t1 = hx__now();
+            hx__trace_event(d->io_lane, "disk write", NULL, d->segs[u->seg[j]].bytes, t0, t1);
+            pthread_mutex_lock(&u->mu);
+            u->io_s += t1 - t0;
+            if (st) fail(u, st, "writing %s %d back failed: %s", "chunk", j, err.msg);
+            else {
+                u->bytes_written += d->segs[u->seg[j]].bytes;
+                u->written = j + 1;
+                pthread_cond_broadcast(&u->cv);
+            }
+            bool stop2 = u->stop;
+            pthread_mutex_unlock(&u->mu);
+            if (stop2) return NULL;
+        }
+        int r = j + u->n_slots; /* then read the chunk that takes its slot */
+        if (r >= u->n) continue;
+        pthread_mutex_lock(&u->mu);
+        bool stop = u->stop, early = !u->update_t0;
+        pthread_mutex_unlock(&u->mu);
+        if (stop) return NULL;
+        double t0 = hx__now();
+        hx_status st = hx__disk_seg_read(d, u->seg[r], u->slot[r % u->n_slots], &err);
+        double t1 = hx__now();
+        hx__trace_event(d->io_lane, "disk read", NULL, d->segs[u->seg[r]].bytes, t0, t1);
+        pthread_mutex_lock(&u->mu);
+        u->io_s += t1 - t0;
+        if (early) u->prefetch_s += t1 - t0;
+        if (st) fail(u, st, "reading %s %d failed: %s", "chunk", r, err.msg);
+        else {
+            u->bytes_read += d->segs[u->seg[r]].bytes;
+            u->read = r + 1;
+            pthread_cond_broadcast(&u->cv);
+        }
+        bool stop2 = u->stop;
+        pthread_mutex_unlock(&u->mu);
+        if (stop2) return NULL;
+    }
+    return NULL;
+}
+
+void hx__disk_update_end(hx_session *s)
+{
+    hx_offload_disk *d = s->disk;
+    hx_disk_update *u = d ? d->upd : NULL;
+    if (!u) return;
+    if (u->started) {
+        pthread_mutex_lock(&u->mu);
+        u->stop = true;
+        pthread_cond_broadcast(&u->cv);
+        pthread_mutex_unlock(&u->mu);
+        pthread_join(u->io, NULL);
+    }
+    for (int k = 0; k < u->n_slots; k++)
+        if (u->slot[k]) hx_pinned_free(d->pinned, u->slot[k], NULL);
+    pthread_mutex_destroy(&u->mu);
+    pthread_cond_destroy(&u->cv);
+    free(u->seg);
+    free(u->first);
+    free(u->order);
+    free(u->in);
+    free(u);
+    d->upd = NULL;
+}
+
+bool hx__disk_update_ready(const hx_session *s, const hx_plan *p)
+{
+    return s->disk && s->disk->upd && s->disk->upd->p == p;
+}
+
+/* The chunk segment step sp's inputs lie in (-1: none); -2 when in two. */
+static int chunk_of(const hx_offload_disk *d, const hx_step *sp)
+{
+    int c = -1;
+    for (int k = 0; k < sp->node->n_src; k++) {
+        int w = d->where[sp->node->src[k]->id];
+        if (w >= 0) c = c == -1 || c == w ? w : -2;
+    }
+    return c;
+}
+
+/* Groups the plan's update steps by chunk (a counting sort on the segment). */
+static hx_status group_steps(hx_disk_update *u, const hx_offload_disk *d, const hx_plan *p)
+{
+    int n_steps = p->n_steps - p->first_update, max_src = 1;
+    int *count = calloc((size_t)d->n_seg + 1, sizeof *count), *cof = malloc(sizeof *cof * (n_steps + 1));
+    u->seg = malloc(sizeof *u->seg * (d->n_seg + 1));
+    u->first = malloc(sizeof *u->first * (d->n_seg + 2));
+    u->order = malloc(sizeof *u->order * (n_steps + 1));
+    hx_status st = count && cof && u->seg && u->first && u->order
+                       ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    for (int i = 0; i < n_steps && !st; i++) {
+        const hx_step *sp = &p->steps[p->first_update + i];
+        if (!sp->fn || sp->dev != HX_DEV_HOST)
+            st = hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: offload_param=disk runs the "
+                           "optimizer updates on the host chunk by chunk, but this plan's update "
+                           "phase also holds %s of '%s'; use offload_param=cpu for this graph",
+                           sp->fn ? "a device kernel" : "a copy", sp->node->name);
+        else if ((cof[i] = chunk_of(d, sp)) == -2)
+            st = hx__error(HX_ERR_INTERNAL, "hx_session_run: offload_param=disk: update '%s' "
+                           "reads state from two chunks", sp->node->name);
+        else count[cof[i] < 0 ? d->n_seg : cof[i]]++;
+        if (sp->node->n_src > max_src) max_src = sp->node->n_src;
+    }
+    if (!st && !(u->in = malloc(sizeof *u->in * max_src)))
+        st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    if (!st) {
+        /* chunk index per segment, in file order; the no-chunk steps first */
+        int at = count[d->n_seg];
+        for (int k = 0; k < d->n_seg; k++)
+            if (count[k]) {
+                u->seg[u->n] = k;
+                u->first[u->n++] = at;
+                at += count[k];
+                count[k] = u->first[u->n - 1]; /* now: the next place for chunk k's steps */
+            }
+        u->first[u->n] = at;
+        int none = 0;
+        for (int i = 0; i < n_steps; i++)
+            u->order[cof[i] < 0 ? none++ : count[cof[i]]++] = p->first_update + i;
+    }
+    free(count);
+    free(cof);
+    return st;
+}
+
+hx_status hx__disk_update_begin(hx_session *s, const hx_plan *p)
+{
+    hx_offload_disk *d = s->disk;
+    if (!d || p->first_update == p->n_steps) return HX_OK;
+    hx__disk_update_end(s);
+    hx_disk_update *u = calloc(1, sizeof *u);
+    if (!u) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    u->s = s;
+    u->p = p;
+    pthread_mutex_init(&u->mu, NULL);
+    pthread_cond_init(&u->cv, NULL);
+    d->upd = u;
+    hx_status st = group_steps(u, d, p);
+    if (st) {
+        hx__disk_update_end(s);
+        return st;
+    }
+    u->n_slots = u->n < d->n_slots ? u->n : d->n_slots;
+    hx_mem_err err;
+    for (int k = 0; k < u->n_slots && !st; k++) {
+        void *m = NULL;
+        st = hx_pinned_alloc(d->pinned, d->slot_bytes, &m, &err);
+        u->slot[k] = m;
+        if (st)
+            st = hx__error(st, "hx_session_run: offload_param=disk: no host memory for chunk slot "
+                           "%d (%zu bytes): %s; raise offload_cpu_size", k, d->slot_bytes, err.msg);
+    }
+    if (!st && u->n) {
+        int rc = pthread_create(&u->io, NULL, io_main, u);
+        if (rc) st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: cannot start the disk "
+                               "tier's I/O thread: %s", strerror(rc));
+        u->started = !rc;
+    }
+    if (st) hx__disk_update_end(s);
+    return st;
+}
+
+/* Runs plan step i with the chunk tensors of its inputs in slot (NULL: none). */
+static hx_status run_step(hx_disk_update *u, const hx_exec *ex, int i, const char *slot)
+{
+    hx_session *s = u->s;
+    const hx_offload_disk *d = s->disk;
+    const hx_step *sp = &u->p->steps[i];
+    const hx_tensor *x = sp->node;
+    for (int k = 0; k < x->n_src; k++) {
+        int id = x->src[k]->id;
+        u->in[k] = slot && d->where[id] >= 0 ? (void *)(slot + d->at[id]) : sp->in[k];
+    }
+    int cores = hx__budget_take(s->budget, ex->nthreads);
+    hx_status st = sp->fn(ex, x, sp->out, u->in);
+    hx__budget_give(s->budget, cores);
+    return st;
+}
+
+/* Waits (lock held) until cond or a failure; adds the wait to *waited. */
+#define WAIT_FOR(u, cond, waited)                                       \
+    do {                                                                \
+        double w0_ = hx__now();                                         \
+        while (!(cond) && !(u)->stop) pthread_cond_wait(&(u)->cv, &(u)->mu); \
+        *(waited) += hx__now() - w0_;                                   \
+    } while (0)
+
+hx_status hx__disk_update_run(hx_session *s, const hx_plan *p, const hx_exec *ex_in)
+{
+    hx_offload_disk *d = s->disk;
+    hx_disk_update *u = d->upd;
+    if (!u || u->p != p)
+        return hx__error(HX_ERR_INTERNAL, "hx_session_run: offload_param=disk: the update phase "
+                         "was not prepared for this plan");
+    hx_exec ex = *ex_in;
+    ex.nthreads = s->nthreads; /* one update at a time: all the session's threads */
+    double t0 = hx__now(), waited = 0;
+    pthread_mutex_lock(&u->mu);
+    u->update_t0 = t0;
+    pthread_mutex_unlock(&u->mu);
+    d->res_dirty = true;
+    hx_status st = HX_OK;
+    for (int i = 0; i < u->first[0] && !st; i++) st = run_step(u, &ex, u->order[i], NULL);
+    for (int j = 0; j < u->n && !st; j++) {
+        pthread_mutex_lock(&u->mu);
+        WAIT_FOR(u, u->read > j, &waited);
+        bool stop = u->stop;
+        pthread_mutex_unlock(&u->mu);
+        if (stop) break;
+        for (int i = u->first[j]; i < u->first[j + 1] && !st; i++)
+            st = run_step(u, &ex, u->order[i], u->slot[j % u->n_slots]);
+        pthread_mutex_lock(&u->mu);
+        if (st) fail(u, st, "%s %d: %s", "updating chunk", j, hx_last_error());
+        else u->computed = j + 1;
+        pthread_cond_broadcast(&u->cv);
+        pthread_mutex_unlock(&u->mu);
+    }
+    pthread_mutex_lock(&u->mu);
+    WAIT_FOR(u, u->written == u->n, &waited);
+    pthread_mutex_unlock(&u->mu);
+    if (u->started) pthread_join(u->io, NULL);
+    u->started = false;
+    for (int k = 0; k < u->n_slots; k++) { /* given back before the fetches read chunks */
+        hx_pinned_free(d->pinned, u->slot[k], NULL);
+        u->slot[k] = NULL;
+    }
+    d->last.update_s = hx__now() - t0;
+    d->last.update_wait_s = waited;
+    d->last.io_s = u->io_s;
+    d->last.prefetch_s = u->prefetch_s;
+    d->last.chunk_bytes_read = u->bytes_read;
+    d->last.chunk_bytes_written = u->bytes_written;
+    d->last.chunks = u->n;
+    if (u->st)
+        return hx__error(u->st, "hx_session_run: offload_param=disk: %s; nothing of this step was "
+                         "applied: the parameters, optimizer state and step count are those from "
+                         "before it", u->msg);
+    return HX_OK;
+}
