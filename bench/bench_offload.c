@@ -4,17 +4,24 @@
  * and 1 under a cap just above its measured device peak; then auto_offload
  * uncapped and under each of those caps (the policy it chose, its
  * predicted device peak against the measured one); offload_param=disk at
- * depth 0 and 1 under the same caps (files in a mkdtemp directory under
- * /tmp, a host budget of 4x the parameters: they and Adam's two states are
- * read whole per step and written back), against the cpu case and the
- * uncapped run. One JSON object per
+ * depth 0 and 1 and two chunk sizes (files in a mkdtemp directory under
+ * /tmp) at the smallest host budget it takes (the parameters, then Adam's
+ * state streamed through chunk slots), against cpu offload under the same
+ * cap and the uncapped run, with the I/O the update phase waited for
+ * against all of it, and the tier's throughput against a plain sequential
+ * O_DIRECT write and read of the same bytes in the same run. One JSON object per
  * case: parameter bytes, device peak, parameters / peak, step time and its
  * ratio to the uncapped step. Small by design (the machine is small): the
  * ratio params / peak grows with L, the window does not. */
+#define _GNU_SOURCE /* O_DIRECT */
 #include "deep_mlp.h"
+#include "scheduler/disk_layout.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +71,143 @@ static int run(const deep_mlp *m, const hx_session_config *c, double *step_s, si
     return 0;
 }
 
+/* ---- offload_param=disk ----------------------------------------------------------- */
+
+/* A plain sequential O_DIRECT write then read of `wbytes` / `rbytes` in
+ * 4 MiB requests, one at a time, in a fresh file under dir: the ceiling
+ * for the tier's throughput. Seconds of each; -1 on failure. */
+static int plain_direct(const char *dir, uint64_t wbytes, uint64_t rbytes, double *w_s, double *r_s)
+{
+    enum { REQ = 4 << 20 };
+    char path[128];
+    snprintf(path, sizeof path, "%s/plain-direct.bin", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+    char *buf = aligned_alloc(4096, REQ);
+    if (fd < 0 || !buf) {
+        fprintf(stderr, "bench_offload: plain O_DIRECT file: %s\n", strerror(errno));
+        free(buf);
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    for (size_t i = 0; i < REQ; i++) buf[i] = (char)(i * 2654435761u >> 13);
+    uint64_t span = wbytes > rbytes ? wbytes : rbytes;
+    span = (span + REQ - 1) / REQ * REQ;
+    int rc = 0;
+    double t0 = now();
+    for (uint64_t at = 0; at < span && !rc; at += REQ) rc = pwrite(fd, buf, REQ, (off_t)at) != REQ;
+    *w_s = (now() - t0) * ((double)wbytes / span);
+    t0 = now();
+    for (uint64_t at = 0; at < span && !rc; at += REQ) rc = pread(fd, buf, REQ, (off_t)at) != REQ;
+    *r_s = (now() - t0) * ((double)rbytes / span);
+    close(fd);
+    unlink(path);
+    free(buf);
+    return rc ? -1 : 0;
+}
+
+/* Trains STEPS steps after a warm-up; sums the disk figures of the timed
+ * steps into *sum. */
+static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_s,
+                    hx_disk_run_stats *sum, size_t *need, size_t *whole, size_t *pinned_peak,
+                    size_t *stored)
+{
+    static float x[B * W], y[B * W];
+    for (int i = 0; i < B * W; i++) x[i] = (float)((i * 7919) % 200) / 100.0f - 1, y[i] = -x[i];
+    hx_session *s;
+    if (hx_session_create(m->g, c, &s)) {
+        fprintf(stderr, "bench_offload: %s\n", hx_last_error());
+        return -1;
+    }
+    *need = hx__disk_host_bytes(s);
+    *whole = hx__disk_whole_bytes(s);
+    int n_seg = hx__disk_segments(s, NULL);
+    *stored = 0;
+    for (int k = 0; k < n_seg; k++) *stored += s->disk->segs[k].bytes;
+    hx_feed f[2] = {{NULL, m->x, x, sizeof x}, {NULL, m->y, y, sizeof y}};
+    memset(sum, 0, sizeof *sum);
+    double t0 = 0;
+    for (int k = 0; k <= STEPS; k++) {
+        if (k == 1) t0 = now();
+        if (hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN)) {
+            fprintf(stderr, "bench_offload: %s\n", hx_last_error());
+            hx_session_free(s);
+            return -1;
+        }
+        if (!k) continue;
+        hx_disk_run_stats r = hx__disk_last_run(s);
+        sum->resident_read_s += r.resident_read_s;
+        sum->resident_write_s += r.resident_write_s;
+        sum->update_s += r.update_s;
+        sum->update_wait_s += r.update_wait_s;
+        sum->io_s += r.io_s;
+        sum->prefetch_s += r.prefetch_s;
+        sum->resident_bytes += r.resident_bytes;
+        sum->resident_bytes_written += r.resident_bytes_written;
+        sum->chunk_bytes_read += r.chunk_bytes_read;
+        sum->chunk_bytes_written += r.chunk_bytes_written;
+        sum->chunks = r.chunks;
+    }
+    *step_s = (now() - t0) / STEPS;
+    hx_pinned_stats ps;
+    hx_pinned_stats_get(hx__disk_pool_of(s), &ps);
+    *pinned_peak = ps.pool.peak_reserved;
+    hx_session_free(s);
+    return 0;
+}
+
+/* offload_param=disk at the smallest host budget it takes, against cpu
+ * offload with the same chunk size and depth under the same device cap
+ * (its measured peak + 64 KiB) and against the uncapped step. */
+static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth, double base_s)
+{
+    hx_session_config c = hx_session_config_default();
+    c.accelerator = HX_ACCELERATOR_EMU;
+    c.n_threads = 2;
+    c.offload.offload_param = HX_OFFLOAD_CPU;
+    c.offload.chunk_size = chunk;
+    c.offload.prefetch_depth = depth;
+    double cpu_s;
+    size_t peak;
+    if (run(m, &c, &cpu_s, &peak, NULL)) return -1;
+    c.max_device_memory = peak + (64 << 10);
+    if (run(m, &c, &cpu_s, &peak, NULL)) return -1;
+    c.offload.offload_param = HX_OFFLOAD_DISK;
+    snprintf(c.offload.offload_path, sizeof c.offload.offload_path, "%s", dir);
+    hx_disk_run_stats r;
+    double disk_s;
+    size_t need, whole, pinned, stored;
+    if (run_disk(m, &c, &disk_s, &r, &need, &whole, &pinned, &stored)) return -1; /* no budget: sizes */
+    c.offload.offload_cpu_size = need; /* the smallest budget it takes */
+    if (run_disk(m, &c, &disk_s, &r, &need, &whole, &pinned, &stored)) return -1;
+    uint64_t rd = r.resident_bytes + r.chunk_bytes_read, wr = r.resident_bytes_written + r.chunk_bytes_written;
+    double io_total = r.io_s + r.resident_read_s + r.resident_write_s; /* device busy, all steps */
+    double exposed = r.update_wait_s + r.resident_read_s + r.resident_write_s;
+    double w_s, r_s;
+    if (plain_direct(dir, wr, rd, &w_s, &r_s)) return -1;
+    double tier_mbs = (rd + wr) / io_total / 1e6, plain_mbs = (rd + wr) / (w_s + r_s) / 1e6;
+    printf("{\"case\":\"offload_disk\",\"layers\":%d,\"param_bytes\":%zu,\"chunk_size\":%zu,"
+           "\"prefetch_depth\":%d,\"cap\":%zu,\"host_budget\":%zu,\"whole_set_bytes\":%zu,"
+           "\"budget_over_whole_set\":%.3f,\"pinned_peak_reserved\":%zu,\"disk_chunks\":%d,"
+           "\"stored_bytes\":%zu,\"padding_fraction\":%.3f,"
+           "\"step_ms\":%.3f,\"cpu_offload_step_ms\":%.3f,\"ceiling_step_ms\":%.3f,"
+           "\"throughput_vs_cpu_offload\":%.3f,\"throughput_vs_uncapped\":%.3f,"
+           "\"per_step\":{\"resident_read_ms\":%.3f,\"update_ms\":%.3f,\"update_wait_ms\":%.3f,"
+           "\"resident_write_left_ms\":%.3f,\"io_thread_ms\":%.3f,\"prefetch_during_fwd_bwd_ms\":%.3f,"
+           "\"bytes_read\":%llu,\"bytes_written\":%llu},"
+           "\"io_hidden_fraction\":%.3f,\"tier_mb_s\":%.1f,\"plain_direct_mb_s\":%.1f,"
+           "\"plain_write_mb_s\":%.1f,\"plain_read_mb_s\":%.1f,\"tier_over_plain\":%.3f}\n",
+           m->layers, m->param_bytes, chunk, depth, c.max_device_memory, need, whole,
+           (double)need / whole, pinned, r.chunks, stored, 1.0 - (double)whole / stored,
+           disk_s * 1e3, cpu_s * 1e3, base_s * 1e3, cpu_s / disk_s, base_s / disk_s,
+           r.resident_read_s * 1e3 / STEPS, r.update_s * 1e3 / STEPS, r.update_wait_s * 1e3 / STEPS,
+           r.resident_write_s * 1e3 / STEPS, r.io_s * 1e3 / STEPS, r.prefetch_s * 1e3 / STEPS,
+           (unsigned long long)(rd / STEPS), (unsigned long long)(wr / STEPS),
+           1.0 - exposed / io_total, tier_mbs, plain_mbs, wr / w_s / 1e6, rd / r_s / 1e6,
+           tier_mbs / plain_mbs);
+    fflush(stdout);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int L = argc > 1 ? atoi(argv[1]) : 48;
@@ -81,7 +225,6 @@ int main(int argc, char **argv)
     printf("{\"case\":\"uncapped_no_offload\",\"layers\":%d,\"param_bytes\":%zu,\"device_peak\":%zu,"
            "\"step_ms\":%.3f}\n", L, m.param_bytes, base_peak, base_s * 1e3);
     size_t caps[3] = {0};
-    double cpu_s[2] = {0};
     for (int depth = 0; depth <= 1; depth++) {
         c.offload.offload_param = HX_OFFLOAD_CPU;
         c.offload.chunk_size = 300 << 10;
@@ -95,7 +238,6 @@ int main(int argc, char **argv)
         size_t peak1;
         caps[depth + 1] = c.max_device_memory;
         int rc = run(&m, &c, &s1, &peak1, NULL);
-        cpu_s[depth] = rc ? 0 : s1;
         printf("{\"case\":\"offload_cpu_depth%d\",\"layers\":%d,\"param_bytes\":%zu,\"cap\":%zu,"
                "\"trains_under_cap\":%s,\"device_peak\":%zu,\"params_over_cap\":%.2f,"
                "\"step_ms\":%.3f,\"ceiling_step_ms\":%.3f,\"throughput_vs_uncapped\":%.3f}\n",
@@ -105,26 +247,14 @@ int main(int argc, char **argv)
     }
     char dir[] = "/tmp/hx-bench-offload-XXXXXX";
     if (!mkdtemp(dir)) return 1;
-    for (int depth = 0; depth <= 1; depth++) {
-        c.offload = hx_offload_config_default();
-        c.offload.offload_param = HX_OFFLOAD_DISK;
-        snprintf(c.offload.offload_path, sizeof c.offload.offload_path, "%s", dir);
-        c.offload.offload_cpu_size = 4 * m.param_bytes;
-        c.offload.host_mem_block_size = 64 << 20;
-        c.offload.chunk_size = 300 << 10;
-        c.offload.prefetch_depth = depth;
-        c.max_device_memory = caps[depth + 1];
-        double s1;
-        size_t peak1;
-        int rc = run(&m, &c, &s1, &peak1, NULL);
-        printf("{\"case\":\"offload_disk_depth%d\",\"layers\":%d,\"param_bytes\":%zu,\"cap\":%zu,"
-               "\"host_budget\":%zu,\"trains_under_cap\":%s,\"device_peak\":%zu,"
-               "\"step_ms\":%.3f,\"cpu_offload_step_ms\":%.3f,\"ceiling_step_ms\":%.3f,"
-               "\"throughput_vs_cpu_offload\":%.3f,\"throughput_vs_uncapped\":%.3f}\n",
-               depth, L, m.param_bytes, c.max_device_memory, c.offload.offload_cpu_size,
-               rc ? "false" : "true", peak1, rc ? 0.0 : s1 * 1e3, cpu_s[depth] * 1e3, base_s * 1e3,
-               rc ? 0.0 : cpu_s[depth] / s1, rc ? 0.0 : base_s / s1);
-    }
+    /* disk: chunks of 300 KiB at depth 0 and 1 as above (the tier's chunks of 1 MiB blocks
+     * are then 40% padding), and of 4 MiB at depth 0 (12% padding; at depth 1 the cpu case's
+     * measured peak + 64 KiB is too tight a cap for its arena); each against cpu offload
+     * under the same cap */
+    size_t chunk[3] = {300 << 10, 300 << 10, 4 << 20};
+    int depth[3] = {0, 1, 0};
+    for (int k = 0; k < 3; k++)
+        if (disk_case(&m, dir, chunk[k], depth[k], base_s)) return 1;
     rmdir(dir);
     c.offload = hx_offload_config_default();
     /* auto_offload uncapped (0: 8 GiB) and under the manual cases' caps */

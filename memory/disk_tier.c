@@ -23,6 +23,7 @@ typedef struct blockrec {
 
 typedef struct request {
     bool busy;
+    int call;       /* which call of the batch */
     int64_t block;  /* index within the call */
     int64_t slot;
     char *io;       /* what the engine reads or writes (block_size bytes) */
@@ -215,6 +216,8 @@ typedef struct call {
     char *buf;
     size_t bytes;
     int64_t n;      /* blocks */
+    int64_t next;   /* blocks started */
+    int inflight;
     int64_t *slots; /* per block: where it goes (write) or lies (read) */
     uint64_t *sums; /* write: per block checksum */
     hx_status st;   /* the first failure */
@@ -232,17 +235,17 @@ static void fail(hx_disk_tier *t, call *c, hx_status st, int64_t i, const char *
                                   : "; the stored copy is unchanged, the destination must not be used");
 }
 
-/* Starts block i of the call; false when it could not start (the call
+/* Starts block i of call ci; false when it could not start (the call
  * has failed). A free request and buffer exist: at most queue_depth
  * blocks are in flight, each holding one of each. */
-static bool submit(hx_disk_tier *t, call *c, int64_t i)
+static bool submit(hx_disk_tier *t, call *c, int ci, int64_t i)
 {
     size_t bs = t->cfg.block_size;
     int r = 0;
     while (t->req[r].busy) r++;
     request *q = &t->req[r];
     char *mine = c->buf + (size_t)i * bs;
-    *q = (request){.busy = true, .block = i, .slot = c->slots[i], .io = mine, .bounce = -1};
+    *q = (request){.busy = true, .call = ci, .block = i, .slot = c->slots[i], .io = mine, .bounce = -1};
     q->len = (size_t)i == (size_t)(c->n - 1) ? c->bytes - (size_t)i * bs : bs;
     bool aligned = (uintptr_t)mine % IO_ALIGN == 0 || !t->st.direct;
     if (q->len != bs || !aligned) {
@@ -276,6 +279,7 @@ static bool submit(hx_disk_tier *t, call *c, int64_t i)
         fail(t, c, HX_ERR_IO, i, strerror(-e));
         goto release;
     }
+    c->inflight++;
     return true;
 release:
     if (q->bounce >= 0) t->bounce_free[t->n_bounce_free++] = q->bounce;
@@ -284,9 +288,10 @@ release:
 }
 
 /* Handles one completion: checks it (and the checksum of a read). */
-static void complete(hx_disk_tier *t, call *c, unsigned r, long res)
+static void complete(hx_disk_tier *t, call *calls, unsigned r, long res)
 {
     request *q = &t->req[r];
+    call *c = &calls[q->call];
     size_t bs = t->cfg.block_size;
     int64_t logical = c->first + q->block;
     if (c->write && logical == t->faults.short_write_block && res == (long)bs) res = (long)bs / 2;
@@ -315,101 +320,157 @@ static void complete(hx_disk_tier *t, call *c, unsigned r, long res)
     }
     if (q->bounce >= 0) t->bounce_free[t->n_bounce_free++] = q->bounce;
     q->busy = false;
+    c->inflight--;
 }
 
-/* Runs every block of the call with up to queue_depth in flight; after a
- * failure no new block starts, and those in flight are waited for. */
-static void run(hx_disk_tier *t, call *c)
+/* Runs every block of the calls with up to queue_depth in flight, taking
+ * blocks from the calls in turn so that all of them progress together;
+ * after a call's failure no new block of it starts, and those in flight
+ * are waited for. */
+static void run(hx_disk_tier *t, call *calls, int n)
 {
-    int64_t next = 0, inflight = 0;
-    while ((next < c->n && !c->st) || inflight) {
-        while (next < c->n && !c->st && inflight < t->cfg.queue_depth)
-            inflight += submit(t, c, next++);
+    int inflight = 0;
+    for (;;) {
+        for (bool more = true; more && inflight < t->cfg.queue_depth;) {
+            more = false;
+            for (int k = 0; k < n && inflight < t->cfg.queue_depth; k++) {
+                call *c = &calls[k];
+                if (c->next >= c->n || c->st) continue;
+                inflight += submit(t, c, k, c->next++);
+                more = true;
+            }
+        }
         if (!inflight) break;
         unsigned r;
         long res;
         int e = hx__aio_wait(t->io, &r, &res);
         if (e) { /* the engine itself failed: nothing more can be collected */
-            fail(t, c, HX_ERR_IO, next - 1, strerror(-e));
+            for (int k = 0; k < n; k++)
+                if (calls[k].inflight || calls[k].next < calls[k].n)
+                    fail(t, &calls[k], HX_ERR_IO, calls[k].next ? calls[k].next - 1 : 0, strerror(-e));
             for (int k = 0; k < t->cfg.queue_depth; k++) t->req[k].busy = false;
             t->n_bounce_free = 0;
             for (int k = 0; k < t->cfg.queue_depth; k++) t->bounce_free[t->n_bounce_free++] = k;
             break;
         }
-        complete(t, c, r, res);
+        complete(t, calls, r, res);
         inflight--;
     }
 }
 
-static hx_status check_args(hx_disk_tier *t, const char *fn, int64_t first, const void *buf,
-                            size_t bytes, hx_mem_err *err)
+/* Checks op and sets up its call (slots to write to, or where its blocks lie). */
+static hx_status prepare(hx_disk_tier *t, hx_disk_op *op, call *c)
 {
-    if (!t || !buf || !bytes || first < 0 || first > ((int64_t)1 << 40) ||
-        bytes / t->cfg.block_size > ((size_t)1 << 30))
+    const char *fn = op->write ? "hx_disk_tier_write" : "hx_disk_tier_read";
+    hx_mem_err *err = &op->err;
+    *c = (call){.write = op->write, .first = op->first, .buf = op->buf, .bytes = op->bytes, .err = err};
+    if (!t || !op->buf || !op->bytes || op->first < 0 || op->first > ((int64_t)1 << 40) ||
+        op->bytes / t->cfg.block_size > ((size_t)1 << 30))
         return hx__mem_fail(err, HX_ERR_INVALID_ARGUMENT,
                             "%s: needs a tier, a buffer, bytes > 0 and a first block in [0, 2^40] "
-                            "(got first %" PRId64 ", %zu bytes)", fn, first, bytes);
+                            "(got first %" PRId64 ", %zu bytes)", fn, op->first, op->bytes);
+    size_t bs = t->cfg.block_size;
+    c->n = (int64_t)((op->bytes + bs - 1) / bs);
+    for (int64_t i = 0; !op->write && i < c->n; i++) {
+        size_t len = i == c->n - 1 ? op->bytes - (size_t)i * bs : bs;
+        const blockrec *b = op->first + i < t->n_map ? &t->map[op->first + i] : NULL;
+        if (!b || b->slot < 0 || b->len != len)
+            return hx__mem_fail(err, HX_ERR_INVALID_ARGUMENT,
+                                "hx_disk_tier_read: block %" PRId64 " %s; a read must name the "
+                                "blocks and size of a write", op->first + i,
+                                !b || b->slot < 0 ? "was never written" : "holds another size");
+    }
+    c->slots = malloc((size_t)c->n * sizeof *c->slots);
+    c->sums = op->write ? malloc((size_t)c->n * sizeof *c->sums) : NULL;
+    if (!c->slots || (op->write && (!c->sums || !map_reserve(t, op->first + c->n) ||
+                                    !slots_reserve(t, t->n_slots + c->n)))) {
+        free(c->slots);
+        free(c->sums);
+        c->slots = NULL;
+        c->sums = NULL;
+        return hx__mem_fail(err, HX_ERR_OUT_OF_MEMORY, "disk tier: out of host memory");
+    }
+    for (int64_t i = 0; i < c->n; i++) c->slots[i] = op->write ? slot_take(t) : t->map[op->first + i].slot;
     return HX_OK;
+}
+
+/* After run: a write that succeeded takes its new slots (its blocks' old
+ * ones are free), a failed one gives them back; statistics. */
+static void finish(hx_disk_tier *t, call *c)
+{
+    size_t bs = t->cfg.block_size;
+    if (c->write && c->st) {
+        for (int64_t i = c->n - 1; i >= 0; i--) slot_give(t, c->slots[i]);
+        t->st.failed_writes++;
+    } else if (c->write) {
+        for (int64_t i = 0; i < c->n; i++) {
+            blockrec *b = &t->map[c->first + i];
+            if (b->slot >= 0) slot_give(t, b->slot);
+            else t->st.blocks++;
+            *b = (blockrec){.slot = c->slots[i], .sum = c->sums[i],
+                            .len = i == c->n - 1 ? c->bytes - (size_t)i * bs : bs};
+        }
+        t->st.writes++;
+    } else if (c->st) {
+        t->st.failed_reads++;
+    } else {
+        t->st.reads++;
+    }
+    t->st.slots = t->n_slots;
+    free(c->slots);
+    free(c->sums);
+}
+
+hx_status hx_disk_tier_batch(hx_disk_tier *t, hx_disk_op *ops, int n)
+{
+    if (!t || n < 0 || (n && !ops)) return HX_ERR_INVALID_ARGUMENT;
+    size_t bs = t->cfg.block_size;
+    for (int k = 0; k < n; k++) /* the blocks of two ops must not meet: then nothing runs */
+        for (int j = 0; j < k; j++) {
+            int64_t a0 = ops[j].first, a1 = a0 + (int64_t)((ops[j].bytes + bs - 1) / bs);
+            int64_t b0 = ops[k].first, b1 = b0 + (int64_t)((ops[k].bytes + bs - 1) / bs);
+            if (a0 >= b1 || b0 >= a1) continue;
+            for (int i = 0; i < n; i++)
+                ops[i].st = hx__mem_fail(&ops[i].err, HX_ERR_INVALID_ARGUMENT, "hx_disk_tier_batch: "
+                                         "ops %d and %d name the same blocks; nothing ran", j, k);
+            return HX_ERR_INVALID_ARGUMENT;
+        }
+    call *calls = calloc(n ? (size_t)n : 1, sizeof *calls);
+    hx_status first = calls ? HX_OK : HX_ERR_OUT_OF_MEMORY;
+    for (int k = 0; k < n; k++)
+        ops[k].st = calls ? HX_OK : hx__mem_fail(&ops[k].err, HX_ERR_OUT_OF_MEMORY,
+                                                 "disk tier: out of host memory");
+    for (int k = 0; calls && k < n; k++) {
+        if (!ops[k].st) ops[k].st = prepare(t, &ops[k], &calls[k]);
+        if (ops[k].st) calls[k].n = 0; /* nothing to run: finish() skips it below */
+    }
+    if (calls) run(t, calls, n);
+    for (int k = 0; calls && k < n; k++) {
+        if (calls[k].slots) {
+            finish(t, &calls[k]);
+            ops[k].st = calls[k].st;
+        }
+        if (ops[k].st && !first) first = ops[k].st;
+    }
+    free(calls);
+    return first;
 }
 
 hx_status hx_disk_tier_write(hx_disk_tier *t, int64_t first, const void *buf, size_t bytes,
                              hx_mem_err *err)
 {
-    hx_status st = check_args(t, "hx_disk_tier_write", first, buf, bytes, err);
-    if (st) return st;
-    size_t bs = t->cfg.block_size;
-    call c = {.write = true, .first = first, .buf = (char *)buf, .bytes = bytes,
-              .n = (int64_t)((bytes + bs - 1) / bs), .err = err};
-    c.slots = malloc((size_t)c.n * sizeof *c.slots);
-    c.sums = malloc((size_t)c.n * sizeof *c.sums);
-    if (!c.slots || !c.sums || !map_reserve(t, first + c.n) || !slots_reserve(t, t->n_slots + c.n)) {
-        free(c.slots);
-        free(c.sums);
-        return hx__mem_fail(err, HX_ERR_OUT_OF_MEMORY, "disk tier: out of host memory");
-    }
-    for (int64_t i = 0; i < c.n; i++) c.slots[i] = slot_take(t);
-    run(t, &c);
-    if (c.st) {
-        for (int64_t i = c.n - 1; i >= 0; i--) slot_give(t, c.slots[i]);
-        t->st.failed_writes++;
-    } else {
-        for (int64_t i = 0; i < c.n; i++) {
-            blockrec *b = &t->map[first + i];
-            if (b->slot >= 0) slot_give(t, b->slot);
-            else t->st.blocks++;
-            *b = (blockrec){.slot = c.slots[i], .sum = c.sums[i],
-                            .len = i == c.n - 1 ? bytes - (size_t)i * bs : bs};
-        }
-        t->st.writes++;
-    }
-    t->st.slots = t->n_slots;
-    free(c.slots);
-    free(c.sums);
-    return c.st;
+    hx_disk_op op = {.write = true, .first = first, .buf = (void *)buf, .bytes = bytes};
+    hx_status st = t ? hx_disk_tier_batch(t, &op, 1)
+                     : hx__mem_fail(&op.err, HX_ERR_INVALID_ARGUMENT, "hx_disk_tier_write: tier is NULL");
+    if (st && err) *err = op.err;
+    return st;
 }
 
 hx_status hx_disk_tier_read(hx_disk_tier *t, int64_t first, void *buf, size_t bytes, hx_mem_err *err)
 {
-    hx_status st = check_args(t, "hx_disk_tier_read", first, buf, bytes, err);
-    if (st) return st;
-    size_t bs = t->cfg.block_size;
-    call c = {.write = false, .first = first, .buf = buf, .bytes = bytes,
-              .n = (int64_t)((bytes + bs - 1) / bs), .err = err};
-    for (int64_t i = 0; i < c.n; i++) {
-        size_t len = i == c.n - 1 ? bytes - (size_t)i * bs : bs;
-        const blockrec *b = first + i < t->n_map ? &t->map[first + i] : NULL;
-        if (!b || b->slot < 0 || b->len != len)
-            return hx__mem_fail(err, HX_ERR_INVALID_ARGUMENT,
-                                "hx_disk_tier_read: block %" PRId64 " %s; a read must name the "
-                                "blocks and size of a write", first + i,
-                                !b || b->slot < 0 ? "was never written" : "holds another size");
-    }
-    c.slots = malloc((size_t)c.n * sizeof *c.slots);
-    if (!c.slots) return hx__mem_fail(err, HX_ERR_OUT_OF_MEMORY, "disk tier: out of host memory");
-    for (int64_t i = 0; i < c.n; i++) c.slots[i] = t->map[first + i].slot;
-    run(t, &c);
-    if (c.st) t->st.failed_reads++;
-    else t->st.reads++;
-    free(c.slots);
-    return c.st;
+    hx_disk_op op = {.write = false, .first = first, .buf = buf, .bytes = bytes};
+    hx_status st = t ? hx_disk_tier_batch(t, &op, 1)
+                     : hx__mem_fail(&op.err, HX_ERR_INVALID_ARGUMENT, "hx_disk_tier_read: tier is NULL");
+    if (st && err) *err = op.err;
+    return st;
 }

@@ -75,6 +75,20 @@ hx_status hx_disk_tier_write(hx_disk_tier *t, int64_t first_block, const void *b
                              hx_mem_err *err);
 hx_status hx_disk_tier_read(hx_disk_tier *t, int64_t first_block, void *buf, size_t bytes,
                             hx_mem_err *err);
+/* Several reads and writes run together (blocks of all of them in flight
+ * at once, up to queue_depth), each as if alone: its own status and
+ * message in the op; a write is applied only when all its blocks
+ * succeeded. Ops that name the same blocks are refused (every op fails,
+ * nothing runs). Returns the first failing op's status. */
+typedef struct hx_disk_op {
+    bool write;
+    int64_t first;
+    void *buf;
+    size_t bytes;
+    hx_status st;   /* out */
+    hx_mem_err err; /* out: the message when st */
+} hx_disk_op;
+hx_status hx_disk_tier_batch(hx_disk_tier *t, hx_disk_op *ops, int n);
 void hx_disk_tier_stats(const hx_disk_tier *t, hx_disk_stats *out);
 /* Replaces the injected failures (tests; NULL: none). */
 void hx_disk_tier_set_faults(hx_disk_tier *t, const hx_disk_faults *f);

@@ -48,7 +48,7 @@ struct hx_offload_disk {
     bool loaded;       /* the resident region is in host memory (res NULL when it is empty) */
     bool res_dirty;    /* the loaded region may differ from disk: a training run stores it */
     hx_disk_update *upd; /* the chunked update of the run in progress (disk_update.c) */
-    hx_disk_run_stats last; /* the last training run's figures */
+    hx_disk_run_stats last; /* the last run's figures */
     hx_trace_lane *io_lane; /* the I/O thread's lane in the trace (NULL: none) */
 };
 
@@ -66,5 +66,8 @@ hx_status hx__disk_seg_write(hx_offload_disk *d, int k, const void *buf, hx_mem_
 
 /* Stops a chunked update in progress and gives its slots back (disk_update.c). */
 void hx__disk_update_end(hx_session *s);
+/* Whether the run's updates write into resident segment k (true without a
+ * chunked update: anything may have). */
+bool hx__disk_update_touched(const hx_offload_disk *d, int k);
 
 #endif

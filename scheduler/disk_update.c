@@ -5,9 +5,11 @@
  * is updated in slot j % n_slots by the calling thread while one I/O
  * thread reads the chunks ahead and writes the updated ones back:
  *
- *   I/O thread: read 0 .. n_slots-1 (during the forward and backward),
- *               then for each j: once j is updated, write j, read j + n_slots
- *   caller:     for each j: once j is read, run its steps on the slot
+ *   I/O thread: read 0 .. n_slots-2 (during the forward and backward),
+ *               then for each j: once j is updated, write j, read
+ *               j + n_slots - 1 and write the resident segments no later
+ *               step writes into, all in flight together (hx_disk_tier_batch)
+ *   caller:     for each j: once j is read, run its steps on its slot
  *
  * Each write goes to the segment's next generation and marks it pending;
  * the session commits them with the resident region, or drops them when
@@ -33,6 +35,9 @@ struct hx_disk_update {
     int *first;     /* chunk c's steps: order[first[c] .. first[c + 1]); before first[0]: no chunk */
     int *order;     /* plan step indices */
     void **in;      /* a step's inputs with its chunk's tensors in the slot */
+    int *res_last;  /* per resident segment: the last chunk whose steps write into it (-2: none) */
+    hx_disk_op *ops; /* the I/O thread's batch: up to 2 + n_res ops */
+    int *op_what;
     int n_slots;
     char *slot[HX_DISK_SLOTS];
     pthread_t io;
@@ -44,7 +49,7 @@ struct hx_disk_update {
     hx_status st;   /* the first failure of either side */
     char msg[1536];
     double io_s, prefetch_s, update_t0; /* update_t0: 0 until the update phase starts */
-    uint64_t bytes_read, bytes_written;
+    uint64_t bytes_read, bytes_written, bytes_written_res;
 };
 
 /* Records the first failure and stops both sides (lock held). */
@@ -59,58 +64,98 @@ static void fail(hx_disk_update *u, hx_status st, const char *fmt, const char *w
     pthread_cond_broadcast(&u->cv);
 }
 
+/* One batch of the I/O thread: reads of chunks [r0, r1), the write of
+ * chunk w (-1: none) and of the resident segments chunk w is the last to
+ * change, all in flight together. Counts what succeeded; false when the
+ * update stops (a failure here or on the other side). */
+static bool io_batch(hx_disk_update *u, int r0, int r1, int w)
+{
+    hx_offload_disk *d = u->s->disk;
+    hx_disk_op *ops = u->ops;
+    int *what = u->op_what, n = 0; /* what: chunk (>= 0) or -1 - resident segment */
+    for (int r = r0; r < r1; r++) {
+        const hx_disk_seg *g = &d->segs[u->seg[r]];
+        ops[n] = (hx_disk_op){.write = false, .first = hx__disk_seg_block(g, g->gen),
+                              .buf = u->slot[r % u->n_slots], .bytes = g->bytes};
+        what[n++] = r;
+    }
+    if (w >= 0) {
+        const hx_disk_seg *g = &d->segs[u->seg[w]];
+        ops[n] = (hx_disk_op){.write = true, .first = hx__disk_seg_block(g, hx__disk_next_gen(g)),
+                              .buf = u->slot[w % u->n_slots], .bytes = g->bytes};
+        what[n++] = w;
+        for (int k = 0; k < d->n_res; k++) {
+            if (u->res_last[k] != w && !(w == 0 && u->res_last[k] == -1)) continue;
+            g = &d->segs[k];
+            ops[n] = (hx_disk_op){.write = true, .first = hx__disk_seg_block(g, hx__disk_next_gen(g)),
+                                  .buf = d->res + g->off, .bytes = g->bytes};
+            what[n++] = -1 - k;
+        }
+    }
+    pthread_mutex_lock(&u->mu);
+    bool stop = u->stop, early = !u->update_t0;
+    pthread_mutex_unlock(&u->mu);
+    if (stop) return false;
+    double t0 = hx__now();
+    hx_disk_tier_batch(d->tier, ops, n);
+    double t1 = hx__now();
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += ops[i].bytes;
+    hx__trace_event(d->io_lane, w >= 0 ? "disk write+read" : "disk read", NULL, bytes, t0, t1);
+    pthread_mutex_lock(&u->mu);
+    u->io_s += t1 - t0;
+    if (early) u->prefetch_s += t1 - t0;
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        int k = what[i] >= 0 ? u->seg[what[i]] : -1 - what[i];
+        if (ops[i].st) {
+            fail(u, ops[i].st, ops[i].write ? "writing %s %d back failed: %s" : "reading %s %d failed: %s",
+                 what[i] >= 0 ? "chunk" : "resident segment", what[i] >= 0 ? what[i] : k, ops[i].err.msg);
+            ok = false;
+            continue;
+        }
+        if (!ops[i].write) u->bytes_read += ops[i].bytes;
+        else {
+            d->segs[k].pending = true;
+            if (what[i] >= 0) u->bytes_written += ops[i].bytes;
+            else u->bytes_written_res += ops[i].bytes;
+        }
+    }
+    if (ok) {
+        if (r1 > r0) u->read = r1;
+        if (w >= 0) u->written = w + 1;
+        pthread_cond_broadcast(&u->cv);
+    }
+    stop = u->stop;
+    pthread_mutex_unlock(&u->mu);
+    return !stop;
+}
+
+/* Reads the first chunks, then, as each chunk j is updated, writes it back
+ * together with the read of the chunk that takes the slot freed before it
+ * (chunk j + n_slots - 1): while the caller updates chunk j + 1, chunk j is
+ * written and chunk j + 2 read (3 slots). */
 static void *io_main(void *arg)
 {
     hx_disk_update *u = arg;
-    hx_offload_disk *d = u->s->disk;
-    hx_mem_err err;
-    for (int j = -u->n_slots; j < u->n; j++) {
-        if (j >= 0) { /* write chunk j once it is updated */
-            pthread_mutex_lock(&u->mu);
-            while (u->computed <= j && !u->stop) pthread_cond_wait(&u->cv, &u->mu);
-            bool stop = u->stop;
-            pthread_mutex_unlock(&u->mu);
-            if (stop) return NULL;
-            double t0 = hx__now();
-            hx_status st = hx__disk_seg_write(d, u->seg[j], u->slot[j % u->n_slots], &err);
-            double t1 = hx__now();
-            hx__trace_event(d->io_lane, "disk write", NULL, d->segs[u->seg[j]].bytes, t0, t1);
-            pthread_mutex_lock(&u->mu);
-            u->io_s += t1 - t0;
-            if (st) fail(u, st, "writing %s %d back failed: %s", "chunk", j, err.msg);
-            else {
-                u->bytes_written += d->segs[u->seg[j]].bytes;
-                u->written = j + 1;
-                pthread_cond_broadcast(&u->cv);
-            }
-            bool stop2 = u->stop;
-            pthread_mutex_unlock(&u->mu);
-            if (stop2) return NULL;
-        }
-        int r = j + u->n_slots; /* then read the chunk that takes its slot */
-        if (r >= u->n) continue;
+    int first = u->n_slots > 1 ? u->n_slots - 1 : 1; /* chunks read before the first update */
+    if (!io_batch(u, 0, first, -1)) return NULL;
+    for (int j = 0; j < u->n; j++) {
         pthread_mutex_lock(&u->mu);
-        bool stop = u->stop, early = !u->update_t0;
+        while (u->computed <= j && !u->stop) pthread_cond_wait(&u->cv, &u->mu);
+        bool stop = u->stop;
         pthread_mutex_unlock(&u->mu);
         if (stop) return NULL;
-        double t0 = hx__now();
-        hx_status st = hx__disk_seg_read(d, u->seg[r], u->slot[r % u->n_slots], &err);
-        double t1 = hx__now();
-        hx__trace_event(d->io_lane, "disk read", NULL, d->segs[u->seg[r]].bytes, t0, t1);
-        pthread_mutex_lock(&u->mu);
-        u->io_s += t1 - t0;
-        if (early) u->prefetch_s += t1 - t0;
-        if (st) fail(u, st, "reading %s %d failed: %s", "chunk", r, err.msg);
-        else {
-            u->bytes_read += d->segs[u->seg[r]].bytes;
-            u->read = r + 1;
-            pthread_cond_broadcast(&u->cv);
-        }
-        bool stop2 = u->stop;
-        pthread_mutex_unlock(&u->mu);
-        if (stop2) return NULL;
+        int r = j + u->n_slots - 1;
+        bool read = r >= first && r < u->n;
+        if (!io_batch(u, read ? r : 0, read ? r + 1 : 0, j)) return NULL;
     }
     return NULL;
+}
+
+bool hx__disk_update_touched(const hx_offload_disk *d, int k)
+{
+    return !d->upd || d->upd->res_last[k] != -2;
 }
 
 void hx__disk_update_end(hx_session *s)
@@ -133,6 +178,9 @@ void hx__disk_update_end(hx_session *s)
     free(u->first);
     free(u->order);
     free(u->in);
+    free(u->res_last);
+    free(u->ops);
+    free(u->op_what);
     free(u);
     d->upd = NULL;
 }
@@ -151,6 +199,32 @@ static int chunk_of(const hx_offload_disk *d, const hx_step *sp)
         if (w >= 0) c = c == -1 || c == w ? w : -2;
     }
     return c;
+}
+
+/* res_last: per resident segment, the last chunk whose steps write into it
+ * (a step writes every input but its gradient, src 1), -1 for the steps
+ * without a chunk, -2 when none does. */
+static hx_status last_writers(hx_disk_update *u, const hx_offload_disk *d, const hx_plan *p)
+{
+    u->ops = malloc(sizeof *u->ops * (d->n_res + 2));
+    u->op_what = malloc(sizeof *u->op_what * (d->n_res + 2));
+    if (!(u->res_last = malloc(sizeof *u->res_last * (d->n_res + 1))) || !u->ops || !u->op_what)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    for (int k = 0; k < d->n_res; k++) u->res_last[k] = -2;
+    for (int c = -1; c < u->n; c++)
+        for (int i = c < 0 ? 0 : u->first[c]; i < u->first[c + 1]; i++) {
+            const hx_tensor *x = p->steps[u->order[i]].node;
+            for (int k = 0; k < x->n_src; k++) {
+                const hx_tensor *t = x->src[k];
+                if (k == 1 || d->where[t->id] != -1) continue;
+                size_t n = hx_tensor_nbytes(t);
+                int lo = (int)(d->at[t->id] / d->seg_bytes);
+                int hi = (int)((d->at[t->id] + (n ? n - 1 : 0)) / d->seg_bytes);
+                for (int g = lo; g <= hi; g++)
+                    if (u->res_last[g] < c) u->res_last[g] = c;
+            }
+        }
+    return HX_OK;
 }
 
 /* Groups the plan's update steps by chunk (a counting sort on the segment). */
@@ -192,6 +266,7 @@ static hx_status group_steps(hx_disk_update *u, const hx_offload_disk *d, const 
         int none = 0;
         for (int i = 0; i < n_steps; i++)
             u->order[cof[i] < 0 ? none++ : count[cof[i]]++] = p->first_update + i;
+        st = last_writers(u, d, p);
     }
     free(count);
     free(cof);
@@ -305,6 +380,7 @@ hx_status hx__disk_update_run(hx_session *s, const hx_plan *p, const hx_exec *ex
     d->last.prefetch_s = u->prefetch_s;
     d->last.chunk_bytes_read = u->bytes_read;
     d->last.chunk_bytes_written = u->bytes_written;
+    d->last.resident_bytes_written = u->bytes_written_res;
     d->last.chunks = u->n;
     if (u->st)
         return hx__error(u->st, "hx_session_run: offload_param=disk: %s; nothing of this step was "

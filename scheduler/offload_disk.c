@@ -166,8 +166,7 @@ hx_status hx__disk_load(hx_session *s, const char *fn)
     d->res_dirty = false;
     point_resident(s, d->res);
     unbind_plans(s);
-    d->last.resident_read_s = hx__now() - t0;
-    d->last.resident_bytes = d->res_bytes;
+    d->last = (hx_disk_run_stats){.resident_read_s = hx__now() - t0, .resident_bytes = d->res_bytes};
     return HX_OK;
 }
 
@@ -178,9 +177,12 @@ hx_status hx__disk_store(hx_session *s, const char *fn)
     double t0 = hx__now();
     hx_mem_err err;
     hx_status st = HX_OK;
-    for (int k = 0; k < d->n_res && d->res_dirty && !st; k++)
+    for (int k = 0; k < d->n_res && d->res_dirty && !st; k++) {
+        if (d->segs[k].pending || !hx__disk_update_touched(d, k)) continue; /* written, unchanged */
         if ((st = hx__disk_seg_write(d, k, d->res + d->segs[k].off, &err)))
             st = write_failed(fn, st, &err);
+        else d->last.resident_bytes_written += d->segs[k].bytes;
+    }
     d->last.resident_write_s = hx__now() - t0;
     if (st) {
         abort_pending(d);

@@ -47,8 +47,9 @@ void hx__disk_close(hx_session *s);
  * tensors (plans rebind); a no-op without a disk tier or when loaded. fn
  * names the public call in messages. */
 hx_status hx__disk_load(hx_session *s, const char *fn);
-/* After a training run: writes the resident region back (when changed)
- * and commits it with the chunks the update wrote, all or nothing. */
+/* After a training run: writes back the resident segments the updates
+ * changed and the I/O thread has not written yet, and commits them with
+ * the chunks, all or nothing. */
 hx_status hx__disk_store(hx_session *s, const char *fn);
 /* Gives the host copies back without writing them; pending writes are
  * dropped and a chunked update in progress is stopped. */
@@ -82,14 +83,17 @@ typedef hx_status (*hx_disk_visit_fn)(void *ctx, const hx_tensor *t, void *bytes
 hx_status hx__disk_visit(hx_session *s, const char *fn, bool blank, bool write,
                          hx_disk_visit_fn visit, void *ctx);
 
-/* What the last training run did with the disk (benchmarks, tests). */
+/* What the last run did with the disk (benchmarks, tests). */
 typedef struct hx_disk_run_stats {
-    double resident_read_s, resident_write_s; /* before the forward; after the updates */
+    double resident_read_s;  /* before the forward */
+    double resident_write_s; /* after the update phase (what the I/O thread left) */
     double update_s;      /* the update phase: first update to the last chunk written */
     double update_wait_s; /* of it, the calling thread waiting for the I/O thread */
     double io_s;          /* the I/O thread's time in tier reads and writes */
     double prefetch_s;    /* of io_s, reads done before the update phase began */
-    uint64_t resident_bytes, chunk_bytes_read, chunk_bytes_written;
+    uint64_t resident_bytes;         /* the resident region, read before the forward */
+    uint64_t resident_bytes_written; /* its segments the updates changed, written back */
+    uint64_t chunk_bytes_read, chunk_bytes_written;
     int chunks;
 } hx_disk_run_stats;
 
@@ -97,7 +101,7 @@ typedef struct hx_disk_run_stats {
  * one), segments (resident first), the first logical block of segment k in
  * the generation the next store writes (next) or the one in use, the host
  * bytes a training run needs at most (resident region and slots), every
- * disk tensor's bytes, the last training run's figures. */
+ * disk tensor's bytes, the last run's figures. */
 hx_disk_tier *hx__disk_tier_of(const hx_session *s);
 hx_pinned_pool *hx__disk_pool_of(const hx_session *s);
 int hx__disk_segments(const hx_session *s, int *resident);

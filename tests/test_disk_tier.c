@@ -2,7 +2,8 @@
  * forced; auto), aligned and unaligned buffers, partial last blocks,
  * overwrites; each injected failure (short write, ENOSPC, EIO, a flipped
  * bit) reported with the file and block and nothing applied; the buffered
- * fallback where O_DIRECT is refused; bad arguments. */
+ * fallback where O_DIRECT is refused; bad arguments; batches of reads and
+ * writes in flight together, each with its own result. */
 #include "memory/disk_tier.h"
 #include "testutil.h"
 
@@ -159,6 +160,58 @@ static void test_fallbacks(void)
           "a missing offload path: %s", err.msg);
 }
 
+/* Batches: a write and reads in flight together, each with its own
+ * result; a failing write in a batch applies nothing while the read beside
+ * it succeeds; ops naming the same blocks are refused. */
+static void test_batch(hx_disk_engine e, uint64_t seed)
+{
+    hx_mem_err err;
+    hx_disk_tier *t = make(dir, e, &err);
+    if (!t) return;
+    const char *name = hx__aio_name(e);
+    test_rng r = test_rng_make(seed);
+    size_t n = 6 * BS;
+    unsigned char *a = aligned_alloc(4096, n), *b = aligned_alloc(4096, n), *c = aligned_alloc(4096, n);
+    unsigned char *d = aligned_alloc(4096, n);
+    fill(&r, a, n);
+    fill(&r, b, n);
+    CHECK(!hx_disk_tier_write(t, 0, a, n, &err), "%s: write: %s", name, err.msg);
+    hx_disk_op ops[2] = {{.write = true, .first = 10, .buf = b, .bytes = n},
+                         {.write = false, .first = 0, .buf = c, .bytes = n}};
+    CHECK(hx_disk_tier_batch(t, ops, 2) == HX_OK && !ops[0].st && !ops[1].st && !memcmp(a, c, n),
+          "%s: batch of a write and a read: %s / %s", name, ops[0].err.msg, ops[1].err.msg);
+    CHECK(!hx_disk_tier_read(t, 10, d, n, &err) && !memcmp(b, d, n), "%s: the batch's write: %s",
+          name, err.msg);
+    /* a short write in one op: that op fails and applies nothing, the read beside it succeeds */
+    hx_disk_faults f = hx_disk_faults_none();
+    f.short_write_block = 12;
+    hx_disk_tier_set_faults(t, &f);
+    fill(&r, c, n);
+    memset(d, 0, n);
+    ops[0] = (hx_disk_op){.write = true, .first = 10, .buf = c, .bytes = n};
+    ops[1] = (hx_disk_op){.write = false, .first = 0, .buf = d, .bytes = n};
+    hx_status st = hx_disk_tier_batch(t, ops, 2);
+    hx_disk_tier_set_faults(t, NULL);
+    CHECK(st == HX_ERR_IO && ops[0].st == HX_ERR_IO && strstr(ops[0].err.msg, "block 12") &&
+              !ops[1].st && !memcmp(a, d, n),
+          "%s: batch with a short write: %s, %s / %s", name, hx_status_name(st), ops[0].err.msg,
+          ops[1].err.msg);
+    CHECK(!hx_disk_tier_read(t, 10, d, n, &err) && !memcmp(b, d, n), "%s: a failed write in a "
+          "batch changed its blocks: %s", name, err.msg);
+    ops[0] = (hx_disk_op){.write = true, .first = 3, .buf = c, .bytes = n};
+    ops[1] = (hx_disk_op){.write = false, .first = 0, .buf = d, .bytes = n};
+    st = hx_disk_tier_batch(t, ops, 2);
+    CHECK(st == HX_ERR_INVALID_ARGUMENT && strstr(ops[1].err.msg, "same blocks"),
+          "%s: overlapping ops: %s %s", name, hx_status_name(st), ops[1].err.msg);
+    CHECK(!hx_disk_tier_read(t, 0, d, n, &err) && !memcmp(a, d, n), "%s: refused batch changed "
+          "blocks: %s", name, err.msg);
+    hx_disk_tier_destroy(t);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/hx_test_disk_XXXXXX");
@@ -170,6 +223,8 @@ int main(void)
     test_engine(HX_DISK_ENGINE_AIO, 2);
     test_engine(HX_DISK_ENGINE_SYNC, 3);
     test_fallbacks();
+    test_batch(HX_DISK_ENGINE_URING, 4);
+    test_batch(HX_DISK_ENGINE_SYNC, 5);
     rmdir(dir);
     return test_finish("test_disk_tier");
 }
