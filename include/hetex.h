@@ -570,18 +570,43 @@ typedef struct hx_emu_cost {
  * each depth 2, 1, 0 the largest chunk that fits (one candidate per power
  * of two P from 64 KiB: the size in [P, 2P) whose chunks waste least),
  * then of those a depth >= 1 (copies overlap compute) over depth 0, then
- * the larger chunk, then the deeper. When nothing fits, session creation
+ * the larger chunk, then the deeper. When offload_param NONE does not fit,
+ * it also plans activation offload (offload_activations CPU) with the
+ * parameters where placement put them and with parameter offload, each
+ * family chosen the same way (its segments: powers of two from 64 KiB up
+ * to the step's device output bytes), and takes, of the families' choices
+ * that fit, the one that copies the fewest bytes per step (ties: the
+ * order above). offload_activations CPU with auto_offload keeps only the
+ * policies that offload activations. When nothing fits, session creation
  * fails with HX_ERR_DEVICE_OOM naming the smallest peak found and about
  * the cap it needs. hx_session_offload_report says what was chosen and
  * predicted, and the peak measured since; HX_DEBUG=offload prints every
  * policy planned and the choice.
  *
+ * offload_activations (not a MindSpore key) moves activations instead:
+ * with CPU, a device tensor that a device op reads long after the reads
+ * near its production (the backward reading what the forward saved) is
+ * copied to the host right after it is produced, its device bytes are
+ * free once its near reads and that copy are done, and it is copied back
+ * just before the first far read. The step is cut into segments of about
+ * chunk_size bytes of device op outputs (with parameter offload too: a
+ * segment also ends where a parameter chunk does) and "far" means
+ * 2 * prefetch_depth + 2 segments or more after the previous read (or the
+ * production): a copy out made in segment k is done before the device
+ * work of segment k + 1 + prefetch_depth starts, a copy back made in
+ * segment k starts once the device work of segment k - 1 - prefetch_depth
+ * is done, so the device bytes are free for at least a segment. Only
+ * values that no host op, no update and no fetch reads move; their host
+ * copies live in the plan's host arena (pageable memory: the cuda backend
+ * stages such copies through its pinned buffers). Results are bitwise
+ * those without it. auto_offload decides it as well (see above).
+ *
  * hx_offload_config_parse reads "key=value,..." with the keys below
  * (offload_param=cpu,chunk_size=64MB,...); sizes take an optional
  * KB/MB/GB suffix (powers of 1024), booleans true/false/1/0. A session
- * whose config leaves offload at its default (offload_param NONE and
- * auto_offload false) reads $HX_OFFLOAD in that syntax, as trace_path does
- * $HX_TRACE. */
+ * whose config leaves offload at its default (offload_param and
+ * offload_activations NONE, auto_offload false) reads $HX_OFFLOAD in that
+ * syntax, as trace_path does $HX_TRACE. */
 typedef enum hx_offload_target {
     HX_OFFLOAD_NONE, /* parameters where placement puts them */
     HX_OFFLOAD_CPU,  /* parameters, state and updates in host memory */
@@ -601,6 +626,7 @@ typedef struct hx_offload_config {
     bool auto_offload;           /* choose offload, chunk and depth from the cap: false */
     size_t chunk_size;           /* parameter bytes per transfer chunk: 0: 32 MiB */
     int prefetch_depth;          /* chunks copied ahead of the one in use: 1 */
+    hx_offload_target offload_activations; /* "none" | "cpu" (not DISK): NONE */
 } hx_offload_config;
 HX_API hx_offload_config hx_offload_config_default(void);
 /* Sets the keys named in `spec` ("key=value,key=value"; spaces around keys
@@ -621,6 +647,10 @@ typedef struct hx_offload_report {
     size_t capacity;                 /* the device cap */
     size_t margin;                   /* auto_offload's headroom under it */
     size_t predicted_no_offload;     /* auto, offload_param NONE: the peak with no offload */
+    hx_offload_target offload_activations; /* in force (NONE without an accelerator) */
+    int activations_offloaded;       /* tensors the training step copies out and back */
+    size_t activation_bytes;         /* their bytes per training step, each way */
+    size_t copy_bytes;               /* all bytes the training step copies, both ways */
     /* the training step's predicted peak (a manual policy's is planned at the
      * first call), the persistent tensors and the arena in it */
     size_t predicted_peak, predicted_persistent, predicted_arena;

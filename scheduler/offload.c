@@ -62,6 +62,10 @@ static bool set_key(hx_offload_config *c, const char *k, const char *v)
         else if (!strcasecmp(v, "cpu")) c->offload_param = HX_OFFLOAD_CPU;
         else if (!strcasecmp(v, "disk")) c->offload_param = HX_OFFLOAD_DISK;
         else takes = "none, cpu or disk";
+    } else if (!strcmp(k, "offload_activations")) {
+        if (!strcasecmp(v, "none")) c->offload_activations = HX_OFFLOAD_NONE;
+        else if (!strcasecmp(v, "cpu")) c->offload_activations = HX_OFFLOAD_CPU;
+        else takes = "none or cpu";
     } else if (!strcmp(k, "offload_path")) {
         if (!*v || strlen(v) >= HX_OFFLOAD_PATH_MAX) takes = "a non-empty path under 512 bytes";
         else snprintf(c->offload_path, sizeof c->offload_path, "%s", v);
@@ -89,7 +93,8 @@ static bool set_key(hx_offload_config *c, const char *k, const char *v)
         hx__error(HX_ERR_INVALID_ARGUMENT,
                   "hx_offload_config_parse: unknown key '%s'; the keys are offload_param, "
                   "offload_path, offload_cpu_size, offload_disk_size, host_mem_block_size, "
-                  "enable_aio, enable_pinned_mem, auto_offload, chunk_size, prefetch_depth", k);
+                  "enable_aio, enable_pinned_mem, auto_offload, chunk_size, prefetch_depth, "
+                  "offload_activations", k);
         return false;
     }
     if (takes)
@@ -135,7 +140,8 @@ hx_status hx_offload_config_parse(const char *spec, hx_offload_config *cfg)
 hx_status hx__offload_resolve(hx_offload_config *cfg)
 {
     const char *env = getenv("HX_OFFLOAD");
-    if (cfg->offload_param == HX_OFFLOAD_NONE && !cfg->auto_offload && env && *env) {
+    if (cfg->offload_param == HX_OFFLOAD_NONE && cfg->offload_activations == HX_OFFLOAD_NONE &&
+        !cfg->auto_offload && env && *env) {
         hx_offload_config c = hx_offload_config_default();
         if (hx_offload_config_parse(env, &c)) {
             char msg[640];
@@ -144,9 +150,11 @@ hx_status hx__offload_resolve(hx_offload_config *cfg)
         }
         *cfg = c;
     }
-    if ((unsigned)cfg->offload_param > HX_OFFLOAD_DISK || cfg->prefetch_depth < 0)
+    if ((unsigned)cfg->offload_param > HX_OFFLOAD_DISK || cfg->prefetch_depth < 0 ||
+        (unsigned)cfg->offload_activations > HX_OFFLOAD_CPU)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: offload.offload_param must "
-                         "be one of HX_OFFLOAD_* and offload.prefetch_depth >= 0 (it is %d)",
+                         "be one of HX_OFFLOAD_*, offload.offload_activations HX_OFFLOAD_NONE or "
+                         "HX_OFFLOAD_CPU and offload.prefetch_depth >= 0 (it is %d)",
                          cfg->prefetch_depth);
     if (!cfg->chunk_size) cfg->chunk_size = (size_t)32 << 20;
     return HX_OK;
@@ -182,6 +190,14 @@ static hx_status place_on_host(hx_session *s)
 
 /* ---- the automatic policy ------------------------------------------------------ */
 
+/* What a policy costs: the device peak predicted for it, and the bytes its
+ * training step copies. */
+typedef struct prediction {
+    size_t peak, persistent, arena;
+    size_t copy_bytes, act_bytes; /* per step: all copies; activations, each way */
+    int n_act;
+} prediction;
+
 /* The device's peak for the session's placement and offload config, as its
  * pools would reserve it: the training step is planned (not bound: no
  * device memory is taken), and the persistent tensors placed on the device,
@@ -189,15 +205,16 @@ static hx_status place_on_host(hx_session *s)
  * session creation and the first run allocate them, from pools configured
  * as the device's but over fake addresses; plus base (what the device's
  * pools hold besides, e.g. library workspaces). */
-static hx_status predict(hx_session *s, size_t base, size_t *peak, size_t *persistent,
-                         size_t *arena)
+static hx_status predict(hx_session *s, size_t base, prediction *out)
 {
     hx_backend *acc = s->be[HX_DEV_ACCEL];
     int no_fetch[1] = {0};
     hx_plan *p = NULL;
     hx_status st = hx__plan_build(s, no_fetch, 0, true, &p);
     if (st) return st;
-    *arena = p->arena_bytes[HX_DEV_ACCEL];
+    *out = (prediction){.arena = p->arena_bytes[HX_DEV_ACCEL], .copy_bytes = p->copy_bytes,
+                        .act_bytes = p->act_bytes, .n_act = p->n_act};
+    size_t *arena = &out->arena, *persistent = &out->persistent;
     hx__plan_free(s, p);
     hx_mem_pools_config c = *hx_mem_pools_config_of(acc->pools);
     hx_mem_virtual v = {0};
@@ -228,7 +245,7 @@ static hx_status predict(hx_session *s, size_t base, size_t *peak, size_t *persi
     hx_device_pools_stats sp;
     hx_mem_pools_stats(sim, &sp);
     hx_mem_pools_destroy(sim);
-    *peak = sp.total.peak_reserved + base;
+    out->peak = sp.total.peak_reserved + base;
     return HX_OK;
 }
 
@@ -257,35 +274,47 @@ static size_t suggest_cap(size_t peak)
 }
 
 typedef struct candidate {
-    hx_offload_target where;
+    hx_offload_target where, acts; /* parameters, activations */
     size_t chunk;
     int depth;
-    size_t peak, persistent, arena;
+    prediction pr;
 } candidate;
+
+/* "offload_param=cpu offload_activations=none chunk_size=... prefetch_depth=..." */
+static void describe(const candidate *c, char *buf, size_t n)
+{
+    int k = snprintf(buf, n, "offload_param=%s offload_activations=%s",
+                     c->where == HX_OFFLOAD_CPU ? "cpu" : "none",
+                     c->acts == HX_OFFLOAD_CPU ? "cpu" : "none");
+    if ((c->where || c->acts) && k > 0 && (size_t)k < n)
+        snprintf(buf + k, n - k, " chunk_size=%zu prefetch_depth=%d", c->chunk, c->depth);
+}
 
 static void debug_candidate(const candidate *c, size_t limit)
 {
-    if (c->where == HX_OFFLOAD_NONE)
-        fprintf(stderr, "hetex offload: candidate offload_param=none: peak %zu B (persistent %zu, "
-                "arena %zu) %s the limit %zu B\n", c->peak, c->persistent, c->arena,
-                c->peak <= limit ? "within" : "over", limit);
-    else
-        fprintf(stderr, "hetex offload: candidate offload_param=cpu chunk_size=%zu "
-                "prefetch_depth=%d: peak %zu B (persistent %zu, arena %zu) %s the limit %zu B\n",
-                c->chunk, c->depth, c->peak, c->persistent, c->arena,
-                c->peak <= limit ? "within" : "over", limit);
+    char how[160];
+    describe(c, how, sizeof how);
+    fprintf(stderr, "hetex offload: candidate %s: peak %zu B (persistent %zu, arena %zu) %s the "
+            "limit %zu B; copies %zu B per step (%d activations, %zu B each way)\n", how,
+            c->pr.peak, c->pr.persistent, c->pr.arena, c->pr.peak <= limit ? "within" : "over",
+            limit, c->pr.copy_bytes, c->pr.n_act, c->pr.act_bytes);
 }
 
-/* Plans the step under candidate c (its config set on the session). */
+/* Plans the step under candidate c (its config set on the session, whose
+ * placement must be c's). */
 static hx_status try_candidate(hx_session *s, size_t base, candidate *c, size_t limit,
                                candidate *smallest)
 {
     s->cfg.offload.chunk_size = c->chunk;
     s->cfg.offload.prefetch_depth = c->depth;
-    hx_status st = predict(s, base, &c->peak, &c->persistent, &c->arena);
+    s->cfg.offload.offload_activations = c->acts;
+    hx_offload_target *op = &s->cfg.offload.offload_param; /* DISK stays DISK */
+    if (c->where == HX_OFFLOAD_NONE) *op = HX_OFFLOAD_NONE;
+    else if (*op == HX_OFFLOAD_NONE) *op = HX_OFFLOAD_CPU;
+    hx_status st = predict(s, base, &c->pr);
     if (st) return st;
     s->offload_report.candidates++;
-    if (!smallest->peak || c->peak < smallest->peak) *smallest = *c;
+    if (!smallest->pr.peak || c->pr.peak < smallest->pr.peak) *smallest = *c;
     if (hx__debug("offload")) debug_candidate(c, limit);
     return HX_OK;
 }
@@ -321,10 +350,10 @@ static hx_status chunk_sizes(const hx_session *s, size_t *out, int max, int *n_o
     return st;
 }
 
-/* Between two policies that fit: copies that overlap compute (depth >= 1:
- * chunk k's copies run while chunk k-1 computes) over none (depth 0, the
- * device waits for every chunk), then the larger chunk (fewer, larger
- * copies), then the deeper prefetch. */
+/* Between two policies of one family that fit: copies that overlap compute
+ * (depth >= 1: chunk k's copies run while chunk k-1 computes) over none
+ * (depth 0, the device waits for every chunk), then the larger chunk
+ * (fewer, larger copies), then the deeper prefetch. */
 static bool better(const candidate *a, const candidate *b)
 {
     if ((a->depth > 0) != (b->depth > 0)) return a->depth > 0;
@@ -332,11 +361,65 @@ static bool better(const candidate *a, const candidate *b)
     return a->depth > b->depth;
 }
 
+/* Candidate activation segments: powers of two from 64 KiB up to the first
+ * at least the bytes the device's ops output in a training step. */
+static int segment_sizes(const hx_session *s, size_t *out, int max)
+{
+    size_t total = 0;
+    for (int i = 0; i < s->g->n; i++) {
+        const hx_tensor *t = s->g->tensors[i];
+        if (t->op > HX_OP_STATE && t->kind != HX_TENSOR_UPDATE && hx__dev_of(s, i) == HX_DEV_ACCEL)
+            total += hx_tensor_nbytes(t);
+    }
+    int k = 0;
+    for (size_t c = (size_t)64 << 10; k < max; c *= 2) {
+        out[k++] = c;
+        if (c >= total) break;
+    }
+    return k;
+}
+
+/* One family of policies (proto's placement of parameters and
+ * activations): for each depth 2, 1, 0 the largest of the sizes that fits,
+ * and of those the better(); *found says whether one fits. */
+static hx_status family(hx_session *s, size_t base, candidate proto, const size_t *sizes, int n,
+                        size_t limit, candidate *smallest, candidate *best, bool *found)
+{
+    *found = false;
+    for (int depth = 2; depth >= 0; depth--)
+        for (int k = n - 1; k >= 0; k--) {
+            candidate c = proto;
+            c.chunk = sizes[k];
+            c.depth = depth;
+            hx_status st = try_candidate(s, base, &c, limit, smallest);
+            if (st) return st;
+            if (c.pr.peak > limit) continue;
+            if (!*found || better(&c, best)) *best = c;
+            *found = true;
+            break; /* the largest chunk at this depth */
+        }
+    return HX_OK;
+}
+
+/* Keeps in *best the policy that fits and copies the fewest bytes per step
+ * (ties: better()). */
+static void least_copies(candidate *best, bool *found, const candidate *c, bool fits)
+{
+    if (!fits) return;
+    if (!*found || c->pr.copy_bytes < best->pr.copy_bytes ||
+        (c->pr.copy_bytes == best->pr.copy_bytes && better(c, best)))
+        *best = *c;
+    *found = true;
+}
+
 /* auto_offload: everything where placement put it if the step's predicted
- * peak stays under the cap less the margin; else parameter offload, for
- * each depth 2, 1, 0 with the largest candidate chunk that fits, the
- * best of those (better()); else a device OOM naming the smallest peak
- * found. */
+ * peak stays under the cap less the margin; else, of the families that
+ * fit (activations offloaded with the parameters on the device; parameters
+ * offloaded; both, planned only when neither of the others fits), each
+ * family's choice (family()), the one that copies the fewest bytes per
+ * step; else a device OOM naming the smallest peak found. offload_param
+ * CPU keeps the families that offload parameters, offload_activations CPU
+ * those that offload activations. */
 static hx_status auto_place(hx_session *s)
 {
     hx_offload_config *oc = &s->cfg.offload;
@@ -349,67 +432,96 @@ static hx_status auto_place(hx_session *s)
     hx_mem_pools_stats(s->be[HX_DEV_ACCEL]->pools, &dp);
     size_t base = dp.total.reserved;
     *r = (hx_offload_report){.automatic = true, .capacity = bs.capacity, .margin = margin};
-    candidate none = {.where = HX_OFFLOAD_NONE, .chunk = oc->chunk_size,
-                      .depth = oc->prefetch_depth}, smallest = {0}, best = {0};
-    bool found = false;
+    bool need_params = oc->offload_param != HX_OFFLOAD_NONE; /* the config asks for them */
+    bool need_acts = oc->offload_activations != HX_OFFLOAD_NONE;
+    candidate none = {.chunk = oc->chunk_size, .depth = oc->prefetch_depth}, smallest = {0},
+              best = {0}, fam;
+    bool found = false, fits;
     hx_status st = HX_OK;
-    if (oc->offload_param == HX_OFFLOAD_NONE) {
-        if ((st = try_candidate(s, base, &none, limit, &smallest))) return st;
-        r->predicted_no_offload = none.peak;
+    int n = s->g->n ? s->g->n : 1;
+    hx_target *target = malloc(sizeof *target * n);
+    hx_place_why *why = malloc(sizeof *why * n);
+    if (!target || !why) {
+        st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+        goto out;
+    }
+    if (!need_params && !need_acts) {
+        if ((st = try_candidate(s, base, &none, limit, &smallest))) goto out;
+        r->predicted_no_offload = none.pr.peak;
         best = none;
-        found = none.peak <= limit;
+        found = none.pr.peak <= limit;
     }
     if (!found) {
-        if (oc->offload_param == HX_OFFLOAD_NONE) oc->offload_param = HX_OFFLOAD_CPU;
-        if ((st = place_on_host(s))) return st;
         size_t sizes[48];
-        int n = 0;
-        if ((st = chunk_sizes(s, sizes, 48, &n))) return st;
-        for (int depth = 2; depth >= 0 && !st; depth--)
-            for (int k = n - 1; k >= 0 && !st; k--) {
-                candidate c = {.where = HX_OFFLOAD_CPU, .chunk = sizes[k], .depth = depth};
-                st = try_candidate(s, base, &c, limit, &smallest);
-                if (st || c.peak > limit) continue;
-                if (!found || better(&c, &best)) best = c;
-                found = true;
-                break; /* the largest chunk at this depth */
-            }
-        if (st) return st;
+        int n_sizes = 0;
+        if (!need_params) { /* activations only, parameters where placement put them */
+            n_sizes = segment_sizes(s, sizes, 48);
+            candidate a = {.where = HX_OFFLOAD_NONE, .acts = HX_OFFLOAD_CPU};
+            st = family(s, base, a, sizes, n_sizes, limit, &smallest, &fam, &fits);
+            if (st) goto out;
+            least_copies(&best, &found, &fam, fits);
+        }
+        memcpy(target, s->target, sizeof *target * s->g->n);
+        memcpy(why, s->why, sizeof *why * s->g->n);
+        if ((st = place_on_host(s)) || (st = chunk_sizes(s, sizes, 48, &n_sizes))) goto out;
+        if (!need_acts) { /* parameters */
+            candidate pc = {.where = HX_OFFLOAD_CPU, .acts = HX_OFFLOAD_NONE};
+            if ((st = family(s, base, pc, sizes, n_sizes, limit, &smallest, &fam, &fits))) goto out;
+            least_copies(&best, &found, &fam, fits);
+        }
+        if (!found) { /* both */
+            candidate pa = {.where = HX_OFFLOAD_CPU, .acts = HX_OFFLOAD_CPU};
+            if ((st = family(s, base, pa, sizes, n_sizes, limit, &smallest, &fam, &fits))) goto out;
+            least_copies(&best, &found, &fam, fits);
+        }
+        if (found && best.where == HX_OFFLOAD_NONE) { /* parameters back where placement put them */
+            memcpy(s->target, target, sizeof *target * s->g->n);
+            memcpy(s->why, why, sizeof *why * s->g->n);
+        }
     }
     if (!found) {
-        size_t need = suggest_cap(smallest.peak);
-        char how[160] = "";
-        if (smallest.where == HX_OFFLOAD_CPU)
-            snprintf(how, sizeof how, "offload_param=cpu with chunk_size=%zu and prefetch_depth=%d",
-                     smallest.chunk, smallest.depth);
-        else
-            snprintf(how, sizeof how, "offload_param=none");
-        return hx__error(HX_ERR_DEVICE_OOM,
-                         "hx_session_create: auto_offload: no placement keeps the training "
-                         "step under the device cap of %zu bytes less a %zu-byte margin: %d "
-                         "policies planned; everything on the device peaks at %zu bytes, the "
-                         "smallest peak found, %s, at %zu bytes (%zu persistent, a %zu-byte "
-                         "arena); raise max_device_memory to about %zu bytes or more, or lower "
-                         "the batch size", bs.capacity, margin, r->candidates,
-                         r->predicted_no_offload, how, smallest.peak, smallest.persistent,
-                         smallest.arena, need);
+        size_t need = suggest_cap(smallest.pr.peak);
+        char how[160];
+        describe(&smallest, how, sizeof how);
+        st = hx__error(HX_ERR_DEVICE_OOM,
+                       "hx_session_create: auto_offload: no placement keeps the training "
+                       "step under the device cap of %zu bytes less a %zu-byte margin: %d "
+                       "policies planned; everything on the device peaks at %zu bytes, the "
+                       "smallest peak found, %s, at %zu bytes (%zu persistent, a %zu-byte "
+                       "arena); raise max_device_memory to about %zu bytes or more, or lower "
+                       "the batch size", bs.capacity, margin, r->candidates,
+                       r->predicted_no_offload, how, smallest.pr.peak, smallest.pr.persistent,
+                       smallest.pr.arena, need);
+        goto out;
     }
+    if (best.where == HX_OFFLOAD_NONE) oc->offload_param = HX_OFFLOAD_NONE;
+    else if (oc->offload_param == HX_OFFLOAD_NONE) oc->offload_param = HX_OFFLOAD_CPU;
+    oc->offload_activations = best.acts;
     oc->chunk_size = best.chunk;
     oc->prefetch_depth = best.depth;
-    r->predicted_peak = best.peak;
-    r->predicted_persistent = best.persistent;
-    r->predicted_arena = best.arena;
+    r->predicted_peak = best.pr.peak;
+    r->predicted_persistent = best.pr.persistent;
+    r->predicted_arena = best.pr.arena;
+    r->activations_offloaded = best.pr.n_act;
+    r->activation_bytes = best.pr.act_bytes;
+    r->copy_bytes = best.pr.copy_bytes;
     if (hx__debug("offload")) {
-        char how[96] = "offload_param=none";
-        if (best.where == HX_OFFLOAD_CPU)
-            snprintf(how, sizeof how, "offload_param=cpu chunk_size=%zu prefetch_depth=%d",
-                     best.chunk, best.depth);
+        char how[160];
+        describe(&best, how, sizeof how);
         fprintf(stderr, "hetex offload: auto_offload chose %s: predicted device peak %zu B of a "
-                "%zu-B cap (margin %zu B; everything on the device: %zu B); %d policies "
-                "planned\n", how, best.peak, bs.capacity, margin, r->predicted_no_offload,
-                r->candidates);
+                "%zu-B cap (margin %zu B; everything on the device: %zu B%s); %s; copies %zu B "
+                "per step, %d activations out and back (%zu B each way); %d policies planned\n",
+                how, best.pr.peak, bs.capacity, margin, r->predicted_no_offload,
+                best.where || best.acts ? ", over the limit" : "",
+                best.where || best.acts ? "of the families of policies that fit, it copies the "
+                                          "fewest bytes per step"
+                                        : "everything fits",
+                best.pr.copy_bytes, best.pr.n_act, best.pr.act_bytes, r->candidates);
     }
-    return HX_OK;
+out:
+    free(target);
+    free(why);
+    return st;
 }
 
 hx_status hx__offload_place(hx_session *s)
@@ -425,12 +537,20 @@ hx_status hx_session_offload_report(hx_session *s, hx_offload_report *out)
                          s ? "out" : "session");
     hx_offload_report *r = &s->offload_report;
     r->offload_param = hx__offload_on(s) ? s->cfg.offload.offload_param : HX_OFFLOAD_NONE;
+    r->offload_activations = hx__offload_activations_on(s) ? HX_OFFLOAD_CPU : HX_OFFLOAD_NONE;
     r->chunk_size = s->cfg.offload.chunk_size;
     r->prefetch_depth = s->cfg.offload.prefetch_depth;
-    hx_status st = HX_OK;
-    if (s->be[HX_DEV_ACCEL] && !r->automatic && !r->predicted_peak) /* a manual policy */
-        st = predict(s, 0, &r->predicted_peak, &r->predicted_persistent, &r->predicted_arena);
-    if (st) return st;
+    if (s->be[HX_DEV_ACCEL] && !r->automatic && !r->predicted_peak) { /* a manual policy */
+        prediction pr;
+        hx_status st = predict(s, 0, &pr);
+        if (st) return st;
+        r->predicted_peak = pr.peak;
+        r->predicted_persistent = pr.persistent;
+        r->predicted_arena = pr.arena;
+        r->activations_offloaded = pr.n_act;
+        r->activation_bytes = pr.act_bytes;
+        r->copy_bytes = pr.copy_bytes;
+    }
     *out = *r;
     if (!s->be[HX_DEV_ACCEL]) return HX_OK;
     hx_device_pools_stats ps;

@@ -20,6 +20,13 @@ static inline bool hx__offload_on(const hx_session *s)
     return s->cfg.offload.offload_param != HX_OFFLOAD_NONE && s->be[HX_DEV_ACCEL];
 }
 
+/* Whether the session's plans copy far-read device activations to the
+ * host and back (offload_activations=cpu). */
+static inline bool hx__offload_activations_on(const hx_session *s)
+{
+    return s->cfg.offload.offload_activations != HX_OFFLOAD_NONE && s->be[HX_DEV_ACCEL];
+}
+
 /* A tensor that lives across steps on the host (param, state, constant):
  * what the offload streams to the device in chunks. */
 static inline bool hx__offload_streamed(const hx_tensor *t)

@@ -140,6 +140,13 @@ typedef struct builder {
     int chunk;
     size_t fill, streamed;
     size_t *last_use;   /* per id: `streamed` when the device last read its copy */
+    /* activation offload: a chunk also ends after act_window bytes of device
+     * op outputs; a read `gap` chunks or more after the one before is far */
+    bool act;
+    size_t act_window, act_fill;
+    int gap;
+    int *op_chunk;      /* per id: the chunk its op step is ordered in */
+    int *act_back;      /* per id: the first chunk of its far reads (-1: none, it stays) */
     bool *grad_out;     /* per id: a device gradient whose update runs on the host */
     lifetime *lt[HX_NDEV];
     int n_lt[HX_NDEV];
@@ -153,7 +160,9 @@ typedef struct builder {
 
 static void add_lifetime(builder *b, int dev, int id, int pos, int unit, int step)
 {
-    b->lt_of[dev * b->n + id] = b->n_lt[dev];
+    /* a copy back to the value's home (activation offload) is read through
+     * its step: the readers of the home's value keep extending that one */
+    if (step < 0 || hx__dev_of(b->s, id) != dev) b->lt_of[dev * b->n + id] = b->n_lt[dev];
     if (step >= 0) b->copy_lt[step] = b->n_lt[dev];
     b->lt[dev][b->n_lt[dev]++] = (lifetime){id, pos, pos,
                                             align_up(hx_tensor_nbytes(b->s->g->tensors[id])), 0,
@@ -194,6 +203,13 @@ static void extend(builder *b, int dev, int id, int pos, int u)
     extend_lt(b, dev, b->lt_of[dev * b->n + id], pos, u);
 }
 
+/* Starts the next chunk (segment) of the step. */
+static void next_chunk(builder *b)
+{
+    b->chunk++;
+    b->fill = b->act_fill = 0;
+}
+
 /* Appends a copy of t from device `from` to dev as step k. */
 static void add_copy(builder *b, int k, const hx_tensor *t, int dev, int from, char role)
 {
@@ -207,9 +223,10 @@ static void add_copy(builder *b, int k, const hx_tensor *t, int dev, int from, c
     if (dev == HX_DEV_ACCEL) p->n_h2d++;
     else p->n_d2h++;
     p->step_role[k] = role;
-    if (!b->offload) return;
+    if (role == HX_ROLE_ACT_OUT) p->n_act++, p->act_bytes += bytes;
+    if (!p->step_chunk) return;
     if (role == HX_ROLE_STREAM_IN) { /* the next chunk when this one is full */
-        if (b->fill && b->fill + bytes > b->chunk_bytes) b->chunk++, b->fill = 0;
+        if (b->fill && b->fill + bytes > b->chunk_bytes) next_chunk(b);
         b->fill += bytes;
         b->streamed += bytes;
         p->streamed_bytes += bytes;
@@ -229,10 +246,30 @@ static bool needs_copy(const builder *b, const hx_tensor *src, int dev, int from
     return *role == HX_ROLE_STREAM_IN && b->streamed - b->last_use[src->id] > b->window;
 }
 
+/* Whether device op i (forward or backward) reads src from a copy back to
+ * the device that is not there yet: its read is a far one (act_decide). */
+static bool comes_back(const builder *b, const hx_tensor *src, int i, int dev)
+{
+    return b->act_back && dev == HX_DEV_ACCEL && b->act_back[src->id] >= 0 &&
+           b->op_chunk[i] >= b->act_back[src->id] && b->copy_step[dev * b->n + src->id] < 0;
+}
+
+/* Activation offload: device op outputs end the chunk once act_window
+ * bytes of them are in it (counted before the op's copies, which then
+ * belong to its chunk). */
+static void count_output(builder *b, const hx_tensor *t)
+{
+    size_t bytes = hx_tensor_nbytes(t);
+    if (b->act_fill && b->act_fill + bytes > b->act_window) next_chunk(b);
+    b->act_fill += bytes;
+}
+
 /* Orders the steps: op nodes in creation order (a topological order),
  * updates last, each copy right before the first step that reads it (with
- * offload: a parameter again before a read long after the last one), but a
- * gradient whose update runs on the host right after it is produced. */
+ * offload: a parameter again before a read long after the last one; an
+ * activation that goes out back before its first far read), but a
+ * gradient whose update runs on the host, and an activation that goes out,
+ * right after it is produced. */
 static hx_status order_steps(builder *b, const bool *need)
 {
     const hx_session *s = b->s;
@@ -246,10 +283,12 @@ static hx_status order_steps(builder *b, const bool *need)
             if (!need[i] || t->op <= HX_OP_STATE || (t->kind == HX_TENSOR_UPDATE) != pass)
                 continue;
             int dev = hx__dev_of(s, i);
+            if (b->act && !pass && dev == HX_DEV_ACCEL) count_output(b, t);
             for (int j = 0; j < t->n_src; j++) {
                 int from = hx__dev_of(s, t->src[j]->id);
                 char role;
-                if (!needs_copy(b, t->src[j], dev, from, &role)) continue;
+                if (comes_back(b, t->src[j], i, dev)) from = HX_DEV_HOST, role = HX_ROLE_ACT_IN;
+                else if (!needs_copy(b, t->src[j], dev, from, &role)) continue;
                 b->slot_of[k] = slot++;
                 add_copy(b, k++, t->src[j], dev, from, role);
             }
@@ -261,16 +300,21 @@ static hx_status order_steps(builder *b, const bool *need)
                                  t->name, hx__ops[t->op].name, hx_dtype_name(t->dtype),
                                  s->be[dev]->name);
             b->slot_of[k] = slot;
-            for (int j = 0; j < t->n_src; j++) {
+            for (int j = 0; j < t->n_src; j++) { /* a copy at dev, if any (-1: the home's value) */
                 int u = t->src[j]->id;
-                p->src_step[slot++] = hx__dev_of(s, u) != dev ? b->copy_step[dev * b->n + u] : -1;
+                p->src_step[slot++] = b->copy_step[dev * b->n + u];
                 if (b->offload && dev == HX_DEV_ACCEL) b->last_use[u] = b->streamed;
             }
-            if (b->offload) p->step_chunk[k] = b->chunk;
+            if (p->step_chunk) p->step_chunk[k] = b->chunk;
+            if (b->op_chunk) b->op_chunk[i] = b->chunk;
             p->steps[k++] = (hx_step){fn, t, NULL, NULL, dev, -1};
             if (b->grad_out && b->grad_out[i] && !pass) {
                 b->slot_of[k] = slot++;
                 add_copy(b, k++, t, HX_DEV_HOST, dev, HX_ROLE_GRAD_OUT);
+            }
+            if (b->act_back && b->act_back[i] >= 0) {
+                b->slot_of[k] = slot++;
+                add_copy(b, k++, t, HX_DEV_HOST, dev, HX_ROLE_ACT_OUT);
             }
         }
     }
@@ -435,21 +479,97 @@ static hx_status exec_parts(builder *b)
     return HX_OK;
 }
 
-/* Parameter offload's scratch: the chunk size and window. */
-static hx_status offload_setup(builder *b, const bool *need, int max_steps)
+/* Parameter and activation offload's scratch: the chunk size, window and
+ * gap. */
+static hx_status offload_setup(builder *b, int max_steps)
 {
     const hx_session *s = b->s;
     hx_plan *p = b->p;
     const hx_offload_config *c = &s->cfg.offload;
-    b->offload = true;
-    b->chunk_bytes = c->chunk_size;
+    b->offload = hx__offload_on(s);
+    b->act = hx__offload_activations_on(s);
+    b->chunk_bytes = b->act_window = c->chunk_size;
     b->window = c->chunk_size * (size_t)(c->prefetch_depth + 1);
+    b->gap = 2 * c->prefetch_depth + 2;
     b->last_use = calloc(b->n ? b->n : 1, sizeof *b->last_use);
+    b->op_chunk = b->act ? malloc(sizeof *b->op_chunk * (b->n ? b->n : 1)) : NULL;
     p->step_chunk = malloc(sizeof *p->step_chunk * (max_steps ? max_steps : 1));
-    if (!b->last_use || !p->step_chunk)
+    if (!b->last_use || !p->step_chunk || (b->act && !b->op_chunk))
         return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
     for (int k = 0; k < max_steps; k++) p->step_chunk[k] = -1;
+    for (int i = 0; b->op_chunk && i < b->n; i++) b->op_chunk[i] = -1;
     return HX_OK;
+}
+
+/* Forgets an ordering of the steps (not op_chunk), to order them again. */
+static void reset_order(builder *b, int max_steps)
+{
+    hx_plan *p = b->p;
+    for (int i = 0; i < HX_NDEV * b->n; i++) b->copy_step[i] = -1;
+    memset(p->step_role, 0, max_steps);
+    for (int k = 0; k < max_steps; k++) p->step_chunk[k] = -1;
+    memset(b->last_use, 0, sizeof *b->last_use * b->n);
+    p->n_copies = p->n_h2d = p->n_d2h = p->n_act = 0;
+    p->copy_bytes = p->streamed_bytes = p->act_bytes = 0;
+    b->chunk = 0;
+    b->fill = b->act_fill = b->streamed = 0;
+}
+
+/* Whether id is an op output at home on the device that activation
+ * offload may move: no host op, no update and no fetch reads it. */
+static bool movable(const builder *b, const bool *need, const bool *pinned, int id)
+{
+    const hx_tensor *t = b->s->g->tensors[id];
+    return need[id] && !pinned[id] && t->op > HX_OP_STATE && t->kind != HX_TENSOR_UPDATE &&
+           hx__dev_of(b->s, id) == HX_DEV_ACCEL;
+}
+
+/* Activation offload, from an ordering's op chunks: which device values
+ * go to the host and back. The device reads of a movable value, in step
+ * order, are near until one comes `gap` chunks or more after the read
+ * before it (or its production): that read and every later one are far,
+ * and act_back is the chunk of the first. With depth d, gap 2d + 2 leaves
+ * at least one chunk between the copy out being done (before the device
+ * work of chunk c + 1 + d, c that of the last near read or later) and the
+ * copy back starting (after the device work of chunk f - 1 - d, f that of
+ * the first far read): the device bytes are free there. Returns the
+ * number of values that move. */
+static int act_decide(builder *b, const bool *need, const int *fetch_ids, int n_fetch)
+{
+    const hx_graph *g = b->s->g;
+    int n = b->n, moved = 0;
+    bool *pinned = calloc(n ? n : 1, sizeof *pinned);
+    int *prev = malloc(sizeof *prev * (n ? n : 1));
+    b->act_back = malloc(sizeof *b->act_back * (n ? n : 1));
+    if (!pinned || !prev || !b->act_back) {
+        b->oom = true;
+        free(pinned);
+        free(prev);
+        return 0;
+    }
+    for (int f = 0; f < n_fetch; f++) pinned[fetch_ids[f]] = true;
+    for (int i = 0; i < n; i++) {
+        const hx_tensor *t = g->tensors[i];
+        b->act_back[i] = -1;
+        prev[i] = b->op_chunk[i];
+        bool far_side = t->kind == HX_TENSOR_UPDATE || hx__dev_of(b->s, i) != HX_DEV_ACCEL;
+        for (int j = 0; need[i] && far_side && j < t->n_src; j++) pinned[t->src[j]->id] = true;
+    }
+    for (int i = 0; i < n; i++) { /* device ops of forward and backward, in step order */
+        const hx_tensor *t = g->tensors[i];
+        if (!need[i] || t->op <= HX_OP_STATE || t->kind == HX_TENSOR_UPDATE ||
+            hx__dev_of(b->s, i) != HX_DEV_ACCEL)
+            continue;
+        for (int j = 0; j < t->n_src; j++) {
+            int u = t->src[j]->id;
+            if (!movable(b, need, pinned, u) || b->act_back[u] >= 0) continue;
+            if (b->op_chunk[i] - prev[u] >= b->gap) b->act_back[u] = b->op_chunk[i], moved++;
+            else prev[u] = b->op_chunk[i];
+        }
+    }
+    free(pinned);
+    free(prev);
+    return moved;
 }
 
 /* The device gradients that an update on the host reads: each goes back as
@@ -469,6 +589,7 @@ static hx_status grads_out(builder *b, const bool *need)
     }
     return HX_OK;
 }
+
 
 hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool train,
                          hx_plan **out)
@@ -493,7 +614,9 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
     size_t n_in = 0;
     for (int i = 0; i < n; i++)
         if (need[i]) n_in += g->tensors[i]->n_src;
-    int max_steps = n_ops + (int)n_in; /* at most one copy per input edge */
+    /* at most one copy per input edge, and one more per edge to a far
+     * read of an activation that goes out */
+    int max_steps = n_ops + 2 * (int)n_in;
     p->steps = calloc(max_steps ? max_steps : 1, sizeof *p->steps);
     p->offset = malloc(sizeof *p->offset * HX_NDEV * (n ? n : 1));
     p->inputs = malloc(sizeof *p->inputs * (n ? n : 1));
@@ -508,11 +631,23 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
         !p->src_step || !p->step_offset || !p->step_role || !b.copy_lt || !b.slot_of)
         goto oom;
     for (int k = 0; k < max_steps; k++) b.copy_lt[k] = -1;
-    if (hx__offload_on(s) && (st = offload_setup(&b, need, max_steps))) goto fail;
+    if ((hx__offload_on(s) || hx__offload_activations_on(s)) &&
+        (st = offload_setup(&b, max_steps)))
+        goto fail;
     if (train && (st = grads_out(&b, need))) goto fail;
 
     if ((st = order_steps(&b, need))) goto fail;
-    p->n_chunks = b.offload && p->streamed_bytes ? b.chunk + 1 : 0;
+    if (b.act) { /* order again, with the activations that move */
+        int moved = act_decide(&b, need, fetch_ids, n_fetch);
+        if (b.oom) goto oom;
+        if (moved) reset_order(&b, max_steps);
+        if (moved && (st = order_steps(&b, need))) goto fail;
+        if (!moved && !b.offload) { /* nothing moves: the plan without it */
+            free(p->step_chunk);
+            p->step_chunk = NULL;
+        }
+    }
+    p->n_chunks = p->step_chunk && (p->streamed_bytes || p->n_act) ? b.chunk + 1 : 0;
     bool *ops = calloc(n ? n : 1, sizeof *ops); /* the partition covers the plan's op nodes */
     if (!ops) goto oom;
     for (int i = 0; i < n; i++) ops[i] = need[i] && g->tensors[i]->op > HX_OP_STATE;
@@ -553,6 +688,8 @@ done:
     free(b.copy_lt);
     free(b.slot_of);
     free(b.last_use);
+    free(b.op_chunk);
+    free(b.act_back);
     free(b.grad_out);
     free(b.reach);
     free(b.unit_at);
@@ -593,9 +730,9 @@ void hx__plan_bind(hx_session *s, hx_plan *p)
                              : locate(s, p, st->dev, t->src[j]->id);
         }
     }
-    for (int i = 0; i < p->n_scan; i++) {
+    for (int i = 0; i < p->n_scan; i++) { /* a gradient copied out early: its host copy */
         int id = p->scan_update[i]->src[1]->id;
-        p->scan_at[i] = locate(s, p, hx__dev_of(s, id), id);
+        p->scan_at[i] = locate(s, p, p->scan_home[i], id);
     }
     for (int d = 0; d < HX_NDEV; d++) p->bound_to[d] = s->arena[d];
 }

@@ -57,8 +57,9 @@ static int heap_pop(heap *h)
 
 /* Creates units in the order of their first steps: unit_of[k] per step.
  * A subgraph's steps in a phase form one unit, but a device subgraph is
- * cut where the parameter chunk changes (parameter offload; the copies of
- * one chunk's parameters form one unit) and after the step whose gradient
+ * cut where the chunk changes (parameter or activation offload; the copies
+ * of one chunk's parameters and activations back to the device form one
+ * unit, its activations to the host another) and after the step whose gradient
  * copy brings the bytes copied since the last cut to a bucket
  * (grad_bucket_bytes), so that those copies leave while backward goes on.
  * Each later part of a subgraph gets an edge from the part before it
@@ -67,7 +68,7 @@ static int heap_pop(heap *h)
 static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u, int *chunk,
                       edge *cont, int *n_cont)
 {
-    int n_sub = p->part.n_sub, nu = 0, cu = -1;
+    int n_sub = p->part.n_sub, nu = 0, cu = -1, co = -1;
     int *map = malloc(sizeof *map * 4 * (n_sub ? n_sub : 1));
     size_t *filled = calloc(n_sub ? n_sub : 1, sizeof *filled);
     if (!map || !filled) {
@@ -104,10 +105,14 @@ static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u,
                 filled[sub] = 0;
             }
         }
-        if (role == HX_ROLE_STREAM_IN && cu >= 0 && chunk[cu] == c && u[cu].phase == ph) {
-            unit_of[k] = cu; /* the chunk's copy unit */
+        bool in = role == HX_ROLE_STREAM_IN || role == HX_ROLE_ACT_IN;
+        if (in && cu >= 0 && chunk[cu] == c && u[cu].phase == ph) {
+            unit_of[k] = cu; /* the chunk's copy unit to the device */
+        } else if (role == HX_ROLE_ACT_OUT && co >= 0 && chunk[co] == c) {
+            unit_of[k] = co; /* the chunk's activations to the host */
         } else {
-            if (role == HX_ROLE_STREAM_IN) cu = nu;
+            if (in) cu = nu;
+            if (role == HX_ROLE_ACT_OUT) co = nu;
             chunk[nu] = c;
             unit_of[k] = nu;
             u[nu++] = (hx_unit){.lane = sp->dev == HX_DEV_ACCEL ? HX_LANE_H2D : HX_LANE_D2H,
@@ -159,10 +164,11 @@ static int make_edges(const hx_session *s, const hx_plan *p, const int *unit_of,
     return dedup_edges(e, ne);
 }
 
-/* Parameter offload's prefetch limit, as edges: a copy to the device made
- * in chunk c (the chunk's parameters, a fed input) waits for the device work
- * of chunk c - 1 - depth (the latest chunk at or before it that has some),
- * and a copy to the host made in chunk c (a gradient) must be done before
+/* Offload's prefetch limit, as edges: a copy to the device made in chunk c
+ * (the chunk's parameters and activations back, a fed input) waits for the
+ * device work of chunk c - 1 - depth (the latest chunk at or before it that
+ * has some), and a copy to the host made in chunk c (a gradient, an
+ * activation out) must be done before
  * the device work of chunk c + 1 + depth starts and before the copies of
  * that chunk to the device, so that the device holds about depth + 1
  * chunks of parameters and of gradients. */

@@ -39,17 +39,50 @@ static const hx_tensor *copy_reader(const hx_plan *p, int k)
     return c->node;
 }
 
+/* Why step k copies: its role, with the chunk where offload put it. */
+static void copy_cause(const hx_plan *p, int k, char *buf, size_t n)
+{
+    const hx_step *c = &p->steps[k];
+    int chunk = p->step_chunk ? p->step_chunk[k] : -1;
+    switch (p->step_role[k]) {
+    case HX_ROLE_STREAM_IN:
+        snprintf(buf, n, "parameter streamed in, chunk %d", chunk);
+        break;
+    case HX_ROLE_GRAD_OUT:
+        snprintf(buf, n, "gradient out as soon as it is made, for the host update");
+        break;
+    case HX_ROLE_ACT_OUT: {
+        int back = -1;
+        for (int j = k + 1; j < p->n_steps && back < 0; j++)
+            if (p->step_role[j] == HX_ROLE_ACT_IN && p->steps[j].node == c->node) back = j;
+        snprintf(buf, n, "activation out, made in chunk %d, read again from chunk %d", chunk,
+                 back >= 0 && p->step_chunk ? p->step_chunk[back] : -1);
+        break;
+    }
+    case HX_ROLE_ACT_IN:
+        snprintf(buf, n, "activation back for its far reads, chunk %d", chunk);
+        break;
+    default:
+        snprintf(buf, n, "%s", c->dev == HX_DEV_ACCEL ? "read on the device" : "read on the host");
+    }
+}
+
 void hx__debug_copies(const hx_session *s, const hx_plan *p)
 {
     for (int k = 0; k < p->n_steps; k++) {
         const hx_step *sp = &p->steps[k];
         if (sp->fn) continue;
         const hx_tensor *r = copy_reader(p, k);
-        fprintf(stderr, "hetex copy: '%s' %s -> %s (%zu bytes): read by '%s' (%s) on %s\n",
+        char cause[160];
+        copy_cause(p, k, cause, sizeof cause);
+        fprintf(stderr, "hetex copy: '%s' %s -> %s (%zu bytes): read by '%s' (%s) on %s; %s\n",
                 sp->node->name, dev_name(s, sp->src_dev), dev_name(s, sp->dev),
                 hx_tensor_nbytes(sp->node), r->name, hx__ops[r->op].name,
-                hx_target_name(s->target[r->id]));
+                hx_target_name(s->target[r->id]), cause);
     }
+    if (p->n_act)
+        fprintf(stderr, "hetex copy: %d activations out and back, %zu bytes each way per run, "
+                "%d chunks\n", p->n_act, p->act_bytes, p->n_chunks);
 }
 
 /* The last run's plan, or the training step's before any run. */

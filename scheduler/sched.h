@@ -143,16 +143,19 @@ typedef struct hx_plan {
     int64_t *step_offset;/* per step: a copy's byte offset in its destination's arena */
     char *step_role;     /* per step: HX_ROLE_* (a parameter streamed in, a gradient
                             sent back as soon as it is made, other) */
-    /* parameter offload (hx_offload_config; NULL / 0 without it) */
-    int *step_chunk;     /* per step: the parameter chunk current when it was ordered */
+    /* parameter and activation offload (hx_offload_config; NULL / 0 without them) */
+    int *step_chunk;     /* per step: the chunk (segment) current when it was ordered */
     int n_chunks;
     size_t streamed_bytes; /* parameter bytes copied to the device per run */
+    int n_act;           /* activations copied to the host and back per run */
+    size_t act_bytes;    /* their bytes, each way */
 } hx_plan;
 
 /* What a step is to the offload: a parameter (state, constant) copied to
- * the device in a chunk, or a gradient copied back to the host as soon as it
- * is complete. */
-enum { HX_ROLE_OTHER, HX_ROLE_STREAM_IN, HX_ROLE_GRAD_OUT };
+ * the device in a chunk, a gradient copied back to the host as soon as it
+ * is complete, an activation copied to the host after it is made because a
+ * device op reads it again much later, and that activation copied back. */
+enum { HX_ROLE_OTHER, HX_ROLE_STREAM_IN, HX_ROLE_GRAD_OUT, HX_ROLE_ACT_OUT, HX_ROLE_ACT_IN };
 
 typedef struct hx_backend hx_backend;
 typedef struct hx_stream hx_stream;
