@@ -136,6 +136,7 @@ static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_
         if (!k) continue;
         hx_disk_run_stats r = hx__disk_last_run(s);
         sum->resident_read_s += r.resident_read_s;
+        sum->resident_wait_s += r.resident_wait_s;
         sum->resident_write_s += r.resident_write_s;
         sum->update_s += r.update_s;
         sum->update_wait_s += r.update_wait_s;
@@ -181,7 +182,7 @@ static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth
     if (run_disk(m, &c, &disk_s, &r, &need, &whole, &pinned, &stored)) return -1;
     uint64_t rd = r.resident_bytes + r.chunk_bytes_read, wr = r.resident_bytes_written + r.chunk_bytes_written;
     double io_total = r.io_s + r.resident_read_s + r.resident_write_s; /* device busy, all steps */
-    double exposed = r.update_wait_s + r.resident_read_s + r.resident_write_s;
+    double exposed = r.update_wait_s + r.resident_wait_s + r.resident_write_s; /* the step waited */
     double w_s, r_s;
     if (plain_direct(dir, wr, rd, &w_s, &r_s)) return -1;
     double tier_mbs = (rd + wr) / io_total / 1e6, plain_mbs = (rd + wr) / (w_s + r_s) / 1e6;
@@ -191,7 +192,7 @@ static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth
            "\"stored_bytes\":%zu,\"padding_fraction\":%.3f,"
            "\"step_ms\":%.3f,\"cpu_offload_step_ms\":%.3f,\"ceiling_step_ms\":%.3f,"
            "\"throughput_vs_cpu_offload\":%.3f,\"throughput_vs_uncapped\":%.3f,"
-           "\"per_step\":{\"resident_read_ms\":%.3f,\"update_ms\":%.3f,\"update_wait_ms\":%.3f,"
+           "\"per_step\":{\"resident_read_ms\":%.3f,\"resident_wait_ms\":%.3f,\"update_ms\":%.3f,\"update_wait_ms\":%.3f,"
            "\"resident_write_left_ms\":%.3f,\"io_thread_ms\":%.3f,\"prefetch_during_fwd_bwd_ms\":%.3f,"
            "\"bytes_read\":%llu,\"bytes_written\":%llu},"
            "\"io_hidden_fraction\":%.3f,\"tier_mb_s\":%.1f,\"plain_direct_mb_s\":%.1f,"
@@ -199,7 +200,7 @@ static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth
            m->layers, m->param_bytes, chunk, depth, c.max_device_memory, need, whole,
            (double)need / whole, pinned, r.chunks, stored, 1.0 - (double)whole / stored,
            disk_s * 1e3, cpu_s * 1e3, base_s * 1e3, cpu_s / disk_s, base_s / disk_s,
-           r.resident_read_s * 1e3 / STEPS, r.update_s * 1e3 / STEPS, r.update_wait_s * 1e3 / STEPS,
+           r.resident_read_s * 1e3 / STEPS, r.resident_wait_s * 1e3 / STEPS, r.update_s * 1e3 / STEPS, r.update_wait_s * 1e3 / STEPS,
            r.resident_write_s * 1e3 / STEPS, r.io_s * 1e3 / STEPS, r.prefetch_s * 1e3 / STEPS,
            (unsigned long long)(rd / STEPS), (unsigned long long)(wr / STEPS),
            1.0 - exposed / io_total, tier_mbs, plain_mbs, wr / w_s / 1e6, rd / r_s / 1e6,

@@ -18,6 +18,8 @@
 #include "memory/disk_tier.h"
 #include "memory/pinned.h"
 
+#include <stdatomic.h>
+
 #define HX_DISK_BLOCK HX_MIB /* the tier's block: O_DIRECT transfers of 1 MiB */
 #define HX_DISK_SLOTS 3      /* chunk slots: one updated, one read ahead, one written back */
 
@@ -45,7 +47,8 @@ struct hx_offload_disk {
     int n_slots;       /* min(HX_DISK_SLOTS, chunks) */
     size_t whole;      /* every disk tensor's bytes: what one buffer for all would take */
     char *res;         /* the resident region while loaded, else NULL */
-    bool loaded;       /* the resident region is in host memory (res NULL when it is empty) */
+    bool loaded;       /* the resident region has its host buffer (res NULL when it is empty) */
+    atomic_bool res_ready; /* ... and every segment of it is read (else the I/O thread reads it) */
     bool res_dirty;    /* the loaded region may differ from disk: a training run stores it */
     hx_disk_update *upd; /* the chunked update of the run in progress (disk_update.c) */
     hx_disk_run_stats last; /* the last run's figures */

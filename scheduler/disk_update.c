@@ -23,6 +23,7 @@
 #include "scheduler/trace.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,12 +46,22 @@ struct hx_disk_update {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int read, computed, written; /* chunks done so far by each side */
+    int res_read;   /* resident segments read so far (all of them before any chunk) */
     bool stop;
     hx_status st;   /* the first failure of either side */
     char msg[1536];
     double io_s, prefetch_s, update_t0; /* update_t0: 0 until the update phase starts */
+    double res_read_s, res_wait_s;      /* reading the resident region; steps waiting for it */
     uint64_t bytes_read, bytes_written, bytes_written_res;
 };
+
+/* Waits (lock held) until cond or a failure; adds the wait to *waited. */
+#define WAIT_FOR(u, cond, waited)                                       \
+    do {                                                                \
+        double w0_ = hx__now();                                         \
+        while (!(cond) && !(u)->stop) pthread_cond_wait(&(u)->cv, &(u)->mu); \
+        *(waited) += hx__now() - w0_;                                   \
+    } while (0)
 
 /* Records the first failure and stops both sides (lock held). */
 static void fail(hx_disk_update *u, hx_status st, const char *fmt, const char *what, int j,
@@ -135,9 +146,53 @@ static bool io_batch(hx_disk_update *u, int r0, int r1, int w)
  * together with the read of the chunk that takes the slot freed before it
  * (chunk j + n_slots - 1): while the caller updates chunk j + 1, chunk j is
  * written and chunk j + 2 read (3 slots). */
+/* Reads resident segments [k0, k1) into the resident region; false when
+ * the run stops. */
+static bool read_resident(hx_disk_update *u, int k0, int k1)
+{
+    hx_offload_disk *d = u->s->disk;
+    hx_disk_op *ops = u->ops;
+    for (int k = k0; k < k1; k++) {
+        const hx_disk_seg *g = &d->segs[k];
+        ops[k - k0] = (hx_disk_op){.write = false, .first = hx__disk_seg_block(g, g->gen),
+                                   .buf = d->res + g->off, .bytes = g->bytes};
+    }
+    double t0 = hx__now();
+    hx_disk_tier_batch(d->tier, ops, k1 - k0);
+    double t1 = hx__now();
+    hx__trace_event(d->io_lane, "disk read (resident)", NULL, 0, t0, t1);
+    pthread_mutex_lock(&u->mu);
+    u->res_read_s += t1 - t0;
+    bool ok = true;
+    for (int k = k0; k < k1 && ok; k++)
+        if (ops[k - k0].st) {
+            fail(u, ops[k - k0].st, "reading %s %d failed: %s", "resident segment", k, ops[k - k0].err.msg);
+            ok = false;
+        }
+    if (ok) {
+        u->res_read = k1;
+        if (k1 == d->n_res) atomic_store(&d->res_ready, true);
+    }
+    pthread_cond_broadcast(&u->cv);
+    bool stop = u->stop;
+    pthread_mutex_unlock(&u->mu);
+    return !stop;
+}
+
+/* The resident region in batches of about 8 MiB (the first one segment,
+ * so that the forward can start), then the chunks. */
 static void *io_main(void *arg)
 {
     hx_disk_update *u = arg;
+    hx_offload_disk *d = u->s->disk;
+    size_t per = ((size_t)8 << 20) / d->seg_bytes;
+    int batch = per < 1 ? 1 : per > (size_t)d->n_res ? d->n_res : (int)per;
+    for (int k = u->res_read; k < d->n_res;) {
+        int k1 = k == 0 ? 1 : k + batch < d->n_res ? k + batch : d->n_res;
+        if (!read_resident(u, k, k1)) return NULL;
+        k = k1;
+    }
+    if (!u->n) return NULL;
     int first = u->n_slots > 1 ? u->n_slots - 1 : 1; /* chunks read before the first update */
     if (!io_batch(u, 0, first, -1)) return NULL;
     for (int j = 0; j < u->n; j++) {
@@ -151,6 +206,45 @@ static void *io_main(void *arg)
         if (!io_batch(u, read ? r : 0, read ? r + 1 : 0, j)) return NULL;
     }
     return NULL;
+}
+
+hx_status hx__disk_resident_wait(hx_session *s, int k)
+{
+    hx_offload_disk *d = s->disk;
+    if (!d || atomic_load(&d->res_ready) || k < 0) return HX_OK;
+    hx_disk_update *u = d->upd;
+    if (!u || !u->started)
+        return hx__error(HX_ERR_INTERNAL, "hx_session_run: offload_param=disk: the resident region "
+                         "is not being read");
+    pthread_mutex_lock(&u->mu);
+    double w = 0;
+    WAIT_FOR(u, u->res_read > k, &w);
+    u->res_wait_s += w;
+    hx_status st = u->res_read > k ? HX_OK : u->st ? u->st : HX_ERR_INTERNAL;
+    char msg[sizeof u->msg];
+    snprintf(msg, sizeof msg, "%s", u->st ? u->msg : "the run was stopped");
+    pthread_mutex_unlock(&u->mu);
+    if (st)
+        return hx__error(st, "hx_session_run: offload_param=disk: %s; nothing of this step was "
+                         "applied: the parameters, optimizer state and step count are those from "
+                         "before it", msg);
+    return HX_OK;
+}
+
+hx_status hx__disk_step_ready(hx_session *s, const hx_step *sp)
+{
+    hx_offload_disk *d = s->disk;
+    if (!d || atomic_load(&d->res_ready)) return HX_OK;
+    const hx_tensor *x = sp->node;
+    int hi = -1, n = sp->fn ? x->n_src : 1;
+    for (int k = 0; k < n; k++) {
+        const hx_tensor *t = sp->fn ? x->src[k] : x; /* a copy reads its node's value */
+        if (d->where[t->id] != -1) continue;
+        size_t b = hx_tensor_nbytes(t);
+        int last = (int)((d->at[t->id] + (b ? b - 1 : 0)) / d->seg_bytes);
+        if (last > hi) hi = last;
+    }
+    return hx__disk_resident_wait(s, hi);
 }
 
 bool hx__disk_update_touched(const hx_offload_disk *d, int k)
@@ -206,7 +300,7 @@ static int chunk_of(const hx_offload_disk *d, const hx_step *sp)
  * without a chunk, -2 when none does. */
 static hx_status last_writers(hx_disk_update *u, const hx_offload_disk *d, const hx_plan *p)
 {
-    u->ops = malloc(sizeof *u->ops * (d->n_res + 2));
+    u->ops = malloc(sizeof *u->ops * (d->n_res + 2)); /* a batch: 2 chunks and resident segments */
     u->op_what = malloc(sizeof *u->op_what * (d->n_res + 2));
     if (!(u->res_last = malloc(sizeof *u->res_last * (d->n_res + 1))) || !u->ops || !u->op_what)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
@@ -276,7 +370,7 @@ static hx_status group_steps(hx_disk_update *u, const hx_offload_disk *d, const 
 hx_status hx__disk_update_begin(hx_session *s, const hx_plan *p)
 {
     hx_offload_disk *d = s->disk;
-    if (!d || p->first_update == p->n_steps) return HX_OK;
+    if (!d) return HX_OK;
     hx__disk_update_end(s);
     hx_disk_update *u = calloc(1, sizeof *u);
     if (!u) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
@@ -300,7 +394,7 @@ hx_status hx__disk_update_begin(hx_session *s, const hx_plan *p)
             st = hx__error(st, "hx_session_run: offload_param=disk: no host memory for chunk slot "
                            "%d (%zu bytes): %s; raise offload_cpu_size", k, d->slot_bytes, err.msg);
     }
-    if (!st && u->n) {
+    if (!st && (u->n || !atomic_load(&d->res_ready))) {
         int rc = pthread_create(&u->io, NULL, io_main, u);
         if (rc) st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: cannot start the disk "
                                "tier's I/O thread: %s", strerror(rc));
@@ -327,13 +421,6 @@ static hx_status run_step(hx_disk_update *u, const hx_exec *ex, int i, const cha
     return st;
 }
 
-/* Waits (lock held) until cond or a failure; adds the wait to *waited. */
-#define WAIT_FOR(u, cond, waited)                                       \
-    do {                                                                \
-        double w0_ = hx__now();                                         \
-        while (!(cond) && !(u)->stop) pthread_cond_wait(&(u)->cv, &(u)->mu); \
-        *(waited) += hx__now() - w0_;                                   \
-    } while (0)
 
 hx_status hx__disk_update_run(hx_session *s, const hx_plan *p, const hx_exec *ex_in)
 {
@@ -349,7 +436,7 @@ hx_status hx__disk_update_run(hx_session *s, const hx_plan *p, const hx_exec *ex
     u->update_t0 = t0;
     pthread_mutex_unlock(&u->mu);
     d->res_dirty = true;
-    hx_status st = HX_OK;
+    hx_status st = hx__disk_resident_wait(s, d->n_res - 1);
     for (int i = 0; i < u->first[0] && !st; i++) st = run_step(u, &ex, u->order[i], NULL);
     for (int j = 0; j < u->n && !st; j++) {
         pthread_mutex_lock(&u->mu);
@@ -382,6 +469,8 @@ hx_status hx__disk_update_run(hx_session *s, const hx_plan *p, const hx_exec *ex
     d->last.chunk_bytes_written = u->bytes_written;
     d->last.resident_bytes_written = u->bytes_written_res;
     d->last.chunks = u->n;
+    d->last.resident_read_s = u->res_read_s;
+    d->last.resident_wait_s = u->res_wait_s;
     if (u->st)
         return hx__error(u->st, "hx_session_run: offload_param=disk: %s; nothing of this step was "
                          "applied: the parameters, optimizer state and step count are those from "

@@ -20,6 +20,7 @@
  * left in flight, and returns that error. */
 #include "scheduler/backend.h"
 #include "scheduler/cpu_budget.h"
+#include "scheduler/offload_disk.h"
 #include "scheduler/trace.h"
 
 #include <pthread.h>
@@ -88,6 +89,7 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
     hx_status st = HX_OK;
     for (int i = from; i < to && !st; i++) {
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
+        if ((st = hx__disk_step_ready(r->s, sp))) break; /* offload_param=disk: its inputs read */
         if (sp->fn) st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
         else if (x->lane == HX_LANE_H2D)
             st = acc->copy_h2d(acc, sp->out, sp->in[0], hx_tensor_nbytes(sp->node), st_);
@@ -180,6 +182,7 @@ static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
         }
         if (st) break;
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
+        if ((st = hx__disk_step_ready(s, sp))) break; /* offload_param=disk: its inputs read */
         double t0 = lane ? hx__now() : 0;
         st = host->launch(host, stream, sp->fn, r->ex_host, sp->node, sp->out, sp->in);
         if (lane) hx__trace_event(lane, hx__ops[sp->node->op].name, sp->node->name, 0, t0, hx__now());

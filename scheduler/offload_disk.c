@@ -144,10 +144,11 @@ void hx__disk_evict(hx_session *s)
     hx_pinned_trim(d->pinned); /* between runs the host holds none of it */
     d->res = NULL;
     d->loaded = d->res_dirty = false;
+    atomic_store(&d->res_ready, false);
     unbind_plans(s);
 }
 
-hx_status hx__disk_load(hx_session *s, const char *fn)
+hx_status hx__disk_load(hx_session *s, const char *fn, bool async)
 {
     hx_offload_disk *d = s->disk;
     if (!d || d->loaded) return HX_OK;
@@ -155,7 +156,7 @@ hx_status hx__disk_load(hx_session *s, const char *fn)
     hx_status st = d->res_bytes ? host_alloc(d, fn, d->res_bytes, "the resident region", &d->res)
                                 : HX_OK;
     hx_mem_err err;
-    for (int k = 0; k < d->n_res && !st; k++)
+    for (int k = 0; k < d->n_res && !st && !async; k++)
         if ((st = hx__disk_seg_read(d, k, d->res + d->segs[k].off, &err))) st = read_failed(fn, st, &err);
     if (st) {
         host_free(d, d->res);
@@ -163,10 +164,12 @@ hx_status hx__disk_load(hx_session *s, const char *fn)
         return st;
     }
     d->loaded = true;
+    atomic_store(&d->res_ready, !async || !d->n_res);
     d->res_dirty = false;
     point_resident(s, d->res);
     unbind_plans(s);
-    d->last = (hx_disk_run_stats){.resident_read_s = hx__now() - t0, .resident_bytes = d->res_bytes};
+    d->last = (hx_disk_run_stats){.resident_read_s = async ? 0 : hx__now() - t0,
+                                  .resident_bytes = d->res_bytes};
     return HX_OK;
 }
 
@@ -174,9 +177,10 @@ hx_status hx__disk_store(hx_session *s, const char *fn)
 {
     hx_offload_disk *d = s->disk;
     if (!d || !d->loaded) return HX_OK;
+    hx_status st = hx__disk_resident_wait(s, d->n_res - 1); /* a run without updates */
+    if (st) return st;
     double t0 = hx__now();
     hx_mem_err err;
-    hx_status st = HX_OK;
     for (int k = 0; k < d->n_res && d->res_dirty && !st; k++) {
         if (d->segs[k].pending || !hx__disk_update_touched(d, k)) continue; /* written, unchanged */
         if ((st = hx__disk_seg_write(d, k, d->res + d->segs[k].off, &err)))

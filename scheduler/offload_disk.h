@@ -5,7 +5,8 @@
  * an XXH3 checksum per block). Between runs the host holds none of them.
  *
  * Bounded host memory (disk_layout.h): a run loads only the resident
- * region (what the forward and backward read); the optimizer state is
+ * region (what the forward and backward read; a training run's steps each
+ * wait for the segments they read, while the I/O thread reads on); the optimizer state is
  * streamed through HX_DISK_SLOTS chunk slots during the update phase by an
  * I/O thread (disk_update.c) that reads the next chunks (the first ones
  * while the forward and backward run) and writes the updated ones back
@@ -43,10 +44,18 @@ hx_status hx__disk_open(hx_session *s);
 /* Drops any host copy and removes the file. */
 void hx__disk_close(hx_session *s);
 
-/* Reads the resident region into host memory and points s->persist at its
- * tensors (plans rebind); a no-op without a disk tier or when loaded. fn
- * names the public call in messages. */
-hx_status hx__disk_load(hx_session *s, const char *fn);
+/* Gives the resident region a host buffer and points s->persist at its
+ * tensors (plans rebind); a no-op without a disk tier or when loaded. A
+ * training run (async) leaves the reading to the I/O thread that
+ * hx__disk_update_begin starts: its steps wait for their segments
+ * (hx__disk_step_ready), so the forward starts with the first segment;
+ * otherwise the region is read here. fn names the public call. */
+hx_status hx__disk_load(hx_session *s, const char *fn, bool async);
+/* Before plan step sp runs (executor): waits until the resident segments
+ * it reads are in host memory; the I/O thread's failure otherwise. */
+hx_status hx__disk_step_ready(hx_session *s, const hx_step *sp);
+/* Waits for resident segments 0..k (k < 0: none). */
+hx_status hx__disk_resident_wait(hx_session *s, int k);
 /* After a training run: writes back the resident segments the updates
  * changed and the I/O thread has not written yet, and commits them with
  * the chunks, all or nothing. */
@@ -55,9 +64,9 @@ hx_status hx__disk_store(hx_session *s, const char *fn);
  * dropped and a chunked update in progress is stopped. */
 void hx__disk_evict(hx_session *s);
 
-/* A training run with plan p: starts the chunked update's I/O (the first
- * chunks are read while the forward and backward run). HX_ERR_UNSUPPORTED
- * when p's update phase holds anything but host kernels. */
+/* A training run with plan p: starts the run's I/O thread (the resident
+ * region, then the first chunks, read while the forward and backward run).
+ * HX_ERR_UNSUPPORTED when p's update phase holds anything but host kernels. */
 hx_status hx__disk_update_begin(hx_session *s, const hx_plan *p);
 /* Whether s runs p's update phase through hx__disk_update_run. */
 bool hx__disk_update_ready(const hx_session *s, const hx_plan *p);
@@ -85,7 +94,8 @@ hx_status hx__disk_visit(hx_session *s, const char *fn, bool blank, bool write,
 
 /* What the last run did with the disk (benchmarks, tests). */
 typedef struct hx_disk_run_stats {
-    double resident_read_s;  /* before the forward */
+    double resident_read_s;  /* reading the resident region (a training run: on the I/O thread) */
+    double resident_wait_s;  /* of it, steps of the forward and backward waiting for it */
     double resident_write_s; /* after the update phase (what the I/O thread left) */
     double update_s;      /* the update phase: first update to the last chunk written */
     double update_wait_s; /* of it, the calling thread waiting for the I/O thread */

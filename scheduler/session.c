@@ -609,11 +609,11 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
 
     bool train = flags & HX_RUN_TRAIN;
     hx_plan *p = NULL;
-    if ((st = hx__disk_load(s, "hx_session_run"))) goto out;
+    if ((st = hx__disk_load(s, "hx_session_run", train))) goto out;
     if ((st = get_plan(s, ids, n_fetches, train, &p))) goto out;
     if (p->bound_to[0] != s->arena[0] || p->bound_to[1] != s->arena[1]) hx__plan_bind(s, p);
     if ((st = place_feeds(s, p, feeds, feed_t, n_feeds))) goto out;
-    if (train && (st = hx__disk_update_begin(s, p))) goto out; /* its first reads overlap phase 0 */
+    if (train && (st = hx__disk_update_begin(s, p))) goto out; /* its reads overlap phase 0 */
     s->last_plan = p;
 
     hx_train_stats stats0 = s->stats;

@@ -301,7 +301,8 @@ static size_t state_of(hx_session *s, const mp_mlp *m, char *out)
 /* One failure injected into the chunked update: the step fails naming the
  * file and offset, and nothing is applied. */
 static void mp_fault(hx_session *s, const mp_mlp *m, const hx_disk_faults *f, hx_status want,
-                     const char *what, char *before, char *after, size_t bytes, int k)
+                     const char *what, const char *names, char *before, char *after, size_t bytes,
+                     int k)
 {
     int64_t step0 = hx_session_step(s);
     state_of(s, m, before);
@@ -312,8 +313,8 @@ static void mp_fault(hx_session *s, const mp_mlp *m, const hx_disk_faults *f, hx
     const char *msg = hx_last_error();
     printf("%s: %s: %s\n", what, hx_status_name(st), msg);
     CHECK(st == want, "%s: %s (%s), want %s", what, hx_status_name(st), msg, hx_status_name(want));
-    CHECK(strstr(msg, "hetex-offload-") && strstr(msg, "offset") && strstr(msg, "chunk"),
-          "%s: the message names no file, offset and chunk: %s", what, msg);
+    CHECK(strstr(msg, "hetex-offload-") && strstr(msg, "offset") && strstr(msg, names),
+          "%s: the message names no file, offset and %s: %s", what, names, msg);
     CHECK(hx_session_step(s) == step0, "%s: the step count moved", what);
     state_of(s, m, after);
     CHECK(!memcmp(before, after, bytes), "%s: parameters or optimizer state changed", what);
@@ -372,16 +373,26 @@ static void test_bounded(void)
           (unsigned long long)rs.chunk_bytes_read, (unsigned long long)rs.chunk_bytes_written);
     hx_disk_faults f = hx_disk_faults_none();
     f.short_write_block = hx__disk_block_of(s, n_res + 5, true);
-    mp_fault(s, &m, &f, HX_ERR_IO, "short write of chunk 5", before, after, bytes, 1);
+    mp_fault(s, &m, &f, HX_ERR_IO, "short write of chunk 5", "chunk 5", before, after, bytes, 1);
     f = hx_disk_faults_none();
     f.enospc_after_bytes = 6 << 20; /* chunks are written first: fails at the seventh */
-    mp_fault(s, &m, &f, HX_ERR_IO, "ENOSPC at chunk 6", before, after, bytes, 1);
+    mp_fault(s, &m, &f, HX_ERR_IO, "ENOSPC at chunk 6", "chunk", before, after, bytes, 1);
     f = hx_disk_faults_none();
     f.flip_read_block = hx__disk_block_of(s, n_res + 9, false);
-    mp_fault(s, &m, &f, HX_ERR_CORRUPT, "corrupt block in chunk 9", before, after, bytes, 1);
+    mp_fault(s, &m, &f, HX_ERR_CORRUPT, "corrupt block in chunk 9", "chunk 9", before, after, bytes, 1);
     f = hx_disk_faults_none();
     f.eio_read_block = hx__disk_block_of(s, n_seg - 1, false);
-    mp_fault(s, &m, &f, HX_ERR_IO, "EIO reading the last chunk", before, after, bytes, 1);
+    mp_fault(s, &m, &f, HX_ERR_IO, "EIO reading the last chunk", "chunk", before, after, bytes, 1);
+    /* the resident region: read by the I/O thread while the forward runs, each segment
+     * written back by it once its last update ran */
+    f = hx_disk_faults_none();
+    f.flip_read_block = hx__disk_block_of(s, n_res - 1, false);
+    mp_fault(s, &m, &f, HX_ERR_CORRUPT, "corrupt block in the resident region", "resident segment",
+             before, after, bytes, 1);
+    f = hx_disk_faults_none();
+    f.short_write_block = hx__disk_block_of(s, 2, true);
+    mp_fault(s, &m, &f, HX_ERR_IO, "short write of a resident segment", "resident segment 2",
+             before, after, bytes, 1);
     for (int k = 1; k < MSTEPS; k++)
         CHECK(mp_step(s, &m, k, &loss[k]) == HX_OK, "step %d: %s", k, hx_last_error());
     CHECK(!memcmp(loss, ref_loss, sizeof loss), "losses %.9g %.9g vs %.9g %.9g", loss[0],
