@@ -7,7 +7,8 @@
  * depth 0 and 1 and two chunk sizes (files in a mkdtemp directory under
  * /tmp) at the smallest host budget it takes (the parameters, then Adam's
  * state streamed through chunk slots), against cpu offload under the same
- * cap and the uncapped run, with the I/O the update phase waited for
+ * cap and the uncapped run (also at batch B_WIDE, where the forward and
+ * backward are long enough to hide reads), with the I/O the step waited for
  * against all of it, and the tier's throughput against a plain sequential
  * O_DIRECT write and read of the same bytes in the same run. One JSON object per
  * case: parameter bytes, device peak, parameters / peak, step time and its
@@ -25,7 +26,17 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { B = 8, W = 256, STEPS = 5 };
+enum { B = 8, B_WIDE = 256, W = 256, STEPS = 5 };
+
+/* The inputs of m (batch rows of W), the same every step. */
+static float *inputs(const deep_mlp *m, float **y)
+{
+    size_t n = (size_t)m->x->shape[0] * W;
+    float *x = malloc(2 * n * sizeof *x);
+    for (size_t i = 0; x && i < n; i++) x[i] = (float)((i * 7919) % 200) / 100.0f - 1, x[n + i] = -x[i];
+    *y = x ? x + n : NULL;
+    return x;
+}
 
 static double now(void)
 {
@@ -42,8 +53,6 @@ static double create_s;
 static int run(const deep_mlp *m, const hx_session_config *c, double *step_s, size_t *peak,
                hx_offload_report *r)
 {
-    static float x[B * W], y[B * W];
-    for (int i = 0; i < B * W; i++) x[i] = (float)((i * 7919) % 200) / 100.0f - 1, y[i] = -x[i];
     hx_session *s;
     double c0 = now();
     hx_status st = hx_session_create(m->g, c, &s);
@@ -52,16 +61,20 @@ static int run(const deep_mlp *m, const hx_session_config *c, double *step_s, si
         fprintf(stderr, "bench_offload: %s\n", hx_last_error());
         return -1;
     }
-    hx_feed f[2] = {{NULL, m->x, x, sizeof x}, {NULL, m->y, y, sizeof y}};
+    float *y, *x = inputs(m, &y);
+    size_t bytes = hx_tensor_nbytes(m->x);
+    hx_feed f[2] = {{NULL, m->x, x, bytes}, {NULL, m->y, y, bytes}};
     double t0 = 0;
     for (int k = 0; k <= STEPS; k++) {
         if (k == 1) t0 = now();
-        if (hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN)) {
-            fprintf(stderr, "bench_offload: %s\n", hx_last_error());
+        if (!x || hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN)) {
+            fprintf(stderr, "bench_offload: %s\n", x ? hx_last_error() : "out of memory");
             hx_session_free(s);
+            free(x);
             return -1;
         }
     }
+    free(x);
     *step_s = (now() - t0) / STEPS;
     hx_device_pools_stats ps;
     hx_session_pool_stats(s, &ps);
@@ -111,8 +124,6 @@ static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_
                     hx_disk_run_stats *sum, size_t *need, size_t *whole, size_t *pinned_peak,
                     size_t *stored)
 {
-    static float x[B * W], y[B * W];
-    for (int i = 0; i < B * W; i++) x[i] = (float)((i * 7919) % 200) / 100.0f - 1, y[i] = -x[i];
     hx_session *s;
     if (hx_session_create(m->g, c, &s)) {
         fprintf(stderr, "bench_offload: %s\n", hx_last_error());
@@ -123,14 +134,17 @@ static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_
     int n_seg = hx__disk_segments(s, NULL);
     *stored = 0;
     for (int k = 0; k < n_seg; k++) *stored += s->disk->segs[k].bytes;
-    hx_feed f[2] = {{NULL, m->x, x, sizeof x}, {NULL, m->y, y, sizeof y}};
+    float *y, *x = inputs(m, &y);
+    size_t bytes = hx_tensor_nbytes(m->x);
+    hx_feed f[2] = {{NULL, m->x, x, bytes}, {NULL, m->y, y, bytes}};
     memset(sum, 0, sizeof *sum);
     double t0 = 0;
     for (int k = 0; k <= STEPS; k++) {
         if (k == 1) t0 = now();
-        if (hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN)) {
-            fprintf(stderr, "bench_offload: %s\n", hx_last_error());
+        if (!x || hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN)) {
+            fprintf(stderr, "bench_offload: %s\n", x ? hx_last_error() : "out of memory");
             hx_session_free(s);
+            free(x);
             return -1;
         }
         if (!k) continue;
@@ -149,6 +163,7 @@ static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_
         sum->chunks = r.chunks;
     }
     *step_s = (now() - t0) / STEPS;
+    free(x);
     hx_pinned_stats ps;
     hx_pinned_stats_get(hx__disk_pool_of(s), &ps);
     *pinned_peak = ps.pool.peak_reserved;
@@ -158,7 +173,7 @@ static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_
 
 /* offload_param=disk at the smallest host budget it takes, against cpu
  * offload with the same chunk size and depth under the same device cap
- * (its measured peak + 64 KiB) and against the uncapped step. */
+ * (its measured peak + 1 MiB) and against the uncapped step. */
 static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth, double base_s)
 {
     hx_session_config c = hx_session_config_default();
@@ -170,7 +185,7 @@ static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth
     double cpu_s;
     size_t peak;
     if (run(m, &c, &cpu_s, &peak, NULL)) return -1;
-    c.max_device_memory = peak + (64 << 10);
+    c.max_device_memory = peak + (1 << 20); /* + 64 KiB was too tight for some arenas */
     if (run(m, &c, &cpu_s, &peak, NULL)) return -1;
     c.offload.offload_param = HX_OFFLOAD_DISK;
     snprintf(c.offload.offload_path, sizeof c.offload.offload_path, "%s", dir);
@@ -182,11 +197,13 @@ static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth
     if (run_disk(m, &c, &disk_s, &r, &need, &whole, &pinned, &stored)) return -1;
     uint64_t rd = r.resident_bytes + r.chunk_bytes_read, wr = r.resident_bytes_written + r.chunk_bytes_written;
     double io_total = r.io_s + r.resident_read_s + r.resident_write_s; /* device busy, all steps */
-    double exposed = r.update_wait_s + r.resident_wait_s + r.resident_write_s; /* the step waited */
+    /* what the step's threads waited for (resident waits are the executor's submission
+     * waits, an upper bound: work already queued on the device runs meanwhile) */
+    double exposed = r.update_wait_s + r.resident_wait_s + r.resident_write_s;
     double w_s, r_s;
     if (plain_direct(dir, wr, rd, &w_s, &r_s)) return -1;
     double tier_mbs = (rd + wr) / io_total / 1e6, plain_mbs = (rd + wr) / (w_s + r_s) / 1e6;
-    printf("{\"case\":\"offload_disk\",\"layers\":%d,\"param_bytes\":%zu,\"chunk_size\":%zu,"
+    printf("{\"case\":\"offload_disk\",\"layers\":%d,\"batch\":%d,\"param_bytes\":%zu,\"chunk_size\":%zu,"
            "\"prefetch_depth\":%d,\"cap\":%zu,\"host_budget\":%zu,\"whole_set_bytes\":%zu,"
            "\"budget_over_whole_set\":%.3f,\"pinned_peak_reserved\":%zu,\"disk_chunks\":%d,"
            "\"stored_bytes\":%zu,\"padding_fraction\":%.3f,"
@@ -197,7 +214,7 @@ static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth
            "\"bytes_read\":%llu,\"bytes_written\":%llu},"
            "\"io_hidden_fraction\":%.3f,\"tier_mb_s\":%.1f,\"plain_direct_mb_s\":%.1f,"
            "\"plain_write_mb_s\":%.1f,\"plain_read_mb_s\":%.1f,\"tier_over_plain\":%.3f}\n",
-           m->layers, m->param_bytes, chunk, depth, c.max_device_memory, need, whole,
+           m->layers, (int)m->x->shape[0], m->param_bytes, chunk, depth, c.max_device_memory, need, whole,
            (double)need / whole, pinned, r.chunks, stored, 1.0 - (double)whole / stored,
            disk_s * 1e3, cpu_s * 1e3, base_s * 1e3, cpu_s / disk_s, base_s / disk_s,
            r.resident_read_s * 1e3 / STEPS, r.resident_wait_s * 1e3 / STEPS, r.update_s * 1e3 / STEPS, r.update_wait_s * 1e3 / STEPS,
@@ -249,13 +266,23 @@ int main(int argc, char **argv)
     char dir[] = "/tmp/hx-bench-offload-XXXXXX";
     if (!mkdtemp(dir)) return 1;
     /* disk: chunks of 300 KiB at depth 0 and 1 as above (the tier's chunks of 1 MiB blocks
-     * are then 40% padding), and of 4 MiB at depth 0 (12% padding; at depth 1 the cpu case's
-     * measured peak + 64 KiB is too tight a cap for its arena); each against cpu offload
-     * under the same cap */
+     * are then 40% padding), and of 4 MiB at depth 0 (12% padding); each against cpu
+     * offload under the same cap */
     size_t chunk[3] = {300 << 10, 300 << 10, 4 << 20};
     int depth[3] = {0, 1, 0};
     for (int k = 0; k < 3; k++)
         if (disk_case(&m, dir, chunk[k], depth[k], base_s)) return 1;
+    /* the same layers at batch B_WIDE: the forward and backward take long enough to hide
+     * the resident region's read and the first chunks' */
+    deep_mlp wide;
+    double wide_s;
+    size_t wide_peak;
+    c.offload = hx_offload_config_default();
+    c.max_device_memory = 0;
+    if (deep_mlp_build(B_WIDE, W, L, &wide) || run(&wide, &c, &wide_s, &wide_peak, NULL) ||
+        disk_case(&wide, dir, chunk[2], 0, wide_s))
+        return 1;
+    deep_mlp_free(&wide);
     rmdir(dir);
     c.offload = hx_offload_config_default();
     /* auto_offload uncapped (0: 8 GiB) and under the manual cases' caps */

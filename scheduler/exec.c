@@ -89,7 +89,7 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
     hx_status st = HX_OK;
     for (int i = from; i < to && !st; i++) {
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
-        if ((st = hx__disk_step_ready(r->s, sp))) break; /* offload_param=disk: its inputs read */
+        if (!sp->fn && (st = hx__disk_step_ready(r->s, sp))) break; /* disk: its source read */
         if (sp->fn) st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
         else if (x->lane == HX_LANE_H2D)
             st = acc->copy_h2d(acc, sp->out, sp->in[0], hx_tensor_nbytes(sp->node), st_);
