@@ -263,10 +263,25 @@ static span span_of(const hx_session *s, int id)
 hx_status hx__disk_read_tensor(hx_session *s, const char *fn, const hx_tensor *t, void *dst)
 {
     hx_offload_disk *d = s->disk;
+    size_t n = hx_tensor_nbytes(t);
+    if (!n) return HX_OK;
+    /* only the blocks that hold t: segments are whole blocks, each block read alone is valid */
     span p = span_of(s, t->id);
-    hx_status st = span_load(d, fn, &p, false);
-    if (!st) memcpy(dst, span_at(d, &p, t->id), hx_tensor_nbytes(t));
-    span_drop(d, &p);
+    size_t lo = d->at[t->id], hi = lo + n; /* in the resident region, or in the chunk (off 0) */
+    size_t b0 = lo / HX_DISK_BLOCK * HX_DISK_BLOCK, b1 = hx__mem_round(hi, HX_DISK_BLOCK);
+    char *buf;
+    hx_status st = host_alloc(d, fn, b1 - b0, "the blocks of a tensor", &buf);
+    hx_mem_err err;
+    for (int k = p.lo; k <= p.hi && !st; k++) {
+        const hx_disk_seg *g = &d->segs[k];
+        size_t x0 = g->off > b0 ? g->off : b0, x1 = g->off + g->bytes < b1 ? g->off + g->bytes : b1;
+        if (x0 >= x1) continue;
+        int64_t first = hx__disk_seg_block(g, g->gen) + (int64_t)((x0 - g->off) / HX_DISK_BLOCK);
+        if ((st = hx_disk_tier_read(d->tier, first, buf + (x0 - b0), x1 - x0, &err)))
+            st = read_failed(fn, st, &err);
+    }
+    if (!st) memcpy(dst, buf + (lo - b0), n);
+    host_free(d, buf);
     hx_pinned_trim(d->pinned);
     return st;
 }
