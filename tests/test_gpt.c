@@ -2,8 +2,9 @@
  * against no offload bit for bit in f32; bf16 against f32 loss curves; the
  * delayed parameter update off (bitwise the synchronous run) and on (close
  * to it); a device cap under which offload none runs out of memory and
- * offload optimizer trains; the learning-rate schedule. A tiny model on
- * random tokens keeps it fast. */
+ * offload optimizer trains; parameters streamed from the host in chunks
+ * (offload_param=cpu) against the same run without, bit for bit; the
+ * learning-rate schedule. A tiny model on random tokens keeps it fast. */
 #include "examples/gpt/gpt.h"
 #include "testutil.h"
 
@@ -31,6 +32,7 @@ typedef struct setup {
     size_t cap;
     const gpt_config *model; /* NULL: TINY */
     double lr;               /* 0: 3e-3 */
+    const char *offload_config; /* hx_offload_config_parse's syntax; NULL: none */
 } setup;
 
 static hx_status open_run(setup u, gpt_run *r)
@@ -46,7 +48,8 @@ static hx_status open_run(setup u, gpt_run *r)
     sc.delayed_param_update = u.dpu;
     sc.dpu_warmup_steps = DPU_WARMUP;
     sc.clip_grad_norm = 1.0;
-    return gpt_run_create(&c, &o, &sc, r);
+    hx_status st = u.offload_config ? hx_offload_config_parse(u.offload_config, &sc.offload) : HX_OK;
+    return st ? st : gpt_run_create(&c, &o, &sc, r);
 }
 
 /* Tokens with structure to learn: half the targets are a fixed function
@@ -93,8 +96,8 @@ static float *masters(gpt_run *r)
 static void test_offload_bitwise_f32(void)
 {
     gpt_run a, b;
-    OK(open_run((setup){GPT_OFFLOAD_NONE, HX_DTYPE_F32, false, 0, NULL, 0}, &a));
-    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_F32, false, 0, NULL, 0}, &b));
+    OK(open_run((setup){GPT_OFFLOAD_NONE, HX_DTYPE_F32, false, 0, NULL, 0, NULL}, &a));
+    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_F32, false, 0, NULL, 0, NULL}, &b));
     float la[5], lb[5];
     train(&a, 5, la);
     train(&b, 5, lb);
@@ -114,15 +117,53 @@ static void test_offload_bitwise_f32(void)
     gpt_run_free(&b);
 }
 
+/* Parameters streamed to the device in chunks, small enough that every
+ * block's parameters are copied again for backward and the device
+ * gradients' bytes are reused once copied out: the gradient scan (norm for
+ * clipping, the Inf/NaN check) and the updates see the same values as
+ * without streaming, so losses and masters match bit for bit. */
+static void test_param_offload_bitwise(void)
+{
+    static const char *configs[] = {"offload_param=cpu,chunk_size=4K,prefetch_depth=0",
+                                    "offload_param=cpu,chunk_size=16K,prefetch_depth=0",
+                                    "offload_param=cpu,chunk_size=16K,prefetch_depth=2"};
+    gpt_config two = TINY;
+    two.layers = 2;
+    gpt_run a;
+    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false, 0, &two, 0, NULL}, &a));
+    float la[4];
+    train(&a, 4, la);
+    float *pa = masters(&a);
+    for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
+        gpt_run b;
+        OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false, 0, &two, 0, configs[k]},
+                    &b));
+        hx_offload_report rep;
+        OK(hx_session_offload_report(b.s, &rep));
+        CHECK(rep.offload_param == HX_OFFLOAD_CPU, "%s: offload_param %d", configs[k],
+              rep.offload_param);
+        float lb[4] = {0};
+        train(&b, 4, lb);
+        float *pb = masters(&b);
+        CHECK(!memcmp(pa, pb, sizeof *pa * a.m.n_params) && !memcmp(la, lb, sizeof la),
+              "%s: differs from the run without parameter offload after 4 steps (loss %.7g vs "
+              "%.7g)", configs[k], lb[3], la[3]);
+        free(pb);
+        gpt_run_free(&b);
+    }
+    free(pa);
+    gpt_run_free(&a);
+}
+
 /* bf16 on the device: offload and none agree, both follow the f32 curve,
  * and the device holds no param state with offload. */
 static void test_bf16_curves(void)
 {
     enum { STEPS = 50 };
     gpt_run f, n, o;
-    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_F32, false, 0, NULL, 0}, &f));
-    OK(open_run((setup){GPT_OFFLOAD_NONE, HX_DTYPE_BF16, false, 0, NULL, 0}, &n));
-    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false, 0, NULL, 0}, &o));
+    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_F32, false, 0, NULL, 0, NULL}, &f));
+    OK(open_run((setup){GPT_OFFLOAD_NONE, HX_DTYPE_BF16, false, 0, NULL, 0, NULL}, &n));
+    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false, 0, NULL, 0, NULL}, &o));
     float lf[STEPS], ln[STEPS], lo[STEPS];
     train(&f, STEPS, lf);
     train(&n, STEPS, ln);
@@ -218,8 +259,8 @@ static void test_dpu(void)
     c.batch = 16; /* less noise than TINY's 4 x 16 tokens: a curve to compare */
     c.context = 32;
     gpt_run s, d;
-    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false, 0, &c, 1e-3}, &s));
-    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, true, 0, &c, 1e-3}, &d));
+    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false, 0, &c, 1e-3, NULL}, &s));
+    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, true, 0, &c, 1e-3, NULL}, &d));
     float ls[STEPS], ld[STEPS];
     train_text(&s, &text, &c, LR_WARMUP, STEPS, ls);
     train_text(&d, &text, &c, LR_WARMUP, STEPS, ld);
@@ -242,7 +283,7 @@ static void test_dpu(void)
 static void test_cap(void)
 {
     gpt_run o;
-    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false, 0, &WIDE, 0}, &o));
+    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false, 0, &WIDE, 0, NULL}, &o));
     hx_memory_stats ms;
     OK(hx_session_memory_stats(o.s, &ms));
     size_t cap = ms.device_transient_planned_bytes + ms.device_transient_planned_bytes / 2 +
@@ -252,7 +293,7 @@ static void test_cap(void)
     CHECK(cap < 16 * (size_t)n_params, "the test's cap %zu does not exclude offload none", cap);
 
     gpt_run n;
-    hx_status st = open_run((setup){GPT_OFFLOAD_NONE, HX_DTYPE_BF16, false, cap, &WIDE, 0}, &n);
+    hx_status st = open_run((setup){GPT_OFFLOAD_NONE, HX_DTYPE_BF16, false, cap, &WIDE, 0, NULL}, &n);
     if (!st) {
         float l[1];
         int32_t tok[TINY.batch * TINY.context], tgt[TINY.batch * TINY.context]; /* >= WIDE's */
@@ -265,7 +306,7 @@ static void test_cap(void)
     }
     CHECK(st == HX_ERR_DEVICE_OOM, "offload none under a %zu-byte cap: %d (%s)", cap, st,
           hx_last_error());
-    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false, cap, &WIDE, 0}, &o));
+    OK(open_run((setup){GPT_OFFLOAD_OPTIMIZER, HX_DTYPE_BF16, false, cap, &WIDE, 0, NULL}, &o));
     float l[3];
     train(&o, 3, l);
     CHECK(isfinite(l[2]), "offload under the cap: loss %g", l[2]);
@@ -290,6 +331,7 @@ int main(void)
     test_lr_schedule();
     test_offload_bitwise_f32();
     test_bf16_curves();
+    test_param_offload_bitwise();
     test_dpu();
     test_cap();
     return test_finish("gpt");

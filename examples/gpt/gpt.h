@@ -83,6 +83,16 @@ hx_status gpt_run_create(const gpt_config *c, const gpt_optim *o, const hx_sessi
                          gpt_run *r);
 void gpt_run_free(gpt_run *r);
 
+/* The model's size knobs the planner searches over. */
+typedef enum gpt_knob { GPT_KNOB_LAYERS, GPT_KNOB_WIDTH } gpt_knob;
+
+/* The largest multiple v of step in [step, limit] at which c with knob k set
+ * to v fits a device capped at sc->max_device_memory: its session can be
+ * created and its training step planned. 0 if none; *n_params gets the
+ * fitting model's parameter count. */
+int gpt_plan_largest(const gpt_config *c, gpt_knob k, int step, int limit, const gpt_optim *o,
+                     const hx_session_config *sc, int64_t *n_params);
+
 /* With the device capped at sc->max_device_memory, prints for each offload
  * mode the largest model that fits: the most layers at c's width and the
  * widest at c's layers (widths in steps of 8 * heads), without training. */

@@ -16,20 +16,17 @@ static bool fits(const gpt_config *c, const gpt_optim *o, const hx_session_confi
     return ok;
 }
 
-typedef enum knob { KNOB_LAYERS, KNOB_WIDTH } knob;
-
-static gpt_config with(const gpt_config *c, knob k, int v)
+static gpt_config with(const gpt_config *c, gpt_knob k, int v)
 {
     gpt_config p = *c;
-    if (k == KNOB_LAYERS) p.layers = v;
+    if (k == GPT_KNOB_LAYERS) p.layers = v;
     else p.width = v;
     return p;
 }
 
-/* The largest multiple v of step in [step, limit] at which the model with
- * knob k set to v fits (doubling, then bisection); 0 if none. */
-static int largest(const gpt_config *c, knob k, int step, int limit, const gpt_optim *o,
-                   const hx_session_config *sc, int64_t *n_params)
+/* Doubling, then bisection. */
+int gpt_plan_largest(const gpt_config *c, gpt_knob k, int step, int limit, const gpt_optim *o,
+                     const hx_session_config *sc, int64_t *n_params)
 {
     hx_memory_stats ms;
     int64_t np;
@@ -64,11 +61,11 @@ void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_c
     for (int m = GPT_OFFLOAD_NONE; m <= GPT_OFFLOAD_OPTIMIZER; m++) {
         gpt_optim om = *o;
         om.offload = (gpt_offload)m;
-        int layers = largest(c, KNOB_LAYERS, 1, 4096, &om, sc, &by_layers[m]);
+        int layers = gpt_plan_largest(c, GPT_KNOB_LAYERS, 1, 4096, &om, sc, &by_layers[m]);
         if (layers) printf("  offload %-9s  width %d: up to %d layers (%lld params)\n", mode[m],
                            c->width, layers, (long long)by_layers[m]);
         else printf("  offload %-9s  width %d: not even 1 layer fits\n", mode[m], c->width);
-        int width = largest(c, KNOB_WIDTH, 8 * c->heads, 1 << 16, &om, sc, &by_width[m]);
+        int width = gpt_plan_largest(c, GPT_KNOB_WIDTH, 8 * c->heads, 1 << 16, &om, sc, &by_width[m]);
         if (width) printf("  offload %-9s  %d layers: up to width %d (%lld params)\n", mode[m],
                           c->layers, width, (long long)by_width[m]);
         else printf("  offload %-9s  %d layers: not even width %d fits\n", mode[m], c->layers,
