@@ -3,7 +3,10 @@
  *                 lifetimes, a fragmenting pattern) replayed through
  *                 hetex's lifetime-segregated pools and through the
  *                 PyTorch-style single-pool baseline: peak reserved / peak
- *                 live of each and our waste as a share of the baseline's;
+ *                 live of each, our waste as a share of the baseline's,
+ *                 and the segment reservations and releases (cudaMalloc /
+ *                 cudaFree calls on a GPU) each made, in all and in steady
+ *                 state (after the trace's second step);
  *   disk_*        the disk tier writing and reading SIZE bytes (1 MiB
  *                 blocks, queue depth 32) through io_uring and libaio,
  *                 beside the ceiling measured in the same run: a plain
@@ -21,9 +24,12 @@
  *                 says why) without the CLI or data/.
  * Usage: bench_memory [--dir DIR] [--mib SIZE] [--reps N] (DIR: /tmp). */
 #define _GNU_SOURCE /* O_DIRECT */
+#include "memory/caching_baseline.h"
 #include "memory/chunks.h"
 #include "memory/disk_tier.h"
 #include "memory/memtrace.h"
+#include "memory/pool.h"
+#include "memory/ptrmap.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -41,6 +47,82 @@ static double now(void)
 
 static double mib(size_t b) { return (double)b / (1 << 20); }
 
+/* Segment reservations and releases (device allocation calls) of each
+ * allocator over a trace: in all, and in steady state, i.e. after the
+ * trace's second step (a step ends where its transient bytes are all freed:
+ * the first is learned, the second is the first on a plan). Also the
+ * steps, and the transient allocations the pools' plan served. */
+typedef struct seg_ops {
+    int64_t steps, steady_pools, steady_baseline, planned, unplanned;
+} seg_ops;
+
+static int64_t ops_of(const hx_pool_stats *s) { return s->reserves + s->releases; }
+
+static seg_ops count_ops(const hx_mem_event *ev, size_t n)
+{
+    hx_mem_virtual vp = {0}, vb = {0};
+    hx_mem_pools_config c = hx_mem_pools_config_default("bench", SIZE_MAX);
+    c.source = hx__mem_virtual_source(&vp);
+    hx_mem_pools *p;
+    hx_mem_baseline *b;
+    hx_mem_err err;
+    if (hx_mem_pools_create(&c, &p, &err) ||
+        hx_mem_baseline_create(SIZE_MAX, hx__mem_virtual_source(&vb), &b, &err)) {
+        fprintf(stderr, "bench_memory: %s\n", err.msg);
+        exit(1);
+    }
+    hx_ptrmap pp = {0}, pb = {0}, sz = {0};
+    size_t transient = 0;
+    seg_ops o = {0};
+    int64_t mark_p = 0, mark_b = 0;
+    for (size_t i = 0; i < n; i++) {
+        const hx_mem_event *e = &ev[i];
+        if (e->alloc) {
+            void *x, *y;
+            if (hx_mem_pools_alloc(p, e->bytes, e->persistent ? HX_MEM_PERSISTENT : HX_MEM_TRANSIENT,
+                                   NULL, &x, &err) || hx_mem_baseline_alloc(b, e->bytes, &y, &err)) {
+                fprintf(stderr, "bench_memory: %s\n", err.msg);
+                exit(1);
+            }
+            hx__ptrmap_put(&pp, e->id + 1, x);
+            hx__ptrmap_put(&pb, e->id + 1, y);
+            if (!e->persistent) transient += e->bytes;
+            hx__ptrmap_put(&sz, e->id + 1, (void *)(uintptr_t)(e->persistent ? 1 : e->bytes + 2));
+            continue;
+        }
+        hx_mem_pools_free(p, hx__ptrmap_del(&pp, e->id + 1), &err);
+        hx_mem_baseline_free(b, hx__ptrmap_del(&pb, e->id + 1), &err);
+        uintptr_t t = (uintptr_t)hx__ptrmap_del(&sz, e->id + 1);
+        if (t < 2) continue; /* persistent */
+        transient -= t - 2;
+        if (transient) continue;
+        if (++o.steps == 2) {
+            hx_device_pools_stats s;
+            hx_pool_stats bs;
+            hx_mem_pools_stats(p, &s);
+            hx_mem_baseline_stats(b, &bs);
+            mark_p = ops_of(&s.total);
+            mark_b = ops_of(&bs);
+        }
+    }
+    hx_device_pools_stats s;
+    hx_pool_stats bs;
+    hx_mem_pools_stats(p, &s);
+    hx_mem_baseline_stats(b, &bs);
+    o.steady_pools = o.steps >= 2 ? ops_of(&s.total) - mark_p : -1;
+    o.steady_baseline = o.steps >= 2 ? ops_of(&bs) - mark_b : -1;
+    hx_mem_plan_stats ps;
+    hx_mem_pools_plan_stats(p, &ps);
+    o.planned = ps.planned;
+    o.unplanned = ps.unplanned;
+    hx__ptrmap_free(&pp);
+    hx__ptrmap_free(&pb);
+    hx__ptrmap_free(&sz);
+    hx_mem_pools_destroy(p);
+    hx_mem_baseline_destroy(b);
+    return o;
+}
+
 static void replay_case(const char *name, hx_mem_event *ev, size_t n)
 {
     if (!ev) {
@@ -55,15 +137,23 @@ static void replay_case(const char *name, hx_mem_event *ev, size_t n)
         exit(1);
     }
     double t = now() - t0;
+    seg_ops o = count_ops(ev, n);
     double wp = (double)r.pools.total.peak_reserved - r.peak_live;
     double wb = (double)r.baseline.peak_reserved - r.peak_live;
-    printf("{\"bench\":\"memory\",\"case\":\"memreplay_%s\",\"events\":%lld,\"peak_live_mib\":%.1f,"
-           "\"pools_peak_reserved_mib\":%.1f,\"pools_ratio\":%.4f,\"pools_persistent_mib\":%.1f,"
-           "\"pools_transient_mib\":%.1f,\"baseline_peak_reserved_mib\":%.1f,\"baseline_ratio\":%.4f,"
-           "\"pools_waste_share_of_baseline\":%.3f,\"replay_s\":%.4f}\n",
+    printf("{\"bench\":\"memory\",\"case\":\"memreplay_%s\",\"events\":%lld,\"peak_live_mib\":%.2f,"
+           "\"pools_peak_reserved_mib\":%.2f,\"pools_ratio\":%.4f,\"pools_persistent_mib\":%.2f,"
+           "\"pools_transient_mib\":%.2f,\"baseline_peak_reserved_mib\":%.2f,\"baseline_ratio\":%.4f,"
+           "\"pools_waste_share_of_baseline\":%.3f,\"pools_reserves\":%lld,\"pools_releases\":%lld,"
+           "\"baseline_reserves\":%lld,\"baseline_releases\":%lld,\"steps\":%lld,"
+           "\"pools_steady_segment_ops\":%lld,\"baseline_steady_segment_ops\":%lld,"
+           "\"planned_allocs\":%lld,\"unplanned_allocs\":%lld,\"replay_s\":%.4f}\n",
            name, (long long)r.events, mib(r.peak_live), mib(r.pools.total.peak_reserved),
            r.pools_ratio, mib(r.pools.persistent.peak_reserved), mib(r.pools.transient.peak_reserved),
-           mib(r.baseline.peak_reserved), r.baseline_ratio, wb > 0 ? wp / wb : 0, t);
+           mib(r.baseline.peak_reserved), r.baseline_ratio, wb > 0 ? wp / wb : 0,
+           (long long)r.pools.total.reserves, (long long)r.pools.total.releases,
+           (long long)r.baseline.reserves, (long long)r.baseline.releases, (long long)o.steps,
+           (long long)o.steady_pools, (long long)o.steady_baseline, (long long)o.planned,
+           (long long)o.unplanned, t);
     free(ev);
 }
 

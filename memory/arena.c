@@ -196,6 +196,42 @@ hx_mblock *hx__arena_take(hx_arena *a, hx_mblock *blk, size_t rounded, size_t re
     return blk;
 }
 
+hx_mblock *hx__arena_take_at(hx_arena *a, hx_mseg *s, uintptr_t addr, size_t rounded,
+                             size_t requested)
+{
+    hx_mblock *b = s->first;
+    while (b && b->addr + b->size <= addr) b = b->next;
+    if (!b || b->used || b->addr > addr || b->addr + b->size - addr < rounded) return NULL;
+    if (addr == b->addr) return hx__arena_take(a, b, rounded, requested);
+    /* split off the free front [b->addr, addr), then take the rest */
+    hx_mblock *r = calloc(1, sizeof *r);
+    if (!r || !index_reserve(a, a->n_blocks + 2)) {
+        free(r);
+        return NULL;
+    }
+    index_remove(a, b);
+    *r = (hx_mblock){.addr = addr, .size = b->addr + b->size - addr, .prev = b, .next = b->next,
+                     .seg = s, .arena = a};
+    if (b->next) b->next->prev = r;
+    b->next = r;
+    b->size = addr - b->addr;
+    a->n_blocks++;
+    index_insert(a, b);
+    index_insert(a, r);
+    hx_mblock *got = hx__arena_take(a, r, rounded, requested);
+    if (!got) { /* put the front back as it was */
+        index_remove(a, b);
+        index_remove(a, r);
+        b->size += r->size;
+        b->next = r->next;
+        if (r->next) r->next->prev = b;
+        a->n_blocks--;
+        free(r);
+        index_insert(a, b);
+    }
+    return got;
+}
+
 /* Merges free block b's right neighbour (free, out of the index) into b. */
 static void absorb_next(hx_arena *a, hx_mblock *b)
 {
@@ -234,10 +270,9 @@ size_t hx__arena_release_free(hx_arena *a, const hx_mem_source *src)
     size_t released = 0;
     for (hx_mseg *s = a->segs, *nx; s; s = nx) {
         nx = s->next;
-        if (s->first->used || s->first->next) continue;
-        index_remove(a, s->first);
+        if (!hx__arena_segment_free(s)) continue;
         released += s->size;
-        drop_segment(a, s, src);
+        hx__arena_release_segment(a, s, src);
     }
     return released;
 }
@@ -245,4 +280,20 @@ size_t hx__arena_release_free(hx_arena *a, const hx_mem_source *src)
 size_t hx__arena_largest_free(const hx_arena *a)
 {
     return a->n_free ? a->free_idx[a->n_free - 1]->size : 0;
+}
+
+bool hx__arena_segment_free(const hx_mseg *s) { return !s->first->used && !s->first->next; }
+
+hx_mseg *hx__arena_largest_free_segment(const hx_arena *a)
+{
+    hx_mseg *best = NULL;
+    for (hx_mseg *s = a->segs; s; s = s->next)
+        if (hx__arena_segment_free(s) && (!best || s->size > best->size)) best = s;
+    return best;
+}
+
+void hx__arena_release_segment(hx_arena *a, hx_mseg *s, const hx_mem_source *src)
+{
+    index_remove(a, s->first);
+    drop_segment(a, s, src);
 }

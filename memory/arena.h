@@ -48,6 +48,7 @@ typedef struct hx_mblock {
     size_t size;      /* rounded */
     size_t requested; /* what the caller asked for; 0 when free */
     bool used;
+    int64_t rec;      /* the owner's note (the transient pool: the allocation's index in its cycle) */
     struct hx_mblock *prev, *next; /* address neighbours in the segment */
     hx_mseg *seg;
     hx_arena *arena;
@@ -91,6 +92,12 @@ bool hx__arena_add_segment(hx_arena *a, void *base, size_t size);
 /* Marks the free block blk used for (rounded, requested), splitting off the
  * rest when the policy says so. NULL (nothing changed): out of host memory. */
 hx_mblock *hx__arena_take(hx_arena *a, hx_mblock *blk, size_t rounded, size_t requested);
+/* Marks [addr, addr + rounded) of segment s used for requested bytes when
+ * one free block covers that range, splitting off what lies before and
+ * after it. NULL (nothing changed) when no free block covers it or out of
+ * host memory. */
+hx_mblock *hx__arena_take_at(hx_arena *a, hx_mseg *s, uintptr_t addr, size_t rounded,
+                             size_t requested);
 /* Frees a used block and coalesces it with free neighbours; returns the
  * free block that now covers it. */
 hx_mblock *hx__arena_put(hx_arena *a, hx_mblock *blk);
@@ -98,5 +105,11 @@ hx_mblock *hx__arena_put(hx_arena *a, hx_mblock *blk);
 size_t hx__arena_release_free(hx_arena *a, const hx_mem_source *src);
 
 size_t hx__arena_largest_free(const hx_arena *a);
+/* True when segment s holds no used block. */
+bool hx__arena_segment_free(const hx_mseg *s);
+/* The largest segment that holds no used block (NULL: none). */
+hx_mseg *hx__arena_largest_free_segment(const hx_arena *a);
+/* Releases segment s, which holds no used block, to src. */
+void hx__arena_release_segment(hx_arena *a, hx_mseg *s, const hx_mem_source *src);
 
 #endif

@@ -1,6 +1,7 @@
 /* Device memory pools segregated by lifetime (see pool.h). */
 #include "memory/pool.h"
 #include "memory/memtrace.h"
+#include "memory/pool_plan.h"
 #include "memory/ptrmap.h"
 
 #include <pthread.h>
@@ -8,22 +9,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { SMALL = 0, LARGE = 1 }; /* size classes: each has its own segments */
+
+/* While the transient pool learns its first cycle, a large request takes a
+ * cached free block only when that block is at most 1/8 larger: splitting
+ * a big block for a smaller request is what leaves it too small for the
+ * big request that comes next. */
+#define LEARN_SLACK_DIV 8
+/* ... for the first LEARN_MAX allocations of the cycle: a transient pool
+ * that never empties (no cycle, no plan) then reuses its cache freely
+ * instead of reserving a segment for each request that finds none close. */
+#define LEARN_MAX 2048
 
 struct hx_mem_pools {
     pthread_mutex_t mu;
     hx_mem_pools_config cfg;
     char name[64];
-    hx_arena arena[2]; /* by hx_mem_lifetime */
+    hx_arena arena[2][2]; /* [hx_mem_lifetime][SMALL or LARGE] */
     hx_ptrmap live;       /* address -> used block */
     hx_mem_tally life[2], total;
     int64_t ooms[2];
+    /* the transient pool's step plan (pool_plan.h) */
+    hx_pool_cycle cycle;  /* what this cycle asked for so far */
+    hx_pool_plan plan;    /* the layout the plan segment follows */
+    hx_mseg *plan_seg;    /* in arena[TRANSIENT][LARGE]; NULL: no plan */
+    size_t plan_next;     /* the allocation of this cycle the plan serves next */
+    bool off_plan;        /* this cycle asked for something the plan does not hold */
+    bool grew;            /* this cycle reserved a transient segment */
+    hx_mem_plan_stats ps;
 };
 
 hx_mem_pools_config hx_mem_pools_config_default(const char *name, size_t capacity)
 {
     return (hx_mem_pools_config){.name = name, .capacity = capacity, .align = 256,
-                                 .small_max = HX_MIB, .small_segment = 2 * HX_MIB,
-                                 .segment_round = 2 * HX_MIB};
+                                 .small_max = 256 * 1024, .small_segment = 2 * HX_MIB,
+                                 .segment_round = 4096};
 }
 
 static bool pow2(size_t x) { return x && !(x & (x - 1)); }
@@ -52,18 +72,20 @@ hx_status hx_mem_pools_create(const hx_mem_pools_config *cfg, hx_mem_pools **out
     p->cfg = *cfg;
     snprintf(p->name, sizeof p->name, "%s", cfg->name ? cfg->name : "device");
     p->cfg.name = p->name;
-    /* Both pools: large requests get segments of their own size, small ones
-     * share small segments and the tails of large ones. Transient segments
-     * are rounded to segment_round so that their tails serve later
-     * requests; persistent ones are exact (to align): a long-lived tensor
-     * is freed rarely, so a rounded tail would mostly stay unused (a 1.28 MB
-     * parameter in a 2 MiB segment left 36% of it idle). */
-    hx_arena_policy pol = {.round = cfg->align, .min_split = cfg->align, .max_slack = 0,
-                           .fixed_upto = cfg->small_max, .fixed_size = cfg->small_segment,
-                           .seg_round = cfg->segment_round};
-    hx__arena_init(&p->arena[HX_MEM_TRANSIENT], &pol);
-    pol.seg_round = cfg->align;
-    hx__arena_init(&p->arena[HX_MEM_PERSISTENT], &pol);
+    /* Small requests share small segments; a large one gets a segment of its
+     * own size when no cached block serves it, and a large block is split
+     * only for large requests. Segment sizes are chosen in grow(). */
+    hx_arena_policy small = {.round = cfg->align, .min_split = cfg->align, .max_slack = 0,
+                             .fixed_upto = cfg->small_max, .fixed_size = cfg->small_segment,
+                             .seg_round = cfg->align};
+    hx_arena_policy large = {.round = cfg->align, .min_split = cfg->align, .max_slack = 0,
+                             .fixed_upto = 0, .fixed_size = 0, .seg_round = cfg->segment_round};
+    for (int l = 0; l < 2; l++) {
+        hx__arena_init(&p->arena[l][SMALL], &small);
+        hx__arena_init(&p->arena[l][LARGE], &large);
+    }
+    /* long-lived tensors are freed rarely: their segments are exact (to align) */
+    p->arena[HX_MEM_PERSISTENT][LARGE].pol.seg_round = cfg->align;
     *out = p;
     return HX_OK;
 }
@@ -71,7 +93,10 @@ hx_status hx_mem_pools_create(const hx_mem_pools_config *cfg, hx_mem_pools **out
 void hx_mem_pools_destroy(hx_mem_pools *p)
 {
     if (!p) return;
-    for (int l = 0; l < 2; l++) hx__arena_destroy(&p->arena[l], &p->cfg.source);
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 2; k++) hx__arena_destroy(&p->arena[l][k], &p->cfg.source);
+    hx__cycle_destroy(&p->cycle);
+    hx__pool_plan_free(&p->plan);
     hx__ptrmap_free(&p->live);
     pthread_mutex_destroy(&p->mu);
     free(p);
@@ -85,9 +110,12 @@ static void retally(hx_mem_pools *p)
     p->total.reserved = p->total.allocated = p->total.requested = 0;
     for (int l = 0; l < 2; l++) {
         hx_mem_tally *t = &p->life[l];
-        t->reserved = p->arena[l].t.reserved;
-        t->allocated = p->arena[l].t.allocated;
-        t->requested = p->arena[l].t.requested;
+        t->reserved = t->allocated = t->requested = 0;
+        for (int k = 0; k < 2; k++) {
+            t->reserved += p->arena[l][k].t.reserved;
+            t->allocated += p->arena[l][k].t.allocated;
+            t->requested += p->arena[l][k].t.requested;
+        }
         hx__tally_peaks(t);
         p->total.reserved += t->reserved;
         p->total.allocated += t->allocated;
@@ -125,11 +153,12 @@ void hx__pool_stats_fill(hx_pool_stats *out, const hx_mem_tally *t, hx_arena *co
 
 static void stats_locked(hx_mem_pools *p, hx_device_pools_stats *out)
 {
-    hx_arena *all[2] = {&p->arena[0], &p->arena[1]};
+    hx_arena *all[4] = {&p->arena[0][SMALL], &p->arena[0][LARGE], &p->arena[1][SMALL],
+                        &p->arena[1][LARGE]};
     out->capacity = p->cfg.capacity;
-    hx__pool_stats_fill(&out->persistent, &p->life[0], all, 1, p->ooms[0]);
-    hx__pool_stats_fill(&out->transient, &p->life[1], all + 1, 1, p->ooms[1]);
-    hx__pool_stats_fill(&out->total, &p->total, all, 2, p->ooms[0] + p->ooms[1]);
+    hx__pool_stats_fill(&out->persistent, &p->life[0], all, 2, p->ooms[0]);
+    hx__pool_stats_fill(&out->transient, &p->life[1], all + 2, 2, p->ooms[1]);
+    hx__pool_stats_fill(&out->total, &p->total, all, 4, p->ooms[0] + p->ooms[1]);
 }
 
 void hx_mem_pools_stats(hx_mem_pools *p, hx_device_pools_stats *out)
@@ -139,14 +168,55 @@ void hx_mem_pools_stats(hx_mem_pools *p, hx_device_pools_stats *out)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* ---- growth and the OOM report ----------------------------------------------------- */
+void hx_mem_pools_plan_stats(hx_mem_pools *p, hx_mem_plan_stats *out)
+{
+    pthread_mutex_lock(&p->mu);
+    *out = p->ps;
+    out->plan_bytes = p->plan_seg ? p->plan_seg->size : 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- releasing cached segments ------------------------------------------------------ */
+
+static void drop_plan(hx_mem_pools *p)
+{
+    p->plan_seg = NULL;
+    hx__pool_plan_free(&p->plan);
+}
+
+/* Releases every entirely free segment of lifetime l (the plan's too). */
+static size_t release_free(hx_mem_pools *p, int l)
+{
+    if (l == HX_MEM_TRANSIENT && p->plan_seg && hx__arena_segment_free(p->plan_seg)) drop_plan(p);
+    size_t n = 0;
+    for (int k = 0; k < 2; k++) n += hx__arena_release_free(&p->arena[l][k], &p->cfg.source);
+    return n;
+}
 
 static size_t release_all_free(hx_mem_pools *p)
 {
-    size_t n = 0;
-    for (int l = 0; l < 2; l++) n += hx__arena_release_free(&p->arena[l], &p->cfg.source);
-    return n;
+    return release_free(p, HX_MEM_PERSISTENT) + release_free(p, HX_MEM_TRANSIENT);
 }
+
+/* Before the pools reserve `want` bytes for lifetime l: cached segments of
+ * l that hold nothing are given back, largest first, for as long as the
+ * reservation would otherwise raise the peak. Below the peak they stay:
+ * keeping them costs no device memory that was not needed already, and
+ * releasing them would make the next step reserve them again. */
+static void release_above_peak(hx_mem_pools *p, int l, size_t want)
+{
+    while (p->total.reserved + want > p->total.peak_reserved) {
+        hx_mseg *s[2] = {hx__arena_largest_free_segment(&p->arena[l][SMALL]),
+                         hx__arena_largest_free_segment(&p->arena[l][LARGE])};
+        int k = !s[SMALL] || (s[LARGE] && s[LARGE]->size > s[SMALL]->size) ? LARGE : SMALL;
+        if (!s[k]) return;
+        if (s[k] == p->plan_seg) drop_plan(p); /* nothing of it is live: the plan goes with it */
+        hx__arena_release_segment(&p->arena[l][k], s[k], &p->cfg.source);
+        retally(p);
+    }
+}
+
+/* ---- growth and the OOM report ----------------------------------------------------- */
 
 static const char *lifetime_name(hx_mem_lifetime lt)
 {
@@ -181,14 +251,32 @@ static hx_status oom_report(hx_mem_pools *p, size_t bytes, hx_mem_lifetime lt, c
         100.0 * s.total.fragmentation, frag_hint);
 }
 
+/* The segment a small request of lifetime l gets: small_segment / 32
+ * (persistent: / 128, its small tensors come once and its last segment's
+ * tail stays unused) but at least 4 KiB, doubled while under 1/64 of what
+ * l holds, at most small_segment, at least the request. A small model's
+ * pools stay small; a large one's reserve few segments. */
+#define SMALL_FIRST_MIN 4096
+static size_t small_segment_size(const hx_mem_pools *p, int l, size_t rounded)
+{
+    size_t first = p->cfg.small_segment / (l == HX_MEM_PERSISTENT ? 128 : 32);
+    if (first < SMALL_FIRST_MIN) first = SMALL_FIRST_MIN;
+    size_t g = hx__mem_round(first, p->cfg.align);
+    while (g < p->cfg.small_segment && g < p->life[l].reserved / 64) g *= 2;
+    if (g > p->cfg.small_segment) g = p->cfg.small_segment;
+    return g < rounded ? rounded : g;
+}
+
 /* Reserves a segment in arena a for a rounded request and returns its free
  * block, or fails with the OOM report. */
 static hx_status grow(hx_mem_pools *p, hx_arena *a, size_t bytes, size_t rounded,
                       hx_mem_lifetime lt, const char *what, hx_mblock **out, hx_mem_err *err)
 {
     const hx_mem_source *src = &p->cfg.source;
-    if (rounded > p->cfg.small_max) hx__arena_release_free(a, src);
-    size_t want = hx__arena_segment_size(a, rounded);
+    size_t want = a == &p->arena[lt][SMALL] ? small_segment_size(p, lt, rounded)
+                                            : hx__arena_segment_size(a, rounded);
+    retally(p);
+    release_above_peak(p, lt, want);
     const char *why = "the cap is reached";
     for (int attempt = 0; attempt < 2; attempt++, release_all_free(p)) {
         retally(p);
@@ -208,11 +296,74 @@ static hx_status grow(hx_mem_pools *p, hx_arena *a, size_t bytes, size_t rounded
             return hx__mem_fail(err, HX_ERR_OUT_OF_MEMORY, "%s: out of host memory for pool records",
                                 p->name);
         }
+        p->grew |= lt == HX_MEM_TRANSIENT;
         retally(p);
         *out = hx__arena_best_fit(a, rounded);
         return HX_OK;
     }
     return oom_report(p, bytes, lt, what, why, err);
+}
+
+/* ---- the step plan ----------------------------------------------------------------- */
+
+/* The next allocation of the cycle from the plan, when it is the one the
+ * plan expects and its place is free; else NULL and the cycle is off plan. */
+static hx_mblock *take_planned(hx_mem_pools *p, size_t rounded, size_t bytes)
+{
+    if (!p->plan_seg || p->off_plan) return NULL;
+    size_t k = p->plan_next;
+    hx_mblock *b = NULL;
+    if (k < p->plan.n && p->plan.size[k] == rounded)
+        b = hx__arena_take_at(&p->arena[HX_MEM_TRANSIENT][LARGE], p->plan_seg,
+                              p->plan_seg->base + p->plan.offset[k], rounded, bytes);
+    if (b) p->plan_next++;
+    else p->off_plan = true;
+    return b;
+}
+
+/* The transient pool is empty: a cycle ended. The first one, and any that
+ * had to reserve memory, is laid out offline; its layout becomes the plan
+ * in one segment (never smaller than the last), which replaces every
+ * cached transient segment. A cycle that followed the plan (or fit in its
+ * segment's free space) changes nothing: in steady state no segment is
+ * reserved or released. */
+static void cycle_end(hx_mem_pools *p)
+{
+    hx_pool_plan next = {0};
+    if ((!p->plan_seg || p->grew) &&
+        hx__pool_plan_layout(&p->cycle, p->cfg.align, &next)) {
+        hx_arena *sm = &p->arena[HX_MEM_TRANSIENT][SMALL], *lg = &p->arena[HX_MEM_TRANSIENT][LARGE];
+        size_t want = hx__mem_round(next.bytes, p->arena[HX_MEM_TRANSIENT][LARGE].pol.seg_round);
+        if (p->plan_seg && p->plan_seg->size > want) want = p->plan_seg->size;
+        hx_mseg *seg = NULL;
+        if (!sm->n_segs && lg->n_segs == 1 && lg->segs->size >= want) {
+            seg = lg->segs; /* the one cached segment holds the layout */
+        } else {
+            retally(p);
+            size_t others = p->total.reserved - p->life[HX_MEM_TRANSIENT].reserved;
+            void *base = NULL;
+            if (others <= p->cfg.capacity && want <= p->cfg.capacity - others) {
+                release_free(p, HX_MEM_TRANSIENT);
+                if (!p->cfg.source.reserve(p->cfg.source.ctx, want, &base)) {
+                    if (hx__arena_add_segment(lg, base, want)) seg = lg->segs; /* it goes first */
+                    else p->cfg.source.release(p->cfg.source.ctx, base, want);
+                }
+            }
+            retally(p);
+        }
+        if (seg) {
+            hx__pool_plan_free(&p->plan);
+            p->plan = next;
+            p->plan_seg = seg;
+            p->ps.plans++;
+        } else {
+            hx__pool_plan_free(&next);
+        }
+    }
+    hx__cycle_reset(&p->cycle);
+    p->plan_next = 0;
+    p->off_plan = false;
+    p->grew = false;
 }
 
 /* ---- alloc and free --------------------------------------------------------------- */
@@ -232,18 +383,33 @@ hx_status hx_mem_pools_alloc(hx_mem_pools *p, size_t bytes, hx_mem_lifetime lt,
         st = oom_report(p, bytes, lt, what, "the request is larger than any device", err);
         goto done;
     }
-    hx_arena *a = &p->arena[lt];
-    hx_mblock *b = hx__arena_best_fit(a, rounded);
-    if (!b && (st = grow(p, a, bytes, rounded, lt, what, &b, err))) goto done;
-    if (!(b = hx__arena_take(a, b, rounded, bytes))) {
-        st = hx__mem_fail(err, HX_ERR_OUT_OF_MEMORY, "%s: out of host memory for pool records", p->name);
-        goto done;
+    bool transient = lt == HX_MEM_TRANSIENT;
+    hx_mblock *b = transient ? take_planned(p, rounded, bytes) : NULL;
+    if (b) {
+        p->ps.planned++;
+    } else {
+        hx_arena *a = &p->arena[lt][rounded > p->cfg.small_max];
+        /* off the plan, the plan's segment is tried first, small requests too */
+        if (transient && p->plan_seg && (b = hx__arena_best_fit(&p->arena[lt][LARGE], rounded)))
+            a = &p->arena[lt][LARGE];
+        else
+            b = hx__arena_best_fit(a, rounded);
+        bool learning = transient && !p->plan_seg && p->cycle.n < LEARN_MAX;
+        if (b && learning && a == &p->arena[lt][LARGE] && b->size - rounded > rounded / LEARN_SLACK_DIV)
+            b = NULL;
+        if (!b && (st = grow(p, a, bytes, rounded, lt, what, &b, err))) goto done;
+        if (!(b = hx__arena_take(a, b, rounded, bytes))) {
+            st = hx__mem_fail(err, HX_ERR_OUT_OF_MEMORY, "%s: out of host memory for pool records", p->name);
+            goto done;
+        }
+        if (transient) p->ps.unplanned++;
     }
     if (!hx__ptrmap_put(&p->live, b->addr, b)) {
-        hx__arena_put(a, b);
+        hx__arena_put(b->arena, b);
         st = hx__mem_fail(err, HX_ERR_OUT_OF_MEMORY, "%s: out of host memory for pool records", p->name);
         goto done;
     }
+    b->rec = transient ? hx__cycle_alloc(&p->cycle, rounded) : -1;
     retally(p);
     if (p->cfg.trace && (lt == HX_MEM_PERSISTENT || !p->cfg.trace_persistent_only))
         hx_memtrace_alloc(p->cfg.trace, (void *)b->addr, bytes, lt == HX_MEM_PERSISTENT);
@@ -265,8 +431,12 @@ hx_status hx_mem_pools_free(hx_mem_pools *p, void *ptr, hx_mem_err *err)
                             "already); nothing freed", p->name, ptr);
     }
     if (p->cfg.trace) hx_memtrace_free(p->cfg.trace, ptr);
+    bool transient = b->arena == &p->arena[HX_MEM_TRANSIENT][SMALL] ||
+                     b->arena == &p->arena[HX_MEM_TRANSIENT][LARGE];
+    if (transient) hx__cycle_free(&p->cycle, b->rec);
     hx__arena_put(b->arena, b);
     retally(p);
+    if (transient && !p->life[HX_MEM_TRANSIENT].allocated) cycle_end(p);
     pthread_mutex_unlock(&p->mu);
     return HX_OK;
 }
@@ -297,11 +467,12 @@ int hx_mem_pools_segments(hx_mem_pools *p, hx_mem_lifetime lt, uintptr_t *base, 
 {
     pthread_mutex_lock(&p->mu);
     int n = 0;
-    for (const hx_mseg *g = p->arena[lt].segs; g; g = g->next, n++)
-        if (n < max) {
-            base[n] = g->base;
-            size[n] = g->size;
-        }
+    for (int k = 0; k < 2; k++)
+        for (const hx_mseg *g = p->arena[lt][k].segs; g; g = g->next, n++)
+            if (n < max) {
+                base[n] = g->base;
+                size[n] = g->size;
+            }
     pthread_mutex_unlock(&p->mu);
     return n;
 }

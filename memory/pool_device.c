@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Segment granularity for a cap: cap / 64 rounded down to a power of 2, in
- * [1 KiB, 2 MiB]. With 2 MiB segments a 64 KiB cap would go whole to the
- * first pool that asks, and the other pool would find nothing left. */
+/* The largest small segment for a cap: cap / 64 rounded down to a power of
+ * 2, in [1 KiB, 2 MiB]. With 2 MiB segments a 64 KiB cap would go whole to
+ * the first pool that asks, and the other pool would find nothing left.
+ * Large segments are exact (the default config). */
 static size_t granule(size_t capacity)
 {
     size_t g = 2 * HX_MIB;
@@ -30,8 +31,8 @@ hx_status hx_mem_pools_open_device(const char *name, size_t capacity, hx_mem_sou
     *out = NULL;
     hx_mem_pools_config c = hx_mem_pools_config_default(name, capacity);
     size_t g = granule(capacity);
-    c.small_segment = c.segment_round = g;
-    c.small_max = g / 2 < c.align ? c.align : g / 2;
+    c.small_segment = g;
+    if (c.small_max > g / 2) c.small_max = g / 2 < c.align ? c.align : g / 2;
     c.source = src;
     int mode = trace_mode();
     if (mode < 0)

@@ -8,6 +8,7 @@
 #include "memory/caching_baseline.h"
 #include "memory/pinned.h"
 #include "memory/pool.h"
+#include "memory/pool_plan.h"
 #include "testutil.h"
 
 #include <pthread.h>
@@ -53,11 +54,15 @@ static void cs_release(void *ctx, void *p, size_t bytes)
     free(p);
 }
 
-static hx_mem_pools *make_pools(counting_src *c, size_t cap)
+/* small_max and small_segment: 0 keeps the default's. */
+static hx_mem_pools *make_pools_with(counting_src *c, size_t cap, size_t small_max,
+                                     size_t small_segment)
 {
     memset(c, 0, sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
     hx_mem_pools_config cfg = hx_mem_pools_config_default("test device", cap);
+    if (small_max) cfg.small_max = small_max;
+    if (small_segment) cfg.small_segment = small_segment;
     cfg.source = (hx_mem_source){c, cs_reserve, cs_release};
     hx_mem_pools *p = NULL;
     hx_mem_err err;
@@ -65,6 +70,8 @@ static hx_mem_pools *make_pools(counting_src *c, size_t cap)
     CHECK(st == HX_OK, "create: %s", err.msg);
     return p;
 }
+
+static hx_mem_pools *make_pools(counting_src *c, size_t cap) { return make_pools_with(c, cap, 0, 0); }
 
 /* ---- the shadow map ------------------------------------------------------------------ */
 
@@ -208,40 +215,42 @@ static void test_random(uint64_t seed, size_t cap, int ops)
 
 static void test_coalescing(void)
 {
+    /* the persistent pool (the transient one would lay out a plan once empty);
+     * small requests up to 1 MiB, a first small segment of 256 MiB / 128 = 2 MiB */
     counting_src c;
-    hx_mem_pools *p = make_pools(&c, SIZE_MAX);
+    hx_mem_pools *p = make_pools_with(&c, SIZE_MAX, HX_MIB, 256 * HX_MIB);
     hx_mem_err err;
     void *b[6];
     for (int i = 0; i < 6; i++)
-        hx_mem_pools_alloc(p, 300 * 1024, HX_MEM_TRANSIENT, "small", &b[i], &err);
+        hx_mem_pools_alloc(p, 300 * 1024, HX_MEM_PERSISTENT, "small", &b[i], &err);
     hx_device_pools_stats s;
     hx_mem_pools_stats(p, &s);
-    CHECK(s.transient.segments == 1 && s.transient.reserved == 2 * HX_MIB,
-          "six 300 KiB blocks share one 2 MiB segment (%lld segments)", (long long)s.transient.segments);
+    CHECK(s.persistent.segments == 1 && s.persistent.reserved == 2 * HX_MIB,
+          "six 300 KiB blocks share one 2 MiB segment (%lld segments)", (long long)s.persistent.segments);
     for (int i = 1; i < 6; i++)
         CHECK((char *)b[i] == (char *)b[i - 1] + 300 * 1024, "blocks are carved in address order");
     /* free 0, 2, 4: three holes, no merging */
     for (int i = 0; i < 6; i += 2) hx_mem_pools_free(p, b[i], &err);
     hx_mem_pools_stats(p, &s);
-    CHECK(s.transient.free_blocks == 4 && s.transient.largest_free == 300 * 1024,
-          "holes stay apart: %lld free blocks, largest %zu", (long long)s.transient.free_blocks,
-          s.transient.largest_free);
-    CHECK(s.transient.fragmentation > 0.5, "fragmentation %.3f", s.transient.fragmentation);
+    CHECK(s.persistent.free_blocks == 4 && s.persistent.largest_free == 300 * 1024,
+          "holes stay apart: %lld free blocks, largest %zu", (long long)s.persistent.free_blocks,
+          s.persistent.largest_free);
+    CHECK(s.persistent.fragmentation > 0.5, "fragmentation %.3f", s.persistent.fragmentation);
     /* free 1 and 3: 0..4 merge into one; 5 still splits the tail */
     hx_mem_pools_free(p, b[1], &err);
     hx_mem_pools_free(p, b[3], &err);
     hx_mem_pools_stats(p, &s);
-    CHECK(s.transient.free_blocks == 2 && s.transient.largest_free == 5 * 300 * 1024,
-          "neighbours coalesce: %lld free blocks, largest %zu", (long long)s.transient.free_blocks,
-          s.transient.largest_free);
+    CHECK(s.persistent.free_blocks == 2 && s.persistent.largest_free == 5 * 300 * 1024,
+          "neighbours coalesce: %lld free blocks, largest %zu", (long long)s.persistent.free_blocks,
+          s.persistent.largest_free);
     void *big;
-    hx_mem_pools_alloc(p, 5 * 300 * 1024, HX_MEM_TRANSIENT, "merged", &big, &err);
-    CHECK(big == b[0] && c.reserves == 1, "the merged hole serves a 1.5 MiB request in place");
+    hx_mem_pools_alloc(p, 4 * 256 * 1024, HX_MEM_PERSISTENT, "merged", &big, &err);
+    CHECK(big == b[0] && c.reserves == 1, "the merged hole serves a 1 MiB request in place");
     hx_mem_pools_free(p, big, &err);
     hx_mem_pools_free(p, b[5], &err);
     hx_mem_pools_stats(p, &s);
-    CHECK(s.transient.free_blocks == 1 && s.transient.largest_free == 2 * HX_MIB &&
-          s.transient.fragmentation == 0, "everything coalesces back into the segment");
+    CHECK(s.persistent.free_blocks == 1 && s.persistent.largest_free == 2 * HX_MIB &&
+          s.persistent.fragmentation == 0, "everything coalesces back into the segment");
     hx_mem_pools_destroy(p);
 }
 
@@ -300,7 +309,8 @@ static void test_oom_report(void)
 {
     counting_src c;
     size_t cap = 64 * HX_MIB;
-    hx_mem_pools *p = make_pools(&c, cap);
+    /* requests up to 1 MiB share small segments of 2 MiB (64 MiB / 32) */
+    hx_mem_pools *p = make_pools_with(&c, cap, HX_MIB, 64 * HX_MIB);
     hx_mem_err err;
     void *w, *a[48], *q = NULL;
     CHECK(!hx_mem_pools_alloc(p, 40 * HX_MIB, HX_MEM_PERSISTENT, "'w'", &w, &err), "%s", err.msg);
@@ -474,6 +484,223 @@ static void test_baseline(void)
 }
 
 
+/* Release rules, on the persistent pool (exact segments, no plan): a
+ * reservation that would raise the peak first gives back cached segments
+ * of its lifetime that hold nothing, largest first, only as many as it
+ * takes; below the peak, and those of the other lifetime, stay cached. */
+static void test_release_rules(void)
+{
+    counting_src c;
+    hx_mem_pools *p = make_pools(&c, SIZE_MAX);
+    hx_mem_err err;
+    void *a, *b, *d, *e;
+    const size_t M = HX_MIB;
+    hx_mem_pools_alloc(p, 4 * M, HX_MEM_PERSISTENT, "a", &a, &err);
+    hx_mem_pools_alloc(p, 4 * M, HX_MEM_PERSISTENT, "b", &b, &err);
+    hx_mem_pools_free(p, a, &err);
+    CHECK(c.reserved == 8 * M && c.releases == 0, "a freed block's segment stays cached (%zu)", c.reserved);
+    hx_mem_pools_alloc(p, 6 * M, HX_MEM_PERSISTENT, "c", &a, &err);
+    CHECK(c.reserved == 10 * M && c.releases == 1 && c.peak == 10 * M,
+          "6 MiB, no block fits: the cached 4 MiB goes before the new segment (%zu reserved, %lld "
+          "released)", c.reserved, (long long)c.releases);
+    hx_mem_pools_free(p, a, &err);
+    hx_mem_pools_free(p, b, &err);
+    CHECK(hx_mem_pools_trim(p) == 10 * M && c.reserved == 0 && c.releases == 3, "trim gives back both");
+    /* the peak stays 10: cached 3 and 4, then 5 MiB takes only the 4 */
+    hx_mem_pools_alloc(p, 3 * M, HX_MEM_PERSISTENT, "d", &d, &err);
+    hx_mem_pools_alloc(p, 4 * M, HX_MEM_PERSISTENT, "e", &e, &err);
+    hx_mem_pools_free(p, d, &err);
+    hx_mem_pools_free(p, e, &err);
+    hx_mem_pools_alloc(p, 5 * M, HX_MEM_PERSISTENT, "f", &a, &err);
+    CHECK(c.reserved == 8 * M && c.releases == 4,
+          "5 MiB: the largest cached segment (4) goes, the 3 MiB one stays (%zu reserved)", c.reserved);
+    int64_t reserves = c.reserves;
+    hx_mem_pools_alloc(p, 1 * M, HX_MEM_PERSISTENT, "g", &b, &err);
+    CHECK(c.reserves == reserves && c.reserved == 8 * M, "1 MiB is carved from the cached 3 MiB");
+    hx_mem_pools_free(p, b, &err);
+    hx_mem_pools_free(p, a, &err);
+    CHECK(hx_mem_pools_trim(p) == 8 * M && c.releases == 6, "trim");
+    /* under the peak nothing is released */
+    hx_mem_pools_alloc(p, 3 * M, HX_MEM_PERSISTENT, "h", &a, &err);
+    hx_mem_pools_free(p, a, &err);
+    hx_mem_pools_alloc(p, 6 * M, HX_MEM_PERSISTENT, "i", &a, &err);
+    CHECK(c.releases == 6 && c.reserved == 9 * M, "6 MiB fits under the peak: the cached 3 MiB stays");
+    /* and a transient reservation never takes the persistent cache */
+    hx_mem_pools_alloc(p, 2 * M, HX_MEM_TRANSIENT, "j", &e, &err);
+    CHECK(c.releases == 6 && c.reserved == 11 * M && c.peak == 11 * M, "the persistent cache stays (%zu)",
+          c.reserved);
+    hx_mem_pools_free(p, e, &err);
+    hx_mem_pools_free(p, a, &err);
+    hx_mem_pools_destroy(p);
+    CHECK(c.reserved == 0, "destroy releases everything");
+}
+
+/* ---- the step plan ------------------------------------------------------------------- */
+
+/* A random step: n allocations of random sizes, each freed
+ * at a random later point; every transient one freed by the end. ev[k] >= 0:
+ * allocate block ev[k]; < 0: free block -ev[k] - 1. */
+typedef struct step_t {
+    int n, n_ev;
+    size_t bytes[96];
+    int ev[192];
+} step_t;
+
+static void make_step(test_rng *r, step_t *st, int n)
+{
+    st->n = n;
+    st->n_ev = 0;
+    int order[96], live = 0;
+    for (int i = 0; i < n; i++) st->bytes[i] = random_size(r) % (6 * HX_MIB);
+    int next = 0;
+    while (next < n || live) {
+        bool alloc = next < n && (live <= 1 || test_rng_u64(r) % 100 < 60); /* one cycle */
+        if (alloc) {
+            st->ev[st->n_ev++] = next;
+            order[live++] = next++;
+        } else {
+            int k = (int)(test_rng_u64(r) % live);
+            st->ev[st->n_ev++] = -order[k] - 1;
+            order[k] = order[--live];
+        }
+    }
+}
+
+/* Runs a step: no block overlaps a live one, data stays intact, the stats
+ * agree with the shadow map after every call. */
+static void run_step(hx_mem_pools *p, counting_src *c, const step_t *st, live_t *pers, int n_pers,
+                     const char *what)
+{
+    live_t l[96 + 64];
+    int n = 0, at[96];
+    memcpy(l, pers, n_pers * sizeof *l);
+    n = n_pers;
+    hx_mem_err err;
+    for (int e = 0; e < st->n_ev; e++) {
+        int k = st->ev[e];
+        if (k >= 0) {
+            void *q = NULL;
+            CHECK(!hx_mem_pools_alloc(p, st->bytes[k], HX_MEM_TRANSIENT, "step", &q, &err), "%s: %s", what, err.msg);
+            CHECK(!overlaps(l, n, q, st->bytes[k]), "%s: block %d overlaps a live one", what, k);
+            l[n] = (live_t){q, st->bytes[k], false, (unsigned char)(k * 7 + 3)};
+            tag(&l[n]);
+            at[k] = n++;
+        } else {
+            int i = at[-k - 1];
+            CHECK(intact(&l[i]), "%s: block %d overwritten while live", what, -k - 1);
+            CHECK(!hx_mem_pools_free(p, l[i].p, &err), "%s: %s", what, err.msg);
+            l[i] = l[--n];
+            for (int j = 0; j < st->n; j++)
+                if (j != -k - 1 && at[j] == n) at[j] = i;
+        }
+        check_stats(p, c, l, n, SIZE_MAX, what);
+    }
+}
+
+/* Random steps repeated: the first is learned, its layout becomes the plan,
+ * and the steps after it reserve and release nothing; the plan's segment
+ * holds the step's peak; a different step runs off the plan without
+ * overlap; trim releases everything. */
+static void test_plan_steps(uint64_t seed)
+{
+    counting_src c;
+    hx_mem_pools *p = make_pools(&c, SIZE_MAX);
+    test_rng r = test_rng_make(seed);
+    hx_mem_err err;
+    live_t pers[4];
+    for (int i = 0; i < 4; i++) { /* persistent blocks live across the steps */
+        size_t b = 1 + test_rng_u64(&r) % (3 * HX_MIB);
+        void *q;
+        CHECK(!hx_mem_pools_alloc(p, b, HX_MEM_PERSISTENT, "param", &q, &err), "%s", err.msg);
+        pers[i] = (live_t){q, b, true, (unsigned char)(200 + i)};
+        tag(&pers[i]);
+    }
+    step_t st, other;
+    make_step(&r, &st, 40 + (int)(test_rng_u64(&r) % 50));
+    make_step(&r, &other, 30);
+    char what[64];
+    snprintf(what, sizeof what, "seed %llu step 1", (unsigned long long)seed);
+    run_step(p, &c, &st, pers, 4, what);
+    hx_mem_plan_stats ps;
+    hx_mem_pools_plan_stats(p, &ps);
+    CHECK(ps.plans == 1 && ps.plan_bytes > 0, "%s: the first step is laid out (%lld plans)", what, (long long)ps.plans);
+    hx_device_pools_stats s;
+    hx_mem_pools_stats(p, &s);
+    CHECK(s.transient.reserved == ps.plan_bytes && s.transient.segments == 1,
+          "%s: one transient segment, the plan's (%zu reserved, %zu plan)", what, s.transient.reserved,
+          ps.plan_bytes);
+    int64_t ops = c.reserves + c.releases, planned = ps.planned;
+    size_t peak = s.total.peak_reserved;
+    for (int k = 2; k <= 4; k++) {
+        snprintf(what, sizeof what, "seed %llu step %d", (unsigned long long)seed, k);
+        run_step(p, &c, &st, pers, 4, what);
+        hx_mem_pools_plan_stats(p, &ps);
+        CHECK(ps.planned - planned == st.n, "%s: the plan serves all %d allocations (%lld)", what,
+              st.n, (long long)(ps.planned - planned));
+        planned = ps.planned;
+    }
+    hx_mem_pools_stats(p, &s);
+    CHECK(c.reserves + c.releases == ops && s.total.peak_reserved == peak,
+          "seed %llu: steady steps reserve and release nothing (%lld ops) and keep the peak",
+          (unsigned long long)seed, (long long)(c.reserves + c.releases - ops));
+    snprintf(what, sizeof what, "seed %llu other step", (unsigned long long)seed);
+    run_step(p, &c, &other, pers, 4, what);
+    run_step(p, &c, &st, pers, 4, what);
+    hx_mem_err e2;
+    for (int i = 0; i < 4; i++) {
+        CHECK(intact(&pers[i]), "a persistent block survives the steps");
+        hx_mem_pools_free(p, pers[i].p, &e2);
+    }
+    hx_mem_pools_trim(p);
+    hx_mem_pools_stats(p, &s);
+    CHECK(s.total.reserved == 0 && c.reserved == 0, "trim releases the plan's segment too (%zu)", s.total.reserved);
+    hx_mem_pools_plan_stats(p, &ps);
+    CHECK(ps.plan_bytes == 0, "and the plan with it");
+    hx_mem_pools_destroy(p);
+}
+
+/* The layout itself: random cycles; blocks live at the same time never
+ * share bytes, the extent covers every block and is at least the peak of
+ * live bytes. */
+static void test_plan_layout(uint64_t seed)
+{
+    test_rng r = test_rng_make(seed);
+    hx_pool_cycle c = {0};
+    step_t st;
+    make_step(&r, &st, 80);
+    int64_t idx[96];
+    size_t live = 0, peak = 0;
+    for (int e = 0; e < st.n_ev; e++) {
+        int k = st.ev[e];
+        size_t b = hx__mem_round(st.bytes[k >= 0 ? k : -k - 1] + 1, 256);
+        if (k >= 0) {
+            idx[k] = hx__cycle_alloc(&c, b);
+            live += b;
+            if (live > peak) peak = live;
+        } else {
+            hx__cycle_free(&c, idx[-k - 1]);
+            live -= b;
+        }
+    }
+    hx_pool_plan pl = {0};
+    CHECK(hx__pool_plan_layout(&c, 256, &pl), "layout");
+    bool ok = pl.n == (size_t)st.n && pl.bytes >= peak;
+    for (size_t i = 0; i < pl.n; i++) {
+        ok &= pl.offset[i] % 256 == 0 && pl.offset[i] + pl.size[i] <= pl.bytes;
+        for (size_t j = 0; j < i; j++) {
+            bool together = c.t0[i] < c.t1[j] && c.t0[j] < c.t1[i];
+            bool apart = pl.offset[i] + pl.size[i] <= pl.offset[j] || pl.offset[j] + pl.size[j] <= pl.offset[i];
+            ok &= !together || apart;
+        }
+    }
+    CHECK(ok, "seed %llu: the layout places %zu blocks without overlap in %zu bytes (peak live %zu)",
+          (unsigned long long)seed, pl.n, pl.bytes, peak);
+    hx__pool_plan_free(&pl);
+    hx_pool_cycle empty = {0};
+    CHECK(!hx__pool_plan_layout(&empty, 256, &pl), "an empty cycle has no layout");
+    hx__cycle_destroy(&c);
+}
+
 /* ---- the pinned host pool ------------------------------------------------------------------ */
 
 typedef struct fake_cuda { int64_t allocs, frees; } fake_cuda;
@@ -584,6 +811,11 @@ int main(void)
     test_random(2, 96 * HX_MIB, 4000);
     test_random(3, 40 * HX_MIB, 3000);
     test_coalescing();
+    test_release_rules();
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        test_plan_steps(seed);
+        test_plan_layout(seed);
+    }
     test_segregation();
     test_oom_report();
     test_device_refuses();

@@ -40,11 +40,12 @@ static double mib(size_t b) { return (double)b / (1 << 20); }
 static void print_one(const char *name, const hx_pool_stats *s, double ratio, size_t live,
                       int64_t oom_event, size_t oom_live)
 {
-    printf("  %-26s peak reserved %10.1f MiB  peak live %10.1f MiB  ratio %.4f  waste %9.1f MiB"
-           "  reserves %lld\n", name, mib(s->peak_reserved), mib(s->peak_requested), ratio,
+    printf("  %-26s peak reserved %10.2f MiB  peak live %10.2f MiB  ratio %.4f  waste %9.2f MiB"
+           "  segments reserved %lld, released %lld\n", name, mib(s->peak_reserved),
+           mib(s->peak_requested), ratio,
            mib(s->peak_reserved - (s->peak_requested < s->peak_reserved ? s->peak_requested
                                                                         : s->peak_reserved)),
-           (long long)s->reserves);
+           (long long)s->reserves, (long long)s->releases);
     if (oom_event >= 0)
         printf("  %-26s out of memory at event %lld with %.1f MiB live (%.1f%% of the trace's peak)\n",
                "", (long long)oom_event, mib(oom_live), live ? 100.0 * oom_live / live : 0);
@@ -86,7 +87,7 @@ int hx_cmd_memreplay(int argc, char **argv)
     printf("\n");
     print_one("hetex pools", &r.pools.total, r.pools_ratio, r.peak_live, r.pools_oom_event,
               r.pools_oom_live);
-    printf("  %-26s persistent peak reserved %.1f MiB, transient %.1f MiB\n", "",
+    printf("  %-26s persistent peak reserved %.2f MiB, transient %.2f MiB\n", "",
            mib(r.pools.persistent.peak_reserved), mib(r.pools.transient.peak_reserved));
     print_one("single-pool caching (PyTorch-style)", &r.baseline, r.baseline_ratio, r.peak_live,
               r.baseline_oom_event, r.baseline_oom_live);
