@@ -43,35 +43,36 @@ static int by_size_desc(const void *pa, const void *pb)
     return a->id - b->id;
 }
 
-static int by_offset(const void *pa, const void *pb)
-{
-    const lifetime *a = *(const lifetime *const *)pa, *b = *(const lifetime *const *)pb;
-    return a->offset < b->offset ? -1 : a->offset > b->offset;
-}
-
 /* Places each buffer, largest first, at the lowest offset that does not
- * overlap a placed buffer whose lifetime overlaps its own. */
+ * overlap a placed buffer whose lifetime overlaps its own. The placed ones
+ * stay sorted by offset, so that each placement is one scan over them. */
 static size_t assign_offsets(lifetime *lt, int n)
 {
     qsort(lt, n, sizeof *lt, by_size_desc);
-    lifetime **live = malloc(sizeof *live * (n ? n : 1));
-    if (!live) return SIZE_MAX;
+    lifetime **placed = malloc(sizeof *placed * (n ? n : 1));
+    if (!placed) return SIZE_MAX;
     size_t total = 0;
     for (int i = 0; i < n; i++) {
-        int m = 0;
-        for (int j = 0; j < i; j++)
-            if (lt[j].first <= lt[i].last && lt[i].first <= lt[j].last) live[m++] = &lt[j];
-        qsort(live, m, sizeof *live, by_offset);
+        lifetime *x = &lt[i];
         size_t off = 0;
-        for (int j = 0; j < m; j++) {
-            if ((size_t)live[j]->offset >= off + lt[i].bytes) break;
-            size_t end = live[j]->offset + live[j]->bytes;
-            if (end > off) off = end;
+        for (int j = 0; j < i; j++) {
+            const lifetime *y = placed[j];
+            if (y->first > x->last || x->first > y->last) continue; /* never live together */
+            if ((size_t)y->offset >= off + x->bytes) break;          /* x fits below y */
+            if ((size_t)y->offset + y->bytes > off) off = y->offset + y->bytes;
         }
-        lt[i].offset = (int64_t)off;
-        if (off + lt[i].bytes > total) total = off + lt[i].bytes;
+        x->offset = (int64_t)off;
+        if (off + x->bytes > total) total = off + x->bytes;
+        int lo = 0, hi = i; /* after every placed one at offset <= off */
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            if ((size_t)placed[mid]->offset <= off) lo = mid + 1;
+            else hi = mid;
+        }
+        memmove(placed + lo + 1, placed + lo, sizeof *placed * (i - lo));
+        placed[lo] = x;
     }
-    free(live);
+    free(placed);
     return total;
 }
 
