@@ -1,8 +1,14 @@
-/* offload_param=disk: the update phase chunk by chunk (see offload_disk.h).
+/* offload_param=disk: a training run's disk I/O and its update phase
+ * chunk by chunk (see offload_disk.h).
+ *
+ * One I/O thread per training run first reads the resident region into
+ * the buffer hx__disk_load gave it, segment batch by batch, while the
+ * forward and backward run: the executor waits before each step only for
+ * the segments that step reads (hx__disk_step_ready).
  *
  * The plan's update steps are grouped by the chunk holding their
  * update-only tensors (file order); steps without any run first. Chunk j
- * is updated in slot j % n_slots by the calling thread while one I/O
+ * is updated in slot j % n_slots by the calling thread while the I/O
  * thread reads the chunks ahead and writes the updated ones back:
  *
  *   I/O thread: read 0 .. n_slots-2 (during the forward and backward),
