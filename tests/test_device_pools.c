@@ -158,6 +158,11 @@ static void test_stats_segments_oom(void)
                   ps.persistent.peak_allocated >= prev.persistent.peak_allocated &&
                   ps.transient.peak_allocated >= prev.transient.peak_allocated,
               "peaks never go down (step %d)", k);
+        CHECK(k < 2 || (ps.total.reserves == prev.total.reserves &&
+                        ps.total.releases == prev.total.releases),
+              "step %d reserves or releases segments (%lld, %lld after %lld, %lld): steady steps "
+              "must not", k, (long long)ps.total.reserves, (long long)ps.total.releases,
+              (long long)prev.total.reserves, (long long)prev.total.releases);
         hx_memory_stats ms;
         CHECK(hx_session_memory_stats(s, &ms) == HX_OK, "%s", hx_last_error());
         CHECK(ms.device_used_bytes == ps.total.allocated &&

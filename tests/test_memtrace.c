@@ -203,7 +203,8 @@ static void test_replay_figures(void)
         double wb = (double)r.baseline.peak_reserved - r.peak_live;
         CHECK(r.pools.total.peak_requested == r.peak_live && r.baseline.peak_requested == r.peak_live,
               "both served every byte");
-        CHECK(r.pools_ratio >= 1 && r.pools_ratio <= 1.05,
+        /* the transient pool lays out the first step and reuses it */
+        CHECK(r.pools_ratio >= 1 && r.pools_ratio <= 1.02,
               "GPT %d: pools peak reserved / peak live = %.4f", k, r.pools_ratio);
         CHECK(wp <= 0.5 * wb, "GPT %d: pools waste %.1f MiB, baseline %.1f MiB", k, wp / (1 << 20),
               wb / (1 << 20));
