@@ -395,8 +395,9 @@ hx_status hx_mem_pools_alloc(hx_mem_pools *p, size_t bytes, hx_mem_lifetime lt,
         else
             b = hx__arena_best_fit(a, rounded);
         bool learning = transient && !p->plan_seg && p->cycle.n < LEARN_MAX;
-        if (b && learning && a == &p->arena[lt][LARGE] && b->size - rounded > rounded / LEARN_SLACK_DIV)
-            b = NULL;
+        if (b && learning && a == &p->arena[lt][LARGE] && b->size - rounded > rounded / LEARN_SLACK_DIV &&
+            p->cfg.capacity - p->total.reserved >= hx__arena_segment_size(a, rounded))
+            b = NULL; /* under the cap a segment of its own; at the cap the block it found */
         if (!b && (st = grow(p, a, bytes, rounded, lt, what, &b, err))) goto done;
         if (!(b = hx__arena_take(a, b, rounded, bytes))) {
             st = hx__mem_fail(err, HX_ERR_OUT_OF_MEMORY, "%s: out of host memory for pool records", p->name);

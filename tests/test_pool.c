@@ -659,6 +659,35 @@ static void test_plan_steps(uint64_t seed)
     hx_mem_pools_destroy(p);
 }
 
+/* While the first step is learned, a large request skips a cached block
+ * much larger than itself and reserves its own segment, except at the cap:
+ * there the cached block serves it rather than an OOM. */
+static void test_learning_at_cap(void)
+{
+    counting_src c;
+    const size_t M = HX_MIB;
+    hx_mem_pools *p = make_pools(&c, 6 * M + 64 * 1024);
+    hx_mem_err err;
+    void *s1, *a, *b, *d;
+    CHECK(!hx_mem_pools_alloc(p, 1024, HX_MEM_TRANSIENT, "s1", &s1, &err), "%s", err.msg);
+    CHECK(!hx_mem_pools_alloc(p, 6 * M, HX_MEM_TRANSIENT, "a", &a, &err), "%s", err.msg);
+    hx_mem_pools_free(p, a, &err); /* the step goes on: s1 is live */
+    CHECK(!hx_mem_pools_alloc(p, 5 * M + M / 2, HX_MEM_TRANSIENT, "b", &b, &err) && b == a,
+          "5.5 MiB takes the cached 6 MiB (within 1/8): %s", err.msg);
+    int64_t reserves = c.reserves;
+    CHECK(!hx_mem_pools_alloc(p, 300 * 1024, HX_MEM_TRANSIENT, "d", &d, &err) &&
+              (char *)d == (char *)b + 5 * M + M / 2 && c.reserves == reserves,
+          "at the cap 300 KiB takes the 512 KiB left in it: %s", err.msg);
+    hx_mem_pools_free(p, d, &err);
+    hx_mem_pools_free(p, b, &err);
+    hx_mem_pools_free(p, s1, &err);
+    hx_device_pools_stats s;
+    hx_mem_pools_stats(p, &s);
+    CHECK(s.total.ooms == 0 && s.total.allocated == 0 && s.total.reserved <= 6 * M + 64 * 1024,
+          "no OOM, all freed, under the cap (%zu)", s.total.reserved);
+    hx_mem_pools_destroy(p);
+}
+
 /* The layout itself: random cycles; blocks live at the same time never
  * share bytes, the extent covers every block and is at least the peak of
  * live bytes. */
@@ -812,6 +841,7 @@ int main(void)
     test_random(3, 40 * HX_MIB, 3000);
     test_coalescing();
     test_release_rules();
+    test_learning_at_cap();
     for (uint64_t seed = 1; seed <= 6; seed++) {
         test_plan_steps(seed);
         test_plan_layout(seed);
