@@ -27,10 +27,16 @@ void hx__debug_placement(const hx_session *s)
 
 static const char *dev_name(const hx_session *s, int d) { return s->be[d]->name; }
 
-/* The first step after k that reads the copy made at step k. */
+/* The first step after k that reads the copy made at step k (an
+ * activation out: the copy back). */
 static const hx_tensor *copy_reader(const hx_plan *p, int k)
 {
     const hx_step *c = &p->steps[k];
+    for (int j = k + 1; p->step_role[k] == HX_ROLE_ACT_OUT && j < p->n_steps; j++)
+        if (p->step_role[j] == HX_ROLE_ACT_IN && p->steps[j].node == c->node) {
+            k = j;
+            c = &p->steps[j];
+        }
     for (int j = k + 1; j < p->n_steps; j++) {
         const hx_step *sp = &p->steps[j];
         for (int i = 0; sp->fn && sp->dev == c->dev && i < sp->node->n_src; i++)
@@ -39,31 +45,35 @@ static const hx_tensor *copy_reader(const hx_plan *p, int k)
     return c->node;
 }
 
+const char *hx__copy_role_name(char role)
+{
+    switch (role) {
+    case HX_ROLE_STREAM_IN: return "parameter streamed in";
+    case HX_ROLE_GRAD_OUT: return "gradient out for the host update";
+    case HX_ROLE_ACT_OUT: return "activation out";
+    case HX_ROLE_ACT_IN: return "activation back";
+    default: return NULL;
+    }
+}
+
 /* Why step k copies: its role, with the chunk where offload put it. */
 static void copy_cause(const hx_plan *p, int k, char *buf, size_t n)
 {
     const hx_step *c = &p->steps[k];
+    const char *role = hx__copy_role_name(p->step_role[k]);
     int chunk = p->step_chunk ? p->step_chunk[k] : -1;
-    switch (p->step_role[k]) {
-    case HX_ROLE_STREAM_IN:
-        snprintf(buf, n, "parameter streamed in, chunk %d", chunk);
-        break;
-    case HX_ROLE_GRAD_OUT:
-        snprintf(buf, n, "gradient out as soon as it is made, for the host update");
-        break;
-    case HX_ROLE_ACT_OUT: {
+    if (!role) {
+        snprintf(buf, n, "%s", c->dev == HX_DEV_ACCEL ? "read on the device" : "read on the host");
+    } else if (p->step_role[k] == HX_ROLE_ACT_OUT) {
         int back = -1;
         for (int j = k + 1; j < p->n_steps && back < 0; j++)
             if (p->step_role[j] == HX_ROLE_ACT_IN && p->steps[j].node == c->node) back = j;
-        snprintf(buf, n, "activation out, made in chunk %d, read again from chunk %d", chunk,
+        snprintf(buf, n, "%s: made in chunk %d, read again from chunk %d", role, chunk,
                  back >= 0 && p->step_chunk ? p->step_chunk[back] : -1);
-        break;
-    }
-    case HX_ROLE_ACT_IN:
-        snprintf(buf, n, "activation back for its far reads, chunk %d", chunk);
-        break;
-    default:
-        snprintf(buf, n, "%s", c->dev == HX_DEV_ACCEL ? "read on the device" : "read on the host");
+    } else if (chunk >= 0) {
+        snprintf(buf, n, "%s, chunk %d", role, chunk);
+    } else {
+        snprintf(buf, n, "%s", role);
     }
 }
 

@@ -156,6 +156,8 @@ typedef struct hx_plan {
  * is complete, an activation copied to the host after it is made because a
  * device op reads it again much later, and that activation copied back. */
 enum { HX_ROLE_OTHER, HX_ROLE_STREAM_IN, HX_ROLE_GRAD_OUT, HX_ROLE_ACT_OUT, HX_ROLE_ACT_IN };
+/* The role's name for people ("activation out"; NULL: HX_ROLE_OTHER). */
+const char *hx__copy_role_name(char role);
 
 typedef struct hx_backend hx_backend;
 typedef struct hx_stream hx_stream;

@@ -9,7 +9,7 @@
 #include <time.h>
 
 typedef struct trace_event {
-    const char *name, *tensor;
+    const char *name, *tensor, *role;
     size_t bytes;
     double t0, t1;
 } trace_event;
@@ -88,6 +88,12 @@ hx_trace_lane *hx__trace_lane(hx_trace *t, const char *name)
 void hx__trace_event(hx_trace_lane *l, const char *name, const char *tensor, size_t bytes,
                      double t0, double t1)
 {
+    hx__trace_copy(l, name, tensor, NULL, bytes, t0, t1);
+}
+
+void hx__trace_copy(hx_trace_lane *l, const char *name, const char *tensor, const char *role,
+                    size_t bytes, double t0, double t1)
+{
     if (!l) return;
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 1024;
@@ -99,7 +105,7 @@ void hx__trace_event(hx_trace_lane *l, const char *name, const char *tensor, siz
         l->ev = ev;
         l->cap = cap;
     }
-    l->ev[l->n++] = (trace_event){name, tensor, bytes, t0, t1};
+    l->ev[l->n++] = (trace_event){name, tensor, role, bytes, t0, t1};
 }
 
 /* A JSON string body: quotes, backslashes and control characters escaped. */
@@ -148,6 +154,11 @@ hx_status hx__trace_write(hx_trace *t)
             if (e->tensor) {
                 fprintf(f, "\"tensor\":\"");
                 put_str(f, e->tensor);
+                fprintf(f, "\"%s", e->bytes || e->role ? "," : "");
+            }
+            if (e->role) {
+                fprintf(f, "\"role\":\"");
+                put_str(f, e->role);
                 fprintf(f, "\"%s", e->bytes ? "," : "");
             }
             if (e->bytes) fprintf(f, "\"bytes\":%zu", e->bytes);

@@ -32,6 +32,10 @@ hx_trace_lane *hx__trace_lane(hx_trace *t, const char *name);
  * bytes > 0 is shown in args. */
 void hx__trace_event(hx_trace_lane *l, const char *name, const char *tensor, size_t bytes,
                      double t0, double t1);
+/* A copy's event: as hx__trace_event, with role (NULL: none; a literal)
+ * saying why the plan copies the tensor, shown in args. */
+void hx__trace_copy(hx_trace_lane *l, const char *name, const char *tensor, const char *role,
+                    size_t bytes, double t0, double t1);
 /* Writes every event recorded so far; recording may go on afterwards. */
 hx_status hx__trace_write(hx_trace *t);
 

@@ -157,6 +157,20 @@ static hx_status val_loss(hx_session *s, const gpt_model *m, const gpt_text *tex
     return HX_OK;
 }
 
+/* The offload policy in force (auto_offload's choice) and the device peak
+ * measured against the one predicted for it. */
+static void print_offload(hx_session *s)
+{
+    hx_offload_report r;
+    if (hx_session_offload_report(s, &r)) return;
+    printf("offload: %s parameters %s, activations %s (%d tensors, %zu B each way per step), "
+           "chunk %zu B, prefetch depth %d; device peak %zu B reserved, predicted %zu B, cap "
+           "%zu B\n", r.automatic ? "auto_offload chose" : "manual:",
+           r.offload_param ? "offloaded" : "kept", r.offload_activations ? "offloaded" : "kept",
+           r.activations_offloaded, r.activation_bytes, r.chunk_size, r.prefetch_depth,
+           r.measured_peak_reserved, r.predicted_peak, r.capacity);
+}
+
 /* Device bytes per parameter: what each offload mode keeps there by
  * construction, then this session's measured persistent bytes and the
  * step's planned transient (half copies, gradients, activations). */
@@ -275,6 +289,7 @@ int gpt_main(int argc, char **argv)
             in_window = 0;
         }
     }
+    if (cfg.max_device_memory || o.offload_config) print_offload(r.s);
     rc = 0;
 out:
     gpt_run_free(&r);
