@@ -20,6 +20,8 @@ enum { SMALL = 0, LARGE = 1 }; /* size classes: each has its own segments */
  * that never empties (no cycle, no plan) then reuses its cache freely
  * instead of reserving a segment for each request that finds none close. */
 #define LEARN_MAX 2048
+/* How far ahead of the plan's next entry a request may find its own. */
+#define PLAN_WINDOW 8
 
 struct hx_mem_pools {
     pthread_mutex_t mu;
@@ -306,18 +308,23 @@ static hx_status grow(hx_mem_pools *p, hx_arena *a, size_t bytes, size_t rounded
 
 /* ---- the step plan ----------------------------------------------------------------- */
 
-/* The next allocation of the cycle from the plan, when it is the one the
- * plan expects and its place is free; else NULL and the cycle is off plan. */
+/* The next allocation of the cycle from the plan: the first entry among
+ * the next PLAN_WINDOW not taken yet this cycle, of the request's size and
+ * with its place free (so that requests in a slightly different order
+ * still follow the plan); else NULL and the cycle is off the plan. */
 static hx_mblock *take_planned(hx_mem_pools *p, size_t rounded, size_t bytes)
 {
     if (!p->plan_seg || p->off_plan) return NULL;
-    size_t k = p->plan_next;
+    hx_pool_plan *pl = &p->plan;
     hx_mblock *b = NULL;
-    if (k < p->plan.n && p->plan.size[k] == rounded)
+    for (size_t k = p->plan_next; !b && k < pl->n && k < p->plan_next + PLAN_WINDOW; k++) {
+        if (pl->taken[k] || pl->size[k] != rounded) continue;
         b = hx__arena_take_at(&p->arena[HX_MEM_TRANSIENT][LARGE], p->plan_seg,
-                              p->plan_seg->base + p->plan.offset[k], rounded, bytes);
-    if (b) p->plan_next++;
-    else p->off_plan = true;
+                              p->plan_seg->base + pl->offset[k], rounded, bytes);
+        pl->taken[k] = b != NULL;
+    }
+    while (p->plan_next < pl->n && pl->taken[p->plan_next]) p->plan_next++;
+    if (!b) p->off_plan = true;
     return b;
 }
 
@@ -361,6 +368,7 @@ static void cycle_end(hx_mem_pools *p)
         }
     }
     hx__cycle_reset(&p->cycle);
+    if (p->plan_seg) memset(p->plan.taken, 0, p->plan.n * sizeof *p->plan.taken);
     p->plan_next = 0;
     p->off_plan = false;
     p->grew = false;

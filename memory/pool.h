@@ -24,8 +24,10 @@
  * offset free over its whole lifetime, within a few percent of the cycle's
  * peak live bytes); that layout becomes the plan in one segment, which
  * replaces the cycle's cached segments. The next cycles get the plan's
- * offsets while they ask for the same sizes in the same order; from the
- * first request that differs they take best fit, the plan's segment first.
+ * offsets while they ask for the same sizes in the same order (a request
+ * may find its entry up to 8 ahead, when its place is free); from the
+ * first request that finds none they take best fit, the plan's segment
+ * first.
  * In steady state nothing is reserved or released.
  *
  * Memory comes from the backend through hx_mem_source and counts against a

@@ -120,8 +120,9 @@ bool hx__pool_plan_layout(const hx_pool_cycle *c, size_t align, hx_pool_plan *ou
     by_offset *live = malloc(n * sizeof *live);
     size_t *size = malloc(n * sizeof *size), *offset = malloc(n * sizeof *offset);
     size_t *best = malloc(n * sizeof *best);
-    if (!order || !live || !size || !offset || !best) {
-        free(order), free(live), free(size), free(offset), free(best);
+    bool *taken = calloc(n, sizeof *taken);
+    if (!order || !live || !size || !offset || !best || !taken) {
+        free(order), free(live), free(size), free(offset), free(best), free(taken);
         return false;
     }
     size_t best_extent = SIZE_MAX;
@@ -162,7 +163,7 @@ bool hx__pool_plan_layout(const hx_pool_cycle *c, size_t align, hx_pool_plan *ou
     free(live);
     free(offset);
     hx__pool_plan_free(out);
-    *out = (hx_pool_plan){.n = n, .size = size, .offset = best,
+    *out = (hx_pool_plan){.n = n, .size = size, .offset = best, .taken = taken,
                           .bytes = hx__mem_round(best_extent, align)};
     return true;
 }
@@ -171,5 +172,6 @@ void hx__pool_plan_free(hx_pool_plan *p)
 {
     free(p->size);
     free(p->offset);
+    free(p->taken);
     memset(p, 0, sizeof *p);
 }

@@ -38,6 +38,7 @@ void hx__cycle_destroy(hx_pool_cycle *c);
 typedef struct hx_pool_plan {
     size_t n;
     size_t *size, *offset; /* by allocation index in the cycle */
+    bool *taken;           /* the entries a cycle following the plan has used (the owner's) */
     size_t bytes;          /* the layout's extent */
 } hx_pool_plan;
 

@@ -643,6 +643,22 @@ static void test_plan_steps(uint64_t seed)
     CHECK(c.reserves + c.releases == ops && s.total.peak_reserved == peak,
           "seed %llu: steady steps reserve and release nothing (%lld ops) and keep the peak",
           (unsigned long long)seed, (long long)(c.reserves + c.releases - ops));
+    /* the same step with two allocations that follow each other swapped:
+     * both places are free then, so the plan still serves every request */
+    step_t swapped = st;
+    for (int e = 0; e + 1 < swapped.n_ev; e++)
+        if (swapped.ev[e] >= 0 && swapped.ev[e + 1] >= 0) {
+            int t = swapped.ev[e];
+            swapped.ev[e] = swapped.ev[e + 1];
+            swapped.ev[e + 1] = t;
+            break;
+        }
+    snprintf(what, sizeof what, "seed %llu swapped step", (unsigned long long)seed);
+    run_step(p, &c, &swapped, pers, 4, what);
+    hx_mem_pools_plan_stats(p, &ps);
+    CHECK(ps.planned - planned == st.n && c.reserves + c.releases == ops,
+          "%s: the plan serves all %d allocations (%lld), no segment reserved or released", what,
+          st.n, (long long)(ps.planned - planned));
     snprintf(what, sizeof what, "seed %llu other step", (unsigned long long)seed);
     run_step(p, &c, &other, pers, 4, what);
     run_step(p, &c, &st, pers, 4, what);
