@@ -7,9 +7,10 @@
 
 /* Records plan p's transient tensors on the accelerator as a per-tensor
  * allocator would see them in one sequential run: each allocated at the
- * step that produces it (its copy, for a copy to the device) and freed
- * after the last step that reads it there (fetches: at the end), steps in
- * the plan's unit-major order. Nothing without an accelerator or when the
+ * step that produces it, each copy to the device at its step (a tensor
+ * copied there again, offload's parameters and activations back, is one
+ * allocation per copy), and freed after the last step that reads that
+ * value there (fetches: at the end), steps in the plan's unit-major order. Nothing without an accelerator or when the
  * mode is off. Out of host memory: nothing recorded for this run. */
 void hx__plan_memtrace(const hx_session *s, const hx_plan *p);
 
