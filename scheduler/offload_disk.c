@@ -338,6 +338,19 @@ hx_status hx__disk_write_tensor(hx_session *s, const char *fn, const hx_tensor *
     return st;
 }
 
+/* Loads span p (blank: zeroed), visits its tensors ids[0 .. n), stores it
+ * back (pending) when write, gives the buffer back. */
+static hx_status visit_span(hx_session *s, const char *fn, span *p, const int *ids, int n,
+                            bool blank, bool write, hx_disk_visit_fn visit, void *ctx)
+{
+    hx_offload_disk *d = s->disk;
+    hx_status st = span_load(d, fn, p, blank);
+    for (int k = 0; k < n && !st; k++) st = visit(ctx, s->g->tensors[ids[k]], span_at(d, p, ids[k]));
+    if (!st && write) st = span_store(d, fn, p);
+    span_drop(d, p);
+    return st;
+}
+
 hx_status hx__disk_visit(hx_session *s, const char *fn, bool blank, bool write,
                          hx_disk_visit_fn visit, void *ctx)
 {
@@ -347,38 +360,28 @@ hx_status hx__disk_visit(hx_session *s, const char *fn, bool blank, bool write,
     int *ids = malloc(sizeof *ids * (g->n ? g->n : 1));
     if (!ids) return hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     hx_status st = HX_OK;
-    /* resident spans: tensors in layout (id) order, merged where they share a segment;
-     * then one span per chunk. i == g->n closes the last resident span. */
+    /* resident tensors in layout (id) order, in spans merged where they share a segment */
     span p = {-1, -1, NULL};
     int n_ids = 0;
-    for (int pass = 0; pass < 2 && !st; pass++) {
-        int n_spans = pass ? d->n_seg - d->n_res : 1;
-        for (int c = 0; c < n_spans && !st; c++) {
-            if (pass) {
-                p = (span){d->n_res + c, d->n_res + c, NULL};
-                n_ids = 0;
-                for (int i = 0; i < g->n; i++)
-                    if (d->where[i] == p.lo) ids[n_ids++] = i;
-            }
-            for (int i = 0; i <= g->n && !st; i++) {
-                if (!pass && i < g->n && d->where[i] != -1) continue;
-                span q = {-1, -1, NULL};
-                if (!pass && i < g->n) q = span_of(s, i);
-                bool flush = pass ? i == g->n : n_ids && (i == g->n || q.lo > p.hi);
-                if (flush) {
-                    st = span_load(d, fn, &p, blank);
-                    for (int k = 0; k < n_ids && !st; k++)
-                        st = visit(ctx, g->tensors[ids[k]], span_at(d, &p, ids[k]));
-                    if (!st && write) st = span_store(d, fn, &p);
-                    span_drop(d, &p);
-                    n_ids = 0;
-                }
-                if (pass || i == g->n) continue;
-                if (!n_ids) p = q;
-                else if (q.hi > p.hi) p.hi = q.hi;
-                ids[n_ids++] = i;
-            }
+    for (int i = 0; i < g->n && !st; i++) {
+        if (d->where[i] != -1) continue;
+        span q = span_of(s, i);
+        if (n_ids && q.lo > p.hi) {
+            st = visit_span(s, fn, &p, ids, n_ids, blank, write, visit, ctx);
+            n_ids = 0;
         }
+        if (!n_ids) p = q;
+        else if (q.hi > p.hi) p.hi = q.hi;
+        ids[n_ids++] = i;
+    }
+    if (n_ids && !st) st = visit_span(s, fn, &p, ids, n_ids, blank, write, visit, ctx);
+    /* then each chunk */
+    for (int k = d->n_res; k < d->n_seg && !st; k++) {
+        n_ids = 0;
+        for (int i = 0; i < g->n; i++)
+            if (d->where[i] == k) ids[n_ids++] = i;
+        p = (span){k, k, NULL};
+        st = visit_span(s, fn, &p, ids, n_ids, blank, write, visit, ctx);
     }
     free(ids);
     if (write && !st) commit(d);

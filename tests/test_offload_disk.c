@@ -444,6 +444,20 @@ static void test_bounded(void)
     CHECK(hx_session_write(s, m.w[9], want_w, sizeof want_w) == HX_OK, "write: %s", hx_last_error());
     CHECK(hx_session_read(s, m.w[9], got_w, sizeof got_w) == HX_OK &&
               !memcmp(got_w, want_w, sizeof got_w), "write/read round trip of a master");
+    /* a load whose write of chunk 3 comes back short applies nothing */
+    size_t n0, n1;
+    char *snap0 = snapshot(s, &n0);
+    f = hx_disk_faults_none();
+    f.short_write_block = hx__disk_block_of(s, n_res + 3, true);
+    hx_disk_tier_set_faults(hx__disk_tier_of(s), &f);
+    st = hx_session_load(s, ckpt);
+    hx_disk_tier_set_faults(hx__disk_tier_of(s), NULL);
+    CHECK(st == HX_ERR_IO && strstr(hx_last_error(), "offset"), "load under a short write: %s: %s",
+          hx_status_name(st), hx_last_error());
+    char *snap1 = snapshot(s, &n1);
+    CHECK(n0 == n1 && !memcmp(snap0, snap1, n0), "a failed load changed the session");
+    free(snap0);
+    free(snap1);
     CHECK(hx_session_load(s, ckpt) == HX_OK, "load: %s", hx_last_error());
     state_of(s, &m, after);
     CHECK(!memcmp(before, after, bytes), "load did not restore the parameters and state");
