@@ -480,17 +480,19 @@ static hx_status setup(hx_session *s, hx_offload_disk *d)
                          "slots (all parameters and optimizer state are %zu bytes)",
                          d->res_bytes, d->n_slots, d->slot_bytes, need, oc->offload_cpu_size, need,
                          d->whole);
-    /* two generations, and the blocks of one segment written before its old ones are free */
+    /* two generations, and the blocks written before their old ones are free: a segment,
+     * or a chunk with the resident segments the I/O thread writes in the same batch */
     size_t stored = 0, largest = 0;
     for (int k = 0; k < d->n_seg; k++) {
         stored += d->segs[k].bytes;
         if (d->segs[k].bytes > largest) largest = d->segs[k].bytes;
     }
-    size_t disk = 2 * stored + largest;
+    size_t batch = d->slot_bytes + d->res_bytes;
+    size_t disk = 2 * stored + (batch > largest ? batch : largest);
     if (oc->offload_disk_size && disk > oc->offload_disk_size)
         return hx__error(HX_ERR_IO, "hx_session_create: offload_param=disk needs up to %zu bytes "
                          "under offload_path '%s' (two copies of %zu bytes of parameters and "
-                         "optimizer state, and a segment in flight), more than offload_disk_size "
+                         "optimizer state, and the writes in flight), more than offload_disk_size "
                          "(%zu bytes): raise offload_disk_size", disk, oc->offload_path, stored,
                          oc->offload_disk_size);
     hx_disk_config dc = hx_disk_config_default(oc->offload_path);

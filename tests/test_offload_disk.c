@@ -492,6 +492,12 @@ static void test_bounded(void)
           "pinned peak %zu B against a %zu B budget", ps.pool.peak_reserved, need);
     CHECK(ds.bounce_bytes == 0 && ps.pool.reserved == 0, "bounce %zu B, held between calls %zu B",
           ds.bounce_bytes, ps.pool.reserved);
+    /* the file: two copies of every segment and the writes of one batch in flight, at most */
+    size_t stored = 0;
+    for (int k = 0; k < n_seg; k++) stored += s->disk->segs[k].bytes;
+    size_t file = (size_t)ds.slots * HX_DISK_BLOCK;
+    printf("bounded: file %zu B for %zu B stored\n", file, stored);
+    CHECK(file <= 2 * stored + s->disk->slot_bytes + s->disk->res_bytes, "file %zu B", file);
     free(before);
     free(after);
 done:
