@@ -576,8 +576,10 @@ typedef struct hx_emu_cost {
  * family chosen the same way (its segments: powers of two from 64 KiB up
  * to the step's device output bytes), and takes, of the families' choices
  * that fit, the one that copies the fewest bytes per step (ties: the
- * order above). offload_activations CPU with auto_offload keeps only the
- * policies that offload activations. When nothing fits, session creation
+ * order above); the family with both is planned only when neither of the
+ * others fits, and a family in which no size fits at depth 0 is not
+ * planned at depths 1 and 2. offload_activations CPU with
+ * auto_offload keeps only the policies that offload activations. When nothing fits, session creation
  * fails with HX_ERR_DEVICE_OOM naming the smallest peak found and about
  * the cap it needs. hx_session_offload_report says what was chosen and
  * predicted, and the peak measured since; HX_DEBUG=offload prints every
@@ -624,7 +626,8 @@ typedef struct hx_offload_config {
     bool enable_aio;             /* disk tier: io_uring/libaio (else synchronous I/O): true */
     bool enable_pinned_mem;      /* copies through pinned host memory: true */
     bool auto_offload;           /* choose offload, chunk and depth from the cap: false */
-    size_t chunk_size;           /* parameter bytes per transfer chunk: 0: 32 MiB */
+    size_t chunk_size;           /* parameter bytes per transfer chunk (offload_activations:
+                                    also device op output bytes per segment): 0: 32 MiB */
     int prefetch_depth;          /* chunks copied ahead of the one in use: 1 */
     hx_offload_target offload_activations; /* "none" | "cpu" (not DISK): NONE */
 } hx_offload_config;

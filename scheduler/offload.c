@@ -380,26 +380,22 @@ static int segment_sizes(const hx_session *s, size_t *out, int max)
 }
 
 /* One family of policies (proto's placement of parameters and
- * activations): for each depth 2, 1, 0 the largest of the sizes (ascending)
- * that fits, and of those the better(); *found says whether one fits. The
- * family's tightest policy (the smallest size, depth 0: in practice its
- * least peak) is planned first, and when even it does not fit nothing
- * else is: a model far over the cap costs one plan per family. */
+ * activations): for each depth the largest of the sizes that fits, and of
+ * those the better(); *found says whether one fits. Depth 0 (the least
+ * held on the device) goes first, and when no size fits there the deeper
+ * ones are not planned: a model far over the cap costs a third. */
 static hx_status family(hx_session *s, size_t base, candidate proto, const size_t *sizes, int n,
                         size_t limit, candidate *smallest, candidate *best, bool *found)
 {
     *found = false;
-    candidate tight = proto;
-    tight.chunk = sizes[0];
-    tight.depth = 0;
-    hx_status st = n ? try_candidate(s, base, &tight, limit, smallest) : HX_OK;
-    if (st || !n || tight.pr.peak > limit) return st;
-    for (int depth = 2; depth >= 0; depth--)
+    static const int depths[3] = {0, 2, 1};
+    for (int d = 0; d < 3 && (d == 0 || *found); d++)
         for (int k = n - 1; k >= 0; k--) {
-            candidate c = tight;
+            candidate c = proto;
             c.chunk = sizes[k];
-            c.depth = depth;
-            if ((depth || k) && (st = try_candidate(s, base, &c, limit, smallest))) return st;
+            c.depth = depths[d];
+            hx_status st = try_candidate(s, base, &c, limit, smallest);
+            if (st) return st;
             if (c.pr.peak > limit) continue;
             if (!*found || better(&c, best)) *best = c;
             *found = true;
