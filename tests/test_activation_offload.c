@@ -59,7 +59,7 @@ static hx_session *train_ok(const deep_mlp *m, const hx_session_config *c, float
 
 static void same_params(hx_session *a, hx_session *b, const deep_mlp *m, const char *what)
 {
-    static float pa[W * W], pb[W * W];
+    static float pa[B * B], pb[B * B]; /* the largest weight of both models (256 x 256) */
     for (int l = 0; l < m->layers; l++) {
         const hx_tensor *t[2] = {m->w[l], m->b[l]};
         for (int j = 0; j < 2; j++) {
@@ -252,6 +252,37 @@ static void test_auto(const deep_mlp *m, hx_session *ref, const float *ref_loss)
     hx_session_free(s);
 }
 
+/* A wider MLP (batch 64, width 256, 12 layers) whose parameter copies (3.1
+ * MB) and activations each exceed the cap: only offloading both fits, and
+ * auto_offload plans that family once neither of the others fits (its
+ * inputs are W x B: the same xv, yv). */
+static void test_auto_both(void)
+{
+    deep_mlp m;
+    CHECK(deep_mlp_build(W, B, L, &m) == HX_OK, "build: %s", hx_last_error());
+    float ref_loss[STEPS], loss[STEPS];
+    hx_session_config c = emu_config(0);
+    hx_session *ref = train_ok(&m, &c, ref_loss, "wide, uncapped");
+    size_t cap = (size_t)3 << 19; /* 1.5 MiB: the step without offload peaks at 4.8 MB */
+    c.max_device_memory = cap;
+    c.offload.auto_offload = true;
+    hx_session *s = ref ? train_ok(&m, &c, loss, "wide, auto") : NULL;
+    if (s) {
+        hx_offload_report r = report_of(s, "wide, auto");
+        CHECK(r.offload_activations == HX_OFFLOAD_CPU && r.offload_param == HX_OFFLOAD_CPU,
+              "wide, auto: activations %d, params %d", (int)r.offload_activations,
+              (int)r.offload_param);
+        CHECK(r.measured_peak_reserved <= cap && r.measured_peak_reserved >= r.predicted_peak &&
+                  r.measured_peak_reserved <= r.predicted_peak + r.margin,
+              "wide, auto: measured %zu, predicted %zu", r.measured_peak_reserved, r.predicted_peak);
+        CHECK(!memcmp(loss, ref_loss, sizeof loss), "wide, auto: losses differ");
+        same_params(s, ref, &m, "wide, auto");
+        hx_session_free(s);
+    }
+    hx_session_free(ref);
+    deep_mlp_free(&m);
+}
+
 int main(void)
 {
     test_rng r = test_rng_make(33);
@@ -267,6 +298,7 @@ int main(void)
     hx_session *ref = train_ok(&m, &rc, ref_loss, "uncapped");
     if (ref) test_manual(&m, ref, ref_loss);
     if (ref) test_auto(&m, ref, ref_loss);
+    test_auto_both();
     hx_session_free(ref);
     deep_mlp_free(&m);
     return test_finish("activation_offload");
