@@ -5,8 +5,10 @@
  * right after it is made and back before its far read (the backward), the
  * measured device peak is the predicted one, under the cap and below the
  * peak without activation offload; auto_offload turns it on when the
- * parameters fit but the activations do not and leaves it off when
- * everything fits; the key's syntax and its errors. */
+ * parameters fit but the activations do not, leaves it off when everything
+ * fits, and offloads both when neither alone fits; the gradient norm is
+ * clipped so that every result depends on every gradient's scan; the
+ * key's syntax and its errors. */
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
