@@ -122,7 +122,7 @@ static int plain_direct(const char *dir, uint64_t wbytes, uint64_t rbytes, doubl
  * steps into *sum. */
 static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_s,
                     hx_disk_run_stats *sum, size_t *need, size_t *whole, size_t *pinned_peak,
-                    size_t *stored)
+                    size_t *stored, int *slots)
 {
     hx_session *s;
     if (hx_session_create(m->g, c, &s)) {
@@ -130,6 +130,7 @@ static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_
         return -1;
     }
     *need = hx__disk_host_bytes(s);
+    *slots = s->disk->n_slots;
     *whole = hx__disk_whole_bytes(s);
     int n_seg = hx__disk_segments(s, NULL);
     *stored = 0;
@@ -174,7 +175,8 @@ static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_
 /* offload_param=disk at the smallest host budget it takes, against cpu
  * offload with the same chunk size and depth under the same device cap
  * (its measured peak + 1 MiB) and against the uncapped step. */
-static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth, double base_s)
+static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth, double base_s,
+                     bool roomy)
 {
     hx_session_config c = hx_session_config_default();
     c.accelerator = HX_ACCELERATOR_EMU;
@@ -192,9 +194,12 @@ static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth
     hx_disk_run_stats r;
     double disk_s;
     size_t need, whole, pinned, stored;
-    if (run_disk(m, &c, &disk_s, &r, &need, &whole, &pinned, &stored)) return -1; /* no budget: sizes */
-    c.offload.offload_cpu_size = need; /* the smallest budget it takes */
-    if (run_disk(m, &c, &disk_s, &r, &need, &whole, &pinned, &stored)) return -1;
+    int slots;
+    if (run_disk(m, &c, &disk_s, &r, &need, &whole, &pinned, &stored, &slots)) return -1; /* sizes */
+    /* the smallest budget it takes, or (roomy) the whole set: a slot for every chunk it
+     * fits, so the forward and backward read them all ahead */
+    c.offload.offload_cpu_size = roomy ? whole : need;
+    if (run_disk(m, &c, &disk_s, &r, &need, &whole, &pinned, &stored, &slots)) return -1;
     uint64_t rd = r.resident_bytes + r.chunk_bytes_read, wr = r.resident_bytes_written + r.chunk_bytes_written;
     double io_total = r.io_s + r.resident_read_s + r.resident_write_s; /* device busy, all steps */
     /* what the step's threads waited for (resident waits are the executor's submission
@@ -206,6 +211,7 @@ static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth
     printf("{\"case\":\"offload_disk\",\"layers\":%d,\"batch\":%d,\"param_bytes\":%zu,\"chunk_size\":%zu,"
            "\"prefetch_depth\":%d,\"cap\":%zu,\"host_budget\":%zu,\"whole_set_bytes\":%zu,"
            "\"budget_over_whole_set\":%.3f,\"pinned_peak_reserved\":%zu,\"disk_chunks\":%d,"
+           "\"chunk_slots\":%d,"
            "\"stored_bytes\":%zu,\"padding_fraction\":%.3f,"
            "\"step_ms\":%.3f,\"cpu_offload_step_ms\":%.3f,\"ceiling_step_ms\":%.3f,"
            "\"throughput_vs_cpu_offload\":%.3f,\"throughput_vs_uncapped\":%.3f,"
@@ -214,8 +220,9 @@ static int disk_case(const deep_mlp *m, const char *dir, size_t chunk, int depth
            "\"bytes_read\":%llu,\"bytes_written\":%llu},"
            "\"io_hidden_fraction\":%.3f,\"tier_mb_s\":%.1f,\"plain_direct_mb_s\":%.1f,"
            "\"plain_write_mb_s\":%.1f,\"plain_read_mb_s\":%.1f,\"tier_over_plain\":%.3f}\n",
-           m->layers, (int)m->x->shape[0], m->param_bytes, chunk, depth, c.max_device_memory, need, whole,
-           (double)need / whole, pinned, r.chunks, stored, 1.0 - (double)whole / stored,
+           m->layers, (int)m->x->shape[0], m->param_bytes, chunk, depth, c.max_device_memory,
+           c.offload.offload_cpu_size, whole,
+           (double)c.offload.offload_cpu_size / whole, pinned, r.chunks, slots, stored, 1.0 - (double)whole / stored,
            disk_s * 1e3, cpu_s * 1e3, base_s * 1e3, cpu_s / disk_s, base_s / disk_s,
            r.resident_read_s * 1e3 / STEPS, r.resident_wait_s * 1e3 / STEPS, r.update_s * 1e3 / STEPS, r.update_wait_s * 1e3 / STEPS,
            r.resident_write_s * 1e3 / STEPS, r.io_s * 1e3 / STEPS, r.prefetch_s * 1e3 / STEPS,
@@ -271,7 +278,7 @@ int main(int argc, char **argv)
     size_t chunk[3] = {300 << 10, 300 << 10, 4 << 20};
     int depth[3] = {0, 1, 0};
     for (int k = 0; k < 3; k++)
-        if (disk_case(&m, dir, chunk[k], depth[k], base_s)) return 1;
+        if (disk_case(&m, dir, chunk[k], depth[k], base_s, false)) return 1;
     /* the same layers at batch B_WIDE: the forward and backward take long enough to hide
      * the resident region's read and the first chunks' */
     deep_mlp wide;
@@ -280,7 +287,8 @@ int main(int argc, char **argv)
     c.offload = hx_offload_config_default();
     c.max_device_memory = 0;
     if (deep_mlp_build(B_WIDE, W, L, &wide) || run(&wide, &c, &wide_s, &wide_peak, NULL) ||
-        disk_case(&wide, dir, chunk[2], 0, wide_s))
+        disk_case(&wide, dir, chunk[2], 0, wide_s, false) ||
+        disk_case(&wide, dir, chunk[2], 0, wide_s, true))
         return 1;
     deep_mlp_free(&wide);
     rmdir(dir);

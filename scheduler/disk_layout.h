@@ -21,7 +21,7 @@
 #include <stdatomic.h>
 
 #define HX_DISK_BLOCK HX_MIB /* the tier's block: O_DIRECT transfers of 1 MiB */
-#define HX_DISK_SLOTS 3      /* chunk slots: one updated, one read ahead, one written back */
+#define HX_DISK_SLOTS 3      /* chunk slots at least: one updated, one read ahead, one written back */
 
 typedef struct hx_disk_seg {
     size_t off;    /* resident: byte offset in the resident region; chunk: 0 */
@@ -44,7 +44,7 @@ struct hx_offload_disk {
     size_t seg_bytes;  /* a resident segment (the last may be shorter) and the chunk target */
     size_t res_bytes;  /* the resident region */
     size_t slot_bytes; /* the largest chunk */
-    int n_slots;       /* min(HX_DISK_SLOTS, chunks) */
+    int n_slots;       /* min(HX_DISK_SLOTS, chunks), more where offload_cpu_size has room */
     size_t whole;      /* every disk tensor's bytes: what one buffer for all would take */
     char *res;         /* the resident region while loaded, else NULL */
     bool loaded;       /* the resident region has its host buffer (res NULL when it is empty) */

@@ -11,7 +11,8 @@
  * is updated in slot j % n_slots by the calling thread while the I/O
  * thread reads the chunks ahead and writes the updated ones back:
  *
- *   I/O thread: read 0 .. n_slots-2 (during the forward and backward),
+ *   I/O thread: read 0 .. n_slots-2 (during the forward and backward; the
+ *               more slots offload_cpu_size has room for, the more chunks),
  *               then for each j: once j is updated, write j, read
  *               j + n_slots - 1 and write the resident segments no later
  *               step writes into, all in flight together (hx_disk_tier_batch)
@@ -43,10 +44,10 @@ struct hx_disk_update {
     int *order;     /* plan step indices */
     void **in;      /* a step's inputs with its chunk's tensors in the slot */
     int *res_last;  /* per resident segment: the last chunk whose steps write into it (-2: none) */
-    hx_disk_op *ops; /* the I/O thread's batch: up to 2 + n_res ops */
+    hx_disk_op *ops; /* the I/O thread's batch */
     int *op_what;
     int n_slots;
-    char *slot[HX_DISK_SLOTS];
+    char **slot;    /* n_slots buffers of slot_bytes */
     pthread_t io;
     bool started;
     pthread_mutex_t mu;
@@ -270,8 +271,9 @@ void hx__disk_update_end(hx_session *s)
         pthread_mutex_unlock(&u->mu);
         pthread_join(u->io, NULL);
     }
-    for (int k = 0; k < u->n_slots; k++)
+    for (int k = 0; u->slot && k < u->n_slots; k++)
         if (u->slot[k]) hx_pinned_free(d->pinned, u->slot[k], NULL);
+    free(u->slot);
     pthread_mutex_destroy(&u->mu);
     pthread_cond_destroy(&u->cv);
     free(u->seg);
@@ -306,8 +308,10 @@ static int chunk_of(const hx_offload_disk *d, const hx_step *sp)
  * without a chunk, -2 when none does. */
 static hx_status last_writers(hx_disk_update *u, const hx_offload_disk *d, const hx_plan *p)
 {
-    u->ops = malloc(sizeof *u->ops * (d->n_res + 2)); /* a batch: 2 chunks and resident segments */
-    u->op_what = malloc(sizeof *u->op_what * (d->n_res + 2));
+    /* a batch: the first chunks read, or a chunk read and one written with resident segments */
+    size_t n_ops = (size_t)d->n_res + (size_t)d->n_slots + 2;
+    u->ops = malloc(sizeof *u->ops * n_ops);
+    u->op_what = malloc(sizeof *u->op_what * n_ops);
     if (!(u->res_last = malloc(sizeof *u->res_last * (d->n_res + 1))) || !u->ops || !u->op_what)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
     for (int k = 0; k < d->n_res; k++) u->res_last[k] = -2;
@@ -391,6 +395,9 @@ hx_status hx__disk_update_begin(hx_session *s, const hx_plan *p)
         return st;
     }
     u->n_slots = u->n < d->n_slots ? u->n : d->n_slots;
+    size_t n_slots = u->n_slots > 0 ? (size_t)u->n_slots : 0;
+    if (!(u->slot = calloc(n_slots + 1, sizeof *u->slot)))
+        st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
     hx_mem_err err;
     for (int k = 0; k < u->n_slots && !st; k++) {
         void *m = NULL;

@@ -480,6 +480,11 @@ static hx_status setup(hx_session *s, hx_offload_disk *d)
                          "slots (all parameters and optimizer state are %zu bytes)",
                          d->res_bytes, d->n_slots, d->slot_bytes, need, oc->offload_cpu_size, need,
                          d->whole);
+    /* a budget with room for more slots reads more chunks ahead, during the forward and
+     * backward (without a budget: the three) */
+    int chunks = d->n_seg - d->n_res;
+    size_t more = oc->offload_cpu_size && d->slot_bytes ? (oc->offload_cpu_size - need) / d->slot_bytes : 0;
+    d->n_slots = more > (size_t)(chunks - d->n_slots) ? chunks : d->n_slots + (int)more;
     /* two generations, and the blocks written before their old ones are free: a segment,
      * or a chunk with the resident segments the I/O thread writes in the same batch */
     size_t stored = 0, largest = 0;

@@ -7,7 +7,8 @@
  * Bounded host memory (disk_layout.h): a run loads only the resident
  * region (what the forward and backward read; a training run's steps each
  * wait for the segments they read, while the I/O thread reads on); the optimizer state is
- * streamed through HX_DISK_SLOTS chunk slots during the update phase by an
+ * streamed through HX_DISK_SLOTS (or, where offload_cpu_size has room,
+ * more) chunk slots during the update phase by an
  * I/O thread (disk_update.c) that reads the next chunks (the first ones
  * while the forward and backward run) and writes the updated ones back
  * while the calling thread updates. offload_cpu_size must hold the resident
