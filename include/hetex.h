@@ -577,8 +577,9 @@ typedef struct hx_emu_cost {
  * to the step's device output bytes), and takes, of the families' choices
  * that fit, the one that copies the fewest bytes per step (ties: the
  * order above); the family with both is planned only when neither of the
- * others fits, and a family in which no size fits at depth 0 is not
- * planned at depths 1 and 2. offload_activations CPU with
+ * others fits, and depths 2 and 1 are planned only from the largest size
+ * that fits at depth 0 down (none fits there: not at all).
+ * offload_activations CPU with
  * auto_offload keeps only the policies that offload activations. When nothing fits, session creation
  * fails with HX_ERR_DEVICE_OOM naming the smallest peak found and about
  * the cap it needs. hx_session_offload_report says what was chosen and

@@ -380,17 +380,19 @@ static int segment_sizes(const hx_session *s, size_t *out, int max)
 }
 
 /* One family of policies (proto's placement of parameters and
- * activations): for each depth the largest of the sizes that fits, and of
- * those the better(); *found says whether one fits. Depth 0 (the least
- * held on the device) goes first, and when no size fits there the deeper
- * ones are not planned: a model far over the cap costs a third. */
+ * activations): for each depth the largest of the sizes (ascending) that
+ * fits, and of those the better(); *found says whether one fits. Depth 0
+ * (the least held on the device) goes first; the deeper ones hold more,
+ * so they are planned only when a size fits at depth 0, from that size
+ * down: a model far over the cap costs a third, one that fits about half. */
 static hx_status family(hx_session *s, size_t base, candidate proto, const size_t *sizes, int n,
                         size_t limit, candidate *smallest, candidate *best, bool *found)
 {
     *found = false;
     static const int depths[3] = {0, 2, 1};
+    int top = n - 1;
     for (int d = 0; d < 3 && (d == 0 || *found); d++)
-        for (int k = n - 1; k >= 0; k--) {
+        for (int k = top; k >= 0; k--) {
             candidate c = proto;
             c.chunk = sizes[k];
             c.depth = depths[d];
@@ -399,6 +401,7 @@ static hx_status family(hx_session *s, size_t base, candidate proto, const size_
             if (c.pr.peak > limit) continue;
             if (!*found || better(&c, best)) *best = c;
             *found = true;
+            if (!d) top = k;
             break; /* the largest chunk at this depth */
         }
     return HX_OK;
