@@ -545,18 +545,26 @@ typedef struct hx_emu_cost {
  * removed when the session is freed) through the disk tier: O_DIRECT where
  * the filesystem takes it, io_uring or libaio when enable_aio (else
  * synchronous I/O), an XXH3 checksum per 1 MiB block. Between calls the
- * host holds none of them; a run reads them all into one buffer of the
- * pinned host pool (blocks of host_mem_block_size, capped by
- * offload_cpu_size, which must therefore hold the parameters and their
- * state: creation fails naming it otherwise), a training run writes them
- * back in segments of chunk_size after its updates, and the buffer is
- * given back (no prefetch overlaps compute yet). Writes go to a second
- * copy that replaces the first only when every segment was written, so a
+ * host holds none of them. A run reads only the resident region (what the
+ * forward and backward read: the parameters, or their f16/bf16 copies when
+ * masters are used through a cast) into the pinned host pool (a training
+ * run's I/O thread reads it while the forward runs, each step waiting only
+ * for the part it reads); the optimizer state that only the updates read
+ * (Adam's moments, the f32 masters) stays on disk in chunks of about
+ * chunk_size bytes and is streamed through chunk slots during the update
+ * phase: the I/O thread reads the first chunks while the forward and
+ * backward run, then writes each updated chunk back while the next one is
+ * updated and the one after it is read. offload_cpu_size must hold the
+ * resident region and three slots, not the whole set (creation fails
+ * naming the minimum otherwise); a larger budget buys more slots, so more
+ * chunks are read ahead.
+ * Every segment of the file has two copies; a call writes the one not in
+ * use and all of its segments switch only when every write succeeded, so a
  * short write, ENOSPC (HX_ERR_IO) or a checksum mismatch on read
  * (HX_ERR_CORRUPT) fails the call naming the file and offset, and nothing
- * is applied: the parameters and the step count stay as they were.
- * hx_session_read/write/save/load read from and write to the disk. Not
- * with delayed_param_update (HX_ERR_UNSUPPORTED).
+ * is applied: the parameters, state and step count stay as they were.
+ * hx_session_read/write/save/load read from and write to the disk segment
+ * by segment. Not with delayed_param_update (HX_ERR_UNSUPPORTED).
  *
  * auto_offload chooses the policy from the device cap (max_device_memory,
  * or the device's memory) at session creation: it plans the training step
