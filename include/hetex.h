@@ -572,23 +572,21 @@ typedef struct hx_emu_cost {
  * the device's peak as its pools would reserve it (persistent tensors on
  * the device, the gradient scan's sums, the step's transient arena), to
  * stay under the cap less a margin (two of the pools' segments and 1/64 of
- * the cap). With offload_param NONE it keeps the placement if that fits;
- * otherwise (or with offload_param CPU) it offloads parameters to the host
- * and sets chunk_size and prefetch_depth (the config's are ignored): for
- * each depth 2, 1, 0 the largest chunk that fits (one candidate per power
- * of two P from 64 KiB: the size in [P, 2P) whose chunks waste least),
- * then of those a depth >= 1 (copies overlap compute) over depth 0, then
- * the larger chunk, then the deeper. When offload_param NONE does not fit,
- * it also plans activation offload (offload_activations CPU) with the
- * parameters where placement put them and with parameter offload, each
- * family chosen the same way (its segments: powers of two from 64 KiB up
- * to the step's device output bytes), and takes, of the families' choices
- * that fit, the one that copies the fewest bytes per step (ties: the
- * order above); the family with both is planned only when neither of the
- * others fits, and depths 2 and 1 are planned only from the largest size
- * that fits at depth 0 down (none fits there: not at all).
- * offload_activations CPU with
- * auto_offload keeps only the policies that offload activations. When nothing fits, session creation
+ * the cap). With offload_param and offload_activations NONE it keeps the
+ * placement if that fits. Otherwise it plans families of policies:
+ * activation offload (offload_activations CPU) with the parameters where
+ * placement put them; parameter offload to the host; and both, planned
+ * only when neither of the others fits (offload_param CPU keeps the
+ * families that offload parameters, offload_activations CPU those that
+ * offload activations). In a family it sets chunk_size and prefetch_depth
+ * (the config's are ignored): for each depth 0, 2, 1 the largest size that
+ * fits (parameter chunks: one candidate per power of two P from 64 KiB,
+ * the size in [P, 2P) whose chunks waste least; activation segments:
+ * powers of two from 64 KiB up to the step's device output bytes), depths
+ * 2 and 1 only when a size fits at depth 0 and from that size down; of
+ * those a depth >= 1 (copies overlap compute) over depth 0, then the
+ * larger size, then the deeper. Of the families' choices it takes the one
+ * that copies the fewest bytes per step. When nothing fits, session creation
  * fails with HX_ERR_DEVICE_OOM naming the smallest peak found and about
  * the cap it needs. hx_session_offload_report says what was chosen and
  * predicted, and the peak measured since; HX_DEBUG=offload prints every
