@@ -159,33 +159,40 @@ static void test_overlap(void)
     tr_free(&t);
 
     hx_emu_cost cost = {0, cpu * 1e-6 / n_dev, 0};
-    s = open_session(b.g, HX_ACCELERATOR_EMU, 2, cost, path);
-    run_branches(s, &b, x, y, 2);
-    const hx_plan *p = s->last_plan;
-    check_copy_not_shared(s, p, b.d);
-    CHECK(p->threads[0][0] == 1 && p->threads[0][1] == 1 && p->host_lanes[0] == 1,
-          "2 threads: a host lane and the emu lane get 1 each (got host %d x %d, device %d)",
-          p->host_lanes[0], p->threads[0][0], p->threads[0][1]);
-    hx_session_free(s);
-    CHECK(tr_read(path, &t) == 0, "cannot read the trace %s", path);
-    qsort(t.ev, t.n, sizeof *t.ev, by_ts);
-    int from = t.n / 2; /* the second run: runs do not overlap */
-    double c0, c1, d0, d1, a0, a1;
-    span(&t, from, t.n, "host", "add", &c0, &c1);
-    span(&t, from, t.n, "emu", NULL, &d0, &d1);
-    span(&t, from, t.n, "", NULL, &a0, &a1);
-    double lc = c1 - c0, ld = d1 - d0, step = a1 - a0, longer = lc > ld ? lc : ld;
-    double both = (c1 < d1 ? c1 : d1) - (c0 > d0 ? c0 : d0);
-    printf("overlap: cpu branch %.2f ms, device branch %.2f ms, overlap %.2f ms, step %.2f ms "
-           "(%.2fx the longer)\n", lc * 1e-3, ld * 1e-3, both * 1e-3, step * 1e-3, step / longer);
-    CHECK(both > 0.5 * (lc < ld ? lc : ld), "the branches overlap by %.0f us of %.0f and %.0f",
-          both, lc, ld);
-    /* how close the step comes to the longer lane is the overlap benchmark's
-     * figure; here the lanes must only save most of the shorter one's time
-     * (a loaded CI machine under TSan measured 1.22x the longer lane) */
-    CHECK(step < lc + ld - 0.5 * (lc < ld ? lc : ld), "step %.0f us: the lanes of %.0f and %.0f us "
-          "barely overlap", step, lc, ld);
-    tr_free(&t);
+    /* the lanes can overlap; whether the OS lets them in one given run is
+     * up to the load (ctest -j2, sanitizers), so up to 3 tries must show it
+     * once; the plan's checks hold in every try */
+    bool overlapped = false;
+    for (int attempt = 0; attempt < 3 && !overlapped; attempt++) {
+        s = open_session(b.g, HX_ACCELERATOR_EMU, 2, cost, path);
+        run_branches(s, &b, x, y, 2);
+        const hx_plan *p = s->last_plan;
+        check_copy_not_shared(s, p, b.d);
+        CHECK(p->threads[0][0] == 1 && p->threads[0][1] == 1 && p->host_lanes[0] == 1,
+              "2 threads: a host lane and the emu lane get 1 each (got host %d x %d, device %d)",
+              p->host_lanes[0], p->threads[0][0], p->threads[0][1]);
+        hx_session_free(s);
+        CHECK(tr_read(path, &t) == 0, "cannot read the trace %s", path);
+        qsort(t.ev, t.n, sizeof *t.ev, by_ts);
+        int from = t.n / 2; /* the second run: runs do not overlap */
+        double c0, c1, d0, d1, a0, a1;
+        span(&t, from, t.n, "host", "add", &c0, &c1);
+        span(&t, from, t.n, "emu", NULL, &d0, &d1);
+        span(&t, from, t.n, "", NULL, &a0, &a1);
+        double lc = c1 - c0, ld = d1 - d0, step = a1 - a0, longer = lc > ld ? lc : ld;
+        double shorter = lc < ld ? lc : ld;
+        double both = (c1 < d1 ? c1 : d1) - (c0 > d0 ? c0 : d0);
+        printf("overlap (try %d): cpu branch %.2f ms, device branch %.2f ms, overlap %.2f ms, "
+               "step %.2f ms (%.2fx the longer)\n", attempt + 1, lc * 1e-3, ld * 1e-3,
+               both * 1e-3, step * 1e-3, step / longer);
+        /* how close the step comes to the longer lane is the overlap
+         * benchmark's figure; here the branches must overlap by half the
+         * shorter one and the lanes save most of its time */
+        overlapped = both > 0.5 * shorter && step < lc + ld - 0.5 * shorter;
+        tr_free(&t);
+    }
+    CHECK(overlapped, "in 3 tries the CPU and device branches never overlapped by half the "
+          "shorter one (see the lines above)");
     if (!getenv("HX_TEST_KEEP")) remove(path); else printf("trace kept: %s\n", path);
     free(x);
     free(y);
