@@ -26,8 +26,7 @@ static int by_reader(const void *pa, const void *pb)
     return a->from - b->from;
 }
 
-/* A min-heap of unit numbers (the order units were created in, which is the
- * order of their first steps). */
+/* A min-heap of order keys (order_key). */
 typedef struct heap { int *v, n; } heap;
 
 static void heap_push(heap *h, int x)
@@ -200,10 +199,21 @@ static int control_edges(const hx_session *s, const hx_plan *p, const int *unit_
     return dedup_edges(e, ne);
 }
 
-/* Kahn's algorithm, lowest creation number first: rank[old] = new number.
- * Phase 1 units were created after every phase 0 unit and never feed one,
- * so phase 0 comes first. */
-static int topo_order(int nu, const edge *e, int ne, int *rank, int *scratch)
+/* Which ready unit comes first in the unit-major order: phase 0 before
+ * phase 1, then copy units before compute and host units (a copy that may
+ * run beside a compute unit but sits after it would stretch every value
+ * of that unit to the copy's position in the memory plan, so that none of
+ * them shares bytes; before it, only the copy's few values are affected),
+ * then the lowest creation number. */
+static int order_key(const hx_unit *x, int u, int nu)
+{
+    bool copy = x->lane == HX_LANE_H2D || x->lane == HX_LANE_D2H;
+    return u + nu * (2 * x->phase + !copy);
+}
+
+/* Kahn's algorithm in order_key's order: rank[old] = new number. */
+static int topo_order(const hx_unit *units, int nu, const edge *e, int ne, int *rank,
+                      int *scratch)
 {
     int *indeg = scratch, *start = scratch + nu;
     heap h = {scratch + 2 * nu + 1, 0};
@@ -215,13 +225,13 @@ static int topo_order(int nu, const edge *e, int ne, int *rank, int *scratch)
     }
     for (int u = 0; u < nu; u++) start[u + 1] += start[u];
     for (int u = 0; u < nu; u++)
-        if (!indeg[u]) heap_push(&h, u);
+        if (!indeg[u]) heap_push(&h, order_key(&units[u], u, nu));
     int next = 0;
     while (h.n) {
-        int u = heap_pop(&h);
+        int u = heap_pop(&h) % nu;
         rank[u] = next++;
         for (int i = start[u]; i < start[u + 1]; i++)
-            if (!--indeg[e[i].to]) heap_push(&h, e[i].to);
+            if (!--indeg[e[i].to]) heap_push(&h, order_key(&units[e[i].to], e[i].to, nu));
     }
     return next;
 }
@@ -303,10 +313,10 @@ hx_status hx__plan_units(const hx_session *s, hx_plan *p, uint64_t **reach_out)
     if (p->step_chunk) { /* without the prefetch limit where it would close a cycle */
         int nc = control_edges(s, p, unit_of, chunk, u0, nu, e, ne);
         if (nc < 0) goto oom;
-        if (topo_order(nu, e, nc, rank, scratch) == nu) ne = nc;
+        if (topo_order(u0, nu, e, nc, rank, scratch) == nu) ne = nc;
         else if ((ne = make_edges(s, p, unit_of, e, cont, n_cont)) < 0) goto oom;
     }
-    topo_order(nu, e, ne, rank, scratch);
+    topo_order(u0, nu, e, ne, rank, scratch);
     for (int i = 0; i < ne; i++) e[i] = (edge){rank[e[i].from], rank[e[i].to], e[i].k};
     qsort(e, ne, sizeof *e, by_edge);
 
