@@ -45,6 +45,41 @@ static double now(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* Trains one warm-up step and STEPS timed ones; adds each timed step's disk
+ * figures to *sum when sum is not NULL. Mean step seconds; -1 on failure
+ * (the session stays the caller's). */
+static double timed_steps(hx_session *s, const deep_mlp *m, hx_disk_run_stats *sum)
+{
+    float *y, *x = inputs(m, &y);
+    size_t bytes = hx_tensor_nbytes(m->x);
+    hx_feed f[2] = {{NULL, m->x, x, bytes}, {NULL, m->y, y, bytes}};
+    double t0 = 0;
+    for (int k = 0; k <= STEPS; k++) {
+        if (k == 1) t0 = now();
+        if (!x || hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN)) {
+            fprintf(stderr, "bench_offload: %s\n", x ? hx_last_error() : "out of memory");
+            free(x);
+            return -1;
+        }
+        if (!k || !sum) continue;
+        hx_disk_run_stats r = hx__disk_last_run(s);
+        sum->resident_read_s += r.resident_read_s;
+        sum->resident_wait_s += r.resident_wait_s;
+        sum->resident_write_s += r.resident_write_s;
+        sum->update_s += r.update_s;
+        sum->update_wait_s += r.update_wait_s;
+        sum->io_s += r.io_s;
+        sum->prefetch_s += r.prefetch_s;
+        sum->resident_bytes += r.resident_bytes;
+        sum->resident_bytes_written += r.resident_bytes_written;
+        sum->chunk_bytes_read += r.chunk_bytes_read;
+        sum->chunk_bytes_written += r.chunk_bytes_written;
+        sum->chunks = r.chunks;
+    }
+    free(x);
+    return (now() - t0) / STEPS;
+}
+
 /* Mean step seconds after one warm-up step; *peak: the device's peak;
  * *r (when not NULL): the offload report after the steps; create_s: the
  * last session creation's seconds (auto_offload plans its candidates). */
@@ -61,21 +96,10 @@ static int run(const deep_mlp *m, const hx_session_config *c, double *step_s, si
         fprintf(stderr, "bench_offload: %s\n", hx_last_error());
         return -1;
     }
-    float *y, *x = inputs(m, &y);
-    size_t bytes = hx_tensor_nbytes(m->x);
-    hx_feed f[2] = {{NULL, m->x, x, bytes}, {NULL, m->y, y, bytes}};
-    double t0 = 0;
-    for (int k = 0; k <= STEPS; k++) {
-        if (k == 1) t0 = now();
-        if (!x || hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN)) {
-            fprintf(stderr, "bench_offload: %s\n", x ? hx_last_error() : "out of memory");
-            hx_session_free(s);
-            free(x);
-            return -1;
-        }
+    if ((*step_s = timed_steps(s, m, NULL)) < 0) {
+        hx_session_free(s);
+        return -1;
     }
-    free(x);
-    *step_s = (now() - t0) / STEPS;
     hx_device_pools_stats ps;
     hx_session_pool_stats(s, &ps);
     *peak = ps.total.peak_allocated;
@@ -135,36 +159,11 @@ static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_
     int n_seg = hx__disk_segments(s, NULL);
     *stored = 0;
     for (int k = 0; k < n_seg; k++) *stored += s->disk->segs[k].bytes;
-    float *y, *x = inputs(m, &y);
-    size_t bytes = hx_tensor_nbytes(m->x);
-    hx_feed f[2] = {{NULL, m->x, x, bytes}, {NULL, m->y, y, bytes}};
     memset(sum, 0, sizeof *sum);
-    double t0 = 0;
-    for (int k = 0; k <= STEPS; k++) {
-        if (k == 1) t0 = now();
-        if (!x || hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN)) {
-            fprintf(stderr, "bench_offload: %s\n", x ? hx_last_error() : "out of memory");
-            hx_session_free(s);
-            free(x);
-            return -1;
-        }
-        if (!k) continue;
-        hx_disk_run_stats r = hx__disk_last_run(s);
-        sum->resident_read_s += r.resident_read_s;
-        sum->resident_wait_s += r.resident_wait_s;
-        sum->resident_write_s += r.resident_write_s;
-        sum->update_s += r.update_s;
-        sum->update_wait_s += r.update_wait_s;
-        sum->io_s += r.io_s;
-        sum->prefetch_s += r.prefetch_s;
-        sum->resident_bytes += r.resident_bytes;
-        sum->resident_bytes_written += r.resident_bytes_written;
-        sum->chunk_bytes_read += r.chunk_bytes_read;
-        sum->chunk_bytes_written += r.chunk_bytes_written;
-        sum->chunks = r.chunks;
+    if ((*step_s = timed_steps(s, m, sum)) < 0) {
+        hx_session_free(s);
+        return -1;
     }
-    *step_s = (now() - t0) / STEPS;
-    free(x);
     hx_pinned_stats ps;
     hx_pinned_stats_get(hx__disk_pool_of(s), &ps);
     *pinned_peak = ps.pool.peak_reserved;
