@@ -571,9 +571,9 @@ typedef struct hx_emu_cost {
  * (all update nodes, no fetches) without taking device memory and predicts
  * the device's peak as its pools would reserve it (persistent tensors on
  * the device, the gradient scan's sums, the step's transient arena), to
- * stay under the cap less a margin (two of the pools' segments and 1/64 of
- * the cap). With offload_param and offload_activations NONE it keeps the
- * placement if that fits. Otherwise it plans families of policies:
+ * stay under the cap less a margin (two of the pools' small segments and
+ * 1/64 of the cap). With offload_param and offload_activations NONE it
+ * keeps the placement if that fits. Otherwise it plans families of policies:
  * activation offload (offload_activations CPU) with the parameters where
  * placement put them; parameter offload to the host; and both, planned
  * only when neither of the others fits (offload_param CPU keeps the
@@ -588,9 +588,17 @@ typedef struct hx_emu_cost {
  * larger size, then the deeper. Of the families' choices it takes the one
  * that copies the fewest bytes per step. When nothing fits, session creation
  * fails with HX_ERR_DEVICE_OOM naming the smallest peak found and about
- * the cap it needs. hx_session_offload_report says what was chosen and
- * predicted, and the peak measured since; HX_DEBUG=offload prints every
- * policy planned and the choice.
+ * the cap it needs. A choice that offloads parameters picks their host
+ * tier from offload_cpu_size (0: no limit): CPU when it holds every
+ * parameter and optimizer state placed on the host; else DISK, with the
+ * same chunk_size and prefetch_depth, when it holds the disk tier's
+ * resident region and three chunk slots (an explicit offload_param DISK
+ * stays DISK; not with delayed_param_update); else creation fails with
+ * HX_ERR_OUT_OF_MEMORY naming both needs and the budget.
+ * hx_session_offload_report says what was chosen (offload_param DISK
+ * then) and predicted, and the peak measured since; HX_DEBUG=offload
+ * prints every policy planned, the host tier's need against the budget
+ * and the choice.
  *
  * offload_activations (not a MindSpore key) moves activations instead:
  * with CPU, a device tensor that a device op reads long after the reads

@@ -2,8 +2,10 @@
  * the CLI), the placement it implies (parameters, their optimizer state
  * and updates on the host), and the automatic policy (auto_offload), which
  * picks that placement, chunk_size and prefetch_depth from the training
- * step's planned device peak and the cap. */
+ * step's planned device peak and the cap, and the parameters' host tier
+ * (cpu or disk) from offload_cpu_size. */
 #include "scheduler/offload.h"
+#include "scheduler/offload_disk.h"
 #include "scheduler/backend.h"
 #include "memory/chunks.h"
 #include "memory/pool.h"
@@ -249,12 +251,13 @@ static hx_status predict(hx_session *s, size_t base, prediction *out)
     return HX_OK;
 }
 
-/* Headroom under the cap: two segments of the pools' granularity and 1/64
- * of the cap, for what the warm-up plan does not show (a run's fetches
- * living to its end, device feed buffers). */
+/* Headroom under the cap: two of the pools' largest small segments and
+ * 1/64 of the cap, for what the warm-up plan does not show (a run's
+ * fetches living to its end, device feed buffers). Large segments are
+ * exact now (segment_round is 4 KiB, a page), so it is not the unit. */
 static size_t margin_of(const hx_session *s, size_t cap)
 {
-    size_t g = hx_mem_pools_config_of(s->be[HX_DEV_ACCEL]->pools)->segment_round;
+    size_t g = hx_mem_pools_config_of(s->be[HX_DEV_ACCEL]->pools)->small_segment;
     return 2 * g + cap / 64;
 }
 
@@ -284,7 +287,7 @@ typedef struct candidate {
 static void describe(const candidate *c, char *buf, size_t n)
 {
     int k = snprintf(buf, n, "offload_param=%s offload_activations=%s",
-                     c->where == HX_OFFLOAD_CPU ? "cpu" : "none",
+                     c->where == HX_OFFLOAD_DISK ? "disk" : c->where ? "cpu" : "none",
                      c->acts == HX_OFFLOAD_CPU ? "cpu" : "none");
     if ((c->where || c->acts) && k > 0 && (size_t)k < n)
         snprintf(buf + k, n - k, " chunk_size=%zu prefetch_depth=%d", c->chunk, c->depth);
@@ -418,6 +421,58 @@ static void least_copies(candidate *best, bool *found, const candidate *c, bool 
     *found = true;
 }
 
+/* The host tier of a policy that offloads parameters (best->where CPU),
+ * from offload_cpu_size (0: no limit, CPU): CPU when it holds every
+ * parameter and optimizer state; else DISK, the same device side (chunks,
+ * depth), when it holds the disk tier's resident region and chunk slots;
+ * else HX_ERR_OUT_OF_MEMORY naming both. An explicit DISK stays (its
+ * minimum is checked when the tier is laid out). */
+static hx_status host_tier(hx_session *s, candidate *best)
+{
+    hx_offload_config *oc = &s->cfg.offload;
+    size_t budget = oc->offload_cpu_size;
+    if (best->where == HX_OFFLOAD_CPU && oc->offload_param == HX_OFFLOAD_DISK)
+        best->where = HX_OFFLOAD_DISK;
+    if (best->where != HX_OFFLOAD_CPU || !budget) return HX_OK;
+    hx_disk_host_need need;
+    hx_status st = hx__disk_host_need(s, best->chunk, &need);
+    if (st) return st;
+    bool cpu = need.whole <= budget;
+    bool disk = !cpu && need.minimum <= budget && !s->cfg.delayed_param_update;
+    if (hx__debug("offload"))
+        fprintf(stderr, "hetex offload: host tier: offload_param=cpu keeps %zu B of parameters "
+                "and optimizer state in host memory, %s offload_cpu_size (%zu B); "
+                "offload_param=disk at least %zu B (resident region %zu B, %d chunk slots of "
+                "%zu B)%s: %s\n", need.whole, cpu ? "within" : "over", budget, need.minimum,
+                need.resident, need.slots, need.slot,
+                s->cfg.delayed_param_update ? ", not with delayed_param_update" : "",
+                cpu ? "cpu" : disk ? "disk" : "neither fits");
+    if (cpu) return HX_OK;
+    if (disk) {
+        best->where = HX_OFFLOAD_DISK;
+        return HX_OK;
+    }
+    if (s->cfg.delayed_param_update)
+        return hx__error(HX_ERR_OUT_OF_MEMORY,
+                         "hx_session_create: auto_offload: the training step fits the device "
+                         "cap only with the parameters offloaded, and offload_param=cpu keeps "
+                         "%zu bytes of parameters and optimizer state in host memory, more than "
+                         "offload_cpu_size (%zu bytes); offload_param=disk (at least %zu bytes) "
+                         "does not run with delayed_param_update: raise offload_cpu_size to at "
+                         "least %zu bytes, or turn delayed_param_update off",
+                         need.whole, budget, need.minimum, need.whole);
+    return hx__error(HX_ERR_OUT_OF_MEMORY,
+                     "hx_session_create: auto_offload: the training step fits the device cap "
+                     "only with the parameters offloaded, and neither host tier fits "
+                     "offload_cpu_size (%zu bytes): offload_param=cpu keeps every parameter and "
+                     "optimizer state in host memory, %zu bytes; offload_param=disk keeps at "
+                     "least the resident region (%zu bytes: what the forward and backward read) "
+                     "and %d chunk slots of %zu bytes, %zu bytes; raise offload_cpu_size to at "
+                     "least %zu bytes (disk) or %zu bytes (cpu)",
+                     budget, need.whole, need.resident, need.slots, need.slot, need.minimum,
+                     need.minimum, need.whole);
+}
+
 /* auto_offload: everything where placement put it if the step's predicted
  * peak stays under the cap less the margin; else, of the families that
  * fit (activations offloaded with the parameters on the device; parameters
@@ -500,7 +555,9 @@ static hx_status auto_place(hx_session *s)
                        smallest.pr.arena, need);
         goto out;
     }
+    if ((st = host_tier(s, &best))) goto out;
     if (best.where == HX_OFFLOAD_NONE) oc->offload_param = HX_OFFLOAD_NONE;
+    else if (best.where == HX_OFFLOAD_DISK) oc->offload_param = HX_OFFLOAD_DISK;
     else if (oc->offload_param == HX_OFFLOAD_NONE) oc->offload_param = HX_OFFLOAD_CPU;
     oc->offload_activations = best.acts;
     oc->chunk_size = best.chunk;

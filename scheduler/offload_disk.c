@@ -521,15 +521,13 @@ static hx_status setup(hx_session *s, hx_offload_disk *d)
     return HX_OK;
 }
 
-hx_status hx__disk_layout(hx_session *s)
+/* The layout of the disk tier for the session's config and placement (its
+ * sizes, no tier yet) in *out, which the caller frees with free_layout,
+ * also when this fails. */
+static hx_status plan_layout(hx_session *s, hx_offload_disk **out)
 {
     const hx_offload_config *oc = &s->cfg.offload;
-    if (oc->offload_param != HX_OFFLOAD_DISK) return HX_OK;
-    if (s->cfg.delayed_param_update)
-        return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: offload_param=disk does not run "
-                         "with delayed_param_update (the update behind the next run would need "
-                         "the parameters in host memory across runs); use offload_param=cpu");
-    hx_offload_disk *d = calloc(1, sizeof *d);
+    hx_offload_disk *d = *out = calloc(1, sizeof *d);
     int n = s->g->n ? s->g->n : 1;
     int *upd = malloc(sizeof *upd * n);
     if (d) {
@@ -538,7 +536,6 @@ hx_status hx__disk_layout(hx_session *s)
         d->at = calloc(n, sizeof *d->at);
         d->segs = malloc(sizeof *d->segs * (size_t)(2 * n + 1)); /* resident segments, chunks */
     }
-    s->disk = d;
     if (!d || !d->where || !d->at || !d->segs || !upd) {
         free(upd);
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
@@ -562,7 +559,43 @@ hx_status hx__disk_layout(hx_session *s)
     }
     lay_out(s, d, upd);
     free(upd);
-    return setup(s, d);
+    return HX_OK;
+}
+
+static void free_layout(hx_offload_disk *d)
+{
+    if (!d) return;
+    free(d->where);
+    free(d->at);
+    free(d->segs);
+    free(d);
+}
+
+hx_status hx__disk_layout(hx_session *s)
+{
+    if (s->cfg.offload.offload_param != HX_OFFLOAD_DISK) return HX_OK;
+    if (s->cfg.delayed_param_update)
+        return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: offload_param=disk does not run "
+                         "with delayed_param_update (the update behind the next run would need "
+                         "the parameters in host memory across runs); use offload_param=cpu");
+    hx_status st = plan_layout(s, &s->disk);
+    return st ? st : setup(s, s->disk);
+}
+
+hx_status hx__disk_host_need(hx_session *s, size_t chunk_size, hx_disk_host_need *out)
+{
+    hx_offload_config keep = s->cfg.offload;
+    s->cfg.offload.offload_param = HX_OFFLOAD_DISK;
+    s->cfg.offload.chunk_size = chunk_size;
+    hx_offload_disk *d = NULL;
+    hx_status st = plan_layout(s, &d);
+    s->cfg.offload = keep;
+    if (!st)
+        *out = (hx_disk_host_need){.whole = d->whole, .resident = d->res_bytes,
+                                   .slot = d->slot_bytes, .slots = d->n_slots,
+                                   .minimum = d->res_bytes + (size_t)d->n_slots * d->slot_bytes};
+    free_layout(d);
+    return st;
 }
 
 /* Half copy c from its master, both on the host now. */
@@ -627,9 +660,6 @@ void hx__disk_close(hx_session *s)
         if (d->where[i] > -2) s->persist[i] = NULL;
     hx_disk_tier_destroy(d->tier);
     if (d->pinned) hx_pinned_destroy(d->pinned);
-    free(d->where);
-    free(d->at);
-    free(d->segs);
-    free(d);
+    free_layout(d);
     s->disk = NULL;
 }

@@ -36,6 +36,17 @@ bool hx__disk_resident(const hx_session *s, int id);
  * file out, checks the budgets, creates the tier and the pinned pool
  * (s->disk set; a no-op without offload_param=disk). */
 hx_status hx__disk_layout(hx_session *s);
+/* The host bytes the two host tiers keep for the session's placement
+ * (before any is chosen: auto_offload), with chunk_size chunk_size:
+ * offload_param=cpu every parameter and optimizer state on the host
+ * (whole); disk at least the resident region and the chunk slots
+ * (minimum), what hx__disk_layout checks against offload_cpu_size. */
+typedef struct hx_disk_host_need {
+    size_t whole, minimum;
+    size_t resident, slot; /* minimum = resident + slots * slot */
+    int slots;
+} hx_disk_host_need;
+hx_status hx__disk_host_need(hx_session *s, size_t chunk_size, hx_disk_host_need *out);
 /* Whether tensor id lives in the tier (laid out): alloc_persistent skips it. */
 bool hx__disk_holds(const hx_session *s, int id);
 /* After the other persistent tensors are initialised: initialises the
