@@ -193,8 +193,8 @@ static int capacity(gpt_config c, size_t cap, int64_t host_bytes, int steps, int
                width + step > w_host ? "host" : "device", w_host, search_s,
                ps.total.peak_reserved / 1048576.0,
                ms.persistent_bytes / 1048576.0,
-               rep.offload_param == HX_OFFLOAD_CPU ? "cpu" : "none",
-               rep.offload_param == HX_OFFLOAD_CPU ? rep.chunk_size / 1048576.0 : 0.0,
+               hx_offload_target_name(rep.offload_param),
+               rep.offload_param ? rep.chunk_size / 1048576.0 : 0.0,
                rep.prefetch_depth, dt, gflops,
                base_gflops, gflops / base_gflops);
         fflush(stdout);

@@ -310,7 +310,7 @@ int main(int argc, char **argv)
                "\"step_ms\":%.3f,"
                "\"ceiling_step_ms\":%.3f,\"throughput_vs_uncapped\":%.3f}\n",
                L, m.param_bytes, r.capacity, rc ? "false" : "true",
-               r.offload_param == HX_OFFLOAD_CPU ? "cpu" : "none", r.chunk_size, r.prefetch_depth,
+               hx_offload_target_name(r.offload_param), r.chunk_size, r.prefetch_depth,
                r.candidates, r.margin, r.predicted_no_offload, r.predicted_peak,
                r.measured_peak_reserved, r.measured_peak_allocated,
                r.predicted_peak ? (double)r.measured_peak_reserved / r.predicted_peak : 0.0,

@@ -629,6 +629,7 @@ typedef enum hx_offload_target {
     HX_OFFLOAD_CPU,  /* parameters, state and updates in host memory */
     HX_OFFLOAD_DISK  /* as CPU, kept in a file under offload_path between runs */
 } hx_offload_target;
+HX_API const char *hx_offload_target_name(hx_offload_target t); /* "none", "cpu", "disk" */
 
 enum { HX_OFFLOAD_PATH_MAX = 512 };
 

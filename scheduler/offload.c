@@ -55,6 +55,11 @@ static bool parse_bool(const char *v, bool *out)
     return true;
 }
 
+const char *hx_offload_target_name(hx_offload_target t)
+{
+    return t == HX_OFFLOAD_DISK ? "disk" : t == HX_OFFLOAD_CPU ? "cpu" : "none";
+}
+
 /* Sets one key on c; false (message set) on a bad key or value. */
 static bool set_key(hx_offload_config *c, const char *k, const char *v)
 {
@@ -287,8 +292,7 @@ typedef struct candidate {
 static void describe(const candidate *c, char *buf, size_t n)
 {
     int k = snprintf(buf, n, "offload_param=%s offload_activations=%s",
-                     c->where == HX_OFFLOAD_DISK ? "disk" : c->where ? "cpu" : "none",
-                     c->acts == HX_OFFLOAD_CPU ? "cpu" : "none");
+                     hx_offload_target_name(c->where), hx_offload_target_name(c->acts));
     if ((c->where || c->acts) && k > 0 && (size_t)k < n)
         snprintf(buf + k, n - k, " chunk_size=%zu prefetch_depth=%d", c->chunk, c->depth);
 }

@@ -35,6 +35,11 @@ static void test_parse(void)
               c.prefetch_depth == 3,
           "parsed values");
     CHECK(hx_offload_config_parse("", &c) == HX_OK && c.prefetch_depth == 3, "empty spec");
+    for (hx_offload_target t = HX_OFFLOAD_NONE; t <= HX_OFFLOAD_DISK; t++) { /* names round-trip */
+        char spec[64];
+        snprintf(spec, sizeof spec, "offload_param=%s", hx_offload_target_name(t));
+        CHECK(hx_offload_config_parse(spec, &c) == HX_OK && c.offload_param == t, "%s", spec);
+    }
     struct { const char *spec, *names; } bad[] = {
         {"offload_param=gpu", "offload_param"}, {"offload_cpu_size=12XB", "offload_cpu_size"},
         {"enable_aio=yes", "enable_aio"},       {"prefetch_depth=-1", "prefetch_depth"},

@@ -163,10 +163,11 @@ static void print_offload(hx_session *s)
 {
     hx_offload_report r;
     if (hx_session_offload_report(s, &r)) return;
-    printf("offload: %s parameters %s, activations %s (%d tensors, %zu B each way per step), "
+    printf("offload: %s parameters %s%s, activations %s (%d tensors, %zu B each way per step), "
            "chunk %zu B, prefetch depth %d; device peak %zu B reserved, predicted %zu B, cap "
            "%zu B\n", r.automatic ? "auto_offload chose" : "manual:",
-           r.offload_param ? "offloaded" : "kept", r.offload_activations ? "offloaded" : "kept",
+           r.offload_param ? "to " : "", r.offload_param ? hx_offload_target_name(r.offload_param) : "kept",
+           r.offload_activations ? "offloaded" : "kept",
            r.activations_offloaded, r.activation_bytes, r.chunk_size, r.prefetch_depth,
            r.measured_peak_reserved, r.predicted_peak, r.capacity);
 }
