@@ -13,7 +13,6 @@
 #include "scheduler/offload_disk.h"
 #include "scheduler/disk_layout.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,15 +22,6 @@ enum { B = 2, W = 256, L = 16, STEPS = 3 };
 
 static float xv[STEPS][B * W], yv[STEPS][B * W];
 static char dir[64];
-
-static int files_in_dir(void)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
-    if (d) closedir(d);
-    return n;
-}
 
 static hx_session_config auto_config(size_t host_budget)
 {
@@ -80,13 +70,13 @@ static void check_tier(const deep_mlp *m, size_t budget, hx_offload_target want,
     CHECK(hx_session_offload_report(s, &r) == HX_OK, "report: %s", hx_last_error());
     printf("budget %zu B: offload_param=%s chunk_size %zu prefetch_depth %d, predicted device "
            "peak %zu B of %zu B; disk tier host bytes %zu B, files %d\n", budget,
-           r.offload_param == HX_OFFLOAD_DISK ? "disk" : r.offload_param ? "cpu" : "none",
+           hx_offload_target_name(r.offload_param),
            r.chunk_size, r.prefetch_depth, r.predicted_peak, r.capacity, hx__disk_host_bytes(s),
-           files_in_dir());
+           test_files_in(dir));
     CHECK(r.automatic && r.offload_param == want && r.offload_activations == HX_OFFLOAD_NONE,
           "budget %zu: offload_param %d, want %d", budget, r.offload_param, want);
-    CHECK(files_in_dir() == (want == HX_OFFLOAD_DISK), "budget %zu: %d files under the offload "
-          "path", budget, files_in_dir());
+    CHECK(test_files_in(dir) == (want == HX_OFFLOAD_DISK),
+          "budget %zu: %d files under the offload path", budget, test_files_in(dir));
     if (want == HX_OFFLOAD_DISK) {
         const hx_offload_disk *d = s->disk;
         *disk_min = d->res_bytes + (size_t)HX_DISK_SLOTS * d->slot_bytes;
@@ -108,7 +98,7 @@ static void check_tier(const deep_mlp *m, size_t budget, hx_offload_target want,
         free(params);
     }
     hx_session_free(s);
-    CHECK(files_in_dir() == 0, "%d files left after the session", files_in_dir());
+    CHECK(test_files_in(dir) == 0, "%d files left after the session", test_files_in(dir));
 }
 
 static bool names(const char *msg, size_t v)
@@ -161,7 +151,7 @@ static void test_auto_disk(void)
               names(msg, whole) && names(msg, res),
           "the message names not the budget %zu, the disk minimum %zu, the whole %zu and the "
           "resident region %zu: %s", disk_min - 1, disk_min, whole, res, msg);
-    CHECK(files_in_dir() == 0, "a failed creation left %d files", files_in_dir());
+    CHECK(test_files_in(dir) == 0, "a failed creation left %d files", test_files_in(dir));
     /* the disk tier does not run with delayed_param_update: over the cpu need it fails */
     c = auto_config(whole - 1);
     c.delayed_param_update = true;

@@ -16,7 +16,6 @@
 #include "memory/disk_tier.h"
 #include "memory/pinned.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,15 +52,6 @@ static void read_all(hx_session *s, const deep_mlp *m, char *out)
             out += n;
         }
     }
-}
-
-static int files_in_dir(void)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
-    if (d) closedir(d);
-    return n;
 }
 
 static hx_session_config disk_config(size_t host_budget)
@@ -124,7 +114,7 @@ static void test_disk(void)
     hx_status st = hx_session_create(m.g, &c, &s);
     CHECK(st == HX_ERR_OUT_OF_MEMORY && strstr(hx_last_error(), "offload_cpu_size"), "%s: %s",
           hx_status_name(st), hx_last_error());
-    CHECK(files_in_dir() == 0, "a failed creation left %d files", files_in_dir());
+    CHECK(test_files_in(dir) == 0, "a failed creation left %d files", test_files_in(dir));
     hx_session_config bad = disk_config(0);
     snprintf(bad.offload.offload_path, sizeof bad.offload.offload_path, "%s/missing", dir);
     st = hx_session_create(m.g, &bad, &s);
@@ -140,7 +130,7 @@ static void test_disk(void)
     st = hx_session_create(m.g, &c, &s);
     CHECK(st == HX_OK, "disk session: %s", hx_last_error());
     if (!s || !ref) goto done;
-    CHECK(files_in_dir() == 1, "%d files under the offload path", files_in_dir());
+    CHECK(test_files_in(dir) == 1, "%d files under the offload path", test_files_in(dir));
     hx_disk_stats ds;
     hx_disk_tier_stats(hx__disk_tier_of(s), &ds);
     printf("tier: %s%s%s, O_DIRECT %s%s%s, file %s, host buffer %zu B for %zu B of parameters\n",
@@ -222,7 +212,7 @@ static void test_disk(void)
     free(got);
 done:
     hx_session_free(s);
-    CHECK(files_in_dir() == 0, "%d files left after the session was freed", files_in_dir());
+    CHECK(test_files_in(dir) == 0, "%d files left after the session was freed", test_files_in(dir));
     hx_session_free(ref);
     deep_mlp_free(&m);
     free(before);

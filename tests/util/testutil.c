@@ -1,5 +1,6 @@
 #include "testutil.h"
 
+#include <dirent.h>
 #include <math.h>
 
 int hx_test_failures = 0;
@@ -64,4 +65,13 @@ int test_finish(const char *suite)
     printf("%s: %d passed, %d failed\n", suite, hx_test_checks - hx_test_failures,
            hx_test_failures);
     return hx_test_failures ? 1 : 0;
+}
+
+int test_files_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
 }

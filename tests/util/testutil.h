@@ -38,4 +38,8 @@ double test_max_rel_err(const float *got, const double *want, int64_t n, double 
 /* Prints "N passed, N failed" (checks) and returns the process exit code. */
 int test_finish(const char *suite);
 
+/* Entries of directory dir other than those starting with '.' (0 when it
+ * cannot be opened). */
+int test_files_in(const char *dir);
+
 #endif
