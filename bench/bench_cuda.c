@@ -175,10 +175,12 @@ static void copy_cases(size_t n)
                                 h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, C.stream));
             TRY(cudaStreamSynchronize(C.stream));
             double t1 = wall();
-            TRY(h2d ? b->copy_h2d(b, d, pinned, n, s) : b->copy_d2h(b, pinned, d, n, s));
+            TRY(h2d ? b->copy_h2d(b, d, pinned, n, s, HX_COPY_UNLABELLED)
+                    : b->copy_d2h(b, pinned, d, n, s, HX_COPY_UNLABELLED));
             TRY(b->stream_sync(b, s));
             double t2 = wall();
-            TRY(h2d ? b->copy_h2d(b, d, pageable, n, s) : b->copy_d2h(b, pageable, d, n, s));
+            TRY(h2d ? b->copy_h2d(b, d, pageable, n, s, HX_COPY_UNLABELLED)
+                    : b->copy_d2h(b, pageable, d, n, s, HX_COPY_UNLABELLED));
             TRY(b->stream_sync(b, s));
             double t3 = wall();
             if (t1 - t0 < best_raw) best_raw = t1 - t0;

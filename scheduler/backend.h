@@ -21,6 +21,13 @@ typedef struct hx_backend_stats {
 } hx_backend_stats;
 
 typedef struct hx_backend hx_backend;
+/* What a copy moves and why (hx__copy_role_name), for the trace; either
+ * may be NULL. Both must outlive the copy (tensor names and role names do). */
+typedef struct hx_copy_label {
+    const char *tensor, *role;
+} hx_copy_label;
+#define HX_COPY_UNLABELLED ((hx_copy_label){NULL, NULL})
+
 struct hx_backend {
     const char *name;  /* "cpu", "emu", "cuda" */
     hx_target target;  /* where its kernels run */
@@ -40,9 +47,11 @@ struct hx_backend {
     hx_status (*stream_wait)(hx_backend *b, hx_stream *s, hx_event *e); /* s waits for e */
     hx_status (*event_sync)(hx_backend *b, hx_event *e);                 /* host waits for e */
     /* Copies ordered on stream s; the host buffer must stay valid until s
-     * has passed the copy. */
-    hx_status (*copy_h2d)(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s);
-    hx_status (*copy_d2h)(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s);
+     * has passed the copy. `why` only labels the copy in the trace. */
+    hx_status (*copy_h2d)(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
+                          hx_copy_label why);
+    hx_status (*copy_d2h)(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
+                          hx_copy_label why);
     /* NULL: no kernel for op on this dtype (the node's output dtype). */
     hx_launch_fn (*kernel)(const hx_backend *b, hx_op op, hx_dtype dt);
     /* Runs fn on stream s; out/in are this backend's memory and, with ex

@@ -26,7 +26,8 @@ static hx_status cpu_alloc(hx_backend *b, size_t bytes, hx_mem_lifetime lt, cons
 
 static void cpu_free(hx_backend *b, void *p) { free(p); }
 
-static hx_status cpu_copy(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s)
+static hx_status cpu_copy(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
+                          hx_copy_label why)
 {
     memcpy(dst, src, n);
     s->submitted++;

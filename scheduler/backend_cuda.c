@@ -370,12 +370,14 @@ static hx_status copy(hx_backend *b, void *dst, const void *src, size_t n, hx_st
     return st;
 }
 
-static hx_status cuda_h2d(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s)
+static hx_status cuda_h2d(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
+                         hx_copy_label why)
 {
     return copy(b, dst, src, n, s, true);
 }
 
-static hx_status cuda_d2h(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s)
+static hx_status cuda_d2h(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
+                         hx_copy_label why)
 {
     return copy(b, dst, src, n, s, false);
 }

@@ -51,6 +51,7 @@ typedef struct emu_op {
     size_t n;
     hx_stream *wait_on; /* OP_WAIT: until wait_on has completed `until` operations */
     uint64_t until;
+    hx_copy_label why; /* a copy's label in the trace */
 } emu_op;
 
 struct hx_stream {
@@ -186,7 +187,8 @@ static hx_status run_op(hx_stream *s, const emu_op *op)
     double want = c->launch_latency_s + (c->copy_bytes_per_s > 0 ? (double)op->n / c->copy_bytes_per_s : 0);
     double t1 = timed ? hold_until(t0, want) : 0;
     bool h2d = op->kind == OP_H2D;
-    hx__trace_event(s->lane, h2d ? "copy h2d" : "copy d2h", NULL, op->n, t0, t1);
+    hx__trace_copy(s->lane, h2d ? "copy h2d" : "copy d2h", op->why.tensor, op->why.role, op->n,
+                   t0, t1);
     __atomic_fetch_add(h2d ? &e->st.h2d_copies : &e->st.d2h_copies, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(h2d ? &e->st.h2d_bytes : &e->st.d2h_bytes, op->n, __ATOMIC_RELAXED);
     return HX_OK;
@@ -395,14 +397,16 @@ static hx_status emu_event_sync(hx_backend *b, hx_event *ev)
     return st ? hx__error(st, "%s", msg) : HX_OK;
 }
 
-static hx_status emu_h2d(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s)
+static hx_status emu_h2d(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
+                         hx_copy_label why)
 {
-    return enqueue(s, &(emu_op){.kind = OP_H2D, .out = dst, .src = src, .n = n});
+    return enqueue(s, &(emu_op){.kind = OP_H2D, .out = dst, .src = src, .n = n, .why = why});
 }
 
-static hx_status emu_d2h(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s)
+static hx_status emu_d2h(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
+                         hx_copy_label why)
 {
-    return enqueue(s, &(emu_op){.kind = OP_D2H, .out = dst, .src = src, .n = n});
+    return enqueue(s, &(emu_op){.kind = OP_D2H, .out = dst, .src = src, .n = n, .why = why});
 }
 
 /* The CPU kernels, less the ops the op table keeps on the host. */

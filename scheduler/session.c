@@ -351,7 +351,7 @@ hx_status hx__session_copy_out(hx_session *s, int d, void *dst, const void *src,
         return HX_OK;
     }
     hx_backend *b = s->be[d];
-    hx_status st = b->copy_d2h(b, dst, src, n, s->copy_stream[1]);
+    hx_status st = b->copy_d2h(b, dst, src, n, s->copy_stream[1], HX_COPY_UNLABELLED);
     hx_status sync = b->stream_sync(b, s->copy_stream[1]);
     return st ? st : sync;
 }
@@ -363,7 +363,7 @@ hx_status hx__session_copy_in(hx_session *s, int d, void *dst, const void *src, 
         return HX_OK;
     }
     hx_backend *b = s->be[d];
-    hx_status st = b->copy_h2d(b, dst, src, n, s->copy_stream[0]);
+    hx_status st = b->copy_h2d(b, dst, src, n, s->copy_stream[0], HX_COPY_UNLABELLED);
     hx_status sync = b->stream_sync(b, s->copy_stream[0]);
     return st ? st : sync;
 }
@@ -397,7 +397,7 @@ static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_d
     }
     if (!st && n_dev)
         st = acc->copy_d2h(acc, dev_sums, s->scan_dev, sizeof(double) * n_dev,
-                           s->stream[HX_DEV_ACCEL]);
+                           s->stream[HX_DEV_ACCEL], (hx_copy_label){NULL, "gradient scan sums"});
     int cores = hx__budget_take(s->budget, host_threads);
     for (int i = 0; i < p->n_scan && !st; i++) {
         const hx_tensor *g = p->scan_update[i]->src[1];

@@ -8,14 +8,17 @@
  * parameters fit but the activations do not, leaves it off when everything
  * fits, and offloads both when neither alone fits; the gradient norm is
  * clipped so that every result depends on every gradient's scan; the
- * key's syntax and its errors. */
+ * trace names each copy out and back with its tensor and role; the key's
+ * syntax and its errors. */
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
 #include "scheduler/sched.h"
+#include "trace_read.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { B = 256, W = 64, L = 12, STEPS = 3 };
 #define CAP ((size_t)1 << 20)
@@ -285,6 +288,44 @@ static void test_auto_both(void)
     deep_mlp_free(&m);
 }
 
+/* Every activation's copy out and back in the trace of a run, with its
+ * tensor's name and role. */
+static void test_trace_labels(const deep_mlp *m)
+{
+    char path[] = "/tmp/hx-act-trace-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0) return;
+    close(fd);
+    hx_session_config c = emu_config(CAP);
+    c.offload.offload_activations = HX_OFFLOAD_CPU;
+    c.offload.chunk_size = 64 << 10;
+    c.offload.prefetch_depth = 1;
+    c.trace_path = path;
+    float loss[STEPS];
+    hx_session *s = train_ok(m, &c, loss, "traced");
+    tr_trace t;
+    if (s) {
+        int n_act = s->last_plan->n_act;
+        CHECK(hx_session_trace_flush(s) == HX_OK, "flush: %s", hx_last_error());
+        hx_session_free(s);
+        CHECK(tr_read(path, &t) == 0, "cannot read the trace %s", path);
+        int out = 0, back = 0, unnamed = 0;
+        for (int i = 0; i < t.n; i++) {
+            const tr_event *e = &t.ev[i];
+            bool d2h = !strcmp(e->name, "copy d2h"), h2d = !strcmp(e->name, "copy h2d");
+            out += d2h && !strcmp(e->role, "activation out") && e->tensor[0];
+            back += h2d && !strcmp(e->role, "activation back") && e->tensor[0];
+            unnamed += (d2h || h2d) && e->role[0] && !e->tensor[0];
+        }
+        CHECK(n_act > 0 && out == STEPS * n_act && back == STEPS * n_act && !unnamed,
+              "trace: %d copies out and %d back for %d activations over %d steps, %d with a "
+              "role and no tensor", out, back, n_act, STEPS, unnamed);
+        tr_free(&t);
+    }
+    remove(path);
+}
+
 int main(void)
 {
     test_rng r = test_rng_make(33);
@@ -301,6 +342,7 @@ int main(void)
     if (ref) test_manual(&m, ref, ref_loss);
     if (ref) test_auto(&m, ref, ref_loss);
     test_auto_both();
+    test_trace_labels(&m);
     hx_session_free(ref);
     deep_mlp_free(&m);
     return test_finish("activation_offload");

@@ -9,7 +9,7 @@
 #include <string.h>
 
 typedef struct tr_event {
-    char name[64], tensor[96];
+    char name[64], tensor[96], role[64];
     int tid;
     double ts, dur; /* microseconds */
     long long bytes;
@@ -73,6 +73,7 @@ static int tr_read(const char *path, tr_trace *t)
         e->tid = tid;
         tr_str(line, "{\"name\":\"", e->name, sizeof e->name);
         tr_str(line, "\"tensor\":\"", e->tensor, sizeof e->tensor);
+        tr_str(line, "\"role\":\"", e->role, sizeof e->role);
         sscanf(strstr(line, "\"ts\":") + 5, "%lf", &e->ts);
         sscanf(strstr(line, "\"dur\":") + 6, "%lf", &e->dur);
         char *bp = strstr(line, "\"bytes\":");
