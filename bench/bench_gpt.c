@@ -90,22 +90,25 @@ static double params_at(const gpt_config *c, double w)
     return c->layers * (12 * w * w + 13 * w) + (double)(c->vocab + c->context) * w + 2 * w;
 }
 
-/* Seconds per training step over `steps` after one warm-up step. */
+/* Seconds per training step over `steps` after `warmup` steps; -1 on an
+ * error (hx_last_error() says which). */
 static double step_seconds(gpt_run *run, const gpt_config *c, const int32_t *tok,
-                           const int32_t *tgt, int steps)
+                           const int32_t *tgt, int warmup, int steps)
 {
     size_t bytes = sizeof *tok * c->batch * c->context;
     hx_feed feeds[2] = {{NULL, run->m.tokens, tok, bytes}, {NULL, run->m.targets, tgt, bytes}};
     float loss;
     hx_fetch fetch = {NULL, run->m.loss, &loss, sizeof loss};
     double t0 = 0;
-    for (int s = -1; s < steps; s++) {
+    for (int s = -warmup; s < steps; s++) {
         if (!s) t0 = now();
         if (hx_session_run(run->s, feeds, 2, &fetch, 1, HX_RUN_TRAIN)) return -1;
     }
     return (now() - t0) / steps;
 }
 
+/* FLOPs of one training step: 6 per non-embedding parameter per token plus
+ * attention, as nanoGPT counts them. */
 static double model_flops(const gpt_config *c, int64_t n_params)
 {
     int64_t tokens = (int64_t)c->batch * c->context;
@@ -160,7 +163,7 @@ static int capacity(gpt_config c, size_t cap, int64_t host_bytes, int steps, int
         hx_device_pools_stats ps = {0};
         hx_offload_report rep = {0};
         if (!gpt_run_create(&c, &o, &sc, &run)) {
-            dt = step_seconds(&run, &c, tok, tgt, steps);
+            dt = step_seconds(&run, &c, tok, tgt, 1, steps);
             hx_session_offload_report(run.s, &rep);
             hx_session_memory_stats(run.s, &ms);
             hx_session_pool_stats(run.s, &ps);
@@ -176,7 +179,7 @@ static int capacity(gpt_config c, size_t cap, int64_t host_bytes, int steps, int
             base_params = n_params;
             sc.max_device_memory = 0;
             if (gpt_run_create(&c, &o, &sc, &run)) return 1;
-            double du = step_seconds(&run, &c, tok, tgt, steps);
+            double du = step_seconds(&run, &c, tok, tgt, 1, steps);
             gpt_run_free(&run);
             if (du < 0) return 1;
             base_gflops = model_flops(&c, n_params) / du * 1e-9;
@@ -274,22 +277,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_gpt: %s: %s\n", cases[k].name, hx_last_error());
             return 1;
         }
-        hx_feed feeds[2] = {{NULL, run.m.tokens, tok, sizeof *tok * tokens},
-                            {NULL, run.m.targets, tgt, sizeof *tgt * tokens}};
-        float loss;
-        hx_fetch fetch = {NULL, run.m.loss, &loss, sizeof loss};
-        double t0 = 0;
-        for (int s = -3; s < steps; s++) {
-            if (!s) t0 = now();
-            if (hx_session_run(run.s, feeds, 2, &fetch, 1, HX_RUN_TRAIN)) {
-                fprintf(stderr, "bench_gpt: %s: %s\n", cases[k].name, hx_last_error());
-                return 1;
-            }
+        double dt = step_seconds(&run, &c, tok, tgt, 3, steps);
+        if (dt < 0) {
+            fprintf(stderr, "bench_gpt: %s: %s\n", cases[k].name, hx_last_error());
+            return 1;
         }
-        double dt = (now() - t0) / steps;
-        int64_t n_emb = (int64_t)c.vocab * c.width + (int64_t)c.context * c.width;
-        double flops = 6.0 * (double)(run.m.n_params - n_emb) * tokens +
-                       12.0 * c.layers * c.width * (double)c.context * tokens;
+        double flops = model_flops(&c, run.m.n_params);
         hx_placement_stats ps;
         hx_session_placement_stats(run.s, &ps);
         printf("{\"bench\":\"gpt\",\"case\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"layers\":%d,\"width\":%d,"
