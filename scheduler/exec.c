@@ -88,14 +88,14 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
     hx_backend *acc = r->s->be[HX_DEV_ACCEL];
     hx_status st = HX_OK;
     for (int i = from; i < to && !st; i++) {
-        const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
-        if (!sp->fn && (st = hx__disk_step_ready(r->s, sp))) break; /* disk: its source read */
+        int k = p->unit_steps[x->first + i];
+        const hx_step *sp = &p->steps[k];
         if (sp->fn) {
             st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
             continue;
         }
-        hx_copy_label why = {sp->node->name,
-                             hx__copy_role_name(p->step_role[p->unit_steps[x->first + i]])};
+        if ((st = hx__disk_step_ready(r->s, sp))) break; /* disk: its source read */
+        hx_copy_label why = {sp->node->name, hx__copy_role_name(p->step_role[k])};
         size_t n = hx_tensor_nbytes(sp->node);
         st = x->lane == HX_LANE_H2D ? acc->copy_h2d(acc, sp->out, sp->in[0], n, st_, why)
                                     : acc->copy_d2h(acc, sp->out, sp->in[0], n, st_, why);
