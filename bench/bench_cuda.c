@@ -6,7 +6,7 @@
  * One JSON object per case on stdout. Without CUDA or a device it prints
  * one object saying why it skipped, and exits 0.
  *   bench_cuda [--quick] */
-#include "scheduler/backend_cuda.h"
+#include "backend/backend_cuda.h"
 
 #include <stdio.h>
 #include <string.h>

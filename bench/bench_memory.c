@@ -28,6 +28,7 @@
 #include "memory/chunks.h"
 #include "memory/disk_tier.h"
 #include "memory/memtrace.h"
+#include "memtrace_gen.h"
 #include "memory/pool.h"
 #include "memory/ptrmap.h"
 

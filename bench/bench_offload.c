@@ -16,7 +16,7 @@
  * ratio params / peak grows with L, the window does not. */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "deep_mlp.h"
-#include "scheduler/disk_layout.h"
+#include "offload/disk_layout.h"
 
 #include <errno.h>
 #include <fcntl.h>

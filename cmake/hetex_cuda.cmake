@@ -1,4 +1,4 @@
-# The CUDA backend (kernels/gpu/, scheduler/backend_cuda*.c), included by
+# The CUDA backend (kernels/gpu/, backend/backend_cuda*.c), included by
 # CMakeLists.txt once the library targets exist.
 #
 # HX_CUDA: AUTO (default) builds it when nvcc is found, ON requires it, OFF

@@ -581,4 +581,7 @@ enum {
  * it does not grow), NULL if out of memory. */
 void *hx_emb_ws_get(hx_emb_workspace *ws, int slot, size_t bytes);
 
+/* The public table object over these (hetex.h's hx_embedding_table). */
+#include "embedding/table.h"
+
 #endif

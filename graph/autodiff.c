@@ -1,5 +1,6 @@
 /* Reverse-mode autodiff over the graph, and optimizer update nodes. */
-#include "graph/embedding_table.h"
+#include "graph/graph.h"
+#include "embedding/embedding.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,79 +1,13 @@
 /* Graph and tensor objects: creation, names, targets, errors. */
-#include "graph/embedding_table.h"
+#include "graph/graph.h"
+#include "embedding/embedding.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
-/* ---- errors --------------------------------------------------------------- */
-
-static _Thread_local char last_error[1024];
-
-const char *hx_last_error(void) { return last_error; }
-
-void hx__clear_error(void) { last_error[0] = 0; }
-
-hx_status hx__error(hx_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-const char *hx_status_name(hx_status st)
-{
-    static const char *names[] = {
-        "HX_OK", "HX_ERR_INVALID_ARGUMENT", "HX_ERR_SHAPE", "HX_ERR_DTYPE", "HX_ERR_NOT_FOUND",
-        "HX_ERR_INDEX", "HX_ERR_OUT_OF_MEMORY", "HX_ERR_DEVICE_OOM", "HX_ERR_NO_KERNEL",
-        "HX_ERR_NUMERIC", "HX_ERR_IO", "HX_ERR_CORRUPT", "HX_ERR_STATE", "HX_ERR_UNSUPPORTED",
-        "HX_ERR_INTERNAL"};
-    if ((unsigned)st >= sizeof names / sizeof names[0]) return "HX_ERR_(unknown)";
-    return names[st];
-}
-
-const char *hx_version(void) { return "0.1.0"; }
-
-/* ---- dtypes, targets, shapes ---------------------------------------------------- */
-
-size_t hx_dtype_size(hx_dtype dt)
-{
-    switch (dt) {
-    case HX_DTYPE_F32: case HX_DTYPE_I32: return 4;
-    case HX_DTYPE_F16: case HX_DTYPE_BF16: return 2;
-    case HX_DTYPE_I64: return 8;
-    }
-    return 0;
-}
-
-const char *hx_dtype_name(hx_dtype dt)
-{
-    switch (dt) {
-    case HX_DTYPE_F32: return "f32";
-    case HX_DTYPE_F16: return "f16";
-    case HX_DTYPE_BF16: return "bf16";
-    case HX_DTYPE_I32: return "i32";
-    case HX_DTYPE_I64: return "i64";
-    }
-    return "(invalid dtype)";
-}
-
-const char *hx_target_name(hx_target t)
-{
-    switch (t) {
-    case HX_TARGET_DEFAULT: return "default";
-    case HX_TARGET_CPU: return "cpu";
-    case HX_TARGET_DEVICE: return "device";
-    }
-    return "(invalid target)";
-}
-
-bool hx__is_float(hx_dtype dt)
-{
-    return dt == HX_DTYPE_F32 || dt == HX_DTYPE_F16 || dt == HX_DTYPE_BF16;
-}
+/* ---- shapes ----------------------------------------------------------------- */
 
 bool hx__is_dense_update(const hx_tensor *t)
 {
@@ -268,11 +202,11 @@ static hx_status check_graph_open(const hx_graph *g, const char *what)
 static hx_status null_input(const char *opname, int i)
 {
     static const char *marker = " is NULL because an earlier call failed: ";
-    if (strstr(last_error, marker)) return HX_ERR_INVALID_ARGUMENT;
-    if (!last_error[0])
-        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: input %d is NULL", opname, i);
-    char first[sizeof last_error];
-    memcpy(first, last_error, sizeof first);
+    const char *last = hx_last_error();
+    if (strstr(last, marker)) return HX_ERR_INVALID_ARGUMENT;
+    if (!last[0]) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: input %d is NULL", opname, i);
+    char first[HX_ERROR_LEN];
+    memcpy(first, last, sizeof first);
     return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: input %d%s%s", opname, i, marker, first);
 }
 

@@ -3,7 +3,7 @@
 #ifndef HX_GRAPH_H
 #define HX_GRAPH_H
 
-#include "hetex.h"
+#include "core/core.h"
 
 #include <stdarg.h>
 
@@ -116,9 +116,6 @@ typedef struct hx_op_info {
 
 extern const hx_op_info hx__ops[HX_OP_COUNT];
 
-/* Errors: set the thread-local message; return the status (or NULL). */
-hx_status hx__error(hx_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void hx__clear_error(void);
 /* "[32,64]" into buf; returns buf. */
 const char *hx__shape_str(const hx_tensor *t, char *buf, size_t n);
 #define HX_SHAPE_STR_LEN 96
@@ -185,7 +182,6 @@ hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *
 void hx__partition_free(hx_partition *p);
 
 int64_t hx__numel(int ndim, const int64_t *shape);
-bool hx__is_float(hx_dtype dt);
 /* An optimizer update of a dense parameter (not an embedding table's). */
 bool hx__is_dense_update(const hx_tensor *t);
 bool hx__same_shape(const hx_tensor *a, const hx_tensor *b);

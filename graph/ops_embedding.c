@@ -2,7 +2,8 @@
  * CPU (the op table marks them host-only) whatever the scoped target; the
  * table is not a tensor of the graph but a user object the node points to,
  * counted as used by the graph until the graph is freed. */
-#include "graph/embedding_table.h"
+#include "graph/graph.h"
+#include "embedding/embedding.h"
 
 #include <string.h>
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "hetex.h"
-#include "graph/graph.h" /* hx__error: the library's one thread-local error message */
+#include "core/core.h"
 
 /* ---- row tables -------------------------------------------------------------
  * Rows as a struct of arrays; the storage behind every hx_batch. */

@@ -18,9 +18,9 @@
  * thread that hit it) stops new submissions; the phase then waits for the
  * host units already running and synchronises every stream, so nothing is
  * left in flight, and returns that error. */
-#include "scheduler/backend.h"
+#include "backend/backend.h"
 #include "scheduler/cpu_budget.h"
-#include "scheduler/offload_disk.h"
+#include "offload/offload_disk.h"
 #include "scheduler/trace.h"
 
 #include <pthread.h>

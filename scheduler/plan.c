@@ -16,8 +16,8 @@
  * disjoint, X's before Y's, may share bytes: Y's production lies in such a
  * suffix (or in X's own unit after X's last use there), so it comes after
  * every use of X in every execution. */
-#include "scheduler/backend.h"
-#include "scheduler/offload.h"
+#include "backend/backend.h"
+#include "offload/offload.h"
 
 #include <stdlib.h>
 #include <string.h>

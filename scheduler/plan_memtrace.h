@@ -3,7 +3,7 @@
 #ifndef HX_PLAN_MEMTRACE_H
 #define HX_PLAN_MEMTRACE_H
 
-#include "scheduler/sched.h"
+#include "scheduler/scheduler.h"
 
 /* Records plan p's transient tensors on the accelerator as a per-tensor
  * allocator would see them in one sequential run: each allocated at the

@@ -13,7 +13,7 @@
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
-#include "scheduler/sched.h"
+#include "scheduler/scheduler.h"
 #include "trace_read.h"
 
 #include <stdlib.h>

@@ -10,8 +10,8 @@
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
-#include "scheduler/offload_disk.h"
-#include "scheduler/disk_layout.h"
+#include "offload/offload_disk.h"
+#include "offload/disk_layout.h"
 
 #include <stdlib.h>
 #include <string.h>

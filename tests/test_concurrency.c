@@ -6,7 +6,7 @@
  * gradients, checkpoints across sessions), device feeds, and hundreds of
  * small runs to shake out races. */
 #include "hetex.h"
-#include "scheduler/backend.h"
+#include "backend/backend.h"
 #include "testutil.h"
 #include "trace_read.h"
 

@@ -5,14 +5,14 @@
  * op table says, and that every GPU kernel returns the CUDA error as a
  * status (never aborts) when the runtime has no device. Where a device
  * exists this program skips (tests/gpu covers that machine). */
-#include "scheduler/backend_cuda.h"
+#include "backend/backend_cuda.h"
 #include "testutil.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #ifdef HX_HAVE_CUDA
-#include "scheduler/backend_cuda_internal.h"
+#include "backend/backend_cuda_internal.h"
 #endif
 
 static hx_graph *small_graph(void)

@@ -6,7 +6,7 @@
  * allocation, or the plan's tensors) that hx_memreplay replays. */
 #include "hetex.h"
 #include "testutil.h"
-#include "scheduler/backend.h"
+#include "backend/backend.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -7,7 +7,8 @@
 #include "hetex.h"
 #include "testutil.h"
 
-#include "graph/embedding_table.h"
+#include "embedding/embedding.h"
+#include "graph/graph.h"
 
 #include <math.h>
 #include <stdio.h>

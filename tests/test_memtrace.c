@@ -5,6 +5,7 @@
  * baseline's waste; the fragmenting pattern), the OOM point under a cap,
  * and the `hetex memreplay` command. */
 #include "memory/memtrace.h"
+#include "memtrace_gen.h"
 #include "memory/pool.h"
 #include "testutil.h"
 

@@ -9,7 +9,7 @@
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
-#include "scheduler/sched.h"
+#include "scheduler/scheduler.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,8 +11,8 @@
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
-#include "scheduler/offload_disk.h"
-#include "scheduler/disk_layout.h"
+#include "offload/offload_disk.h"
+#include "offload/disk_layout.h"
 #include "memory/disk_tier.h"
 #include "memory/pinned.h"
 

@@ -5,7 +5,7 @@
 #define HX_GPU_TESTUTIL_H
 
 #include "kernels/gpu/hx_gpu_kernels.h"
-#include "scheduler/backend_cuda.h"
+#include "backend/backend_cuda.h"
 #include "testutil.h"
 
 #include <stdio.h>

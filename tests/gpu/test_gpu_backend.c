@@ -8,7 +8,7 @@
  * device failing with HX_ERR_INDEX, and a device OOM under a small cap. */
 #include "gpu_testutil.h"
 #include "randgraph.h"
-#include "scheduler/backend_cuda_internal.h"
+#include "backend/backend_cuda_internal.h"
 
 #include <math.h>
 #include <time.h>

@@ -5,7 +5,7 @@
 #include "backend_cases.h"
 
 #include "graph/graph.h"
-#include "scheduler/backend.h"
+#include "backend/backend.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,0 +1,93 @@
+/* The backend interface: what the executor needs from a piece of hardware.
+ * A backend is a table of functions: memory, async copies host<->device on
+ * a stream, streams and events, kernel lookup by (op, dtype), statistics.
+ * cpu (backend_cpu_table.c) and emu (backend_emu.c) implement it; a cuda
+ * backend implements the same table. Pointers a backend hands out are its
+ * own memory: only its own functions (copies, launches) may touch them. */
+#ifndef HX_BACKEND_H
+#define HX_BACKEND_H
+
+#include "scheduler/scheduler.h"
+#include "memory/pool.h"
+
+typedef struct hx_stream hx_stream; /* defined by each backend */
+typedef struct hx_event hx_event;
+
+typedef struct hx_backend_stats {
+    size_t capacity;          /* SIZE_MAX where there is no cap */
+    size_t used, peak;        /* bytes allocated now, at most so far */
+    uint64_t h2d_copies, h2d_bytes, d2h_copies, d2h_bytes;
+    uint64_t launches;
+} hx_backend_stats;
+
+typedef struct hx_backend hx_backend;
+/* What a copy moves and why (hx__copy_role_name), for the trace; either
+ * may be NULL. Both must outlive the copy (tensor names and role names do). */
+typedef struct hx_copy_label {
+    const char *tensor, *role;
+} hx_copy_label;
+#define HX_COPY_UNLABELLED ((hx_copy_label){NULL, NULL})
+
+struct hx_backend {
+    const char *name;  /* "cpu", "emu", "cuda" */
+    hx_target target;  /* where its kernels run */
+    /* lt: what lives across steps (params, optimizer state, device feeds)
+     * is HX_MEM_PERSISTENT, the plans' arenas and workspaces
+     * HX_MEM_TRANSIENT; an accelerator keeps them in separate pools. `what`
+     * names the allocation in an out-of-memory report. */
+    hx_status (*alloc)(hx_backend *b, size_t bytes, hx_mem_lifetime lt, const char *what,
+                       void **out);
+    void (*free)(hx_backend *b, void *p);
+    hx_status (*stream_create)(hx_backend *b, hx_stream **out);
+    void (*stream_destroy)(hx_backend *b, hx_stream *s);
+    hx_status (*stream_sync)(hx_backend *b, hx_stream *s); /* host waits for all work on s */
+    hx_status (*event_create)(hx_backend *b, hx_event **out);
+    void (*event_destroy)(hx_backend *b, hx_event *e);
+    hx_status (*event_record)(hx_backend *b, hx_event *e, hx_stream *s);
+    hx_status (*stream_wait)(hx_backend *b, hx_stream *s, hx_event *e); /* s waits for e */
+    hx_status (*event_sync)(hx_backend *b, hx_event *e);                 /* host waits for e */
+    /* Copies ordered on stream s; the host buffer must stay valid until s
+     * has passed the copy. `why` only labels the copy in the trace. */
+    hx_status (*copy_h2d)(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
+                          hx_copy_label why);
+    hx_status (*copy_d2h)(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
+                          hx_copy_label why);
+    /* NULL: no kernel for op on this dtype (the node's output dtype). */
+    hx_launch_fn (*kernel)(const hx_backend *b, hx_op op, hx_dtype dt);
+    /* Runs fn on stream s; out/in are this backend's memory and, with ex
+     * and node, stay valid until s has passed the launch. */
+    hx_status (*launch)(hx_backend *b, hx_stream *s, hx_launch_fn fn, const hx_exec *ex,
+                        const hx_tensor *node, void *out, void *const *in);
+    void (*stats)(const hx_backend *b, hx_backend_stats *out);
+    void (*destroy)(hx_backend *b);
+    /* An accelerator's device pools (memory/pool.h: statistics, the
+     * HX_MEMTRACE recorder); NULL for the host. */
+    hx_mem_pools *pools;
+};
+
+/* Kernels the scheduler launches that are no graph op, looked up with
+ * kernel() like ops (the dtype argument is the node's dtype). An
+ * accelerator backend provides each of them:
+ * HX_KERNEL_SUMSQ: node is a gradient, in[0] its value on this device;
+ *   writes to out (a double on this device) the sum of its squared
+ *   elements, in an order that does not change between runs: finite
+ *   exactly when every element is. The session scans device gradients with
+ *   it before updates (Inf/NaN, and the global norm for clipping). */
+#define HX_KERNEL_SUMSQ ((hx_op)HX_OP_COUNT)
+
+hx_status hx__backend_cpu_create(hx_backend **out);
+
+/* What the emu backend shares with its session: the host core budget its
+ * streams take cores from (NULL: none), the trace its stream threads record
+ * to (NULL: none), and the simulated costs. */
+typedef struct hx_cpu_budget hx_cpu_budget;
+typedef struct hx_trace hx_trace;
+typedef struct hx_emu_options {
+    hx_cpu_budget *budget;
+    hx_trace *trace;
+    hx_emu_cost cost;
+} hx_emu_options;
+/* capacity: the device memory cap in bytes. */
+hx_status hx__backend_emu_create(size_t capacity, const hx_emu_options *opt, hx_backend **out);
+
+#endif

@@ -1,0 +1,409 @@
+/* The CPU backend's kernel table: one launcher per op, turning a node's
+ * shapes and attributes into a call of a kernels/cpu function. Launchers of
+ * float ops read and write f32; f16/bf16 nodes reach them through the
+ * widening path (backend_cpu_widen.c). Data movement is dtype-size aware. */
+#include "backend/backend_cpu_embedding.h"
+#include "backend/backend_cpu_widen.h"
+#include "backend/node_shapes.h"
+#include "kernels/cpu/hx_kernels.h"
+#include "kernels/cpu/optim.h"
+
+#include <string.h>
+
+_Static_assert((int)HX_K_F32 == (int)HX_DTYPE_F32 && (int)HX_K_F16 == (int)HX_DTYPE_F16 &&
+                   (int)HX_K_BF16 == (int)HX_DTYPE_BF16 && (int)HX_K_I32 == (int)HX_DTYPE_I32 &&
+                   (int)HX_K_I64 == (int)HX_DTYPE_I64,
+               "kernel dtypes mirror hx_dtype");
+
+#define LAUNCH(name) \
+    static hx_status name(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in)
+#define NT (ex->nthreads)
+#define X(i) ((const float *)in[i])
+#define SRC(i) (y->src[i])
+
+static int64_t numel(const hx_tensor *t) { return hx_tensor_numel(t); }
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+LAUNCH(matmul)
+{
+    hx__gemm_shape g = hx__matmul_shape(y);
+    hx_k_gemm_f32(g.ta, g.tb, g.batch, g.M, g.N, g.K, 1.0f, X(0), g.lda, g.M * g.K, X(1), g.ldb,
+                  g.b_stride, 0.0f, out, g.N, g.M * g.N, NT);
+    return HX_OK;
+}
+
+/* ---- elementwise --------------------------------------------------------------------- */
+
+static hx_status binary(const hx_exec *ex, hx_binary_op op, const hx_tensor *y, void *out,
+                        void *const *in)
+{
+    int64_t sa[HX_MAX_DIMS], sb[HX_MAX_DIMS];
+    hx__broadcast_strides(SRC(0), y, sa);
+    hx__broadcast_strides(SRC(1), y, sb);
+    hx_k_binary_f32(op, out, X(0), sa, X(1), sb, y->shape, y->ndim, NT);
+    return HX_OK;
+}
+
+LAUNCH(add) { return binary(ex, HX_BINARY_ADD, y, out, in); }
+LAUNCH(sub) { return binary(ex, HX_BINARY_SUB, y, out, in); }
+LAUNCH(mul) { return binary(ex, HX_BINARY_MUL, y, out, in); }
+LAUNCH(div) { return binary(ex, HX_BINARY_DIV, y, out, in); }
+
+LAUNCH(scale) { hx_k_scale_f32(out, X(0), y->attr.f[0], numel(y), NT); return HX_OK; }
+
+LAUNCH(bias_add)
+{
+    int64_t n = hx__last_dim(y);
+    hx_k_bias_add_f32(out, X(0), X(1), numel(y) / n, n, NT);
+    return HX_OK;
+}
+
+#define UNARY(name, op)                                         \
+    LAUNCH(name)                                                \
+    {                                                           \
+        hx_k_unary_f32(op, out, X(0), numel(y), NT);            \
+        return HX_OK;                                           \
+    }
+UNARY(relu, HX_UNARY_RELU)
+UNARY(gelu, HX_UNARY_GELU)
+UNARY(sigmoid, HX_UNARY_SIGMOID)
+UNARY(tanh_, HX_UNARY_TANH)
+UNARY(exp_, HX_UNARY_EXP)
+UNARY(log_, HX_UNARY_LOG)
+UNARY(sqrt_, HX_UNARY_SQRT)
+
+/* in: dy, then x (relu, gelu) or y (sigmoid, tanh) */
+#define UNARY_BACKWARD(name, op, uses_x)                                              \
+    LAUNCH(name)                                                                      \
+    {                                                                                 \
+        hx_k_unary_backward_f32(op, out, X(0), uses_x ? X(1) : NULL,                  \
+                                uses_x ? NULL : X(1), numel(y), NT);                  \
+        return HX_OK;                                                                 \
+    }
+UNARY_BACKWARD(relu_backward, HX_UNARY_RELU, 1)
+UNARY_BACKWARD(gelu_backward, HX_UNARY_GELU, 1)
+UNARY_BACKWARD(sigmoid_backward, HX_UNARY_SIGMOID, 0)
+UNARY_BACKWARD(tanh_backward, HX_UNARY_TANH, 0)
+
+/* ---- rows ------------------------------------------------------------------------------ */
+
+#define ROWS(y) (numel(y) / hx__last_dim(y)), hx__last_dim(y)
+
+LAUNCH(softmax) { hx_k_softmax_forward_f32(out, X(0), ROWS(y), NT); return HX_OK; }
+LAUNCH(log_softmax) { hx_k_log_softmax_forward_f32(out, X(0), ROWS(y), NT); return HX_OK; }
+LAUNCH(softmax_backward) { hx_k_softmax_backward_f32(out, X(0), X(1), ROWS(y), NT); return HX_OK; }
+LAUNCH(log_softmax_backward)
+{
+    hx_k_log_softmax_backward_f32(out, X(0), X(1), ROWS(y), NT);
+    return HX_OK;
+}
+
+LAUNCH(layernorm)
+{
+    hx_k_layernorm_forward_f32(out, X(0), X(1), X(2), y->attr.f[0], ROWS(y), NT);
+    return HX_OK;
+}
+
+/* in: dy, x, gamma */
+LAUNCH(layernorm_backward_x)
+{
+    hx_k_layernorm_backward_x_f32(out, X(0), X(1), X(2), y->attr.f[0], ROWS(y), NT);
+    return HX_OK;
+}
+
+/* in: dy, x; y is gamma-shaped */
+LAUNCH(layernorm_backward_gamma)
+{
+    const hx_tensor *x = SRC(1);
+    hx_k_layernorm_backward_gamma_f32(out, X(0), X(1), y->attr.f[0], ROWS(x), NT);
+    return HX_OK;
+}
+
+/* ---- data movement ------------------------------------------------------------------------ */
+
+LAUNCH(copy)
+{
+    if (out != in[0]) memcpy(out, in[0], hx_tensor_nbytes(y));
+    return HX_OK;
+}
+
+LAUNCH(permute)
+{
+    const hx_tensor *x = SRC(0);
+    int64_t xs[HX_MAX_DIMS], perm_xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
+    hx__strides_of(x, xs);
+    hx__strides_of(y, ys);
+    for (int d = 0; d < y->ndim; d++) perm_xs[d] = xs[y->attr.i[d]];
+    hx_k_copy_strided(out, ys, in[0], perm_xs, y->shape, y->ndim, hx_dtype_size(y->dtype), NT);
+    return HX_OK;
+}
+
+LAUNCH(concat)
+{
+    int ax = (int)y->attr.i[0];
+    size_t es = hx_dtype_size(y->dtype);
+    int64_t ys[HX_MAX_DIMS], xs[HX_MAX_DIMS], off = 0;
+    hx__strides_of(y, ys);
+    for (int k = 0; k < y->n_src; k++) {
+        const hx_tensor *x = SRC(k);
+        hx__strides_of(x, xs);
+        hx_k_copy_strided((char *)out + off * ys[ax] * es, ys, in[k], xs, x->shape, x->ndim, es, NT);
+        off += x->shape[ax];
+    }
+    return HX_OK;
+}
+
+/* attr: i[0] axis, i[1] start */
+LAUNCH(slice)
+{
+    int64_t xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
+    const char *base = hx__slice_view(y, in[0], xs, ys);
+    hx_k_copy_strided(out, ys, base, xs, y->shape, y->ndim, hx_dtype_size(y->dtype), NT);
+    return HX_OK;
+}
+
+/* dx (x's shape) = 0 outside the slice, dy inside. */
+LAUNCH(slice_backward)
+{
+    const hx_tensor *dy = SRC(0);
+    size_t es = hx_dtype_size(y->dtype);
+    int64_t ys[HX_MAX_DIMS], dys[HX_MAX_DIMS];
+    hx__strides_of(y, ys);
+    hx__strides_of(dy, dys);
+    memset(out, 0, hx_tensor_nbytes(y));
+    char *base = (char *)out + y->attr.i[1] * ys[y->attr.i[0]] * es;
+    hx_k_copy_strided(base, ys, in[0], dys, dy->shape, dy->ndim, es, NT);
+    return HX_OK;
+}
+
+LAUNCH(broadcast_to)
+{
+    int64_t xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
+    hx__broadcast_strides(SRC(0), y, xs);
+    hx__strides_of(y, ys);
+    hx_k_copy_strided(out, ys, in[0], xs, y->shape, y->ndim, hx_dtype_size(y->dtype), NT);
+    return HX_OK;
+}
+
+/* attr: i[0] mask of reduced axes */
+LAUNCH(reduce_sum)
+{
+    const hx_tensor *x = SRC(0);
+    uint8_t red[HX_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) red[d] = y->attr.i[0] >> d & 1;
+    hx_k_reduce_sum_f32(out, X(0), x->shape, x->ndim, red, NT);
+    return HX_OK;
+}
+
+/* Sums dy over the axes where y (right-aligned) has 1 or no dim. */
+LAUNCH(sum_to)
+{
+    const hx_tensor *dy = SRC(0);
+    uint8_t red[HX_MAX_DIMS];
+    int lead = dy->ndim - y->ndim;
+    for (int d = 0; d < dy->ndim; d++)
+        red[d] = d < lead || (y->shape[d - lead] == 1 && dy->shape[d] != 1);
+    hx_k_reduce_sum_f32(out, X(0), dy->shape, dy->ndim, red, NT);
+    return HX_OK;
+}
+
+LAUNCH(cast)
+{
+    hx_k_cast(out, (hx_kdtype)y->dtype, in[0], (hx_kdtype)SRC(0)->dtype, numel(y), NT);
+    return HX_OK;
+}
+
+/* ---- rows by id ------------------------------------------------------------------------------ */
+
+static hx_status bad_id(const hx_tensor *y, const hx_tensor *ids, const void *idv, int64_t pos,
+                        int64_t rows, const char *what)
+{
+    int64_t id = ids->dtype == HX_DTYPE_I64 ? ((const int64_t *)idv)[pos]
+                                            : ((const int32_t *)idv)[pos];
+    return hx__error(HX_ERR_INDEX,
+                     "%s '%s': %s %lld at position %lld of '%s' is outside [0, %lld)",
+                     hx__ops[y->op].name, y->name, what, (long long)id, (long long)pos,
+                     ids->name, (long long)rows);
+}
+
+LAUNCH(gather)
+{
+    const hx_tensor *table = SRC(0), *ids = SRC(1);
+    int64_t bad;
+    if (hx_k_gather_rows(out, in[0], table->shape[0], hx_tensor_nbytes(table) / table->shape[0],
+                         in[1], (hx_kdtype)ids->dtype, numel(ids), NT, &bad))
+        return bad_id(y, ids, in[1], bad, table->shape[0], "id");
+    return HX_OK;
+}
+
+/* in: dy, ids; y is the table's shape */
+LAUNCH(scatter_add)
+{
+    const hx_tensor *ids = SRC(1);
+    int64_t bad;
+    if (hx_k_scatter_add_rows_f32(out, y->shape[0], y->shape[1], X(0), in[1],
+                                  (hx_kdtype)ids->dtype, numel(ids), NT, &bad))
+        return bad_id(y, ids, in[1], bad, y->shape[0], "id");
+    return HX_OK;
+}
+
+/* ---- masks, dropout, losses ------------------------------------------------------------------ */
+
+LAUNCH(causal_mask)
+{
+    int64_t T = hx__last_dim(y);
+    hx_k_causal_mask_f32(out, X(0), numel(y) / (T * T), T, y->attr.f[0], NT);
+    return HX_OK;
+}
+
+/* The mask changes every training step and is shared by forward and backward. */
+LAUNCH(dropout)
+{
+    if (!ex->train || y->attr.f[0] == 0) {
+        /* f32 buffers also for a 16-bit node (widened) */
+        if (out != in[0]) memcpy(out, in[0], sizeof(float) * numel(y));
+        return HX_OK;
+    }
+    uint64_t seed = y->attr.seed ^ ((uint64_t)ex->step * 0x9E3779B97F4A7C15ull);
+    hx_k_dropout_f32(out, X(0), y->attr.f[0], seed, y->attr.stream, numel(y), NT);
+    return HX_OK;
+}
+
+LAUNCH(cross_entropy)
+{
+    const hx_tensor *logits = SRC(0), *labels = SRC(1);
+    int64_t bad, N = logits->shape[0], C = logits->shape[1];
+    if (hx_k_cross_entropy_forward_f32(out, X(0), in[1], (hx_kdtype)labels->dtype, N, C, NT, &bad))
+        return bad_id(y, labels, in[1], bad, C, "label");
+    return HX_OK;
+}
+
+/* in: dloss, logits, labels */
+LAUNCH(cross_entropy_backward)
+{
+    const hx_tensor *labels = SRC(2);
+    int64_t bad, N = y->shape[0], C = y->shape[1];
+    if (hx_k_cross_entropy_backward_f32(out, X(0), X(1), in[2], (hx_kdtype)labels->dtype, N, C,
+                                        NT, &bad))
+        return bad_id(y, labels, in[2], bad, C, "label");
+    return HX_OK;
+}
+
+LAUNCH(bce_logits)
+{
+    hx_k_bce_logits_forward_f32(out, X(0), X(1), numel(SRC(0)), NT);
+    return HX_OK;
+}
+
+/* in: dloss, x, t */
+LAUNCH(bce_logits_backward)
+{
+    hx_k_bce_logits_backward_f32(out, X(0), X(1), X(2), numel(y), NT);
+    return HX_OK;
+}
+
+/* ---- optimizer updates --------------------------------------------------------------------- */
+
+/* Update nodes: in = param, grad, state...; the node's data is its
+ * hx_optimizer_config. The session's step count is the optimizer's step
+ * (torch's state['step']); gradients were scanned for Inf/NaN before any
+ * update ran, so the kernels need not scan again. */
+#define CONFIG(y) ((const hx_optimizer_config *)(y)->data)
+
+LAUNCH(sgd_update)
+{
+    const hx_optimizer_config *c = CONFIG(y);
+    hx_sgd_hp hp = {hx__update_lr(ex, c), c->momentum, c->dampening, c->weight_decay, c->nesterov};
+    hx_optim_io io = hx__update_io(ex, y, in, NT);
+    int64_t step = ex->step;
+    hx_optim_sgd(in[0], hx__update_state(y, in, 0), numel(y), &step, &hp, &io);
+    return HX_OK;
+}
+
+LAUNCH(adam_update)
+{
+    const hx_optimizer_config *c = CONFIG(y);
+    hx_adam_hp hp = {hx__update_lr(ex, c), c->beta1, c->beta2, c->eps, c->weight_decay,
+                     c->kind == HX_OPTIMIZER_ADAMW};
+    hx_optim_io io = hx__update_io(ex, y, in, NT);
+    int64_t step = ex->step;
+    hx_optim_adam(in[0], in[2], in[3], numel(y), &step, &hp, &io);
+    return HX_OK;
+}
+
+LAUNCH(adagrad_update)
+{
+    const hx_optimizer_config *c = CONFIG(y);
+    hx_adagrad_hp hp = {hx__update_lr(ex, c), c->lr_decay, c->eps, c->weight_decay};
+    hx_optim_io io = hx__update_io(ex, y, in, NT);
+    int64_t step = ex->step;
+    hx_optim_adagrad(in[0], in[2], numel(y), &step, &hp, &io);
+    return HX_OK;
+}
+
+LAUNCH(ftrl_update)
+{
+    const hx_optimizer_config *c = CONFIG(y);
+    hx_ftrl_hp hp = {hx__update_lr(ex, c), c->l1, c->l2, c->l2_shrinkage};
+    hx_optim_io io = hx__update_io(ex, y, in, NT);
+    hx_optim_ftrl(in[0], in[2], in[3], numel(y), &hp, &io);
+    return HX_OK;
+}
+
+static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
+    [HX_OP_MATMUL] = matmul, [HX_OP_ADD] = add, [HX_OP_SUB] = sub, [HX_OP_MUL] = mul,
+    [HX_OP_DIV] = div, [HX_OP_SCALE] = scale, [HX_OP_BIAS_ADD] = bias_add,
+    [HX_OP_RELU] = relu, [HX_OP_GELU] = gelu, [HX_OP_SIGMOID] = sigmoid, [HX_OP_TANH] = tanh_,
+    [HX_OP_EXP] = exp_, [HX_OP_LOG] = log_, [HX_OP_SQRT] = sqrt_,
+    [HX_OP_SOFTMAX] = softmax, [HX_OP_LOG_SOFTMAX] = log_softmax, [HX_OP_LAYERNORM] = layernorm,
+    [HX_OP_RESHAPE] = copy, [HX_OP_PERMUTE] = permute, [HX_OP_CONCAT] = concat,
+    [HX_OP_SLICE] = slice, [HX_OP_REDUCE_SUM] = reduce_sum, [HX_OP_CAST] = cast,
+    [HX_OP_GATHER] = gather, [HX_OP_CAUSAL_MASK] = causal_mask,
+    [HX_OP_CROSS_ENTROPY] = cross_entropy, [HX_OP_BCE_LOGITS] = bce_logits,
+    [HX_OP_DROPOUT] = dropout,
+    [HX_OP_EMBEDDING_LOOKUP] = hx__cpu_embedding_lookup, [HX_OP_EMBEDDING_BAG] = hx__cpu_embedding_bag,
+    [HX_OP_RELU_BACKWARD] = relu_backward, [HX_OP_GELU_BACKWARD] = gelu_backward,
+    [HX_OP_SIGMOID_BACKWARD] = sigmoid_backward, [HX_OP_TANH_BACKWARD] = tanh_backward,
+    [HX_OP_SOFTMAX_BACKWARD] = softmax_backward,
+    [HX_OP_LOG_SOFTMAX_BACKWARD] = log_softmax_backward,
+    [HX_OP_LAYERNORM_BACKWARD_X] = layernorm_backward_x,
+    [HX_OP_LAYERNORM_BACKWARD_GAMMA] = layernorm_backward_gamma,
+    [HX_OP_SUM_TO] = sum_to, [HX_OP_BROADCAST_TO] = broadcast_to,
+    [HX_OP_SLICE_BACKWARD] = slice_backward, [HX_OP_SCATTER_ADD] = scatter_add,
+    [HX_OP_CROSS_ENTROPY_BACKWARD] = cross_entropy_backward,
+    [HX_OP_BCE_LOGITS_BACKWARD] = bce_logits_backward,
+    [HX_OP_SGD_UPDATE] = sgd_update, [HX_OP_ADAM_UPDATE] = adam_update,
+    [HX_OP_ADAGRAD_UPDATE] = adagrad_update, [HX_OP_FTRL_UPDATE] = ftrl_update,
+    [HX_OP_EMBEDDING_UPDATE] = hx__cpu_embedding_update,
+    [HX_OP_EMBEDDING_BAG_WEIGHTS_BACKWARD] = hx__cpu_embedding_bag_weights_backward,
+};
+
+/* Ops whose launcher above computes on f32 buffers. */
+static const bool computes_f32[HX_OP_COUNT] = {
+    [HX_OP_MATMUL] = 1, [HX_OP_ADD] = 1, [HX_OP_SUB] = 1, [HX_OP_MUL] = 1, [HX_OP_DIV] = 1,
+    [HX_OP_SCALE] = 1, [HX_OP_BIAS_ADD] = 1, [HX_OP_RELU] = 1, [HX_OP_GELU] = 1,
+    [HX_OP_SIGMOID] = 1, [HX_OP_TANH] = 1, [HX_OP_EXP] = 1, [HX_OP_LOG] = 1, [HX_OP_SQRT] = 1,
+    [HX_OP_SOFTMAX] = 1, [HX_OP_LOG_SOFTMAX] = 1, [HX_OP_LAYERNORM] = 1, [HX_OP_REDUCE_SUM] = 1,
+    [HX_OP_CAUSAL_MASK] = 1, [HX_OP_CROSS_ENTROPY] = 1, [HX_OP_BCE_LOGITS] = 1,
+    [HX_OP_DROPOUT] = 1, [HX_OP_RELU_BACKWARD] = 1, [HX_OP_GELU_BACKWARD] = 1,
+    [HX_OP_SIGMOID_BACKWARD] = 1, [HX_OP_TANH_BACKWARD] = 1, [HX_OP_SOFTMAX_BACKWARD] = 1,
+    [HX_OP_LOG_SOFTMAX_BACKWARD] = 1, [HX_OP_LAYERNORM_BACKWARD_X] = 1,
+    [HX_OP_LAYERNORM_BACKWARD_GAMMA] = 1, [HX_OP_SUM_TO] = 1, [HX_OP_SCATTER_ADD] = 1,
+    [HX_OP_CROSS_ENTROPY_BACKWARD] = 1, [HX_OP_BCE_LOGITS_BACKWARD] = 1,
+};
+
+/* A float op's launch: the float inputs of a node share its dtype (the
+ * graph's rule), so an f32 node runs its launcher as it is and a 16-bit one
+ * is widened. */
+static hx_status float_op(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in)
+{
+    hx_launch_fn fn = cpu_kernels[y->op];
+    return y->dtype == HX_DTYPE_F32 ? fn(ex, y, out, in) : hx__cpu_widen(fn, ex, y, out, in);
+}
+
+hx_launch_fn hx__cpu_kernel(hx_op op)
+{
+    if ((unsigned)op >= HX_OP_COUNT) return NULL;
+    return computes_f32[op] ? float_op : cpu_kernels[op];
+}

@@ -1,0 +1,409 @@
+/* The public embedding table: creation from hx_embedding_config, rows in
+ * and out, save/load, stats, the count of graphs using it; and the two
+ * calls the CPU launchers make (query, update), which map ids, take the
+ * lock and route embedding/ errors into hx_last_error(). */
+#include "embedding/table.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+hx_status hx__emb_error(hx_status st, const hx_emb_err *e, const char *where_fmt, ...)
+{
+    char where[256];
+    va_list ap;
+    va_start(ap, where_fmt);
+    vsnprintf(where, sizeof where, where_fmt, ap);
+    va_end(ap);
+    return hx__error(st, "%s: %s", where, e->msg);
+}
+
+/* ---- configuration ---------------------------------------------------------- */
+
+hx_embedding_optimizer hx_embedding_optimizer_default(hx_embedding_optimizer_kind kind)
+{
+    hx_emb_optim o = hx_emb_optim_default((hx_emb_optim_kind)kind);
+    return (hx_embedding_optimizer){kind, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
+                                    o.lr_decay, o.initial_accumulator, o.l1, o.l2,
+                                    o.l2_shrinkage};
+}
+
+hx_embedding_config hx_embedding_config_default(void)
+{
+    hx_embedding_config c;
+    memset(&c, 0, sizeof c);
+    c.dtype = HX_DTYPE_F32;
+    c.init = hx_init_uniform(-0.05, 0.05);
+    c.ids = HX_EMBEDDING_IDS_ROWS;
+    c.out_of_range = HX_EMBEDDING_OUT_OF_RANGE_ERROR;
+    c.optimizer.kind = HX_EMBEDDING_OPTIMIZER_NONE;
+    return c;
+}
+
+_Static_assert((int)HX_EMB_OPTIM_NONE == (int)HX_EMBEDDING_OPTIMIZER_NONE &&
+                   (int)HX_EMB_OPTIM_LAZY_ADAM == (int)HX_EMBEDDING_OPTIMIZER_LAZY_ADAM &&
+                   (int)HX_EMB_OPTIM_ADAGRAD == (int)HX_EMBEDDING_OPTIMIZER_ADAGRAD &&
+                   (int)HX_EMB_OPTIM_ROW_ADAGRAD == (int)HX_EMBEDDING_OPTIMIZER_ROW_ADAGRAD &&
+                   (int)HX_EMB_OPTIM_FTRL == (int)HX_EMBEDDING_OPTIMIZER_FTRL,
+               "embedding optimizer kinds mirror hx_emb_optim_kind");
+
+static hx_status to_optim(const hx_embedding_optimizer *o, const char *fn, hx_emb_optim *out)
+{
+    if ((unsigned)o->kind > HX_EMBEDDING_OPTIMIZER_FTRL)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: unknown optimizer kind %d (use "
+                         "HX_EMBEDDING_OPTIMIZER_*)", fn, (int)o->kind);
+    *out = hx_emb_optim_default((hx_emb_optim_kind)o->kind);
+    out->lr = o->lr;
+    out->beta1 = o->beta1;
+    out->beta2 = o->beta2;
+    out->eps = o->eps;
+    out->weight_decay = o->weight_decay;
+    out->lr_decay = o->lr_decay;
+    out->initial_accumulator = o->initial_accumulator;
+    out->l1 = o->l1;
+    out->l2 = o->l2;
+    out->l2_shrinkage = o->l2_shrinkage;
+    return HX_OK;
+}
+
+/* The embedding/ configs of a public one; fails on what embedding/ does
+ * not check itself. */
+static hx_status to_configs(const hx_embedding_config *c, hx_emb_table_config *tc,
+                            hx_emb_idmap_config *mc)
+{
+    const char *fn = "hx_embedding_table_create";
+    const char *name = c->name ? c->name : "embedding";
+    if ((unsigned)c->ids > HX_EMBEDDING_IDS_DYNAMIC ||
+        (unsigned)c->out_of_range > HX_EMBEDDING_OUT_OF_RANGE_ZERO)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "%s '%s': ids %d or out_of_range %d is not one of HX_EMBEDDING_IDS_* / "
+                         "HX_EMBEDDING_OUT_OF_RANGE_*", fn, name, (int)c->ids, (int)c->out_of_range);
+    if (c->init.kind != HX_INIT_ZEROS && c->init.kind != HX_INIT_UNIFORM &&
+        c->init.kind != HX_INIT_NORMAL)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "%s '%s': initialiser kind %d; tables take hx_init_zeros(), "
+                         "hx_init_uniform() or hx_init_normal()", fn, name, (int)c->init.kind);
+    if (c->n_threads < 0 || c->min_count < 0 || c->expire_after < 0)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "%s '%s': n_threads %d, min_count %lld and expire_after %lld must be "
+                         ">= 0", fn, name, c->n_threads, (long long)c->min_count,
+                         (long long)c->expire_after);
+    if (c->ids != HX_EMBEDDING_IDS_DYNAMIC && (c->min_count > 1 || c->expire_after > 0 ||
+                                               c->evict_when_full))
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "%s '%s': min_count, expire_after and evict_when_full apply to "
+                         "HX_EMBEDDING_IDS_DYNAMIC tables only", fn, name);
+    *tc = hx_emb_table_config_default(c->rows, c->dim);
+    tc->dtype = c->dtype;
+    tc->init = (hx_emb_init){c->init.kind == HX_INIT_ZEROS     ? HX_EMB_INIT_ZEROS
+                             : c->init.kind == HX_INIT_UNIFORM ? HX_EMB_INIT_UNIFORM
+                                                               : HX_EMB_INIT_NORMAL,
+                             c->init.a, c->init.b, c->seed};
+    tc->lazy_init = c->lazy_init;
+    tc->backing_file = c->backing_file;
+    tc->oob = c->out_of_range == HX_EMBEDDING_OUT_OF_RANGE_ZERO ? HX_EMB_OOB_ZERO : HX_EMB_OOB_ERROR;
+    tc->nthreads = c->n_threads ? c->n_threads : omp_get_num_procs();
+    hx_status st = to_optim(&c->optimizer, fn, &tc->optim);
+    *mc = (hx_emb_idmap_config){c->rows, c->min_count, c->expire_after,
+                                c->evict_when_full ? HX_EMB_FULL_EVICT : HX_EMB_FULL_ERROR,
+                                c->seed};
+    return st;
+}
+
+hx_status hx_embedding_table_create(const hx_embedding_config *cfg, hx_embedding_table **out)
+{
+    if (!out || !cfg)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_embedding_table_create: %s is NULL",
+                         out ? "cfg" : "out");
+    *out = NULL;
+    const char *name = cfg->name ? cfg->name : "embedding";
+    if (!*name)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_embedding_table_create: name is empty; give the table a name (or "
+                         "NULL for \"embedding\")");
+    hx_emb_table_config tc;
+    hx_emb_idmap_config mc;
+    hx_status st = to_configs(cfg, &tc, &mc);
+    if (st) return st;
+    hx_embedding_table *t = calloc(1, sizeof *t);
+    if (!t || !(t->name = strdup(name)) || !(t->ws = hx_emb_workspace_create())) {
+        if (t) free(t->name);
+        free(t);
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_embedding_table_create '%s': out of host memory",
+                         name);
+    }
+    hx_emb_err err;
+    st = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_create(&tc, &mc, &t->impl, &err)
+                                              : hx_emb_local_create(&tc, &t->impl, &err);
+    if (st) {
+        hx_emb_workspace_free(t->ws);
+        free(t->name);
+        free(t);
+        return hx__emb_error(st, &err, "hx_embedding_table_create '%s'", name);
+    }
+    t->local = hx_emb_as_local(cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_local(t->impl)
+                                                                    : t->impl);
+    t->ids = cfg->ids;
+    t->expire_after = cfg->expire_after;
+    pthread_mutex_init(&t->lock, NULL);
+    *out = t;
+    return HX_OK;
+}
+
+hx_status hx_embedding_table_free(hx_embedding_table *t)
+{
+    if (!t) return HX_OK;
+    int graphs = atomic_load(&t->graphs);
+    if (graphs)
+        return hx__error(HX_ERR_STATE,
+                         "hx_embedding_table_free '%s': %d graph(s) still use the table; free "
+                         "them (and their sessions) first", t->name, graphs);
+    hx_emb_table_free(t->impl);
+    hx_emb_workspace_free(t->ws);
+    pthread_mutex_destroy(&t->lock);
+    free(t->name);
+    free(t);
+    return HX_OK;
+}
+
+void hx__embedding_use(hx_embedding_table *t, int delta) { atomic_fetch_add(&t->graphs, delta); }
+
+int64_t hx_embedding_table_rows(const hx_embedding_table *t) { return t ? t->impl->rows : -1; }
+int64_t hx_embedding_table_dim(const hx_embedding_table *t) { return t ? t->impl->dim : -1; }
+
+hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t, const hx_embedding_optimizer *opt)
+{
+    const char *fn = "hx_embedding_table_set_optimizer";
+    if (!t || !opt) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, t ? "opt" : "table");
+    hx_emb_optim o;
+    hx_status st = to_optim(opt, fn, &o);
+    if (st) return st;
+    hx_emb_err err;
+    pthread_mutex_lock(&t->lock);
+    st = hx_emb_local_set_optim(&t->local->base, &o, omp_get_num_procs(), &err);
+    pthread_mutex_unlock(&t->lock);
+    return st ? hx__emb_error(st, &err, "%s '%s'", fn, t->name) : HX_OK;
+}
+
+/* ---- rows in and out ----------------------------------------------------------------- */
+
+/* The rows of n ids (DYNAMIC: -1 for an id without a row); HX_ERR_INDEX for
+ * an id outside the table. */
+static hx_status rows_of(hx_embedding_table *t, const char *fn, const int64_t *ids, int64_t n,
+                         int64_t *rows)
+{
+    int64_t R = t->impl->rows;
+    if (t->ids == HX_EMBEDDING_IDS_MODULO) {
+        hx_emb_keys_mod(ids, n, R, rows);
+    } else if (t->ids == HX_EMBEDDING_IDS_DYNAMIC) {
+        hx_emb_err err;
+        hx_status st = hx_emb_idmap_map(hx_emb_dynamic_idmap(t->impl), ids, n, 0, 0, rows, NULL,
+                                        NULL, &err);
+        if (st) return hx__emb_error(st, &err, "%s '%s'", fn, t->name);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            if (ids[i] < 0 || ids[i] >= R)
+                return hx__error(HX_ERR_INDEX,
+                                 "%s '%s': id %lld at position %lld is outside the table's rows "
+                                 "[0, %lld)", fn, t->name, (long long)ids[i], (long long)i,
+                                 (long long)R);
+            rows[i] = ids[i];
+        }
+    }
+    return HX_OK;
+}
+
+/* Checks the arguments of read/write_rows and maps the ids; *rows is freed by the caller. */
+static hx_status rows_args(hx_embedding_table *t, const char *fn, const int64_t *ids, int64_t n,
+                           const void *data, int64_t **rows, float **tmp)
+{
+    *rows = NULL;
+    *tmp = NULL;
+    if (!t || (n && (!ids || !data)) || n < 0)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: table %p, %lld ids at %p, rows at %p", fn,
+                         (void *)t, (long long)n, (const void *)ids, data);
+    *rows = malloc((size_t)(n ? n : 1) * sizeof **rows);
+    *tmp = malloc((size_t)t->local->gstride * sizeof **tmp);
+    if (!*rows || !*tmp)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "%s '%s': out of host memory", fn, t->name);
+    return rows_of(t, fn, ids, n, *rows);
+}
+
+hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64_t *ids, int64_t n,
+                                       float *out)
+{
+    int64_t *rows;
+    float *tmp;
+    if (t) pthread_mutex_lock(&t->lock); /* a training lookup may be changing the id map */
+    hx_status st = rows_args(t, "hx_embedding_table_read_rows", ids, n, out, &rows, &tmp);
+    int64_t dim = st ? 0 : t->impl->dim;
+    for (int64_t i = 0; i < n && !st; i++) {
+        if (rows[i] < 0) {
+            memset(out + i * dim, 0, (size_t)dim * sizeof *out);
+            continue;
+        }
+        hx_emb_local_read_row(t->local, rows[i], tmp);
+        memcpy(out + i * dim, tmp, (size_t)dim * sizeof *out);
+    }
+    if (t) pthread_mutex_unlock(&t->lock);
+    free(rows);
+    free(tmp);
+    return st;
+}
+
+hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *ids, int64_t n,
+                                        const float *data)
+{
+    const char *fn = "hx_embedding_table_write_rows";
+    int64_t *rows;
+    float *tmp;
+    if (t) pthread_mutex_lock(&t->lock);
+    hx_status st = rows_args(t, fn, ids, n, data, &rows, &tmp);
+    for (int64_t i = 0; i < n && !st; i++)
+        if (rows[i] < 0)
+            st = hx__error(HX_ERR_NOT_FOUND,
+                           "%s '%s': id %lld at position %lld holds no row yet (a DYNAMIC table "
+                           "gives ids rows in training runs); nothing was written", fn, t->name,
+                           (long long)ids[i], (long long)i);
+    for (int64_t i = 0; i < n && !st; i++)
+        hx_emb_local_write_row(t->local, rows[i], data + i * t->impl->dim, tmp);
+    if (t) pthread_mutex_unlock(&t->lock);
+    free(rows);
+    free(tmp);
+    return st;
+}
+
+/* ---- save, load, stats --------------------------------------------------------------- */
+
+hx_status hx_embedding_table_save(hx_embedding_table *t, const char *path)
+{
+    if (!t || !path)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_embedding_table_save: %s is NULL",
+                         t ? "path" : "table");
+    hx_emb_err err;
+    pthread_mutex_lock(&t->lock);
+    hx_status st = hx_emb_table_save(t->impl, path, &err);
+    pthread_mutex_unlock(&t->lock);
+    return st ? hx__emb_error(st, &err, "hx_embedding_table_save '%s' to %s", t->name, path) : HX_OK;
+}
+
+hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path)
+{
+    if (!t || !path)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_embedding_table_load: %s is NULL",
+                         t ? "path" : "table");
+    hx_emb_err err;
+    pthread_mutex_lock(&t->lock);
+    hx_status st = hx_emb_table_load(t->impl, path, &err);
+    pthread_mutex_unlock(&t->lock);
+    return st ? hx__emb_error(st, &err, "hx_embedding_table_load '%s' from %s", t->name, path)
+              : HX_OK;
+}
+
+hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_stats *out)
+{
+    if (!t || !out)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_embedding_table_stats: %s is NULL",
+                         t ? "out" : "table");
+    hx_emb_local_stats ls;
+    hx_emb_err err;
+    hx_status st = hx_emb_local_stats_get(&t->local->base, &ls, &err);
+    if (st) return hx__emb_error(st, &err, "hx_embedding_table_stats '%s'", t->name);
+    *out = (hx_embedding_stats){.rows = t->impl->rows, .dim = t->impl->dim,
+                                .rows_assigned = ls.rows_ready, .out_of_range = ls.oob_ids,
+                                .updates = atomic_load(&t->updates), .bytes = ls.bytes,
+                                .graphs = atomic_load(&t->graphs)};
+    const hx_emb_idmap *map = hx_emb_dynamic_idmap(t->impl);
+    if (map) {
+        hx_emb_idmap_stats ms;
+        pthread_mutex_lock((pthread_mutex_t *)&t->lock);
+        hx_emb_idmap_stats_get(map, &ms);
+        pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
+        out->rows_assigned = ms.keys;
+        out->evictions = ms.evicted;
+        out->expirations = ms.expired;
+        out->filtered = ms.filtered;
+    }
+    return HX_OK;
+}
+
+void hx_embedding_hash_strings(const char *const *strs, const size_t *lens, int64_t n,
+                               uint64_t seed, int64_t *keys)
+{
+    if (strs && lens && keys && n > 0) hx_emb_hash_strings(strs, lens, n, seed, keys);
+}
+
+/* ---- what the launchers call ------------------------------------------------------------ */
+
+/* q with its ids (and offsets) as rows of a MODULO table, in i64 buffers
+ * *own (freed by the caller); other tables take q as it is. */
+static hx_status map_query(const hx_embedding_table *t, const hx_emb_query *q, hx_emb_query *out,
+                           int64_t **own, const char *where)
+{
+    *out = *q;
+    *own = NULL;
+    if (t->ids != HX_EMBEDDING_IDS_MODULO) return HX_OK;
+    int64_t noff = q->mode == HX_EMB_ROWS ? 0 : q->n_offsets;
+    int64_t *buf = malloc((size_t)(q->n + noff + 1) * sizeof *buf);
+    if (!buf) return hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", where);
+    for (int64_t i = 0; i < q->n; i++) buf[i] = hx_emb_id_at(q->ids, q->id_dtype, i);
+    hx_emb_keys_mod(buf, q->n, t->impl->rows, buf);
+    for (int64_t b = 0; b < noff; b++) buf[q->n + b] = hx_emb_id_at(q->offsets, q->id_dtype, b);
+    out->ids = buf;
+    out->offsets = noff ? buf + q->n : q->offsets;
+    out->id_dtype = HX_DTYPE_I64;
+    /* The padding id names a raw id; as a row it would also match other ids. */
+    if (q->has_padding) out->padding_id = -1;
+    for (int64_t i = 0; q->has_padding && i < q->n; i++)
+        if (hx_emb_id_at(q->ids, q->id_dtype, i) == q->padding_id) buf[i] = -1;
+    *own = buf;
+    return HX_OK;
+}
+
+hx_status hx__embedding_query(hx_embedding_table *t, const hx_emb_query *q, float *out,
+                              int64_t *argmax, bool forward, const char *where)
+{
+    hx_emb_query mq;
+    int64_t *own;
+    hx_status st = map_query(t, q, &mq, &own, where);
+    if (st) return st;
+    bool lock = t->ids == HX_EMBEDDING_IDS_DYNAMIC && q->train;
+    hx_emb_err err;
+    if (lock) pthread_mutex_lock(&t->lock);
+    if (!forward && t->impl == &t->local->base) /* a re-read: its bad ids were counted */
+        st = hx_emb_local_lookup(t->local, &mq, t->local->oob, NULL, out, argmax, &err);
+    else
+        st = hx_emb_table_lookup(t->impl, &mq, out, argmax, &err);
+    if (lock) pthread_mutex_unlock(&t->lock);
+    free(own);
+    return st ? hx__emb_error(st, &err, "%s", where) : HX_OK;
+}
+
+hx_status hx__embedding_update(hx_embedding_table *t, const hx_emb_query *qs,
+                               const hx_emb_grad_input *gis, int nq, int64_t step,
+                               const char *where)
+{
+    hx_emb_query *mq = calloc((size_t)nq, sizeof *mq);
+    int64_t **own = calloc((size_t)nq, sizeof *own);
+    hx_status st = mq && own ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", where);
+    for (int k = 0; k < nq && !st; k++) st = map_query(t, &qs[k], &mq[k], &own[k], where);
+    if (!st) {
+        hx_emb_err err;
+        pthread_mutex_lock(&t->lock);
+        st = hx_emb_table_backward_update_many(t->impl, mq, gis, nq, step, t->ws, &err);
+        if (!st) {
+            atomic_fetch_add(&t->updates, 1);
+            if (t->expire_after > 0 && step % t->expire_after == 0)
+                hx_emb_idmap_expire(hx_emb_dynamic_idmap(t->impl), step);
+        }
+        pthread_mutex_unlock(&t->lock);
+        if (st) st = hx__emb_error(st, &err, "%s", where);
+    }
+    for (int k = 0; own && k < nq; k++) free(own[k]);
+    free(own);
+    free(mq);
+    return st;
+}

@@ -1,0 +1,52 @@
+/* The public embedding table (hetex.h's hx_embedding_table): an embedding/
+ * table (local or dynamic) with its name, id mapping, the graphs using it,
+ * and the lock and scratch of its updates. The graph's ops keep a pointer to
+ * it; the CPU launchers (backend/backend_cpu_embedding.c) query and update
+ * it through the functions below, which also turn hx_emb_err messages into
+ * hx_last_error(). */
+#ifndef HX_EMBEDDING_TABLE_H
+#define HX_EMBEDDING_TABLE_H
+
+#include "embedding/embedding.h"
+#include "core/core.h"
+
+#include <pthread.h>
+
+struct hx_embedding_table {
+    hx_emb_table *impl;   /* what lookups and updates call: local or dynamic */
+    hx_emb_local *local;  /* its storage (a DYNAMIC table's map: hx_emb_dynamic_idmap) */
+    char *name;
+    hx_embedding_ids ids;
+    int64_t expire_after;
+    _Atomic int graphs;   /* graphs using the table */
+    _Atomic int64_t updates;
+    /* Held by updates and by training lookups of a DYNAMIC table (they assign
+     * rows): neither may overlap anything else on the table. */
+    pthread_mutex_t lock;
+    hx_emb_workspace *ws; /* the updates' scratch, used under the lock */
+};
+
+/* Copies e's message into hx_last_error() after "<where>: " and returns st:
+ * every embedding/ error reaches the user through here. */
+hx_status hx__emb_error(hx_status st, const hx_emb_err *e, const char *where_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A graph starts (+1) or stops (-1) using t. */
+void hx__embedding_use(hx_embedding_table *t, int delta);
+
+/* Rows of query q into out (hx_emb_query_out_rows(q), dim), and in MAX mode
+ * the argmax (may be NULL): ids are mapped as the table says (MODULO), a
+ * training query of a DYNAMIC table takes the lock. forward = false: the
+ * backward reading the rows again (out-of-range ids are not counted twice).
+ * `where` names the op in messages. */
+hx_status hx__embedding_query(hx_embedding_table *t, const hx_emb_query *q, float *out,
+                              int64_t *argmax, bool forward, const char *where);
+
+/* One optimizer step t = step on the rows the nq queries touched, their
+ * gradients summed over all of them (gis[k] for qs[k]); then DYNAMIC
+ * tables expire ids every expire_after steps. Takes the lock. */
+hx_status hx__embedding_update(hx_embedding_table *t, const hx_emb_query *qs,
+                               const hx_emb_grad_input *gis, int nq, int64_t step,
+                               const char *where);
+
+#endif

@@ -1,0 +1,785 @@
+/* Sessions: persistent storage, feeds and fetches, plan cache, the run loop
+ * (phase 0, the gradient scan, phase 1; each phase runs on the executor). */
+#include "backend/backend.h"
+#include "backend/backend_cuda.h"
+#include "scheduler/cpu_budget.h"
+#include "offload/offload.h"
+#include "offload/offload_disk.h"
+#include "scheduler/plan_memtrace.h"
+#include "scheduler/trace.h"
+
+#include "kernels/cpu/optim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+hx_session_config hx_session_config_default(void)
+{
+    hx_session_config c = {.n_threads = 0, .seed = 42, .accelerator = HX_ACCELERATOR_AUTO,
+                           .max_device_memory = 0, .fallback = HX_FALLBACK_ERROR,
+                           .loss_scale = {false, 65536.0, 2000, 2.0, 0.5},
+                           .emu_cost = {0, 0, 0}, .trace_path = NULL,
+                           .offload = hx_offload_config_default()};
+    return c;
+}
+
+void hx_session_free(hx_session *s)
+{
+    if (!s) return;
+    hx__dpu_free(s);
+    hx__exec_free(s);
+    hx__disk_close(s); /* before the loop below: the disk tier's host copy is its own */
+    for (int i = 0; i < s->n_plans; i++) hx__plan_free(s, s->plans[i]);
+    free(s->plans);
+    for (int i = 0; s->persist && i < s->g->n; i++)
+        if (s->persist[i]) s->be[hx__dev_of(s, i)]->free(s->be[hx__dev_of(s, i)], s->persist[i]);
+    free(s->persist);
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    for (int i = 0; i < s->n_dev_blocks; i++) acc->free(acc, s->dev_blocks[i].p);
+    free(s->dev_blocks);
+    if (s->scan_dev) acc->free(acc, s->scan_dev);
+    free(s->scan_host);
+    for (int i = 0; i < 2; i++)
+        if (s->copy_stream[i]) acc->stream_destroy(acc, s->copy_stream[i]);
+    for (int d = 0; d < HX_NDEV; d++) {
+        if (!s->be[d]) continue;
+        if (s->arena[d]) s->be[d]->free(s->be[d], s->arena[d]);
+        if (s->stream[d]) s->be[d]->stream_destroy(s->be[d], s->stream[d]);
+        s->be[d]->destroy(s->be[d]);
+    }
+    if (s->trace && hx__trace_write(s->trace))
+        fprintf(stderr, "hetex: the trace was not written: %s\n", hx_last_error());
+    hx__trace_free(s->trace);
+    if (s->budget) hx__budget_destroy(s->budget);
+    free(s->budget);
+    free(s->target);
+    free(s->why);
+    s->g->n_sessions--;
+    free(s);
+}
+
+/* Prefixes a device OOM report with where it happened and the device's
+ * persistent/transient split. */
+static hx_status device_report(const hx_session *s, const char *fn, hx_status st)
+{
+    if (st != HX_ERR_DEVICE_OOM) return st;
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", hx_last_error());
+    return hx__error(st, "%s: %s (the device holds %zu persistent bytes and a %zu-byte transient "
+                     "arena)", fn, msg, s->persist_bytes[HX_DEV_ACCEL],
+                     s->arena_bytes[HX_DEV_ACCEL]);
+}
+
+static bool has_kernel(void *ctx, hx_target t, hx_op op, hx_dtype dt)
+{
+    const hx_session *s = ctx;
+    const hx_backend *b = s->be[t == HX_TARGET_DEVICE ? HX_DEV_ACCEL : HX_DEV_HOST];
+    return b && b->kernel(b, op, dt);
+}
+
+/* The host core budget and the trace (config field, else $HX_TRACE). */
+static hx_status setup_lanes(hx_session *s)
+{
+    s->budget = malloc(sizeof *s->budget);
+    if (!s->budget) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    hx__budget_init(s->budget, s->nthreads);
+    const char *path = s->cfg.trace_path ? s->cfg.trace_path : getenv("HX_TRACE");
+    if (path && *path) {
+        hx_status st = hx__trace_create(path, &s->trace);
+        if (st) return st;
+    }
+    return hx__exec_create(s);
+}
+
+/* Backends for the configured accelerator, streams (the accelerator's:
+ * compute, h2d, d2h), and placement. */
+static hx_status setup_devices(hx_session *s)
+{
+    hx_status st = hx__backend_cpu_create(&s->be[HX_DEV_HOST]);
+    if (!st) st = hx__backend_cuda_for(&s->cfg, &s->be[HX_DEV_ACCEL]); /* CUDA, AUTO with a GPU */
+    if (!st && s->cfg.accelerator != HX_ACCELERATOR_NONE && !s->be[HX_DEV_ACCEL]) {
+        size_t cap = s->cfg.max_device_memory ? s->cfg.max_device_memory : (size_t)8 << 30;
+        hx_emu_options o = {s->budget, s->trace, s->cfg.emu_cost};
+        st = hx__backend_emu_create(cap, &o, &s->be[HX_DEV_ACCEL]);
+        s->accel_on_host = true;
+    }
+    for (int d = 0; d < HX_NDEV && !st; d++)
+        if (s->be[d]) st = s->be[d]->stream_create(s->be[d], &s->stream[d]);
+    for (int i = 0; i < 2 && !st && s->be[HX_DEV_ACCEL]; i++)
+        st = s->be[HX_DEV_ACCEL]->stream_create(s->be[HX_DEV_ACCEL], &s->copy_stream[i]);
+    if (st) return st;
+    int n = s->g->n ? s->g->n : 1;
+    s->target = malloc(sizeof *s->target * n);
+    s->why = malloc(sizeof *s->why * n);
+    if (!s->target || !s->why)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    hx_place_opts o = {s->be[HX_DEV_ACCEL] != NULL, s->cfg.fallback == HX_FALLBACK_CPU,
+                       has_kernel, s};
+    if ((st = hx__place(s->g, &o, s->target, s->why))) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", hx_last_error());
+        return hx__error(st, "hx_session_create: %s", msg);
+    }
+    if ((st = hx__offload_place(s))) return st;
+    for (int i = 0; i < s->g->n; i++) s->n_fallbacks += s->why[i] == HX_WHY_FALLBACK;
+    if (hx__debug("placement")) hx__debug_placement(s);
+    return HX_OK;
+}
+
+static hx_status alloc_persistent(hx_session *s)
+{
+    const hx_graph *g = s->g;
+    for (int i = 0; i < g->n; i++) {
+        const hx_tensor *t = g->tensors[i];
+        if (t->kind != HX_TENSOR_PARAMETER && t->kind != HX_TENSOR_CONSTANT &&
+            t->kind != HX_TENSOR_STATE)
+            continue;
+        if (hx__disk_holds(s, i)) continue; /* initialised into the disk tier by hx__disk_open */
+        size_t bytes = hx_tensor_nbytes(t);
+        int d = hx__dev_of(s, i);
+        char what[160];
+        snprintf(what, sizeof what, "'%s' (%s)", t->name, hx__ops[t->op].name);
+        hx_status st = s->be[d]->alloc(s->be[d], bytes, HX_MEM_PERSISTENT, what, &s->persist[i]);
+        if (st) return device_report(s, "hx_session_create", st);
+        s->persist_bytes[d] += bytes;
+        void *host = d == HX_DEV_HOST ? s->persist[i] : malloc(bytes ? bytes : 1); /* staging */
+        if (!host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+        if (t->kind == HX_TENSOR_CONSTANT) memcpy(host, t->data, bytes);
+        else st = hx__param_init(t, host, s->cfg.seed, s->nthreads);
+        if (!st && d != HX_DEV_HOST) st = hx__session_copy_in(s, d, s->persist[i], host, bytes);
+        if (host != s->persist[i]) free(host);
+        if (st) return st;
+    }
+    return HX_OK;
+}
+
+/* The gradient scan's sums: one per update node, on the host and, for
+ * device gradients, on the device. */
+static hx_status alloc_scan(hx_session *s)
+{
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    for (int i = 0; i < s->g->n; i++) s->n_scan += s->g->tensors[i]->kind == HX_TENSOR_UPDATE;
+    if (!s->n_scan) return HX_OK;
+    size_t bytes = sizeof(double) * s->n_scan;
+    s->scan_host = malloc(2 * bytes); /* the device's sums copied back, then the host's */
+    if (!s->scan_host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    if (!acc) return HX_OK;
+    hx_status st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "the gradient scan's sums",
+                              (void **)&s->scan_dev);
+    return st ? device_report(s, "hx_session_create", st) : HX_OK;
+}
+
+hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_session **out)
+{
+    if (!out) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: out is NULL");
+    *out = NULL;
+    if (!g) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: graph is NULL");
+    hx_session_config c = cfg ? *cfg : hx_session_config_default();
+    if (c.n_threads < 0 || (unsigned)c.accelerator > HX_ACCELERATOR_NONE ||
+        (unsigned)c.fallback > HX_FALLBACK_CPU)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_session_create: n_threads %d must be >= 0 (0: all cores), "
+                         "accelerator one of HX_ACCELERATOR_* and fallback one of HX_FALLBACK_*",
+                         c.n_threads);
+    const hx_loss_scale_config *ls = &c.loss_scale;
+    if (ls->enabled && !(ls->initial_scale > 0 && isfinite(ls->initial_scale) &&
+                         ls->growth_interval >= 1 && ls->growth_factor >= 1 &&
+                         isfinite(ls->growth_factor) && ls->backoff_factor > 0 &&
+                         ls->backoff_factor < 1))
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_session_create: loss scaling needs initial_scale > 0, "
+                         "growth_interval >= 1, growth_factor >= 1 and 0 < backoff_factor < 1");
+    if (!(c.clip_grad_norm >= 0 && isfinite(c.clip_grad_norm)))
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: clip_grad_norm %g must be "
+                         "finite and >= 0 (0: no clipping)", c.clip_grad_norm);
+    hx_status st = hx__offload_resolve(&c.offload);
+    if (st) return st;
+    hx_session *s = calloc(1, sizeof *s);
+    if (!s) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    s->stats.loss_scale = ls->enabled ? ls->initial_scale : 1.0;
+    s->lr_scale = 1.0;
+    s->g = g;
+    s->cfg = c;
+    s->nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
+    g->n_sessions++;
+    s->persist = calloc(g->n ? g->n : 1, sizeof *s->persist);
+    st = s->persist ? setup_lanes(s)
+                              : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    if (!st) st = setup_devices(s);
+    if (!st) st = hx__disk_layout(s);
+    if (!st) st = alloc_persistent(s);
+    if (!st && !s->disk) st = hx__half_copies_refresh(s, NULL); /* disk: by hx__disk_open */
+    if (!st) st = alloc_scan(s);
+    if (!st) st = hx__disk_open(s);
+    if (st) {
+        hx_session_free(s);
+        return st;
+    }
+    *out = s;
+    return HX_OK;
+}
+
+int64_t hx_session_step(const hx_session *s) { return s ? s->stats.step : 0; }
+
+hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out)
+{
+    if (!s || !out)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_train_stats: %s is NULL",
+                         s ? "out" : "session");
+    *out = s->stats;
+    return HX_OK;
+}
+
+hx_status hx_session_set_lr_scale(hx_session *s, double scale)
+{
+    if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_set_lr_scale: session is NULL");
+    if (!(scale >= 0 && isfinite(scale)))
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_set_lr_scale: scale %g must be "
+                         "finite and >= 0", scale);
+    s->lr_scale = scale;
+    return HX_OK;
+}
+
+/* ---- feeds and fetches -------------------------------------------------------- */
+
+static hx_status resolve(const hx_session *s, const char *what, int i, const char *name,
+                         const hx_tensor *t, const hx_tensor **out)
+{
+    if (t) {
+        *out = t;
+        if (t->graph != s->g)
+            return hx__error(HX_ERR_INVALID_ARGUMENT,
+                             "hx_session_run: %s %d names tensor '%s' of another graph; use the "
+                             "tensors of the session's graph", what, i, t->name);
+        return HX_OK;
+    }
+    if (!name)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_session_run: %s %d has neither tensor nor name", what, i);
+    *out = hx_graph_find(s->g, name);
+    if (!*out)
+        return hx__error(HX_ERR_NOT_FOUND,
+                         "hx_session_run: %s %d names '%s', which is not in the graph", what, i,
+                         name);
+    return HX_OK;
+}
+
+static hx_status check_bytes(const char *what, int i, const hx_tensor *t, const void *data,
+                             size_t bytes)
+{
+    char sh[HX_SHAPE_STR_LEN];
+    if (!data)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: %s %d ('%s') data is NULL",
+                         what, i, t->name);
+    if (bytes != hx_tensor_nbytes(t))
+        return hx__error(HX_ERR_SHAPE,
+                         "hx_session_run: %s %d ('%s') has %zu bytes; the tensor is %s %s = "
+                         "%zu bytes", what, i, t->name, bytes, hx_dtype_name(t->dtype),
+                         hx__shape_str(t, sh, sizeof sh), hx_tensor_nbytes(t));
+    return HX_OK;
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* Grows device d's transient arena to `bytes` (plans rebind lazily). The
+ * old arena is given back first so that a capped device can hold the new
+ * one; if the new one does not fit, the old size is taken again and the
+ * session stays usable for the plans it already had. */
+static hx_status grow_arena(hx_session *s, int d, size_t bytes)
+{
+    if (bytes <= s->arena_bytes[d]) return HX_OK;
+    hx_backend *b = s->be[d];
+    size_t old = s->arena_bytes[d];
+    if (s->arena[d]) b->free(b, s->arena[d]);
+    s->arena[d] = NULL;
+    s->arena_bytes[d] = 0;
+    void *mem = NULL;
+    hx_status st = b->alloc(b, bytes, HX_MEM_TRANSIENT, "the transient (activation) arena", &mem);
+    if (!st) {
+        s->arena[d] = mem;
+        s->arena_bytes[d] = bytes;
+        return HX_OK;
+    }
+    st = device_report(s, "hx_session_run", st);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", hx_last_error());
+    if (old && !b->alloc(b, old, HX_MEM_TRANSIENT, "the transient (activation) arena", &mem)) {
+        s->arena[d] = mem;
+        s->arena_bytes[d] = old;
+    }
+    return hx__error(st, "%s", msg);
+}
+
+/* The cached plan for this fetch set and flag, built on first use. */
+static hx_status get_plan(hx_session *s, int *ids, int n, bool train, hx_plan **out)
+{
+    qsort(ids, n, sizeof *ids, cmp_int);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!m || ids[m - 1] != ids[i]) ids[m++] = ids[i];
+    for (int i = 0; i < s->n_plans; i++) {
+        hx_plan *p = s->plans[i];
+        if (p->key_len == m + 1 && p->key[m] == train && !memcmp(p->key, ids, sizeof *ids * m)) {
+            *out = p;
+            return HX_OK;
+        }
+    }
+    hx_plan *p;
+    hx_status st = hx__plan_build(s, ids, m, train, &p);
+    if (st) return st;
+    for (int d = 0; d < HX_NDEV && !st; d++) st = grow_arena(s, d, p->arena_bytes[d]);
+    for (int ph = 0; ph < 2 && !st; ph++) st = hx__exec_reserve(s, p->host_lanes[ph]);
+    hx_plan **plans = st ? NULL : realloc(s->plans, sizeof *plans * (s->n_plans + 1));
+    if (!plans) {
+        hx__plan_free(s, p);
+        return st ? st : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    }
+    s->plans = plans;
+    s->plans[s->n_plans++] = p;
+    if (hx__debug("placement")) hx__debug_copies(s, p);
+    *out = p;
+    return HX_OK;
+}
+
+hx_status hx__session_copy_out(hx_session *s, int d, void *dst, const void *src, size_t n)
+{
+    if (d == HX_DEV_HOST) {
+        memcpy(dst, src, n);
+        return HX_OK;
+    }
+    hx_backend *b = s->be[d];
+    hx_status st = b->copy_d2h(b, dst, src, n, s->copy_stream[1], HX_COPY_UNLABELLED);
+    hx_status sync = b->stream_sync(b, s->copy_stream[1]);
+    return st ? st : sync;
+}
+
+hx_status hx__session_copy_in(hx_session *s, int d, void *dst, const void *src, size_t n)
+{
+    if (d == HX_DEV_HOST) {
+        memcpy(dst, src, n);
+        return HX_OK;
+    }
+    hx_backend *b = s->be[d];
+    hx_status st = b->copy_h2d(b, dst, src, n, s->copy_stream[0], HX_COPY_UNLABELLED);
+    hx_status sync = b->stream_sync(b, s->copy_stream[0]);
+    return st ? st : sync;
+}
+
+/* Scans the gradient of every update (plan order) in one pass: its sum of
+ * squares, device gradients on the device by HX_KERNEL_SUMSQ (the sums
+ * copied back) while host gradients are summed here. *bad: the first update
+ * whose gradient holds an Inf or NaN (NULL if none); *sumsq: the sum over
+ * the dense parameters' gradients (embedding tables are left out of the
+ * norm, as sparse gradients are in the frameworks), in plan order. */
+static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_dev,
+                            int host_threads, const hx_tensor **bad, double *sumsq)
+{
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    double *dev_sums = s->scan_host, *host_sums = s->scan_host + s->n_scan;
+    hx_status st = HX_OK;
+    int n_dev = 0;
+    *bad = NULL;
+    *sumsq = 0;
+    for (int i = 0; i < p->n_scan && !st; i++) {
+        const hx_tensor *g = p->scan_update[i]->src[1];
+        if (p->scan_home[i] != HX_DEV_ACCEL) continue;
+        hx_launch_fn fn = acc->kernel(acc, HX_KERNEL_SUMSQ, g->dtype);
+        if (!fn)
+            return hx__error(HX_ERR_NO_KERNEL, "hx_session_run: the %s backend has no kernel to "
+                             "scan gradient '%s' (%s) for Inf/NaN", acc->name, g->name,
+                             hx_dtype_name(g->dtype));
+        st = acc->launch(acc, s->stream[HX_DEV_ACCEL], fn, ex_dev, g, &s->scan_dev[i],
+                         &p->scan_at[i]);
+        n_dev = i + 1;
+    }
+    if (!st && n_dev)
+        st = acc->copy_d2h(acc, dev_sums, s->scan_dev, sizeof(double) * n_dev,
+                           s->stream[HX_DEV_ACCEL], (hx_copy_label){NULL, "gradient scan sums"});
+    int cores = hx__budget_take(s->budget, host_threads);
+    for (int i = 0; i < p->n_scan && !st; i++) {
+        const hx_tensor *g = p->scan_update[i]->src[1];
+        if (p->scan_home[i] == HX_DEV_HOST)
+            host_sums[i] = hx_k_sumsq(p->scan_at[i], (hx_kdtype)g->dtype, hx_tensor_numel(g),
+                                      host_threads);
+    }
+    hx__budget_give(s->budget, cores);
+    if (n_dev) {
+        hx_status sync = acc->stream_sync(acc, s->stream[HX_DEV_ACCEL]);
+        if (!st) st = sync;
+    }
+    if (st) return st;
+    for (int i = 0; i < p->n_scan; i++) {
+        const hx_tensor *u = p->scan_update[i];
+        double v = p->scan_home[i] == HX_DEV_ACCEL ? dev_sums[i] : host_sums[i];
+        if (!isfinite(v) && !*bad) *bad = u;
+        if (u->op != HX_OP_EMBEDDING_UPDATE) *sumsq += v;
+    }
+    return HX_OK;
+}
+
+/* torch.nn.utils.clip_grad_norm_'s coefficient for a global norm. */
+static float clip_coefficient(double max_norm, double norm)
+{
+    if (max_norm <= 0) return 1.0f;
+    double c = max_norm / (norm + 1e-6);
+    return c < 1 ? (float)c : 1.0f;
+}
+
+/* Phase 0 (forward and backward), then (training) the gradient scan and
+ * phase 1 (the updates), with the loss scaler's bookkeeping. */
+static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool *skip)
+{
+    const hx_loss_scale_config *ls = &s->cfg.loss_scale;
+    bool scaling = train && ls->enabled && s->g->grad_seed;
+    hx_status st = HX_OK;
+    if (scaling) { /* d loss / d loss = the scale */
+        int id = s->g->grad_seed->id;
+        float v = (float)s->stats.loss_scale;
+        if ((st = hx__session_copy_in(s, hx__dev_of(s, id), s->persist[id], &v, sizeof v))) return st;
+    }
+    double unscale = scaling ? 1.0 / s->stats.loss_scale : 1.0;
+    hx_exec ex[2][2]; /* [phase][host lanes, device] */
+    for (int ph = 0; ph < 2; ph++)
+        for (int k = 0; k < 2; k++)
+            ex[ph][k] = (hx_exec){.nthreads = p->threads[ph][k], .step = s->stats.step,
+                                  .train = train, .grad_unscale = (float)unscale,
+                                  .grad_clip = 1.0f, .lr_scale = s->lr_scale};
+    if (!hx__dpu_reads_no_master(p) && (st = hx__dpu_settle(s))) return st;
+    if ((st = hx__exec_phase(s, p, 0, &ex[0][0], &ex[0][1], skip))) return st;
+    if ((st = hx__dpu_settle(s)) || !train) return st; /* the update of the step before */
+    if (p->first_update == p->n_steps) { /* a training run without updates */
+        s->stats.step++;
+        return HX_OK;
+    }
+
+    const hx_tensor *bad;
+    double sumsq;
+    if ((st = scan_grads(s, p, &ex[1][1], p->threads[1][0], &bad, &sumsq))) return st;
+    s->stats.grad_norm = sqrt(sumsq) * unscale;
+    if (bad && !scaling)
+        return hx__error(HX_ERR_NUMERIC,
+                         "hx_session_run: the gradient of parameter '%s' holds Inf or NaN; no "
+                         "parameter was updated (check the inputs, lower the learning rate, or "
+                         "enable loss scaling)", bad->param->name);
+    s->stats.last_skipped = bad != NULL;
+    if (bad) {
+        s->stats.skipped_steps++;
+        s->stats.loss_scale *= ls->backoff_factor;
+        s->good_steps = 0;
+        return HX_OK;
+    }
+    float clip = clip_coefficient(s->cfg.clip_grad_norm, s->stats.grad_norm);
+    ex[1][0].grad_clip = ex[1][1].grad_clip = clip;
+    bool delay = s->cfg.delayed_param_update && s->stats.step >= s->cfg.dpu_warmup_steps &&
+                 hx__dpu_plan_ok(p);
+    if (delay) st = hx__dpu_launch(s, p, &ex[1][0]);
+    else if (hx__disk_update_ready(s, p)) st = hx__disk_update_run(s, p, &ex[1][0]);
+    else st = hx__exec_phase(s, p, 1, &ex[1][0], &ex[1][1], skip);
+    if (st) return st;
+    s->stats.step++;
+    if (scaling && ++s->good_steps == ls->growth_interval) {
+        s->stats.loss_scale *= ls->growth_factor;
+        s->good_steps = 0;
+    }
+    return HX_OK;
+}
+
+/* The device allocation that holds p (the whole [p, p + bytes) if `whole`), or NULL. */
+static const struct hx_device_block *device_block(const hx_session *s, const void *p,
+                                                  size_t bytes, bool whole)
+{
+    for (int i = 0; i < s->n_dev_blocks; i++) {
+        const struct hx_device_block *b = &s->dev_blocks[i];
+        const char *lo = b->p, *x = p;
+        if (x >= lo && x < lo + b->bytes && (!whole || bytes <= b->bytes - (size_t)(x - lo)))
+            return b;
+    }
+    return NULL;
+}
+
+/* A feed that starts in a device block must end in it. */
+static hx_status check_device_feed(const hx_session *s, int i, const hx_tensor *t,
+                                   const void *data, size_t bytes)
+{
+    if (device_block(s, data, bytes, false) && !device_block(s, data, bytes, true))
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_session_run: feed %d ('%s') is device memory from "
+                         "hx_session_device_alloc, but its %zu bytes run past the end of that "
+                         "allocation", i, t->name, bytes);
+    return HX_OK;
+}
+
+/* Puts every input where the plan reads it: a host feed into the host
+ * arena (a copy unit takes it to the device if device ops read it), a
+ * device feed straight into the device ops' input slots, its copy skipped.
+ * Checks every feed before changing anything. */
+static hx_status place_feeds(hx_session *s, hx_plan *p, const hx_feed *feeds,
+                             const hx_tensor **feed_t, int n_feeds)
+{
+    for (int k = 0; k < p->n_inputs; k++) {
+        const hx_tensor *in = s->g->tensors[p->inputs[k]];
+        int j = 0;
+        while (j < n_feeds && feed_t[j] != in) j++;
+        if (j == n_feeds)
+            return hx__error(HX_ERR_INVALID_ARGUMENT,
+                             "hx_session_run: input '%s' is needed by this run but not fed",
+                             in->name);
+        const hx_tensor *use = p->input_host_use[k];
+        if (device_block(s, feeds[j].data, feeds[j].bytes, true) &&
+            (use || p->input_copy_unit[k] < 0))
+            return hx__error(HX_ERR_INVALID_ARGUMENT,
+                             "hx_session_run: feed %d ('%s') is device memory, but this run "
+                             "keeps input '%s' on the host (placed on the cpu%s%s%s); feed it "
+                             "host memory", j, in->name, in->name,
+                             use == in ? ": it is fetched" : use ? ": cpu op '" : "",
+                             use && use != in ? use->name : "",
+                             use && use != in ? "' reads it" : "");
+    }
+    for (int k = 0; k < p->n_inputs; k++) {
+        const hx_tensor *in = s->g->tensors[p->inputs[k]];
+        int j = 0;
+        while (feed_t[j] != in) j++;
+        bool dev = device_block(s, feeds[j].data, feeds[j].bytes, true);
+        if (p->input_copy_unit[k] >= 0) p->skip[p->input_copy_unit[k]] = dev;
+        if (!dev) memcpy(s->arena[HX_DEV_HOST] + p->offset[in->id], feeds[j].data, feeds[j].bytes);
+    }
+    for (int i = 0; i < p->n_dev_in; i++) { /* device ops read device feeds in place */
+        int id = p->dev_in_id[i];
+        void *at = s->arena[HX_DEV_ACCEL] + p->offset[HX_DEV_ACCEL * s->g->n + id];
+        for (int j = 0; j < n_feeds; j++)
+            if (feed_t[j]->id == id && device_block(s, feeds[j].data, feeds[j].bytes, true))
+                at = (void *)feeds[j].data;
+        p->in_pool[p->dev_in_slot[i]] = at;
+    }
+    return HX_OK;
+}
+
+hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
+                         const hx_fetch *fetches, int n_fetches, unsigned flags)
+{
+    if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: session is NULL");
+    if (n_feeds < 0 || n_fetches < 0 || (n_feeds && !feeds) || (n_fetches && !fetches))
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_session_run: %d feeds at %p, %d fetches at %p", n_feeds,
+                         (const void *)feeds, n_fetches, (const void *)fetches);
+    if (flags & ~(unsigned)HX_RUN_TRAIN)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: unknown flags 0x%x", flags);
+
+    enum { SMALL = 16 };
+    const hx_tensor *feed_small[SMALL], *fetch_small[SMALL];
+    int id_small[SMALL];
+    const hx_tensor **feed_t = n_feeds <= SMALL ? feed_small : malloc(sizeof *feed_t * n_feeds);
+    const hx_tensor **fetch_t = n_fetches <= SMALL ? fetch_small : malloc(sizeof *fetch_t * n_fetches);
+    int *ids = n_fetches <= SMALL ? id_small : malloc(sizeof *ids * n_fetches);
+    hx_status st = HX_OK;
+    if (!feed_t || !fetch_t || !ids) {
+        st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+        goto out;
+    }
+
+    for (int i = 0; i < n_feeds && !st; i++) {
+        if ((st = resolve(s, "feed", i, feeds[i].name, feeds[i].tensor, &feed_t[i]))) break;
+        const hx_tensor *t = feed_t[i];
+        if (t->kind != HX_TENSOR_INPUT)
+            st = hx__error(HX_ERR_INVALID_ARGUMENT,
+                           "hx_session_run: feed %d names '%s', which is not an input (it is "
+                           "%s); set parameters with hx_session_write", i, t->name,
+                           hx__ops[t->op].name);
+        if (!st) st = check_bytes("feed", i, t, feeds[i].data, feeds[i].bytes);
+        if (!st) st = check_device_feed(s, i, t, feeds[i].data, feeds[i].bytes);
+        for (int j = 0; j < i && !st; j++)
+            if (feed_t[j] == t)
+                st = hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: '%s' is fed twice",
+                               t->name);
+    }
+    for (int i = 0; i < n_fetches && !st; i++) {
+        if ((st = resolve(s, "fetch", i, fetches[i].name, fetches[i].tensor, &fetch_t[i]))) break;
+        const hx_tensor *t = fetch_t[i];
+        if (t->kind == HX_TENSOR_UPDATE)
+            st = hx__error(HX_ERR_INVALID_ARGUMENT,
+                           "hx_session_run: fetch %d names '%s', an optimizer update, which has "
+                           "no value; fetch the parameter instead", i, t->name);
+        if (!st) st = check_bytes("fetch", i, t, fetches[i].data, fetches[i].bytes);
+        ids[i] = t->id;
+    }
+    if (st) goto out;
+
+    bool train = flags & HX_RUN_TRAIN;
+    hx_plan *p = NULL;
+    if ((st = hx__disk_load(s, "hx_session_run", train))) goto out;
+    if ((st = get_plan(s, ids, n_fetches, train, &p))) goto out;
+    if (p->bound_to[0] != s->arena[0] || p->bound_to[1] != s->arena[1]) hx__plan_bind(s, p);
+    if ((st = place_feeds(s, p, feeds, feed_t, n_feeds))) goto out;
+    if (train && (st = hx__disk_update_begin(s, p))) goto out; /* its reads overlap phase 0 */
+    s->last_plan = p;
+
+    hx_train_stats stats0 = s->stats;
+    int good0 = s->good_steps;
+    st = execute(s, p, train, p->skip);
+    if (!st && train) st = hx__disk_store(s, "hx_session_run");
+    if (st && hx__disk_tier_of(s)) { /* nothing applied: the step did not happen */
+        s->stats = stats0;
+        s->good_steps = good0;
+    }
+    if (st) goto out;
+    hx__plan_memtrace(s, p);
+    for (int i = 0; i < n_fetches && !st; i++) {
+        const hx_tensor *t = fetch_t[i];
+        int d = hx__dev_of(s, t->id);
+        int64_t off = p->offset[d * s->g->n + t->id];
+        const void *src = off >= 0 ? s->arena[d] + off : s->persist[t->id];
+        if (off < 0 && hx__disk_chunked(s, t->id)) /* optimizer state: not loaded for the run */
+            st = hx__disk_read_tensor(s, "hx_session_run", t, fetches[i].data);
+        else st = hx__session_copy_out(s, d, fetches[i].data, src, fetches[i].bytes);
+    }
+out:
+    hx__disk_evict(s);
+    if (feed_t != feed_small) free(feed_t);
+    if (fetch_t != fetch_small) free(fetch_t);
+    if (ids != id_small) free(ids);
+    return st;
+}
+
+/* ---- parameter access, statistics ------------------------------------------------ */
+
+static hx_status persistent_of(hx_session *s, const char *fn, const hx_tensor *t, size_t bytes,
+                               const void *data, void **out)
+{
+    if (!s || !t || !data)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
+                         !s ? "session" : !t ? "tensor" : "data");
+    if (t->graph != s->g)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: '%s' belongs to another graph", fn, t->name);
+    if (!s->persist[t->id] && !hx__disk_holds(s, t->id))
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "%s: '%s' is not a parameter, constant or optimizer state; fetch it "
+                         "with hx_session_run", fn, t->name);
+    if (bytes != hx_tensor_nbytes(t))
+        return hx__error(HX_ERR_SHAPE, "%s: '%s' is %zu bytes, not %zu", fn, t->name,
+                         hx_tensor_nbytes(t), bytes);
+    *out = s->persist[t->id];
+    return hx__dpu_settle(s);
+}
+
+/* A parameter or state in the disk tier, or one of its half copies. */
+static bool via_disk(const hx_session *s, const hx_tensor *t)
+{
+    if (hx__disk_holds(s, t->id)) return true;
+    for (int i = 0; s->disk && i < s->g->n; i++) {
+        const hx_tensor *c = s->g->tensors[i];
+        if (hx__is_half_copy(c) && c->param == t && hx__disk_holds(s, i)) return true;
+    }
+    return false;
+}
+
+hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t bytes)
+{
+    void *p = NULL;
+    hx_status st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
+    if (!st && hx__disk_holds(s, t->id)) return hx__disk_read_tensor(s, "hx_session_read", t, data);
+    if (!st) st = hx__session_copy_out(s, hx__dev_of(s, t->id), data, p, bytes);
+    return st;
+}
+
+hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, size_t bytes)
+{
+    void *p = NULL;
+    hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
+    if (!st && via_disk(s, t)) return hx__disk_write_tensor(s, "hx_session_write", t, data);
+    if (!st) st = hx__session_copy_in(s, hx__dev_of(s, t->id), p, data, bytes);
+    if (!st && t->kind == HX_TENSOR_PARAMETER) st = hx__half_copies_refresh(s, t);
+    return st;
+}
+
+hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
+{
+    if (!s || !out)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_memory_stats: %s is NULL",
+                         s ? "out" : "session");
+    if (!s->n_plans) { /* plan the training step without running it */
+        hx_plan *p = NULL;
+        int no_fetch[1];
+        hx_status st = get_plan(s, no_fetch, 0, true, &p);
+        if (st) return st;
+    }
+    *out = (hx_memory_stats){.persistent_bytes = s->persist_bytes[HX_DEV_HOST],
+                             .device_persistent_bytes = s->persist_bytes[HX_DEV_ACCEL]};
+    for (int i = 0; i < s->n_plans; i++) {
+        const hx_plan *p = s->plans[i];
+        if (p->arena_bytes[HX_DEV_HOST] > out->transient_planned_bytes) {
+            out->transient_planned_bytes = p->arena_bytes[HX_DEV_HOST];
+            out->transient_tensor_bytes = p->transient_tensor_bytes[HX_DEV_HOST];
+        }
+        if (p->arena_bytes[HX_DEV_ACCEL] > out->device_transient_planned_bytes)
+            out->device_transient_planned_bytes = p->arena_bytes[HX_DEV_ACCEL];
+    }
+    if (s->be[HX_DEV_ACCEL]) {
+        hx_backend_stats bs;
+        s->be[HX_DEV_ACCEL]->stats(s->be[HX_DEV_ACCEL], &bs);
+        out->device_capacity = bs.capacity;
+        out->device_used_bytes = bs.used;
+        out->device_peak_bytes = bs.peak;
+    }
+    return HX_OK;
+}
+
+/* ---- device memory for feeds, trace ---------------------------------------------- */
+
+static hx_status need_accel(const hx_session *s, const char *fn)
+{
+    if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
+    if (!s->be[HX_DEV_ACCEL])
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: the session has no accelerator "
+                         "(HX_ACCELERATOR_NONE); there is no device memory", fn);
+    return HX_OK;
+}
+
+hx_status hx_session_device_alloc(hx_session *s, size_t bytes, void **out)
+{
+    const char *fn = "hx_session_device_alloc";
+    if (out) *out = NULL;
+    hx_status st = need_accel(s, fn);
+    if (st) return st;
+    if (!out) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    struct hx_device_block *blocks = realloc(s->dev_blocks, sizeof *blocks * (s->n_dev_blocks + 1));
+    if (!blocks) return hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    s->dev_blocks = blocks;
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    void *p = NULL;
+    if ((st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "a device feed buffer", &p))) return device_report(s, fn, st);
+    s->dev_blocks[s->n_dev_blocks++] = (struct hx_device_block){p, bytes};
+    *out = p;
+    return HX_OK;
+}
+
+void hx_session_device_free(hx_session *s, void *p)
+{
+    if (!s || !p) return;
+    for (int i = 0; i < s->n_dev_blocks; i++)
+        if (s->dev_blocks[i].p == p) {
+            s->be[HX_DEV_ACCEL]->free(s->be[HX_DEV_ACCEL], p);
+            s->dev_blocks[i] = s->dev_blocks[--s->n_dev_blocks];
+            return;
+        }
+}
+
+hx_status hx_session_device_upload(hx_session *s, void *dst, const void *src, size_t bytes)
+{
+    const char *fn = "hx_session_device_upload";
+    hx_status st = need_accel(s, fn);
+    if (st) return st;
+    if (!dst || !src) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, dst ? "src" : "dst");
+    if (!device_block(s, dst, bytes, true))
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %zu bytes at %p are not inside one "
+                         "allocation of hx_session_device_alloc of this session", fn, bytes, dst);
+    return hx__session_copy_in(s, HX_DEV_ACCEL, dst, src, bytes);
+}
+
+hx_status hx_session_trace_flush(hx_session *s)
+{
+    if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_trace_flush: session is NULL");
+    return hx__trace_write(s->trace);
+}
