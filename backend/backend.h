@@ -8,7 +8,7 @@
 #define HX_BACKEND_H
 
 #include "scheduler/scheduler.h"
-#include "memory/pool.h"
+#include "memory/memory.h"
 
 typedef struct hx_stream hx_stream; /* defined by each backend */
 typedef struct hx_event hx_event;
@@ -89,5 +89,8 @@ typedef struct hx_emu_options {
 } hx_emu_options;
 /* capacity: the device memory cap in bytes. */
 hx_status hx__backend_emu_create(size_t capacity, const hx_emu_options *opt, hx_backend **out);
+
+/* The cuda backend's entry points (present or not: backend_cuda_none.c). */
+#include "backend/backend_cuda.h"
 
 #endif

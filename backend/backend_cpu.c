@@ -6,7 +6,6 @@
 #include "backend/backend_cpu_widen.h"
 #include "backend/node_shapes.h"
 #include "kernels/cpu/hx_kernels.h"
-#include "kernels/cpu/optim.h"
 
 #include <string.h>
 

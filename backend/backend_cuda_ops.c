@@ -5,7 +5,7 @@
 #ifdef HX_HAVE_CUDA
 #include "backend/backend_cuda_internal.h"
 #include "backend/node_shapes.h"
-#include "kernels/cpu/optim.h"
+#include "kernels/cpu/hx_kernels.h"
 
 #define LAUNCH(name) \
     static hx_status name(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in)

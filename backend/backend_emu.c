@@ -16,8 +16,7 @@
  * simulated costs set, last at least their simulated time (the rest is
  * slept without holding cores). */
 #include "backend/backend.h"
-#include "scheduler/cpu_budget.h"
-#include "scheduler/trace.h"
+#include "scheduler/scheduler.h"
 #include "kernels/cpu/hx_kernels.h"
 
 #include <errno.h>

@@ -15,7 +15,6 @@
 
 #include "embedding/embedding.h"
 #include "kernels/cpu/hx_kernels.h"
-#include "kernels/cpu/optim.h"
 
 /* Rows per kernel call. The kernel prefetches the rows of its call ahead;
  * prefetching them here as well, while their gradients are summed, was

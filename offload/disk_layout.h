@@ -15,8 +15,7 @@
 #define HX_DISK_LAYOUT_H
 
 #include "offload/offload_disk.h"
-#include "memory/disk_tier.h"
-#include "memory/pinned.h"
+#include "memory/memory.h"
 
 #include <stdatomic.h>
 

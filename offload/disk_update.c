@@ -26,8 +26,7 @@
  * disjoint tensors, and kernels give the same bits at any thread count. */
 #include "offload/disk_layout.h"
 #include "backend/backend.h"
-#include "scheduler/cpu_budget.h"
-#include "scheduler/trace.h"
+#include "scheduler/scheduler.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

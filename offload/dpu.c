@@ -14,8 +14,7 @@
  * update writes, other than through a half copy: otherwise the run settles
  * first and updates in step. */
 #include "backend/backend.h"
-#include "scheduler/cpu_budget.h"
-#include "scheduler/trace.h"
+#include "scheduler/scheduler.h"
 
 #include <pthread.h>
 #include <stdio.h>

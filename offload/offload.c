@@ -7,8 +7,7 @@
 #include "offload/offload.h"
 #include "offload/offload_disk.h"
 #include "backend/backend.h"
-#include "memory/chunks.h"
-#include "memory/pool.h"
+#include "memory/memory.h"
 
 #include <ctype.h>
 #include <errno.h>

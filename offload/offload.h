@@ -35,4 +35,7 @@ static inline bool hx__offload_streamed(const hx_tensor *t)
            t->kind == HX_TENSOR_CONSTANT;
 }
 
+/* Parameters and optimizer state on the disk tier (offload_param=disk). */
+#include "offload/offload_disk.h"
+
 #endif

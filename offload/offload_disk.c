@@ -3,7 +3,7 @@
  * tensors, checkpoint spans and creation. */
 #include "offload/disk_layout.h"
 #include "backend/backend.h"
-#include "scheduler/trace.h"
+#include "scheduler/scheduler.h"
 
 #include <stdlib.h>
 #include <string.h>

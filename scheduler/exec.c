@@ -20,7 +20,7 @@
  * left in flight, and returns that error. */
 #include "backend/backend.h"
 #include "scheduler/cpu_budget.h"
-#include "offload/offload_disk.h"
+#include "offload/offload.h"
 #include "scheduler/trace.h"
 
 #include <pthread.h>

@@ -1,7 +1,7 @@
 /* The plan's transient device tensors as alloc/free events (plan_memtrace.h). */
 #include "scheduler/plan_memtrace.h"
 #include "backend/backend.h"
-#include "memory/memtrace.h"
+#include "memory/memory.h"
 
 #include <stdlib.h>
 

@@ -4,7 +4,7 @@
 #define HX_SCHED_H
 
 #include "graph/graph.h"
-#include "kernels/cpu/optim.h"
+#include "kernels/cpu/hx_kernels.h"
 
 /* What a launcher may know about the run it is part of. */
 typedef struct hx_exec {
@@ -277,5 +277,11 @@ void hx__debug_copies(const hx_session *s, const hx_plan *p);
 
 /* Fills a parameter or state tensor from its initialiser. */
 hx_status hx__param_init(const hx_tensor *t, void *data, uint64_t session_seed, int nthreads);
+
+/* The rest of scheduler/ that other folders use: the host core budget,
+ * the trace, and the memory trace of a plan. */
+#include "scheduler/cpu_budget.h"
+#include "scheduler/plan_memtrace.h"
+#include "scheduler/trace.h"
 
 #endif

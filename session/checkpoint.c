@@ -15,7 +15,7 @@
  * changing anything. Tensors that live on the accelerator are read and
  * written through its backend's copies. */
 #include "scheduler/scheduler.h"
-#include "offload/offload_disk.h"
+#include "offload/offload.h"
 
 #include <errno.h>
 #include <stdio.h>

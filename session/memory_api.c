@@ -2,7 +2,7 @@
  * and trace replay"): the work is in memory/; this file puts its message
  * into hx_last_error() and finds a session's pools (its accelerator's). */
 #include "backend/backend.h"
-#include "memory/memtrace.h"
+#include "memory/memory.h"
 
 #include <stdlib.h>
 

@@ -1,14 +1,10 @@
 /* Sessions: persistent storage, feeds and fetches, plan cache, the run loop
  * (phase 0, the gradient scan, phase 1; each phase runs on the executor). */
 #include "backend/backend.h"
-#include "backend/backend_cuda.h"
-#include "scheduler/cpu_budget.h"
+#include "scheduler/scheduler.h"
 #include "offload/offload.h"
-#include "offload/offload_disk.h"
-#include "scheduler/plan_memtrace.h"
-#include "scheduler/trace.h"
 
-#include "kernels/cpu/optim.h"
+#include "kernels/cpu/hx_kernels.h"
 
 #include <math.h>
 #include <stdio.h>

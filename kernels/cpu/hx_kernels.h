@@ -159,4 +159,7 @@ typedef enum hx_isa { HX_ISA_SCALAR = 0, HX_ISA_AVX2 = 1, HX_ISA_AVX512 = 2 } hx
 hx_isa hx_k_isa(void);
 const char *hx_k_isa_name(hx_isa isa);
 
+/* The optimizer kernels (dense, rows, and the plan of an update). */
+#include "optim.h"
+
 #endif

@@ -209,4 +209,49 @@ int hx_optim_adagrad_rows(float *param, float *sum, int64_t step, const hx_adagr
 int hx_optim_ftrl_rows(float *param, float *accum, float *linear, const hx_ftrl_hp *hp,
                        const hx_optim_rows *r, int64_t *bad_pos);
 
+/* ---- the plan of one update: what a path runs, shared with kernels/gpu ---- */
+
+typedef enum hx_optim_kind { HX_OPT_ADAM, HX_OPT_ADAGRAD, HX_OPT_SGD, HX_OPT_FTRL } hx_optim_kind;
+
+/* One call's update, its scalars already rounded to f32 (see optim.h). */
+typedef struct hx_optim_plan {
+    hx_optim_kind kind;
+    hx_kdtype grad_dt;  /* F32, F16 or BF16 */
+    hx_kdtype half_dt;  /* F16 or BF16; F32 means no half copy */
+    int native_bf16;    /* AVX-512 path: the CPU has vcvtneps2bf16 */
+    int stream_half;    /* write the half copy with streaming stores */
+    float unscale, clip;
+    /* options, each 0 or 1 */
+    int l2;             /* g = fma(wd, p, g) */
+    int decoupled;      /* Adam: p = p * decay */
+    int momentum;       /* SGD: a momentum buffer */
+    int nesterov;       /* SGD */
+    int first;          /* SGD: first step, buf = g */
+    int shrink;         /* FTRL: l2 shrinkage */
+    /* scalars */
+    float wd;
+    float b1, omb1, b2, omb2, decay, step_size, bc2s, eps;  /* Adam */
+    float clr;                                              /* Adagrad (with eps) */
+    float mom, omd, neg_lr;                                 /* SGD */
+    float lr, l1, l2x2, s2;                                 /* FTRL */
+    /* the divisions by a per-call constant: 1/b, and whether b is in the
+     * range of the division without the divider (hx_optim_div_fast) */
+    float rbc2s, rlr;
+    int bc2s_fast, lr_fast;
+} hx_optim_plan;
+
+/* The plan of one dense update at step t (SGD: t == 1 is its first step),
+ * built exactly as hx_optim_adam, _adagrad, _sgd and _ftrl build theirs:
+ * for kernels that apply the same formulas elsewhere (kernels/gpu). */
+hx_optim_plan hx_optim_plan_adam(const hx_adam_hp *hp, int64_t t, const hx_optim_io *io);
+hx_optim_plan hx_optim_plan_adagrad(const hx_adagrad_hp *hp, int64_t t, const hx_optim_io *io);
+hx_optim_plan hx_optim_plan_sgd(const hx_sgd_hp *hp, int64_t t, const hx_optim_io *io);
+hx_optim_plan hx_optim_plan_ftrl(const hx_ftrl_hp *hp, const hx_optim_io *io);
+
+/* Whether x / b may take the multiply-and-correct form (optim_body.h). */
+static inline int hx_optim_div_fast(float b)
+{
+    return b >= 0x1p-30f && b <= 0x1p30f;
+}
+
 #endif

@@ -43,7 +43,6 @@ extern "C" {
 #endif
 
 #include "kernels/cpu/hx_kernels.h"
-#include "kernels/cpu/optim_internal.h"
 
 /* 0: OK. Otherwise one of the families below with the library's own code
  * in the low 16 bits. */
