@@ -4,6 +4,8 @@
 #define HX_SCHED_H
 
 #include "graph/graph.h"
+
+#include <stdio.h>
 #include "kernels/cpu/hx_kernels.h"
 
 /* What a launcher may know about the run it is part of. */
@@ -272,6 +274,14 @@ static inline int hx__dev_of(const hx_session *s, int id)
 {
     return s->target[id] == HX_TARGET_DEVICE ? HX_DEV_ACCEL : HX_DEV_HOST;
 }
+/* plan_report.c: a plan described to people (target: placement per
+ * tensor id; dev_name: the devices' names by HX_DEV_* index). */
+void hx__plan_debug_copies(const hx_plan *p, const hx_target *target, const char *const *dev_name);
+void hx__plan_stats(const hx_plan *p, hx_placement_stats *out); /* all but n_fallbacks */
+void hx__plan_write_dot(FILE *f, const hx_plan *p, const hx_graph *g, const hx_target *target,
+                        const char *const *dev_name);
+void hx__plan_write_summary(FILE *f, const hx_plan *p, const hx_graph *g,
+                            const char *const *dev_name);
 void hx__debug_placement(const hx_session *s);
 void hx__debug_copies(const hx_session *s, const hx_plan *p);
 
