@@ -32,7 +32,25 @@
  * - Op builders take the graph and tensors and return a new tensor owned by
  *   the graph. An op given a NULL input returns NULL, so an error early in a
  *   chain surfaces at the end of it with the first failure's message kept.
- * - Freeing NULL is a no-op. Strings passed in are copied.
+ * - Freeing NULL is a no-op. Strings passed in are copied; strings and
+ *   pointers returned stay valid as long as the object they come from
+ *   (unless their block says otherwise), and the caller never frees them.
+ *
+ * Contracts. Every function (or a run of functions declared together) is
+ * preceded by a block: what it does, then four labelled lines.
+ *   Fails:      each failure status and when; "never" for calls that cannot
+ *               fail (the line then says what a NULL argument gives).
+ *   On failure: what is left unchanged, and what *out holds (left out
+ *               after "Fails: never").
+ *   Ownership:  who owns what is passed in and what comes back.
+ *   Threads:    which calls may run at the same time, on which objects.
+ * "One thread per X" means: calls on one X (and on what belongs to it, such
+ * as a graph's tensors) must not overlap, and nothing detects it if they
+ * do; calls on different X may run on different threads at once. hetex has
+ * no global state besides the thread-local error message, so "any thread"
+ * calls may run anywhere at any time. .ci/check_contracts.sh checks that
+ * every function has its block. Long explanations live in docs/
+ * (docs/offload.md); the header keeps the contract and points there.
  */
 #ifndef HETEX_H
 #define HETEX_H
@@ -54,6 +72,12 @@ extern "C" {
 #define HX_VERSION_MAJOR 0
 #define HX_VERSION_MINOR 1
 #define HX_VERSION_PATCH 0
+/* The library's version, "MAJOR.MINOR.PATCH", as built (it may differ from
+ * the HX_VERSION_* of the header a program was compiled with).
+ *   Fails:      never.
+ *   Ownership:  a static string.
+ *   Threads:    any thread.
+ */
 HX_API const char *hx_version(void);
 
 /* ---- status and errors ------------------------------------------------- */
@@ -76,20 +100,42 @@ typedef enum hx_status {
     HX_ERR_INTERNAL
 } hx_status;
 
-/* Thread-local message of the last failure on this thread ("" if none). */
+/* The message of the last failure on this thread ("" if none yet): what
+ * failed, where, and how to fix it. A later failing call on the same
+ * thread replaces it; successful calls leave it as it is.
+ *   Fails:      never.
+ *   Ownership:  thread-local storage of hetex, valid until the next failing
+ *               call on this thread; copy it to keep it.
+ *   Threads:    any thread; each thread sees its own message.
+ */
 HX_API const char *hx_last_error(void);
-/* Short name of a status, e.g. "HX_ERR_SHAPE". */
+/* The status's name, e.g. "HX_ERR_SHAPE"; "HX_ERR_(unknown)" for a value
+ * outside the enum.
+ *   Fails:      never.
+ *   Ownership:  a static string.
+ *   Threads:    any thread.
+ */
 HX_API const char *hx_status_name(hx_status st);
 
 /* ---- dtypes, targets -------------------------------------------------- */
 
 typedef enum hx_dtype { HX_DTYPE_F32 = 0, HX_DTYPE_F16, HX_DTYPE_BF16, HX_DTYPE_I32, HX_DTYPE_I64 } hx_dtype;
-HX_API size_t hx_dtype_size(hx_dtype dt);     /* 0 for an invalid dtype */
-HX_API const char *hx_dtype_name(hx_dtype dt); /* "f32", "f16", ... */
+/* Bytes per element, and the name ("f32", "f16", "bf16", "i32", "i64").
+ *   Fails:      never: an invalid dtype gives 0 and "(invalid dtype)".
+ *   Ownership:  the name is a static string.
+ *   Threads:    any thread.
+ */
+HX_API size_t hx_dtype_size(hx_dtype dt);
+HX_API const char *hx_dtype_name(hx_dtype dt);
 
 /* Where an op runs. DEFAULT defers to the graph's scoped default, then to
  * the op's own default. */
 typedef enum hx_target { HX_TARGET_DEFAULT = 0, HX_TARGET_CPU, HX_TARGET_DEVICE } hx_target;
+/* "default", "cpu" or "device".
+ *   Fails:      never: an invalid target gives "(invalid target)".
+ *   Ownership:  a static string.
+ *   Threads:    any thread.
+ */
 HX_API const char *hx_target_name(hx_target t);
 
 #define HX_MAX_DIMS 8
@@ -99,8 +145,19 @@ HX_API const char *hx_target_name(hx_target t);
 typedef struct hx_graph hx_graph;   /* owns its tensors */
 typedef struct hx_tensor hx_tensor; /* a value: a leaf or the output of one op */
 
+/* A new, empty graph.
+ *   Fails:      NULL with HX_ERR_OUT_OF_MEMORY.
+ *   On failure: nothing was allocated.
+ *   Ownership:  the caller's: free it with hx_graph_free.
+ *   Threads:    any thread.
+ */
 HX_API hx_graph *hx_graph_create(void);
-/* Frees the graph and all its tensors. Sessions over it must be freed first. */
+/* Frees the graph and all its tensors. Sessions over it must be freed first.
+ * The embedding tables it used are not freed; they stop counting it.
+ *   Fails:      never (NULL: no-op).
+ *   Ownership:  every hx_tensor of g becomes invalid.
+ *   Threads:    one thread per graph.
+ */
 HX_API void hx_graph_free(hx_graph *g);
 
 typedef enum hx_tensor_kind {
@@ -123,51 +180,114 @@ typedef struct hx_init {
     double a; /* CONSTANT: value; UNIFORM: low; NORMAL: mean; XAVIER: gain */
     double b; /* UNIFORM: high; NORMAL: standard deviation */
 } hx_init;
+/* Initialiser values, filled in (arguments are not checked here:
+ * hx_graph_param refuses a bad one). For Xavier, fan_in/fan_out are the
+ * last two dims (rows, cols) of the parameter.
+ *   Fails:      never.
+ *   Ownership:  a value.
+ *   Threads:    any thread.
+ */
 HX_API hx_init hx_init_zeros(void);
 HX_API hx_init hx_init_constant(double value);
 HX_API hx_init hx_init_uniform(double low, double high);
 HX_API hx_init hx_init_normal(double mean, double std);
-/* fan_in/fan_out are the last two dims (rows, cols) of the parameter. */
 HX_API hx_init hx_init_xavier_uniform(double gain);
 HX_API hx_init hx_init_xavier_normal(double gain);
 
-/* Leaves. Names must be unique in the graph (NULL or "" is an error); shape
- * has ndim (0..HX_MAX_DIMS) positive dims; ndim 0 is a scalar. */
+/* Leaves: an input fed at each run, a parameter (f32, f16 or bf16) that a
+ * session initialises with `init` and trains, and a constant holding a
+ * copy of numel * dtype size bytes of data. Names must be unique in the
+ * graph; shape has ndim (0..HX_MAX_DIMS) positive dims; ndim 0 is a scalar.
+ *   Fails:      NULL with HX_ERR_INVALID_ARGUMENT (g NULL, name NULL, "" or
+ *               taken, a bad initialiser, constant data NULL); HX_ERR_STATE
+ *               (a session freezes g); HX_ERR_DTYPE (an invalid dtype, an
+ *               integer parameter); HX_ERR_SHAPE (ndim outside 0..8, shape
+ *               NULL with ndim > 0, a dim <= 0); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: g is unchanged.
+ *   Ownership:  name, shape and data are copied; the tensor belongs to g.
+ *   Threads:    one thread per graph.
+ */
 HX_API hx_tensor *hx_graph_input(hx_graph *g, const char *name, hx_dtype dt, int ndim,
                                  const int64_t *shape);
 HX_API hx_tensor *hx_graph_param(hx_graph *g, const char *name, hx_dtype dt, int ndim,
                                  const int64_t *shape, hx_init init);
-/* Copies numel * dtype size bytes from data. */
 HX_API hx_tensor *hx_graph_constant(hx_graph *g, const char *name, hx_dtype dt, int ndim,
                                     const int64_t *shape, const void *data);
 
-/* The tensor with this name, or NULL (HX_ERR_NOT_FOUND). */
+/* The tensor with this name (case-sensitive).
+ *   Fails:      NULL with HX_ERR_INVALID_ARGUMENT (g or name NULL) or
+ *               HX_ERR_NOT_FOUND (no such tensor).
+ *   On failure: nothing changes.
+ *   Ownership:  the tensor belongs to g.
+ *   Threads:    one thread per graph; reads only, so several threads may
+ *               find in a graph that nothing changes (one frozen by a
+ *               session, with no hx_tensor_set_name running).
+ */
 HX_API hx_tensor *hx_graph_find(const hx_graph *g, const char *name);
+/* The number of tensors in g, the ones hetex added (gradients, optimizer
+ * state, update nodes) included.
+ *   Fails:      never (NULL: 0).
+ *   Ownership:  a value.
+ *   Threads:    as hx_graph_find.
+ */
 HX_API int hx_graph_tensor_count(const hx_graph *g);
 
 /* Op outputs get names like "matmul_7"; rename them to fetch by a name of
- * your own. Fails on a duplicate name. */
+ * your own. Allowed while a session exists (feeds and fetches by the old
+ * name then fail with HX_ERR_NOT_FOUND).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (t or name NULL, name "" or taken by
+ *               another tensor); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: t keeps its name.
+ *   Ownership:  name is copied.
+ *   Threads:    one thread per graph.
+ */
 HX_API hx_status hx_tensor_set_name(hx_tensor *t, const char *name);
+/* What a tensor is: name, dtype, rank, dimension i (negative counts from
+ * the end), element count, bytes (numel * dtype size), kind, and the op
+ * name of the node producing it ("input", "param", "constant" for leaves).
+ *   Fails:      never. A NULL t gives NULL (names), HX_DTYPE_F32, -1
+ *               (ndim), 0 (numel, nbytes), HX_TENSOR_INTERMEDIATE; a dim
+ *               out of range gives -1.
+ *   Ownership:  strings belong to the tensor's graph: the name is valid
+ *               until the tensor is renamed or the graph freed.
+ *   Threads:    as hx_graph_find.
+ */
 HX_API const char *hx_tensor_name(const hx_tensor *t);
 HX_API hx_dtype hx_tensor_dtype(const hx_tensor *t);
 HX_API int hx_tensor_ndim(const hx_tensor *t);
-/* Dimension i (negative counts from the end); -1 if out of range. */
 HX_API int64_t hx_tensor_dim(const hx_tensor *t, int i);
 HX_API int64_t hx_tensor_numel(const hx_tensor *t);
 HX_API size_t hx_tensor_nbytes(const hx_tensor *t);
 HX_API hx_tensor_kind hx_tensor_kind_of(const hx_tensor *t);
-/* Op name of the node producing t ("input", "param", "constant" for leaves). */
 HX_API const char *hx_tensor_op_name(const hx_tensor *t);
 
 /* ---- targets -------------------------------------------------------------- */
 
 /* Sets the target attribute of the op producing t (or of a parameter: where
- * it lives). Fails on inputs and constants. */
+ * it lives). Placement reads it when a session is created.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (t NULL, an invalid target, t an
+ *               input or constant, which have no op); HX_ERR_STATE (a
+ *               session freezes the graph).
+ *   On failure: t is unchanged.
+ *   Ownership:  nothing changes hands.
+ *   Threads:    one thread per graph.
+ */
 HX_API hx_status hx_tensor_set_target(hx_tensor *t, hx_target target);
 /* The attribute: as set on the op, else the scoped default when the op was
- * added, else DEFAULT (the op's own default applies). */
+ * added, else DEFAULT (the op's own default applies).
+ *   Fails:      never (NULL: HX_TARGET_DEFAULT).
+ *   Ownership:  a value.
+ *   Threads:    as hx_graph_find.
+ */
 HX_API hx_target hx_tensor_target(const hx_tensor *t);
-/* Scoped default for ops added until the matching pop (a stack, 16 deep). */
+/* Scoped default for ops added until the matching pop (a stack, 16 deep).
+ * Embedding ops ignore it (they run where their table is, on the CPU).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (g NULL, an invalid target);
+ *               HX_ERR_STATE (push on a full stack, pop on an empty one).
+ *   On failure: the stack is unchanged.
+ *   Ownership:  nothing changes hands.
+ *   Threads:    one thread per graph.
+ */
 HX_API hx_status hx_graph_push_target(hx_graph *g, hx_target target);
 HX_API hx_status hx_graph_pop_target(hx_graph *g);
 
@@ -176,82 +296,223 @@ HX_API hx_status hx_graph_pop_target(hx_graph *g);
  * dtype (else HX_ERR_DTYPE naming both: hx_cast one), which is the output's
  * dtype. f16/bf16 are storage: arithmetic (and every sum) is f32, and an
  * op's result is rounded once to nearest even (reduce_mean and mse are
- * several ops). Gradients have their tensor's dtype. Shape and dtype errors are reported here, when the op is added,
- * naming the op and its inputs. */
+ * several ops). Gradients have their tensor's dtype. Shape and dtype
+ * errors are reported here, when the op is added, naming the op and its
+ * inputs; index errors (gather ids, labels) when a run reads them.
+ *
+ * What every op builder below shares, which its block calls "as every op":
+ *   Fails:      NULL with HX_ERR_INVALID_ARGUMENT when g or an input is
+ *               NULL (after an earlier failure the message keeps that
+ *               first one's), an input belongs to another graph or is an
+ *               optimizer update; HX_ERR_STATE when a session freezes g;
+ *               HX_ERR_DTYPE for a float input that is not f32, f16 or
+ *               bf16, or float inputs of different dtypes;
+ *               HX_ERR_OUT_OF_MEMORY.
+ *   On failure: g is unchanged (an op built of several, such as mse, adds
+ *               none of them).
+ *   Ownership:  the output belongs to g; inputs are not changed.
+ *   Threads:    one thread per graph. */
 
 /* (..., M, K) x (..., K, N) -> (..., M, N); trans_a/trans_b transpose the last
  * two dims of a/b. Batch dims must be equal, or b is 2-D and shared by every
- * batch (then trans_a must be false). */
+ * batch (then trans_a must be false).
+ *   Fails:      as every op; HX_ERR_SHAPE when a or b has fewer than 2
+ *               dims, batch dims differ (b not 2-D), trans_a with a shared
+ *               b, or the inner dims differ.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_matmul(hx_graph *g, hx_tensor *a, hx_tensor *b, bool trans_a, bool trans_b);
 
-/* Elementwise with numpy broadcasting. */
+/* a + b, a - b, a * b, a / b elementwise with numpy broadcasting.
+ *   Fails:      as every op; HX_ERR_SHAPE when the shapes do not broadcast.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_add(hx_graph *g, hx_tensor *a, hx_tensor *b);
 HX_API hx_tensor *hx_sub(hx_graph *g, hx_tensor *a, hx_tensor *b);
 HX_API hx_tensor *hx_mul(hx_graph *g, hx_tensor *a, hx_tensor *b);
 HX_API hx_tensor *hx_div(hx_graph *g, hx_tensor *a, hx_tensor *b);
+/* x * s.
+ *   Fails:      as every op; HX_ERR_INVALID_ARGUMENT when s is not finite.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_scale(hx_graph *g, hx_tensor *x, float s);
-/* x (..., N) + b (N) */
+/* x (..., N) + b (N).
+ *   Fails:      as every op; HX_ERR_SHAPE unless b is 1-D with x's last dim.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_bias_add(hx_graph *g, hx_tensor *x, hx_tensor *b);
 
+/* Elementwise functions, same shape out; gelu is the tanh approximation.
+ *   Fails:      as every op.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_relu(hx_graph *g, hx_tensor *x);
-HX_API hx_tensor *hx_gelu(hx_graph *g, hx_tensor *x); /* tanh approximation */
+HX_API hx_tensor *hx_gelu(hx_graph *g, hx_tensor *x);
 HX_API hx_tensor *hx_sigmoid(hx_graph *g, hx_tensor *x);
 HX_API hx_tensor *hx_tanh(hx_graph *g, hx_tensor *x);
 HX_API hx_tensor *hx_exp(hx_graph *g, hx_tensor *x);
 HX_API hx_tensor *hx_log(hx_graph *g, hx_tensor *x);
 HX_API hx_tensor *hx_sqrt(hx_graph *g, hx_tensor *x);
 
-/* Over the last axis. */
+/* Over the last axis.
+ *   Fails:      as every op; HX_ERR_SHAPE when x is a scalar.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_softmax(hx_graph *g, hx_tensor *x);
 HX_API hx_tensor *hx_log_softmax(hx_graph *g, hx_tensor *x);
-/* x (..., N), gamma (N), beta (N). */
+/* Layer normalisation over the last axis: x (..., N), gamma (N), beta (N).
+ *   Fails:      as every op; HX_ERR_SHAPE unless gamma and beta are 1-D with
+ *               x's last dim; HX_ERR_INVALID_ARGUMENT unless eps > 0 and
+ *               finite.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_layernorm(hx_graph *g, hx_tensor *x, hx_tensor *gamma, hx_tensor *beta,
                                float eps);
 
-/* Any dtype. reshape: one dim may be -1. */
+/* The same elements in another shape (any dtype); one dim may be -1.
+ *   Fails:      as every op; HX_ERR_SHAPE when ndim is outside 0..8, shape
+ *               is NULL with ndim > 0, a dim is <= 0 other than one -1, or
+ *               the element counts differ.
+ *   On failure: as every op.
+ *   Ownership:  as every op; shape is copied.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_reshape(hx_graph *g, hx_tensor *x, int ndim, const int64_t *shape);
-/* Output dim i is input dim perm[i]. */
+/* Output dim i is input dim perm[i] (any dtype; perm has ndim entries).
+ *   Fails:      as every op; HX_ERR_INVALID_ARGUMENT when perm is NULL (x not
+ *               a scalar); HX_ERR_SHAPE when perm is not a permutation.
+ *   On failure: as every op.
+ *   Ownership:  as every op; perm is copied.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_permute(hx_graph *g, hx_tensor *x, const int *perm);
+/* The n tensors xs joined along axis (negative counts from the end); any
+ * dtype, the same for all.
+ *   Fails:      as every op; HX_ERR_INVALID_ARGUMENT when n < 1 or xs is
+ *               NULL; HX_ERR_SHAPE when axis is out of range or an input
+ *               differs from xs[0] in dtype, rank or a dim besides axis.
+ *   On failure: as every op.
+ *   Ownership:  as every op; the array xs is not kept.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_concat(hx_graph *g, int n, hx_tensor *const *xs, int axis);
-/* Elements [start, end) of one axis (negative axis counts from the end). */
+/* Elements [start, end) of one axis (negative axis counts from the end;
+ * start and end do not); any dtype.
+ *   Fails:      as every op; HX_ERR_SHAPE unless the axis exists and
+ *               0 <= start < end <= its dim.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_slice(hx_graph *g, hx_tensor *x, int axis, int64_t start, int64_t end);
 
-/* Over the listed axes (naxes 0: all axes). */
+/* Sum or mean over the listed axes (naxes 0: all axes; negative axes count
+ * from the end); keepdims keeps them as dims of 1.
+ *   Fails:      as every op; HX_ERR_INVALID_ARGUMENT when naxes < 0 or axes
+ *               is NULL with naxes > 0; HX_ERR_SHAPE for an axis out of
+ *               range or repeated.
+ *   On failure: as every op.
+ *   Ownership:  as every op; axes is copied.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_reduce_sum(hx_graph *g, hx_tensor *x, int naxes, const int *axes,
                                 bool keepdims);
 HX_API hx_tensor *hx_reduce_mean(hx_graph *g, hx_tensor *x, int naxes, const int *axes,
                                  bool keepdims);
 
-/* Between f32, f16 and bf16 (round to nearest even). */
+/* Between f32, f16 and bf16 (round to nearest even).
+ *   Fails:      as every op; HX_ERR_DTYPE when x or dt is not a float dtype.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_cast(hx_graph *g, hx_tensor *x, hx_dtype dt);
 
 /* table (V, D) any float dtype, ids (...) i32/i64 -> (..., D). An id outside
- * [0, V) fails the run with HX_ERR_INDEX naming the id and its position. */
+ * [0, V) fails the run with HX_ERR_INDEX naming the id and its position.
+ *   Fails:      as every op; HX_ERR_DTYPE when ids are not i32/i64;
+ *               HX_ERR_SHAPE unless table is a 2-D float and ids have at
+ *               most 7 dims.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_gather(hx_graph *g, hx_tensor *table, hx_tensor *ids);
 
-/* x (..., T, T): -inf above the diagonal (attention scores before softmax). */
+/* x (..., T, T): -inf above the diagonal (attention scores before softmax).
+ *   Fails:      as every op; HX_ERR_SHAPE unless x ends in two equal dims.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_causal_mask(hx_graph *g, hx_tensor *x);
 
-/* Scalar mean losses. labels (N) i32/i64 in [0, C) for logits (N, C). The
+/* Scalar mean losses. labels (N) i32/i64 in [0, C) for logits (N, C) (a
+ * label outside fails the run with HX_ERR_INDEX); bce_with_logits and mse
+ * take two tensors of one shape. The
  * loss has the logits' dtype, rounded once from f32: for a precise f16/bf16
  * model, hx_cast the logits to f32 first (hx_graph_backward needs an f32
- * loss anyway; a 16-bit loss can be cast to f32 too, at 16-bit precision). */
+ * loss anyway; a 16-bit loss can be cast to f32 too, at 16-bit precision).
+ *   Fails:      as every op; HX_ERR_DTYPE when labels are not i32/i64;
+ *               HX_ERR_SHAPE when logits are not (N, C) with labels (N), or
+ *               the two tensors of bce_with_logits or mse differ in shape.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_cross_entropy(hx_graph *g, hx_tensor *logits, hx_tensor *labels);
 HX_API hx_tensor *hx_bce_with_logits(hx_graph *g, hx_tensor *logits, hx_tensor *targets);
 HX_API hx_tensor *hx_mse(hx_graph *g, hx_tensor *pred, hx_tensor *target);
 
 /* Active only in HX_RUN_TRAIN runs (identity otherwise). The mask is a pure
- * function of (seed, op, step), so runs repeat bitwise. 0 <= p < 1. */
+ * function of (seed, op, step), so runs repeat bitwise. 0 <= p < 1.
+ *   Fails:      as every op; HX_ERR_INVALID_ARGUMENT when p is outside
+ *               [0, 1).
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
 HX_API hx_tensor *hx_dropout(hx_graph *g, hx_tensor *x, float p, uint64_t seed);
 
 /* ---- autodiff and optimizers ----------------------------------------------- */
 
-/* Adds gradient nodes of the scalar `loss` for every parameter it depends
- * on. Gradients of a tensor with several consumers are summed; a gradient
- * node inherits the target of its forward op. Once per graph. */
+/* Adds gradient nodes of the scalar `loss` for every parameter (and
+ * embedding lookup) it depends on. Gradients of a tensor with several
+ * consumers are summed; a gradient node inherits the target of its forward
+ * op. Once per graph.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (g or loss NULL, loss of another
+ *               graph, or depending on no parameter or table); HX_ERR_STATE
+ *               (a session freezes g, or g has gradients already);
+ *               HX_ERR_SHAPE (loss is not an f32 scalar); HX_ERR_UNSUPPORTED
+ *               (an op on the path has no gradient rule);
+ *               HX_ERR_OUT_OF_MEMORY.
+ *   On failure: g is unchanged: no gradient node is left.
+ *   Ownership:  the gradient nodes belong to g.
+ *   Threads:    one thread per graph.
+ */
 HX_API hx_status hx_graph_backward(hx_graph *g, hx_tensor *loss);
-/* d loss / d t for a parameter (or any tensor on the loss path); NULL with
- * HX_ERR_NOT_FOUND if t has none (it does not reach the loss). */
+/* d loss / d t for a parameter (or any float tensor on the loss path).
+ *   Fails:      NULL with HX_ERR_INVALID_ARGUMENT (t NULL) or
+ *               HX_ERR_NOT_FOUND (t has no gradient: hx_graph_backward has
+ *               not run, or t does not reach the loss).
+ *   On failure: nothing changes.
+ *   Ownership:  the gradient belongs to t's graph.
+ *   Threads:    as hx_graph_find.
+ */
 HX_API hx_tensor *hx_tensor_grad(const hx_tensor *t);
 
 typedef enum hx_optimizer_kind {
@@ -276,15 +537,39 @@ typedef struct hx_optimizer_config {
     double l1, l2, l2_shrinkage;  /* FTRL */
 } hx_optimizer_config;
 /* The frameworks' defaults for `kind` (torch for SGD/Adam/AdamW/Adagrad,
- * TensorFlow for FTRL). */
+ * TensorFlow for FTRL): lr 0.01 (Adam, AdamW, FTRL 1e-3), betas (0.9,
+ * 0.999), eps 1e-8 (Adagrad 1e-10), AdamW weight_decay 0.01, FTRL
+ * initial_accumulator 0.1, everything else 0.
+ *   Fails:      never (an unknown kind gets SGD's values, and
+ *               hx_graph_apply_optimizer refuses it).
+ *   Ownership:  a value.
+ *   Threads:    any thread.
+ */
 HX_API hx_optimizer_config hx_optimizer_config_default(hx_optimizer_kind kind);
 /* Adds an update node for `param`, or for every parameter with a gradient
- * when param is NULL. The optimizer's state (momentum, moments,
- * accumulators; f32, named "<param>/<state>") lives where the update runs
+ * and no update yet when param is NULL (plus one per embedding table with
+ * an optimizer, see the embedding section). The optimizer's state
+ * (momentum, moments, accumulators; f32, named "<param>/<state>": momentum,
+ * exp_avg and exp_avg_sq, sum, accum and linear) lives where the update runs
  * (default: the CPU) and is saved and restored with the parameters. Update
  * nodes run in HX_RUN_TRAIN runs, after every use of the parameter's old
- * value. Parameters must be f32 (an f32 master; cast it for f16/bf16 use).
- * Needs hx_graph_backward first. */
+ * value. Parameters must be f32 (an f32 master; cast it for f16/bf16 use:
+ * a master read only through one hx_cast to f16/bf16 gets that cast fused
+ * into its update, the cast tensor becoming an HX_TENSOR_STATE that the
+ * update rewrites). Needs hx_graph_backward first.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (g or cfg NULL, an unknown kind,
+ *               hyper-parameters out of range: rates and decays finite and
+ *               >= 0, betas in [0, 1), Nesterov with momentum 0 or
+ *               dampening, FTRL with lr 0; param not a parameter of g);
+ *               HX_ERR_STATE (a session freezes g, no hx_graph_backward
+ *               yet, param has an optimizer already); HX_ERR_NOT_FOUND
+ *               (param has no gradient; param NULL and there is nothing to
+ *               add); HX_ERR_DTYPE (param, or with param NULL a parameter
+ *               with a gradient, is not f32); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: g is unchanged.
+ *   Ownership:  cfg is copied; update nodes and state belong to g.
+ *   Threads:    one thread per graph.
+ */
 HX_API hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param,
                                           const hx_optimizer_config *cfg);
 
@@ -307,9 +592,15 @@ HX_API hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param,
  *
  * A table belongs to the user and may be shared by several graphs and their
  * sessions; it must outlive them: hx_embedding_table_free fails with
- * HX_ERR_STATE while a graph uses it. Runs that train a table must not
- * overlap other runs using it. Session checkpoints do not hold tables: save
- * them with hx_embedding_table_save. */
+ * HX_ERR_STATE while a graph uses it. Session checkpoints do not hold
+ * tables: save them with hx_embedding_table_save.
+ *
+ * Threads, for every table call below: the table's own calls take a lock
+ * in the table, so they may come from several threads at once, and runs
+ * that only read a table (no HX_RUN_TRAIN) may overlap each other and
+ * those calls. What changes rows must not overlap a run that uses the
+ * table: a run that trains it, hx_embedding_table_write_rows and
+ * hx_embedding_table_load. */
 
 typedef struct hx_embedding_table hx_embedding_table;
 
@@ -348,7 +639,11 @@ typedef struct hx_embedding_optimizer {
     double l1, l2, l2_shrinkage; /* FTRL */
 } hx_embedding_optimizer;
 /* The frameworks' defaults: LazyAdam lr 1e-3, betas (0.9, 0.999), eps 1e-8;
- * Adagrad lr 1e-2, eps 1e-10; FTRL lr 1e-3, initial accumulator 0.1. */
+ * Adagrad lr 1e-2, eps 1e-10; FTRL lr 1e-3, initial accumulator 0.1.
+ *   Fails:      never (an unknown kind gets zeros, which the table refuses).
+ *   Ownership:  a value.
+ *   Threads:    any thread.
+ */
 HX_API hx_embedding_optimizer hx_embedding_optimizer_default(hx_embedding_optimizer_kind kind);
 
 typedef struct hx_embedding_config {
@@ -374,36 +669,100 @@ typedef struct hx_embedding_config {
     hx_embedding_optimizer optimizer; /* NONE */
     int n_threads;            /* threads that initialise the table; 0: all cores */
 } hx_embedding_config;
-/* Everything above at its stated default; rows and dim are 0 and must be set. */
+/* Everything above at its stated default; rows and dim are 0 and must be set.
+ *   Fails:      never.
+ *   Ownership:  a value (its strings are NULL).
+ *   Threads:    any thread.
+ */
 HX_API hx_embedding_config hx_embedding_config_default(void);
 
+/* A table as cfg says: its rows initialised (at once, on n_threads
+ * threads, unless lazy_init), its optimizer's state at its start value.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (cfg or out NULL, name "", an
+ *               unknown enum value or initialiser kind, uniform low > high,
+ *               normal std < 0, negative n_threads, min_count or
+ *               expire_after, DYNAMIC-only fields on another table,
+ *               optimizer hyper-parameters out of range); HX_ERR_SHAPE
+ *               (rows or dim out of range); HX_ERR_DTYPE (storage not f32,
+ *               f16 or bf16); HX_ERR_IO (backing_file cannot be created or
+ *               sized); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: *out is NULL (unless out is NULL) and nothing is kept.
+ *   Ownership:  cfg and its strings are copied; the table is the caller's:
+ *               free it with hx_embedding_table_free.
+ *   Threads:    any thread.
+ */
 HX_API hx_status hx_embedding_table_create(const hx_embedding_config *cfg,
                                            hx_embedding_table **out);
-/* Frees the table (NULL: no-op). Fails with HX_ERR_STATE, changing nothing,
- * while a graph uses it: free those graphs first. */
+/* Frees the table, its rows and state (a backing_file stays on disk).
+ *   Fails:      HX_ERR_STATE while a graph uses t: free those graphs (and
+ *               their sessions) first. NULL: no-op.
+ *   On failure: t is unchanged and still the caller's.
+ *   Ownership:  t is invalid afterwards.
+ *   Threads:    no other call on t may overlap it.
+ */
 HX_API hx_status hx_embedding_table_free(hx_embedding_table *t);
-HX_API int64_t hx_embedding_table_rows(const hx_embedding_table *t); /* -1 for NULL */
+/* The table's rows (a DYNAMIC table's capacity) and dim.
+ *   Fails:      never (NULL: -1).
+ *   Ownership:  a value.
+ *   Threads:    any thread.
+ */
+HX_API int64_t hx_embedding_table_rows(const hx_embedding_table *t);
 HX_API int64_t hx_embedding_table_dim(const hx_embedding_table *t);
-/* Another kind starts its state afresh; the same kind keeps the state and
- * takes the new hyper-parameters (a learning-rate schedule). */
+/* Sets the table's optimizer. Another kind starts its state afresh (at its
+ * start values); the same kind keeps the state and takes the new
+ * hyper-parameters (a learning-rate schedule). Set it before
+ * hx_graph_apply_optimizer, which adds update nodes only for tables that
+ * have one.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (t or opt NULL, an unknown kind,
+ *               hyper-parameters out of range); HX_ERR_OUT_OF_MEMORY or
+ *               HX_ERR_IO (no room for another kind's state).
+ *   On failure: the optimizer and its state are as they were.
+ *   Ownership:  opt is copied.
+ *   Threads:    see the section's header.
+ */
 HX_API hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t,
                                                   const hx_embedding_optimizer *opt);
 
-/* Rows as f32, (n, dim), named by ids as the ops name them (DYNAMIC: an id
- * without a row reads as zeros). An id outside the table fails with
- * HX_ERR_INDEX whatever out_of_range says. */
+/* Rows as f32 into rows (n, dim), named by ids as the ops name them
+ * (DYNAMIC: an id without a row reads as zeros; a lazy row not yet written
+ * reads as its initial value).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (t NULL, n < 0, ids or rows NULL
+ *               with n > 0); HX_ERR_INDEX (ROWS table: an id outside
+ *               [0, rows), whatever out_of_range says, naming it and its
+ *               position); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: rows is not written; the table never changes.
+ *   Ownership:  the caller's buffers; nothing is kept.
+ *   Threads:    see the section's header.
+ */
 HX_API hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64_t *ids,
                                               int64_t n, float *rows);
-/* Sets rows (rounded to the storage dtype); their optimizer state stays.
- * DYNAMIC: every id must hold a row (else HX_ERR_NOT_FOUND). All ids are
- * checked before anything is written. */
+/* Sets rows from rows (n, dim) f32, rounded to the storage dtype; their
+ * optimizer state stays. An id named twice ends with its last row.
+ *   Fails:      as hx_embedding_table_read_rows, and HX_ERR_NOT_FOUND
+ *               (DYNAMIC: an id that holds no row).
+ *   On failure: nothing was written: every id is checked first.
+ *   Ownership:  the caller's buffers; nothing is kept.
+ *   Threads:    see the section's header.
+ */
 HX_API hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *ids,
                                                int64_t n, const float *rows);
 
 /* Rows, optimizer state, initialiser (and a DYNAMIC table's id map), in
  * blocks with XXH3 checksums, written to a temporary file and renamed.
- * Load verifies the whole file first: a corrupt or truncated file
- * (HX_ERR_CORRUPT) or one of another shape leaves the table as it was. */
+ * Load verifies the whole file first and then replaces the rows and state
+ * (a table without an optimizer loads the rows only).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (t or path NULL; load: the file has
+ *               another optimizer's state than the table's, or a DYNAMIC
+ *               table's map for another kind of table); HX_ERR_IO (the file
+ *               cannot be written or read); HX_ERR_CORRUPT (load: a bad
+ *               checksum, a truncated or foreign file); HX_ERR_SHAPE (load:
+ *               another rows, dim or dtype); HX_ERR_UNSUPPORTED (load:
+ *               another format version); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: save leaves the file at path as it was (only the temporary
+ *               file is written); load leaves the table as it was.
+ *   Ownership:  path is not kept.
+ *   Threads:    see the section's header.
+ */
 HX_API hx_status hx_embedding_table_save(hx_embedding_table *t, const char *path);
 HX_API hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path);
 
@@ -417,17 +776,35 @@ typedef struct hx_embedding_stats {
     size_t bytes;            /* rows and state */
     int graphs;              /* graphs using the table */
 } hx_embedding_stats;
+/* The table's counts and sizes now.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (t or out NULL).
+ *   On failure: *out is not written.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    see the section's header.
+ */
 HX_API hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_stats *out);
 
 /* keys[i] = XXH3-64 of strs[i] (lens[i] bytes) with seed, as i64: feature
- * strings to ids for MODULO or DYNAMIC tables. */
+ * strings to ids for MODULO or DYNAMIC tables.
+ *   Fails:      never: with a NULL array or n <= 0 nothing is written.
+ *   Ownership:  the caller's arrays; nothing is kept.
+ *   Threads:    any thread.
+ */
 HX_API void hx_embedding_hash_strings(const char *const *strs, const size_t *lens, int64_t n,
                                       uint64_t seed, int64_t *keys);
 
 /* ids (...) i32/i64 -> (..., dim) f32: the rows the ids name. Runs on the
  * CPU (the table's memory); the output may feed ops on either target. A bad
  * id fails the run (HX_ERR_INDEX naming it and its position) or reads as a
- * zero row, as the table's out_of_range says. */
+ * zero row, as the table's out_of_range says.
+ *   Fails:      as every op (see Ops); HX_ERR_INVALID_ARGUMENT when t is
+ *               NULL; HX_ERR_DTYPE when ids are not i32/i64; HX_ERR_SHAPE
+ *               when ids have more than 7 dims or 2^32 elements.
+ *   On failure: as every op.
+ *   Ownership:  as every op; g counts t as used until g is freed (t must
+ *               outlive g).
+ *   Threads:    one thread per graph.
+ */
 HX_API hx_tensor *hx_embedding_lookup(hx_graph *g, hx_embedding_table *t, hx_tensor *ids);
 
 typedef enum hx_embedding_bag_mode {
@@ -443,7 +820,16 @@ enum {
  * offsets[0] = 0, not decreasing (checked at run time); per_sample_weights
  * (n) f32 or NULL, SUM only (any tensor: it gets a gradient when it depends
  * on a parameter). -> (bags, dim) f32: each bag's sum, mean or elementwise
- * max; an empty bag gives zeros. */
+ * max; an empty bag gives zeros.
+ *   Fails:      as hx_embedding_lookup, and HX_ERR_INVALID_ARGUMENT for an
+ *               unknown mode or flag; HX_ERR_DTYPE when offsets and ids
+ *               differ in dtype; HX_ERR_SHAPE unless ids and offsets are 1-D
+ *               with at least one bag, and for per_sample_weights other than
+ *               f32 of ids' shape in SUM mode.
+ *   On failure: as every op.
+ *   Ownership:  as hx_embedding_lookup.
+ *   Threads:    one thread per graph.
+ */
 HX_API hx_tensor *hx_embedding_bag(hx_graph *g, hx_embedding_table *t, hx_tensor *ids,
                                    hx_tensor *offsets, hx_tensor *per_sample_weights,
                                    hx_embedding_bag_mode mode, unsigned flags,
@@ -528,108 +914,51 @@ typedef struct hx_emu_cost {
  * by hx_session_trace_flush and by hx_session_free, each time atomically
  * (a temporary file renamed over the path). Each lane keeps its first
  * 262,144 events; the file's otherData.dropped_events counts the rest. */
-/* Memory offload (MindSpore's offload_config keys). offload_param moves
- * every parameter, with its optimizer state and update, off the device:
- * CPU keeps them in host memory, and each training step copies them to the
- * device just before the device ops that read them and drops them after
- * (a parameter read again much later, as in the backward pass, is copied
- * again), while each device gradient goes back to the host as soon as it is
- * complete; the host runs the updates. The copies move in chunks: parameter
- * copies grouped in execution order into chunks of about chunk_size bytes,
- * and the copies of chunk k may start only once the device work of chunk
- * k - 1 - prefetch_depth is done, so the device holds the activations plus
- * a window of prefetch_depth + 1 chunks of parameters, not all of them.
- * Results are bitwise those of the same model trained with no offload.
- * DISK keeps the parameters and optimizer state that CPU puts in host
- * memory in a file under offload_path (an existing directory; the file is
- * removed when the session is freed) through the disk tier: O_DIRECT where
- * the filesystem takes it, io_uring or libaio when enable_aio (else
- * synchronous I/O), an XXH3 checksum per 1 MiB block. Between calls the
- * host holds none of them. A run reads only the resident region (what the
- * forward and backward read: the parameters, or their f16/bf16 copies when
- * masters are used through a cast) into the pinned host pool (a training
- * run's I/O thread reads it while the forward runs, each step waiting only
- * for the part it reads); the optimizer state that only the updates read
- * (Adam's moments, the f32 masters) stays on disk in chunks of about
- * chunk_size bytes and is streamed through chunk slots during the update
- * phase: the I/O thread reads the first chunks while the forward and
- * backward run, then writes each updated chunk back while the next one is
- * updated and the one after it is read. offload_cpu_size must hold the
- * resident region and three slots, not the whole set (creation fails
- * naming the minimum otherwise); a larger budget buys more slots, so more
- * chunks are read ahead.
- * Every segment of the file has two copies; a call writes the one not in
- * use and all of its segments switch only when every write succeeded, so a
- * short write, ENOSPC (HX_ERR_IO) or a checksum mismatch on read
- * (HX_ERR_CORRUPT) fails the call naming the file and offset, and nothing
- * is applied: the parameters, state and step count stay as they were.
- * hx_session_read/write/save/load read from and write to the disk segment
- * by segment. Not with delayed_param_update (HX_ERR_UNSUPPORTED).
- *
- * auto_offload chooses the policy from the device cap (max_device_memory,
- * or the device's memory) at session creation: it plans the training step
- * (all update nodes, no fetches) without taking device memory and predicts
- * the device's peak as its pools would reserve it (persistent tensors on
- * the device, the gradient scan's sums, the step's transient arena), to
- * stay under the cap less a margin (two of the pools' small segments and
- * 1/64 of the cap). With offload_param and offload_activations NONE it
- * keeps the placement if that fits. Otherwise it plans families of policies:
- * activation offload (offload_activations CPU) with the parameters where
- * placement put them; parameter offload to the host; and both, planned
- * only when neither of the others fits (offload_param CPU keeps the
- * families that offload parameters, offload_activations CPU those that
- * offload activations). In a family it sets chunk_size and prefetch_depth
- * (the config's are ignored): for each depth 0, 2, 1 the largest size that
- * fits (parameter chunks: one candidate per power of two P from 64 KiB,
- * the size in [P, 2P) whose chunks waste least; activation segments:
- * powers of two from 64 KiB up to the step's device output bytes), depths
- * 2 and 1 only when a size fits at depth 0 and from that size down; of
- * those a depth >= 1 (copies overlap compute) over depth 0, then the
- * larger size, then the deeper. Of the families' choices it takes the one
- * that copies the fewest bytes per step. When nothing fits, session creation
- * fails with HX_ERR_DEVICE_OOM naming the smallest peak found and about
- * the cap it needs. A choice that offloads parameters picks their host
- * tier from offload_cpu_size (0: no limit): CPU when it holds every
- * parameter and optimizer state placed on the host; else DISK, with the
- * same chunk_size and prefetch_depth, when it holds the disk tier's
- * resident region and three chunk slots (an explicit offload_param DISK
- * stays DISK; not with delayed_param_update); else creation fails with
- * HX_ERR_OUT_OF_MEMORY naming both needs and the budget.
- * hx_session_offload_report says what was chosen (offload_param DISK
- * then) and predicted, and the peak measured since; HX_DEBUG=offload
- * prints every policy planned, the host tier's need against the budget
- * and the choice.
- *
- * offload_activations (not a MindSpore key) moves activations instead:
- * with CPU, a device tensor that a device op reads long after the reads
- * near its production (the backward reading what the forward saved) is
- * copied to the host right after it is produced, its device bytes are
- * free once its near reads and that copy are done, and it is copied back
- * just before the first far read. The step is cut into segments of about
- * chunk_size bytes of device op outputs (with parameter offload too: a
- * segment also ends where a parameter chunk does) and "far" means
- * 2 * prefetch_depth + 2 segments or more after the previous read (or the
- * production): a copy out made in segment k is done before the device
- * work of segment k + 1 + prefetch_depth starts, a copy back made in
- * segment k starts once the device work of segment k - 1 - prefetch_depth
- * is done, so the device bytes are free for at least a segment. Only
- * values that no host op, no update and no fetch reads move; their host
- * copies live in the plan's host arena (pageable memory: the cuda backend
- * stages such copies through its pinned buffers). Results are bitwise
- * those without it. auto_offload decides it as well (see above).
- *
- * hx_offload_config_parse reads "key=value,..." with the keys below
- * (offload_param=cpu,chunk_size=64MB,...); sizes take an optional
- * KB/MB/GB suffix (powers of 1024), booleans true/false/1/0. A session
- * whose config leaves offload at its default (offload_param and
- * offload_activations NONE, auto_offload false) reads $HX_OFFLOAD in that
- * syntax, as trace_path does $HX_TRACE. */
+/* Memory offload (MindSpore's offload_config keys). How each policy
+ * works, the disk tier's layout and auto_offload's search are explained in
+ * docs/offload.md; what a session promises is:
+ * - offload_param CPU keeps every parameter, with its optimizer state and
+ *   update, in host memory; each training step copies parameters to the
+ *   device in chunks of about chunk_size bytes, prefetch_depth chunks
+ *   ahead of the device work, so the device holds prefetch_depth + 1
+ *   chunks of parameters, not all of them. DISK keeps them in a file under
+ *   offload_path (an existing directory; the file is removed with the
+ *   session) between calls, reading through pinned host memory at most
+ *   offload_cpu_size bytes (the resident region and three chunk slots at
+ *   least). offload_activations CPU copies device activations that are
+ *   read again much later (the backward reading what the forward saved)
+ *   to the host and back. Results are bitwise those without offload.
+ * - auto_offload picks the policy, chunk_size and prefetch_depth at session
+ *   creation so that the device's predicted peak stays under its cap
+ *   (max_device_memory, or the device's memory), taking the choice that
+ *   copies the fewest bytes per step; hx_session_offload_report says what
+ *   it chose and predicted.
+ * - Session creation fails with HX_ERR_DEVICE_OOM (auto_offload: no policy
+ *   fits; it names the smallest peak found and the cap it needs) and with
+ *   HX_ERR_OUT_OF_MEMORY (offload_cpu_size holds neither the parameters and
+ *   their state nor the disk tier's minimum; both needs named).
+ * - A call that reads or writes the disk tier and fails (a short write or
+ *   ENOSPC: HX_ERR_IO; a checksum mismatch: HX_ERR_CORRUPT) names the file
+ *   and offset and applies nothing: parameters, state and step count stay
+ *   as they were. DISK does not combine with delayed_param_update
+ *   (HX_ERR_UNSUPPORTED).
+ * - hx_offload_config_parse reads "key=value,..." with the keys below
+ *   (offload_param=cpu,chunk_size=64MB,...); sizes take an optional
+ *   KB/MB/GB suffix (powers of 1024), booleans true/false/1/0. A session
+ *   whose config leaves offload at its default (offload_param and
+ *   offload_activations NONE, auto_offload false) reads $HX_OFFLOAD in that
+ *   syntax, as trace_path does $HX_TRACE. */
 typedef enum hx_offload_target {
     HX_OFFLOAD_NONE, /* parameters where placement puts them */
     HX_OFFLOAD_CPU,  /* parameters, state and updates in host memory */
     HX_OFFLOAD_DISK  /* as CPU, kept in a file under offload_path between runs */
 } hx_offload_target;
-HX_API const char *hx_offload_target_name(hx_offload_target t); /* "none", "cpu", "disk" */
+/* "none", "cpu" or "disk".
+ *   Fails:      never: a value outside the enum gives "none".
+ *   Ownership:  a static string.
+ *   Threads:    any thread.
+ */
+HX_API const char *hx_offload_target_name(hx_offload_target t);
 
 enum { HX_OFFLOAD_PATH_MAX = 512 };
 
@@ -647,11 +976,22 @@ typedef struct hx_offload_config {
     int prefetch_depth;          /* chunks copied ahead of the one in use: 1 */
     hx_offload_target offload_activations; /* "none" | "cpu" (not DISK): NONE */
 } hx_offload_config;
+/* Every field at the default noted above: no offload.
+ *   Fails:      never.
+ *   Ownership:  a value.
+ *   Threads:    any thread.
+ */
 HX_API hx_offload_config hx_offload_config_default(void);
 /* Sets the keys named in `spec` ("key=value,key=value"; spaces around keys
- * and values ignored; an empty spec changes nothing) over *cfg. An unknown
- * key, a bad value or a missing '=' fails with HX_ERR_INVALID_ARGUMENT
- * naming the key and what it takes; *cfg is then unchanged. */
+ * and values ignored; an empty spec changes nothing) over *cfg; values are
+ * checked here, combinations at session creation.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (spec or cfg NULL, an unknown key, a
+ *               bad value, a missing '='; the message names the key and
+ *               what it takes); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: *cfg is unchanged.
+ *   Ownership:  spec is not kept.
+ *   Threads:    any thread (one thread per cfg).
+ */
 HX_API hx_status hx_offload_config_parse(const char *spec, hx_offload_config *cfg);
 
 /* The offload policy in force and the device peak predicted for it (device
@@ -713,11 +1053,48 @@ typedef struct hx_session_config {
     size_t grad_bucket_bytes;
     hx_offload_config offload;    /* hx_offload_config_default(): no offload; see above */
 } hx_session_config;
+/* Every field at the default noted above (seed 42, all cores, the AUTO
+ * accelerator, 8 GiB for emu, no loss scaling, no offload).
+ *   Fails:      never.
+ *   Ownership:  a value (trace_path NULL).
+ *   Threads:    any thread.
+ */
 HX_API hx_session_config hx_session_config_default(void);
 
-/* Plans memory and initialises parameters. The graph is frozen while a
- * session exists (adding ops fails with HX_ERR_STATE) and must outlive it. */
+/* Places every op, creates the backends, allocates and initialises the
+ * persistent tensors (parameters from the seed and their names, constants,
+ * optimizer state at its start value) and, with offload, picks and sets up
+ * the policy. cfg NULL means hx_session_config_default(). The graph is
+ * frozen while a session exists (adding ops fails with HX_ERR_STATE) and
+ * must outlive it.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (g or out NULL; n_threads < 0, an
+ *               unknown enum value, a loss scale or clip_grad_norm out of
+ *               range, an offload field out of range, a malformed
+ *               $HX_OFFLOAD); HX_ERR_UNSUPPORTED (CUDA asked for in a build
+ *               or on a machine without it, the disk tier with
+ *               delayed_param_update); HX_ERR_NO_KERNEL (an op without a
+ *               kernel on its target under HX_FALLBACK_ERROR, naming it);
+ *               HX_ERR_DEVICE_OOM (the persistent tensors placed on the
+ *               device exceed its cap, or no offload policy fits: see
+ *               offload above); HX_ERR_IO (the disk tier's file);
+ *               HX_ERR_OUT_OF_MEMORY.
+ *   On failure: *out is NULL (unless out is NULL); g is as before and not
+ *               frozen; nothing is allocated.
+ *   Ownership:  cfg and trace_path are copied; the session is the
+ *               caller's (free it with hx_session_free, before g); it keeps
+ *               a pointer to g, and to the embedding tables g uses.
+ *   Threads:    counts as a call on g: one thread per graph. Sessions of
+ *               one graph may then be used on different threads.
+ */
 HX_API hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_session **out);
+/* Waits for a delayed update, writes the trace (a failure is printed on
+ * stderr), frees the session's memory on every device, removes the disk
+ * tier's file and unfreezes the graph when no other session of it is left.
+ *   Fails:      never (NULL: no-op).
+ *   Ownership:  s, its hx_session_device_alloc blocks and every pointer
+ *               into them become invalid.
+ *   Threads:    counts as a call on s's graph and on s.
+ */
 HX_API void hx_session_free(hx_session *s);
 
 /* A feed or fetch names its tensor by `tensor` or, when that is NULL, by
@@ -748,25 +1125,101 @@ enum { HX_RUN_TRAIN = 1 }; /* run optimizer updates; dropout active */
  * after the step). Every input that is needed must be fed. Before any
  * update runs, every gradient is scanned: an Inf or NaN fails the run with
  * HX_ERR_NUMERIC naming the parameter (or, with loss scaling, skips the
- * step). On failure, parameters and optimizer state are unchanged. */
+ * step).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s NULL, a negative count, an array
+ *               NULL with a count, unknown flags; a feed or fetch with
+ *               neither tensor nor name, of another graph or with data
+ *               NULL; a feed of a tensor that is not an input, or fed twice;
+ *               a needed input not fed; a misused device feed; a fetch of
+ *               an update; bag offsets not starting at 0 or decreasing);
+ *               HX_ERR_NOT_FOUND (a name not in the graph); HX_ERR_SHAPE
+ *               (bytes not the tensor's size); HX_ERR_INDEX (an id or
+ *               label out of range, naming it and its position);
+ *               HX_ERR_NUMERIC (an Inf or NaN gradient without loss
+ *               scaling, naming the parameter or table); HX_ERR_DEVICE_OOM
+ *               (this run's plan does not fit the device);
+ *               HX_ERR_OUT_OF_MEMORY (host memory; a full DYNAMIC table
+ *               without evict_when_full); HX_ERR_IO, HX_ERR_CORRUPT (the
+ *               disk tier).
+ *   On failure: parameters, optimizer state, embedding rows and the step
+ *               count are as before for every failure found before the
+ *               updates run, which is all of the above but out-of-memory
+ *               in the update phase itself (and a DYNAMIC table may have
+ *               given new ids rows in the forward); with the disk tier
+ *               nothing at all changes. Fetch buffers may be written in
+ *               part. A device OOM keeps the session usable for the plans
+ *               it already had.
+ *   Ownership:  feeds are read during the call only (device feeds: see
+ *               above); fetch buffers are the caller's.
+ *   Threads:    one thread per session; runs of different sessions may
+ *               overlap, within the embedding section's rules for tables
+ *               they share.
+ */
 HX_API hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                                 const hx_fetch *fetches, int n_fetches, unsigned flags);
 
-/* Accelerator memory for device feeds: allocated against the device's
- * memory cap (HX_ERR_DEVICE_OOM past it), freed by hx_session_device_free
- * or with the session; upload copies host bytes into it (synchronously;
- * dst + bytes must lie inside one allocation). Without an accelerator each
- * fails with HX_ERR_INVALID_ARGUMENT. */
+/* Accelerator memory for device feeds, allocated from the device's
+ * persistent pool against its memory cap.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or out NULL, no accelerator);
+ *               HX_ERR_DEVICE_OOM (past the cap); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: *out is NULL (unless out is NULL); nothing is allocated.
+ *   Ownership:  the block belongs to s: free it with
+ *               hx_session_device_free, or it goes with the session.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_device_alloc(hx_session *s, size_t bytes, void **out);
+/* Frees a block of hx_session_device_alloc.
+ *   Fails:      never: NULL, or a p that is not a block of s, is ignored.
+ *   Ownership:  p is invalid afterwards.
+ *   Threads:    one thread per session.
+ */
 HX_API void hx_session_device_free(hx_session *s, void *p);
+/* Copies bytes of host memory src to dst, synchronously.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s, dst or src NULL, no accelerator,
+ *               [dst, dst + bytes) not inside one block of s); a device
+ *               copy error.
+ *   On failure: dst is not written after a failed check.
+ *   Ownership:  src is read during the call only.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_device_upload(hx_session *s, void *dst, const void *src,
                                           size_t bytes);
 
 /* Writes the trace recorded so far (see hx_session_config.trace_path) now;
- * HX_OK and nothing written when the session has no trace. */
+ * HX_OK and nothing written when the session has no trace.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s NULL); HX_ERR_IO (the file cannot
+ *               be written); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: the file at the path is as it was (it is replaced whole).
+ *   Ownership:  nothing changes hands.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_trace_flush(hx_session *s);
 
-/* Copies a parameter's value (or constant's) out / in. */
+/* Copies a persistent tensor's value out (read) or in (write), wherever it
+ * lives (host, device or the disk tier); after a delayed update has
+ * landed. Persistent tensors are:
+ * - parameters (HX_TENSOR_PARAMETER). Writing one also rewrites its
+ *   f16/bf16 copy, if its update has one.
+ * - constants (HX_TENSOR_CONSTANT). Writing one changes this session's
+ *   value only: the graph's data and other sessions keep theirs.
+ * - optimizer state (HX_TENSOR_STATE): "<param>/momentum", "exp_avg",
+ *   "exp_avg_sq", "sum", "accum", "linear" (find them with hx_graph_find),
+ *   and the f16/bf16 copy of a master that hx_graph_apply_optimizer fused
+ *   into the master's update (the hx_cast tensor). Writing state sets what
+ *   the next update reads; the step count is not changed (bias correction
+ *   goes on from hx_session_step). A written half copy is what the device
+ *   ops read until the master's next update or write rewrites it.
+ * Embedding tables are not tensors: see hx_embedding_table_read_rows.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s, t or data NULL; t of another
+ *               graph; t not persistent: inputs, op outputs and updates
+ *               have no value between runs, fetch them); HX_ERR_SHAPE (bytes
+ *               not t's size); HX_ERR_IO, HX_ERR_CORRUPT (the disk tier); a
+ *               device copy error.
+ *   On failure: after a failed check nothing is read or written; a write
+ *               to the disk tier applies entirely or not at all.
+ *   Ownership:  data is the caller's, used during the call only.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t bytes);
 HX_API hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data,
                                   size_t bytes);
@@ -781,12 +1234,24 @@ typedef struct hx_memory_stats {
     size_t device_transient_planned_bytes;
     size_t device_used_bytes, device_peak_bytes;
 } hx_memory_stats;
-/* Plans the training step (all update nodes) if it has not run yet. The
- * device pools in detail: hx_session_pool_stats (below, with the pools). */
+/* Memory now, planning the training step (all update nodes) first if no
+ * run has been planned yet. The device pools in detail:
+ * hx_session_pool_stats (below, with the pools).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or out NULL); planning's
+ *               failures (HX_ERR_DEVICE_OOM, HX_ERR_OUT_OF_MEMORY).
+ *   On failure: *out is not written.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out);
 /* The offload policy and its predicted against measured device peak (see
  * hx_offload_report, with hx_offload_config); without an accelerator only
- * the policy (NONE). */
+ * the policy (NONE). A policy set by hand is planned at the first call.
+ *   Fails:      as hx_session_memory_stats.
+ *   On failure: as hx_session_memory_stats.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_offload_report(hx_session *s, hx_offload_report *out);
 
 /* How the last run's plan (or, before any run, the training step's) was
@@ -798,19 +1263,44 @@ typedef struct hx_placement_stats {
     int n_copies, n_h2d, n_d2h; /* per run: one per (tensor, destination device) */
     size_t copy_bytes;      /* per run */
 } hx_placement_stats;
+/* The counts of that plan, planning the training step first if no run has
+ * been planned yet.
+ *   Fails:      as hx_session_memory_stats.
+ *   On failure: as hx_session_memory_stats.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_placement_stats(hx_session *s, hx_placement_stats *out);
 /* Writes that plan as Graphviz DOT (ops coloured by target, clustered by
  * subgraph, copies drawn as their own nodes) / as a text summary
- * (subgraphs, ops per subgraph, copies and bytes per step). */
+ * (subgraphs, ops per subgraph, copies and bytes per step) to path
+ * (created or truncated).
+ *   Fails:      as hx_session_memory_stats; HX_ERR_INVALID_ARGUMENT (path
+ *               NULL); HX_ERR_IO (path cannot be written).
+ *   On failure: the file may hold part of the output.
+ *   Ownership:  path is not kept.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_dump_dot(hx_session *s, const char *path);
 HX_API hx_status hx_session_dump_summary(hx_session *s, const char *path);
 
-/* Number of HX_RUN_TRAIN runs that succeeded and were not skipped. */
+/* Number of HX_RUN_TRAIN runs that succeeded and were not skipped (set
+ * by hx_session_load too). The next update's step t is this + 1.
+ *   Fails:      never (NULL: 0).
+ *   Ownership:  a value.
+ *   Threads:    one thread per session.
+ */
 HX_API int64_t hx_session_step(const hx_session *s);
 
 /* Multiplies the learning rate of every dense parameter's update from the
  * next run on (warmup and decay schedules: set it before each step); 1 at
- * creation. Embedding tables keep their own rates. */
+ * creation. Embedding tables keep their own rates.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s NULL, scale negative or not
+ *               finite).
+ *   On failure: the scale is as it was.
+ *   Ownership:  nothing changes hands.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_set_lr_scale(hx_session *s, double scale);
 
 typedef struct hx_train_stats {
@@ -822,14 +1312,33 @@ typedef struct hx_train_stats {
                               parameters, unscaled, before clipping; Inf or NaN when
                               that step was skipped or failed) */
 } hx_train_stats;
+/* The training counters now.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or out NULL).
+ *   On failure: *out is not written.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out);
 
-/* Checkpoints: every parameter and optimizer state tensor, the step count
- * and the loss scale. Written to a temporary file and renamed into place
- * (atomic); each tensor carries an XXH3 checksum. Loading checks the whole
- * file against the session's graph (names, dtypes, shapes, checksums) before
- * changing anything: a truncated or corrupt file fails with HX_ERR_CORRUPT
- * and leaves the session as it was. */
+/* Checkpoints: every parameter and optimizer state tensor (the f16/bf16
+ * copies of masters included), the step count and the loss scale; not
+ * constants, not embedding tables (hx_embedding_table_save). Written to
+ * "<path>.tmp", synced and renamed over path; each tensor carries an XXH3
+ * checksum. Loading checks the whole file against the session's graph
+ * (the same set of names, dtypes, shapes, checksums) before changing
+ * anything. Both wait for a delayed update first.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or path NULL); HX_ERR_IO (the file
+ *               cannot be created, written, renamed or read, or changed
+ *               while it was loaded); HX_ERR_CORRUPT (load: a truncated or
+ *               damaged file, or one that does not fit the graph: the
+ *               message names the tensor); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: save leaves the file at path as it was; load leaves the
+ *               session as it was, unless the file changed between its
+ *               check and its reading (HX_ERR_IO), when tensors in memory
+ *               may hold the new values in part.
+ *   Ownership:  path is not kept.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_save(hx_session *s, const char *path);
 HX_API hx_status hx_session_load(hx_session *s, const char *path);
 
@@ -893,6 +1402,11 @@ typedef enum hx_malformed_reason {
     HX_MALFORMED_TOO_LONG,    /* a line longer than max_line_bytes */
     HX_MALFORMED_REASON_COUNT
 } hx_malformed_reason;
+/* A few words for a reason, e.g. "bad label".
+ *   Fails:      never: a value outside the enum gives "(unknown reason)".
+ *   Ownership:  a static string.
+ *   Threads:    any thread.
+ */
 HX_API const char *hx_malformed_reason_name(hx_malformed_reason r);
 
 /* Parsing rules: fields are split at `delimiter`; a line's trailing '\r' is
@@ -922,19 +1436,27 @@ typedef struct hx_reader_config {
     int64_t shuffle_rows;          /* 0: file order; else rows shuffled in a buffer of this size */
     uint64_t shuffle_seed;         /* epoch e's order depends on (shuffle_seed, e) only */
 } hx_reader_config;
-/* Defaults as noted above; no columns. */
+/* Configs: the defaults noted above with no columns; UCI Adult
+ * (data/adult): 14 features (6 numeric, 8 categorical) and the income
+ * label, ", "-separated, "?" missing, ">50K" -> 1, "<=50K" -> 0 (test_file:
+ * skip adult.test's first line and strip its labels' "."); Criteo (Display
+ * Advertising Challenge): tab-separated, a 0/1 label, 13 integer columns
+ * I1..I13 (missing: 0), 26 hexadecimal categorical columns C1..C26; empty
+ * fields are missing.
+ *   Fails:      never.
+ *   Ownership:  a value; its schema, labels and strings are static.
+ *   Threads:    any thread.
+ */
 HX_API hx_reader_config hx_reader_config_default(void);
-/* UCI Adult (data/adult): 14 features (6 numeric, 8 categorical) and the
- * income label, ", "-separated, "?" missing, ">50K" -> 1, "<=50K" -> 0.
- * test_file: skip adult.test's first line and strip its labels' ".". */
 HX_API hx_reader_config hx_reader_config_adult(bool test_file);
-/* Criteo (Display Advertising Challenge): tab-separated, a 0/1 label, 13
- * integer columns I1..I13 (missing: 0), 26 hexadecimal categorical columns
- * C1..C26; empty fields are missing. */
 HX_API hx_reader_config hx_reader_config_criteo(void);
 /* The index of column `name` among the batch's numeric (or categorical)
- * columns, i.e. its rank among the schema's columns of its kind; -1 if no
- * such column or it is a label/ignored column. */
+ * columns, i.e. its rank among the schema's columns of its kind.
+ *   Fails:      never: -1 when cfg, its columns or name is NULL, or no
+ *               numeric or categorical column has that name.
+ *   Ownership:  nothing is kept.
+ *   Threads:    any thread.
+ */
 HX_API int hx_reader_config_find(const hx_reader_config *cfg, const char *name);
 
 /* Rows as a struct of arrays, row-major per array. Owned by whoever
@@ -950,15 +1472,45 @@ typedef struct hx_batch {
 
 typedef struct hx_reader hx_reader;
 
-/* Opens `path` and starts reading ahead. Fails on a bad config (no columns,
- * two labels, a label map without a label column, ...) or an unreadable file. */
+/* Opens `path` and starts reading ahead on a reading thread and
+ * n_threads parser threads.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (path, cfg or out NULL; a bad
+ *               config: no columns, two labels, a label map without a label
+ *               column, sizes or counts out of range, ...; the message
+ *               names the field); HX_ERR_IO (the file cannot be opened);
+ *               HX_ERR_OUT_OF_MEMORY; HX_ERR_INTERNAL (a thread cannot be
+ *               started).
+ *   On failure: *out is NULL (unless out is NULL); nothing is kept.
+ *   Ownership:  path and the config (schema, labels, strings) are copied;
+ *               the reader is the caller's: close it with hx_reader_close.
+ *   Threads:    any thread.
+ */
 HX_API hx_status hx_reader_open(const char *path, const hx_reader_config *cfg, hx_reader **out);
+/* Stops the reader's threads and frees it.
+ *   Fails:      never (NULL: no-op).
+ *   Ownership:  r and its batches are invalid afterwards.
+ *   Threads:    one thread per reader.
+ */
 HX_API void hx_reader_close(hx_reader *r);
-/* The next batch of this epoch in *out, or *out = NULL at its end. A
- * malformed row under HX_MALFORMED_ERROR fails with HX_ERR_CORRUPT (and so
- * does every later call until a rewind); a read failure with HX_ERR_IO. */
+/* The next batch of this epoch in *out, or *out = NULL at its end. Under
+ * HX_MALFORMED_ERROR a malformed row ends the batch: the rows before it
+ * come as a batch, and the next call fails.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (r or out NULL); HX_ERR_CORRUPT (a
+ *               malformed row under HX_MALFORMED_ERROR, naming the file,
+ *               the line and the reason); HX_ERR_IO (a read failed). After
+ *               either, every call fails the same way until a rewind.
+ *   On failure: *out is NULL (unless out is NULL).
+ *   Ownership:  the batch belongs to r and is valid until r's next call.
+ *   Threads:    one thread per reader.
+ */
 HX_API hx_status hx_reader_next(hx_reader *r, const hx_batch **out);
-/* Starts the next epoch from the top of the file. */
+/* Starts the next epoch from the top of the file (clearing a failure).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (r NULL); HX_ERR_IO (the file cannot
+ *               be read again); HX_ERR_INTERNAL (a thread cannot start).
+ *   On failure: r can only be closed.
+ *   Ownership:  the last batch is invalid afterwards.
+ *   Threads:    one thread per reader.
+ */
 HX_API hx_status hx_reader_rewind(hx_reader *r);
 
 typedef struct hx_reader_stats {
@@ -972,6 +1524,12 @@ typedef struct hx_reader_stats {
     char first_malformed[192];    /* what was wrong with it */
     size_t buffer_bytes;    /* bytes the reader holds for blocks, rows and batches */
 } hx_reader_stats;
+/* The reader's counts for this epoch.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (r or out NULL).
+ *   On failure: *out is not written.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    one thread per reader.
+ */
 HX_API hx_status hx_reader_stats_get(const hx_reader *r, hx_reader_stats *out);
 
 /* ---- a generator of Criteo-schema rows for scale tests ------------------------
@@ -997,20 +1555,58 @@ typedef struct hx_generator_config {
     double weight_scale;       /* planted weights' standard deviation (0.5) */
     int n_threads;             /* threads generating a batch (1) */
 } hx_generator_config;
+/* The defaults noted above.
+ *   Fails:      never.
+ *   Ownership:  a value (vocab_sizes NULL).
+ *   Threads:    any thread.
+ */
 HX_API hx_generator_config hx_generator_config_default(void);
 
 typedef struct hx_generator hx_generator;
+/* A generator at row 0.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (cfg or out NULL, a field out of the
+ *               range noted above); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: *out is NULL (unless out is NULL).
+ *   Ownership:  cfg and vocab_sizes are copied; the generator is the
+ *               caller's: free it with hx_generator_free.
+ *   Threads:    any thread.
+ */
 HX_API hx_status hx_generator_create(const hx_generator_config *cfg, hx_generator **out);
+/* Frees the generator.
+ *   Fails:      never (NULL: no-op).
+ *   Ownership:  g, its batches and logits are invalid afterwards.
+ *   Threads:    one thread per generator.
+ */
 HX_API void hx_generator_free(hx_generator *g);
-/* The next batch (rows in order), or *out = NULL at the end of the epoch. */
+/* The next batch (rows in order), or *out = NULL at the end of the epoch.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (g or out NULL).
+ *   On failure: *out is NULL (unless out is NULL).
+ *   Ownership:  the batch belongs to g and is valid until g's next call.
+ *   Threads:    one thread per generator.
+ */
 HX_API hx_status hx_generator_next(hx_generator *g, const hx_batch **out);
-/* The planted logits of the last batch's rows ([n]), NULL before any. */
+/* The planted logits of the last batch's rows ([n]).
+ *   Fails:      never: NULL for a NULL g or before the first batch.
+ *   Ownership:  belongs to g, valid until g's next call.
+ *   Threads:    one thread per generator.
+ */
 HX_API const float *hx_generator_logits(const hx_generator *g);
-/* Back to row 0: every epoch holds the same rows. */
+/* Back to row 0: every epoch holds the same rows.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (g NULL).
+ *   On failure: nothing changes.
+ *   Ownership:  the last batch stays valid until the next hx_generator_next.
+ *   Threads:    one thread per generator.
+ */
 HX_API hx_status hx_generator_rewind(hx_generator *g);
 /* Writes cfg's n_rows rows as a Criteo TSV file (label, %d integers, %08x
  * ids, empty when missing) that hx_reader_config_criteo reads back to the
- * same batches. Written to a temporary file and renamed into place. */
+ * same batches. Written to a temporary file and renamed into place.
+ *   Fails:      as hx_generator_create, and HX_ERR_INVALID_ARGUMENT (path
+ *               NULL); HX_ERR_IO (the file cannot be written or renamed).
+ *   On failure: the file at path is as it was.
+ *   Ownership:  nothing is kept.
+ *   Threads:    any thread.
+ */
 HX_API hx_status hx_generator_write_tsv(const hx_generator_config *cfg, const char *path);
 
 /* ---- feature columns -----------------------------------------------------------
@@ -1050,8 +1646,14 @@ typedef struct hx_feature_column {
     int n_crossed;
     bool wide;              /* id-valued columns: part of the wide bag */
 } hx_feature_column;
-/* A missing categorical value (HX_ID_MISSING) is a value like any other: it
- * has its own vocabulary entry if frequent enough, and its own hash. */
+/* A column of `kind` reading batch column `source`, the other fields at the
+ * defaults noted above. A missing categorical value (HX_ID_MISSING) is a
+ * value like any other: it has its own vocabulary entry if frequent
+ * enough, and its own hash.
+ *   Fails:      never (hx_features_create checks the column).
+ *   Ownership:  a value holding the name pointer as given.
+ *   Threads:    any thread.
+ */
 HX_API hx_feature_column hx_feature_column_default(hx_feature_kind kind, const char *name,
                                                    int source);
 
@@ -1072,15 +1674,45 @@ typedef struct hx_features_config {
     int n_embeddings;
     int n_numeric, n_categorical;   /* the batches' columns, checked against sources */
 } hx_features_config;
+/* No columns, no embeddings, no batch columns.
+ *   Fails:      never.
+ *   Ownership:  a value.
+ *   Threads:    any thread.
+ */
 HX_API hx_features_config hx_features_config_default(void);
 
 typedef struct hx_features hx_features;
+/* Feature columns as cfg says, waiting for their training statistics.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (cfg or out NULL, no columns, a
+ *               column or embedding that does not fit the batches'
+ *               columns or the rules above; the message names it);
+ *               HX_ERR_OUT_OF_MEMORY.
+ *   On failure: *out is NULL (unless out is NULL).
+ *   Ownership:  cfg, its arrays, boundaries and names are copied; the
+ *               features are the caller's: free them with hx_features_free.
+ *   Threads:    any thread.
+ */
 HX_API hx_status hx_features_create(const hx_features_config *cfg, hx_features **out);
+/* Frees the features.
+ *   Fails:      never (NULL: no-op).
+ *   Ownership:  f and what hx_features_info returned are invalid afterwards.
+ *   Threads:    one thread per features object.
+ */
 HX_API void hx_features_free(hx_features *f);
 /* Training statistics: fit_batch for each training batch, then
  * fit_finish; or hx_features_fit, which reads the reader's epoch to its end,
  * finishes and rewinds the reader. A config that needs no statistics is
- * finished at create. */
+ * finished at create.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (f, b or r NULL); HX_ERR_STATE (f is
+ *               finished already); HX_ERR_SHAPE (a batch with other column
+ *               counts than the config's); the reader's failures
+ *               (HX_ERR_CORRUPT, HX_ERR_IO); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: f keeps the statistics of the batches before; a batch
+ *               refused by a check adds nothing. hx_features_fit leaves the
+ *               reader where it failed.
+ *   Ownership:  batches are read during the call only.
+ *   Threads:    one thread per features object (and per reader).
+ */
 HX_API hx_status hx_features_fit_batch(hx_features *f, const hx_batch *b);
 HX_API hx_status hx_features_fit_finish(hx_features *f);
 HX_API hx_status hx_features_fit(hx_features *f, hx_reader *r);
@@ -1096,9 +1728,24 @@ typedef struct hx_feature_info {
     const double *boundaries; /* BUCKETIZED: the boundaries used (owned by f) */
     int n_boundaries;
 } hx_feature_info;
+/* What column `column` of the config became.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (f or out NULL, column out of
+ *               range); HX_ERR_STATE (f not finished).
+ *   On failure: *out is not written.
+ *   Ownership:  *out is the caller's; its boundaries belong to f.
+ *   Threads:    once f is finished it is only read: any number of threads
+ *               may call this, lookup, shape_get, embedding,
+ *               feature_batch_alloc and transform with it at once.
+ */
 HX_API hx_status hx_features_info(const hx_features *f, int column, hx_feature_info *out);
 /* The vocabulary index of a raw id (a value of the batch's categorical
- * column), or its OOV bucket. */
+ * column), or its OOV bucket.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (f or out NULL, column not a
+ *               VOCABULARY column); HX_ERR_STATE (f not finished).
+ *   On failure: *out is not written.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    as hx_features_info.
+ */
 HX_API hx_status hx_features_lookup(const hx_features *f, int column, int64_t raw_id,
                                     int64_t *out);
 typedef struct hx_features_shape {
@@ -1107,9 +1754,22 @@ typedef struct hx_features_shape {
     int n_wide;             /* wide columns: ids per row in the wide bag */
     int64_t wide_dim;       /* the wide bag's id space (sum of wide cardinalities) */
 } hx_features_shape;
+/* The sizes of what hx_features_transform writes per row.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (f or out NULL); HX_ERR_STATE (f not
+ *               finished).
+ *   On failure: *out is not written.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    as hx_features_info.
+ */
 HX_API hx_status hx_features_shape_get(const hx_features *f, hx_features_shape *out);
 /* Embedding table e: rows and the first row of each of its columns' ids
- * (offsets must hold n_columns values; may be NULL). */
+ * (offsets must hold n_columns values; may be NULL).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (f or rows NULL, e out of range);
+ *               HX_ERR_STATE (f not finished).
+ *   On failure: *rows and offsets are not written.
+ *   Ownership:  the caller's buffers.
+ *   Threads:    as hx_features_info.
+ */
 HX_API hx_status hx_features_embedding(const hx_features *f, int e, int64_t *rows,
                                        int64_t *offsets);
 
@@ -1122,11 +1782,31 @@ typedef struct hx_feature_batch {
     int64_t *wide_ids;      /* [n * n_wide]: row r's ids are wide_ids[wide_offsets[r]..[r+1]) */
     int64_t *wide_offsets;  /* [n + 1] */
 } hx_feature_batch;
+/* Buffers for capacity rows of f's features.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (f or out NULL, capacity < 1);
+ *               HX_ERR_STATE (f not finished); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: *out is zeroed (unless out is NULL): freeing it is a no-op.
+ *   Ownership:  the buffers are the caller's: free them with
+ *               hx_feature_batch_free; they do not refer to f.
+ *   Threads:    as hx_features_info.
+ */
 HX_API hx_status hx_feature_batch_alloc(const hx_features *f, int64_t capacity,
                                         hx_feature_batch *out);
+/* Frees fb's buffers and zeroes *fb.
+ *   Fails:      never (NULL, or a zeroed fb: no-op).
+ *   Ownership:  fb's arrays are invalid afterwards.
+ *   Threads:    one thread per feature batch.
+ */
 HX_API void hx_feature_batch_free(hx_feature_batch *fb);
-/* Transforms b (at most fb->capacity rows) into fb. f is only read: several
- * threads may transform with one fitted f at once. */
+/* Transforms b (at most fb->capacity rows) into fb.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (f or b NULL); HX_ERR_STATE (f not
+ *               finished); HX_ERR_SHAPE (b's column counts differ from the
+ *               config's, fb NULL or unallocated, more rows than
+ *               fb->capacity).
+ *   On failure: fb is not written.
+ *   Ownership:  b is read during the call only; fb is the caller's.
+ *   Threads:    as hx_features_info (f is only read), one thread per fb.
+ */
 HX_API hx_status hx_features_transform(const hx_features *f, const hx_batch *b,
                                        hx_feature_batch *fb);
 
@@ -1167,7 +1847,11 @@ typedef struct hx_device_pools_stats {
  * (max_device_memory, or the device's memory). allocated <= reserved <=
  * capacity; peaks never go down; hx_memory_stats.device_used_bytes and
  * device_peak_bytes are total.allocated and total.peak_allocated.
- * HX_ERR_INVALID_ARGUMENT without an accelerator. */
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or out NULL, no accelerator).
+ *   On failure: *out is not written.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    one thread per session.
+ */
 HX_API hx_status hx_session_pool_stats(hx_session *s, hx_device_pools_stats *out);
 
 /* Replays an allocation trace through hetex's pools and through a
@@ -1200,9 +1884,16 @@ typedef struct hx_memreplay_report {
     int64_t pools_oom_event, baseline_oom_event;
     size_t pools_oom_live, baseline_oom_live;
 } hx_memreplay_report;
-/* capacity: bytes either may reserve; 0: no cap. HX_ERR_IO when the file
- * cannot be read, HX_ERR_CORRUPT naming the line of a malformed event or
- * an inconsistent one (an id allocated twice, a free of an id not live). */
+/* Replays the trace at path with capacity the bytes either may reserve (0:
+ * no cap); an allocation past the cap is recorded in *out, not an error.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (path or out NULL); HX_ERR_IO (the
+ *               file cannot be read); HX_ERR_CORRUPT (naming the line of a
+ *               malformed event or an inconsistent one: an id allocated
+ *               twice, a free of an id not live); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: *out may be written in part.
+ *   Ownership:  *out is the caller's; path is not kept.
+ *   Threads:    any thread.
+ */
 HX_API hx_status hx_memreplay(const char *path, size_t capacity, hx_memreplay_report *out);
 
 #ifdef __cplusplus
