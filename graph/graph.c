@@ -133,6 +133,7 @@ hx_graph *hx_graph_create(void)
 {
     hx_graph *g = calloc(1, sizeof *g);
     if (!g) hx__error(HX_ERR_OUT_OF_MEMORY, "hx_graph_create: out of host memory");
+    else atomic_init(&g->holders, 1); /* the user's, until hx_graph_free */
     return g;
 }
 
@@ -144,15 +145,28 @@ static void tensor_free(hx_tensor *t)
     free(t);
 }
 
-void hx_graph_free(hx_graph *g)
+static void graph_destroy(hx_graph *g)
 {
-    if (!g) return;
     for (int i = 0; i < g->n_tables; i++) hx__embedding_use(g->tables[i].table, -1);
     free(g->tables);
     for (int i = 0; i < g->n; i++) tensor_free(g->tensors[i]);
     free(g->tensors);
     free(g->names.slots);
     free(g);
+}
+
+void hx__graph_hold(hx_graph *g) { atomic_fetch_add(&g->holders, 1); }
+
+void hx__graph_release(hx_graph *g)
+{
+    if (atomic_fetch_sub(&g->holders, 1) == 1) graph_destroy(g);
+}
+
+/* With sessions alive the graph lives on (a zombie, as after
+ * sqlite3_close_v2) until the last of them is freed. */
+void hx_graph_free(hx_graph *g)
+{
+    if (g) hx__graph_release(g);
 }
 
 int hx_graph_tensor_count(const hx_graph *g) { return g ? g->n : 0; }
@@ -190,10 +204,11 @@ hx_status hx__graph_use_table(hx_graph *g, hx_embedding_table *t, int first_id)
 static hx_status check_graph_open(const hx_graph *g, const char *what)
 {
     if (!g) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: graph is NULL", what);
-    if (g->n_sessions)
+    int sessions = atomic_load(&g->holders) - 1; /* the user holds it too */
+    if (sessions)
         return hx__error(HX_ERR_STATE,
                          "%s: the graph is frozen while %d session(s) exist; free the sessions "
-                         "before changing the graph, or build a new graph", what, g->n_sessions);
+                         "before changing the graph, or build a new graph", what, sessions);
     return HX_OK;
 }
 

@@ -6,6 +6,7 @@
 #include "core/core.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 
 typedef enum hx_op {
     /* leaves */
@@ -93,7 +94,9 @@ struct hx_graph {
     hx_name_map names;
     hx_target target_stack[16];
     int target_depth;
-    int n_sessions; /* > 0 freezes the graph */
+    /* The user (until hx_graph_free) and each session hold the graph; a
+     * session freezes it, and the last holder to let go frees it. */
+    atomic_int holders;
     bool has_backward;
     hx_tensor *grad_seed; /* d loss / d loss: 1, or the loss scale */
     int next_stream; /* dropout mask streams */
@@ -130,6 +133,10 @@ hx_status hx__check_srcs(hx_graph *g, const char *opname, int n, hx_tensor *cons
 hx_tensor *hx__state_new(hx_graph *g, hx_tensor *param, const char *suffix, hx_init init);
 /* Frees tensors created after the first `n` (rolls back a failed build). */
 void hx__graph_truncate(hx_graph *g, int n);
+/* A session holds its graph from hx_session_create to hx_session_free; the
+ * release that drops the last hold (hx_graph_free's or a session's) frees it. */
+void hx__graph_hold(hx_graph *g);
+void hx__graph_release(hx_graph *g);
 /* Records that g uses table t (once per graph; the table counts its graphs)
  * from node first_id on. */
 hx_status hx__graph_use_table(hx_graph *g, hx_embedding_table *t, int first_id);

@@ -152,10 +152,15 @@ typedef struct hx_tensor hx_tensor; /* a value: a leaf or the output of one op *
  *   Threads:    any thread.
  */
 HX_API hx_graph *hx_graph_create(void);
-/* Frees the graph and all its tensors. Sessions over it must be freed first.
- * The embedding tables it used are not freed; they stop counting it.
+/* Frees the graph and all its tensors. The embedding tables it used are
+ * not freed; they stop counting it. While sessions over g exist, the free
+ * is deferred (as sqlite3_close_v2 does): the sessions keep working, and
+ * the last hx_session_free frees g (only then do its tables stop counting
+ * it).
  *   Fails:      never (NULL: no-op).
- *   Ownership:  every hx_tensor of g becomes invalid.
+ *   Ownership:  g and every hx_tensor of g become invalid, except that
+ *               the tensors stay valid in calls on g's remaining sessions
+ *               (feeds, fetches, hx_session_read/write).
  *   Threads:    one thread per graph.
  */
 HX_API void hx_graph_free(hx_graph *g);
@@ -1065,8 +1070,8 @@ HX_API hx_session_config hx_session_config_default(void);
  * persistent tensors (parameters from the seed and their names, constants,
  * optimizer state at its start value) and, with offload, picks and sets up
  * the policy. cfg NULL means hx_session_config_default(). The graph is
- * frozen while a session exists (adding ops fails with HX_ERR_STATE) and
- * must outlive it.
+ * frozen while a session exists (adding ops fails with HX_ERR_STATE); the
+ * session holds it, so hx_graph_free may come first (see there).
  *   Fails:      HX_ERR_INVALID_ARGUMENT (g or out NULL; n_threads < 0, an
  *               unknown enum value, a loss scale or clip_grad_norm out of
  *               range, an offload field out of range, a malformed
@@ -1081,15 +1086,16 @@ HX_API hx_session_config hx_session_config_default(void);
  *   On failure: *out is NULL (unless out is NULL); g is as before and not
  *               frozen; nothing is allocated.
  *   Ownership:  cfg and trace_path are copied; the session is the
- *               caller's (free it with hx_session_free, before g); it keeps
- *               a pointer to g, and to the embedding tables g uses.
+ *               caller's (free it with hx_session_free); it holds g, and
+ *               keeps pointers to the embedding tables g uses.
  *   Threads:    counts as a call on g: one thread per graph. Sessions of
  *               one graph may then be used on different threads.
  */
 HX_API hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_session **out);
 /* Waits for a delayed update, writes the trace (a failure is printed on
  * stderr), frees the session's memory on every device, removes the disk
- * tier's file and unfreezes the graph when no other session of it is left.
+ * tier's file and lets go of the graph: when no other session of it is
+ * left, unfreezes it, or frees it if hx_graph_free came first.
  *   Fails:      never (NULL: no-op).
  *   Ownership:  s, its hx_session_device_alloc blocks and every pointer
  *               into them become invalid.

@@ -53,7 +53,7 @@ void hx_session_free(hx_session *s)
     free(s->budget);
     free(s->target);
     free(s->why);
-    s->g->n_sessions--;
+    hx__graph_release(s->g); /* frees a graph whose hx_graph_free came first */
     free(s);
 }
 
@@ -200,7 +200,7 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     s->g = g;
     s->cfg = c;
     s->nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
-    g->n_sessions++;
+    hx__graph_hold(g);
     s->persist = calloc(g->n ? g->n : 1, sizeof *s->persist);
     st = s->persist ? setup_lanes(s)
                               : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
