@@ -7,6 +7,8 @@
 #   ./build.sh install --prefix DIR
 #   ./build.sh sanitize [address,undefined|thread]   test suite in a sanitizer build
 #                              (thread: the scheduler tests, see tsan_tests)
+#   ./build.sh arrows          check the includes against docs/arrows.txt and redraw
+#                              docs/architecture.dot (and .svg where Graphviz is)
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$PWD
@@ -108,5 +110,13 @@ case "$cmd" in
     [ -n "$prefix" ] || { echo "usage: ./build.sh install --prefix DIR" >&2; exit 2; }
     build build -DCMAKE_BUILD_TYPE=Release >/dev/null
     cmake --install build --prefix "$prefix" ;;
-  *) echo "usage: ./build.sh [build|test|run|bench NAME|install --prefix DIR|sanitize [KIND]]" >&2; exit 2 ;;
+  arrows) # the picture from the code first: it shows a breach in red
+    .ci/check_arrows --dot >docs/architecture.dot
+    if command -v dot >/dev/null; then
+      dot -Tsvg docs/architecture.dot >docs/architecture.svg
+    else
+      echo "build.sh: no Graphviz 'dot' (apt-get install graphviz): docs/architecture.svg not redrawn" >&2
+    fi
+    exec .ci/check_arrows ;;
+  *) echo "usage: ./build.sh [build|test|run|bench NAME|install --prefix DIR|sanitize [KIND]|arrows]" >&2; exit 2 ;;
 esac
