@@ -111,12 +111,12 @@ case "$cmd" in
     build build -DCMAKE_BUILD_TYPE=Release >/dev/null
     cmake --install build --prefix "$prefix" ;;
   arrows) # the picture from the code first: it shows a breach in red
-    .ci/check_arrows --dot >docs/architecture.dot
+    .ci/check_arrows.sh --dot >docs/architecture.dot
     if command -v dot >/dev/null; then
       dot -Tsvg docs/architecture.dot >docs/architecture.svg
     else
       echo "build.sh: no Graphviz 'dot' (apt-get install graphviz): docs/architecture.svg not redrawn" >&2
     fi
-    exec .ci/check_arrows ;;
+    exec .ci/check_arrows.sh ;;
   *) echo "usage: ./build.sh [build|test|run|bench NAME|install --prefix DIR|sanitize [KIND]|arrows]" >&2; exit 2 ;;
 esac

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# test_arrows: .ci/check_arrows fails, naming each file and line and the rule
+# test_arrows: .ci/check_arrows.sh fails, naming each file and line and the rule
 # broken, on includes planted into a copy of the sources (the real tree need
 # not be clean for this); passes a small tree that keeps docs/arrows.txt;
 # refuses a rules file whose arrow points up; and draws the arrows as DOT.
 #   tests/test_arrows.sh SOURCE_ROOT
 set -euo pipefail
 src=$(cd "${1:?usage: tests/test_arrows.sh SOURCE_ROOT}" && pwd)
-check=$src/.ci/check_arrows
+check=$src/.ci/check_arrows.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Checks every #include of the library, the tools and the examples against
 # docs/arrows.txt (who may include whom).
-#   .ci/check_arrows [ROOT]        exit 1, naming FILE:LINE, the include and the
-#                                  rule it breaks, for each include that breaks it
-#   .ci/check_arrows --dot [ROOT]  the folders and the include arrows the code has,
-#                                  as Graphviz DOT (docs/architecture.dot); arrows
-#                                  that break a rule are red
+#   .ci/check_arrows.sh [ROOT]        exit 1, naming FILE:LINE, the include
+#                                     and the rule it breaks, for each
+#                                     include that breaks it
+#   .ci/check_arrows.sh --dot [ROOT]  the folders and the include arrows the
+#                                     code has, as Graphviz DOT
+#                                     (docs/architecture.dot); arrows that
+#                                     break a rule are red
 # ROOT is a source tree (default: this repository). Only bash, find, grep, sort
 # and a POSIX awk: CI needs nothing else.
 set -euo pipefail
@@ -13,11 +15,11 @@ shopt -s nullglob
 
 mode=check
 if [ "${1:-}" = --dot ]; then mode=dot; shift; fi
-[ $# -le 1 ] || { echo "usage: .ci/check_arrows [--dot] [ROOT]" >&2; exit 2; }
+[ $# -le 1 ] || { echo "usage: .ci/check_arrows.sh [--dot] [ROOT]" >&2; exit 2; }
 root=${1:-$(dirname "$0")/..}
 cd "$root"
 rules=docs/arrows.txt
-[ -r "$rules" ] || { echo "check_arrows: no $rules under $root" >&2; exit 2; }
+[ -r "$rules" ] || { echo "check_arrows.sh: no $rules under $root" >&2; exit 2; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -160,7 +162,7 @@ END {
     if (mode == "dot") {
         print "// The folders of docs/arrows.txt and the #include arrows between them, as"
         print "// the code has them (label: how many includes). Red: against docs/arrows.txt."
-        print "// Regenerate: .ci/check_arrows --dot > docs/architecture.dot"
+        print "// Regenerate: .ci/check_arrows.sh --dot > docs/architecture.dot"
         print "// Render:     dot -Tsvg docs/architecture.dot > docs/architecture.svg"
         print "digraph hetex {"
         print "  node [shape=box, style=rounded, fontname=\"Helvetica\"];"
@@ -180,7 +182,7 @@ END {
         exit 0
     }
     if (nbad) {
-        printf "check_arrows: %d problem(s) against %s\n", nbad, rules > "/dev/stderr"
+        printf "check_arrows.sh: %d problem(s) against %s\n", nbad, rules > "/dev/stderr"
         exit 1
     }
 }' "$rules" "$tmp/files" "$tmp/includes"
