@@ -44,9 +44,13 @@ ensure_deps() {
   exit 1
 }
 
-configure() { # dir, extra cmake args...
-  local dir=$1; shift
-  cmake -S "$root" -B "$dir" -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" "$@" >/dev/null
+configure() { # dir, extra cmake args... (quiet; cmake's output when it fails)
+  local dir=$1 log; shift
+  if ! log=$(cmake -S "$root" -B "$dir" -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" "$@" 2>&1); then
+    printf '%s\n' "$log" >&2
+    echo "build.sh: cmake could not configure $dir (its output is above)" >&2
+    exit 1
+  fi
 }
 
 build() { # dir, extra cmake args...

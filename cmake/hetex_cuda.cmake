@@ -10,7 +10,6 @@
 set(HX_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when nvcc is found), ON, OFF")
 set_property(CACHE HX_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(HX_HAVE_CUDA OFF)
-set(HX_PC_CUDA_LIBS "")
 if(NOT HX_CUDA STREQUAL "OFF" AND NOT HX_SANITIZE)
   include(CheckLanguage)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
@@ -41,18 +40,20 @@ if(HX_HAVE_CUDA)
   # The kernels: their own object library, so the C-only flags of the
   # directory do not reach nvcc.
   file(GLOB HX_CUDA_SOURCES CONFIGURE_DEPENDS
-    ${CMAKE_SOURCE_DIR}/kernels/gpu/*.cu ${CMAKE_SOURCE_DIR}/kernels/gpu/*.c)
+    ${PROJECT_SOURCE_DIR}/kernels/gpu/*.cu ${PROJECT_SOURCE_DIR}/kernels/gpu/*.c)
   add_library(hetex_cuda_objects OBJECT ${HX_CUDA_SOURCES})
   set_property(TARGET hetex_cuda_objects PROPERTY COMPILE_OPTIONS
     $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wno-unused-parameter -fvisibility=hidden>
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-fvisibility=hidden>)
   target_include_directories(hetex_cuda_objects PRIVATE
-    ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR})
+    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR})
   target_link_libraries(hetex_cuda_objects PRIVATE CUDA::cudart CUDA::cublas)
 
   target_compile_definitions(hetex_objects PUBLIC HX_HAVE_CUDA)
   target_link_libraries(hetex_objects PUBLIC CUDA::cudart CUDA::cublas)
-  set(HX_CUDA_LIBS ${CUDA_cublas_LIBRARY} ${CUDA_cudart_LIBRARY} stdc++)
+  # The runtime and cuBLAS as CUDAToolkit's imported targets, which the
+  # installed package finds again; the C++ runtime the kernels' objects need.
+  set(HX_CUDA_LIBS CUDA::cublas CUDA::cudart stdc++)
   foreach(lib hetex_objects hetex hetex_static) # made before the architectures were set
     set_property(TARGET ${lib} PROPERTY CUDA_ARCHITECTURES ${CMAKE_CUDA_ARCHITECTURES})
     set_property(TARGET ${lib} PROPERTY CUDA_RUNTIME_LIBRARY Shared)
@@ -61,9 +62,10 @@ if(HX_HAVE_CUDA)
     target_sources(${lib} PRIVATE $<TARGET_OBJECTS:hetex_cuda_objects>)
   endforeach()
   target_link_libraries(hetex PRIVATE ${HX_CUDA_LIBS})
-  set_target_properties(hetex PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
-  target_link_libraries(hetex_static PUBLIC ${HX_CUDA_LIBS})
+  target_link_libraries(hetex_static PRIVATE ${HX_CUDA_LIBS})
   target_compile_definitions(hetex_static PUBLIC $<BUILD_INTERFACE:HX_HAVE_CUDA>)
   target_include_directories(hetex_static PUBLIC $<BUILD_INTERFACE:${CUDAToolkit_INCLUDE_DIRS}>)
-  set(HX_PC_CUDA_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcudart -lstdc++")
+  string(APPEND HX_CONFIG_DEPENDENCIES "find_dependency(CUDAToolkit)\n")
+  # No -L: CUDA's library directory is the user's (or their linker's) to give.
+  string(APPEND HX_PC_LIBS " -lcublas -lcudart -lstdc++")
 endif()

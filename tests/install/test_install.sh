@@ -1,18 +1,54 @@
 #!/bin/sh
-# Installs the built tree into a temporary prefix, then builds a program
-# outside the tree twice: with pkg-config and with find_package(hetex).
+# test_install.sh SRC BUILD: the install is usable where it is put.
+# Installs the built tree into a temporary prefix, moves it elsewhere, checks
+# that no installed file names a path of the build machine, then builds and
+# runs a program outside the tree against the moved copy: with pkg-config
+# (shared, static) and with find_package(hetex) (shared, static). Last, a
+# project that takes hetex from the source tree with add_subdirectory
+# builds (the library only: its CUDA backend off, no tests) and runs.
+# CC names the compiler; HX_CUDA_LIBDIR is CUDA's library directory when
+# the build has the CUDA backend (for the static link).
 set -eu
 src=$1 build=$2
+cc=${CC:-cc}
+jobs=$(nproc 2>/dev/null || echo 2)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+passed=0
+ok() { passed=$((passed + 1)); }
+
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
-export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
-cc "$src/tests/install/consumer.c" -o "$tmp/consumer_pc" $(pkg-config --cflags --libs hetex)
-LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/consumer_pc"
-cc -static-libgcc "$src/tests/install/consumer.c" -o "$tmp/consumer_static" \
-   $(pkg-config --cflags hetex) "$tmp/prefix/lib/libhetex.a" $(pkg-config --libs-only-l --static hetex | sed 's/-lhetex//')
-"$tmp/consumer_static"
-cmake -S "$src/tests/install" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
-cmake --build "$tmp/cm" >/dev/null
-LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/cm/consumer"
-echo "install: 3 passed, 0 failed"
+mv "$tmp/prefix" "$tmp/moved"
+prefix=$tmp/moved
+if grep -rao -e "$src[^\"; ]*" -e "$build[^\"; ]*" -e "$tmp/prefix[^\"; ]*" -e "/usr/[^\"; ]*" \
+        -e "/opt/[^\"; ]*" "$prefix" >&2; then
+  echo "install: installed files name the build machine's paths (above)" >&2
+  exit 1
+fi
+ok
+
+export PKG_CONFIG_PATH="$(dirname "$(find "$prefix" -name hetex.pc)")"
+libdir=$(pkg-config --variable=libdir hetex)
+"$cc" "$src/tests/install/consumer.c" -o "$tmp/consumer_pc" $(pkg-config --cflags --libs hetex)
+LD_LIBRARY_PATH="$libdir" "$tmp/consumer_pc"
+ok
+if [ -n "${HX_CUDA_LIBDIR:-}" ]; then export LIBRARY_PATH="$HX_CUDA_LIBDIR${LIBRARY_PATH:+:$LIBRARY_PATH}"; fi
+"$cc" "$src/tests/install/consumer.c" -o "$tmp/consumer_pc_static" $(pkg-config --cflags hetex) \
+   "$libdir/libhetex.a" $(pkg-config --static --libs hetex | sed 's/-lhetex//')
+"$tmp/consumer_pc_static"
+ok
+
+cmake -S "$src/tests/install" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$tmp/cm" -j "$jobs" >/dev/null
+"$tmp/cm/consumer"
+ok
+"$tmp/cm/consumer_static"
+ok
+
+cmake -S "$src/tests/install" -B "$tmp/sub" -DHETEX_SOURCE_DIR="$src" -DHX_CUDA=OFF >/dev/null
+cmake --build "$tmp/sub" -j "$jobs" --target consumer consumer_static >/dev/null
+"$tmp/sub/consumer"
+ok
+"$tmp/sub/consumer_static"
+ok
+echo "install: $passed passed, 0 failed"
