@@ -154,11 +154,11 @@ static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_
         return -1;
     }
     *need = hx__disk_host_bytes(s);
-    *slots = s->disk->n_slots;
+    *slots = hx__disk_of(s)->n_slots;
     *whole = hx__disk_whole_bytes(s);
     int n_seg = hx__disk_segments(s, NULL);
     *stored = 0;
-    for (int k = 0; k < n_seg; k++) *stored += s->disk->segs[k].bytes;
+    for (int k = 0; k < n_seg; k++) *stored += hx__disk_of(s)->segs[k].bytes;
     memset(sum, 0, sizeof *sum);
     if ((*step_s = timed_steps(s, m, sum)) < 0) {
         hx_session_free(s);

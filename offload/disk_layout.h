@@ -34,6 +34,8 @@ typedef struct hx_disk_update hx_disk_update;
 typedef struct hx_trace_lane hx_trace_lane;
 
 struct hx_offload_disk {
+    hx_residency residency; /* the session's: its points get &residency (first: the same address) */
+    hx_session *s;
     hx_disk_tier *tier;
     hx_pinned_pool *pinned;
     int *where;      /* per tensor id: -2 not on disk, -1 resident region, else its chunk's segment */
@@ -66,8 +68,24 @@ static inline int64_t hx__disk_seg_block(const hx_disk_seg *g, int gen)
 hx_status hx__disk_seg_read(hx_offload_disk *d, int k, void *buf, hx_mem_err *err);
 hx_status hx__disk_seg_write(hx_offload_disk *d, int k, const void *buf, hx_mem_err *err);
 
-/* Stops a chunked update in progress and gives its slots back (disk_update.c). */
-void hx__disk_update_end(hx_session *s);
+/* The tier whose residency r is. */
+static inline hx_offload_disk *hx__disk(hx_residency *r) { return (hx_offload_disk *)r; }
+
+/* disk_update.c: a training run's I/O thread and its update phase.
+ * hx__disk_update_begin starts the thread, which reads the resident region
+ * (into the buffer the run's load gave it), then the first chunks, while
+ * the forward and backward run; HX_ERR_UNSUPPORTED when p's update phase
+ * holds anything but host kernels. */
+hx_status hx__disk_update_begin(hx_offload_disk *d, const hx_plan *p);
+/* The residency's step_ready: waits until the resident segments plan step
+ * sp reads are in host memory; the I/O thread's failure otherwise. */
+hx_status hx__disk_step_ready(hx_residency *r, const hx_step *sp);
+/* Waits for resident segments 0..k (k < 0: none). */
+hx_status hx__disk_resident_wait(hx_offload_disk *d, int k);
+/* The residency's update: p's update phase chunk by chunk with ex. */
+hx_status hx__disk_update_run(hx_residency *r, const hx_plan *p, const hx_exec *ex);
+/* Stops a chunked update in progress and gives its slots back. */
+void hx__disk_update_end(hx_offload_disk *d);
 /* Whether the run's updates write into resident segment k (true without a
  * chunked update: anything may have). */
 bool hx__disk_update_touched(const hx_offload_disk *d, int k);

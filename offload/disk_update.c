@@ -2,7 +2,7 @@
  * chunk by chunk (see offload_disk.h).
  *
  * One I/O thread per training run first reads the resident region into
- * the buffer hx__disk_load gave it, segment batch by batch, while the
+ * the buffer the run's load gave it, segment batch by batch, while the
  * forward and backward run: the executor waits before each step only for
  * the segments that step reads (hx__disk_step_ready).
  *
@@ -35,7 +35,7 @@
 #include <string.h>
 
 struct hx_disk_update {
-    hx_session *s;
+    hx_offload_disk *d;
     const hx_plan *p;
     int n;          /* chunks the plan's updates read, in file order */
     int *seg;       /* per chunk: its segment */
@@ -87,7 +87,7 @@ static void fail(hx_disk_update *u, hx_status st, const char *fmt, const char *w
  * update stops (a failure here or on the other side). */
 static bool io_batch(hx_disk_update *u, int r0, int r1, int w)
 {
-    hx_offload_disk *d = u->s->disk;
+    hx_offload_disk *d = u->d;
     hx_disk_op *ops = u->ops;
     int *what = u->op_what, n = 0; /* what: chunk (>= 0) or -1 - resident segment */
     for (int r = r0; r < r1; r++) {
@@ -156,7 +156,7 @@ static bool io_batch(hx_disk_update *u, int r0, int r1, int w)
  * the run stops. */
 static bool read_resident(hx_disk_update *u, int k0, int k1)
 {
-    hx_offload_disk *d = u->s->disk;
+    hx_offload_disk *d = u->d;
     hx_disk_op *ops = u->ops;
     for (int k = k0; k < k1; k++) {
         const hx_disk_seg *g = &d->segs[k];
@@ -190,7 +190,7 @@ static bool read_resident(hx_disk_update *u, int k0, int k1)
 static void *io_main(void *arg)
 {
     hx_disk_update *u = arg;
-    hx_offload_disk *d = u->s->disk;
+    hx_offload_disk *d = u->d;
     size_t per = ((size_t)8 << 20) / d->seg_bytes;
     int batch = per < 1 ? 1 : per > (size_t)d->n_res ? d->n_res : (int)per;
     for (int k = u->res_read; k < d->n_res;) {
@@ -214,10 +214,9 @@ static void *io_main(void *arg)
     return NULL;
 }
 
-hx_status hx__disk_resident_wait(hx_session *s, int k)
+hx_status hx__disk_resident_wait(hx_offload_disk *d, int k)
 {
-    hx_offload_disk *d = s->disk;
-    if (!d || atomic_load(&d->res_ready) || k < 0) return HX_OK;
+    if (atomic_load(&d->res_ready) || k < 0) return HX_OK;
     hx_disk_update *u = d->upd;
     if (!u || !u->started)
         return hx__error(HX_ERR_INTERNAL, "hx_session_run: offload_param=disk: the resident region "
@@ -237,10 +236,10 @@ hx_status hx__disk_resident_wait(hx_session *s, int k)
     return HX_OK;
 }
 
-hx_status hx__disk_step_ready(hx_session *s, const hx_step *sp)
+hx_status hx__disk_step_ready(hx_residency *r, const hx_step *sp)
 {
-    hx_offload_disk *d = s->disk;
-    if (!d || atomic_load(&d->res_ready)) return HX_OK;
+    hx_offload_disk *d = hx__disk(r);
+    if (atomic_load(&d->res_ready)) return HX_OK;
     const hx_tensor *x = sp->node;
     int hi = -1, n = sp->fn ? x->n_src : 1;
     for (int k = 0; k < n; k++) {
@@ -250,7 +249,7 @@ hx_status hx__disk_step_ready(hx_session *s, const hx_step *sp)
         int last = (int)((d->at[t->id] + (b ? b - 1 : 0)) / d->seg_bytes);
         if (last > hi) hi = last;
     }
-    return hx__disk_resident_wait(s, hi);
+    return hx__disk_resident_wait(d, hi);
 }
 
 bool hx__disk_update_touched(const hx_offload_disk *d, int k)
@@ -258,10 +257,9 @@ bool hx__disk_update_touched(const hx_offload_disk *d, int k)
     return !d->upd || d->upd->res_last[k] != -2;
 }
 
-void hx__disk_update_end(hx_session *s)
+void hx__disk_update_end(hx_offload_disk *d)
 {
-    hx_offload_disk *d = s->disk;
-    hx_disk_update *u = d ? d->upd : NULL;
+    hx_disk_update *u = d->upd;
     if (!u) return;
     if (u->started) {
         pthread_mutex_lock(&u->mu);
@@ -284,11 +282,6 @@ void hx__disk_update_end(hx_session *s)
     free(u->op_what);
     free(u);
     d->upd = NULL;
-}
-
-bool hx__disk_update_ready(const hx_session *s, const hx_plan *p)
-{
-    return s->disk && s->disk->upd && s->disk->upd->p == p;
 }
 
 /* The chunk segment step sp's inputs lie in (-1: none); -2 when in two. */
@@ -376,21 +369,19 @@ static hx_status group_steps(hx_disk_update *u, const hx_offload_disk *d, const 
     return st;
 }
 
-hx_status hx__disk_update_begin(hx_session *s, const hx_plan *p)
+hx_status hx__disk_update_begin(hx_offload_disk *d, const hx_plan *p)
 {
-    hx_offload_disk *d = s->disk;
-    if (!d) return HX_OK;
-    hx__disk_update_end(s);
+    hx__disk_update_end(d);
     hx_disk_update *u = calloc(1, sizeof *u);
     if (!u) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
-    u->s = s;
+    u->d = d;
     u->p = p;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
     d->upd = u;
     hx_status st = group_steps(u, d, p);
     if (st) {
-        hx__disk_update_end(s);
+        hx__disk_update_end(d);
         return st;
     }
     u->n_slots = u->n < d->n_slots ? u->n : d->n_slots;
@@ -412,15 +403,15 @@ hx_status hx__disk_update_begin(hx_session *s, const hx_plan *p)
                                "tier's I/O thread: %s", strerror(rc));
         u->started = !rc;
     }
-    if (st) hx__disk_update_end(s);
+    if (st) hx__disk_update_end(d);
     return st;
 }
 
 /* Runs plan step i with the chunk tensors of its inputs in slot (NULL: none). */
 static hx_status run_step(hx_disk_update *u, const hx_exec *ex, int i, const char *slot)
 {
-    hx_session *s = u->s;
-    const hx_offload_disk *d = s->disk;
+    hx_session *s = u->d->s;
+    const hx_offload_disk *d = u->d;
     const hx_step *sp = &u->p->steps[i];
     const hx_tensor *x = sp->node;
     for (int k = 0; k < x->n_src; k++) {
@@ -434,9 +425,10 @@ static hx_status run_step(hx_disk_update *u, const hx_exec *ex, int i, const cha
 }
 
 
-hx_status hx__disk_update_run(hx_session *s, const hx_plan *p, const hx_exec *ex_in)
+hx_status hx__disk_update_run(hx_residency *r, const hx_plan *p, const hx_exec *ex_in)
 {
-    hx_offload_disk *d = s->disk;
+    hx_offload_disk *d = hx__disk(r);
+    hx_session *s = d->s;
     hx_disk_update *u = d->upd;
     if (!u || u->p != p)
         return hx__error(HX_ERR_INTERNAL, "hx_session_run: offload_param=disk: the update phase "
@@ -448,7 +440,7 @@ hx_status hx__disk_update_run(hx_session *s, const hx_plan *p, const hx_exec *ex
     u->update_t0 = t0;
     pthread_mutex_unlock(&u->mu);
     d->res_dirty = true;
-    hx_status st = hx__disk_resident_wait(s, d->n_res - 1);
+    hx_status st = hx__disk_resident_wait(d, d->n_res - 1);
     for (int i = 0; i < u->first[0] && !st; i++) st = run_step(u, &ex, u->order[i], NULL);
     for (int j = 0; j < u->n && !st; j++) {
         pthread_mutex_lock(&u->mu);

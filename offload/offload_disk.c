@@ -1,6 +1,7 @@
 /* offload_param=disk (see offload_disk.h and disk_layout.h): the layout,
- * the generations, loads and stores of the resident region, single
- * tensors, checkpoint spans and creation. */
+ * the generations, and the disk tier as the session's residency: loads
+ * and stores of the resident region, single tensors, checkpoint spans,
+ * creation (the I/O thread and the update phase: disk_update.c). */
 #include "offload/disk_layout.h"
 #include "backend/backend.h"
 #include "scheduler/scheduler.h"
@@ -8,42 +9,67 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool hx__disk_resident(const hx_session *s, int id)
+/* Whether tensor id is kept on disk by the session's config (placement). */
+static bool on_disk(const hx_session *s, int id)
 {
     const hx_tensor *t = s->g->tensors[id];
     return s->cfg.offload.offload_param == HX_OFFLOAD_DISK && hx__dev_of(s, id) == HX_DEV_HOST &&
            (t->kind == HX_TENSOR_PARAMETER || t->kind == HX_TENSOR_STATE);
 }
 
-bool hx__disk_holds(const hx_session *s, int id) { return s->disk && s->disk->where[id] > -2; }
+static bool holds(const hx_residency *r, int id)
+{
+    return ((const hx_offload_disk *)r)->where[id] > -2;
+}
 
-bool hx__disk_chunked(const hx_session *s, int id) { return s->disk && s->disk->where[id] >= 0; }
+static void destroy(hx_residency *r);
 
-hx_disk_tier *hx__disk_tier_of(const hx_session *s) { return s->disk ? s->disk->tier : NULL; }
+hx_offload_disk *hx__disk_of(const hx_session *s)
+{
+    /* the disk tier is the one residency with a table: known by its destroy */
+    return s->residency && s->residency->destroy == destroy ? hx__disk(s->residency) : NULL;
+}
 
-hx_pinned_pool *hx__disk_pool_of(const hx_session *s) { return s->disk ? s->disk->pinned : NULL; }
+hx_disk_tier *hx__disk_tier_of(const hx_session *s)
+{
+    hx_offload_disk *d = hx__disk_of(s);
+    return d ? d->tier : NULL;
+}
+
+hx_pinned_pool *hx__disk_pool_of(const hx_session *s)
+{
+    hx_offload_disk *d = hx__disk_of(s);
+    return d ? d->pinned : NULL;
+}
 
 size_t hx__disk_host_bytes(const hx_session *s)
 {
-    return s->disk ? s->disk->res_bytes + (size_t)s->disk->n_slots * s->disk->slot_bytes : 0;
+    hx_offload_disk *d = hx__disk_of(s);
+    return d ? d->res_bytes + (size_t)d->n_slots * d->slot_bytes : 0;
 }
 
-size_t hx__disk_whole_bytes(const hx_session *s) { return s->disk ? s->disk->whole : 0; }
+size_t hx__disk_whole_bytes(const hx_session *s)
+{
+    hx_offload_disk *d = hx__disk_of(s);
+    return d ? d->whole : 0;
+}
 
 hx_disk_run_stats hx__disk_last_run(const hx_session *s)
 {
-    return s->disk ? s->disk->last : (hx_disk_run_stats){0};
+    hx_offload_disk *d = hx__disk_of(s);
+    return d ? d->last : (hx_disk_run_stats){0};
 }
 
 int hx__disk_segments(const hx_session *s, int *resident)
 {
-    if (resident) *resident = s->disk ? s->disk->n_res : 0;
-    return s->disk ? s->disk->n_seg : 0;
+    hx_offload_disk *d = hx__disk_of(s);
+    if (resident) *resident = d ? d->n_res : 0;
+    return d ? d->n_seg : 0;
 }
 
 int64_t hx__disk_block_of(const hx_session *s, int seg, bool next)
 {
-    const hx_disk_seg *g = &s->disk->segs[seg];
+    const hx_disk_seg *g = &hx__disk_of(s)->segs[seg];
     return hx__disk_seg_block(g, next ? hx__disk_next_gen(g) : g->gen);
 }
 
@@ -120,38 +146,43 @@ static void host_free(hx_offload_disk *d, char *p)
 
 /* Plans bound to the old host copy rebind before their next run: bound_to
  * holds a value no arena has. */
-static void unbind_plans(hx_session *s)
+static void unbind_plans(hx_offload_disk *d)
 {
-    for (int i = 0; i < s->n_plans; i++) s->plans[i]->bound_to[HX_DEV_HOST] = (const char *)s->disk;
+    hx_session *s = d->s;
+    for (int i = 0; i < s->n_plans; i++) s->plans[i]->bound_to[HX_DEV_HOST] = (const char *)d;
 }
 
-static void point_resident(hx_session *s, char *base)
+static void point_resident(hx_offload_disk *d, char *base)
 {
-    const hx_offload_disk *d = s->disk;
+    hx_session *s = d->s;
     for (int i = 0; i < s->g->n; i++)
         if (d->where[i] == -1) s->persist[i] = base ? base + d->at[i] : NULL;
 }
 
-void hx__disk_evict(hx_session *s)
+/* The residency's run_end: gives the host copies back without writing
+ * them; pending writes are dropped and a chunked update in progress is
+ * stopped. */
+static void evict(hx_residency *r)
 {
-    hx_offload_disk *d = s->disk;
-    if (!d) return;
-    hx__disk_update_end(s);
+    hx_offload_disk *d = hx__disk(r);
+    hx__disk_update_end(d);
     abort_pending(d);
     if (!d->loaded) return;
-    point_resident(s, NULL);
+    point_resident(d, NULL);
     host_free(d, d->res);
     hx_pinned_trim(d->pinned); /* between runs the host holds none of it */
     d->res = NULL;
     d->loaded = d->res_dirty = false;
     atomic_store(&d->res_ready, false);
-    unbind_plans(s);
+    unbind_plans(d);
 }
 
-hx_status hx__disk_load(hx_session *s, const char *fn, bool async)
+/* Gives the resident region a host buffer and points s->persist at its
+ * tensors (plans rebind); a no-op when loaded. async leaves the reading to
+ * the I/O thread of hx__disk_update_begin, else the region is read here. */
+static hx_status load(hx_offload_disk *d, const char *fn, bool async)
 {
-    hx_offload_disk *d = s->disk;
-    if (!d || d->loaded) return HX_OK;
+    if (d->loaded) return HX_OK;
     double t0 = hx__now();
     hx_status st = d->res_bytes ? host_alloc(d, fn, d->res_bytes, "the resident region", &d->res)
                                 : HX_OK;
@@ -166,18 +197,31 @@ hx_status hx__disk_load(hx_session *s, const char *fn, bool async)
     d->loaded = true;
     atomic_store(&d->res_ready, !async || !d->n_res);
     d->res_dirty = false;
-    point_resident(s, d->res);
-    unbind_plans(s);
+    point_resident(d, d->res);
+    unbind_plans(d);
     d->last = (hx_disk_run_stats){.resident_read_s = async ? 0 : hx__now() - t0,
                                   .resident_bytes = d->res_bytes};
     return HX_OK;
 }
 
-hx_status hx__disk_store(hx_session *s, const char *fn)
+/* The residency's run_begin: the resident region, and for a training run
+ * the I/O thread that reads it and the chunks. */
+static hx_status run_begin(hx_residency *r, const hx_plan *p, bool train)
 {
-    hx_offload_disk *d = s->disk;
-    if (!d || !d->loaded) return HX_OK;
-    hx_status st = hx__disk_resident_wait(s, d->n_res - 1); /* a run without updates */
+    hx_offload_disk *d = hx__disk(r);
+    hx_status st = load(d, "hx_session_run", train);
+    return !st && train ? hx__disk_update_begin(d, p) : st;
+}
+
+/* The residency's run_commit: writes back the resident segments the
+ * updates changed and the I/O thread has not written yet, and commits them
+ * with the chunks, all or nothing. */
+static hx_status store(hx_residency *r)
+{
+    hx_offload_disk *d = hx__disk(r);
+    const char *fn = "hx_session_run";
+    if (!d->loaded) return HX_OK;
+    hx_status st = hx__disk_resident_wait(d, d->n_res - 1); /* a run without updates */
     if (st) return st;
     double t0 = hx__now();
     hx_mem_err err;
@@ -214,10 +258,9 @@ static char *span_at(const hx_offload_disk *d, const span *p, int id)
 }
 
 /* The resident segments tensor id (resident) lies in. */
-static void resident_segs(const hx_session *s, int id, int *lo, int *hi)
+static void resident_segs(const hx_offload_disk *d, int id, int *lo, int *hi)
 {
-    const hx_offload_disk *d = s->disk;
-    size_t n = hx_tensor_nbytes(s->g->tensors[id]);
+    size_t n = hx_tensor_nbytes(d->s->g->tensors[id]);
     *lo = (int)(d->at[id] / d->seg_bytes);
     *hi = (int)((d->at[id] + (n ? n - 1 : 0)) / d->seg_bytes);
 }
@@ -253,20 +296,21 @@ static void span_drop(hx_offload_disk *d, span *p)
     p->buf = NULL;
 }
 
-static span span_of(const hx_session *s, int id)
+static span span_of(const hx_offload_disk *d, int id)
 {
-    span p = {s->disk->where[id], s->disk->where[id], NULL};
-    if (p.lo < 0) resident_segs(s, id, &p.lo, &p.hi);
+    span p = {d->where[id], d->where[id], NULL};
+    if (p.lo < 0) resident_segs(d, id, &p.lo, &p.hi);
     return p;
 }
 
-hx_status hx__disk_read_tensor(hx_session *s, const char *fn, const hx_tensor *t, void *dst)
+/* The residency's read: through a buffer of the pinned pool. */
+static hx_status read_tensor(hx_residency *r, const char *fn, const hx_tensor *t, void *dst)
 {
-    hx_offload_disk *d = s->disk;
+    hx_offload_disk *d = hx__disk(r);
     size_t n = hx_tensor_nbytes(t);
     if (!n) return HX_OK;
     /* only the blocks that hold t: segments are whole blocks, each block read alone is valid */
-    span p = span_of(s, t->id);
+    span p = span_of(d, t->id);
     size_t lo = d->at[t->id], hi = lo + n; /* in the resident region, or in the chunk (off 0) */
     size_t b0 = lo / HX_DISK_BLOCK * HX_DISK_BLOCK, b1 = hx__mem_round(hi, HX_DISK_BLOCK);
     char *buf;
@@ -286,10 +330,12 @@ hx_status hx__disk_read_tensor(hx_session *s, const char *fn, const hx_tensor *t
     return st;
 }
 
-hx_status hx__disk_write_tensor(hx_session *s, const char *fn, const hx_tensor *t,
-                                const void *data)
+/* The residency's write. */
+static hx_status write_tensor(hx_residency *r, const char *fn, const hx_tensor *t,
+                              const void *data)
 {
-    hx_offload_disk *d = s->disk;
+    hx_offload_disk *d = hx__disk(r);
+    hx_session *s = d->s;
     const hx_graph *g = s->g;
     /* t and its half copies: the resident segments they touch as one span, their chunks */
     span res = {-1, -1, NULL}, ch[2] = {{-1, -1, NULL}, {-1, -1, NULL}};
@@ -298,8 +344,8 @@ hx_status hx__disk_write_tensor(hx_session *s, const char *fn, const hx_tensor *
     for (int i = 0; i < g->n && !st; i++) {
         const hx_tensor *c = g->tensors[i];
         if (c != t && !(hx__is_half_copy(c) && c->param == t)) continue;
-        if (!hx__disk_holds(s, i)) continue;
-        span p = span_of(s, i);
+        if (!holds(r, i)) continue;
+        span p = span_of(d, i);
         if (d->where[i] == -1) {
             res.lo = res.lo < 0 || p.lo < res.lo ? p.lo : res.lo;
             res.hi = p.hi > res.hi ? p.hi : res.hi;
@@ -340,23 +386,24 @@ hx_status hx__disk_write_tensor(hx_session *s, const char *fn, const hx_tensor *
 
 /* Loads span p (blank: zeroed), visits its tensors ids[0 .. n), stores it
  * back (pending) when write, gives the buffer back. */
-static hx_status visit_span(hx_session *s, const char *fn, span *p, const int *ids, int n,
-                            bool blank, bool write, hx_disk_visit_fn visit, void *ctx)
+static hx_status visit_span(hx_offload_disk *d, const char *fn, span *p, const int *ids, int n,
+                            bool blank, bool write, hx_residency_visit_fn visit, void *ctx)
 {
-    hx_offload_disk *d = s->disk;
     hx_status st = span_load(d, fn, p, blank);
-    for (int k = 0; k < n && !st; k++) st = visit(ctx, s->g->tensors[ids[k]], span_at(d, p, ids[k]));
+    for (int k = 0; k < n && !st; k++) st = visit(ctx, d->s->g->tensors[ids[k]], span_at(d, p, ids[k]));
     if (!st && write) st = span_store(d, fn, p);
     span_drop(d, p);
     return st;
 }
 
-hx_status hx__disk_visit(hx_session *s, const char *fn, bool blank, bool write,
-                         hx_disk_visit_fn visit, void *ctx)
+/* The residency's visit: segment span by segment span, each loaded into a
+ * buffer (resident tensors in layout order, merged where they share a
+ * segment, then each chunk). */
+static hx_status visit_held(hx_residency *r, const char *fn, bool blank, bool write,
+                           hx_residency_visit_fn visit, void *ctx)
 {
-    hx_offload_disk *d = s->disk;
-    if (!d) return HX_OK;
-    const hx_graph *g = s->g;
+    hx_offload_disk *d = hx__disk(r);
+    const hx_graph *g = d->s->g;
     int *ids = malloc(sizeof *ids * (g->n ? g->n : 1));
     if (!ids) return hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     hx_status st = HX_OK;
@@ -365,23 +412,23 @@ hx_status hx__disk_visit(hx_session *s, const char *fn, bool blank, bool write,
     int n_ids = 0;
     for (int i = 0; i < g->n && !st; i++) {
         if (d->where[i] != -1) continue;
-        span q = span_of(s, i);
+        span q = span_of(d, i);
         if (n_ids && q.lo > p.hi) {
-            st = visit_span(s, fn, &p, ids, n_ids, blank, write, visit, ctx);
+            st = visit_span(d, fn, &p, ids, n_ids, blank, write, visit, ctx);
             n_ids = 0;
         }
         if (!n_ids) p = q;
         else if (q.hi > p.hi) p.hi = q.hi;
         ids[n_ids++] = i;
     }
-    if (n_ids && !st) st = visit_span(s, fn, &p, ids, n_ids, blank, write, visit, ctx);
+    if (n_ids && !st) st = visit_span(d, fn, &p, ids, n_ids, blank, write, visit, ctx);
     /* then each chunk */
     for (int k = d->n_res; k < d->n_seg && !st; k++) {
         n_ids = 0;
         for (int i = 0; i < g->n; i++)
             if (d->where[i] == k) ids[n_ids++] = i;
         p = (span){k, k, NULL};
-        st = visit_span(s, fn, &p, ids, n_ids, blank, write, visit, ctx);
+        st = visit_span(d, fn, &p, ids, n_ids, blank, write, visit, ctx);
     }
     free(ids);
     if (write && !st) commit(d);
@@ -421,7 +468,7 @@ static void lay_out(hx_session *s, hx_offload_disk *d, int *upd)
     size_t res = 0;
     for (int i = 0; i < g->n; i++) {
         d->where[i] = -2;
-        if (!hx__disk_resident(s, i)) continue;
+        if (!on_disk(s, i)) continue;
         size_t n = hx_tensor_nbytes(g->tensors[i]);
         d->whole += n;
         if (upd[i] >= 0) {
@@ -546,7 +593,7 @@ static hx_status plan_layout(hx_session *s, hx_offload_disk **out)
     /* resident segments: at most n tensors' bytes / seg_bytes + 1 each; grow if needed */
     size_t res = 0;
     for (int i = 0; i < s->g->n; i++)
-        if (hx__disk_resident(s, i) && upd[i] < 0)
+        if (on_disk(s, i) && upd[i] < 0)
             res = hx__mem_round(res + hx_tensor_nbytes(s->g->tensors[i]), 64);
     size_t n_res = hx__mem_round(res, HX_DISK_BLOCK) / d->seg_bytes + 1;
     if (n_res > (size_t)n) {
@@ -571,15 +618,25 @@ static void free_layout(hx_offload_disk *d)
     free(d);
 }
 
-hx_status hx__disk_layout(hx_session *s)
+static hx_status init(hx_residency *r);
+
+hx_status hx__disk_create(hx_session *s, hx_residency **out)
 {
-    if (s->cfg.offload.offload_param != HX_OFFLOAD_DISK) return HX_OK;
+    *out = NULL;
     if (s->cfg.delayed_param_update)
         return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: offload_param=disk does not run "
                          "with delayed_param_update (the update behind the next run would need "
                          "the parameters in host memory across runs); use offload_param=cpu");
-    hx_status st = plan_layout(s, &s->disk);
-    return st ? st : setup(s, s->disk);
+    hx_offload_disk *d = NULL;
+    hx_status st = plan_layout(s, &d);
+    if (!d) return st;
+    d->residency = (hx_residency){.holds = holds, .init = init, .run_begin = run_begin,
+                                  .step_ready = hx__disk_step_ready, .update = hx__disk_update_run,
+                                  .run_commit = store, .run_end = evict, .read = read_tensor,
+                                  .write = write_tensor, .visit = visit_held, .destroy = destroy};
+    d->s = s;
+    *out = &d->residency;
+    return st ? st : setup(s, d);
 }
 
 hx_status hx__disk_host_need(hx_session *s, size_t chunk_size, hx_disk_host_need *out)
@@ -605,16 +662,19 @@ static hx_status refresh(hx_session *s, const hx_tensor *c)
                                                           : HX_OK;
 }
 
-hx_status hx__disk_open(hx_session *s)
+/* The residency's init: the tensors of each chunk, then of the resident
+ * region, initialised in a host buffer (half copies from their masters)
+ * and stored. */
+static hx_status init(hx_residency *r)
 {
-    hx_offload_disk *d = s->disk;
-    if (!d) return HX_OK;
+    hx_offload_disk *d = hx__disk(r);
+    hx_session *s = d->s;
     const hx_graph *g = s->g;
     const char *fn = "hx_session_create";
     hx_status st = d->res_bytes ? host_alloc(d, fn, d->res_bytes, "the resident region", &d->res)
                                 : HX_OK;
     if (d->res) memset(d->res, 0, d->res_bytes);
-    point_resident(s, d->res);
+    point_resident(d, d->res);
     for (int i = 0; i < g->n && !st; i++)
         if (d->where[i] == -1) st = hx__param_init(g->tensors[i], s->persist[i], s->cfg.seed, s->nthreads);
     char *buf = NULL;
@@ -644,22 +704,22 @@ hx_status hx__disk_open(hx_session *s)
         if ((st = hx__disk_seg_write(d, k, d->res + d->segs[k].off, &err))) st = write_failed(fn, st, &err);
     if (st) abort_pending(d);
     else commit(d);
-    point_resident(s, NULL);
+    point_resident(d, NULL);
     host_free(d, d->res);
     d->res = NULL;
     hx_pinned_trim(d->pinned);
     return st;
 }
 
-void hx__disk_close(hx_session *s)
+/* The residency's destroy: drops any host copy and removes the file. */
+static void destroy(hx_residency *r)
 {
-    hx_offload_disk *d = s->disk;
-    if (!d) return;
-    hx__disk_evict(s);
-    for (int i = 0; i < s->g->n && d->where; i++) /* a failed open may leave pointers */
+    hx_offload_disk *d = hx__disk(r);
+    hx_session *s = d->s;
+    evict(r);
+    for (int i = 0; i < s->g->n && d->where; i++) /* a failed init may leave pointers */
         if (d->where[i] > -2) s->persist[i] = NULL;
     hx_disk_tier_destroy(d->tier);
     if (d->pinned) hx_pinned_destroy(d->pinned);
     free_layout(d);
-    s->disk = NULL;
 }

@@ -20,7 +20,6 @@
  * left in flight, and returns that error. */
 #include "backend/backend.h"
 #include "scheduler/cpu_budget.h"
-#include "offload/offload.h"
 #include "scheduler/trace.h"
 
 #include <pthread.h>
@@ -94,7 +93,7 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
             st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
             continue;
         }
-        if ((st = hx__disk_step_ready(r->s, sp))) break; /* disk: its source read */
+        if ((st = hx__residency_step_ready(r->s, sp))) break; /* its source in host memory */
         hx_copy_label why = {sp->node->name, hx__copy_role_name(p->step_role[k])};
         size_t n = hx_tensor_nbytes(sp->node);
         st = x->lane == HX_LANE_H2D ? acc->copy_h2d(acc, sp->out, sp->in[0], n, st_, why)
@@ -187,7 +186,7 @@ static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
         }
         if (st) break;
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
-        if ((st = hx__disk_step_ready(s, sp))) break; /* offload_param=disk: its inputs read */
+        if ((st = hx__residency_step_ready(s, sp))) break; /* its inputs in host memory */
         double t0 = lane ? hx__now() : 0;
         st = host->launch(host, stream, sp->fn, r->ex_host, sp->node, sp->out, sp->in);
         if (lane) hx__trace_event(lane, hx__ops[sp->node->op].name, sp->node->name, 0, t0, hx__now());

@@ -17,7 +17,6 @@
  * suffix (or in X's own unit after X's last use there), so it comes after
  * every use of X in every execution. */
 #include "backend/backend.h"
-#include "offload/offload.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -168,7 +168,7 @@ typedef struct hx_exec_state hx_exec_state;
 typedef struct hx_trace hx_trace;
 typedef struct hx_cpu_budget hx_cpu_budget;
 typedef struct hx_dpu hx_dpu;
-typedef struct hx_offload_disk hx_offload_disk;
+typedef struct hx_residency hx_residency;
 
 struct hx_session {
     hx_graph *g;
@@ -203,7 +203,8 @@ struct hx_session {
     double lr_scale; /* hx_session_set_lr_scale */
     hx_dpu *dpu;     /* the delayed update, once one ran */
     hx_offload_report offload_report; /* auto_offload's decision and prediction (offload.c) */
-    hx_offload_disk *disk; /* offload_param=disk: the tier holding host params and state */
+    hx_residency *residency; /* where params and state live outside s->persist (NULL: nowhere);
+                                offload_param=disk: the disk tier */
 };
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */
@@ -282,6 +283,29 @@ void hx__plan_write_dot(FILE *f, const hx_plan *p, const hx_graph *g, const hx_t
                         const char *const *dev_name);
 void hx__plan_write_summary(FILE *f, const hx_plan *p, const hx_graph *g,
                             const char *const *dev_name);
+
+/* Whether the session's plans stream host parameters to the device per
+ * step (offload_param cpu or disk, with an accelerator). */
+static inline bool hx__offload_on(const hx_session *s)
+{
+    return s->cfg.offload.offload_param != HX_OFFLOAD_NONE && s->be[HX_DEV_ACCEL];
+}
+
+/* Whether the session's plans copy far-read device activations to the
+ * host and back (offload_activations=cpu). */
+static inline bool hx__offload_activations_on(const hx_session *s)
+{
+    return s->cfg.offload.offload_activations != HX_OFFLOAD_NONE && s->be[HX_DEV_ACCEL];
+}
+
+/* A tensor that lives across steps on the host (param, state, constant):
+ * what the offload streams to the device in chunks. */
+static inline bool hx__offload_streamed(const hx_tensor *t)
+{
+    return t->kind == HX_TENSOR_PARAMETER || t->kind == HX_TENSOR_STATE ||
+           t->kind == HX_TENSOR_CONSTANT;
+}
+
 void hx__debug_placement(const hx_session *s);
 void hx__debug_copies(const hx_session *s, const hx_plan *p);
 
@@ -289,9 +313,10 @@ void hx__debug_copies(const hx_session *s, const hx_plan *p);
 hx_status hx__param_init(const hx_tensor *t, void *data, uint64_t session_seed, int nthreads);
 
 /* The rest of scheduler/ that other folders use: the host core budget,
- * the trace, and the memory trace of a plan. */
+ * the trace, the memory trace of a plan, and where parameters live. */
 #include "scheduler/cpu_budget.h"
 #include "scheduler/plan_memtrace.h"
+#include "scheduler/residency.h"
 #include "scheduler/trace.h"
 
 #endif

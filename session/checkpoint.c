@@ -6,16 +6,16 @@
  *             u64 nbytes, data, u64 xxh3(data) }
  *   u64 xxh3(everything above)
  * Entries are found by name, in any order: a session writes those it holds
- * in memory in graph order, then those in the disk tier (offload_param=disk)
- * in the tier's order. Both directions stream tensor by tensor (the disk
- * tier's segment by segment), so neither holds the whole set at once.
+ * in memory in graph order, then those its residency holds (the disk tier,
+ * offload_param=disk) in the residency's order. Both directions stream
+ * tensor by tensor (the disk tier's segment by segment), so neither holds
+ * the whole set at once.
  * Written to "<path>.tmp", synced, then renamed over path, so a crash never
  * leaves a half-written checkpoint under the real name. Loading checks the
  * whole file (its checksum, then every entry against the graph) before
  * changing anything. Tensors that live on the accelerator are read and
  * written through its backend's copies. */
 #include "scheduler/scheduler.h"
-#include "offload/offload.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -83,7 +83,7 @@ static hx_status put_in_memory(writer *w)
     hx_status st = HX_OK;
     for (int i = 0; i < s->g->n && !st; i++) {
         const hx_tensor *t = s->g->tensors[i];
-        if (!saved(t) || hx__disk_holds(s, i)) continue;
+        if (!saved(t) || hx__residency_holds(s, i)) continue;
         size_t n = hx_tensor_nbytes(t);
         int d = hx__dev_of(s, i);
         void *host = d == HX_DEV_HOST ? s->persist[i] : malloc(n ? n : 1);
@@ -109,7 +109,8 @@ static hx_status write_all(writer *w)
     PUT(w, s->stats.loss_scale);
     PUT(w, count);
     hx_status st = put_in_memory(w);
-    if (!st) st = hx__disk_visit(s, "hx_session_save", false, false, put_entry, w);
+    if (!st && s->residency)
+        st = s->residency->visit(s->residency, "hx_session_save", false, false, put_entry, w);
     uint64_t total = XXH3_64bits_digest(w->total);
     if (!w->failed) { /* the total is not part of what it sums */
         size_t k = fwrite(&total, 1, sizeof total, w->f);
@@ -289,13 +290,15 @@ static hx_status fill(void *ctx, const hx_tensor *t, void *dst)
     return HX_OK;
 }
 
-/* Everything checked: the disk tier's tensors (all or nothing), then those in memory. */
+/* Everything checked: the residency's tensors (all or nothing), then those in memory. */
 static hx_status apply(hx_session *s, applier *a)
 {
-    hx_status st = hx__disk_visit(s, "hx_session_load", true, true, fill, a);
+    hx_status st = s->residency ? s->residency->visit(s->residency, "hx_session_load", true, true,
+                                                      fill, a)
+                                : HX_OK;
     for (int i = 0; i < s->g->n && !st; i++) {
         const hx_tensor *t = s->g->tensors[i];
-        if (!saved(t) || hx__disk_holds(s, i)) continue;
+        if (!saved(t) || hx__residency_holds(s, i)) continue;
         size_t n = hx_tensor_nbytes(t);
         int d = hx__dev_of(s, i);
         void *host = d == HX_DEV_HOST ? NULL : malloc(n ? n : 1);

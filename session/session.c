@@ -27,7 +27,8 @@ void hx_session_free(hx_session *s)
     if (!s) return;
     hx__dpu_free(s);
     hx__exec_free(s);
-    hx__disk_close(s); /* before the loop below: the disk tier's host copy is its own */
+    /* before the loop below: the residency's host copies are its own */
+    if (s->residency) s->residency->destroy(s->residency);
     for (int i = 0; i < s->n_plans; i++) hx__plan_free(s, s->plans[i]);
     free(s->plans);
     for (int i = 0; s->persist && i < s->g->n; i++)
@@ -133,7 +134,7 @@ static hx_status alloc_persistent(hx_session *s)
         if (t->kind != HX_TENSOR_PARAMETER && t->kind != HX_TENSOR_CONSTANT &&
             t->kind != HX_TENSOR_STATE)
             continue;
-        if (hx__disk_holds(s, i)) continue; /* initialised into the disk tier by hx__disk_open */
+        if (hx__residency_holds(s, i)) continue; /* initialised by the residency's init */
         size_t bytes = hx_tensor_nbytes(t);
         int d = hx__dev_of(s, i);
         char what[160];
@@ -205,11 +206,13 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     st = s->persist ? setup_lanes(s)
                               : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     if (!st) st = setup_devices(s);
-    if (!st) st = hx__disk_layout(s);
+    /* where parameters live: the config's or auto_offload's choice (none: s->persist) */
+    if (!st && s->cfg.offload.offload_param == HX_OFFLOAD_DISK)
+        st = hx__disk_create(s, &s->residency);
     if (!st) st = alloc_persistent(s);
-    if (!st && !s->disk) st = hx__half_copies_refresh(s, NULL); /* disk: by hx__disk_open */
+    if (!st && !s->residency) st = hx__half_copies_refresh(s, NULL); /* else by its init */
     if (!st) st = alloc_scan(s);
-    if (!st) st = hx__disk_open(s);
+    if (!st && s->residency) st = s->residency->init(s->residency);
     if (st) {
         hx_session_free(s);
         return st;
@@ -472,7 +475,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
     bool delay = s->cfg.delayed_param_update && s->stats.step >= s->cfg.dpu_warmup_steps &&
                  hx__dpu_plan_ok(p);
     if (delay) st = hx__dpu_launch(s, p, &ex[1][0]);
-    else if (hx__disk_update_ready(s, p)) st = hx__disk_update_run(s, p, &ex[1][0]);
+    else if (s->residency) st = s->residency->update(s->residency, p, &ex[1][0]);
     else st = hx__exec_phase(s, p, 1, &ex[1][0], &ex[1][1], skip);
     if (st) return st;
     s->stats.step++;
@@ -570,6 +573,7 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     const hx_tensor **feed_t = n_feeds <= SMALL ? feed_small : malloc(sizeof *feed_t * n_feeds);
     const hx_tensor **fetch_t = n_fetches <= SMALL ? fetch_small : malloc(sizeof *fetch_t * n_fetches);
     int *ids = n_fetches <= SMALL ? id_small : malloc(sizeof *ids * n_fetches);
+    hx_residency *res = s->residency;
     hx_status st = HX_OK;
     if (!feed_t || !fetch_t || !ids) {
         st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
@@ -605,18 +609,17 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
 
     bool train = flags & HX_RUN_TRAIN;
     hx_plan *p = NULL;
-    if ((st = hx__disk_load(s, "hx_session_run", train))) goto out;
     if ((st = get_plan(s, ids, n_fetches, train, &p))) goto out;
+    if (res && (st = res->run_begin(res, p, train))) goto out; /* its reads overlap phase 0 */
     if (p->bound_to[0] != s->arena[0] || p->bound_to[1] != s->arena[1]) hx__plan_bind(s, p);
     if ((st = place_feeds(s, p, feeds, feed_t, n_feeds))) goto out;
-    if (train && (st = hx__disk_update_begin(s, p))) goto out; /* its reads overlap phase 0 */
     s->last_plan = p;
 
     hx_train_stats stats0 = s->stats;
     int good0 = s->good_steps;
     st = execute(s, p, train, p->skip);
-    if (!st && train) st = hx__disk_store(s, "hx_session_run");
-    if (st && hx__disk_tier_of(s)) { /* nothing applied: the step did not happen */
+    if (!st && train && res) st = res->run_commit(res);
+    if (st && res) { /* nothing applied: the step did not happen */
         s->stats = stats0;
         s->good_steps = good0;
     }
@@ -627,12 +630,12 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
         int d = hx__dev_of(s, t->id);
         int64_t off = p->offset[d * s->g->n + t->id];
         const void *src = off >= 0 ? s->arena[d] + off : s->persist[t->id];
-        if (off < 0 && hx__disk_chunked(s, t->id)) /* optimizer state: not loaded for the run */
-            st = hx__disk_read_tensor(s, "hx_session_run", t, fetches[i].data);
+        if (!src) /* held by the residency, not in host memory for the run (optimizer state) */
+            st = res->read(res, "hx_session_run", t, fetches[i].data);
         else st = hx__session_copy_out(s, d, fetches[i].data, src, fetches[i].bytes);
     }
 out:
-    hx__disk_evict(s);
+    if (res) res->run_end(res);
     if (feed_t != feed_small) free(feed_t);
     if (fetch_t != fetch_small) free(fetch_t);
     if (ids != id_small) free(ids);
@@ -649,7 +652,7 @@ static hx_status persistent_of(hx_session *s, const char *fn, const hx_tensor *t
                          !s ? "session" : !t ? "tensor" : "data");
     if (t->graph != s->g)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: '%s' belongs to another graph", fn, t->name);
-    if (!s->persist[t->id] && !hx__disk_holds(s, t->id))
+    if (!s->persist[t->id] && !hx__residency_holds(s, t->id))
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "%s: '%s' is not a parameter, constant or optimizer state; fetch it "
                          "with hx_session_run", fn, t->name);
@@ -660,13 +663,13 @@ static hx_status persistent_of(hx_session *s, const char *fn, const hx_tensor *t
     return hx__dpu_settle(s);
 }
 
-/* A parameter or state in the disk tier, or one of its half copies. */
-static bool via_disk(const hx_session *s, const hx_tensor *t)
+/* A parameter or state the residency holds, or one of whose half copies it holds. */
+static bool held(const hx_session *s, const hx_tensor *t)
 {
-    if (hx__disk_holds(s, t->id)) return true;
-    for (int i = 0; s->disk && i < s->g->n; i++) {
+    if (hx__residency_holds(s, t->id)) return true;
+    for (int i = 0; s->residency && i < s->g->n; i++) {
         const hx_tensor *c = s->g->tensors[i];
-        if (hx__is_half_copy(c) && c->param == t && hx__disk_holds(s, i)) return true;
+        if (hx__is_half_copy(c) && c->param == t && hx__residency_holds(s, i)) return true;
     }
     return false;
 }
@@ -675,7 +678,8 @@ hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t 
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
-    if (!st && hx__disk_holds(s, t->id)) return hx__disk_read_tensor(s, "hx_session_read", t, data);
+    if (!st && hx__residency_holds(s, t->id))
+        return s->residency->read(s->residency, "hx_session_read", t, data);
     if (!st) st = hx__session_copy_out(s, hx__dev_of(s, t->id), data, p, bytes);
     return st;
 }
@@ -684,7 +688,7 @@ hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, 
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
-    if (!st && via_disk(s, t)) return hx__disk_write_tensor(s, "hx_session_write", t, data);
+    if (!st && held(s, t)) return s->residency->write(s->residency, "hx_session_write", t, data);
     if (!st) st = hx__session_copy_in(s, hx__dev_of(s, t->id), p, data, bytes);
     if (!st && t->kind == HX_TENSOR_PARAMETER) st = hx__half_copies_refresh(s, t);
     return st;

@@ -78,7 +78,7 @@ static void check_tier(const deep_mlp *m, size_t budget, hx_offload_target want,
     CHECK(test_files_in(dir) == (want == HX_OFFLOAD_DISK),
           "budget %zu: %d files under the offload path", budget, test_files_in(dir));
     if (want == HX_OFFLOAD_DISK) {
-        const hx_offload_disk *d = s->disk;
+        const hx_offload_disk *d = hx__disk_of(s);
         *disk_min = d->res_bytes + (size_t)HX_DISK_SLOTS * d->slot_bytes;
         CHECK(d->n_seg - d->n_res >= HX_DISK_SLOTS && hx__disk_host_bytes(s) <= budget,
               "%d chunks, host bytes %zu for a budget of %zu", d->n_seg - d->n_res,

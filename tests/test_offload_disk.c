@@ -484,10 +484,10 @@ static void test_bounded(void)
           ds.bounce_bytes, ps.pool.reserved);
     /* the file: two copies of every segment and the writes of one batch in flight, at most */
     size_t stored = 0;
-    for (int k = 0; k < n_seg; k++) stored += s->disk->segs[k].bytes;
+    for (int k = 0; k < n_seg; k++) stored += hx__disk_of(s)->segs[k].bytes;
     size_t file = (size_t)ds.slots * HX_DISK_BLOCK;
     printf("bounded: file %zu B for %zu B stored\n", file, stored);
-    CHECK(file <= 2 * stored + s->disk->slot_bytes + s->disk->res_bytes, "file %zu B", file);
+    CHECK(file <= 2 * stored + hx__disk_of(s)->slot_bytes + hx__disk_of(s)->res_bytes, "file %zu B", file);
     free(before);
     free(after);
 done:
@@ -522,7 +522,7 @@ static void test_host_only(void)
         CHECK(hx_session_create(m.g, &c, &s) == HX_OK, "host-only disk session: %s", hx_last_error());
         if (!s) continue;
         int n_res, n_seg = hx__disk_segments(s, &n_res);
-        int slots = s->disk->n_slots;
+        int slots = hx__disk_of(s)->n_slots;
         CHECK(v ? slots == n_seg - n_res : slots == HX_DISK_SLOTS, "%d slots for %d chunks", slots,
               n_seg - n_res);
         float l = 0;

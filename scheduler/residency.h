@@ -1,0 +1,72 @@
+/* Where the parameters and optimizer state live: the seam between the run
+ * loop (session/: creation, runs, read and write, checkpoints; the
+ * executor before each step) and the tier that keeps them (offload/).
+ *
+ * A session without a residency (s->residency NULL) keeps every one of
+ * them in s->persist for its whole life, on the device or on the host
+ * (offload_param=cpu streams the host ones through the plan's copies, which
+ * the plan makes: hx__offload_on): every point below is then a no-op. The
+ * disk tier (offload_param=disk, offload/offload_disk.h) is the one that
+ * implements it; its state begins with this table.
+ *
+ * The tensors a residency holds have no host copy between runs
+ * (s->persist NULL). A run calls run_begin, step_ready before each step it
+ * runs (from any executor thread), update for its update phase (training
+ * runs), run_commit once a training run has succeeded, and run_end
+ * whatever happened; a run that fails applies nothing of itself. */
+#ifndef HX_RESIDENCY_H
+#define HX_RESIDENCY_H
+
+#include "scheduler/scheduler.h"
+
+/* Gets each held tensor and its bytes in host memory (hx_residency.visit). */
+typedef hx_status (*hx_residency_visit_fn)(void *ctx, const hx_tensor *t, void *bytes);
+
+/* fn, where a point takes it, names the public call in messages. */
+struct hx_residency {
+    /* Whether it holds tensor id: the session allocates no storage for it. */
+    bool (*holds)(const hx_residency *r, int id);
+    /* At creation, once the session's other persistent tensors are set:
+     * initialises the held ones (half copies from their masters). */
+    hx_status (*init)(hx_residency *r);
+    /* A run of plan p starts: s->persist points at the held tensors the
+     * run reads, whose bytes are in host memory once step_ready says so
+     * (train: they arrive while the run goes on). Plans may need binding
+     * again afterwards. */
+    hx_status (*run_begin)(hx_residency *r, const hx_plan *p, bool train);
+    /* Before plan step sp runs: waits until the held tensors it reads are
+     * in host memory. */
+    hx_status (*step_ready)(hx_residency *r, const hx_step *sp);
+    /* Runs p's update phase with ex (in place of the executor's). */
+    hx_status (*update)(hx_residency *r, const hx_plan *p, const hx_exec *ex);
+    /* After a training run that succeeded: keeps what it changed, all or
+     * nothing. */
+    hx_status (*run_commit)(hx_residency *r);
+    /* The run is over: host copies are given back, anything not committed
+     * is dropped. */
+    void (*run_end)(hx_residency *r);
+    /* Held tensor t's current bytes into dst / set from data (its half
+     * copies refreshed), all or nothing. */
+    hx_status (*read)(hx_residency *r, const char *fn, const hx_tensor *t, void *dst);
+    hx_status (*write)(hx_residency *r, const char *fn, const hx_tensor *t, const void *data);
+    /* Checkpoints: every held tensor to visit, in host memory (blank:
+     * zeroed, for visit to fill every byte); with write, kept afterwards,
+     * all or nothing. Returns the first failure. */
+    hx_status (*visit)(hx_residency *r, const char *fn, bool blank, bool write,
+                       hx_residency_visit_fn visit, void *ctx);
+    void (*destroy)(hx_residency *r);
+};
+
+/* Whether the session's residency holds tensor id (none: s->persist does). */
+static inline bool hx__residency_holds(const hx_session *s, int id)
+{
+    return s->residency && s->residency->holds(s->residency, id);
+}
+
+/* The executor, before plan step sp: what it reads is in host memory. */
+static inline hx_status hx__residency_step_ready(const hx_session *s, const hx_step *sp)
+{
+    return s->residency ? s->residency->step_ready(s->residency, sp) : HX_OK;
+}
+
+#endif
