@@ -50,7 +50,8 @@
  * no global state besides the thread-local error message, so "any thread"
  * calls may run anywhere at any time. .ci/check_contracts.sh checks that
  * every function has its block. Long explanations live in docs/
- * (docs/offload.md); the header keeps the contract and points there.
+ * (docs/offload.md, docs/numerics.md); the header keeps the contract and
+ * points there.
  */
 #ifndef HETEX_H
 #define HETEX_H
@@ -520,6 +521,31 @@ HX_API hx_status hx_graph_backward(hx_graph *g, hx_tensor *loss);
  */
 HX_API hx_tensor *hx_tensor_grad(const hx_tensor *t);
 
+/* ---- numerics ---------------------------------------------------------------
+ * Updates and bag modes compute in f32, one rounding per operation in a
+ * fixed order, with fused multiply-adds where torch's CPU kernels fuse
+ * (add_ with alpha) and nowhere else; hyper-parameter scalars are computed
+ * in double and rounded to f32 once per call. Every path (scalar, AVX2,
+ * AVX-512, CUDA) and thread count gives bitwise the same result. An
+ * update's step t is hx_session_step() + 1, for tables too. Each formula in
+ * its operation order: docs/numerics.md. Where results may differ from the
+ * frameworks in the last bits, and why:
+ * - Adam: torch 2.x updates the first moment by lerp (m + (1 - b1)(g - m),
+ *   fused), hetex as torch 1.x did (fma(1 - b1, g, m * b1)); torch builds
+ *   that fuse addcmul_ round Adam's second moment and Adagrad's accumulator
+ *   once where hetex rounds twice (v * b2 + ((1 - b2) * g) * g, sum + g * g).
+ *   Keras's Adam adds eps to sqrt(v) without bias correction (eps-hat):
+ *   that differs by more than the last bits; hetex's eps is torch's.
+ * - LazyAdam: torch.optim.SparseAdam orders its update differently
+ *   (m + (g - m)(1 - b1), step * (m / den)) and counts its own steps;
+ *   TF Addons computes the bias corrections in f32.
+ * - EmbeddingBag MEAN multiplies the sum by f32(1 / count) where torch and
+ *   TF divide by the count: at most 1 ulp apart. A weighted SUM rounds
+ *   w * row before adding it; torch's FBGEMM kernel fuses the two.
+ * The tests hold every optimizer to a double-precision reference within
+ * stated ulp bounds and to golden values of the frameworks' formulas
+ * (docs/numerics.md lists both). */
+
 typedef enum hx_optimizer_kind {
     HX_OPTIMIZER_SGD,     /* torch.optim.SGD: momentum, dampening, Nesterov */
     HX_OPTIMIZER_ADAM,    /* torch.optim.Adam (weight_decay is L2 on the gradient) */
@@ -528,8 +554,8 @@ typedef enum hx_optimizer_kind {
     HX_OPTIMIZER_FTRL     /* FTRL-proximal, TensorFlow's ApplyFtrl(V2), lr_power -0.5 */
 } hx_optimizer_kind;
 
-/* Hyper-parameters are doubles, as in the frameworks hetex matches bit for
- * bit. Fields a kind does not use are ignored. */
+/* Hyper-parameters are doubles, as the frameworks' Python floats are (see
+ * Numerics above). Fields a kind does not use are ignored. */
 typedef struct hx_optimizer_config {
     hx_optimizer_kind kind;
     double lr;
