@@ -201,6 +201,18 @@ static float state_start(const hx_emb_optim *o, int k)
     return k == 0 ? (float)o->initial_accumulator : 0.0f;
 }
 
+void hx_emb_local_read_state(const hx_emb_local *t, int k, int64_t r, float *dst)
+{
+    int rowwise = t->optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD;
+    int64_t w = rowwise ? 1 : t->base.dim;
+    if (r < 0 || (t->lazy && !row_ready(t, r))) {
+        float v = state_start(&t->optim, k);
+        for (int64_t c = 0; c < w; c++) dst[c] = v;
+        return;
+    }
+    memcpy(dst, rowwise ? t->state[k] + r : t->state[k] + r * t->gstride, (size_t)w * sizeof(float));
+}
+
 /* Writes the state rows of r to their start values. */
 static void reset_state_row(hx_emb_local *t, int64_t r)
 {

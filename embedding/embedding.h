@@ -444,6 +444,10 @@ void hx_emb_init_row(const hx_emb_init *in, int64_t r, int64_t dim, int64_t stri
 /* Reads a table row as f32 into dst (dim floats): storage, or the initial
  * value of a lazy row not yet written (dst then needs gstride floats). */
 void hx_emb_local_read_row(const hx_emb_local *t, int64_t r, float *dst);
+/* State array k (0 <= k < hx_emb_optim_nstate) of row r as f32 into dst
+ * (dim floats; one for row-wise Adagrad): as stored, or its start value for
+ * a lazy row not yet written and for r = -1 (a dynamic key without a row). */
+void hx_emb_local_read_state(const hx_emb_local *t, int k, int64_t r, float *dst);
 /* A lazy row not yet written gets its initial value and start state and is
  * marked ready (tmp: gstride floats). Rows of one call's threads must differ. */
 void hx_emb_local_materialise(hx_emb_local *t, int64_t r, float *tmp);

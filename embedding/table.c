@@ -171,6 +171,23 @@ hx_status hx_embedding_table_free(hx_embedding_table *t)
 
 void hx__embedding_use(hx_embedding_table *t, int delta) { atomic_fetch_add(&t->graphs, delta); }
 
+hx_status hx__embedding_padding(const hx_embedding_table *t, int64_t padding_id, const char *op,
+                                int64_t *out)
+{
+    int64_t rows = t->impl->rows;
+    *out = padding_id;
+    if (t->ids != HX_EMBEDDING_IDS_ROWS) return HX_OK;
+    if (padding_id < -rows || padding_id >= rows)
+        return hx__error(HX_ERR_INDEX,
+                         "%s (table '%s'): padding_id %lld is outside [-%lld, %lld): a ROWS "
+                         "table's padding_id names a row, a negative one counting from the end "
+                         "(-1: row %lld), as torch's padding_idx", op, t->name,
+                         (long long)padding_id, (long long)rows, (long long)rows,
+                         (long long)(rows - 1));
+    if (padding_id < 0) *out = padding_id + rows;
+    return HX_OK;
+}
+
 int64_t hx_embedding_table_rows(const hx_embedding_table *t) { return t ? t->impl->rows : -1; }
 int64_t hx_embedding_table_dim(const hx_embedding_table *t) { return t ? t->impl->dim : -1; }
 
@@ -276,6 +293,42 @@ hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *id
     return st;
 }
 
+/* The optimizer's state arrays, for messages. */
+static const char *state_arrays(hx_emb_optim_kind kind)
+{
+    switch (kind) {
+    case HX_EMB_OPTIM_LAZY_ADAM: return "0: m, 1: v";
+    case HX_EMB_OPTIM_ADAGRAD: return "0: sum";
+    case HX_EMB_OPTIM_ROW_ADAGRAD: return "0: the row's accumulator";
+    case HX_EMB_OPTIM_FTRL: return "0: accum, 1: linear";
+    case HX_EMB_OPTIM_NONE: break;
+    }
+    return "none";
+}
+
+hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, const int64_t *ids,
+                                        int64_t n, float *out)
+{
+    const char *fn = "hx_embedding_table_read_state";
+    int64_t *rows = NULL;
+    float *tmp = NULL;
+    if (t) pthread_mutex_lock(&t->lock); /* as read_rows; the optimizer may be changing too */
+    hx_emb_optim_kind kind = t ? t->local->optim.kind : HX_EMB_OPTIM_NONE;
+    int ns = hx_emb_optim_nstate(kind);
+    hx_status st = HX_OK;
+    if (t && (k < 0 || k >= ns))
+        st = hx__error(HX_ERR_INVALID_ARGUMENT,
+                       "%s '%s': state array %d: the table's optimizer (%s) keeps %d (%s)", fn,
+                       t->name, k, hx_emb_optim_name(kind), ns, state_arrays(kind));
+    if (!st) st = rows_args(t, fn, ids, n, out, &rows, &tmp);
+    int64_t w = st ? 0 : kind == HX_EMB_OPTIM_ROW_ADAGRAD ? 1 : t->impl->dim;
+    for (int64_t i = 0; i < n && !st; i++) hx_emb_local_read_state(t->local, k, rows[i], out + i * w);
+    if (t) pthread_mutex_unlock(&t->lock);
+    free(rows);
+    free(tmp);
+    return st;
+}
+
 /* ---- save, load, stats --------------------------------------------------------------- */
 
 hx_status hx_embedding_table_save(hx_embedding_table *t, const char *path)
@@ -314,7 +367,8 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
     if (st) return hx__emb_error(st, &err, "hx_embedding_table_stats '%s'", t->name);
     *out = (hx_embedding_stats){.rows = t->impl->rows, .dim = t->impl->dim,
                                 .rows_assigned = ls.rows_ready, .out_of_range = ls.oob_ids,
-                                .updates = atomic_load(&t->updates), .bytes = ls.bytes,
+                                .updates = atomic_load(&t->updates),
+                                .last_step = atomic_load(&t->last_step), .bytes = ls.bytes,
                                 .graphs = atomic_load(&t->graphs)};
     const hx_emb_idmap *map = hx_emb_dynamic_idmap(t->impl);
     if (map) {
@@ -396,6 +450,7 @@ hx_status hx__embedding_update(hx_embedding_table *t, const hx_emb_query *qs,
         st = hx_emb_table_backward_update_many(t->impl, mq, gis, nq, step, t->ws, &err);
         if (!st) {
             atomic_fetch_add(&t->updates, 1);
+            atomic_store(&t->last_step, step);
             if (t->expire_after > 0 && step % t->expire_after == 0)
                 hx_emb_idmap_expire(hx_emb_dynamic_idmap(t->impl), step);
         }

@@ -20,6 +20,7 @@ struct hx_embedding_table {
     int64_t expire_after;
     _Atomic int graphs;   /* graphs using the table */
     _Atomic int64_t updates;
+    _Atomic int64_t last_step; /* t of the last update applied; 0 before any */
     /* Held by updates and by training lookups of a DYNAMIC table (they assign
      * rows): neither may overlap anything else on the table. */
     pthread_mutex_t lock;
@@ -30,6 +31,14 @@ struct hx_embedding_table {
  * every embedding/ error reaches the user through here. */
 hx_status hx__emb_error(hx_status st, const hx_emb_err *e, const char *where_fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The padding id of a bag over t as its queries compare ids: a ROWS table
+ * takes padding_id in [-rows, rows), a negative one counting from the end
+ * (torch's padding_idx), as a row; MODULO and DYNAMIC tables compare raw
+ * ids, so theirs is any id, as given. HX_ERR_INDEX naming the table, the id
+ * and the range otherwise; op names the caller in the message. */
+hx_status hx__embedding_padding(const hx_embedding_table *t, int64_t padding_id, const char *op,
+                                int64_t *out);
 
 /* A graph starts (+1) or stops (-1) using t. */
 void hx__embedding_use(hx_embedding_table *t, int delta);

@@ -59,7 +59,8 @@ hx_tensor *hx_embedding_lookup(hx_graph *g, hx_embedding_table *t, hx_tensor *id
     return table_node(g, HX_OP_EMBEDDING_LOOKUP, t, 1, &ids, ids->ndim + 1, shape, NULL);
 }
 
-/* attr: i[0] mode, i[1] flags, i[2] padding id; src: ids, offsets[, weights] */
+/* attr: i[0] mode, i[1] flags, i[2] the padding id as queries compare ids
+ * (hx__embedding_padding); src: ids, offsets[, weights] */
 hx_tensor *hx_embedding_bag(hx_graph *g, hx_embedding_table *t, hx_tensor *ids,
                             hx_tensor *offsets, hx_tensor *per_sample_weights,
                             hx_embedding_bag_mode mode, unsigned flags, int64_t padding_id)
@@ -104,7 +105,10 @@ hx_tensor *hx_embedding_bag(hx_graph *g, hx_embedding_table *t, hx_tensor *ids,
             return NULL;
         }
     }
+    int64_t pad = padding_id;
+    if ((flags & HX_EMBEDDING_BAG_PADDING) && hx__embedding_padding(t, padding_id, op, &pad))
+        return NULL;
     int64_t shape[2] = {offsets->shape[0] - last, hx_embedding_table_dim(t)};
-    hx_attrs at = {.i = {mode, flags, padding_id}};
+    hx_attrs at = {.i = {mode, flags, pad}};
     return table_node(g, HX_OP_EMBEDDING_BAG, t, n_src, src, 2, shape, &at);
 }

@@ -89,7 +89,8 @@ typedef enum hx_status {
     HX_ERR_SHAPE,            /* shapes that do not fit the op */
     HX_ERR_DTYPE,            /* dtypes that do not fit the op */
     HX_ERR_NOT_FOUND,        /* unknown name */
-    HX_ERR_INDEX,            /* an id or label out of range at run time */
+    HX_ERR_INDEX,            /* an id or label out of range (at run time; a padding_id
+                                when the bag is added) */
     HX_ERR_OUT_OF_MEMORY,    /* host allocation failed */
     HX_ERR_DEVICE_OOM,       /* device memory cap or capacity exceeded */
     HX_ERR_NO_KERNEL,        /* op has no kernel on its target */
@@ -778,6 +779,27 @@ HX_API hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64
 HX_API hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *ids,
                                                int64_t n, const float *rows);
 
+/* The optimizer state of rows named by ids as hx_embedding_table_read_rows
+ * names them: array k of the table's optimizer, as f32 into out:
+ *   LAZY_ADAM    0: m, 1: v                    (n, dim)
+ *   ADAGRAD      0: sum                        (n, dim)
+ *   ROW_ADAGRAD  0: the row's accumulator      (n)
+ *   FTRL         0: accum (TF's n), 1: linear (TF's z)   (n, dim)
+ * A row no update has touched reads as the start value (0; sum and accum:
+ * initial_accumulator), and so does a DYNAMIC id without a row. The step t
+ * of the last update is hx_embedding_stats.last_step.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (t NULL, n < 0, ids or out NULL with
+ *               n > 0, k not an array of the table's optimizer: NONE has
+ *               none; the message lists them); HX_ERR_INDEX (ROWS table: an
+ *               id outside [0, rows), naming it and its position);
+ *               HX_ERR_OUT_OF_MEMORY.
+ *   On failure: out is not written; the table never changes.
+ *   Ownership:  the caller's buffers; nothing is kept.
+ *   Threads:    see the section's header.
+ */
+HX_API hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, const int64_t *ids,
+                                               int64_t n, float *out);
+
 /* Rows, optimizer state, initialiser (and a DYNAMIC table's id map), in
  * blocks with XXH3 checksums, written to a temporary file and renamed.
  * Load verifies the whole file first and then replaces the rows and state
@@ -804,6 +826,9 @@ typedef struct hx_embedding_stats {
     int64_t evictions, expirations; /* DYNAMIC: rows freed when full / by expiry */
     int64_t filtered;        /* DYNAMIC: occurrences given no row (below min_count) */
     int64_t updates;         /* sparse optimizer steps applied */
+    int64_t last_step;       /* the step t of the last of them (the session's step + 1,
+                                LazyAdam's bias correction, Adagrad's lr decay); 0 before
+                                any */
     size_t bytes;            /* rows and state */
     int graphs;              /* graphs using the table */
 } hx_embedding_stats;
@@ -844,19 +869,30 @@ typedef enum hx_embedding_bag_mode {
 enum {
     HX_EMBEDDING_BAG_INCLUDE_LAST_OFFSET = 1, /* offsets has bags + 1 entries, the last n */
     HX_EMBEDDING_BAG_PADDING = 2              /* padding_id is skipped: adds nothing, does
-                                                 not count in a mean, gets no gradient */
+                                                 not count in a mean, gets no gradient
+                                                 (see hx_embedding_bag) */
 };
 /* torch.nn.EmbeddingBag: ids (n) i32/i64; offsets (bags) of the same dtype,
  * bag b = ids[offsets[b] .. offsets[b + 1]) (the last bag runs to n),
  * offsets[0] = 0, not decreasing (checked at run time); per_sample_weights
  * (n) f32 or NULL, SUM only (any tensor: it gets a gradient when it depends
  * on a parameter). -> (bags, dim) f32: each bag's sum, mean or elementwise
- * max; an empty bag gives zeros.
+ * max; an empty bag gives zeros. With HX_EMBEDDING_BAG_PADDING, the ids
+ * equal to padding_id are skipped (without it padding_id is ignored):
+ * - ROWS tables: padding_id names a row in [-rows, rows), a negative one
+ *   counting from the end as torch's padding_idx does (-1: the last row);
+ *   an id equal to the row it names is skipped (an id -1 itself is out of
+ *   range, as out_of_range says).
+ * - MODULO and DYNAMIC tables: padding_id is compared with the ids before
+ *   they are mapped to rows, so it may be any id (HX_ID_MISSING, say); no
+ *   row is skipped as such, since many ids share one.
  *   Fails:      as hx_embedding_lookup, and HX_ERR_INVALID_ARGUMENT for an
  *               unknown mode or flag; HX_ERR_DTYPE when offsets and ids
  *               differ in dtype; HX_ERR_SHAPE unless ids and offsets are 1-D
  *               with at least one bag, and for per_sample_weights other than
- *               f32 of ids' shape in SUM mode.
+ *               f32 of ids' shape in SUM mode; HX_ERR_INDEX for a ROWS
+ *               table's padding_id outside [-rows, rows) (naming the table,
+ *               the id and the range).
  *   On failure: as every op.
  *   Ownership:  as hx_embedding_lookup.
  *   Threads:    one thread per graph.

@@ -4,9 +4,10 @@
  *
  * Optimizers: a 4-element parameter (loss = sum(w * x), so its gradient is
  * the fed x) and a 6 x 3 table (two rows looked up per step, loss =
- * sum(rows * x)) trained for a few steps from set values; the parameter, its
- * state and the table rows must be within the stated ulp bounds (ref_ulps,
- * tests/util/optim_ref.h) of golden values. The golden values are the
+ * sum(rows * x)) trained for a few steps from set values; the parameter and
+ * its state (hx_session_read), the table's rows and state
+ * (hx_embedding_table_read_state) must be within the stated ulp bounds
+ * (ref_ulps, tests/util/optim_ref.h) of golden values. The golden values are the
  * frameworks' documented algorithms (torch.optim.SGD, Adam, AdamW, Adagrad;
  * TensorFlow ApplyFtrlV2; TF Addons LazyAdam; FBGEMM row-wise Adagrad)
  * evaluated in float64 from the same f32 inputs and rounded to f32, as
@@ -49,15 +50,34 @@ static const float GOLD_FTRL_LINEAR[4] = {0.768450797f, 10.9691677f, -36.7785339
 static const float GOLD_LAZY_ADAM_ROWS[18] = {0.256388128f, 0.306111872f, 0.368611872f, -0.5f,
     -0.44749999f, -0.36500001f, 0.742558658f, 0.819941342f, 0.875f, -1.0f, -0.9375f, -0.875f,
     1.26408303f, 1.28871799f, 1.3588444f, -1.5f, -1.4375f, -1.375f};
+static const float GOLD_LAZY_ADAM_M[18] = {-0.0250000004f, 0.0250000004f, 0.075000003f, 0.0f,
+    0.0500000007f, -0.075000003f, 0.075000003f, -0.0500000007f, 0.0f, 0.0f, 0.0f, 0.0f,
+    -0.0591249987f, 0.0763750002f, 0.0543750003f, 0.0f, 0.0f, 0.0f};
+static const float GOLD_LAZY_ADAM_V[18] = {6.2500003e-05f, 6.2500003e-05f, 0.000562499976f, 0.0f,
+    0.000250000012f, 0.000562499976f, 0.000562499976f, 0.000250000012f, 0.0f, 0.0f, 0.0f, 0.0f,
+    0.00067145325f, 0.000796078122f, 0.000670953537f, 0.0f, 0.0f, 0.0f};
 static const float GOLD_TABLE_ADAGRAD_ROWS[18] = {0.310801327f, 0.251698673f, 0.284662485f, -0.5f,
     -0.522015452f, -0.282855719f, 0.658768058f, 0.896178663f, 0.875f, -1.0f, -0.9375f, -0.875f,
     1.33605909f, 1.19639325f, 1.29065621f, -1.5f, -1.4375f, -1.375f};
+static const float GOLD_TABLE_ADAGRAD_SUM[18] = {0.162499994f, 0.162499994f, 0.662500024f,
+    0.100000001f, 0.349999994f, 0.662500024f, 0.662500024f, 0.349999994f, 0.100000001f,
+    0.100000001f, 0.100000001f, 0.100000001f, 0.771875024f, 0.896875024f, 0.771875024f,
+    0.100000001f, 0.100000001f, 0.100000001f};
 static const float GOLD_ROW_ADAGRAD_ROWS[18] = {0.293574452f, 0.268925548f, 0.244276598f, -0.5f,
     -0.519607067f, -0.25183937f, 0.626839399f, 0.894607067f, 0.875f, -1.0f, -0.9375f, -0.875f,
     1.34267449f, 1.19270146f, 1.2629894f, -1.5f, -1.4375f, -1.375f};
+static const float GOLD_ROW_ADAGRAD_ACC[6] = {0.329166681f, 0.370833337f, 0.370833337f,
+    0.100000001f, 0.813541651f, 0.100000001f};
 static const float GOLD_TABLE_FTRL_ROWS[18] = {0.0842494294f, 0.0357458293f, 0.182718709f,
     0.000630461844f, -0.245035663f, -0.182718709f, 0.411514372f, 0.418978781f, -0.00122151978f,
     -1.0f, -0.9375f, -0.875f, 0.484613836f, 0.0312196743f, 0.708948851f, -1.5f, -1.4375f, -1.375f};
+static const float GOLD_TABLE_FTRL_ACCUM[18] = {0.162499994f, 0.162499994f, 0.662500024f,
+    0.100000001f, 0.349999994f, 0.662500024f, 0.662500024f, 0.349999994f, 0.100000001f,
+    0.100000001f, 0.100000001f, 0.100000001f, 0.771875024f, 0.896875024f, 0.771875024f,
+    0.100000001f, 0.100000001f, 0.100000001f};
+static const float GOLD_TABLE_FTRL_LINEAR[18] = {-0.681925595f, -0.289907008f, -2.97909951f,
+    -0.00499999989f, 2.90520191f, 2.97909951f, -6.70819902f, -4.96680355f, 0.00875000004f, 0.0f,
+    0.0f, 0.0f, -8.52597904f, -0.592946768f, -12.4723206f, 0.0f, 0.0f, 0.0f};
 
 /* Gradient of element (position) j, column c at step k: exact in f32. */
 static float grad_at(int k, int j, int c)
@@ -76,7 +96,7 @@ static void gold_check(const char *what, const float *got, const float *gold, in
     double u = ref_ulps(got, want, n, &at);
     CHECK(u <= bound, "%s: %.1f ulps off the golden value at %lld (%.9g, golden %.9g); bound %.0f", what,
           u, (long long)at, (double)got[at], (double)gold[at], bound);
-    fprintf(stderr, "test_numerics: %-22s %5.1f ulps from the golden values (bound %.0f)\n", what, u, bound);
+    fprintf(stderr, "test_numerics: %-25s %5.1f ulps from the golden values (bound %.0f)\n", what, u, bound);
 }
 
 static hx_session_config cpu_config(void)
@@ -231,11 +251,14 @@ static void test_tables(void)
     o[2].lr = 0.1, o[2].initial_accumulator = 0.1, o[2].eps = 1e-10;
     o[3] = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_FTRL);
     o[3].lr = 0.05, o[3].l1 = 0.001, o[3].l2 = 0.01, o[3].l2_shrinkage = 0.005;
-    static const char *names[4] = {"lazy-adam rows", "adagrad rows", "row-wise adagrad rows", "ftrl rows"};
-    static const float *gold[4] = {GOLD_LAZY_ADAM_ROWS, GOLD_TABLE_ADAGRAD_ROWS, GOLD_ROW_ADAGRAD_ROWS,
-                                   GOLD_TABLE_FTRL_ROWS};
-    /* measured: 0, 1, 1, 40 (FTRL's shrinkage moves untouched-gradient
-     * elements to near zero, where the floor of ref_ulps measures them) */
+    static const char *names[4] = {"lazy-adam", "adagrad", "row-wise adagrad", "ftrl"};
+    static const float *gold[4][3] = {{GOLD_LAZY_ADAM_ROWS, GOLD_LAZY_ADAM_M, GOLD_LAZY_ADAM_V},
+                                      {GOLD_TABLE_ADAGRAD_ROWS, GOLD_TABLE_ADAGRAD_SUM},
+                                      {GOLD_ROW_ADAGRAD_ROWS, GOLD_ROW_ADAGRAD_ACC},
+                                      {GOLD_TABLE_FTRL_ROWS, GOLD_TABLE_FTRL_ACCUM, GOLD_TABLE_FTRL_LINEAR}};
+    /* measured (rows / state): lazy-adam 0/1/1, adagrad 1/0, row-wise 1/1,
+     * ftrl 40/0/24 (its shrinkage moves elements whose gradient is 0 to near
+     * zero, where the floor of ref_ulps measures them) */
     static const double bounds[4] = {4, 4, 4, 64};
     for (int k = 0; k < 4; k++) {
         hx_embedding_table *t = table_make(&o[k]);
@@ -243,8 +266,15 @@ static void test_tables(void)
         table_train(t);
         int64_t ids[ROWS] = {0, 1, 2, 3, 4, 5};
         float rows[ROWS * DIM];
+        char what[64];
         OK(hx_embedding_table_read_rows(t, ids, ROWS, rows));
-        gold_check(names[k], rows, gold[k], ROWS * DIM, bounds[k]);
+        snprintf(what, sizeof what, "%s rows", names[k]);
+        gold_check(what, rows, gold[k][0], ROWS * DIM, bounds[k]);
+        for (int a = 0; a < 2 && gold[k][a + 1]; a++) { /* the state through hx_embedding_table_read_state */
+            OK(hx_embedding_table_read_state(t, a, ids, ROWS, rows));
+            snprintf(what, sizeof what, "%s state %d", names[k], a);
+            gold_check(what, rows, gold[k][a + 1], k == 2 ? ROWS : ROWS * DIM, bounds[k]);
+        }
         OK(hx_embedding_table_free(t));
     }
 }
