@@ -67,7 +67,7 @@ build() { # dir, extra cmake args...
 # show as races. Function entry/exit is not instrumented either (reports
 # show the racing frame only): the embedding kernels' target_clones
 # resolvers run before TSan starts and would crash in that instrumentation.
-tsan_tests="test_concurrency test_trace test_placement test_partition test_train test_train_state test_random_graphs test_dpu test_grad_buckets test_offload test_offload_disk test_auto_disk test_activation_offload test_mixed_precision test_gpt"
+tsan_tests="test_concurrency test_trace test_placement test_partition test_train test_train_state test_random_graphs test_dpu test_grad_buckets test_offload test_offload_disk test_auto_disk test_activation_offload test_mixed_precision test_gpt test_update_trace"
 
 cmd=${1:-build}
 [ $# -gt 0 ] && shift

@@ -21,7 +21,8 @@
  * Each write goes to the segment's next generation and marks it pending;
  * the session commits them with the resident region, or drops them when
  * anything failed. The steps are the plan's, with the same kernels and
- * inputs (only the update-only ones point into the slot), so the results
+ * inputs (only the update-only ones point into the slot), each run through
+ * hx__update_step (counted and traced as the executor's), so the results
  * are bitwise those of the executor's update phase: updates touch
  * disjoint tensors, and kernels give the same bits at any thread count. */
 #include "offload/disk_layout.h"
@@ -418,12 +419,8 @@ static hx_status run_step(hx_disk_update *u, const hx_exec *ex, int i, const cha
         int id = x->src[k]->id;
         u->in[k] = slot && d->where[id] >= 0 ? (void *)(slot + d->at[id]) : sp->in[k];
     }
-    int cores = hx__budget_take(s->budget, ex->nthreads);
-    hx_status st = sp->fn(ex, x, sp->out, u->in);
-    hx__budget_give(s->budget, cores);
-    return st;
+    return hx__update_step(s, s->stream[HX_DEV_HOST], hx__exec_lane(s), ex, sp, u->in);
 }
-
 
 hx_status hx__disk_update_run(hx_residency *r, const hx_plan *p, const hx_exec *ex_in)
 {

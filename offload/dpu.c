@@ -12,7 +12,9 @@
  * plan copies device gradients to the host as backward makes them), and
  * when no step before them reads a parameter or optimizer state that an
  * update writes, other than through a half copy: otherwise the run settles
- * first and updates in step. */
+ * first and updates in step. The thread runs each update step through
+ * hx__update_step (scheduler/update.c) on a host stream and a trace lane of
+ * its own. */
 #include "backend/backend.h"
 #include "scheduler/scheduler.h"
 
@@ -36,6 +38,7 @@ struct hx_dpu {
     hx_status st;
     char msg[512];
     int64_t step;          /* the step being updated, for messages */
+    hx_stream *stream;     /* its host stream and trace lane (hx__update_step) */
     hx_trace_lane *lane;
 };
 
@@ -137,13 +140,8 @@ static void *update_main(void *arg)
     hx_dpu *d = s->dpu;
     const hx_plan *p = d->plan;
     for (int i = 0; i < p->n_steps - p->first_update && !d->st; i++) {
-        const hx_step *sp = &p->steps[p->first_update + i];
-        int cores = hx__budget_take(s->budget, d->ex.nthreads);
-        double t0 = d->lane ? hx__now() : 0;
-        d->st = sp->fn(&d->ex, sp->node, sp->out, d->in[i]);
-        if (d->lane)
-            hx__trace_event(d->lane, hx__ops[sp->node->op].name, sp->node->name, 0, t0, hx__now());
-        hx__budget_give(s->budget, cores);
+        d->st = hx__update_step(s, d->stream, d->lane, &d->ex, &p->steps[p->first_update + i],
+                                d->in[i]);
         if (d->st) snprintf(d->msg, sizeof d->msg, "%s", hx_last_error());
     }
     return NULL;
@@ -152,9 +150,16 @@ static void *update_main(void *arg)
 hx_status hx__dpu_launch(hx_session *s, const hx_plan *p, const hx_exec *ex)
 {
     if (!s->dpu) {
-        if (!(s->dpu = calloc(1, sizeof *s->dpu)))
-            return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
-        s->dpu->lane = hx__trace_lane(s->trace, "host (delayed update)");
+        hx_backend *host = s->be[HX_DEV_HOST];
+        hx_dpu *d = calloc(1, sizeof *d);
+        if (!d) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+        hx_status st = host->stream_create(host, &d->stream);
+        if (st) {
+            free(d);
+            return st;
+        }
+        d->lane = hx__trace_lane(s->trace, "host (delayed update)");
+        s->dpu = d;
     }
     hx_dpu *d = s->dpu;
     hx_status st = stage_for(d, p);
@@ -190,6 +195,7 @@ void hx__dpu_free(hx_session *s)
     if (!s->dpu) return;
     hx__dpu_settle(s);
     free_staging(s->dpu);
+    s->be[HX_DEV_HOST]->stream_destroy(s->be[HX_DEV_HOST], s->dpu->stream);
     free(s->dpu);
     s->dpu = NULL;
 }

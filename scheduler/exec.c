@@ -173,7 +173,7 @@ static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
     hx_session *s = r->s;
     const hx_plan *p = r->p;
     const hx_unit *x = &p->units[u];
-    hx_backend *host = s->be[HX_DEV_HOST], *acc = s->be[HX_DEV_ACCEL];
+    hx_backend *acc = s->be[HX_DEV_ACCEL];
     hx_status st = HX_OK;
     int cores = hx__budget_take(s->budget, r->ex_host->nthreads);
     for (int i = 0, j = 0; i < x->n_steps && !st; i++) {
@@ -187,9 +187,7 @@ static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
         if (st) break;
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
         if ((st = hx__residency_step_ready(s, sp))) break; /* its inputs in host memory */
-        double t0 = lane ? hx__now() : 0;
-        st = host->launch(host, stream, sp->fn, r->ex_host, sp->node, sp->out, sp->in);
-        if (lane) hx__trace_event(lane, hx__ops[sp->node->op].name, sp->node->name, 0, t0, hx__now());
+        st = hx__host_launch(s, stream, lane, r->ex_host, sp, sp->in);
     }
     hx__budget_give(s->budget, cores);
     return st;
@@ -237,6 +235,8 @@ hx_status hx__exec_create(hx_session *s)
     s->exec = x;
     return HX_OK;
 }
+
+hx_trace_lane *hx__exec_lane(const hx_session *s) { return s->exec->caller_lane; }
 
 void hx__exec_free(hx_session *s)
 {

@@ -166,6 +166,7 @@ typedef struct hx_stream hx_stream;
 
 typedef struct hx_exec_state hx_exec_state;
 typedef struct hx_trace hx_trace;
+typedef struct hx_trace_lane hx_trace_lane;
 typedef struct hx_cpu_budget hx_cpu_budget;
 typedef struct hx_dpu hx_dpu;
 typedef struct hx_residency hx_residency;
@@ -242,6 +243,20 @@ hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_ex
 hx_status hx__exec_reserve(hx_session *s, int lanes);
 hx_status hx__exec_create(hx_session *s);
 void hx__exec_free(hx_session *s);
+/* The calling thread's trace lane (NULL: no trace). */
+hx_trace_lane *hx__exec_lane(const hx_session *s);
+
+/* update.c: runs plan step sp (a host kernel) with inputs in (sp->in, or
+ * the caller's in their place) on the calling thread, through the host
+ * backend's launch on stream (counted in its launches), recorded on lane
+ * (NULL: not traced) with its op and node name. */
+hx_status hx__host_launch(hx_session *s, hx_stream *stream, hx_trace_lane *lane,
+                          const hx_exec *ex, const hx_step *sp, void *const *in);
+/* An update step outside the executor (the delayed update, the disk
+ * tier's): hx__host_launch with ex->nthreads cores taken from the
+ * session's budget around it. */
+hx_status hx__update_step(hx_session *s, hx_stream *stream, hx_trace_lane *lane,
+                          const hx_exec *ex, const hx_step *sp, void *const *in);
 
 /* Copies between a device's memory and the host through its backend,
  * synchronously (host memory: memcpy). */
