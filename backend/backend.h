@@ -7,7 +7,7 @@
 #ifndef HX_BACKEND_H
 #define HX_BACKEND_H
 
-#include "scheduler/scheduler.h"
+#include "backend/launch.h"
 #include "memory/memory.h"
 
 typedef struct hx_stream hx_stream; /* defined by each backend */
@@ -77,16 +77,39 @@ struct hx_backend {
 
 hx_status hx__backend_cpu_create(hx_backend **out);
 
-/* What the emu backend shares with its session: the host core budget its
- * streams take cores from (NULL: none), the trace its stream threads record
- * to (NULL: none), and the simulated costs. */
-typedef struct hx_cpu_budget hx_cpu_budget;
-typedef struct hx_trace hx_trace;
+/* One span of an emu stream's work, for the session's trace: a kernel
+ * (name: its op, or "gradient_scan") or a copy ("copy h2d", "copy d2h",
+ * with the copy's label and bytes), from t0 to t1 (hx__now seconds). The
+ * strings outlive the trace (op and tensor names, literals). */
+typedef struct hx_emu_span {
+    const char *name, *tensor, *role;
+    size_t bytes;
+    double t0, t1;
+} hx_emu_span;
+
+/* What an emu device asks of the session that owns it, as closures (the
+ * session's core budget and trace: scheduler/emu_hooks.c); a NULL hook
+ * means the session has no such thing:
+ * - take_cores(cores, n): host cores for one kernel (n: its threads) or
+ *   copy (1), waiting until they are free; returns how many it took, which
+ *   give_cores(cores, taken) hands back. Any stream's thread calls them;
+ * - open_lane(trace, name): where a new stream's spans go (NULL: nowhere),
+ *   called by stream_create;
+ * - record(lane, span): one span, called only by that lane's stream. */
+typedef struct hx_emu_hooks {
+    void *cores;
+    int (*take_cores)(void *cores, int n);
+    void (*give_cores)(void *cores, int taken);
+    void *trace;
+    void *(*open_lane)(void *trace, const char *name);
+    void (*record)(void *lane, const hx_emu_span *span);
+} hx_emu_hooks;
+
 typedef struct hx_emu_options {
-    hx_cpu_budget *budget;
-    hx_trace *trace;
-    hx_emu_cost cost;
+    hx_emu_hooks hooks;
+    hx_emu_cost cost; /* simulated costs */
 } hx_emu_options;
+
 /* capacity: the device memory cap in bytes. */
 hx_status hx__backend_emu_create(size_t capacity, const hx_emu_options *opt, hx_backend **out);
 

@@ -4,7 +4,7 @@
 #ifndef HX_BACKEND_CPU_EMBEDDING_H
 #define HX_BACKEND_CPU_EMBEDDING_H
 
-#include "scheduler/scheduler.h"
+#include "backend/launch.h"
 
 hx_status hx__cpu_embedding_lookup(const hx_exec *ex, const hx_tensor *y, void *out,
                                    void *const *in);

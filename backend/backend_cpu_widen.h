@@ -2,7 +2,7 @@
 #ifndef HX_BACKEND_CPU_WIDEN_H
 #define HX_BACKEND_CPU_WIDEN_H
 
-#include "scheduler/scheduler.h"
+#include "backend/launch.h"
 
 /* Runs f32_kernel (a launcher that reads and writes f32 buffers) on node y
  * whose float inputs and output are stored as f16 or bf16: widens those

@@ -12,11 +12,10 @@
  * error: later operations on it, and on streams that wait for its events,
  * are skipped, event waits return, and the error (status and message)
  * comes back from the next stream_sync, which clears it. Kernels and copies
- * take their host cores from the session's budget (cpu_budget.h) and, with
- * simulated costs set, last at least their simulated time (the rest is
- * slept without holding cores). */
+ * take their host cores from the session (hx_emu_hooks: its core budget)
+ * and, with simulated costs set, last at least their simulated time (the
+ * rest is slept without holding cores). */
 #include "backend/backend.h"
-#include "scheduler/scheduler.h"
 #include "kernels/cpu/hx_kernels.h"
 
 #include <errno.h>
@@ -65,7 +64,7 @@ struct hx_stream {
     bool idle, stop;
     hx_status err;
     char msg[1024];
-    hx_trace_lane *lane;
+    void *lane; /* hx_emu_hooks.open_lane's; NULL: not traced */
 };
 
 struct hx_event {
@@ -160,6 +159,25 @@ static hx_status scan_sumsq(const hx_exec *ex, const hx_tensor *node, void *out,
     return HX_OK;
 }
 
+/* ---- the session's hooks ------------------------------------------------------------ */
+
+static int take_cores(const emu_backend *e, int n)
+{
+    const hx_emu_hooks *h = &e->opt.hooks;
+    return h->take_cores ? h->take_cores(h->cores, n) : 0;
+}
+
+static void give_cores(const emu_backend *e, int taken)
+{
+    const hx_emu_hooks *h = &e->opt.hooks;
+    if (h->give_cores) h->give_cores(h->cores, taken);
+}
+
+static void record(const emu_backend *e, void *lane, hx_emu_span span)
+{
+    if (lane && e->opt.hooks.record) e->opt.hooks.record(lane, &span);
+}
+
 /* ---- stream threads ---------------------------------------------------------------- */
 
 static hx_status run_op(hx_stream *s, const emu_op *op)
@@ -168,26 +186,28 @@ static hx_status run_op(hx_stream *s, const emu_op *op)
     const hx_emu_cost *c = &e->opt.cost;
     bool timed = s->lane || c->launch_latency_s > 0 || c->flops_per_s > 0 || c->copy_bytes_per_s > 0;
     if (op->kind == OP_LAUNCH) {
-        int cores = hx__budget_take(e->opt.budget, op->ex->nthreads);
+        int cores = take_cores(e, op->ex->nthreads);
         double t0 = timed ? hx__now() : 0;
         hx_status st = op->fn(op->ex, op->node, op->out, op->in);
-        hx__budget_give(e->opt.budget, cores);
+        give_cores(e, cores);
         double want = c->launch_latency_s + (c->flops_per_s > 0 ? launch_flops(op->node) / c->flops_per_s : 0);
         double t1 = timed ? hold_until(t0, want) : 0;
-        hx__trace_event(s->lane, op->fn == scan_sumsq ? "gradient_scan" : hx__ops[op->node->op].name,
-                        op->node->name, 0, t0, t1);
+        record(e, s->lane, (hx_emu_span){.name = op->fn == scan_sumsq ? "gradient_scan"
+                                                                      : hx__ops[op->node->op].name,
+                                         .tensor = op->node->name, .t0 = t0, .t1 = t1});
         __atomic_fetch_add(&e->st.launches, 1, __ATOMIC_RELAXED);
         return st;
     }
-    int cores = hx__budget_take(e->opt.budget, 1);
+    int cores = take_cores(e, 1);
     double t0 = timed ? hx__now() : 0;
     memcpy(op->out, op->src, op->n);
-    hx__budget_give(e->opt.budget, cores);
+    give_cores(e, cores);
     double want = c->launch_latency_s + (c->copy_bytes_per_s > 0 ? (double)op->n / c->copy_bytes_per_s : 0);
     double t1 = timed ? hold_until(t0, want) : 0;
     bool h2d = op->kind == OP_H2D;
-    hx__trace_copy(s->lane, h2d ? "copy h2d" : "copy d2h", op->why.tensor, op->why.role, op->n,
-                   t0, t1);
+    record(e, s->lane, (hx_emu_span){.name = h2d ? "copy h2d" : "copy d2h",
+                                     .tensor = op->why.tensor, .role = op->why.role,
+                                     .bytes = op->n, .t0 = t0, .t1 = t1});
     __atomic_fetch_add(h2d ? &e->st.h2d_copies : &e->st.d2h_copies, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(h2d ? &e->st.h2d_bytes : &e->st.d2h_bytes, op->n, __ATOMIC_RELAXED);
     return HX_OK;
@@ -304,7 +324,8 @@ static hx_status emu_stream_create(hx_backend *b, hx_stream **out)
     pthread_mutex_unlock(&e->mu);
     char name[48];
     snprintf(name, sizeof name, "emu stream %d", k);
-    s->lane = hx__trace_lane(e->opt.trace, name);
+    const hx_emu_hooks *h = &e->opt.hooks;
+    s->lane = h->open_lane ? h->open_lane(h->trace, name) : NULL;
     int rc = pthread_create(&s->thread, NULL, stream_main, s);
     if (rc) {
         pthread_mutex_destroy(&s->mu);

@@ -1,6 +1,7 @@
 /* What every folder of the library shares: the thread-local error message
- * behind hx_last_error(), dtype facts and the HX_DEBUG switches. This is
- * core/'s one internal header; it knows nothing but the public header. */
+ * behind hx_last_error(), dtype facts, the HX_DEBUG switches and the clock.
+ * This is core/'s one internal header; it knows nothing but the public
+ * header. */
 #ifndef HX_CORE_H
 #define HX_CORE_H
 
@@ -18,5 +19,9 @@ bool hx__is_float(hx_dtype dt);
 
 /* HX_DEBUG contains `what` (e.g. "placement"). */
 bool hx__debug(const char *what);
+
+/* Seconds on the monotonic clock (CLOCK_MONOTONIC): the time base of the
+ * trace and of the emu device's simulated costs. */
+double hx__now(void);
 
 #endif

@@ -18,7 +18,7 @@
  * thread that hit it) stops new submissions; the phase then waits for the
  * host units already running and synchronises every stream, so nothing is
  * left in flight, and returns that error. */
-#include "backend/backend.h"
+#include "scheduler/scheduler.h"
 #include "scheduler/cpu_budget.h"
 #include "scheduler/trace.h"
 

@@ -16,7 +16,7 @@
  * disjoint, X's before Y's, may share bytes: Y's production lies in such a
  * suffix (or in X's own unit after X's last use there), so it comes after
  * every use of X in every execution. */
-#include "backend/backend.h"
+#include "scheduler/scheduler.h"
 
 #include <stdlib.h>
 #include <string.h>

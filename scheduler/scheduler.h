@@ -1,62 +1,13 @@
-/* Scheduler internals: execution plans (order + static memory plan), the
- * CPU backend's kernel launchers, and the session that owns them. */
+/* Scheduler internals: execution plans (order + static memory plan) and
+ * the session that owns them. What launchers are given (hx_exec,
+ * hx_launch_fn) is the backend's: backend/backend.h. */
 #ifndef HX_SCHED_H
 #define HX_SCHED_H
 
+#include "backend/backend.h"
 #include "graph/graph.h"
 
 #include <stdio.h>
-#include "kernels/cpu/hx_kernels.h"
-
-/* What a launcher may know about the run it is part of. */
-typedef struct hx_exec {
-    int nthreads;       /* kernel threads of the lane running it (plan_units.c shares out n_threads) */
-    int64_t step;       /* training steps done before this run */
-    bool train;
-    float grad_unscale; /* 1 / loss scale, for update nodes */
-    float grad_clip;    /* the clip coefficient of this step's gradients (1: none) */
-    double lr_scale;    /* multiplies every update's learning rate */
-} hx_exec;
-
-/* An update node's learning rate in this run. */
-static inline double hx__update_lr(const hx_exec *ex, const hx_optimizer_config *c)
-{
-    return c->lr * ex->lr_scale;
-}
-
-/* Update nodes: in = param, grad, its optimizer state, then (when
- * attr.i[0] names its index: graph/autodiff.c fuse_half_copy) the half
- * copy of the param the update writes. The gradient may be f32, f16 or
- * bf16. How the optimizer kernels read and write them in this run: */
-static inline hx_optim_io hx__update_io(const hx_exec *ex, const hx_tensor *u, void *const *in,
-                                        int nthreads)
-{
-    hx_optim_io io = hx_optim_io_f32(in[1], nthreads);
-    io.grad_dtype = (hx_kdtype)u->src[1]->dtype;
-    io.grad_unscale = ex->grad_unscale;
-    io.grad_clip = ex->grad_clip;
-    int half = (int)u->attr.i[0];
-    if (half) {
-        io.param_half = in[half];
-        io.param_half_dtype = (hx_kdtype)u->src[half]->dtype;
-    }
-    return io;
-}
-
-/* The k-th optimizer state buffer of update node u, NULL past its state. */
-static inline void *hx__update_state(const hx_tensor *u, void *const *in, int k)
-{
-    int n_state = u->n_src - 2 - (u->attr.i[0] != 0);
-    return k < n_state ? in[2 + k] : NULL;
-}
-
-/* Runs one node: out and in[] are the node's output and inputs, resolved
- * when the plan was bound. Returns HX_OK or an error with the message set. */
-typedef hx_status (*hx_launch_fn)(const hx_exec *ex, const hx_tensor *node, void *out,
-                                  void *const *in);
-
-/* The CPU backend's kernel for an op (NULL: the op has no CPU kernel). */
-hx_launch_fn hx__cpu_kernel(hx_op op);
 
 /* Devices of a session: 0 the host (cpu backend), 1 the accelerator. */
 enum { HX_DEV_HOST = 0, HX_DEV_ACCEL = 1, HX_NDEV = 2 };
@@ -87,8 +38,6 @@ typedef struct hx_unit {
     int first_succ, n_succ; /* units of its phase that wait for it */
     int fed_input;          /* a copy of an input to the device: its tensor id; else -1 */
 } hx_unit;
-
-typedef struct hx_event hx_event;
 
 /* A plan for one (set of fetches, train flag): the nodes to run in order and
  * where every transient tensor lives in the session's arena. */
@@ -160,9 +109,6 @@ typedef struct hx_plan {
 enum { HX_ROLE_OTHER, HX_ROLE_STREAM_IN, HX_ROLE_GRAD_OUT, HX_ROLE_ACT_OUT, HX_ROLE_ACT_IN };
 /* The role's name for people ("activation out"; NULL: HX_ROLE_OTHER). */
 const char *hx__copy_role_name(char role);
-
-typedef struct hx_backend hx_backend;
-typedef struct hx_stream hx_stream;
 
 typedef struct hx_exec_state hx_exec_state;
 typedef struct hx_trace hx_trace;
@@ -333,5 +279,9 @@ hx_status hx__param_init(const hx_tensor *t, void *data, uint64_t session_seed, 
 #include "scheduler/plan_memtrace.h"
 #include "scheduler/residency.h"
 #include "scheduler/trace.h"
+
+/* emu_hooks.c: the core budget and the trace (either may be NULL) as an
+ * emu device's hooks. */
+hx_emu_hooks hx__emu_hooks(hx_cpu_budget *budget, hx_trace *trace);
 
 #endif

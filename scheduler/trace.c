@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct trace_event {
     const char *name, *tensor, *role;
@@ -30,13 +29,6 @@ struct hx_trace {
     hx_trace_lane *lanes, **tail;
     int n_lanes;
 };
-
-double hx__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 hx_status hx__trace_create(const char *path, hx_trace **out)
 {

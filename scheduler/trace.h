@@ -19,9 +19,6 @@
 typedef struct hx_trace hx_trace;
 typedef struct hx_trace_lane hx_trace_lane;
 
-/* Seconds on the monotonic clock. */
-double hx__now(void);
-
 hx_status hx__trace_create(const char *path, hx_trace **out);
 void hx__trace_free(hx_trace *t);
 /* A new lane named `name` (copied); NULL when t is NULL or out of memory

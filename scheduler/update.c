@@ -9,7 +9,7 @@
  * that runs it; device steps go through the accelerator's backend, which
  * traces its own. So every optimizer launch of a run, synchronous, delayed
  * or disk-streamed, is counted and traced, and returns its status. */
-#include "backend/backend.h"
+#include "scheduler/scheduler.h"
 
 hx_status hx__host_launch(hx_session *s, hx_stream *stream, hx_trace_lane *lane,
                           const hx_exec *ex, const hx_step *sp, void *const *in)

@@ -3,6 +3,7 @@
  * into hx_last_error() and finds a session's pools (its accelerator's). */
 #include "backend/backend.h"
 #include "memory/memory.h"
+#include "scheduler/scheduler.h"
 
 #include <stdlib.h>
 

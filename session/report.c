@@ -1,7 +1,7 @@
 /* What placement and partition decided, for people: HX_DEBUG=placement
  * lines on stderr, and the public reports of the session's plan (counts,
  * DOT, summary), which scheduler/plan_report.c writes. */
-#include "backend/backend.h"
+#include "scheduler/scheduler.h"
 
 #include <stdio.h>
 #include <stdlib.h>

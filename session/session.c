@@ -99,7 +99,7 @@ static hx_status setup_devices(hx_session *s)
     if (!st) st = hx__backend_cuda_for(&s->cfg, &s->be[HX_DEV_ACCEL]); /* CUDA, AUTO with a GPU */
     if (!st && s->cfg.accelerator != HX_ACCELERATOR_NONE && !s->be[HX_DEV_ACCEL]) {
         size_t cap = s->cfg.max_device_memory ? s->cfg.max_device_memory : (size_t)8 << 30;
-        hx_emu_options o = {s->budget, s->trace, s->cfg.emu_cost};
+        hx_emu_options o = {hx__emu_hooks(s->budget, s->trace), s->cfg.emu_cost};
         st = hx__backend_emu_create(cap, &o, &s->be[HX_DEV_ACCEL]);
         s->accel_on_host = true;
     }

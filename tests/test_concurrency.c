@@ -6,7 +6,7 @@
  * gradients, checkpoints across sessions), device feeds, and hundreds of
  * small runs to shake out races. */
 #include "hetex.h"
-#include "backend/backend.h"
+#include "scheduler/scheduler.h"
 #include "testutil.h"
 #include "trace_read.h"
 

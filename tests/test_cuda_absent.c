@@ -5,7 +5,7 @@
  * op table says, and that every GPU kernel returns the CUDA error as a
  * status (never aborts) when the runtime has no device. Where a device
  * exists this program skips (tests/gpu covers that machine). */
-#include "backend/backend_cuda.h"
+#include "scheduler/scheduler.h"
 #include "testutil.h"
 
 #include <stdlib.h>

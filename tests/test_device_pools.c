@@ -6,7 +6,7 @@
  * allocation, or the plan's tensors) that hx_memreplay replays. */
 #include "hetex.h"
 #include "testutil.h"
-#include "backend/backend.h"
+#include "scheduler/scheduler.h"
 
 #include <math.h>
 #include <stdlib.h>

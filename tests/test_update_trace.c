@@ -9,7 +9,7 @@
 #include "hetex.h"
 #include "testutil.h"
 #include "trace_read.h"
-#include "backend/backend.h"
+#include "scheduler/scheduler.h"
 
 #include <stdlib.h>
 #include <string.h>

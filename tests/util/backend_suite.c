@@ -5,7 +5,7 @@
 #include "backend_cases.h"
 
 #include "graph/graph.h"
-#include "backend/backend.h"
+#include "scheduler/scheduler.h"
 
 #include <math.h>
 #include <stdlib.h>
