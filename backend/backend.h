@@ -1,9 +1,9 @@
 /* The backend interface: what the executor needs from a piece of hardware.
  * A backend is a table of functions: memory, async copies host<->device on
  * a stream, streams and events, kernel lookup by (op, dtype), statistics.
- * cpu (backend_cpu_table.c) and emu (backend_emu.c) implement it; a cuda
- * backend implements the same table. Pointers a backend hands out are its
- * own memory: only its own functions (copies, launches) may touch them. */
+ * cpu (backend_cpu_table.c), emu (backend_emu.c) and cuda (backend_cuda.c)
+ * fill it, by field name. Pointers a backend hands out are its own memory:
+ * only its own functions (copies, launches) may touch them. */
 #ifndef HX_BACKEND_H
 #define HX_BACKEND_H
 
@@ -22,11 +22,27 @@ typedef struct hx_backend_stats {
 
 typedef struct hx_backend hx_backend;
 /* What a copy moves and why (hx__copy_role_name), for the trace; either
- * may be NULL. Both must outlive the copy (tensor names and role names do). */
+ * may be NULL (a zeroed label: none). Both must outlive the copy (tensor
+ * names and role names do). */
 typedef struct hx_copy_label {
     const char *tensor, *role;
 } hx_copy_label;
-#define HX_COPY_UNLABELLED ((hx_copy_label){NULL, NULL})
+
+/* A copy from the host into a backend's memory, and one back. Two types,
+ * so that neither direction's function or arguments compile in the
+ * other's place (the build makes incompatible pointer types errors). */
+typedef struct hx_h2d_copy {
+    void *dev;        /* the backend's memory */
+    const void *host;
+    size_t bytes;
+    hx_copy_label why; /* only labels the copy in the trace */
+} hx_h2d_copy;
+typedef struct hx_d2h_copy {
+    void *host;
+    const void *dev;  /* the backend's memory */
+    size_t bytes;
+    hx_copy_label why;
+} hx_d2h_copy;
 
 struct hx_backend {
     const char *name;  /* "cpu", "emu", "cuda" */
@@ -47,11 +63,9 @@ struct hx_backend {
     hx_status (*stream_wait)(hx_backend *b, hx_stream *s, hx_event *e); /* s waits for e */
     hx_status (*event_sync)(hx_backend *b, hx_event *e);                 /* host waits for e */
     /* Copies ordered on stream s; the host buffer must stay valid until s
-     * has passed the copy. `why` only labels the copy in the trace. */
-    hx_status (*copy_h2d)(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
-                          hx_copy_label why);
-    hx_status (*copy_d2h)(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
-                          hx_copy_label why);
+     * has passed the copy. */
+    hx_status (*copy_h2d)(hx_backend *b, hx_stream *s, hx_h2d_copy c);
+    hx_status (*copy_d2h)(hx_backend *b, hx_stream *s, hx_d2h_copy c);
     /* NULL: no kernel for op on this dtype (the node's output dtype). */
     hx_launch_fn (*kernel)(const hx_backend *b, hx_op op, hx_dtype dt);
     /* Runs fn on stream s; out/in are this backend's memory and, with ex

@@ -304,15 +304,14 @@ LAUNCH(bce_logits_backward)
 
 /* ---- optimizer updates --------------------------------------------------------------------- */
 
-/* Update nodes: in = param, grad, state...; the node's data is its
- * hx_optimizer_config. The session's step count is the optimizer's step
- * (torch's state['step']); gradients were scanned for Inf/NaN before any
- * update ran, so the kernels need not scan again. */
-#define CONFIG(y) ((const hx_optimizer_config *)(y)->data)
+/* Update nodes: in = param, grad, state...; y->optimizer is the
+ * node's hx_optimizer_config. The session's step count is the optimizer's
+ * step (torch's state['step']); gradients were scanned for Inf/NaN before
+ * any update ran, so the kernels need not scan again. */
 
 LAUNCH(sgd_update)
 {
-    const hx_optimizer_config *c = CONFIG(y);
+    const hx_optimizer_config *c = y->optimizer;
     hx_sgd_hp hp = {hx__update_lr(ex, c), c->momentum, c->dampening, c->weight_decay, c->nesterov};
     hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
@@ -322,7 +321,7 @@ LAUNCH(sgd_update)
 
 LAUNCH(adam_update)
 {
-    const hx_optimizer_config *c = CONFIG(y);
+    const hx_optimizer_config *c = y->optimizer;
     hx_adam_hp hp = {hx__update_lr(ex, c), c->beta1, c->beta2, c->eps, c->weight_decay,
                      c->kind == HX_OPTIMIZER_ADAMW};
     hx_optim_io io = hx__update_io(ex, y, in, NT);
@@ -333,7 +332,7 @@ LAUNCH(adam_update)
 
 LAUNCH(adagrad_update)
 {
-    const hx_optimizer_config *c = CONFIG(y);
+    const hx_optimizer_config *c = y->optimizer;
     hx_adagrad_hp hp = {hx__update_lr(ex, c), c->lr_decay, c->eps, c->weight_decay};
     hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
@@ -343,7 +342,7 @@ LAUNCH(adagrad_update)
 
 LAUNCH(ftrl_update)
 {
-    const hx_optimizer_config *c = CONFIG(y);
+    const hx_optimizer_config *c = y->optimizer;
     hx_ftrl_hp hp = {hx__update_lr(ex, c), c->l1, c->l2, c->l2_shrinkage};
     hx_optim_io io = hx__update_io(ex, y, in, NT);
     hx_optim_ftrl(in[0], in[2], in[3], numel(y), &hp, &io);

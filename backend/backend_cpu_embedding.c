@@ -93,7 +93,7 @@ hx_status hx__cpu_embedding_update(const hx_exec *ex, const hx_tensor *y, void *
     (void)out;
     char where[320];
     where_of(y, where, sizeof where);
-    const hx_emb_update_info *info = y->data;
+    const hx_emb_update_info *info = y->emb_update;
     int nq = info->n;
     int64_t total = hx_tensor_numel(y), dim = hx_embedding_table_dim(y->table);
     hx_emb_query *qs = calloc((size_t)nq, sizeof *qs);

@@ -26,10 +26,16 @@ static hx_status cpu_alloc(hx_backend *b, size_t bytes, hx_mem_lifetime lt, cons
 
 static void cpu_free(hx_backend *b, void *p) { free(p); }
 
-static hx_status cpu_copy(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
-                          hx_copy_label why)
+static hx_status cpu_h2d(hx_backend *b, hx_stream *s, hx_h2d_copy c)
 {
-    memcpy(dst, src, n);
+    memcpy(c.dev, c.host, c.bytes);
+    s->submitted++;
+    return HX_OK;
+}
+
+static hx_status cpu_d2h(hx_backend *b, hx_stream *s, hx_d2h_copy c)
+{
+    memcpy(c.host, c.dev, c.bytes);
     s->submitted++;
     return HX_OK;
 }
@@ -54,10 +60,18 @@ hx_status hx__backend_cpu_create(hx_backend **out)
 {
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) return hx__error(HX_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
-    c->b = (hx_backend){"cpu", HX_TARGET_CPU, cpu_alloc, cpu_free, hx__inline_stream_create,
-                        hx__inline_stream_destroy, hx__inline_stream_sync, hx__inline_event_create, hx__inline_event_destroy,
-                        hx__inline_event_record, hx__inline_stream_wait, hx__inline_event_sync, cpu_copy, cpu_copy,
-                        cpu_kernel, cpu_launch, cpu_stats, cpu_destroy, NULL};
+    c->b = (hx_backend){
+        .name = "cpu", .target = HX_TARGET_CPU,
+        .alloc = cpu_alloc, .free = cpu_free,
+        .stream_create = hx__inline_stream_create, .stream_destroy = hx__inline_stream_destroy,
+        .stream_sync = hx__inline_stream_sync,
+        .event_create = hx__inline_event_create, .event_destroy = hx__inline_event_destroy,
+        .event_record = hx__inline_event_record, .stream_wait = hx__inline_stream_wait,
+        .event_sync = hx__inline_event_sync,
+        .copy_h2d = cpu_h2d, .copy_d2h = cpu_d2h,
+        .kernel = cpu_kernel, .launch = cpu_launch,
+        .stats = cpu_stats, .destroy = cpu_destroy,
+    };
     c->st.capacity = SIZE_MAX;
     *out = &c->b;
     return HX_OK;

@@ -370,16 +370,14 @@ static hx_status copy(hx_backend *b, void *dst, const void *src, size_t n, hx_st
     return st;
 }
 
-static hx_status cuda_h2d(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
-                         hx_copy_label why)
+static hx_status cuda_h2d(hx_backend *b, hx_stream *s, hx_h2d_copy c)
 {
-    return copy(b, dst, src, n, s, true);
+    return copy(b, c.dev, c.host, c.bytes, s, true);
 }
 
-static hx_status cuda_d2h(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
-                         hx_copy_label why)
+static hx_status cuda_d2h(hx_backend *b, hx_stream *s, hx_d2h_copy c)
 {
-    return copy(b, dst, src, n, s, false);
+    return copy(b, c.host, c.dev, c.bytes, s, false);
 }
 
 /* ---- launches ------------------------------------------------------------------------------- */
@@ -511,11 +509,18 @@ static hx_status create(const hx_session_config *cfg, int n_devices, hx_backend 
     c->sm_count = prop.multiProcessorCount;
     c->st.capacity = cfg->max_device_memory && cfg->max_device_memory < total
                          ? cfg->max_device_memory : total;
-    c->b = (hx_backend){"cuda", HX_TARGET_DEVICE, cuda_alloc, cuda_free, cuda_stream_create,
-                        cuda_stream_destroy, cuda_stream_sync, cuda_event_create,
-                        cuda_event_destroy, cuda_event_record, cuda_stream_wait, cuda_event_sync,
-                        cuda_h2d, cuda_d2h, cuda_kernel, cuda_launch, cuda_stats, cuda_destroy,
-                        NULL};
+    c->b = (hx_backend){
+        .name = "cuda", .target = HX_TARGET_DEVICE,
+        .alloc = cuda_alloc, .free = cuda_free,
+        .stream_create = cuda_stream_create, .stream_destroy = cuda_stream_destroy,
+        .stream_sync = cuda_stream_sync,
+        .event_create = cuda_event_create, .event_destroy = cuda_event_destroy,
+        .event_record = cuda_event_record, .stream_wait = cuda_stream_wait,
+        .event_sync = cuda_event_sync,
+        .copy_h2d = cuda_h2d, .copy_d2h = cuda_d2h,
+        .kernel = cuda_kernel, .launch = cuda_launch,
+        .stats = cuda_stats, .destroy = cuda_destroy,
+    };
     char pname[300];
     snprintf(pname, sizeof pname, "cuda device %d (%s)", c->device, c->name);
     hx_mem_err err;

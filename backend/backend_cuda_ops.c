@@ -262,11 +262,9 @@ LAUNCH(bce_logits_backward)
 }
 
 /* ---- optimizer updates and the gradient scan ----------------------------------------------
- * Update nodes: in = param, grad, state...; the node's data is its
+ * Update nodes: in = param, grad, state...; y->optimizer is the node's
  * hx_optimizer_config; the step taken is the session's step + 1. The plan
  * (f32 scalars) is built by the CPU optimizer code, so both agree bitwise. */
-
-#define CONFIG(y) ((const hx_optimizer_config *)(y)->data)
 
 static hx_status update(const hx_tensor *y, hx_optim_plan pl, void *const *in, float *s1, float *s2)
 {
@@ -276,7 +274,7 @@ static hx_status update(const hx_tensor *y, hx_optim_plan pl, void *const *in, f
 
 LAUNCH(sgd_update)
 {
-    const hx_optimizer_config *c = CONFIG(y);
+    const hx_optimizer_config *c = y->optimizer;
     hx_sgd_hp hp = {hx__update_lr(ex, c), c->momentum, c->dampening, c->weight_decay, c->nesterov};
     hx_optim_io io = hx__update_io(ex, y, in, 1);
     float *buf = hx__update_state(y, in, 0);
@@ -286,7 +284,7 @@ LAUNCH(sgd_update)
 
 LAUNCH(adam_update)
 {
-    const hx_optimizer_config *c = CONFIG(y);
+    const hx_optimizer_config *c = y->optimizer;
     hx_adam_hp hp = {hx__update_lr(ex, c), c->beta1, c->beta2, c->eps, c->weight_decay,
                      c->kind == HX_OPTIMIZER_ADAMW};
     hx_optim_io io = hx__update_io(ex, y, in, 1);
@@ -295,7 +293,7 @@ LAUNCH(adam_update)
 
 LAUNCH(adagrad_update)
 {
-    const hx_optimizer_config *c = CONFIG(y);
+    const hx_optimizer_config *c = y->optimizer;
     hx_adagrad_hp hp = {hx__update_lr(ex, c), c->lr_decay, c->eps, c->weight_decay};
     hx_optim_io io = hx__update_io(ex, y, in, 1);
     return update(y, hx_optim_plan_adagrad(&hp, ex->step + 1, &io), in, in[2], NULL);

@@ -417,16 +417,16 @@ static hx_status emu_event_sync(hx_backend *b, hx_event *ev)
     return st ? hx__error(st, "%s", msg) : HX_OK;
 }
 
-static hx_status emu_h2d(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
-                         hx_copy_label why)
+static hx_status emu_h2d(hx_backend *b, hx_stream *s, hx_h2d_copy c)
 {
-    return enqueue(s, &(emu_op){.kind = OP_H2D, .out = dst, .src = src, .n = n, .why = why});
+    return enqueue(s, &(emu_op){.kind = OP_H2D, .out = c.dev, .src = c.host, .n = c.bytes,
+                                .why = c.why});
 }
 
-static hx_status emu_d2h(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s,
-                         hx_copy_label why)
+static hx_status emu_d2h(hx_backend *b, hx_stream *s, hx_d2h_copy c)
 {
-    return enqueue(s, &(emu_op){.kind = OP_D2H, .out = dst, .src = src, .n = n, .why = why});
+    return enqueue(s, &(emu_op){.kind = OP_D2H, .out = c.host, .src = c.dev, .n = c.bytes,
+                                .why = c.why});
 }
 
 /* The CPU kernels, less the ops the op table keeps on the host. */
@@ -471,10 +471,18 @@ hx_status hx__backend_emu_create(size_t capacity, const hx_emu_options *opt, hx_
 {
     emu_backend *e = calloc(1, sizeof *e);
     if (!e) return hx__error(HX_ERR_OUT_OF_MEMORY, "emu device: out of host memory");
-    e->b = (hx_backend){"emu", HX_TARGET_DEVICE, emu_alloc, emu_free, emu_stream_create,
-                        emu_stream_destroy, emu_stream_sync, emu_event_create, emu_event_destroy,
-                        emu_event_record, emu_stream_wait, emu_event_sync, emu_h2d, emu_d2h,
-                        emu_kernel, emu_launch, emu_stats, emu_destroy, NULL};
+    e->b = (hx_backend){
+        .name = "emu", .target = HX_TARGET_DEVICE,
+        .alloc = emu_alloc, .free = emu_free,
+        .stream_create = emu_stream_create, .stream_destroy = emu_stream_destroy,
+        .stream_sync = emu_stream_sync,
+        .event_create = emu_event_create, .event_destroy = emu_event_destroy,
+        .event_record = emu_event_record, .stream_wait = emu_stream_wait,
+        .event_sync = emu_event_sync,
+        .copy_h2d = emu_h2d, .copy_d2h = emu_d2h,
+        .kernel = emu_kernel, .launch = emu_launch,
+        .stats = emu_stats, .destroy = emu_destroy,
+    };
     hx_mem_err err;
     hx_mem_source src = {NULL, segment_reserve, segment_release};
     hx_status st = hx_mem_pools_open_device("emu device", capacity, src, &e->b.pools, &err);

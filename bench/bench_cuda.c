@@ -175,12 +175,12 @@ static void copy_cases(size_t n)
                                 h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, C.stream));
             TRY(cudaStreamSynchronize(C.stream));
             double t1 = wall();
-            TRY(h2d ? b->copy_h2d(b, d, pinned, n, s, HX_COPY_UNLABELLED)
-                    : b->copy_d2h(b, pinned, d, n, s, HX_COPY_UNLABELLED));
+            TRY(h2d ? b->copy_h2d(b, s, (hx_h2d_copy){.dev = d, .host = pinned, .bytes = n})
+                    : b->copy_d2h(b, s, (hx_d2h_copy){.host = pinned, .dev = d, .bytes = n}));
             TRY(b->stream_sync(b, s));
             double t2 = wall();
-            TRY(h2d ? b->copy_h2d(b, d, pageable, n, s, HX_COPY_UNLABELLED)
-                    : b->copy_d2h(b, pageable, d, n, s, HX_COPY_UNLABELLED));
+            TRY(h2d ? b->copy_h2d(b, s, (hx_h2d_copy){.dev = d, .host = pageable, .bytes = n})
+                    : b->copy_d2h(b, s, (hx_d2h_copy){.host = pageable, .dev = d, .bytes = n}));
             TRY(b->stream_sync(b, s));
             double t3 = wall();
             if (t1 - t0 < best_raw) best_raw = t1 - t0;

@@ -212,7 +212,7 @@ static hx_status add_update(hx_graph *g, hx_tensor *p, const hx_optimizer_config
         free(copy);
         return HX_ERR_INTERNAL;
     }
-    u->data = copy;
+    u->optimizer = copy;
     u->param = p;
     if (p->target != HX_TARGET_DEFAULT) u->target = p->target;
     for (int k = 2; k < n; k++) src[k]->target = u->target;
@@ -264,10 +264,10 @@ static void name_after_table(hx_tensor *u, const char *table)
  * flattened and concatenated on the CPU), then the other lookups' ids and
  * every offsets and weights, and last the lookups themselves (so that they
  * run before the update even when no value needs their output: a DYNAMIC
- * table's forward gives new ids their rows); data: where each lookup's
- * inputs are. Weights
- * that are a parameter are read through a copy made before any update runs
- * (their own update may run first and change them in place). */
+ * table's forward gives new ids their rows); emb_update: where each
+ * lookup's inputs are. Weights that are a parameter are read through a copy
+ * made before any update runs (their own update may run first and change
+ * them in place). */
 static hx_status add_table_update(hx_graph *g, hx_embedding_table *t, int n0)
 {
     int nl = 0;
@@ -319,7 +319,7 @@ static hx_status add_table_update(hx_graph *g, hx_embedding_table *t, int n0)
         st = HX_ERR_INTERNAL;
         goto out;
     }
-    u->data = info;
+    u->emb_update = info;
     info = NULL;
     u->table = t;
     u->param = u;

@@ -141,7 +141,9 @@ static void tensor_free(hx_tensor *t)
 {
     free(t->name);
     free(t->src);
-    free(t->data);
+    free(t->constant);
+    free(t->optimizer);
+    free(t->emb_update);
     free(t);
 }
 
@@ -391,13 +393,13 @@ hx_tensor *hx_graph_constant(hx_graph *g, const char *name, hx_dtype dt, int ndi
                             dt, ndim, shape);
     if (!t) return NULL;
     size_t bytes = hx_tensor_nbytes(t);
-    t->data = malloc(bytes ? bytes : 1);
-    if (!t->data) {
+    t->constant = malloc(bytes ? bytes : 1);
+    if (!t->constant) {
         hx__graph_truncate(g, t->id);
         hx__error(HX_ERR_OUT_OF_MEMORY, "hx_graph_constant '%s': out of host memory", name);
         return NULL;
     }
-    memcpy(t->data, data, bytes);
+    memcpy(t->constant, data, bytes);
     return t;
 }
 

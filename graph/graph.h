@@ -26,9 +26,9 @@ typedef enum hx_op {
     HX_OP_SUM_TO, HX_OP_BROADCAST_TO, HX_OP_SLICE_BACKWARD, HX_OP_SCATTER_ADD,
     HX_OP_CROSS_ENTROPY_BACKWARD, HX_OP_BCE_LOGITS_BACKWARD,
     HX_OP_EMBEDDING_BAG_WEIGHTS_BACKWARD, /* d loss / d per-sample weights */
-    /* optimizer updates (side effects on a parameter; data: the config) */
+    /* optimizer updates (side effects on a parameter; tensor.optimizer) */
     HX_OP_SGD_UPDATE, HX_OP_ADAM_UPDATE, HX_OP_ADAGRAD_UPDATE, HX_OP_FTRL_UPDATE,
-    HX_OP_EMBEDDING_UPDATE, /* a table's sparse update; data: hx_emb_update_info */
+    HX_OP_EMBEDDING_UPDATE, /* a table's sparse update; tensor.emb_update */
     HX_OP_COUNT
 } hx_op;
 
@@ -38,6 +38,8 @@ typedef struct hx_attrs {
     float f[4];
     uint64_t seed, stream;
 } hx_attrs;
+
+typedef struct hx_emb_update_info hx_emb_update_info;
 
 struct hx_tensor {
     hx_graph *graph;
@@ -54,7 +56,11 @@ struct hx_tensor {
     hx_target target; /* attribute: set explicitly or by the scope at creation */
     bool target_set;  /* target came from hx_tensor_set_target, not the scope */
     hx_init init;     /* parameters and state */
-    void *data;       /* constants: their value; updates: their hx_optimizer_config */
+    /* What a node carries besides its attributes, by kind (owned; NULL in
+     * every other tensor): */
+    void *constant;                 /* constants: their bytes */
+    hx_optimizer_config *optimizer; /* dense updates (SGD, Adam, Adagrad, FTRL) */
+    hx_emb_update_info *emb_update; /* embedding updates: what they read */
     hx_tensor *grad;  /* set by hx_graph_backward */
     hx_tensor *param; /* update nodes and state: the parameter they serve (an embedding
                          update: itself, named after its table) */
@@ -71,10 +77,10 @@ typedef struct hx_emb_update_src {
     int ids, offsets, weights;
     int64_t grad_offset;
 } hx_emb_update_src;
-typedef struct hx_emb_update_info {
+struct hx_emb_update_info {
     int n;
     hx_emb_update_src src[];
-} hx_emb_update_info;
+};
 
 /* A table a graph uses, and the first node that uses it (a failed build
  * rolled back past it releases the table). */

@@ -96,8 +96,11 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
         if ((st = hx__residency_step_ready(r->s, sp))) break; /* its source in host memory */
         hx_copy_label why = {sp->node->name, hx__copy_role_name(p->step_role[k])};
         size_t n = hx_tensor_nbytes(sp->node);
-        st = x->lane == HX_LANE_H2D ? acc->copy_h2d(acc, sp->out, sp->in[0], n, st_, why)
-                                    : acc->copy_d2h(acc, sp->out, sp->in[0], n, st_, why);
+        st = x->lane == HX_LANE_H2D
+                 ? acc->copy_h2d(acc, st_, (hx_h2d_copy){.dev = sp->out, .host = sp->in[0],
+                                                         .bytes = n, .why = why})
+                 : acc->copy_d2h(acc, st_, (hx_d2h_copy){.host = sp->out, .dev = sp->in[0],
+                                                         .bytes = n, .why = why});
     }
     return st;
 }

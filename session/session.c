@@ -144,7 +144,7 @@ static hx_status alloc_persistent(hx_session *s)
         s->persist_bytes[d] += bytes;
         void *host = d == HX_DEV_HOST ? s->persist[i] : malloc(bytes ? bytes : 1); /* staging */
         if (!host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-        if (t->kind == HX_TENSOR_CONSTANT) memcpy(host, t->data, bytes);
+        if (t->kind == HX_TENSOR_CONSTANT) memcpy(host, t->constant, bytes);
         else st = hx__param_init(t, host, s->cfg.seed, s->nthreads);
         if (!st && d != HX_DEV_HOST) st = hx__session_copy_in(s, d, s->persist[i], host, bytes);
         if (host != s->persist[i]) free(host);
@@ -350,7 +350,8 @@ hx_status hx__session_copy_out(hx_session *s, int d, void *dst, const void *src,
         return HX_OK;
     }
     hx_backend *b = s->be[d];
-    hx_status st = b->copy_d2h(b, dst, src, n, s->copy_stream[1], HX_COPY_UNLABELLED);
+    hx_status st = b->copy_d2h(b, s->copy_stream[1],
+                               (hx_d2h_copy){.host = dst, .dev = src, .bytes = n});
     hx_status sync = b->stream_sync(b, s->copy_stream[1]);
     return st ? st : sync;
 }
@@ -362,7 +363,8 @@ hx_status hx__session_copy_in(hx_session *s, int d, void *dst, const void *src, 
         return HX_OK;
     }
     hx_backend *b = s->be[d];
-    hx_status st = b->copy_h2d(b, dst, src, n, s->copy_stream[0], HX_COPY_UNLABELLED);
+    hx_status st = b->copy_h2d(b, s->copy_stream[0],
+                               (hx_h2d_copy){.dev = dst, .host = src, .bytes = n});
     hx_status sync = b->stream_sync(b, s->copy_stream[0]);
     return st ? st : sync;
 }
@@ -395,8 +397,10 @@ static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_d
         n_dev = i + 1;
     }
     if (!st && n_dev)
-        st = acc->copy_d2h(acc, dev_sums, s->scan_dev, sizeof(double) * n_dev,
-                           s->stream[HX_DEV_ACCEL], (hx_copy_label){NULL, "gradient scan sums"});
+        st = acc->copy_d2h(acc, s->stream[HX_DEV_ACCEL],
+                           (hx_d2h_copy){.host = dev_sums, .dev = s->scan_dev,
+                                         .bytes = sizeof(double) * n_dev,
+                                         .why = {.role = "gradient scan sums"}});
     int cores = hx__budget_take(s->budget, host_threads);
     for (int i = 0; i < p->n_scan && !st; i++) {
         const hx_tensor *g = p->scan_update[i]->src[1];

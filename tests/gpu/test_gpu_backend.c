@@ -50,14 +50,16 @@ static void check_copies(hx_backend *b)
         hx_backend_stats before, after;
         b->stats(b, &before);
         CHECK(b->alloc(b, n, HX_MEM_TRANSIENT, "a test buffer", &dev) == HX_OK, "%s", hx_last_error());
-        CHECK(b->copy_h2d(b, dev, src, n, s, HX_COPY_UNLABELLED) == HX_OK, "%s", hx_last_error());
-        memset(src, 0, n); /* pageable source may be reused at once */
-        CHECK(b->copy_d2h(b, pinned, dev, n, s, HX_COPY_UNLABELLED) == HX_OK,
+        CHECK(b->copy_h2d(b, s, (hx_h2d_copy){.dev = dev, .host = src, .bytes = n}) == HX_OK,
               "%s", hx_last_error());
-        CHECK(b->copy_h2d(b, dev, pinned, n, s, HX_COPY_UNLABELLED) == HX_OK,
+        memset(src, 0, n); /* pageable source may be reused at once */
+        CHECK(b->copy_d2h(b, s, (hx_d2h_copy){.host = pinned, .dev = dev, .bytes = n}) == HX_OK,
+              "%s", hx_last_error());
+        CHECK(b->copy_h2d(b, s, (hx_h2d_copy){.dev = dev, .host = pinned, .bytes = n}) == HX_OK,
               "%s", hx_last_error());
         memset(dst, 0xAB, n);
-        CHECK(b->copy_d2h(b, dst, dev, n, s, HX_COPY_UNLABELLED) == HX_OK, "%s", hx_last_error());
+        CHECK(b->copy_d2h(b, s, (hx_d2h_copy){.host = dst, .dev = dev, .bytes = n}) == HX_OK,
+              "%s", hx_last_error());
         CHECK(b->stream_sync(b, s) == HX_OK, "%s", hx_last_error());
         CHECK(!memcmp(dst, pinned, n), "round trip of %zu bytes", n);
         b->stats(b, &after);
@@ -109,7 +111,7 @@ static void check_events_and_overlap(hx_backend *b)
     float *h = calloc(8 * 65536, 4);
     for (int j = 0; j < 4; j++) {
         CHECK(b->alloc(b, bytes, HX_MEM_TRANSIENT, "overlap buffer", &bufs[j]) == HX_OK, "%s", hx_last_error());
-        b->copy_h2d(b, bufs[j], h, bytes, ss[0], HX_COPY_UNLABELLED);
+        b->copy_h2d(b, ss[0], (hx_h2d_copy){.dev = bufs[j], .host = h, .bytes = bytes});
     }
     /* an event orders stream 1 after stream 0's copy */
     hx_event *e;
@@ -170,8 +172,9 @@ static void copy_bandwidth(hx_backend *b)
         for (int rep = 0; rep < 3; rep++) {
             double t0 = now();
             hx_status st =
-                cases[k].h2d ? b->copy_h2d(b, dev, cases[k].host, n, s, HX_COPY_UNLABELLED)
-                             : b->copy_d2h(b, cases[k].host, dev, n, s, HX_COPY_UNLABELLED);
+                cases[k].h2d
+                    ? b->copy_h2d(b, s, (hx_h2d_copy){.dev = dev, .host = cases[k].host, .bytes = n})
+                    : b->copy_d2h(b, s, (hx_d2h_copy){.host = cases[k].host, .dev = dev, .bytes = n});
             st = st ? st : b->stream_sync(b, s);
             CHECK(st == HX_OK, "%s", hx_last_error());
             double t = now() - t0;

@@ -33,8 +33,8 @@ hx_status bsuite_poison(hx_session *s, unsigned char byte)
         void *fill = malloc(s->arena_bytes[d]);
         if (!fill) return HX_ERR_OUT_OF_MEMORY;
         memset(fill, byte, s->arena_bytes[d]);
-        hx_status st =
-            b->copy_h2d(b, s->arena[d], fill, s->arena_bytes[d], s->stream[d], HX_COPY_UNLABELLED);
+        hx_status st = b->copy_h2d(b, s->stream[d], (hx_h2d_copy){.dev = s->arena[d], .host = fill,
+                                                                  .bytes = s->arena_bytes[d]});
         if (!st) st = b->stream_sync(b, s->stream[d]);
         free(fill);
         if (st) return st;
