@@ -4,8 +4,7 @@
  * widening path (backend_cpu_widen.c). Data movement is dtype-size aware. */
 #include "backend/backend_cpu_embedding.h"
 #include "backend/backend_cpu_widen.h"
-#include "backend/node_shapes.h"
-#include "kernels/cpu/hx_kernels.h"
+#include "backend/node_args.h"
 
 #include <string.h>
 
@@ -26,9 +25,9 @@ static int64_t numel(const hx_tensor *t) { return hx_tensor_numel(t); }
 
 LAUNCH(matmul)
 {
-    hx__gemm_shape g = hx__matmul_shape(y);
-    hx_k_gemm_f32(g.ta, g.tb, g.batch, g.M, g.N, g.K, 1.0f, X(0), g.lda, g.M * g.K, X(1), g.ldb,
-                  g.b_stride, 0.0f, out, g.N, g.M * g.N, NT);
+    hx__gemm_args g = hx__matmul_args(y);
+    hx_k_gemm_f32(g.ta, g.tb, g.batch, g.M, g.N, g.K, 1.0f, X(0), g.lda, g.a_stride, X(1), g.ldb,
+                  g.b_stride, 0.0f, out, g.ldc, g.c_stride, NT);
     return HX_OK;
 }
 
@@ -37,10 +36,8 @@ LAUNCH(matmul)
 static hx_status binary(const hx_exec *ex, hx_binary_op op, const hx_tensor *y, void *out,
                         void *const *in)
 {
-    int64_t sa[HX_MAX_DIMS], sb[HX_MAX_DIMS];
-    hx__broadcast_strides(SRC(0), y, sa);
-    hx__broadcast_strides(SRC(1), y, sb);
-    hx_k_binary_f32(op, out, X(0), sa, X(1), sb, y->shape, y->ndim, NT);
+    hx__binary_args b = hx__binary_of(y);
+    hx_k_binary_f32(op, out, X(0), b.a_strides, X(1), b.b_strides, y->shape, y->ndim, NT);
     return HX_OK;
 }
 
@@ -53,8 +50,8 @@ LAUNCH(scale) { hx_k_scale_f32(out, X(0), y->attr.f[0], numel(y), NT); return HX
 
 LAUNCH(bias_add)
 {
-    int64_t n = hx__last_dim(y);
-    hx_k_bias_add_f32(out, X(0), X(1), numel(y) / n, n, NT);
+    hx__rows_args r = hx__rows_of(y);
+    hx_k_bias_add_f32(out, X(0), X(1), r.rows, r.cols, NT);
     return HX_OK;
 }
 
@@ -87,7 +84,7 @@ UNARY_BACKWARD(tanh_backward, HX_UNARY_TANH, 0)
 
 /* ---- rows ------------------------------------------------------------------------------ */
 
-#define ROWS(y) (numel(y) / hx__last_dim(y)), hx__last_dim(y)
+#define ROWS(t) hx__rows_of(t).rows, hx__rows_of(t).cols
 
 LAUNCH(softmax) { hx_k_softmax_forward_f32(out, X(0), ROWS(y), NT); return HX_OK; }
 LAUNCH(log_softmax) { hx_k_log_softmax_forward_f32(out, X(0), ROWS(y), NT); return HX_OK; }
@@ -127,85 +124,52 @@ LAUNCH(copy)
     return HX_OK;
 }
 
+static void copy_strided(const hx_exec *ex, hx__copy_args c, void *out, const void *in)
+{
+    hx_k_copy_strided((char *)out + c.out_offset, c.out_strides, (const char *)in + c.in_offset,
+                      c.in_strides, c.shape, c.ndim, c.elem_size, NT);
+}
+
 LAUNCH(permute)
 {
-    const hx_tensor *x = SRC(0);
-    int64_t xs[HX_MAX_DIMS], perm_xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    hx__strides_of(x, xs);
-    hx__strides_of(y, ys);
-    for (int d = 0; d < y->ndim; d++) perm_xs[d] = xs[y->attr.i[d]];
-    hx_k_copy_strided(out, ys, in[0], perm_xs, y->shape, y->ndim, hx_dtype_size(y->dtype), NT);
+    copy_strided(ex, hx__permute_of(y), out, in[0]);
     return HX_OK;
 }
 
 LAUNCH(concat)
 {
-    int ax = (int)y->attr.i[0];
-    size_t es = hx_dtype_size(y->dtype);
-    int64_t ys[HX_MAX_DIMS], xs[HX_MAX_DIMS], off = 0;
-    hx__strides_of(y, ys);
-    for (int k = 0; k < y->n_src; k++) {
-        const hx_tensor *x = SRC(k);
-        hx__strides_of(x, xs);
-        hx_k_copy_strided((char *)out + off * ys[ax] * es, ys, in[k], xs, x->shape, x->ndim, es, NT);
-        off += x->shape[ax];
-    }
+    for (int k = 0; k < y->n_src; k++) copy_strided(ex, hx__concat_part_of(y, k), out, in[k]);
     return HX_OK;
 }
 
-/* attr: i[0] axis, i[1] start */
 LAUNCH(slice)
 {
-    int64_t xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    const char *base = hx__slice_view(y, in[0], xs, ys);
-    hx_k_copy_strided(out, ys, base, xs, y->shape, y->ndim, hx_dtype_size(y->dtype), NT);
+    copy_strided(ex, hx__slice_of(y), out, in[0]);
     return HX_OK;
 }
 
 /* dx (x's shape) = 0 outside the slice, dy inside. */
 LAUNCH(slice_backward)
 {
-    const hx_tensor *dy = SRC(0);
-    size_t es = hx_dtype_size(y->dtype);
-    int64_t ys[HX_MAX_DIMS], dys[HX_MAX_DIMS];
-    hx__strides_of(y, ys);
-    hx__strides_of(dy, dys);
     memset(out, 0, hx_tensor_nbytes(y));
-    char *base = (char *)out + y->attr.i[1] * ys[y->attr.i[0]] * es;
-    hx_k_copy_strided(base, ys, in[0], dys, dy->shape, dy->ndim, es, NT);
+    copy_strided(ex, hx__slice_backward_of(y), out, in[0]);
     return HX_OK;
 }
 
 LAUNCH(broadcast_to)
 {
-    int64_t xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    hx__broadcast_strides(SRC(0), y, xs);
-    hx__strides_of(y, ys);
-    hx_k_copy_strided(out, ys, in[0], xs, y->shape, y->ndim, hx_dtype_size(y->dtype), NT);
+    copy_strided(ex, hx__broadcast_to_of(y), out, in[0]);
     return HX_OK;
 }
 
-/* attr: i[0] mask of reduced axes */
-LAUNCH(reduce_sum)
+static hx_status reduce(const hx_exec *ex, hx__reduce_args r, void *out, const float *x)
 {
-    const hx_tensor *x = SRC(0);
-    uint8_t red[HX_MAX_DIMS];
-    for (int d = 0; d < x->ndim; d++) red[d] = y->attr.i[0] >> d & 1;
-    hx_k_reduce_sum_f32(out, X(0), x->shape, x->ndim, red, NT);
+    hx_k_reduce_sum_f32(out, x, r.shape, r.ndim, r.reduce, NT);
     return HX_OK;
 }
 
-/* Sums dy over the axes where y (right-aligned) has 1 or no dim. */
-LAUNCH(sum_to)
-{
-    const hx_tensor *dy = SRC(0);
-    uint8_t red[HX_MAX_DIMS];
-    int lead = dy->ndim - y->ndim;
-    for (int d = 0; d < dy->ndim; d++)
-        red[d] = d < lead || (y->shape[d - lead] == 1 && dy->shape[d] != 1);
-    hx_k_reduce_sum_f32(out, X(0), dy->shape, dy->ndim, red, NT);
-    return HX_OK;
-}
+LAUNCH(reduce_sum) { return reduce(ex, hx__reduce_sum_of(y), out, X(0)); }
+LAUNCH(sum_to) { return reduce(ex, hx__sum_to_of(y), out, X(0)); }
 
 LAUNCH(cast)
 {
@@ -228,22 +192,21 @@ static hx_status bad_id(const hx_tensor *y, const hx_tensor *ids, const void *id
 
 LAUNCH(gather)
 {
-    const hx_tensor *table = SRC(0), *ids = SRC(1);
+    hx__gather_args g = hx__gather_of(y);
     int64_t bad;
-    if (hx_k_gather_rows(out, in[0], table->shape[0], hx_tensor_nbytes(table) / table->shape[0],
-                         in[1], (hx_kdtype)ids->dtype, numel(ids), NT, &bad))
-        return bad_id(y, ids, in[1], bad, table->shape[0], "id");
+    if (hx_k_gather_rows(out, in[0], g.rows, g.row_bytes, in[1], (hx_kdtype)g.ids->dtype, g.n_ids,
+                         NT, &bad))
+        return bad_id(y, g.ids, in[1], bad, g.rows, "id");
     return HX_OK;
 }
 
-/* in: dy, ids; y is the table's shape */
 LAUNCH(scatter_add)
 {
-    const hx_tensor *ids = SRC(1);
+    hx__scatter_args a = hx__scatter_add_of(y);
     int64_t bad;
-    if (hx_k_scatter_add_rows_f32(out, y->shape[0], y->shape[1], X(0), in[1],
-                                  (hx_kdtype)ids->dtype, numel(ids), NT, &bad))
-        return bad_id(y, ids, in[1], bad, y->shape[0], "id");
+    if (hx_k_scatter_add_rows_f32(out, a.rows, a.cols, X(0), in[1], (hx_kdtype)a.ids->dtype,
+                                  a.n_ids, NT, &bad))
+        return bad_id(y, a.ids, in[1], bad, a.rows, "id");
     return HX_OK;
 }
 
@@ -251,41 +214,42 @@ LAUNCH(scatter_add)
 
 LAUNCH(causal_mask)
 {
-    int64_t T = hx__last_dim(y);
-    hx_k_causal_mask_f32(out, X(0), numel(y) / (T * T), T, y->attr.f[0], NT);
+    hx__mask_args m = hx__causal_mask_of(y);
+    hx_k_causal_mask_f32(out, X(0), m.batch, m.T, y->attr.f[0], NT);
     return HX_OK;
 }
 
-/* The mask changes every training step and is shared by forward and backward. */
 LAUNCH(dropout)
 {
-    if (!ex->train || y->attr.f[0] == 0) {
+    hx__dropout_args d = hx__dropout_of(ex, y);
+    if (d.identity) {
         /* f32 buffers also for a 16-bit node (widened) */
-        if (out != in[0]) memcpy(out, in[0], sizeof(float) * numel(y));
+        if (out != in[0]) memcpy(out, in[0], sizeof(float) * d.n);
         return HX_OK;
     }
-    uint64_t seed = y->attr.seed ^ ((uint64_t)ex->step * 0x9E3779B97F4A7C15ull);
-    hx_k_dropout_f32(out, X(0), y->attr.f[0], seed, y->attr.stream, numel(y), NT);
+    hx_k_dropout_f32(out, X(0), d.p, d.seed, d.stream, d.n, NT);
     return HX_OK;
 }
 
 LAUNCH(cross_entropy)
 {
-    const hx_tensor *logits = SRC(0), *labels = SRC(1);
-    int64_t bad, N = logits->shape[0], C = logits->shape[1];
-    if (hx_k_cross_entropy_forward_f32(out, X(0), in[1], (hx_kdtype)labels->dtype, N, C, NT, &bad))
-        return bad_id(y, labels, in[1], bad, C, "label");
+    hx__xent_args a = hx__cross_entropy_of(y);
+    const void *labels = in[a.label_in];
+    int64_t bad;
+    if (hx_k_cross_entropy_forward_f32(out, X(0), labels, (hx_kdtype)a.labels->dtype, a.rows,
+                                       a.classes, NT, &bad))
+        return bad_id(y, a.labels, labels, bad, a.classes, "label");
     return HX_OK;
 }
 
-/* in: dloss, logits, labels */
 LAUNCH(cross_entropy_backward)
 {
-    const hx_tensor *labels = SRC(2);
-    int64_t bad, N = y->shape[0], C = y->shape[1];
-    if (hx_k_cross_entropy_backward_f32(out, X(0), X(1), in[2], (hx_kdtype)labels->dtype, N, C,
-                                        NT, &bad))
-        return bad_id(y, labels, in[2], bad, C, "label");
+    hx__xent_args a = hx__cross_entropy_of(y);
+    const void *labels = in[a.label_in];
+    int64_t bad;
+    if (hx_k_cross_entropy_backward_f32(out, X(0), X(1), labels, (hx_kdtype)a.labels->dtype, a.rows,
+                                        a.classes, NT, &bad))
+        return bad_id(y, a.labels, labels, bad, a.classes, "label");
     return HX_OK;
 }
 
@@ -304,15 +268,13 @@ LAUNCH(bce_logits_backward)
 
 /* ---- optimizer updates --------------------------------------------------------------------- */
 
-/* Update nodes: in = param, grad, state...; y->optimizer is the
- * node's hx_optimizer_config. The session's step count is the optimizer's
+/* Update nodes (node_args.h). The session's step count is the optimizer's
  * step (torch's state['step']); gradients were scanned for Inf/NaN before
  * any update ran, so the kernels need not scan again. */
 
 LAUNCH(sgd_update)
 {
-    const hx_optimizer_config *c = y->optimizer;
-    hx_sgd_hp hp = {hx__update_lr(ex, c), c->momentum, c->dampening, c->weight_decay, c->nesterov};
+    hx_sgd_hp hp = hx__sgd_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
     hx_optim_sgd(in[0], hx__update_state(y, in, 0), numel(y), &step, &hp, &io);
@@ -321,9 +283,7 @@ LAUNCH(sgd_update)
 
 LAUNCH(adam_update)
 {
-    const hx_optimizer_config *c = y->optimizer;
-    hx_adam_hp hp = {hx__update_lr(ex, c), c->beta1, c->beta2, c->eps, c->weight_decay,
-                     c->kind == HX_OPTIMIZER_ADAMW};
+    hx_adam_hp hp = hx__adam_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
     hx_optim_adam(in[0], in[2], in[3], numel(y), &step, &hp, &io);
@@ -332,8 +292,7 @@ LAUNCH(adam_update)
 
 LAUNCH(adagrad_update)
 {
-    const hx_optimizer_config *c = y->optimizer;
-    hx_adagrad_hp hp = {hx__update_lr(ex, c), c->lr_decay, c->eps, c->weight_decay};
+    hx_adagrad_hp hp = hx__adagrad_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
     hx_optim_adagrad(in[0], in[2], numel(y), &step, &hp, &io);
@@ -342,8 +301,7 @@ LAUNCH(adagrad_update)
 
 LAUNCH(ftrl_update)
 {
-    const hx_optimizer_config *c = y->optimizer;
-    hx_ftrl_hp hp = {hx__update_lr(ex, c), c->l1, c->l2, c->l2_shrinkage};
+    hx_ftrl_hp hp = hx__ftrl_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, NT);
     hx_optim_ftrl(in[0], in[2], in[3], numel(y), &hp, &io);
     return HX_OK;

@@ -4,8 +4,7 @@
  * backend_cpu.c, op for op. */
 #ifdef HX_HAVE_CUDA
 #include "backend/backend_cuda_internal.h"
-#include "backend/node_shapes.h"
-#include "kernels/cpu/hx_kernels.h"
+#include "backend/node_args.h"
 
 #define LAUNCH(name) \
     static hx_status name(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in)
@@ -13,7 +12,7 @@
 #define SRC(i) (y->src[i])
 #define DT(t) ((hx_kdtype)(t)->dtype)
 #define RUN(call) return ran(y, (call))
-#define ROWS(t) (hx_tensor_numel(t) / hx__last_dim(t)), hx__last_dim(t)
+#define ROWS(t) hx__rows_of(t).rows, hx__rows_of(t).cols
 
 static hx_status ran(const hx_tensor *y, hx_gk_status st) { return st ? hx__cuda_fail(y, st) : HX_OK; }
 static int64_t numel(const hx_tensor *t) { return hx_tensor_numel(t); }
@@ -22,19 +21,18 @@ static int64_t numel(const hx_tensor *t) { return hx_tensor_numel(t); }
 
 LAUNCH(matmul)
 {
-    hx__gemm_shape g = hx__matmul_shape(y);
-    RUN(hx_gk_gemm(C, DT(y), g.ta, g.tb, g.batch, g.M, g.N, g.K, in[0], g.lda, g.M * g.K, in[1],
-                   g.ldb, g.b_stride, out, g.N, g.M * g.N));
+    hx__gemm_args g = hx__matmul_args(y);
+    RUN(hx_gk_gemm(C, DT(y), g.ta, g.tb, g.batch, g.M, g.N, g.K, in[0], g.lda, g.a_stride, in[1],
+                   g.ldb, g.b_stride, out, g.ldc, g.c_stride));
 }
 
 /* ---- elementwise ---------------------------------------------------------------- */
 
 static hx_status binary(hx_binary_op op, const hx_tensor *y, void *out, void *const *in)
 {
-    int64_t sa[HX_MAX_DIMS], sb[HX_MAX_DIMS];
-    hx__broadcast_strides(SRC(0), y, sa);
-    hx__broadcast_strides(SRC(1), y, sb);
-    RUN(hx_gk_binary(C, DT(y), op, out, in[0], sa, in[1], sb, y->shape, y->ndim));
+    hx__binary_args b = hx__binary_of(y);
+    RUN(hx_gk_binary(C, DT(y), op, out, in[0], b.a_strides, in[1], b.b_strides, y->shape,
+                     y->ndim));
 }
 
 LAUNCH(add) { return binary(HX_BINARY_ADD, y, out, in); }
@@ -97,90 +95,45 @@ LAUNCH(layernorm_backward_gamma)
 
 LAUNCH(copy) { RUN(hx_gk_memcpy(C, out, in[0], hx_tensor_nbytes(y))); }
 
-LAUNCH(permute)
+static hx_gk_status copy_strided(hx__copy_args c, void *out, const void *in)
 {
-    const hx_tensor *x = SRC(0);
-    int64_t xs[HX_MAX_DIMS], perm_xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    hx__strides_of(x, xs);
-    hx__strides_of(y, ys);
-    for (int d = 0; d < y->ndim; d++) perm_xs[d] = xs[y->attr.i[d]];
-    RUN(hx_gk_copy_strided(C, out, ys, in[0], perm_xs, y->shape, y->ndim, hx_dtype_size(y->dtype)));
+    return hx_gk_copy_strided(C, (char *)out + c.out_offset, c.out_strides,
+                              (const char *)in + c.in_offset, c.in_strides, c.shape, c.ndim,
+                              c.elem_size);
 }
+
+LAUNCH(permute) { RUN(copy_strided(hx__permute_of(y), out, in[0])); }
 
 LAUNCH(concat)
 {
-    int ax = (int)y->attr.i[0];
-    size_t es = hx_dtype_size(y->dtype);
-    int64_t ys[HX_MAX_DIMS], xs[HX_MAX_DIMS], off = 0;
-    hx__strides_of(y, ys);
     for (int k = 0; k < y->n_src; k++) {
-        const hx_tensor *x = SRC(k);
-        hx__strides_of(x, xs);
-        hx_gk_status st = hx_gk_copy_strided(C, (char *)out + off * ys[ax] * es, ys, in[k], xs,
-                                             x->shape, x->ndim, es);
+        hx_gk_status st = copy_strided(hx__concat_part_of(y, k), out, in[k]);
         if (st) return hx__cuda_fail(y, st);
-        off += x->shape[ax];
     }
     return HX_OK;
 }
 
-/* attr: i[0] axis, i[1] start */
-LAUNCH(slice)
-{
-    int64_t xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    const char *base = hx__slice_view(y, in[0], xs, ys);
-    RUN(hx_gk_copy_strided(C, out, ys, base, xs, y->shape, y->ndim, hx_dtype_size(y->dtype)));
-}
+LAUNCH(slice) { RUN(copy_strided(hx__slice_of(y), out, in[0])); }
 
 /* dx (x's shape) = 0 outside the slice, dy inside. */
 LAUNCH(slice_backward)
 {
-    const hx_tensor *dy = SRC(0);
-    size_t es = hx_dtype_size(y->dtype);
-    int64_t ys[HX_MAX_DIMS], dys[HX_MAX_DIMS];
-    hx__strides_of(y, ys);
-    hx__strides_of(dy, dys);
     hx_gk_status st = hx_gk_memset0(C, out, hx_tensor_nbytes(y));
     if (st) return hx__cuda_fail(y, st);
-    char *base = (char *)out + y->attr.i[1] * ys[y->attr.i[0]] * es;
-    RUN(hx_gk_copy_strided(C, base, ys, in[0], dys, dy->shape, dy->ndim, es));
+    RUN(copy_strided(hx__slice_backward_of(y), out, in[0]));
 }
 
-LAUNCH(broadcast_to)
-{
-    int64_t xs[HX_MAX_DIMS], ys[HX_MAX_DIMS];
-    hx__broadcast_strides(SRC(0), y, xs);
-    hx__strides_of(y, ys);
-    RUN(hx_gk_copy_strided(C, out, ys, in[0], xs, y->shape, y->ndim, hx_dtype_size(y->dtype)));
-}
+LAUNCH(broadcast_to) { RUN(copy_strided(hx__broadcast_to_of(y), out, in[0])); }
 
-static hx_status reduce(const hx_tensor *y, void *out, const void *x, const hx_tensor *xt,
-                        const uint8_t *red)
+static hx_status reduce(const hx_tensor *y, hx__reduce_args r, void *out, const void *x)
 {
-    hx_status st = hx__cuda_scratch(y, hx_gk_reduce_sum_scratch_bytes(xt->shape, xt->ndim, red));
+    hx_status st = hx__cuda_scratch(y, hx_gk_reduce_sum_scratch_bytes(r.shape, r.ndim, r.reduce));
     if (st) return st;
-    RUN(hx_gk_reduce_sum(C, DT(y), out, x, xt->shape, xt->ndim, red));
+    RUN(hx_gk_reduce_sum(C, DT(y), out, x, r.shape, r.ndim, r.reduce));
 }
 
-/* attr: i[0] mask of reduced axes */
-LAUNCH(reduce_sum)
-{
-    const hx_tensor *x = SRC(0);
-    uint8_t red[HX_MAX_DIMS];
-    for (int d = 0; d < x->ndim; d++) red[d] = y->attr.i[0] >> d & 1;
-    return reduce(y, out, in[0], x, red);
-}
-
-/* Sums dy over the axes where y (right-aligned) has 1 or no dim. */
-LAUNCH(sum_to)
-{
-    const hx_tensor *dy = SRC(0);
-    uint8_t red[HX_MAX_DIMS];
-    int lead = dy->ndim - y->ndim;
-    for (int d = 0; d < dy->ndim; d++)
-        red[d] = d < lead || (y->shape[d - lead] == 1 && dy->shape[d] != 1);
-    return reduce(y, out, in[0], dy, red);
-}
+LAUNCH(reduce_sum) { return reduce(y, hx__reduce_sum_of(y), out, in[0]); }
+LAUNCH(sum_to) { return reduce(y, hx__sum_to_of(y), out, in[0]); }
 
 LAUNCH(cast) { RUN(hx_gk_cast(C, out, DT(y), in[0], DT(SRC(0)), numel(y))); }
 
@@ -188,63 +141,57 @@ LAUNCH(cast) { RUN(hx_gk_cast(C, out, DT(y), in[0], DT(SRC(0)), numel(y))); }
 
 LAUNCH(gather)
 {
-    const hx_tensor *table = SRC(0), *ids = SRC(1);
+    hx__gather_args g = hx__gather_of(y);
     uint64_t *bad;
-    hx_status st = hx__cuda_index_check(y, ids, table->shape[0], "id", &bad);
+    hx_status st = hx__cuda_index_check(y, g.ids, g.rows, "id", &bad);
     if (st) return st;
-    RUN(hx_gk_gather_rows(C, out, in[0], table->shape[0], hx_tensor_nbytes(table) / table->shape[0],
-                          in[1], DT(ids), numel(ids), bad));
+    RUN(hx_gk_gather_rows(C, out, in[0], g.rows, g.row_bytes, in[1], DT(g.ids), g.n_ids, bad));
 }
 
-/* in: dy, ids; y is the table's shape */
 LAUNCH(scatter_add)
 {
-    const hx_tensor *ids = SRC(1);
+    hx__scatter_args a = hx__scatter_add_of(y);
     uint64_t *bad;
-    hx_status st = hx__cuda_scratch(y, hx_gk_scatter_add_scratch_bytes(numel(ids), y->shape[0]));
-    if (!st) st = hx__cuda_index_check(y, ids, y->shape[0], "id", &bad);
+    hx_status st = hx__cuda_scratch(y, hx_gk_scatter_add_scratch_bytes(a.n_ids, a.rows));
+    if (!st) st = hx__cuda_index_check(y, a.ids, a.rows, "id", &bad);
     if (st) return st;
-    RUN(hx_gk_scatter_add_rows(C, out, y->shape[0], y->shape[1], in[0], in[1], DT(ids),
-                               numel(ids), bad));
+    RUN(hx_gk_scatter_add_rows(C, out, a.rows, a.cols, in[0], in[1], DT(a.ids), a.n_ids, bad));
 }
 
 /* ---- masks, dropout, losses ------------------------------------------------------------ */
 
 LAUNCH(causal_mask)
 {
-    int64_t T = hx__last_dim(y);
-    RUN(hx_gk_causal_mask(C, DT(y), out, in[0], numel(y) / (T * T), T, y->attr.f[0]));
+    hx__mask_args m = hx__causal_mask_of(y);
+    RUN(hx_gk_causal_mask(C, DT(y), out, in[0], m.batch, m.T, y->attr.f[0]));
 }
 
-/* The mask changes every training step (the CPU launcher's seed schedule)
- * and is shared by forward and backward. */
 LAUNCH(dropout)
 {
-    if (!ex->train || y->attr.f[0] == 0) return copy(ex, y, out, in);
-    uint64_t seed = y->attr.seed ^ ((uint64_t)ex->step * 0x9E3779B97F4A7C15ull);
-    RUN(hx_gk_dropout(C, DT(y), out, in[0], y->attr.f[0], seed, y->attr.stream, numel(y)));
+    hx__dropout_args d = hx__dropout_of(ex, y);
+    if (d.identity) return copy(ex, y, out, in);
+    RUN(hx_gk_dropout(C, DT(y), out, in[0], d.p, d.seed, d.stream, d.n));
 }
 
 LAUNCH(cross_entropy)
 {
-    const hx_tensor *logits = SRC(0), *labels = SRC(1);
-    int64_t N = logits->shape[0], Cl = logits->shape[1];
+    hx__xent_args a = hx__cross_entropy_of(y);
     uint64_t *bad;
-    hx_status st = hx__cuda_scratch(y, hx_gk_cross_entropy_scratch_bytes(N));
-    if (!st) st = hx__cuda_index_check(y, labels, Cl, "label", &bad);
+    hx_status st = hx__cuda_scratch(y, hx_gk_cross_entropy_scratch_bytes(a.rows));
+    if (!st) st = hx__cuda_index_check(y, a.labels, a.classes, "label", &bad);
     if (st) return st;
-    RUN(hx_gk_cross_entropy(C, DT(logits), out, in[0], in[1], DT(labels), N, Cl, bad));
+    RUN(hx_gk_cross_entropy(C, DT(SRC(0)), out, in[0], in[a.label_in], DT(a.labels), a.rows,
+                            a.classes, bad));
 }
 
-/* in: dloss, logits, labels */
 LAUNCH(cross_entropy_backward)
 {
-    const hx_tensor *labels = SRC(2);
+    hx__xent_args a = hx__cross_entropy_of(y);
     uint64_t *bad;
-    hx_status st = hx__cuda_index_check(y, labels, y->shape[1], "label", &bad);
+    hx_status st = hx__cuda_index_check(y, a.labels, a.classes, "label", &bad);
     if (st) return st;
-    RUN(hx_gk_cross_entropy_backward(C, DT(y), out, in[0], in[1], in[2], DT(labels), y->shape[0],
-                                     y->shape[1], bad));
+    RUN(hx_gk_cross_entropy_backward(C, DT(y), out, in[0], in[1], in[a.label_in], DT(a.labels),
+                                     a.rows, a.classes, bad));
 }
 
 LAUNCH(bce_logits)
@@ -262,9 +209,9 @@ LAUNCH(bce_logits_backward)
 }
 
 /* ---- optimizer updates and the gradient scan ----------------------------------------------
- * Update nodes: in = param, grad, state...; y->optimizer is the node's
- * hx_optimizer_config; the step taken is the session's step + 1. The plan
- * (f32 scalars) is built by the CPU optimizer code, so both agree bitwise. */
+ * Update nodes (node_args.h): the step taken is the session's step + 1. The
+ * plan (f32 scalars) is built by the CPU optimizer code, so both agree
+ * bitwise. */
 
 static hx_status update(const hx_tensor *y, hx_optim_plan pl, void *const *in, float *s1, float *s2)
 {
@@ -274,8 +221,7 @@ static hx_status update(const hx_tensor *y, hx_optim_plan pl, void *const *in, f
 
 LAUNCH(sgd_update)
 {
-    const hx_optimizer_config *c = y->optimizer;
-    hx_sgd_hp hp = {hx__update_lr(ex, c), c->momentum, c->dampening, c->weight_decay, c->nesterov};
+    hx_sgd_hp hp = hx__sgd_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, 1);
     float *buf = hx__update_state(y, in, 0);
     if (hp.momentum != 0 && !buf) return HX_OK; /* as hx_optim_sgd: nothing to update with */
@@ -284,17 +230,14 @@ LAUNCH(sgd_update)
 
 LAUNCH(adam_update)
 {
-    const hx_optimizer_config *c = y->optimizer;
-    hx_adam_hp hp = {hx__update_lr(ex, c), c->beta1, c->beta2, c->eps, c->weight_decay,
-                     c->kind == HX_OPTIMIZER_ADAMW};
+    hx_adam_hp hp = hx__adam_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, 1);
     return update(y, hx_optim_plan_adam(&hp, ex->step + 1, &io), in, in[2], in[3]);
 }
 
 LAUNCH(adagrad_update)
 {
-    const hx_optimizer_config *c = y->optimizer;
-    hx_adagrad_hp hp = {hx__update_lr(ex, c), c->lr_decay, c->eps, c->weight_decay};
+    hx_adagrad_hp hp = hx__adagrad_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, 1);
     return update(y, hx_optim_plan_adagrad(&hp, ex->step + 1, &io), in, in[2], NULL);
 }

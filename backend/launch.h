@@ -1,12 +1,10 @@
 /* What a kernel launcher is given and how it is called: the run it is part
- * of (hx_exec), the launcher type, and the helpers every backend's update
- * launchers share. Included by backend.h; the launcher files include it
- * through there. */
+ * of (hx_exec) and the launcher type. Included by backend.h; what a
+ * launcher decodes from its node is node_args.h's. */
 #ifndef HX_BACKEND_LAUNCH_H
 #define HX_BACKEND_LAUNCH_H
 
 #include "graph/graph.h"
-#include "kernels/cpu/hx_kernels.h"
 
 /* What a launcher may know about the run it is part of. */
 typedef struct hx_exec {
@@ -25,37 +23,5 @@ typedef hx_status (*hx_launch_fn)(const hx_exec *ex, const hx_tensor *node, void
 
 /* The CPU backend's kernel for an op (NULL: the op has no CPU kernel). */
 hx_launch_fn hx__cpu_kernel(hx_op op);
-
-/* An update node's learning rate in this run. */
-static inline double hx__update_lr(const hx_exec *ex, const hx_optimizer_config *c)
-{
-    return c->lr * ex->lr_scale;
-}
-
-/* Update nodes: in = param, grad, its optimizer state, then (when
- * attr.i[0] names its index: graph/autodiff.c fuse_half_copy) the half
- * copy of the param the update writes. The gradient may be f32, f16 or
- * bf16. How the optimizer kernels read and write them in this run: */
-static inline hx_optim_io hx__update_io(const hx_exec *ex, const hx_tensor *u, void *const *in,
-                                        int nthreads)
-{
-    hx_optim_io io = hx_optim_io_f32(in[1], nthreads);
-    io.grad_dtype = (hx_kdtype)u->src[1]->dtype;
-    io.grad_unscale = ex->grad_unscale;
-    io.grad_clip = ex->grad_clip;
-    int half = (int)u->attr.i[0];
-    if (half) {
-        io.param_half = in[half];
-        io.param_half_dtype = (hx_kdtype)u->src[half]->dtype;
-    }
-    return io;
-}
-
-/* The k-th optimizer state buffer of update node u, NULL past its state. */
-static inline void *hx__update_state(const hx_tensor *u, void *const *in, int k)
-{
-    int n_state = u->n_src - 2 - (u->attr.i[0] != 0);
-    return k < n_state ? in[2 + k] : NULL;
-}
 
 #endif
