@@ -270,15 +270,16 @@ LAUNCH(bce_logits_backward)
 
 /* Update nodes (node_args.h). The session's step count is the optimizer's
  * step (torch's state['step']); gradients were scanned for Inf/NaN before
- * any update ran, so the kernels need not scan again. */
+ * any update ran, so the kernels need not scan again. Each returns its
+ * kernel's status. */
 
 LAUNCH(sgd_update)
 {
     hx_sgd_hp hp = hx__sgd_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
-    hx_optim_sgd(in[0], hx__update_state(y, in, 0), numel(y), &step, &hp, &io);
-    return HX_OK;
+    int st = hx_optim_sgd(in[0], hx__update_state(y, in, 0), numel(y), &step, &hp, &io);
+    return hx__update_status(y, &io, st);
 }
 
 LAUNCH(adam_update)
@@ -286,8 +287,8 @@ LAUNCH(adam_update)
     hx_adam_hp hp = hx__adam_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
-    hx_optim_adam(in[0], in[2], in[3], numel(y), &step, &hp, &io);
-    return HX_OK;
+    int st = hx_optim_adam(in[0], in[2], in[3], numel(y), &step, &hp, &io);
+    return hx__update_status(y, &io, st);
 }
 
 LAUNCH(adagrad_update)
@@ -295,16 +296,16 @@ LAUNCH(adagrad_update)
     hx_adagrad_hp hp = hx__adagrad_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, NT);
     int64_t step = ex->step;
-    hx_optim_adagrad(in[0], in[2], numel(y), &step, &hp, &io);
-    return HX_OK;
+    int st = hx_optim_adagrad(in[0], in[2], numel(y), &step, &hp, &io);
+    return hx__update_status(y, &io, st);
 }
 
 LAUNCH(ftrl_update)
 {
     hx_ftrl_hp hp = hx__ftrl_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, NT);
-    hx_optim_ftrl(in[0], in[2], in[3], numel(y), &hp, &io);
-    return HX_OK;
+    int st = hx_optim_ftrl(in[0], in[2], in[3], numel(y), &hp, &io);
+    return hx__update_status(y, &io, st);
 }
 
 static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {

@@ -224,7 +224,8 @@ LAUNCH(sgd_update)
     hx_sgd_hp hp = hx__sgd_hp_of(ex, y);
     hx_optim_io io = hx__update_io(ex, y, in, 1);
     float *buf = hx__update_state(y, in, 0);
-    if (hp.momentum != 0 && !buf) return HX_OK; /* as hx_optim_sgd: nothing to update with */
+    if (hp.momentum != 0 && !buf) /* as hx_optim_sgd */
+        return hx__update_status(y, &io, HX_OPTIM_BAD_ARG);
     return update(y, hx_optim_plan_sgd(&hp, ex->step + 1, &io), in, buf, NULL);
 }
 

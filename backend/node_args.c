@@ -228,3 +228,16 @@ void *hx__update_state(const hx_tensor *u, void *const *in, int k)
     int n_state = u->n_src - 2 - (u->attr.i[0] != 0);
     return k < n_state ? in[2 + k] : NULL;
 }
+
+hx_status hx__update_status(const hx_tensor *u, const hx_optim_io *io, int status)
+{
+    if (status == HX_OPTIM_OK) return HX_OK;
+    const hx_tensor *g = u->src[1];
+    return hx__error(HX_ERR_INTERNAL,
+                     "%s '%s' of parameter '%s' (gradient '%s' %s, %d thread(s)): the optimizer "
+                     "kernel refused its arguments (status %d: it takes an f32, f16 or bf16 "
+                     "gradient, one thread or more, an f16 or bf16 half copy, SGD momentum with "
+                     "its buffer) and updated nothing; this is a bug in hetex, please report it "
+                     "with this message", hx__ops[u->op].name, u->name, u->param->name, g->name,
+                     hx_dtype_name(g->dtype), io->nthreads, status);
+}

@@ -118,5 +118,12 @@ hx_ftrl_hp hx__ftrl_hp_of(const hx_exec *ex, const hx_tensor *y);
 hx_optim_io hx__update_io(const hx_exec *ex, const hx_tensor *u, void *const *in, int nthreads);
 /* The k-th optimizer state buffer of update node u, NULL past its state. */
 void *hx__update_state(const hx_tensor *u, void *const *in, int k);
+/* An optimizer kernel's status (kernels/cpu/optim.h) for update node u run
+ * with io: HX_OK for HX_OPTIM_OK, else HX_ERR_INTERNAL naming the node, its
+ * parameter and gradient. The launchers never ask a kernel to scan the
+ * gradient (the session scanned every gradient before the updates), so
+ * the one failure left is a kernel refusing its arguments, which nothing
+ * but a bug of ours can cause: the kernel has then written nothing. */
+hx_status hx__update_status(const hx_tensor *u, const hx_optim_io *io, int status);
 
 #endif
