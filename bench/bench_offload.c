@@ -16,6 +16,7 @@
  * ratio params / peak grows with L, the window does not. */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "deep_mlp.h"
+#include "session/session.h"
 #include "offload/disk_layout.h"
 
 #include <errno.h>
@@ -62,7 +63,7 @@ static double timed_steps(hx_session *s, const deep_mlp *m, hx_disk_run_stats *s
             return -1;
         }
         if (!k || !sum) continue;
-        hx_disk_run_stats r = hx__disk_last_run(s);
+        hx_disk_run_stats r = hx__disk_last_run(&s->e);
         sum->resident_read_s += r.resident_read_s;
         sum->resident_wait_s += r.resident_wait_s;
         sum->resident_write_s += r.resident_write_s;
@@ -153,19 +154,19 @@ static int run_disk(const deep_mlp *m, const hx_session_config *c, double *step_
         fprintf(stderr, "bench_offload: %s\n", hx_last_error());
         return -1;
     }
-    *need = hx__disk_host_bytes(s);
-    *slots = hx__disk_of(s)->n_slots;
-    *whole = hx__disk_whole_bytes(s);
-    int n_seg = hx__disk_segments(s, NULL);
+    *need = hx__disk_host_bytes(&s->e);
+    *slots = hx__disk_of(&s->e)->n_slots;
+    *whole = hx__disk_whole_bytes(&s->e);
+    int n_seg = hx__disk_segments(&s->e, NULL);
     *stored = 0;
-    for (int k = 0; k < n_seg; k++) *stored += hx__disk_of(s)->segs[k].bytes;
+    for (int k = 0; k < n_seg; k++) *stored += hx__disk_of(&s->e)->segs[k].bytes;
     memset(sum, 0, sizeof *sum);
     if ((*step_s = timed_steps(s, m, sum)) < 0) {
         hx_session_free(s);
         return -1;
     }
     hx_pinned_stats ps;
-    hx_pinned_stats_get(hx__disk_pool_of(s), &ps);
+    hx_pinned_stats_get(hx__disk_pool_of(&s->e), &ps);
     *pinned_peak = ps.pool.peak_reserved;
     hx_session_free(s);
     return 0;

@@ -35,7 +35,7 @@ typedef struct hx_trace_lane hx_trace_lane;
 
 struct hx_offload_disk {
     hx_residency residency; /* the session's: its points get &residency (first: the same address) */
-    hx_session *s;
+    hx_engine *e;
     hx_disk_tier *tier;
     hx_pinned_pool *pinned;
     int *where;      /* per tensor id: -2 not on disk, -1 resident region, else its chunk's segment */

@@ -411,7 +411,7 @@ hx_status hx__disk_update_begin(hx_offload_disk *d, const hx_plan *p)
 /* Runs plan step i with the chunk tensors of its inputs in slot (NULL: none). */
 static hx_status run_step(hx_disk_update *u, const hx_exec *ex, int i, const char *slot)
 {
-    hx_session *s = u->d->s;
+    hx_engine *e = u->d->e;
     const hx_offload_disk *d = u->d;
     const hx_step *sp = &u->p->steps[i];
     const hx_tensor *x = sp->node;
@@ -419,19 +419,19 @@ static hx_status run_step(hx_disk_update *u, const hx_exec *ex, int i, const cha
         int id = x->src[k]->id;
         u->in[k] = slot && d->where[id] >= 0 ? (void *)(slot + d->at[id]) : sp->in[k];
     }
-    return hx__update_step(s, s->stream[HX_DEV_HOST], hx__exec_lane(s), ex, sp, u->in);
+    return hx__update_step(e, e->stream[HX_DEV_HOST], hx__exec_lane(e), ex, sp, u->in);
 }
 
 hx_status hx__disk_update_run(hx_residency *r, const hx_plan *p, const hx_exec *ex_in)
 {
     hx_offload_disk *d = hx__disk(r);
-    hx_session *s = d->s;
+    hx_engine *e = d->e;
     hx_disk_update *u = d->upd;
     if (!u || u->p != p)
         return hx__error(HX_ERR_INTERNAL, "hx_session_run: offload_param=disk: the update phase "
                          "was not prepared for this plan");
     hx_exec ex = *ex_in;
-    ex.nthreads = s->nthreads; /* one update at a time: all the session's threads */
+    ex.nthreads = e->nthreads; /* one update at a time: all the session's threads */
     double t0 = hx__now(), waited = 0;
     pthread_mutex_lock(&u->mu);
     u->update_t0 = t0;

@@ -136,21 +136,21 @@ static void stage_step(hx_dpu *d, int i)
 
 static void *update_main(void *arg)
 {
-    hx_session *s = arg;
-    hx_dpu *d = s->dpu;
+    hx_engine *e = arg;
+    hx_dpu *d = e->dpu;
     const hx_plan *p = d->plan;
     for (int i = 0; i < p->n_steps - p->first_update && !d->st; i++) {
-        d->st = hx__update_step(s, d->stream, d->lane, &d->ex, &p->steps[p->first_update + i],
+        d->st = hx__update_step(e, d->stream, d->lane, &d->ex, &p->steps[p->first_update + i],
                                 d->in[i]);
         if (d->st) snprintf(d->msg, sizeof d->msg, "%s", hx_last_error());
     }
     return NULL;
 }
 
-hx_status hx__dpu_launch(hx_session *s, const hx_plan *p, const hx_exec *ex)
+hx_status hx__dpu_launch(hx_engine *e, const hx_plan *p, const hx_exec *ex)
 {
-    if (!s->dpu) {
-        hx_backend *host = s->be[HX_DEV_HOST];
+    if (!e->dpu) {
+        hx_backend *host = e->be[HX_DEV_HOST];
         hx_dpu *d = calloc(1, sizeof *d);
         if (!d) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
         hx_status st = host->stream_create(host, &d->stream);
@@ -158,26 +158,26 @@ hx_status hx__dpu_launch(hx_session *s, const hx_plan *p, const hx_exec *ex)
             free(d);
             return st;
         }
-        d->lane = hx__trace_lane(s->trace, "host (delayed update)");
-        s->dpu = d;
+        d->lane = hx__trace_lane(e->trace, "host (delayed update)");
+        e->dpu = d;
     }
-    hx_dpu *d = s->dpu;
+    hx_dpu *d = e->dpu;
     hx_status st = stage_for(d, p);
     if (st) return st;
     for (int i = 0; i < p->n_steps - p->first_update; i++) stage_step(d, i);
     d->ex = *ex;
     d->st = HX_OK;
     d->step = ex->step + 1;
-    int rc = pthread_create(&d->thread, NULL, update_main, s);
+    int rc = pthread_create(&d->thread, NULL, update_main, e);
     if (rc) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: cannot start the delayed "
                              "update's thread: %s", strerror(rc));
     d->running = true;
     return HX_OK;
 }
 
-hx_status hx__dpu_settle(hx_session *s)
+hx_status hx__dpu_settle(hx_engine *e)
 {
-    hx_dpu *d = s->dpu;
+    hx_dpu *d = e->dpu;
     if (!d || !d->running) return HX_OK;
     pthread_join(d->thread, NULL);
     d->running = false;
@@ -190,12 +190,12 @@ hx_status hx__dpu_settle(hx_session *s)
     return HX_OK;
 }
 
-void hx__dpu_free(hx_session *s)
+void hx__dpu_free(hx_engine *e)
 {
-    if (!s->dpu) return;
-    hx__dpu_settle(s);
-    free_staging(s->dpu);
-    s->be[HX_DEV_HOST]->stream_destroy(s->be[HX_DEV_HOST], s->dpu->stream);
-    free(s->dpu);
-    s->dpu = NULL;
+    if (!e->dpu) return;
+    hx__dpu_settle(e);
+    free_staging(e->dpu);
+    e->be[HX_DEV_HOST]->stream_destroy(e->be[HX_DEV_HOST], e->dpu->stream);
+    free(e->dpu);
+    e->dpu = NULL;
 }

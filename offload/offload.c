@@ -167,29 +167,29 @@ hx_status hx__offload_resolve(hx_offload_config *cfg)
 }
 
 /* Parameters, their optimizer state and updates to the host. */
-static hx_status place_on_host(hx_session *s)
+static hx_status place_on_host(hx_engine *e)
 {
-    const hx_graph *g = s->g;
-    hx_backend *host = s->be[HX_DEV_HOST];
+    const hx_graph *g = e->g;
+    hx_backend *host = e->be[HX_DEV_HOST];
     for (int i = 0; i < g->n; i++) {
         const hx_tensor *t = g->tensors[i];
-        if (t->kind != HX_TENSOR_UPDATE || s->target[i] != HX_TARGET_DEVICE) continue;
+        if (t->kind != HX_TENSOR_UPDATE || e->target[i] != HX_TARGET_DEVICE) continue;
         if (!host->kernel(host, t->op, t->dtype))
             return hx__error(HX_ERR_NO_KERNEL, "hx_session_create: offload_param: the update of "
                              "'%s' (%s) has no CPU kernel; it cannot run on the host",
                              t->param->name, hx__ops[t->op].name);
-        s->target[i] = HX_TARGET_CPU;
-        s->why[i] = HX_WHY_OFFLOAD;
+        e->target[i] = HX_TARGET_CPU;
+        e->why[i] = HX_WHY_OFFLOAD;
         for (int k = 2; k < t->n_src; k++)
             if (t->src[k]->kind == HX_TENSOR_STATE) {
-                s->target[t->src[k]->id] = HX_TARGET_CPU;
-                s->why[t->src[k]->id] = HX_WHY_OFFLOAD;
+                e->target[t->src[k]->id] = HX_TARGET_CPU;
+                e->why[t->src[k]->id] = HX_WHY_OFFLOAD;
             }
     }
     for (int i = 0; i < g->n; i++) /* parameters, with or without an update */
-        if (g->tensors[i]->kind == HX_TENSOR_PARAMETER && s->target[i] == HX_TARGET_DEVICE) {
-            s->target[i] = HX_TARGET_CPU;
-            s->why[i] = HX_WHY_OFFLOAD;
+        if (g->tensors[i]->kind == HX_TENSOR_PARAMETER && e->target[i] == HX_TARGET_DEVICE) {
+            e->target[i] = HX_TARGET_CPU;
+            e->why[i] = HX_WHY_OFFLOAD;
         }
     return HX_OK;
 }
@@ -211,17 +211,17 @@ typedef struct prediction {
  * session creation and the first run allocate them, from pools configured
  * as the device's but over fake addresses; plus base (what the device's
  * pools hold besides, e.g. library workspaces). */
-static hx_status predict(hx_session *s, size_t base, prediction *out)
+static hx_status predict(hx_engine *e, size_t base, prediction *out)
 {
-    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    hx_backend *acc = e->be[HX_DEV_ACCEL];
     int no_fetch[1] = {0};
     hx_plan *p = NULL;
-    hx_status st = hx__plan_build(s, no_fetch, 0, true, &p);
+    hx_status st = hx__plan_build(e, no_fetch, 0, true, &p);
     if (st) return st;
     *out = (prediction){.arena = p->arena_bytes[HX_DEV_ACCEL], .copy_bytes = p->copy_bytes,
                         .act_bytes = p->act_bytes, .n_act = p->n_act};
     size_t *arena = &out->arena, *persistent = &out->persistent;
-    hx__plan_free(s, p);
+    hx__plan_free(e, p);
     hx_mem_pools_config c = *hx_mem_pools_config_of(acc->pools);
     hx_mem_virtual v = {0};
     c.capacity = SIZE_MAX;
@@ -234,10 +234,10 @@ static hx_status predict(hx_session *s, size_t base, prediction *out)
     *persistent = 0;
     int n_scan = 0;
     void *ptr;
-    for (int i = 0; i < s->g->n && !st; i++) {
-        const hx_tensor *t = s->g->tensors[i];
+    for (int i = 0; i < e->g->n && !st; i++) {
+        const hx_tensor *t = e->g->tensors[i];
         n_scan += t->kind == HX_TENSOR_UPDATE;
-        if (!hx__offload_streamed(t) || hx__dev_of(s, i) != HX_DEV_ACCEL) continue;
+        if (!hx__offload_streamed(t) || hx__dev_of(e, i) != HX_DEV_ACCEL) continue;
         *persistent += hx_tensor_nbytes(t);
         st = hx_mem_pools_alloc(sim, hx_tensor_nbytes(t), HX_MEM_PERSISTENT, NULL, &ptr, &err);
     }
@@ -259,9 +259,9 @@ static hx_status predict(hx_session *s, size_t base, prediction *out)
  * 1/64 of the cap, for what the warm-up plan does not show (a run's
  * fetches living to its end, device feed buffers). Large segments are
  * exact now (segment_round is 4 KiB, a page), so it is not the unit. */
-static size_t margin_of(const hx_session *s, size_t cap)
+static size_t margin_of(const hx_engine *e, size_t cap)
 {
-    size_t g = hx_mem_pools_config_of(s->be[HX_DEV_ACCEL]->pools)->small_segment;
+    size_t g = hx_mem_pools_config_of(e->be[HX_DEV_ACCEL]->pools)->small_segment;
     return 2 * g + cap / 64;
 }
 
@@ -308,18 +308,18 @@ static void debug_candidate(const candidate *c, size_t limit)
 
 /* Plans the step under candidate c (its config set on the session, whose
  * placement must be c's). */
-static hx_status try_candidate(hx_session *s, size_t base, candidate *c, size_t limit,
+static hx_status try_candidate(hx_engine *e, size_t base, candidate *c, size_t limit,
                                candidate *smallest)
 {
-    s->cfg.offload.chunk_size = c->chunk;
-    s->cfg.offload.prefetch_depth = c->depth;
-    s->cfg.offload.offload_activations = c->acts;
-    hx_offload_target *op = &s->cfg.offload.offload_param; /* DISK stays DISK */
+    e->cfg.offload.chunk_size = c->chunk;
+    e->cfg.offload.prefetch_depth = c->depth;
+    e->cfg.offload.offload_activations = c->acts;
+    hx_offload_target *op = &e->cfg.offload.offload_param; /* DISK stays DISK */
     if (c->where == HX_OFFLOAD_NONE) *op = HX_OFFLOAD_NONE;
     else if (*op == HX_OFFLOAD_NONE) *op = HX_OFFLOAD_CPU;
-    hx_status st = predict(s, base, &c->pr);
+    hx_status st = predict(e, base, &c->pr);
     if (st) return st;
-    s->offload_report.candidates++;
+    e->offload_report.candidates++;
     if (!smallest->pr.peak || c->pr.peak < smallest->pr.peak) *smallest = *c;
     if (hx__debug("offload")) debug_candidate(c, limit);
     return HX_OK;
@@ -329,15 +329,15 @@ static hx_status try_candidate(hx_session *s, size_t base, candidate *c, size_t 
  * at least the streamed bytes: the size in [P, 2P) (steps of P/64) whose
  * chunks of the parameters in creation order waste the least
  * (memory/chunks.h), so that e.g. a weight and its bias share a chunk. */
-static hx_status chunk_sizes(const hx_session *s, size_t *out, int max, int *n_out)
+static hx_status chunk_sizes(const hx_engine *e, size_t *out, int max, int *n_out)
 {
     size_t total = 0;
     int64_t n = 0;
-    size_t *sz = malloc(sizeof *sz * (s->g->n ? s->g->n : 1));
+    size_t *sz = malloc(sizeof *sz * (e->g->n ? e->g->n : 1));
     if (!sz) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    for (int i = 0; i < s->g->n; i++)
-        if (hx__offload_streamed(s->g->tensors[i]) && hx__dev_of(s, i) == HX_DEV_HOST) {
-            sz[n++] = hx_tensor_nbytes(s->g->tensors[i]);
+    for (int i = 0; i < e->g->n; i++)
+        if (hx__offload_streamed(e->g->tensors[i]) && hx__dev_of(e, i) == HX_DEV_HOST) {
+            sz[n++] = hx_tensor_nbytes(e->g->tensors[i]);
             total += sz[n - 1];
         }
     int k = 0;
@@ -369,12 +369,12 @@ static bool better(const candidate *a, const candidate *b)
 
 /* Candidate activation segments: powers of two from 64 KiB up to the first
  * at least the bytes the device's ops output in a training step. */
-static int segment_sizes(const hx_session *s, size_t *out, int max)
+static int segment_sizes(const hx_engine *e, size_t *out, int max)
 {
     size_t total = 0;
-    for (int i = 0; i < s->g->n; i++) {
-        const hx_tensor *t = s->g->tensors[i];
-        if (t->op > HX_OP_STATE && t->kind != HX_TENSOR_UPDATE && hx__dev_of(s, i) == HX_DEV_ACCEL)
+    for (int i = 0; i < e->g->n; i++) {
+        const hx_tensor *t = e->g->tensors[i];
+        if (t->op > HX_OP_STATE && t->kind != HX_TENSOR_UPDATE && hx__dev_of(e, i) == HX_DEV_ACCEL)
             total += hx_tensor_nbytes(t);
     }
     int k = 0;
@@ -391,7 +391,7 @@ static int segment_sizes(const hx_session *s, size_t *out, int max)
  * (the least held on the device) goes first; the deeper ones hold more,
  * so they are planned only when a size fits at depth 0, from that size
  * down: a model far over the cap costs a third, one that fits about half. */
-static hx_status family(hx_session *s, size_t base, candidate proto, const size_t *sizes, int n,
+static hx_status family(hx_engine *e, size_t base, candidate proto, const size_t *sizes, int n,
                         size_t limit, candidate *smallest, candidate *best, bool *found)
 {
     *found = false;
@@ -402,7 +402,7 @@ static hx_status family(hx_session *s, size_t base, candidate proto, const size_
             candidate c = proto;
             c.chunk = sizes[k];
             c.depth = depths[d];
-            hx_status st = try_candidate(s, base, &c, limit, smallest);
+            hx_status st = try_candidate(e, base, &c, limit, smallest);
             if (st) return st;
             if (c.pr.peak > limit) continue;
             if (!*found || better(&c, best)) *best = c;
@@ -430,32 +430,36 @@ static void least_copies(candidate *best, bool *found, const candidate *c, bool 
  * depth), when it holds the disk tier's resident region and chunk slots;
  * else HX_ERR_OUT_OF_MEMORY naming both. An explicit DISK stays (its
  * minimum is checked when the tier is laid out). */
-static hx_status host_tier(hx_session *s, candidate *best)
+static hx_status host_tier(hx_engine *e, candidate *best)
 {
-    hx_offload_config *oc = &s->cfg.offload;
+    hx_offload_config *oc = &e->cfg.offload;
     size_t budget = oc->offload_cpu_size;
     if (best->where == HX_OFFLOAD_CPU && oc->offload_param == HX_OFFLOAD_DISK)
         best->where = HX_OFFLOAD_DISK;
     if (best->where != HX_OFFLOAD_CPU || !budget) return HX_OK;
     hx_disk_host_need need;
-    hx_status st = hx__disk_host_need(s, best->chunk, &need);
+    hx_status st = hx__disk_host_need(e, best->chunk, &need);
     if (st) return st;
     bool cpu = need.whole <= budget;
-    bool disk = !cpu && need.minimum <= budget && !s->cfg.delayed_param_update;
+    bool disk = !cpu && need.minimum <= budget && !e->cfg.delayed_param_update;
     if (hx__debug("offload"))
-        fprintf(stderr, "hetex offload: host tier: offload_param=cpu keeps %zu B of parameters "
+        fprintf(stderr,
+                "hetex offload: host tier: offload_param=cpu keeps %zu B of parameters "
                 "and optimizer state in host memory, %s offload_cpu_size (%zu B); "
                 "offload_param=disk at least %zu B (resident region %zu B, %d chunk slots of "
-                "%zu B)%s: %s\n", need.whole, cpu ? "within" : "over", budget, need.minimum,
-                need.resident, need.slots, need.slot,
-                s->cfg.delayed_param_update ? ", not with delayed_param_update" : "",
-                cpu ? "cpu" : disk ? "disk" : "neither fits");
+                "%zu B)%s: %s\n",
+                need.whole, cpu ? "within" : "over", budget, need.minimum, need.resident,
+                need.slots, need.slot,
+                e->cfg.delayed_param_update ? ", not with delayed_param_update" : "",
+                cpu            ? "cpu"
+                        : disk ? "disk"
+                               : "neither fits");
     if (cpu) return HX_OK;
     if (disk) {
         best->where = HX_OFFLOAD_DISK;
         return HX_OK;
     }
-    if (s->cfg.delayed_param_update)
+    if (e->cfg.delayed_param_update)
         return hx__error(HX_ERR_OUT_OF_MEMORY,
                          "hx_session_create: auto_offload: the training step fits the device "
                          "cap only with the parameters offloaded, and offload_param=cpu keeps "
@@ -484,16 +488,16 @@ static hx_status host_tier(hx_session *s, candidate *best)
  * step; else a device OOM naming the smallest peak found. offload_param
  * CPU keeps the families that offload parameters, offload_activations CPU
  * those that offload activations. */
-static hx_status auto_place(hx_session *s)
+static hx_status auto_place(hx_engine *e)
 {
-    hx_offload_config *oc = &s->cfg.offload;
-    hx_offload_report *r = &s->offload_report;
+    hx_offload_config *oc = &e->cfg.offload;
+    hx_offload_report *r = &e->offload_report;
     hx_backend_stats bs;
-    s->be[HX_DEV_ACCEL]->stats(s->be[HX_DEV_ACCEL], &bs);
-    size_t margin = margin_of(s, bs.capacity);
+    e->be[HX_DEV_ACCEL]->stats(e->be[HX_DEV_ACCEL], &bs);
+    size_t margin = margin_of(e, bs.capacity);
     size_t limit = bs.capacity > margin ? bs.capacity - margin : 0;
     hx_device_pools_stats dp; /* before anything of the session: library workspaces */
-    hx_mem_pools_stats(s->be[HX_DEV_ACCEL]->pools, &dp);
+    hx_mem_pools_stats(e->be[HX_DEV_ACCEL]->pools, &dp);
     size_t base = dp.total.reserved;
     *r = (hx_offload_report){.automatic = true, .capacity = bs.capacity, .margin = margin};
     bool need_params = oc->offload_param != HX_OFFLOAD_NONE; /* the config asks for them */
@@ -502,7 +506,7 @@ static hx_status auto_place(hx_session *s)
               best = {0}, fam;
     bool found = false, fits;
     hx_status st = HX_OK;
-    int n = s->g->n ? s->g->n : 1;
+    int n = e->g->n ? e->g->n : 1;
     hx_target *target = malloc(sizeof *target * n);
     hx_place_why *why = malloc(sizeof *why * n);
     if (!target || !why) {
@@ -510,7 +514,7 @@ static hx_status auto_place(hx_session *s)
         goto out;
     }
     if (!need_params && !need_acts) {
-        if ((st = try_candidate(s, base, &none, limit, &smallest))) goto out;
+        if ((st = try_candidate(e, base, &none, limit, &smallest))) goto out;
         r->predicted_no_offload = none.pr.peak;
         best = none;
         found = none.pr.peak <= limit;
@@ -519,28 +523,28 @@ static hx_status auto_place(hx_session *s)
         size_t sizes[48];
         int n_sizes = 0;
         if (!need_params) { /* activations only, parameters where placement put them */
-            n_sizes = segment_sizes(s, sizes, 48);
+            n_sizes = segment_sizes(e, sizes, 48);
             candidate a = {.where = HX_OFFLOAD_NONE, .acts = HX_OFFLOAD_CPU};
-            st = family(s, base, a, sizes, n_sizes, limit, &smallest, &fam, &fits);
+            st = family(e, base, a, sizes, n_sizes, limit, &smallest, &fam, &fits);
             if (st) goto out;
             least_copies(&best, &found, &fam, fits);
         }
-        memcpy(target, s->target, sizeof *target * s->g->n);
-        memcpy(why, s->why, sizeof *why * s->g->n);
-        if ((st = place_on_host(s)) || (st = chunk_sizes(s, sizes, 48, &n_sizes))) goto out;
+        memcpy(target, e->target, sizeof *target * e->g->n);
+        memcpy(why, e->why, sizeof *why * e->g->n);
+        if ((st = place_on_host(e)) || (st = chunk_sizes(e, sizes, 48, &n_sizes))) goto out;
         if (!need_acts) { /* parameters */
             candidate pc = {.where = HX_OFFLOAD_CPU, .acts = HX_OFFLOAD_NONE};
-            if ((st = family(s, base, pc, sizes, n_sizes, limit, &smallest, &fam, &fits))) goto out;
+            if ((st = family(e, base, pc, sizes, n_sizes, limit, &smallest, &fam, &fits))) goto out;
             least_copies(&best, &found, &fam, fits);
         }
         if (!found) { /* both */
             candidate pa = {.where = HX_OFFLOAD_CPU, .acts = HX_OFFLOAD_CPU};
-            if ((st = family(s, base, pa, sizes, n_sizes, limit, &smallest, &fam, &fits))) goto out;
+            if ((st = family(e, base, pa, sizes, n_sizes, limit, &smallest, &fam, &fits))) goto out;
             least_copies(&best, &found, &fam, fits);
         }
         if (found && best.where == HX_OFFLOAD_NONE) { /* parameters back where placement put them */
-            memcpy(s->target, target, sizeof *target * s->g->n);
-            memcpy(s->why, why, sizeof *why * s->g->n);
+            memcpy(e->target, target, sizeof *target * e->g->n);
+            memcpy(e->why, why, sizeof *why * e->g->n);
         }
     }
     if (!found) {
@@ -558,7 +562,7 @@ static hx_status auto_place(hx_session *s)
                        smallest.pr.arena, need);
         goto out;
     }
-    if ((st = host_tier(s, &best))) goto out;
+    if ((st = host_tier(e, &best))) goto out;
     if (best.where == HX_OFFLOAD_NONE) oc->offload_param = HX_OFFLOAD_NONE;
     else if (best.where == HX_OFFLOAD_DISK) oc->offload_param = HX_OFFLOAD_DISK;
     else if (oc->offload_param == HX_OFFLOAD_NONE) oc->offload_param = HX_OFFLOAD_CPU;
@@ -590,25 +594,22 @@ out:
     return st;
 }
 
-hx_status hx__offload_place(hx_session *s)
+hx_status hx__offload_place(hx_engine *e)
 {
-    if (s->cfg.offload.auto_offload && s->be[HX_DEV_ACCEL]) return auto_place(s);
-    return hx__offload_on(s) ? place_on_host(s) : HX_OK;
+    if (e->cfg.offload.auto_offload && e->be[HX_DEV_ACCEL]) return auto_place(e);
+    return hx__offload_on(e) ? place_on_host(e) : HX_OK;
 }
 
-hx_status hx_session_offload_report(hx_session *s, hx_offload_report *out)
+hx_status hx__offload_report(hx_engine *e, hx_offload_report *out)
 {
-    if (!s || !out)
-        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_offload_report: %s is NULL",
-                         s ? "out" : "session");
-    hx_offload_report *r = &s->offload_report;
-    r->offload_param = hx__offload_on(s) ? s->cfg.offload.offload_param : HX_OFFLOAD_NONE;
-    r->offload_activations = hx__offload_activations_on(s) ? HX_OFFLOAD_CPU : HX_OFFLOAD_NONE;
-    r->chunk_size = s->cfg.offload.chunk_size;
-    r->prefetch_depth = s->cfg.offload.prefetch_depth;
-    if (s->be[HX_DEV_ACCEL] && !r->automatic && !r->predicted_peak) { /* a manual policy */
+    hx_offload_report *r = &e->offload_report;
+    r->offload_param = hx__offload_on(e) ? e->cfg.offload.offload_param : HX_OFFLOAD_NONE;
+    r->offload_activations = hx__offload_activations_on(e) ? HX_OFFLOAD_CPU : HX_OFFLOAD_NONE;
+    r->chunk_size = e->cfg.offload.chunk_size;
+    r->prefetch_depth = e->cfg.offload.prefetch_depth;
+    if (e->be[HX_DEV_ACCEL] && !r->automatic && !r->predicted_peak) { /* a manual policy */
         prediction pr;
-        hx_status st = predict(s, 0, &pr);
+        hx_status st = predict(e, 0, &pr);
         if (st) return st;
         r->predicted_peak = pr.peak;
         r->predicted_persistent = pr.persistent;
@@ -618,9 +619,9 @@ hx_status hx_session_offload_report(hx_session *s, hx_offload_report *out)
         r->copy_bytes = pr.copy_bytes;
     }
     *out = *r;
-    if (!s->be[HX_DEV_ACCEL]) return HX_OK;
+    if (!e->be[HX_DEV_ACCEL]) return HX_OK;
     hx_device_pools_stats ps;
-    hx_mem_pools_stats(s->be[HX_DEV_ACCEL]->pools, &ps);
+    hx_mem_pools_stats(e->be[HX_DEV_ACCEL]->pools, &ps);
     out->capacity = ps.capacity;
     out->measured_peak_reserved = ps.total.peak_reserved;
     out->measured_peak_allocated = ps.total.peak_allocated;

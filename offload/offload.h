@@ -12,9 +12,12 @@
  * the default when cfg leaves offload at its default; checked. */
 hx_status hx__offload_resolve(hx_offload_config *cfg);
 
+/* hx_session_offload_report of the session running on e (out not NULL). */
+hx_status hx__offload_report(hx_engine *e, hx_offload_report *out);
+
 /* Parameters (and their optimizer state and updates) to the host when the
  * session offloads parameters; after placement. */
-hx_status hx__offload_place(hx_session *s);
+hx_status hx__offload_place(hx_engine *e);
 
 /* Parameters and optimizer state on the disk tier (offload_param=disk). */
 #include "offload/offload_disk.h"

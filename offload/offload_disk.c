@@ -10,11 +10,11 @@
 #include <string.h>
 
 /* Whether tensor id is kept on disk by the session's config (placement). */
-static bool on_disk(const hx_session *s, int id)
+static bool on_disk(const hx_engine *e, int id)
 {
-    const hx_tensor *t = s->g->tensors[id];
-    return s->cfg.offload.offload_param == HX_OFFLOAD_DISK && hx__dev_of(s, id) == HX_DEV_HOST &&
-           (t->kind == HX_TENSOR_PARAMETER || t->kind == HX_TENSOR_STATE);
+    const hx_tensor *t = e->g->tensors[id];
+    return e->cfg.offload.offload_param == HX_OFFLOAD_DISK && hx__dev_of(e, id) == HX_DEV_HOST &&
+            (t->kind == HX_TENSOR_PARAMETER || t->kind == HX_TENSOR_STATE);
 }
 
 static bool holds(const hx_residency *r, int id)
@@ -24,52 +24,52 @@ static bool holds(const hx_residency *r, int id)
 
 static void destroy(hx_residency *r);
 
-hx_offload_disk *hx__disk_of(const hx_session *s)
+hx_offload_disk *hx__disk_of(const hx_engine *e)
 {
     /* the disk tier is the one residency with a table: known by its destroy */
-    return s->residency && s->residency->destroy == destroy ? hx__disk(s->residency) : NULL;
+    return e->residency && e->residency->destroy == destroy ? hx__disk(e->residency) : NULL;
 }
 
-hx_disk_tier *hx__disk_tier_of(const hx_session *s)
+hx_disk_tier *hx__disk_tier_of(const hx_engine *e)
 {
-    hx_offload_disk *d = hx__disk_of(s);
+    hx_offload_disk *d = hx__disk_of(e);
     return d ? d->tier : NULL;
 }
 
-hx_pinned_pool *hx__disk_pool_of(const hx_session *s)
+hx_pinned_pool *hx__disk_pool_of(const hx_engine *e)
 {
-    hx_offload_disk *d = hx__disk_of(s);
+    hx_offload_disk *d = hx__disk_of(e);
     return d ? d->pinned : NULL;
 }
 
-size_t hx__disk_host_bytes(const hx_session *s)
+size_t hx__disk_host_bytes(const hx_engine *e)
 {
-    hx_offload_disk *d = hx__disk_of(s);
+    hx_offload_disk *d = hx__disk_of(e);
     return d ? d->res_bytes + (size_t)d->n_slots * d->slot_bytes : 0;
 }
 
-size_t hx__disk_whole_bytes(const hx_session *s)
+size_t hx__disk_whole_bytes(const hx_engine *e)
 {
-    hx_offload_disk *d = hx__disk_of(s);
+    hx_offload_disk *d = hx__disk_of(e);
     return d ? d->whole : 0;
 }
 
-hx_disk_run_stats hx__disk_last_run(const hx_session *s)
+hx_disk_run_stats hx__disk_last_run(const hx_engine *e)
 {
-    hx_offload_disk *d = hx__disk_of(s);
+    hx_offload_disk *d = hx__disk_of(e);
     return d ? d->last : (hx_disk_run_stats){0};
 }
 
-int hx__disk_segments(const hx_session *s, int *resident)
+int hx__disk_segments(const hx_engine *e, int *resident)
 {
-    hx_offload_disk *d = hx__disk_of(s);
+    hx_offload_disk *d = hx__disk_of(e);
     if (resident) *resident = d ? d->n_res : 0;
     return d ? d->n_seg : 0;
 }
 
-int64_t hx__disk_block_of(const hx_session *s, int seg, bool next)
+int64_t hx__disk_block_of(const hx_engine *e, int seg, bool next)
 {
-    const hx_disk_seg *g = &hx__disk_of(s)->segs[seg];
+    const hx_disk_seg *g = &hx__disk_of(e)->segs[seg];
     return hx__disk_seg_block(g, next ? hx__disk_next_gen(g) : g->gen);
 }
 
@@ -144,19 +144,14 @@ static void host_free(hx_offload_disk *d, char *p)
 
 /* ---- the resident region during a run ------------------------------------------------ */
 
-/* Plans bound to the old host copy rebind before their next run: bound_to
- * holds a value no arena has. */
-static void unbind_plans(hx_offload_disk *d)
-{
-    hx_session *s = d->s;
-    for (int i = 0; i < s->n_plans; i++) s->plans[i]->bound_to[HX_DEV_HOST] = (const char *)d;
-}
+/* Plans bound to the old host copy rebind before their next run. */
+static void unbind_plans(hx_offload_disk *d) { d->e->bind_gen++; }
 
 static void point_resident(hx_offload_disk *d, char *base)
 {
-    hx_session *s = d->s;
-    for (int i = 0; i < s->g->n; i++)
-        if (d->where[i] == -1) s->persist[i] = base ? base + d->at[i] : NULL;
+    hx_engine *e = d->e;
+    for (int i = 0; i < e->g->n; i++)
+        if (d->where[i] == -1) e->persist[i] = base ? base + d->at[i] : NULL;
 }
 
 /* The residency's run_end: gives the host copies back without writing
@@ -177,7 +172,7 @@ static void evict(hx_residency *r)
     unbind_plans(d);
 }
 
-/* Gives the resident region a host buffer and points s->persist at its
+/* Gives the resident region a host buffer and points e->persist at its
  * tensors (plans rebind); a no-op when loaded. async leaves the reading to
  * the I/O thread of hx__disk_update_begin, else the region is read here. */
 static hx_status load(hx_offload_disk *d, const char *fn, bool async)
@@ -260,7 +255,7 @@ static char *span_at(const hx_offload_disk *d, const span *p, int id)
 /* The resident segments tensor id (resident) lies in. */
 static void resident_segs(const hx_offload_disk *d, int id, int *lo, int *hi)
 {
-    size_t n = hx_tensor_nbytes(d->s->g->tensors[id]);
+    size_t n = hx_tensor_nbytes(d->e->g->tensors[id]);
     *lo = (int)(d->at[id] / d->seg_bytes);
     *hi = (int)((d->at[id] + (n ? n - 1 : 0)) / d->seg_bytes);
 }
@@ -335,8 +330,8 @@ static hx_status write_tensor(hx_residency *r, const char *fn, const hx_tensor *
                               const void *data)
 {
     hx_offload_disk *d = hx__disk(r);
-    hx_session *s = d->s;
-    const hx_graph *g = s->g;
+    hx_engine *e = d->e;
+    const hx_graph *g = e->g;
     /* t and its half copies: the resident segments they touch as one span, their chunks */
     span res = {-1, -1, NULL}, ch[2] = {{-1, -1, NULL}, {-1, -1, NULL}};
     int n_ch = 0;
@@ -365,19 +360,20 @@ static hx_status write_tensor(hx_residency *r, const char *fn, const hx_tensor *
     for (int i = 0; i < g->n && !st; i++) {
         if (d->where[i] == -1 && res.buf && d->at[i] >= d->segs[res.lo].off &&
             d->at[i] + hx_tensor_nbytes(g->tensors[i]) <= d->segs[res.hi].off + d->segs[res.hi].bytes)
-            s->persist[i] = span_at(d, &res, i);
+            e->persist[i] = span_at(d, &res, i);
         for (int k = 0; k < n_ch; k++)
-            if (d->where[i] == ch[k].lo) s->persist[i] = span_at(d, &ch[k], i);
+            if (d->where[i] == ch[k].lo) e->persist[i] = span_at(d, &ch[k], i);
     }
-    if (!st) st = hx__session_copy_in(s, hx__dev_of(s, t->id), s->persist[t->id], data,
-                                      hx_tensor_nbytes(t));
-    if (!st && t->kind == HX_TENSOR_PARAMETER) st = hx__half_copies_refresh(s, t);
+    if (!st)
+        st = hx__engine_copy_in(e, hx__dev_of(e, t->id), e->persist[t->id], data,
+                                hx_tensor_nbytes(t));
+    if (!st && t->kind == HX_TENSOR_PARAMETER) st = hx__half_copies_refresh(e, t);
     if (!st && res.buf) st = span_store(d, fn, &res);
     for (int k = 0; k < n_ch && !st; k++) st = span_store(d, fn, &ch[k]);
     if (st) abort_pending(d);
     else commit(d);
     for (int i = 0; i < g->n; i++)
-        if (d->where[i] > -2) s->persist[i] = NULL;
+        if (d->where[i] > -2) e->persist[i] = NULL;
     span_drop(d, &res);
     for (int k = 0; k < n_ch; k++) span_drop(d, &ch[k]);
     hx_pinned_trim(d->pinned);
@@ -390,7 +386,8 @@ static hx_status visit_span(hx_offload_disk *d, const char *fn, span *p, const i
                             bool blank, bool write, hx_residency_visit_fn visit, void *ctx)
 {
     hx_status st = span_load(d, fn, p, blank);
-    for (int k = 0; k < n && !st; k++) st = visit(ctx, d->s->g->tensors[ids[k]], span_at(d, p, ids[k]));
+    for (int k = 0; k < n && !st; k++)
+        st = visit(ctx, d->e->g->tensors[ids[k]], span_at(d, p, ids[k]));
     if (!st && write) st = span_store(d, fn, p);
     span_drop(d, p);
     return st;
@@ -403,7 +400,7 @@ static hx_status visit_held(hx_residency *r, const char *fn, bool blank, bool wr
                            hx_residency_visit_fn visit, void *ctx)
 {
     hx_offload_disk *d = hx__disk(r);
-    const hx_graph *g = d->s->g;
+    const hx_graph *g = d->e->g;
     int *ids = malloc(sizeof *ids * (g->n ? g->n : 1));
     if (!ids) return hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     hx_status st = HX_OK;
@@ -462,13 +459,13 @@ static void add_seg(hx_offload_disk *d, size_t off, size_t bytes, int64_t *block
 }
 
 /* Resident region, then chunks of update-only tensors in update order. */
-static void lay_out(hx_session *s, hx_offload_disk *d, int *upd)
+static void lay_out(hx_engine *e, hx_offload_disk *d, int *upd)
 {
-    const hx_graph *g = s->g;
+    const hx_graph *g = e->g;
     size_t res = 0;
     for (int i = 0; i < g->n; i++) {
         d->where[i] = -2;
-        if (!on_disk(s, i)) continue;
+        if (!on_disk(e, i)) continue;
         size_t n = hx_tensor_nbytes(g->tensors[i]);
         d->whole += n;
         if (upd[i] >= 0) {
@@ -513,9 +510,9 @@ static void lay_out(hx_session *s, hx_offload_disk *d, int *upd)
 }
 
 /* The tier and the pinned pool, the checks against the budgets. */
-static hx_status setup(hx_session *s, hx_offload_disk *d)
+static hx_status setup(hx_engine *e, hx_offload_disk *d)
 {
-    const hx_offload_config *oc = &s->cfg.offload;
+    const hx_offload_config *oc = &e->cfg.offload;
     size_t need = d->res_bytes + (size_t)d->n_slots * d->slot_bytes;
     if (oc->offload_cpu_size && need > oc->offload_cpu_size)
         return hx__error(HX_ERR_OUT_OF_MEMORY,
@@ -564,18 +561,18 @@ static hx_status setup(hx_session *s, hx_offload_disk *d)
     pc.lock = oc->enable_pinned_mem;
     st = hx_pinned_create(&pc, &d->pinned, &err);
     if (st) return hx__error(st, "hx_session_create: offload_param=disk: %s", err.msg);
-    d->io_lane = hx__trace_lane(s->trace, "disk I/O");
+    d->io_lane = hx__trace_lane(e->trace, "disk I/O");
     return HX_OK;
 }
 
 /* The layout of the disk tier for the session's config and placement (its
  * sizes, no tier yet) in *out, which the caller frees with free_layout,
  * also when this fails. */
-static hx_status plan_layout(hx_session *s, hx_offload_disk **out)
+static hx_status plan_layout(hx_engine *e, hx_offload_disk **out)
 {
-    const hx_offload_config *oc = &s->cfg.offload;
+    const hx_offload_config *oc = &e->cfg.offload;
     hx_offload_disk *d = *out = calloc(1, sizeof *d);
-    int n = s->g->n ? s->g->n : 1;
+    int n = e->g->n ? e->g->n : 1;
     int *upd = malloc(sizeof *upd * n);
     if (d) {
         d->where = malloc(sizeof *d->where * n);
@@ -589,12 +586,12 @@ static hx_status plan_layout(hx_session *s, hx_offload_disk **out)
     }
     d->seg_bytes = hx__mem_round(oc->chunk_size > HX_DISK_BLOCK ? oc->chunk_size : HX_DISK_BLOCK,
                                  HX_DISK_BLOCK);
-    update_readers(s->g, upd);
+    update_readers(e->g, upd);
     /* resident segments: at most n tensors' bytes / seg_bytes + 1 each; grow if needed */
     size_t res = 0;
-    for (int i = 0; i < s->g->n; i++)
-        if (on_disk(s, i) && upd[i] < 0)
-            res = hx__mem_round(res + hx_tensor_nbytes(s->g->tensors[i]), 64);
+    for (int i = 0; i < e->g->n; i++)
+        if (on_disk(e, i) && upd[i] < 0)
+            res = hx__mem_round(res + hx_tensor_nbytes(e->g->tensors[i]), 64);
     size_t n_res = hx__mem_round(res, HX_DISK_BLOCK) / d->seg_bytes + 1;
     if (n_res > (size_t)n) {
         hx_disk_seg *g = realloc(d->segs, sizeof *g * (n_res + (size_t)n + 1));
@@ -604,7 +601,7 @@ static hx_status plan_layout(hx_session *s, hx_offload_disk **out)
         }
         d->segs = g;
     }
-    lay_out(s, d, upd);
+    lay_out(e, d, upd);
     free(upd);
     return HX_OK;
 }
@@ -620,33 +617,33 @@ static void free_layout(hx_offload_disk *d)
 
 static hx_status init(hx_residency *r);
 
-hx_status hx__disk_create(hx_session *s, hx_residency **out)
+hx_status hx__disk_create(hx_engine *e, hx_residency **out)
 {
     *out = NULL;
-    if (s->cfg.delayed_param_update)
+    if (e->cfg.delayed_param_update)
         return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: offload_param=disk does not run "
                          "with delayed_param_update (the update behind the next run would need "
                          "the parameters in host memory across runs); use offload_param=cpu");
     hx_offload_disk *d = NULL;
-    hx_status st = plan_layout(s, &d);
+    hx_status st = plan_layout(e, &d);
     if (!d) return st;
     d->residency = (hx_residency){.holds = holds, .init = init, .run_begin = run_begin,
                                   .step_ready = hx__disk_step_ready, .update = hx__disk_update_run,
                                   .run_commit = store, .run_end = evict, .read = read_tensor,
                                   .write = write_tensor, .visit = visit_held, .destroy = destroy};
-    d->s = s;
+    d->e = e;
     *out = &d->residency;
-    return st ? st : setup(s, d);
+    return st ? st : setup(e, d);
 }
 
-hx_status hx__disk_host_need(hx_session *s, size_t chunk_size, hx_disk_host_need *out)
+hx_status hx__disk_host_need(hx_engine *e, size_t chunk_size, hx_disk_host_need *out)
 {
-    hx_offload_config keep = s->cfg.offload;
-    s->cfg.offload.offload_param = HX_OFFLOAD_DISK;
-    s->cfg.offload.chunk_size = chunk_size;
+    hx_offload_config keep = e->cfg.offload;
+    e->cfg.offload.offload_param = HX_OFFLOAD_DISK;
+    e->cfg.offload.chunk_size = chunk_size;
     hx_offload_disk *d = NULL;
-    hx_status st = plan_layout(s, &d);
-    s->cfg.offload = keep;
+    hx_status st = plan_layout(e, &d);
+    e->cfg.offload = keep;
     if (!st)
         *out = (hx_disk_host_need){.whole = d->whole, .resident = d->res_bytes,
                                    .slot = d->slot_bytes, .slots = d->n_slots,
@@ -656,10 +653,10 @@ hx_status hx__disk_host_need(hx_session *s, size_t chunk_size, hx_disk_host_need
 }
 
 /* Half copy c from its master, both on the host now. */
-static hx_status refresh(hx_session *s, const hx_tensor *c)
+static hx_status refresh(hx_engine *e, const hx_tensor *c)
 {
-    return s->persist[c->id] && s->persist[c->param->id] ? hx__half_copies_refresh(s, c->param)
-                                                          : HX_OK;
+    return e->persist[c->id] && e->persist[c->param->id] ? hx__half_copies_refresh(e, c->param)
+                                                         : HX_OK;
 }
 
 /* The residency's init: the tensors of each chunk, then of the resident
@@ -668,37 +665,40 @@ static hx_status refresh(hx_session *s, const hx_tensor *c)
 static hx_status init(hx_residency *r)
 {
     hx_offload_disk *d = hx__disk(r);
-    hx_session *s = d->s;
-    const hx_graph *g = s->g;
+    hx_engine *e = d->e;
+    const hx_graph *g = e->g;
     const char *fn = "hx_session_create";
     hx_status st = d->res_bytes ? host_alloc(d, fn, d->res_bytes, "the resident region", &d->res)
                                 : HX_OK;
     if (d->res) memset(d->res, 0, d->res_bytes);
     point_resident(d, d->res);
     for (int i = 0; i < g->n && !st; i++)
-        if (d->where[i] == -1) st = hx__param_init(g->tensors[i], s->persist[i], s->cfg.seed, s->nthreads);
+        if (d->where[i] == -1)
+            st = hx__param_init(g->tensors[i], e->persist[i], e->cfg.seed, e->nthreads);
     char *buf = NULL;
     if (!st && d->slot_bytes) st = host_alloc(d, fn, d->slot_bytes, "a chunk slot", &buf);
     hx_mem_err err;
     for (int k = d->n_res; k < d->n_seg && !st; k++) {
         memset(buf, 0, d->segs[k].bytes);
         for (int i = 0; i < g->n; i++)
-            if (d->where[i] == k) s->persist[i] = buf + d->at[i];
+            if (d->where[i] == k) e->persist[i] = buf + d->at[i];
         for (int i = 0; i < g->n && !st; i++)
-            if (d->where[i] == k) st = hx__param_init(g->tensors[i], s->persist[i], s->cfg.seed, s->nthreads);
+            if (d->where[i] == k)
+                st = hx__param_init(g->tensors[i], e->persist[i], e->cfg.seed, e->nthreads);
         for (int i = 0; i < g->n && !st; i++) { /* half copies with a side in this chunk */
             const hx_tensor *c = g->tensors[i];
             if (hx__is_half_copy(c) && (d->where[i] == k || d->where[c->param->id] == k))
-                st = refresh(s, c);
+                st = refresh(e, c);
         }
         if (!st && (st = hx__disk_seg_write(d, k, buf, &err))) st = write_failed(fn, st, &err);
         for (int i = 0; i < g->n; i++)
-            if (d->where[i] == k) s->persist[i] = NULL;
+            if (d->where[i] == k) e->persist[i] = NULL;
     }
     host_free(d, buf);
     for (int i = 0; i < g->n && !st; i++) { /* half copies with no side in a chunk */
         const hx_tensor *c = g->tensors[i];
-        if (hx__is_half_copy(c) && d->where[i] < 0 && d->where[c->param->id] < 0) st = refresh(s, c);
+        if (hx__is_half_copy(c) && d->where[i] < 0 && d->where[c->param->id] < 0)
+            st = refresh(e, c);
     }
     for (int k = 0; k < d->n_res && !st; k++)
         if ((st = hx__disk_seg_write(d, k, d->res + d->segs[k].off, &err))) st = write_failed(fn, st, &err);
@@ -715,10 +715,10 @@ static hx_status init(hx_residency *r)
 static void destroy(hx_residency *r)
 {
     hx_offload_disk *d = hx__disk(r);
-    hx_session *s = d->s;
+    hx_engine *e = d->e;
     evict(r);
-    for (int i = 0; i < s->g->n && d->where; i++) /* a failed init may leave pointers */
-        if (d->where[i] > -2) s->persist[i] = NULL;
+    for (int i = 0; i < e->g->n && d->where; i++) /* a failed init may leave pointers */
+        if (d->where[i] > -2) e->persist[i] = NULL;
     hx_disk_tier_destroy(d->tier);
     if (d->pinned) hx_pinned_destroy(d->pinned);
     free_layout(d);

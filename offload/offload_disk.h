@@ -39,7 +39,7 @@ typedef struct hx_pinned_pool hx_pinned_pool;
  * the updates changed and commits them with the chunks; single tensors and
  * checkpoints go segment by segment. Once *out is set, the session
  * destroys it, also when this fails. */
-hx_status hx__disk_create(hx_session *s, hx_residency **out);
+hx_status hx__disk_create(hx_engine *e, hx_residency **out);
 /* The host bytes the two host tiers keep for the session's placement
  * (before any is chosen: auto_offload), with chunk_size chunk_size:
  * offload_param=cpu every parameter and optimizer state on the host
@@ -50,10 +50,10 @@ typedef struct hx_disk_host_need {
     size_t resident, slot; /* minimum = resident + slots * slot */
     int slots;
 } hx_disk_host_need;
-hx_status hx__disk_host_need(hx_session *s, size_t chunk_size, hx_disk_host_need *out);
+hx_status hx__disk_host_need(hx_engine *e, size_t chunk_size, hx_disk_host_need *out);
 
 /* The session's disk tier (disk_layout.h), NULL without one. */
-hx_offload_disk *hx__disk_of(const hx_session *s);
+hx_offload_disk *hx__disk_of(const hx_engine *e);
 
 /* What the last run did with the disk (benchmarks, tests). */
 typedef struct hx_disk_run_stats {
@@ -75,12 +75,12 @@ typedef struct hx_disk_run_stats {
  * the generation the next store writes (next) or the one in use, the host
  * bytes a training run needs at most (resident region and slots), every
  * disk tensor's bytes, the last run's figures. */
-hx_disk_tier *hx__disk_tier_of(const hx_session *s);
-hx_pinned_pool *hx__disk_pool_of(const hx_session *s);
-int hx__disk_segments(const hx_session *s, int *resident);
-int64_t hx__disk_block_of(const hx_session *s, int seg, bool next);
-size_t hx__disk_host_bytes(const hx_session *s);
-size_t hx__disk_whole_bytes(const hx_session *s);
-hx_disk_run_stats hx__disk_last_run(const hx_session *s);
+hx_disk_tier *hx__disk_tier_of(const hx_engine *e);
+hx_pinned_pool *hx__disk_pool_of(const hx_engine *e);
+int hx__disk_segments(const hx_engine *e, int *resident);
+int64_t hx__disk_block_of(const hx_engine *e, int seg, bool next);
+size_t hx__disk_host_bytes(const hx_engine *e);
+size_t hx__disk_whole_bytes(const hx_engine *e);
+hx_disk_run_stats hx__disk_last_run(const hx_engine *e);
 
 #endif

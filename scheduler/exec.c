@@ -28,7 +28,7 @@
 #include <string.h>
 
 typedef struct run {
-    hx_session *s;
+    hx_engine *e;
     const hx_plan *p;
     const hx_exec *ex_host, *ex_dev;
     const bool *skip;
@@ -54,7 +54,7 @@ typedef struct worker {
 } worker;
 
 struct hx_exec_state {
-    hx_session *s;
+    hx_engine *e;
     pthread_mutex_t mu;
     pthread_cond_t wake; /* work queued, a unit finished, or stop */
     worker **workers;
@@ -64,9 +64,9 @@ struct hx_exec_state {
     hx_trace_lane *caller_lane;
 };
 
-static hx_stream *lane_stream(const hx_session *s, int lane)
+static hx_stream *lane_stream(const hx_engine *e, int lane)
 {
-    return lane == HX_LANE_COMPUTE ? s->stream[HX_DEV_ACCEL] : s->copy_stream[lane - HX_LANE_H2D];
+    return lane == HX_LANE_COMPUTE ? e->stream[HX_DEV_ACCEL] : e->copy_stream[lane - HX_LANE_H2D];
 }
 
 static bool on_stream(const hx_unit *u) { return u->lane != HX_LANE_HOST; }
@@ -84,7 +84,7 @@ static void fail(run *r, hx_status st)
 static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from, int to)
 {
     const hx_plan *p = r->p;
-    hx_backend *acc = r->s->be[HX_DEV_ACCEL];
+    hx_backend *acc = r->e->be[HX_DEV_ACCEL];
     hx_status st = HX_OK;
     for (int i = from; i < to && !st; i++) {
         int k = p->unit_steps[x->first + i];
@@ -93,7 +93,7 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
             st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
             continue;
         }
-        if ((st = hx__residency_step_ready(r->s, sp))) break; /* its source in host memory */
+        if ((st = hx__residency_step_ready(r->e, sp))) break; /* its source in host memory */
         hx_copy_label why = {sp->node->name, hx__copy_role_name(p->step_role[k])};
         size_t n = hx_tensor_nbytes(sp->node);
         st = x->lane == HX_LANE_H2D
@@ -111,8 +111,8 @@ static hx_status advance(run *r, int u, bool *done)
 {
     const hx_plan *p = r->p;
     const hx_unit *x = &p->units[u];
-    hx_backend *acc = r->s->be[HX_DEV_ACCEL];
-    hx_stream *st_ = lane_stream(r->s, x->lane);
+    hx_backend *acc = r->e->be[HX_DEV_ACCEL];
+    hx_stream *st_ = lane_stream(r->e, x->lane);
     int *next = &r->next_step[u - r->base], *pre = &r->prefix[u - r->base];
     hx_status st = HX_OK;
     *done = false;
@@ -173,26 +173,26 @@ static void resolved(hx_exec_state *x, run *r, int u)
 /* Runs host unit u on the calling thread (no lock held). */
 static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
 {
-    hx_session *s = r->s;
+    hx_engine *e = r->e;
     const hx_plan *p = r->p;
     const hx_unit *x = &p->units[u];
-    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    hx_backend *acc = e->be[HX_DEV_ACCEL];
     hx_status st = HX_OK;
-    int cores = hx__budget_take(s->budget, r->ex_host->nthreads);
+    int cores = hx__budget_take(e->budget, r->ex_host->nthreads);
     for (int i = 0, j = 0; i < x->n_steps && !st; i++) {
         for (; j < x->n_pred && p->link_at[x->first_pred + j] <= i && !st; j++) {
             int w = p->links[x->first_pred + j];
             if (!on_stream(&p->units[w]) || (r->skip && r->skip[w])) continue;
-            hx__budget_give(s->budget, cores); /* no cores held while waiting */
+            hx__budget_give(e->budget, cores); /* no cores held while waiting */
             st = acc->event_sync(acc, p->done[w]);
-            cores = hx__budget_take(s->budget, r->ex_host->nthreads);
+            cores = hx__budget_take(e->budget, r->ex_host->nthreads);
         }
         if (st) break;
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
-        if ((st = hx__residency_step_ready(s, sp))) break; /* its inputs in host memory */
-        st = hx__host_launch(s, stream, lane, r->ex_host, sp, sp->in);
+        if ((st = hx__residency_step_ready(e, sp))) break; /* its inputs in host memory */
+        st = hx__host_launch(e, stream, lane, r->ex_host, sp, sp->in);
     }
-    hx__budget_give(s->budget, cores);
+    hx__budget_give(e->budget, cores);
     return st;
 }
 
@@ -227,23 +227,23 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-hx_status hx__exec_create(hx_session *s)
+hx_status hx__exec_create(hx_engine *e)
 {
     hx_exec_state *x = calloc(1, sizeof *x);
     if (!x) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    x->s = s;
+    x->e = e;
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->wake, NULL);
-    x->caller_lane = hx__trace_lane(s->trace, "host (calling thread)");
-    s->exec = x;
+    x->caller_lane = hx__trace_lane(e->trace, "host (calling thread)");
+    e->exec = x;
     return HX_OK;
 }
 
-hx_trace_lane *hx__exec_lane(const hx_session *s) { return s->exec->caller_lane; }
+hx_trace_lane *hx__exec_lane(const hx_engine *e) { return e->exec->caller_lane; }
 
-void hx__exec_free(hx_session *s)
+void hx__exec_free(hx_engine *e)
 {
-    hx_exec_state *x = s->exec;
+    hx_exec_state *x = e->exec;
     if (!x) return;
     pthread_mutex_lock(&x->mu);
     x->stop = true;
@@ -251,25 +251,25 @@ void hx__exec_free(hx_session *s)
     pthread_mutex_unlock(&x->mu);
     for (int i = 0; i < x->n_workers; i++) {
         pthread_join(x->workers[i]->thread, NULL);
-        s->be[HX_DEV_HOST]->stream_destroy(s->be[HX_DEV_HOST], x->workers[i]->stream);
+        e->be[HX_DEV_HOST]->stream_destroy(e->be[HX_DEV_HOST], x->workers[i]->stream);
         free(x->workers[i]);
     }
     free(x->workers);
     pthread_mutex_destroy(&x->mu);
     pthread_cond_destroy(&x->wake);
     free(x);
-    s->exec = NULL;
+    e->exec = NULL;
 }
 
-hx_status hx__exec_reserve(hx_session *s, int lanes)
+hx_status hx__exec_reserve(hx_engine *e, int lanes)
 {
-    hx_exec_state *x = s->exec;
+    hx_exec_state *x = e->exec;
     int need = lanes - 1;
     if (need <= x->n_workers) return HX_OK;
     worker **ws = realloc(x->workers, sizeof *ws * need);
     if (!ws) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
     x->workers = ws;
-    hx_backend *host = s->be[HX_DEV_HOST];
+    hx_backend *host = e->be[HX_DEV_HOST];
     while (x->n_workers < need) {
         worker *w = calloc(1, sizeof *w);
         if (!w) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
@@ -281,7 +281,7 @@ hx_status hx__exec_reserve(hx_session *s, int lanes)
         }
         char name[48];
         snprintf(name, sizeof name, "host worker %d", x->n_workers + 1);
-        w->lane = hx__trace_lane(s->trace, name);
+        w->lane = hx__trace_lane(e->trace, name);
         int rc = pthread_create(&w->thread, NULL, worker_main, w);
         if (rc) {
             host->stream_destroy(host, w->stream);
@@ -294,10 +294,10 @@ hx_status hx__exec_reserve(hx_session *s, int lanes)
     return HX_OK;
 }
 
-hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_exec *ex_host,
+hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exec *ex_host,
                          const hx_exec *ex_dev, const bool *skip_unit)
 {
-    hx_exec_state *x = s->exec;
+    hx_exec_state *x = e->exec;
     int base = p->first_unit[phase], n = p->first_unit[phase + 1] - base;
     if (!n) return HX_OK;
     int *mem = calloc(5 * (size_t)n, sizeof *mem);
@@ -307,9 +307,18 @@ hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_ex
         free(pred_done);
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
     }
-    run r = {.s = s, .p = p, .ex_host = ex_host, .ex_dev = ex_dev, .skip = skip_unit,
-             .base = base, .remaining = mem, .ready = mem + n, .work = mem + 2 * n,
-             .next_step = mem + 3 * n, .prefix = mem + 4 * n, .pred_done = pred_done};
+    run r = {.e = e,
+             .p = p,
+             .ex_host = ex_host,
+             .ex_dev = ex_dev,
+             .skip = skip_unit,
+             .base = base,
+             .remaining = mem,
+             .ready = mem + n,
+             .work = mem + 2 * n,
+             .next_step = mem + 3 * n,
+             .prefix = mem + 4 * n,
+             .pred_done = pred_done};
     for (int u = base; u < base + n; u++) {
         r.remaining[u - base] = p->units[u].n_pred;
         r.n_host += !on_stream(&p->units[u]);
@@ -328,13 +337,13 @@ hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_ex
     }
     pthread_cond_broadcast(&x->wake);
     while (r.err ? r.running : r.host_done < r.n_host) {
-        if (!r.err && r.head < r.tail) take_and_run(x, &r, s->stream[HX_DEV_HOST], x->caller_lane);
+        if (!r.err && r.head < r.tail) take_and_run(x, &r, e->stream[HX_DEV_HOST], x->caller_lane);
         else pthread_cond_wait(&x->wake, &x->mu);
     }
     x->cur = NULL;
     pthread_mutex_unlock(&x->mu);
-    hx_backend *acc = s->be[HX_DEV_ACCEL];
-    hx_stream *streams[3] = {s->stream[HX_DEV_ACCEL], s->copy_stream[0], s->copy_stream[1]};
+    hx_backend *acc = e->be[HX_DEV_ACCEL];
+    hx_stream *streams[3] = {e->stream[HX_DEV_ACCEL], e->copy_stream[0], e->copy_stream[1]};
     for (int i = 0; acc && i < 3; i++) {
         hx_status st = acc->stream_sync(acc, streams[i]);
         if (st && !r.err) fail(&r, st);

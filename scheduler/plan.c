@@ -75,10 +75,10 @@ static size_t assign_offsets(lifetime *lt, int n)
     return total;
 }
 
-void hx__plan_free(const hx_session *s, hx_plan *p)
+void hx__plan_free(const hx_engine *e, hx_plan *p)
 {
     if (!p) return;
-    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    hx_backend *acc = e->be[HX_DEV_ACCEL];
     for (int u = 0; p->done && u < p->n_units; u++)
         if (p->done[u]) acc->event_destroy(acc, p->done[u]);
     free(p->done);
@@ -127,7 +127,7 @@ static int mark_needed(const hx_graph *g, const int *fetch_ids, int n_fetch, boo
 
 /* Scratch of one plan build. */
 typedef struct builder {
-    const hx_session *s;
+    const hx_engine *e;
     hx_plan *p;
     int n;
     int *copy_step; /* [dev * n + id]: the step copying id to dev, -1 */
@@ -162,11 +162,10 @@ static void add_lifetime(builder *b, int dev, int id, int pos, int unit, int ste
 {
     /* a copy back to the value's home (activation offload) is read through
      * its step: the readers of the home's value keep extending that one */
-    if (step < 0 || hx__dev_of(b->s, id) != dev) b->lt_of[dev * b->n + id] = b->n_lt[dev];
+    if (step < 0 || hx__dev_of(b->e, id) != dev) b->lt_of[dev * b->n + id] = b->n_lt[dev];
     if (step >= 0) b->copy_lt[step] = b->n_lt[dev];
-    b->lt[dev][b->n_lt[dev]++] = (lifetime){id, pos, pos,
-                                            align_up(hx_tensor_nbytes(b->s->g->tensors[id])), 0,
-                                            unit, -1, step};
+    b->lt[dev][b->n_lt[dev]++] = (lifetime){
+            id, pos, pos, align_up(hx_tensor_nbytes(b->e->g->tensors[id])), 0, unit, -1, step};
 }
 
 /* Adds unit u to x's other units. */
@@ -272,8 +271,8 @@ static void count_output(builder *b, const hx_tensor *t)
  * right after it is produced. */
 static hx_status order_steps(builder *b, const bool *need)
 {
-    const hx_session *s = b->s;
-    const hx_graph *g = s->g;
+    const hx_engine *e = b->e;
+    const hx_graph *g = e->g;
     hx_plan *p = b->p;
     int k = 0, slot = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -282,23 +281,23 @@ static hx_status order_steps(builder *b, const bool *need)
             const hx_tensor *t = g->tensors[i];
             if (!need[i] || t->op <= HX_OP_STATE || (t->kind == HX_TENSOR_UPDATE) != pass)
                 continue;
-            int dev = hx__dev_of(s, i);
+            int dev = hx__dev_of(e, i);
             if (b->act && !pass && dev == HX_DEV_ACCEL) count_output(b, t);
             for (int j = 0; j < t->n_src; j++) {
-                int from = hx__dev_of(s, t->src[j]->id);
+                int from = hx__dev_of(e, t->src[j]->id);
                 char role;
                 if (comes_back(b, t->src[j], i, dev)) from = HX_DEV_HOST, role = HX_ROLE_ACT_IN;
                 else if (!needs_copy(b, t->src[j], dev, from, &role)) continue;
                 b->slot_of[k] = slot++;
                 add_copy(b, k++, t->src[j], dev, from, role);
             }
-            hx_launch_fn fn = s->be[dev]->kernel(s->be[dev], t->op, t->dtype);
+            hx_launch_fn fn = e->be[dev]->kernel(e->be[dev], t->op, t->dtype);
             if (!fn)
                 return hx__error(HX_ERR_NO_KERNEL,
                                  "session: op '%s' (%s, %s) has no kernel on the %s backend; "
                                  "place it on the other target with hx_tensor_set_target",
                                  t->name, hx__ops[t->op].name, hx_dtype_name(t->dtype),
-                                 s->be[dev]->name);
+                                 e->be[dev]->name);
             b->slot_of[k] = slot;
             for (int j = 0; j < t->n_src; j++) { /* a copy at dev, if any (-1: the home's value) */
                 int u = t->src[j]->id;
@@ -326,7 +325,7 @@ static hx_status order_steps(builder *b, const bool *need)
  * their home, copies at their destination; positions in unit-major order. */
 static void lifetimes(builder *b, const bool *need, const int *fetch_ids, int n_fetch)
 {
-    const hx_graph *g = b->s->g;
+    const hx_graph *g = b->e->g;
     hx_plan *p = b->p;
     for (int i = 0; i < g->n; i++)
         if (need[i] && g->tensors[i]->kind == HX_TENSOR_INPUT) {
@@ -351,7 +350,7 @@ static void lifetimes(builder *b, const bool *need, const int *fetch_ids, int n_
         if (t->kind != HX_TENSOR_UPDATE) add_lifetime(b, sp->dev, t->id, q, u, -1);
     }
     for (int f = 0; f < n_fetch; f++)
-        extend(b, hx__dev_of(b->s, fetch_ids[f]), fetch_ids[f], p->n_steps, -1);
+        extend(b, hx__dev_of(b->e, fetch_ids[f]), fetch_ids[f], p->n_steps, -1);
 }
 
 /* Whether unit u touches device d's arena. */
@@ -422,7 +421,7 @@ static hx_status scan_list(builder *b)
     for (int k = p->first_update; k < p->n_steps; k++) {
         if (!p->steps[k].fn) continue;
         int g = p->steps[k].node->src[1]->id; /* copied out early: scanned on the host */
-        p->scan_home[p->n_scan] = b->grad_out && b->grad_out[g] ? HX_DEV_HOST : hx__dev_of(b->s, g);
+        p->scan_home[p->n_scan] = b->grad_out && b->grad_out[g] ? HX_DEV_HOST : hx__dev_of(b->e, g);
         p->scan_update[p->n_scan++] = p->steps[k].node;
     }
     return HX_OK;
@@ -445,7 +444,7 @@ static hx_status input_uses(builder *b, const int *fetch_ids, int n_fetch)
         for (int u = 0; u < p->n_units; u++)
             if (p->units[u].fed_input == id) p->input_copy_unit[k] = u;
         for (int f = 0; f < n_fetch; f++)
-            if (fetch_ids[f] == id) p->input_host_use[k] = b->s->g->tensors[id];
+            if (fetch_ids[f] == id) p->input_host_use[k] = b->e->g->tensors[id];
     }
     for (int q = 0; q < p->n_steps; q++) {
         const hx_step *sp = &p->steps[q];
@@ -460,7 +459,7 @@ static hx_status input_uses(builder *b, const int *fetch_ids, int n_fetch)
 /* Device-read input slots and completion events of stream units. */
 static hx_status exec_parts(builder *b)
 {
-    const hx_session *s = b->s;
+    const hx_engine *e = b->e;
     hx_plan *p = b->p;
     size_t n_in = 0;
     for (int k = 0; k < p->n_steps; k++)
@@ -470,7 +469,7 @@ static hx_status exec_parts(builder *b)
     p->done = calloc(p->n_units ? p->n_units : 1, sizeof *p->done);
     if (!p->dev_in_slot || !p->dev_in_id || !p->done)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
-    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    hx_backend *acc = e->be[HX_DEV_ACCEL];
     for (int u = 0; u < p->n_units; u++) {
         if (p->units[u].lane == HX_LANE_HOST) continue;
         hx_status st = acc->event_create(acc, &p->done[u]);
@@ -483,11 +482,11 @@ static hx_status exec_parts(builder *b)
  * gap. */
 static hx_status offload_setup(builder *b, int max_steps)
 {
-    const hx_session *s = b->s;
+    const hx_engine *e = b->e;
     hx_plan *p = b->p;
-    const hx_offload_config *c = &s->cfg.offload;
-    b->offload = hx__offload_on(s);
-    b->act = hx__offload_activations_on(s);
+    const hx_offload_config *c = &e->cfg.offload;
+    b->offload = hx__offload_on(e);
+    b->act = hx__offload_activations_on(e);
     b->chunk_bytes = b->act_window = c->chunk_size;
     b->window = c->chunk_size * (size_t)(c->prefetch_depth + 1);
     b->gap = 2 * c->prefetch_depth + 2;
@@ -519,9 +518,9 @@ static void reset_order(builder *b, int max_steps)
  * offload may move: no host op, no update and no fetch reads it. */
 static bool movable(const builder *b, const bool *need, const bool *pinned, int id)
 {
-    const hx_tensor *t = b->s->g->tensors[id];
+    const hx_tensor *t = b->e->g->tensors[id];
     return need[id] && !pinned[id] && t->op > HX_OP_STATE && t->kind != HX_TENSOR_UPDATE &&
-           hx__dev_of(b->s, id) == HX_DEV_ACCEL;
+            hx__dev_of(b->e, id) == HX_DEV_ACCEL;
 }
 
 /* Activation offload, from an ordering's op chunks: which device values
@@ -536,7 +535,7 @@ static bool movable(const builder *b, const bool *need, const bool *pinned, int 
  * number of values that move. */
 static int act_decide(builder *b, const bool *need, const int *fetch_ids, int n_fetch)
 {
-    const hx_graph *g = b->s->g;
+    const hx_graph *g = b->e->g;
     int n = b->n, moved = 0;
     bool *pinned = calloc(n ? n : 1, sizeof *pinned);
     int *prev = malloc(sizeof *prev * (n ? n : 1));
@@ -552,13 +551,13 @@ static int act_decide(builder *b, const bool *need, const int *fetch_ids, int n_
         const hx_tensor *t = g->tensors[i];
         b->act_back[i] = -1;
         prev[i] = b->op_chunk[i];
-        bool far_side = t->kind == HX_TENSOR_UPDATE || hx__dev_of(b->s, i) != HX_DEV_ACCEL;
+        bool far_side = t->kind == HX_TENSOR_UPDATE || hx__dev_of(b->e, i) != HX_DEV_ACCEL;
         for (int j = 0; need[i] && far_side && j < t->n_src; j++) pinned[t->src[j]->id] = true;
     }
     for (int i = 0; i < n; i++) { /* device ops of forward and backward, in step order */
         const hx_tensor *t = g->tensors[i];
         if (!need[i] || t->op <= HX_OP_STATE || t->kind == HX_TENSOR_UPDATE ||
-            hx__dev_of(b->s, i) != HX_DEV_ACCEL)
+            hx__dev_of(b->e, i) != HX_DEV_ACCEL)
             continue;
         for (int j = 0; j < t->n_src; j++) {
             int u = t->src[j]->id;
@@ -578,27 +577,28 @@ static int act_decide(builder *b, const bool *need, const int *fetch_ids, int n_
  * is scanned there. */
 static hx_status grads_out(builder *b, const bool *need)
 {
-    const hx_session *s = b->s;
+    const hx_engine *e = b->e;
     b->grad_out = calloc(b->n ? b->n : 1, sizeof *b->grad_out);
     if (!b->grad_out)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
     for (int i = 0; i < b->n; i++) {
-        const hx_tensor *u = s->g->tensors[i];
-        if (!need[i] || u->kind != HX_TENSOR_UPDATE || hx__dev_of(s, i) != HX_DEV_HOST) continue;
-        if (hx__dev_of(s, u->src[1]->id) == HX_DEV_ACCEL) b->grad_out[u->src[1]->id] = true;
+        const hx_tensor *u = e->g->tensors[i];
+        if (!need[i] || u->kind != HX_TENSOR_UPDATE || hx__dev_of(e, i) != HX_DEV_HOST) continue;
+        if (hx__dev_of(e, u->src[1]->id) == HX_DEV_ACCEL) b->grad_out[u->src[1]->id] = true;
     }
     return HX_OK;
 }
 
-
-hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool train,
-                         hx_plan **out)
+hx_status hx__plan_build(hx_engine *e, const int *fetch_ids, int n_fetch, bool train, hx_plan **out)
 {
-    const hx_graph *g = s->g;
+    const hx_graph *g = e->g;
     int n = g->n;
     hx_plan *p = calloc(1, sizeof *p);
     bool *need = calloc(n ? n : 1, sizeof *need);
-    builder b = {.s = s, .p = p, .n = n, .copy_step = malloc(sizeof(int) * HX_NDEV * (n ? n : 1)),
+    builder b = {.e = e,
+                 .p = p,
+                 .n = n,
+                 .copy_step = malloc(sizeof(int) * HX_NDEV * (n ? n : 1)),
                  .lt_of = malloc(sizeof(int) * HX_NDEV * (n ? n : 1))};
     hx_status st = HX_OK;
     if (!p || !need || !b.copy_step || !b.lt_of) goto oom;
@@ -631,8 +631,7 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
         !p->src_step || !p->step_offset || !p->step_role || !b.copy_lt || !b.slot_of)
         goto oom;
     for (int k = 0; k < max_steps; k++) b.copy_lt[k] = -1;
-    if ((hx__offload_on(s) || hx__offload_activations_on(s)) &&
-        (st = offload_setup(&b, max_steps)))
+    if ((hx__offload_on(e) || hx__offload_activations_on(e)) && (st = offload_setup(&b, max_steps)))
         goto fail;
     if (train && (st = grads_out(&b, need))) goto fail;
 
@@ -651,9 +650,9 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
     bool *ops = calloc(n ? n : 1, sizeof *ops); /* the partition covers the plan's op nodes */
     if (!ops) goto oom;
     for (int i = 0; i < n; i++) ops[i] = need[i] && g->tensors[i]->op > HX_OP_STATE;
-    st = hx__partition(g, ops, s->target, &p->part);
+    st = hx__partition(g, ops, e->target, &p->part);
     free(ops);
-    if (st || (st = hx__plan_units(s, p, &b.reach))) goto fail;
+    if (st || (st = hx__plan_units(e, p, &b.reach))) goto fail;
     b.words = hx__reach_words(p->n_units);
     b.unit_at = malloc(sizeof *b.unit_at * (p->n_steps ? p->n_steps : 1));
     if (!b.unit_at) goto oom;
@@ -679,7 +678,7 @@ hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool 
 oom:
     st = hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
 fail:
-    hx__plan_free(s, p);
+    hx__plan_free(e, p);
     p = NULL;
 done:
     free(need);
@@ -700,13 +699,13 @@ done:
 }
 
 /* Where tensor id's value is on device dev. */
-static void *locate(const hx_session *s, const hx_plan *p, int dev, int id)
+static void *locate(const hx_engine *e, const hx_plan *p, int dev, int id)
 {
-    int64_t off = p->offset[dev * s->g->n + id];
-    return off >= 0 ? s->arena[dev] + off : s->persist[id];
+    int64_t off = p->offset[dev * e->g->n + id];
+    return off >= 0 ? e->arena[dev] + off : e->persist[id];
 }
 
-void hx__plan_bind(hx_session *s, hx_plan *p)
+void hx__plan_bind(hx_engine *e, hx_plan *p)
 {
     void **pool = p->in_pool;
     p->n_dev_in = 0;
@@ -715,24 +714,25 @@ void hx__plan_bind(hx_session *s, hx_plan *p)
         const hx_tensor *t = st->node;
         st->in = pool;
         if (!st->fn) {
-            st->out = s->arena[st->dev] + p->step_offset[k];
-            *pool++ = locate(s, p, st->src_dev, t->id);
+            st->out = e->arena[st->dev] + p->step_offset[k];
+            *pool++ = locate(e, p, st->src_dev, t->id);
             continue;
         }
-        st->out = t->kind == HX_TENSOR_UPDATE ? NULL : locate(s, p, st->dev, t->id);
+        st->out = t->kind == HX_TENSOR_UPDATE ? NULL : locate(e, p, st->dev, t->id);
         for (int j = 0; j < t->n_src; j++) {
             if (st->dev == HX_DEV_ACCEL && t->src[j]->kind == HX_TENSOR_INPUT) {
                 p->dev_in_slot[p->n_dev_in] = (int)(pool - p->in_pool);
                 p->dev_in_id[p->n_dev_in++] = t->src[j]->id;
             }
             int c = p->src_step[pool - p->in_pool];
-            *pool++ = c >= 0 ? s->arena[st->dev] + p->step_offset[c]
-                             : locate(s, p, st->dev, t->src[j]->id);
+            *pool++ = c >= 0 ? e->arena[st->dev] + p->step_offset[c]
+                             : locate(e, p, st->dev, t->src[j]->id);
         }
     }
     for (int i = 0; i < p->n_scan; i++) { /* a gradient copied out early: its host copy */
         int id = p->scan_update[i]->src[1]->id;
-        p->scan_at[i] = locate(s, p, p->scan_home[i], id);
+        p->scan_at[i] = locate(e, p, p->scan_home[i], id);
     }
-    for (int d = 0; d < HX_NDEV; d++) p->bound_to[d] = s->arena[d];
+    for (int d = 0; d < HX_NDEV; d++) p->bound_to[d] = e->arena[d];
+    p->bound_gen = e->bind_gen;
 }

@@ -19,14 +19,14 @@ static int by_pos(const void *pa, const void *pb)
     return a->id - b->id;
 }
 
-void hx__plan_memtrace(const hx_session *s, const hx_plan *p)
+void hx__plan_memtrace(const hx_engine *e, const hx_plan *p)
 {
-    const hx_backend *acc = s->be[HX_DEV_ACCEL];
+    const hx_backend *acc = e->be[HX_DEV_ACCEL];
     hx_memtrace *t = acc ? hx_mem_pools_tensor_trace(acc->pools) : NULL;
     if (!t) return;
     /* values: 0..n-1 a tensor at home on the device, n + k the copy made
      * by step k (a tensor may be copied to the device more than once) */
-    int n = s->g->n, nv = n + p->n_steps;
+    int n = e->g->n, nv = n + p->n_steps;
     const int64_t *off = p->offset + (size_t)HX_DEV_ACCEL * n;
     int *first = malloc(sizeof *first * 2 * (nv ? nv : 1)), *last = first ? first + nv : NULL;
     event *ev = malloc(sizeof *ev * 2 * (nv ? nv : 1));
@@ -47,7 +47,7 @@ void hx__plan_memtrace(const hx_session *s, const hx_plan *p)
         if (first[x->id] < 0) first[x->id] = q;
     }
     for (int k = 0; k < p->key_len - 1; k++) /* fetches live to the end at their home */
-        if (hx__dev_of(s, p->key[k]) == HX_DEV_ACCEL) last[p->key[k]] = p->n_steps;
+        if (hx__dev_of(e, p->key[k]) == HX_DEV_ACCEL) last[p->key[k]] = p->n_steps;
     int m = 0;
     for (int v = 0; v < nv; v++) {
         if (first[v] < 0 || (v < n && off[v] < 0)) continue;
@@ -60,8 +60,10 @@ void hx__plan_memtrace(const hx_session *s, const hx_plan *p)
         int v = ev[k].id;
         const void *key = v < n ? (const void *)&off[v] : (const void *)&p->step_offset[v - n];
         if (ev[k].free) hx_memtrace_free(t, key);
-        else hx_memtrace_alloc(t, key, hx_tensor_nbytes(v < n ? s->g->tensors[v]
-                                                             : p->steps[v - n].node), false);
+        else
+            hx_memtrace_alloc(t, key,
+                              hx_tensor_nbytes(v < n ? e->g->tensors[v] : p->steps[v - n].node),
+                              false);
     }
 done:
     free(first);

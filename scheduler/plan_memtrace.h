@@ -12,6 +12,6 @@
  * allocation per copy), and freed after the last step that reads that
  * value there (fetches: at the end), steps in the plan's unit-major order. Nothing without an accelerator or when the
  * mode is off. Out of host memory: nothing recorded for this run. */
-void hx__plan_memtrace(const hx_session *s, const hx_plan *p);
+void hx__plan_memtrace(const hx_engine *e, const hx_plan *p);
 
 #endif

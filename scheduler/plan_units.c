@@ -64,7 +64,7 @@ static int heap_pop(heap *h)
  * Each later part of a subgraph gets an edge from the part before it
  * (cont, *n_cont); chunk[unit] receives each device or copy unit's chunk
  * (-1: none). */
-static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u, int *chunk,
+static int make_units(const hx_engine *eng, hx_plan *p, int *unit_of, hx_unit *u, int *chunk,
                       edge *cont, int *n_cont)
 {
     int n_sub = p->part.n_sub, nu = 0, cu = -1, co = -1;
@@ -76,7 +76,7 @@ static int make_units(const hx_session *s, hx_plan *p, int *unit_of, hx_unit *u,
         return -1;
     }
     int *last = map + 2 * n_sub; /* per (phase, subgraph): its latest unit */
-    size_t bucket = s->cfg.grad_bucket_bytes ? s->cfg.grad_bucket_bytes : HX_GRAD_BUCKET_BYTES;
+    size_t bucket = eng->cfg.grad_bucket_bytes ? eng->cfg.grad_bucket_bytes : HX_GRAD_BUCKET_BYTES;
     for (int i = 0; i < 4 * n_sub; i++) map[i] = -1;
     *n_cont = 0;
     for (int k = 0; k < p->n_steps; k++) {
@@ -138,10 +138,10 @@ static int dedup_edges(edge *e, int ne)
 
 /* Edges between units: a step reads a value another unit produced; and
  * the n_cont edges between the parts of a cut subgraph. */
-static int make_edges(const hx_session *s, const hx_plan *p, const int *unit_of, edge *e,
+static int make_edges(const hx_engine *eng, const hx_plan *p, const int *unit_of, edge *e,
                       const edge *cont, int n_cont)
 {
-    int n = s->g->n, ne = 0;
+    int n = eng->g->n, ne = 0;
     for (int i = 0; i < n_cont; i++) e[ne++] = cont[i];
     int *prod = malloc(sizeof *prod * HX_NDEV * (n ? n : 1));
     if (!prod) return -1;
@@ -171,10 +171,10 @@ static int make_edges(const hx_session *s, const hx_plan *p, const int *unit_of,
  * the device work of chunk c + 1 + depth starts and before the copies of
  * that chunk to the device, so that the device holds about depth + 1
  * chunks of parameters and of gradients. */
-static int control_edges(const hx_session *s, const hx_plan *p, const int *unit_of,
+static int control_edges(const hx_engine *eng, const hx_plan *p, const int *unit_of,
                          const int *chunk, const hx_unit *u, int nu, edge *e, int ne)
 {
-    int depth = s->cfg.offload.prefetch_depth;
+    int depth = eng->cfg.offload.prefetch_depth;
     int *first = malloc(sizeof *first * (nu ? nu : 1));
     if (!first) return -1;
     for (int k = p->n_steps - 1; k >= 0; k--) first[unit_of[k]] = k;
@@ -276,13 +276,13 @@ static int host_width(const hx_plan *p, const uint64_t *reach, int ph, bool *wit
 /* Host cores per lane: CPU units that can run at once share them with the
  * emu compute stream when it can run beside them; otherwise each gets all
  * it can. */
-static void share_threads(const hx_session *s, hx_plan *p, const uint64_t *reach)
+static void share_threads(const hx_engine *eng, hx_plan *p, const uint64_t *reach)
 {
-    int T = s->nthreads;
+    int T = eng->nthreads;
     for (int ph = 0; ph < 2; ph++) {
         bool with_dev;
         int width = host_width(p, reach, ph, &with_dev);
-        int dev = s->accel_on_host && with_dev;
+        int dev = eng->accel_on_host && with_dev;
         int lanes = width < 1 ? 1 : width;
         if (lanes > T - dev) lanes = T - dev > 1 ? T - dev : 1;
         int h = T / (lanes + dev);
@@ -294,7 +294,7 @@ static void share_threads(const hx_session *s, hx_plan *p, const uint64_t *reach
     }
 }
 
-hx_status hx__plan_units(const hx_session *s, hx_plan *p, uint64_t **reach_out)
+hx_status hx__plan_units(const hx_engine *eng, hx_plan *p, uint64_t **reach_out)
 {
     int ns = p->n_steps ? p->n_steps : 1;
     size_t max_edges = 0;
@@ -307,14 +307,14 @@ hx_status hx__plan_units(const hx_session *s, hx_plan *p, uint64_t **reach_out)
     uint64_t *reach = NULL;
     hx_status st = HX_OK;
     if (!unit_of || !chunk || !u0 || !e || !cont || !rank || !scratch) goto oom;
-    int nu = make_units(s, p, unit_of, u0, chunk, cont, &n_cont);
-    int ne = nu < 0 ? -1 : make_edges(s, p, unit_of, e, cont, n_cont);
+    int nu = make_units(eng, p, unit_of, u0, chunk, cont, &n_cont);
+    int ne = nu < 0 ? -1 : make_edges(eng, p, unit_of, e, cont, n_cont);
     if (ne < 0) goto oom;
     if (p->step_chunk) { /* without the prefetch limit where it would close a cycle */
-        int nc = control_edges(s, p, unit_of, chunk, u0, nu, e, ne);
+        int nc = control_edges(eng, p, unit_of, chunk, u0, nu, e, ne);
         if (nc < 0) goto oom;
         if (topo_order(u0, nu, e, nc, rank, scratch) == nu) ne = nc;
-        else if ((ne = make_edges(s, p, unit_of, e, cont, n_cont)) < 0) goto oom;
+        else if ((ne = make_edges(eng, p, unit_of, e, cont, n_cont)) < 0) goto oom;
     }
     topo_order(u0, nu, e, ne, rank, scratch);
     for (int i = 0; i < ne; i++) e[i] = (edge){rank[e[i].from], rank[e[i].to], e[i].k};
@@ -386,7 +386,7 @@ hx_status hx__plan_units(const hx_session *s, hx_plan *p, uint64_t **reach_out)
         for (int v = p->first_unit[1]; p->units[i].phase == 0 && v < nu; v++)
             row[v / 64] |= 1ull << (v % 64);
     }
-    share_threads(s, p, reach);
+    share_threads(eng, p, reach);
     goto done;
 oom:
     st = hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");

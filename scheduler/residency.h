@@ -2,15 +2,15 @@
  * loop (session/: creation, runs, read and write, checkpoints; the
  * executor before each step) and the tier that keeps them (offload/).
  *
- * A session without a residency (s->residency NULL) keeps every one of
- * them in s->persist for its whole life, on the device or on the host
+ * A session without a residency (e->residency NULL) keeps every one of
+ * them in e->persist for its whole life, on the device or on the host
  * (offload_param=cpu streams the host ones through the plan's copies, which
  * the plan makes: hx__offload_on): every point below is then a no-op. The
  * disk tier (offload_param=disk, offload/offload_disk.h) is the one that
  * implements it; its state begins with this table.
  *
  * The tensors a residency holds have no host copy between runs
- * (s->persist NULL). A run calls run_begin, step_ready before each step it
+ * (e->persist NULL). A run calls run_begin, step_ready before each step it
  * runs (from any executor thread), update for its update phase (training
  * runs), run_commit once a training run has succeeded, and run_end
  * whatever happened; a run that fails applies nothing of itself. */
@@ -29,7 +29,7 @@ struct hx_residency {
     /* At creation, once the session's other persistent tensors are set:
      * initialises the held ones (half copies from their masters). */
     hx_status (*init)(hx_residency *r);
-    /* A run of plan p starts: s->persist points at the held tensors the
+    /* A run of plan p starts: e->persist points at the held tensors the
      * run reads, whose bytes are in host memory once step_ready says so
      * (train: they arrive while the run goes on). Plans may need binding
      * again afterwards. */
@@ -57,16 +57,16 @@ struct hx_residency {
     void (*destroy)(hx_residency *r);
 };
 
-/* Whether the session's residency holds tensor id (none: s->persist does). */
-static inline bool hx__residency_holds(const hx_session *s, int id)
+/* Whether the session's residency holds tensor id (none: e->persist does). */
+static inline bool hx__residency_holds(const hx_engine *e, int id)
 {
-    return s->residency && s->residency->holds(s->residency, id);
+    return e->residency && e->residency->holds(e->residency, id);
 }
 
 /* The executor, before plan step sp: what it reads is in host memory. */
-static inline hx_status hx__residency_step_ready(const hx_session *s, const hx_step *sp)
+static inline hx_status hx__residency_step_ready(const hx_engine *e, const hx_step *sp)
 {
-    return s->residency ? s->residency->step_ready(s->residency, sp) : HX_OK;
+    return e->residency ? e->residency->step_ready(e->residency, sp) : HX_OK;
 }
 
 #endif

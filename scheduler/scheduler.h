@@ -59,6 +59,7 @@ typedef struct hx_plan {
     size_t copy_bytes; /* per run */
     hx_partition part;
     const char *bound_to[HX_NDEV]; /* arenas the step pointers were resolved against */
+    unsigned bound_gen;            /* the engine's bind_gen then */
 
     /* concurrent execution */
     int n_units;
@@ -117,7 +118,11 @@ typedef struct hx_cpu_budget hx_cpu_budget;
 typedef struct hx_dpu hx_dpu;
 typedef struct hx_residency hx_residency;
 
-struct hx_session {
+/* What a session's plans are built for and run on: the placed graph, the
+ * devices with their streams, the host lanes and the persistent storage.
+ * The session (session/) owns one and hands it to the scheduler and the
+ * offload, which never see the session itself. */
+typedef struct hx_engine {
     hx_graph *g;
     hx_session_config cfg;
     int nthreads;
@@ -127,39 +132,27 @@ struct hx_session {
     bool accel_on_host;         /* the accelerator's kernels use host cores (emu) */
     hx_cpu_budget *budget;
     hx_trace *trace;
-    hx_exec_state *exec;        /* host worker threads and run state (exec.c) */
-    /* device memory handed out by hx_session_device_alloc */
-    struct hx_device_block { void *p; size_t bytes; } *dev_blocks;
-    int n_dev_blocks;
-    /* the gradient scan: per update node, its gradient's sum of squares
-     * (scan_dev: written there for device gradients) */
-    double *scan_dev, *scan_host;
-    int n_scan;
+    hx_exec_state *exec; /* host worker threads and run state (exec.c) */
     hx_target *target;   /* per tensor id: placement */
     hx_place_why *why;
-    int n_fallbacks;
     void **persist; /* per tensor id: storage of params, constants, state */
     size_t persist_bytes[HX_NDEV];
     char *arena[HX_NDEV];
     size_t arena_bytes[HX_NDEV];
-    hx_plan **plans;
-    int n_plans;
-    const hx_plan *last_plan;
-    hx_train_stats stats;
-    int good_steps; /* in a row, for loss-scale growth */
-    double lr_scale; /* hx_session_set_lr_scale */
     hx_dpu *dpu;     /* the delayed update, once one ran */
     hx_offload_report offload_report; /* auto_offload's decision and prediction (offload.c) */
-    hx_residency *residency; /* where params and state live outside s->persist (NULL: nowhere);
+    unsigned bind_gen;                /* bumped when persist pointers move (the disk tier's resident
+                          region): plans bound before then rebind before their next run */
+    hx_residency *residency; /* where params and state live outside e->persist (NULL: nowhere);
                                 offload_param=disk: the disk tier */
-};
+} hx_engine;
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */
-hx_status hx__plan_build(hx_session *s, const int *fetch_ids, int n_fetch, bool train,
+hx_status hx__plan_build(hx_engine *e, const int *fetch_ids, int n_fetch, bool train,
                          hx_plan **out);
-void hx__plan_free(const hx_session *s, hx_plan *p);
+void hx__plan_free(const hx_engine *e, hx_plan *p);
 /* Resolves step pointers against the session's current arena. */
-void hx__plan_bind(hx_session *s, hx_plan *p);
+void hx__plan_bind(hx_engine *e, hx_plan *p);
 
 /* plan_units.c: groups the steps into units, orders them, links them, and
  * fills *reach (n_units rows of hx__reach_words(n_units) words): bit v of
@@ -167,7 +160,7 @@ void hx__plan_bind(hx_session *s, hx_plan *p);
  * (through the unit DAG or the barrier between the phases). A unit's steps
  * before the first one that reads a pred's output may run before that
  * pred finishes. Also sets the lanes' thread counts. */
-hx_status hx__plan_units(const hx_session *s, hx_plan *p, uint64_t **reach);
+hx_status hx__plan_units(const hx_engine *e, hx_plan *p, uint64_t **reach);
 static inline int hx__reach_words(int n_units) { return (n_units + 63) / 64; }
 /* The first position of unit U's steps that run only after unit u has
  * finished (U's n_steps: none do). */
@@ -183,31 +176,31 @@ static inline bool hx__reaches(const uint64_t *reach, int words, int u, int v)
  * copy units not to run this time (device feeds). Returns the first error
  * of any lane with its message, after every lane has stopped and every
  * stream is synchronised. */
-hx_status hx__exec_phase(hx_session *s, const hx_plan *p, int phase, const hx_exec *ex_host,
+hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exec *ex_host,
                          const hx_exec *ex_dev, const bool *skip_unit);
 /* Makes sure `lanes` host lanes exist (the calling thread is one). */
-hx_status hx__exec_reserve(hx_session *s, int lanes);
-hx_status hx__exec_create(hx_session *s);
-void hx__exec_free(hx_session *s);
+hx_status hx__exec_reserve(hx_engine *e, int lanes);
+hx_status hx__exec_create(hx_engine *e);
+void hx__exec_free(hx_engine *e);
 /* The calling thread's trace lane (NULL: no trace). */
-hx_trace_lane *hx__exec_lane(const hx_session *s);
+hx_trace_lane *hx__exec_lane(const hx_engine *e);
 
 /* update.c: runs plan step sp (a host kernel) with inputs in (sp->in, or
  * the caller's in their place) on the calling thread, through the host
  * backend's launch on stream (counted in its launches), recorded on lane
  * (NULL: not traced) with its op and node name. */
-hx_status hx__host_launch(hx_session *s, hx_stream *stream, hx_trace_lane *lane,
-                          const hx_exec *ex, const hx_step *sp, void *const *in);
+hx_status hx__host_launch(hx_engine *e, hx_stream *stream, hx_trace_lane *lane, const hx_exec *ex,
+                          const hx_step *sp, void *const *in);
 /* An update step outside the executor (the delayed update, the disk
  * tier's): hx__host_launch with ex->nthreads cores taken from the
  * session's budget around it. */
-hx_status hx__update_step(hx_session *s, hx_stream *stream, hx_trace_lane *lane,
-                          const hx_exec *ex, const hx_step *sp, void *const *in);
+hx_status hx__update_step(hx_engine *e, hx_stream *stream, hx_trace_lane *lane, const hx_exec *ex,
+                          const hx_step *sp, void *const *in);
 
 /* Copies between a device's memory and the host through its backend,
  * synchronously (host memory: memcpy). */
-hx_status hx__session_copy_out(hx_session *s, int dev, void *dst, const void *src, size_t n);
-hx_status hx__session_copy_in(hx_session *s, int dev, void *dst, const void *src, size_t n);
+hx_status hx__engine_copy_out(hx_engine *e, int dev, void *dst, const void *src, size_t n);
+hx_status hx__engine_copy_in(hx_engine *e, int dev, void *dst, const void *src, size_t n);
 
 /* Gradient copies to the host per bucket when hx_session_config leaves
  * grad_bucket_bytes 0. */
@@ -221,20 +214,20 @@ bool hx__dpu_plan_ok(const hx_plan *p);
  * (half copies excepted): p may run while a delayed update does. */
 bool hx__dpu_reads_no_master(const hx_plan *p);
 /* Starts p's phase 1 on the delayed update's thread with ex (settled before). */
-hx_status hx__dpu_launch(hx_session *s, const hx_plan *p, const hx_exec *ex);
+hx_status hx__dpu_launch(hx_engine *e, const hx_plan *p, const hx_exec *ex);
 /* Waits for the delayed update, if one runs, and publishes its half copies. */
-hx_status hx__dpu_settle(hx_session *s);
-void hx__dpu_free(hx_session *s);
+hx_status hx__dpu_settle(hx_engine *e);
+void hx__dpu_free(hx_engine *e);
 
 /* half_copy.c: f16/bf16 copies of f32 masters that their updates write. */
 bool hx__is_half_copy(const hx_tensor *t);
 /* Sets the half copies of master (NULL: of every parameter) from it. */
-hx_status hx__half_copies_refresh(hx_session *s, const hx_tensor *master);
+hx_status hx__half_copies_refresh(hx_engine *e, const hx_tensor *master);
 
 /* Device index of a tensor's home (where it is produced or stored). */
-static inline int hx__dev_of(const hx_session *s, int id)
+static inline int hx__dev_of(const hx_engine *e, int id)
 {
-    return s->target[id] == HX_TARGET_DEVICE ? HX_DEV_ACCEL : HX_DEV_HOST;
+    return e->target[id] == HX_TARGET_DEVICE ? HX_DEV_ACCEL : HX_DEV_HOST;
 }
 /* plan_report.c: a plan described to people (target: placement per
  * tensor id; dev_name: the devices' names by HX_DEV_* index). */
@@ -247,16 +240,16 @@ void hx__plan_write_summary(FILE *f, const hx_plan *p, const hx_graph *g,
 
 /* Whether the session's plans stream host parameters to the device per
  * step (offload_param cpu or disk, with an accelerator). */
-static inline bool hx__offload_on(const hx_session *s)
+static inline bool hx__offload_on(const hx_engine *e)
 {
-    return s->cfg.offload.offload_param != HX_OFFLOAD_NONE && s->be[HX_DEV_ACCEL];
+    return e->cfg.offload.offload_param != HX_OFFLOAD_NONE && e->be[HX_DEV_ACCEL];
 }
 
 /* Whether the session's plans copy far-read device activations to the
  * host and back (offload_activations=cpu). */
-static inline bool hx__offload_activations_on(const hx_session *s)
+static inline bool hx__offload_activations_on(const hx_engine *e)
 {
-    return s->cfg.offload.offload_activations != HX_OFFLOAD_NONE && s->be[HX_DEV_ACCEL];
+    return e->cfg.offload.offload_activations != HX_OFFLOAD_NONE && e->be[HX_DEV_ACCEL];
 }
 
 /* A tensor that lives across steps on the host (param, state, constant):
@@ -266,9 +259,6 @@ static inline bool hx__offload_streamed(const hx_tensor *t)
     return t->kind == HX_TENSOR_PARAMETER || t->kind == HX_TENSOR_STATE ||
            t->kind == HX_TENSOR_CONSTANT;
 }
-
-void hx__debug_placement(const hx_session *s);
-void hx__debug_copies(const hx_session *s, const hx_plan *p);
 
 /* Fills a parameter or state tensor from its initialiser. */
 hx_status hx__param_init(const hx_tensor *t, void *data, uint64_t session_seed, int nthreads);

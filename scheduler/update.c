@@ -11,21 +11,21 @@
  * or disk-streamed, is counted and traced, and returns its status. */
 #include "scheduler/scheduler.h"
 
-hx_status hx__host_launch(hx_session *s, hx_stream *stream, hx_trace_lane *lane,
-                          const hx_exec *ex, const hx_step *sp, void *const *in)
+hx_status hx__host_launch(hx_engine *e, hx_stream *stream, hx_trace_lane *lane, const hx_exec *ex,
+                          const hx_step *sp, void *const *in)
 {
-    hx_backend *host = s->be[HX_DEV_HOST];
+    hx_backend *host = e->be[HX_DEV_HOST];
     double t0 = lane ? hx__now() : 0;
     hx_status st = host->launch(host, stream, sp->fn, ex, sp->node, sp->out, in);
     if (lane) hx__trace_event(lane, hx__ops[sp->node->op].name, sp->node->name, 0, t0, hx__now());
     return st;
 }
 
-hx_status hx__update_step(hx_session *s, hx_stream *stream, hx_trace_lane *lane,
-                          const hx_exec *ex, const hx_step *sp, void *const *in)
+hx_status hx__update_step(hx_engine *e, hx_stream *stream, hx_trace_lane *lane, const hx_exec *ex,
+                          const hx_step *sp, void *const *in)
 {
-    int cores = hx__budget_take(s->budget, ex->nthreads);
-    hx_status st = hx__host_launch(s, stream, lane, ex, sp, in);
-    hx__budget_give(s->budget, cores);
+    int cores = hx__budget_take(e->budget, ex->nthreads);
+    hx_status st = hx__host_launch(e, stream, lane, ex, sp, in);
+    hx__budget_give(e->budget, cores);
     return st;
 }

@@ -15,6 +15,7 @@
  * whole file (its checksum, then every entry against the graph) before
  * changing anything. Tensors that live on the accelerator are read and
  * written through its backend's copies. */
+#include "session/session.h"
 #include "scheduler/scheduler.h"
 
 #include <errno.h>
@@ -81,16 +82,16 @@ static hx_status put_in_memory(writer *w)
 {
     hx_session *s = w->s;
     hx_status st = HX_OK;
-    for (int i = 0; i < s->g->n && !st; i++) {
-        const hx_tensor *t = s->g->tensors[i];
-        if (!saved(t) || hx__residency_holds(s, i)) continue;
+    for (int i = 0; i < s->e.g->n && !st; i++) {
+        const hx_tensor *t = s->e.g->tensors[i];
+        if (!saved(t) || hx__residency_holds(&s->e, i)) continue;
         size_t n = hx_tensor_nbytes(t);
-        int d = hx__dev_of(s, i);
-        void *host = d == HX_DEV_HOST ? s->persist[i] : malloc(n ? n : 1);
+        int d = hx__dev_of(&s->e, i);
+        void *host = d == HX_DEV_HOST ? s->e.persist[i] : malloc(n ? n : 1);
         if (!host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_save: out of host memory");
-        if (d != HX_DEV_HOST) st = hx__session_copy_out(s, d, host, s->persist[i], n);
+        if (d != HX_DEV_HOST) st = hx__engine_copy_out(&s->e, d, host, s->e.persist[i], n);
         if (!st) st = put_entry(w, t, host);
-        if (host != s->persist[i]) free(host);
+        if (host != s->e.persist[i]) free(host);
     }
     return st;
 }
@@ -99,7 +100,7 @@ static hx_status write_all(writer *w)
 {
     hx_session *s = w->s;
     uint32_t count = 0;
-    for (int i = 0; i < s->g->n; i++) count += saved(s->g->tensors[i]);
+    for (int i = 0; i < s->e.g->n; i++) count += saved(s->e.g->tensors[i]);
     uint64_t step = (uint64_t)s->stats.step, skipped = (uint64_t)s->stats.skipped_steps;
     uint64_t good = (uint64_t)s->good_steps;
     put(w, MAGIC, sizeof MAGIC);
@@ -109,8 +110,8 @@ static hx_status write_all(writer *w)
     PUT(w, s->stats.loss_scale);
     PUT(w, count);
     hx_status st = put_in_memory(w);
-    if (!st && s->residency)
-        st = s->residency->visit(s->residency, "hx_session_save", false, false, put_entry, w);
+    if (!st && s->e.residency)
+        st = s->e.residency->visit(s->e.residency, "hx_session_save", false, false, put_entry, w);
     uint64_t total = XXH3_64bits_digest(w->total);
     if (!w->failed) { /* the total is not part of what it sums */
         size_t k = fwrite(&total, 1, sizeof total, w->f);
@@ -128,7 +129,7 @@ hx_status hx_session_save(hx_session *s, const char *path)
     if (!s || !path)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_save: %s is NULL",
                          s ? "path" : "session");
-    hx_status st = hx__dpu_settle(s); /* a delayed update lands first */
+    hx_status st = hx__dpu_settle(&s->e); /* a delayed update lands first */
     if (st) return st;
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 5);
@@ -218,7 +219,7 @@ typedef struct header { uint64_t step, skipped, good; double scale; } header;
 static hx_status verify(const hx_session *s, reader *r, XXH3_state_t *h, int64_t *off,
                         uint64_t *sums, header *hd)
 {
-    const hx_graph *g = s->g;
+    const hx_graph *g = s->e.g;
     const char *path = r->path;
     char magic[8];
     uint32_t count;
@@ -293,19 +294,19 @@ static hx_status fill(void *ctx, const hx_tensor *t, void *dst)
 /* Everything checked: the residency's tensors (all or nothing), then those in memory. */
 static hx_status apply(hx_session *s, applier *a)
 {
-    hx_status st = s->residency ? s->residency->visit(s->residency, "hx_session_load", true, true,
-                                                      fill, a)
-                                : HX_OK;
-    for (int i = 0; i < s->g->n && !st; i++) {
-        const hx_tensor *t = s->g->tensors[i];
-        if (!saved(t) || hx__residency_holds(s, i)) continue;
+    hx_status st = s->e.residency
+            ? s->e.residency->visit(s->e.residency, "hx_session_load", true, true, fill, a)
+            : HX_OK;
+    for (int i = 0; i < s->e.g->n && !st; i++) {
+        const hx_tensor *t = s->e.g->tensors[i];
+        if (!saved(t) || hx__residency_holds(&s->e, i)) continue;
         size_t n = hx_tensor_nbytes(t);
-        int d = hx__dev_of(s, i);
+        int d = hx__dev_of(&s->e, i);
         void *host = d == HX_DEV_HOST ? NULL : malloc(n ? n : 1);
         if (d != HX_DEV_HOST && !host)
             return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_load: out of host memory");
-        st = fill(a, t, host ? host : s->persist[i]);
-        if (!st && host) st = hx__session_copy_in(s, d, s->persist[i], host, n);
+        st = fill(a, t, host ? host : s->e.persist[i]);
+        if (!st && host) st = hx__engine_copy_in(&s->e, d, s->e.persist[i], host, n);
         free(host);
     }
     return st;
@@ -316,11 +317,11 @@ hx_status hx_session_load(hx_session *s, const char *path)
     if (!s || !path)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_load: %s is NULL",
                          s ? "path" : "session");
-    hx_status st = hx__dpu_settle(s); /* a delayed update lands first */
+    hx_status st = hx__dpu_settle(&s->e); /* a delayed update lands first */
     if (st) return st;
     reader r = {.f = fopen(path, "rb"), .path = path};
     if (!r.f) return hx__error(HX_ERR_IO, "hx_session_load: cannot open '%s': %s", path, strerror(errno));
-    int n = s->g->n ? s->g->n : 1;
+    int n = s->e.g->n ? s->e.g->n : 1;
     int64_t *off = malloc(sizeof *off * n);
     uint64_t *sums = malloc(sizeof *sums * n);
     XXH3_state_t *h = XXH3_createState();

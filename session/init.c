@@ -1,6 +1,7 @@
 /* Parameter initialisers. Each element's value is a pure function of
  * (session seed, parameter name, element index), so initial values do not
  * depend on graph order or thread count. */
+#include "session/session.h"
 #include "scheduler/scheduler.h"
 #include "kernels/cpu/hx_kernels.h"
 

@@ -1,6 +1,7 @@
 /* Public calls of the memory room (include/hetex.h, "device memory pools
  * and trace replay"): the work is in memory/; this file puts its message
  * into hx_last_error() and finds a session's pools (its accelerator's). */
+#include "session/session.h"
 #include "backend/backend.h"
 #include "memory/memory.h"
 #include "scheduler/scheduler.h"
@@ -26,7 +27,7 @@ hx_status hx_session_pool_stats(hx_session *s, hx_device_pools_stats *out)
     if (!s || !out)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_pool_stats: %s is NULL",
                          s ? "out" : "session");
-    const hx_backend *acc = s->be[HX_DEV_ACCEL];
+    const hx_backend *acc = s->e.be[HX_DEV_ACCEL];
     if (!acc || !acc->pools)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_pool_stats: the session has no "
                          "accelerator (HX_ACCELERATOR_NONE), so no device pools");

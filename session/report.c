@@ -1,6 +1,7 @@
 /* What placement and partition decided, for people: HX_DEBUG=placement
  * lines on stderr, and the public reports of the session's plan (counts,
  * DOT, summary), which scheduler/plan_report.c writes. */
+#include "session/session.h"
 #include "scheduler/scheduler.h"
 
 #include <stdio.h>
@@ -9,12 +10,12 @@
 
 void hx__debug_placement(const hx_session *s)
 {
-    const hx_graph *g = s->g;
+    const hx_graph *g = s->e.g;
     for (int i = 0; i < g->n; i++) {
         const hx_tensor *t = g->tensors[i];
         if (t->kind == HX_TENSOR_INPUT || t->kind == HX_TENSOR_CONSTANT) continue;
         fprintf(stderr, "hetex placement: '%s' (%s) -> %s: %s\n", t->name, hx__ops[t->op].name,
-                hx_target_name(s->target[i]), hx__place_why_str(s->why[i]));
+                hx_target_name(s->e.target[i]), hx__place_why_str(s->e.why[i]));
     }
 }
 
@@ -66,14 +67,14 @@ static hx_status close_out(const char *fn, const char *path, FILE *f)
 /* The session's device names, indexed like its backends. */
 static void dev_names(const hx_session *s, const char *names[HX_NDEV])
 {
-    for (int d = 0; d < HX_NDEV; d++) names[d] = s->be[d] ? s->be[d]->name : NULL;
+    for (int d = 0; d < HX_NDEV; d++) names[d] = s->e.be[d] ? s->e.be[d]->name : NULL;
 }
 
 void hx__debug_copies(const hx_session *s, const hx_plan *p)
 {
     const char *names[HX_NDEV];
     dev_names(s, names);
-    hx__plan_debug_copies(p, s->target, names);
+    hx__plan_debug_copies(p, s->e.target, names);
 }
 
 hx_status hx_session_dump_dot(hx_session *s, const char *path)
@@ -85,7 +86,7 @@ hx_status hx_session_dump_dot(hx_session *s, const char *path)
     if (st) return st;
     const char *names[HX_NDEV];
     dev_names(s, names);
-    hx__plan_write_dot(f, p, s->g, s->target, names);
+    hx__plan_write_dot(f, p, s->e.g, s->e.target, names);
     return close_out(fn, path, f);
 }
 
@@ -98,6 +99,6 @@ hx_status hx_session_dump_summary(hx_session *s, const char *path)
     if (st) return st;
     const char *names[HX_NDEV];
     dev_names(s, names);
-    hx__plan_write_summary(f, p, s->g, names);
+    hx__plan_write_summary(f, p, s->e.g, names);
     return close_out(fn, path, f);
 }

@@ -1,5 +1,6 @@
 /* Sessions: persistent storage, feeds and fetches, plan cache, the run loop
  * (phase 0, the gradient scan, phase 1; each phase runs on the executor). */
+#include "session/session.h"
 #include "backend/backend.h"
 #include "scheduler/scheduler.h"
 #include "offload/offload.h"
@@ -25,36 +26,37 @@ hx_session_config hx_session_config_default(void)
 void hx_session_free(hx_session *s)
 {
     if (!s) return;
-    hx__dpu_free(s);
-    hx__exec_free(s);
+    hx__dpu_free(&s->e);
+    hx__exec_free(&s->e);
     /* before the loop below: the residency's host copies are its own */
-    if (s->residency) s->residency->destroy(s->residency);
-    for (int i = 0; i < s->n_plans; i++) hx__plan_free(s, s->plans[i]);
+    if (s->e.residency) s->e.residency->destroy(s->e.residency);
+    for (int i = 0; i < s->n_plans; i++) hx__plan_free(&s->e, s->plans[i]);
     free(s->plans);
-    for (int i = 0; s->persist && i < s->g->n; i++)
-        if (s->persist[i]) s->be[hx__dev_of(s, i)]->free(s->be[hx__dev_of(s, i)], s->persist[i]);
-    free(s->persist);
-    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    for (int i = 0; s->e.persist && i < s->e.g->n; i++)
+        if (s->e.persist[i])
+            s->e.be[hx__dev_of(&s->e, i)]->free(s->e.be[hx__dev_of(&s->e, i)], s->e.persist[i]);
+    free(s->e.persist);
+    hx_backend *acc = s->e.be[HX_DEV_ACCEL];
     for (int i = 0; i < s->n_dev_blocks; i++) acc->free(acc, s->dev_blocks[i].p);
     free(s->dev_blocks);
     if (s->scan_dev) acc->free(acc, s->scan_dev);
     free(s->scan_host);
     for (int i = 0; i < 2; i++)
-        if (s->copy_stream[i]) acc->stream_destroy(acc, s->copy_stream[i]);
+        if (s->e.copy_stream[i]) acc->stream_destroy(acc, s->e.copy_stream[i]);
     for (int d = 0; d < HX_NDEV; d++) {
-        if (!s->be[d]) continue;
-        if (s->arena[d]) s->be[d]->free(s->be[d], s->arena[d]);
-        if (s->stream[d]) s->be[d]->stream_destroy(s->be[d], s->stream[d]);
-        s->be[d]->destroy(s->be[d]);
+        if (!s->e.be[d]) continue;
+        if (s->e.arena[d]) s->e.be[d]->free(s->e.be[d], s->e.arena[d]);
+        if (s->e.stream[d]) s->e.be[d]->stream_destroy(s->e.be[d], s->e.stream[d]);
+        s->e.be[d]->destroy(s->e.be[d]);
     }
-    if (s->trace && hx__trace_write(s->trace))
+    if (s->e.trace && hx__trace_write(s->e.trace))
         fprintf(stderr, "hetex: the trace was not written: %s\n", hx_last_error());
-    hx__trace_free(s->trace);
-    if (s->budget) hx__budget_destroy(s->budget);
-    free(s->budget);
-    free(s->target);
-    free(s->why);
-    hx__graph_release(s->g); /* frees a graph whose hx_graph_free came first */
+    hx__trace_free(s->e.trace);
+    if (s->e.budget) hx__budget_destroy(s->e.budget);
+    free(s->e.budget);
+    free(s->e.target);
+    free(s->e.why);
+    hx__graph_release(s->e.g); /* frees a graph whose hx_graph_free came first */
     free(s);
 }
 
@@ -65,89 +67,94 @@ static hx_status device_report(const hx_session *s, const char *fn, hx_status st
     if (st != HX_ERR_DEVICE_OOM) return st;
     char msg[768];
     snprintf(msg, sizeof msg, "%s", hx_last_error());
-    return hx__error(st, "%s: %s (the device holds %zu persistent bytes and a %zu-byte transient "
-                     "arena)", fn, msg, s->persist_bytes[HX_DEV_ACCEL],
-                     s->arena_bytes[HX_DEV_ACCEL]);
+    return hx__error(st,
+                     "%s: %s (the device holds %zu persistent bytes and a %zu-byte transient "
+                     "arena)",
+                     fn, msg, s->e.persist_bytes[HX_DEV_ACCEL], s->e.arena_bytes[HX_DEV_ACCEL]);
 }
 
 static bool has_kernel(void *ctx, hx_target t, hx_op op, hx_dtype dt)
 {
     const hx_session *s = ctx;
-    const hx_backend *b = s->be[t == HX_TARGET_DEVICE ? HX_DEV_ACCEL : HX_DEV_HOST];
+    const hx_backend *b = s->e.be[t == HX_TARGET_DEVICE ? HX_DEV_ACCEL : HX_DEV_HOST];
     return b && b->kernel(b, op, dt);
 }
 
 /* The host core budget and the trace (config field, else $HX_TRACE). */
 static hx_status setup_lanes(hx_session *s)
 {
-    s->budget = malloc(sizeof *s->budget);
-    if (!s->budget) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    hx__budget_init(s->budget, s->nthreads);
-    const char *path = s->cfg.trace_path ? s->cfg.trace_path : getenv("HX_TRACE");
+    s->e.budget = malloc(sizeof *s->e.budget);
+    if (!s->e.budget)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    hx__budget_init(s->e.budget, s->e.nthreads);
+    const char *path = s->e.cfg.trace_path ? s->e.cfg.trace_path : getenv("HX_TRACE");
     if (path && *path) {
-        hx_status st = hx__trace_create(path, &s->trace);
+        hx_status st = hx__trace_create(path, &s->e.trace);
         if (st) return st;
     }
-    return hx__exec_create(s);
+    return hx__exec_create(&s->e);
 }
 
 /* Backends for the configured accelerator, streams (the accelerator's:
  * compute, h2d, d2h), and placement. */
 static hx_status setup_devices(hx_session *s)
 {
-    hx_status st = hx__backend_cpu_create(&s->be[HX_DEV_HOST]);
-    if (!st) st = hx__backend_cuda_for(&s->cfg, &s->be[HX_DEV_ACCEL]); /* CUDA, AUTO with a GPU */
-    if (!st && s->cfg.accelerator != HX_ACCELERATOR_NONE && !s->be[HX_DEV_ACCEL]) {
-        size_t cap = s->cfg.max_device_memory ? s->cfg.max_device_memory : (size_t)8 << 30;
-        hx_emu_options o = {hx__emu_hooks(s->budget, s->trace), s->cfg.emu_cost};
-        st = hx__backend_emu_create(cap, &o, &s->be[HX_DEV_ACCEL]);
-        s->accel_on_host = true;
+    hx_status st = hx__backend_cpu_create(&s->e.be[HX_DEV_HOST]);
+    if (!st)
+        st = hx__backend_cuda_for(&s->e.cfg, &s->e.be[HX_DEV_ACCEL]); /* CUDA, AUTO with a GPU */
+    if (!st && s->e.cfg.accelerator != HX_ACCELERATOR_NONE && !s->e.be[HX_DEV_ACCEL]) {
+        size_t cap = s->e.cfg.max_device_memory ? s->e.cfg.max_device_memory : (size_t)8 << 30;
+        hx_emu_options o = {hx__emu_hooks(s->e.budget, s->e.trace), s->e.cfg.emu_cost};
+        st = hx__backend_emu_create(cap, &o, &s->e.be[HX_DEV_ACCEL]);
+        s->e.accel_on_host = true;
     }
     for (int d = 0; d < HX_NDEV && !st; d++)
-        if (s->be[d]) st = s->be[d]->stream_create(s->be[d], &s->stream[d]);
-    for (int i = 0; i < 2 && !st && s->be[HX_DEV_ACCEL]; i++)
-        st = s->be[HX_DEV_ACCEL]->stream_create(s->be[HX_DEV_ACCEL], &s->copy_stream[i]);
+        if (s->e.be[d]) st = s->e.be[d]->stream_create(s->e.be[d], &s->e.stream[d]);
+    for (int i = 0; i < 2 && !st && s->e.be[HX_DEV_ACCEL]; i++)
+        st = s->e.be[HX_DEV_ACCEL]->stream_create(s->e.be[HX_DEV_ACCEL], &s->e.copy_stream[i]);
     if (st) return st;
-    int n = s->g->n ? s->g->n : 1;
-    s->target = malloc(sizeof *s->target * n);
-    s->why = malloc(sizeof *s->why * n);
-    if (!s->target || !s->why)
+    int n = s->e.g->n ? s->e.g->n : 1;
+    s->e.target = malloc(sizeof *s->e.target * n);
+    s->e.why = malloc(sizeof *s->e.why * n);
+    if (!s->e.target || !s->e.why)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    hx_place_opts o = {s->be[HX_DEV_ACCEL] != NULL, s->cfg.fallback == HX_FALLBACK_CPU,
+    hx_place_opts o = {s->e.be[HX_DEV_ACCEL] != NULL, s->e.cfg.fallback == HX_FALLBACK_CPU,
                        has_kernel, s};
-    if ((st = hx__place(s->g, &o, s->target, s->why))) {
+    if ((st = hx__place(s->e.g, &o, s->e.target, s->e.why))) {
         char msg[768];
         snprintf(msg, sizeof msg, "%s", hx_last_error());
         return hx__error(st, "hx_session_create: %s", msg);
     }
-    if ((st = hx__offload_place(s))) return st;
-    for (int i = 0; i < s->g->n; i++) s->n_fallbacks += s->why[i] == HX_WHY_FALLBACK;
+    if ((st = hx__offload_place(&s->e))) return st;
+    for (int i = 0; i < s->e.g->n; i++) s->n_fallbacks += s->e.why[i] == HX_WHY_FALLBACK;
     if (hx__debug("placement")) hx__debug_placement(s);
     return HX_OK;
 }
 
 static hx_status alloc_persistent(hx_session *s)
 {
-    const hx_graph *g = s->g;
+    const hx_graph *g = s->e.g;
     for (int i = 0; i < g->n; i++) {
         const hx_tensor *t = g->tensors[i];
         if (t->kind != HX_TENSOR_PARAMETER && t->kind != HX_TENSOR_CONSTANT &&
             t->kind != HX_TENSOR_STATE)
             continue;
-        if (hx__residency_holds(s, i)) continue; /* initialised by the residency's init */
+        if (hx__residency_holds(&s->e, i)) continue; /* initialised by the residency's init */
         size_t bytes = hx_tensor_nbytes(t);
-        int d = hx__dev_of(s, i);
+        int d = hx__dev_of(&s->e, i);
         char what[160];
         snprintf(what, sizeof what, "'%s' (%s)", t->name, hx__ops[t->op].name);
-        hx_status st = s->be[d]->alloc(s->be[d], bytes, HX_MEM_PERSISTENT, what, &s->persist[i]);
+        hx_status st =
+                s->e.be[d]->alloc(s->e.be[d], bytes, HX_MEM_PERSISTENT, what, &s->e.persist[i]);
         if (st) return device_report(s, "hx_session_create", st);
-        s->persist_bytes[d] += bytes;
-        void *host = d == HX_DEV_HOST ? s->persist[i] : malloc(bytes ? bytes : 1); /* staging */
+        s->e.persist_bytes[d] += bytes;
+        void *host = d == HX_DEV_HOST ? s->e.persist[i] : malloc(bytes ? bytes : 1); /* staging */
         if (!host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
         if (t->kind == HX_TENSOR_CONSTANT) memcpy(host, t->constant, bytes);
-        else st = hx__param_init(t, host, s->cfg.seed, s->nthreads);
-        if (!st && d != HX_DEV_HOST) st = hx__session_copy_in(s, d, s->persist[i], host, bytes);
-        if (host != s->persist[i]) free(host);
+        else st = hx__param_init(t, host, s->e.cfg.seed, s->e.nthreads);
+        if (!st && d != HX_DEV_HOST)
+            st = hx__engine_copy_in(&s->e, d, s->e.persist[i], host, bytes);
+        if (host != s->e.persist[i]) free(host);
         if (st) return st;
     }
     return HX_OK;
@@ -157,8 +164,8 @@ static hx_status alloc_persistent(hx_session *s)
  * device gradients, on the device. */
 static hx_status alloc_scan(hx_session *s)
 {
-    hx_backend *acc = s->be[HX_DEV_ACCEL];
-    for (int i = 0; i < s->g->n; i++) s->n_scan += s->g->tensors[i]->kind == HX_TENSOR_UPDATE;
+    hx_backend *acc = s->e.be[HX_DEV_ACCEL];
+    for (int i = 0; i < s->e.g->n; i++) s->n_scan += s->e.g->tensors[i]->kind == HX_TENSOR_UPDATE;
     if (!s->n_scan) return HX_OK;
     size_t bytes = sizeof(double) * s->n_scan;
     s->scan_host = malloc(2 * bytes); /* the device's sums copied back, then the host's */
@@ -198,21 +205,21 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!s) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     s->stats.loss_scale = ls->enabled ? ls->initial_scale : 1.0;
     s->lr_scale = 1.0;
-    s->g = g;
-    s->cfg = c;
-    s->nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
+    s->e.g = g;
+    s->e.cfg = c;
+    s->e.nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
     hx__graph_hold(g);
-    s->persist = calloc(g->n ? g->n : 1, sizeof *s->persist);
-    st = s->persist ? setup_lanes(s)
-                              : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    s->e.persist = calloc(g->n ? g->n : 1, sizeof *s->e.persist);
+    st = s->e.persist ? setup_lanes(s)
+                      : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     if (!st) st = setup_devices(s);
-    /* where parameters live: the config's or auto_offload's choice (none: s->persist) */
-    if (!st && s->cfg.offload.offload_param == HX_OFFLOAD_DISK)
-        st = hx__disk_create(s, &s->residency);
+    /* where parameters live: the config's or auto_offload's choice (none: s->e.persist) */
+    if (!st && s->e.cfg.offload.offload_param == HX_OFFLOAD_DISK)
+        st = hx__disk_create(&s->e, &s->e.residency);
     if (!st) st = alloc_persistent(s);
-    if (!st && !s->residency) st = hx__half_copies_refresh(s, NULL); /* else by its init */
+    if (!st && !s->e.residency) st = hx__half_copies_refresh(&s->e, NULL); /* else by its init */
     if (!st) st = alloc_scan(s);
-    if (!st && s->residency) st = s->residency->init(s->residency);
+    if (!st && s->e.residency) st = s->e.residency->init(s->e.residency);
     if (st) {
         hx_session_free(s);
         return st;
@@ -249,7 +256,7 @@ static hx_status resolve(const hx_session *s, const char *what, int i, const cha
 {
     if (t) {
         *out = t;
-        if (t->graph != s->g)
+        if (t->graph != s->e.g)
             return hx__error(HX_ERR_INVALID_ARGUMENT,
                              "hx_session_run: %s %d names tensor '%s' of another graph; use the "
                              "tensors of the session's graph", what, i, t->name);
@@ -258,7 +265,7 @@ static hx_status resolve(const hx_session *s, const char *what, int i, const cha
     if (!name)
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "hx_session_run: %s %d has neither tensor nor name", what, i);
-    *out = hx_graph_find(s->g, name);
+    *out = hx_graph_find(s->e.g, name);
     if (!*out)
         return hx__error(HX_ERR_NOT_FOUND,
                          "hx_session_run: %s %d names '%s', which is not in the graph", what, i,
@@ -289,25 +296,25 @@ static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(co
  * session stays usable for the plans it already had. */
 static hx_status grow_arena(hx_session *s, int d, size_t bytes)
 {
-    if (bytes <= s->arena_bytes[d]) return HX_OK;
-    hx_backend *b = s->be[d];
-    size_t old = s->arena_bytes[d];
-    if (s->arena[d]) b->free(b, s->arena[d]);
-    s->arena[d] = NULL;
-    s->arena_bytes[d] = 0;
+    if (bytes <= s->e.arena_bytes[d]) return HX_OK;
+    hx_backend *b = s->e.be[d];
+    size_t old = s->e.arena_bytes[d];
+    if (s->e.arena[d]) b->free(b, s->e.arena[d]);
+    s->e.arena[d] = NULL;
+    s->e.arena_bytes[d] = 0;
     void *mem = NULL;
     hx_status st = b->alloc(b, bytes, HX_MEM_TRANSIENT, "the transient (activation) arena", &mem);
     if (!st) {
-        s->arena[d] = mem;
-        s->arena_bytes[d] = bytes;
+        s->e.arena[d] = mem;
+        s->e.arena_bytes[d] = bytes;
         return HX_OK;
     }
     st = device_report(s, "hx_session_run", st);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", hx_last_error());
     if (old && !b->alloc(b, old, HX_MEM_TRANSIENT, "the transient (activation) arena", &mem)) {
-        s->arena[d] = mem;
-        s->arena_bytes[d] = old;
+        s->e.arena[d] = mem;
+        s->e.arena_bytes[d] = old;
     }
     return hx__error(st, "%s", msg);
 }
@@ -327,13 +334,13 @@ static hx_status get_plan(hx_session *s, int *ids, int n, bool train, hx_plan **
         }
     }
     hx_plan *p;
-    hx_status st = hx__plan_build(s, ids, m, train, &p);
+    hx_status st = hx__plan_build(&s->e, ids, m, train, &p);
     if (st) return st;
     for (int d = 0; d < HX_NDEV && !st; d++) st = grow_arena(s, d, p->arena_bytes[d]);
-    for (int ph = 0; ph < 2 && !st; ph++) st = hx__exec_reserve(s, p->host_lanes[ph]);
+    for (int ph = 0; ph < 2 && !st; ph++) st = hx__exec_reserve(&s->e, p->host_lanes[ph]);
     hx_plan **plans = st ? NULL : realloc(s->plans, sizeof *plans * (s->n_plans + 1));
     if (!plans) {
-        hx__plan_free(s, p);
+        hx__plan_free(&s->e, p);
         return st ? st : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
     }
     s->plans = plans;
@@ -341,32 +348,6 @@ static hx_status get_plan(hx_session *s, int *ids, int n, bool train, hx_plan **
     if (hx__debug("placement")) hx__debug_copies(s, p);
     *out = p;
     return HX_OK;
-}
-
-hx_status hx__session_copy_out(hx_session *s, int d, void *dst, const void *src, size_t n)
-{
-    if (d == HX_DEV_HOST) {
-        memcpy(dst, src, n);
-        return HX_OK;
-    }
-    hx_backend *b = s->be[d];
-    hx_status st = b->copy_d2h(b, s->copy_stream[1],
-                               (hx_d2h_copy){.host = dst, .dev = src, .bytes = n});
-    hx_status sync = b->stream_sync(b, s->copy_stream[1]);
-    return st ? st : sync;
-}
-
-hx_status hx__session_copy_in(hx_session *s, int d, void *dst, const void *src, size_t n)
-{
-    if (d == HX_DEV_HOST) {
-        memcpy(dst, src, n);
-        return HX_OK;
-    }
-    hx_backend *b = s->be[d];
-    hx_status st = b->copy_h2d(b, s->copy_stream[0],
-                               (hx_h2d_copy){.dev = dst, .host = src, .bytes = n});
-    hx_status sync = b->stream_sync(b, s->copy_stream[0]);
-    return st ? st : sync;
 }
 
 /* Scans the gradient of every update (plan order) in one pass: its sum of
@@ -378,7 +359,7 @@ hx_status hx__session_copy_in(hx_session *s, int d, void *dst, const void *src, 
 static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_dev,
                             int host_threads, const hx_tensor **bad, double *sumsq)
 {
-    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    hx_backend *acc = s->e.be[HX_DEV_ACCEL];
     double *dev_sums = s->scan_host, *host_sums = s->scan_host + s->n_scan;
     hx_status st = HX_OK;
     int n_dev = 0;
@@ -392,25 +373,26 @@ static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_d
             return hx__error(HX_ERR_NO_KERNEL, "hx_session_run: the %s backend has no kernel to "
                              "scan gradient '%s' (%s) for Inf/NaN", acc->name, g->name,
                              hx_dtype_name(g->dtype));
-        st = acc->launch(acc, s->stream[HX_DEV_ACCEL], fn, ex_dev, g, &s->scan_dev[i],
+        st = acc->launch(acc, s->e.stream[HX_DEV_ACCEL], fn, ex_dev, g, &s->scan_dev[i],
                          &p->scan_at[i]);
         n_dev = i + 1;
     }
     if (!st && n_dev)
-        st = acc->copy_d2h(acc, s->stream[HX_DEV_ACCEL],
-                           (hx_d2h_copy){.host = dev_sums, .dev = s->scan_dev,
+        st = acc->copy_d2h(acc, s->e.stream[HX_DEV_ACCEL],
+                           (hx_d2h_copy){.host = dev_sums,
+                                         .dev = s->scan_dev,
                                          .bytes = sizeof(double) * n_dev,
                                          .why = {.role = "gradient scan sums"}});
-    int cores = hx__budget_take(s->budget, host_threads);
+    int cores = hx__budget_take(s->e.budget, host_threads);
     for (int i = 0; i < p->n_scan && !st; i++) {
         const hx_tensor *g = p->scan_update[i]->src[1];
         if (p->scan_home[i] == HX_DEV_HOST)
             host_sums[i] = hx_k_sumsq(p->scan_at[i], (hx_kdtype)g->dtype, hx_tensor_numel(g),
                                       host_threads);
     }
-    hx__budget_give(s->budget, cores);
+    hx__budget_give(s->e.budget, cores);
     if (n_dev) {
-        hx_status sync = acc->stream_sync(acc, s->stream[HX_DEV_ACCEL]);
+        hx_status sync = acc->stream_sync(acc, s->e.stream[HX_DEV_ACCEL]);
         if (!st) st = sync;
     }
     if (st) return st;
@@ -435,13 +417,14 @@ static float clip_coefficient(double max_norm, double norm)
  * phase 1 (the updates), with the loss scaler's bookkeeping. */
 static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool *skip)
 {
-    const hx_loss_scale_config *ls = &s->cfg.loss_scale;
-    bool scaling = train && ls->enabled && s->g->grad_seed;
+    const hx_loss_scale_config *ls = &s->e.cfg.loss_scale;
+    bool scaling = train && ls->enabled && s->e.g->grad_seed;
     hx_status st = HX_OK;
     if (scaling) { /* d loss / d loss = the scale */
-        int id = s->g->grad_seed->id;
+        int id = s->e.g->grad_seed->id;
         float v = (float)s->stats.loss_scale;
-        if ((st = hx__session_copy_in(s, hx__dev_of(s, id), s->persist[id], &v, sizeof v))) return st;
+        if ((st = hx__engine_copy_in(&s->e, hx__dev_of(&s->e, id), s->e.persist[id], &v, sizeof v)))
+            return st;
     }
     double unscale = scaling ? 1.0 / s->stats.loss_scale : 1.0;
     hx_exec ex[2][2]; /* [phase][host lanes, device] */
@@ -450,9 +433,9 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
             ex[ph][k] = (hx_exec){.nthreads = p->threads[ph][k], .step = s->stats.step,
                                   .train = train, .grad_unscale = (float)unscale,
                                   .grad_clip = 1.0f, .lr_scale = s->lr_scale};
-    if (!hx__dpu_reads_no_master(p) && (st = hx__dpu_settle(s))) return st;
-    if ((st = hx__exec_phase(s, p, 0, &ex[0][0], &ex[0][1], skip))) return st;
-    if ((st = hx__dpu_settle(s)) || !train) return st; /* the update of the step before */
+    if (!hx__dpu_reads_no_master(p) && (st = hx__dpu_settle(&s->e))) return st;
+    if ((st = hx__exec_phase(&s->e, p, 0, &ex[0][0], &ex[0][1], skip))) return st;
+    if ((st = hx__dpu_settle(&s->e)) || !train) return st; /* the update of the step before */
     if (p->first_update == p->n_steps) { /* a training run without updates */
         s->stats.step++;
         return HX_OK;
@@ -474,13 +457,13 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
         s->good_steps = 0;
         return HX_OK;
     }
-    float clip = clip_coefficient(s->cfg.clip_grad_norm, s->stats.grad_norm);
+    float clip = clip_coefficient(s->e.cfg.clip_grad_norm, s->stats.grad_norm);
     ex[1][0].grad_clip = ex[1][1].grad_clip = clip;
-    bool delay = s->cfg.delayed_param_update && s->stats.step >= s->cfg.dpu_warmup_steps &&
-                 hx__dpu_plan_ok(p);
-    if (delay) st = hx__dpu_launch(s, p, &ex[1][0]);
-    else if (s->residency) st = s->residency->update(s->residency, p, &ex[1][0]);
-    else st = hx__exec_phase(s, p, 1, &ex[1][0], &ex[1][1], skip);
+    bool delay = s->e.cfg.delayed_param_update && s->stats.step >= s->e.cfg.dpu_warmup_steps &&
+            hx__dpu_plan_ok(p);
+    if (delay) st = hx__dpu_launch(&s->e, p, &ex[1][0]);
+    else if (s->e.residency) st = s->e.residency->update(s->e.residency, p, &ex[1][0]);
+    else st = hx__exec_phase(&s->e, p, 1, &ex[1][0], &ex[1][1], skip);
     if (st) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps == ls->growth_interval) {
@@ -523,7 +506,7 @@ static hx_status place_feeds(hx_session *s, hx_plan *p, const hx_feed *feeds,
                              const hx_tensor **feed_t, int n_feeds)
 {
     for (int k = 0; k < p->n_inputs; k++) {
-        const hx_tensor *in = s->g->tensors[p->inputs[k]];
+        const hx_tensor *in = s->e.g->tensors[p->inputs[k]];
         int j = 0;
         while (j < n_feeds && feed_t[j] != in) j++;
         if (j == n_feeds)
@@ -542,16 +525,17 @@ static hx_status place_feeds(hx_session *s, hx_plan *p, const hx_feed *feeds,
                              use && use != in ? "' reads it" : "");
     }
     for (int k = 0; k < p->n_inputs; k++) {
-        const hx_tensor *in = s->g->tensors[p->inputs[k]];
+        const hx_tensor *in = s->e.g->tensors[p->inputs[k]];
         int j = 0;
         while (feed_t[j] != in) j++;
         bool dev = device_block(s, feeds[j].data, feeds[j].bytes, true);
         if (p->input_copy_unit[k] >= 0) p->skip[p->input_copy_unit[k]] = dev;
-        if (!dev) memcpy(s->arena[HX_DEV_HOST] + p->offset[in->id], feeds[j].data, feeds[j].bytes);
+        if (!dev)
+            memcpy(s->e.arena[HX_DEV_HOST] + p->offset[in->id], feeds[j].data, feeds[j].bytes);
     }
     for (int i = 0; i < p->n_dev_in; i++) { /* device ops read device feeds in place */
         int id = p->dev_in_id[i];
-        void *at = s->arena[HX_DEV_ACCEL] + p->offset[HX_DEV_ACCEL * s->g->n + id];
+        void *at = s->e.arena[HX_DEV_ACCEL] + p->offset[HX_DEV_ACCEL * s->e.g->n + id];
         for (int j = 0; j < n_feeds; j++)
             if (feed_t[j]->id == id && device_block(s, feeds[j].data, feeds[j].bytes, true))
                 at = (void *)feeds[j].data;
@@ -577,7 +561,7 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     const hx_tensor **feed_t = n_feeds <= SMALL ? feed_small : malloc(sizeof *feed_t * n_feeds);
     const hx_tensor **fetch_t = n_fetches <= SMALL ? fetch_small : malloc(sizeof *fetch_t * n_fetches);
     int *ids = n_fetches <= SMALL ? id_small : malloc(sizeof *ids * n_fetches);
-    hx_residency *res = s->residency;
+    hx_residency *res = s->e.residency;
     hx_status st = HX_OK;
     if (!feed_t || !fetch_t || !ids) {
         st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
@@ -615,7 +599,9 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     hx_plan *p = NULL;
     if ((st = get_plan(s, ids, n_fetches, train, &p))) goto out;
     if (res && (st = res->run_begin(res, p, train))) goto out; /* its reads overlap phase 0 */
-    if (p->bound_to[0] != s->arena[0] || p->bound_to[1] != s->arena[1]) hx__plan_bind(s, p);
+    if (p->bound_to[0] != s->e.arena[0] || p->bound_to[1] != s->e.arena[1] ||
+        p->bound_gen != s->e.bind_gen)
+        hx__plan_bind(&s->e, p);
     if ((st = place_feeds(s, p, feeds, feed_t, n_feeds))) goto out;
     s->last_plan = p;
 
@@ -628,15 +614,15 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
         s->good_steps = good0;
     }
     if (st) goto out;
-    hx__plan_memtrace(s, p);
+    hx__plan_memtrace(&s->e, p);
     for (int i = 0; i < n_fetches && !st; i++) {
         const hx_tensor *t = fetch_t[i];
-        int d = hx__dev_of(s, t->id);
-        int64_t off = p->offset[d * s->g->n + t->id];
-        const void *src = off >= 0 ? s->arena[d] + off : s->persist[t->id];
+        int d = hx__dev_of(&s->e, t->id);
+        int64_t off = p->offset[d * s->e.g->n + t->id];
+        const void *src = off >= 0 ? s->e.arena[d] + off : s->e.persist[t->id];
         if (!src) /* held by the residency, not in host memory for the run (optimizer state) */
             st = res->read(res, "hx_session_run", t, fetches[i].data);
-        else st = hx__session_copy_out(s, d, fetches[i].data, src, fetches[i].bytes);
+        else st = hx__engine_copy_out(&s->e, d, fetches[i].data, src, fetches[i].bytes);
     }
 out:
     if (res) res->run_end(res);
@@ -654,26 +640,26 @@ static hx_status persistent_of(hx_session *s, const char *fn, const hx_tensor *t
     if (!s || !t || !data)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
                          !s ? "session" : !t ? "tensor" : "data");
-    if (t->graph != s->g)
+    if (t->graph != s->e.g)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: '%s' belongs to another graph", fn, t->name);
-    if (!s->persist[t->id] && !hx__residency_holds(s, t->id))
+    if (!s->e.persist[t->id] && !hx__residency_holds(&s->e, t->id))
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "%s: '%s' is not a parameter, constant or optimizer state; fetch it "
                          "with hx_session_run", fn, t->name);
     if (bytes != hx_tensor_nbytes(t))
         return hx__error(HX_ERR_SHAPE, "%s: '%s' is %zu bytes, not %zu", fn, t->name,
                          hx_tensor_nbytes(t), bytes);
-    *out = s->persist[t->id];
-    return hx__dpu_settle(s);
+    *out = s->e.persist[t->id];
+    return hx__dpu_settle(&s->e);
 }
 
 /* A parameter or state the residency holds, or one of whose half copies it holds. */
 static bool held(const hx_session *s, const hx_tensor *t)
 {
-    if (hx__residency_holds(s, t->id)) return true;
-    for (int i = 0; s->residency && i < s->g->n; i++) {
-        const hx_tensor *c = s->g->tensors[i];
-        if (hx__is_half_copy(c) && c->param == t && hx__residency_holds(s, i)) return true;
+    if (hx__residency_holds(&s->e, t->id)) return true;
+    for (int i = 0; s->e.residency && i < s->e.g->n; i++) {
+        const hx_tensor *c = s->e.g->tensors[i];
+        if (hx__is_half_copy(c) && c->param == t && hx__residency_holds(&s->e, i)) return true;
     }
     return false;
 }
@@ -682,9 +668,9 @@ hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t 
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
-    if (!st && hx__residency_holds(s, t->id))
-        return s->residency->read(s->residency, "hx_session_read", t, data);
-    if (!st) st = hx__session_copy_out(s, hx__dev_of(s, t->id), data, p, bytes);
+    if (!st && hx__residency_holds(&s->e, t->id))
+        return s->e.residency->read(s->e.residency, "hx_session_read", t, data);
+    if (!st) st = hx__engine_copy_out(&s->e, hx__dev_of(&s->e, t->id), data, p, bytes);
     return st;
 }
 
@@ -692,9 +678,10 @@ hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, 
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
-    if (!st && held(s, t)) return s->residency->write(s->residency, "hx_session_write", t, data);
-    if (!st) st = hx__session_copy_in(s, hx__dev_of(s, t->id), p, data, bytes);
-    if (!st && t->kind == HX_TENSOR_PARAMETER) st = hx__half_copies_refresh(s, t);
+    if (!st && held(s, t))
+        return s->e.residency->write(s->e.residency, "hx_session_write", t, data);
+    if (!st) st = hx__engine_copy_in(&s->e, hx__dev_of(&s->e, t->id), p, data, bytes);
+    if (!st && t->kind == HX_TENSOR_PARAMETER) st = hx__half_copies_refresh(&s->e, t);
     return st;
 }
 
@@ -709,8 +696,8 @@ hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
         hx_status st = get_plan(s, no_fetch, 0, true, &p);
         if (st) return st;
     }
-    *out = (hx_memory_stats){.persistent_bytes = s->persist_bytes[HX_DEV_HOST],
-                             .device_persistent_bytes = s->persist_bytes[HX_DEV_ACCEL]};
+    *out = (hx_memory_stats){.persistent_bytes = s->e.persist_bytes[HX_DEV_HOST],
+                             .device_persistent_bytes = s->e.persist_bytes[HX_DEV_ACCEL]};
     for (int i = 0; i < s->n_plans; i++) {
         const hx_plan *p = s->plans[i];
         if (p->arena_bytes[HX_DEV_HOST] > out->transient_planned_bytes) {
@@ -720,9 +707,9 @@ hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
         if (p->arena_bytes[HX_DEV_ACCEL] > out->device_transient_planned_bytes)
             out->device_transient_planned_bytes = p->arena_bytes[HX_DEV_ACCEL];
     }
-    if (s->be[HX_DEV_ACCEL]) {
+    if (s->e.be[HX_DEV_ACCEL]) {
         hx_backend_stats bs;
-        s->be[HX_DEV_ACCEL]->stats(s->be[HX_DEV_ACCEL], &bs);
+        s->e.be[HX_DEV_ACCEL]->stats(s->e.be[HX_DEV_ACCEL], &bs);
         out->device_capacity = bs.capacity;
         out->device_used_bytes = bs.used;
         out->device_peak_bytes = bs.peak;
@@ -735,7 +722,7 @@ hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
 static hx_status need_accel(const hx_session *s, const char *fn)
 {
     if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
-    if (!s->be[HX_DEV_ACCEL])
+    if (!s->e.be[HX_DEV_ACCEL])
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: the session has no accelerator "
                          "(HX_ACCELERATOR_NONE); there is no device memory", fn);
     return HX_OK;
@@ -751,7 +738,7 @@ hx_status hx_session_device_alloc(hx_session *s, size_t bytes, void **out)
     struct hx_device_block *blocks = realloc(s->dev_blocks, sizeof *blocks * (s->n_dev_blocks + 1));
     if (!blocks) return hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     s->dev_blocks = blocks;
-    hx_backend *acc = s->be[HX_DEV_ACCEL];
+    hx_backend *acc = s->e.be[HX_DEV_ACCEL];
     void *p = NULL;
     if ((st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "a device feed buffer", &p))) return device_report(s, fn, st);
     s->dev_blocks[s->n_dev_blocks++] = (struct hx_device_block){p, bytes};
@@ -764,7 +751,7 @@ void hx_session_device_free(hx_session *s, void *p)
     if (!s || !p) return;
     for (int i = 0; i < s->n_dev_blocks; i++)
         if (s->dev_blocks[i].p == p) {
-            s->be[HX_DEV_ACCEL]->free(s->be[HX_DEV_ACCEL], p);
+            s->e.be[HX_DEV_ACCEL]->free(s->e.be[HX_DEV_ACCEL], p);
             s->dev_blocks[i] = s->dev_blocks[--s->n_dev_blocks];
             return;
         }
@@ -779,11 +766,19 @@ hx_status hx_session_device_upload(hx_session *s, void *dst, const void *src, si
     if (!device_block(s, dst, bytes, true))
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %zu bytes at %p are not inside one "
                          "allocation of hx_session_device_alloc of this session", fn, bytes, dst);
-    return hx__session_copy_in(s, HX_DEV_ACCEL, dst, src, bytes);
+    return hx__engine_copy_in(&s->e, HX_DEV_ACCEL, dst, src, bytes);
 }
 
 hx_status hx_session_trace_flush(hx_session *s)
 {
     if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_trace_flush: session is NULL");
-    return hx__trace_write(s->trace);
+    return hx__trace_write(s->e.trace);
+}
+
+hx_status hx_session_offload_report(hx_session *s, hx_offload_report *out)
+{
+    if (!s || !out)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_offload_report: %s is NULL",
+                         s ? "out" : "session");
+    return hx__offload_report(&s->e, out);
 }

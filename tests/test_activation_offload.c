@@ -13,7 +13,7 @@
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
-#include "scheduler/scheduler.h"
+#include "session/session.h"
 #include "trace_read.h"
 
 #include <stdlib.h>
@@ -125,14 +125,15 @@ static void test_parse(const deep_mlp *m)
     setenv("HX_OFFLOAD", "offload_activations=cpu,chunk_size=64KB", 1);
     CHECK(hx_session_create(m->g, &sc, &s) == HX_OK, "HX_OFFLOAD: %s", hx_last_error());
     if (s) {
-        CHECK(s->cfg.offload.offload_activations == HX_OFFLOAD_CPU &&
-                  s->cfg.offload.chunk_size == 64 << 10, "HX_OFFLOAD not applied");
+        CHECK(s->e.cfg.offload.offload_activations == HX_OFFLOAD_CPU &&
+                      s->e.cfg.offload.chunk_size == 64 << 10,
+              "HX_OFFLOAD not applied");
         hx_session_free(s);
     }
     sc.offload.offload_activations = HX_OFFLOAD_CPU; /* the field overrides the variable */
     setenv("HX_OFFLOAD", "offload_param=cpu", 1);
     CHECK(hx_session_create(m->g, &sc, &s) == HX_OK &&
-              s->cfg.offload.offload_param == HX_OFFLOAD_NONE,
+                  s->e.cfg.offload.offload_param == HX_OFFLOAD_NONE,
           "HX_OFFLOAD over the field: %s", hx_last_error());
     hx_session_free(s);
     unsetenv("HX_OFFLOAD");

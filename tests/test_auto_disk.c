@@ -10,6 +10,7 @@
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
+#include "session/session.h"
 #include "offload/offload_disk.h"
 #include "offload/disk_layout.h"
 
@@ -69,20 +70,19 @@ static void check_tier(const deep_mlp *m, size_t budget, hx_offload_target want,
     hx_offload_report r;
     CHECK(hx_session_offload_report(s, &r) == HX_OK, "report: %s", hx_last_error());
     printf("budget %zu B: offload_param=%s chunk_size %zu prefetch_depth %d, predicted device "
-           "peak %zu B of %zu B; disk tier host bytes %zu B, files %d\n", budget,
-           hx_offload_target_name(r.offload_param),
-           r.chunk_size, r.prefetch_depth, r.predicted_peak, r.capacity, hx__disk_host_bytes(s),
-           test_files_in(dir));
+           "peak %zu B of %zu B; disk tier host bytes %zu B, files %d\n",
+           budget, hx_offload_target_name(r.offload_param), r.chunk_size, r.prefetch_depth,
+           r.predicted_peak, r.capacity, hx__disk_host_bytes(&s->e), test_files_in(dir));
     CHECK(r.automatic && r.offload_param == want && r.offload_activations == HX_OFFLOAD_NONE,
           "budget %zu: offload_param %d, want %d", budget, r.offload_param, want);
     CHECK(test_files_in(dir) == (want == HX_OFFLOAD_DISK),
           "budget %zu: %d files under the offload path", budget, test_files_in(dir));
     if (want == HX_OFFLOAD_DISK) {
-        const hx_offload_disk *d = hx__disk_of(s);
+        const hx_offload_disk *d = hx__disk_of(&s->e);
         *disk_min = d->res_bytes + (size_t)HX_DISK_SLOTS * d->slot_bytes;
-        CHECK(d->n_seg - d->n_res >= HX_DISK_SLOTS && hx__disk_host_bytes(s) <= budget,
+        CHECK(d->n_seg - d->n_res >= HX_DISK_SLOTS && hx__disk_host_bytes(&s->e) <= budget,
               "%d chunks, host bytes %zu for a budget of %zu", d->n_seg - d->n_res,
-              hx__disk_host_bytes(s), budget);
+              hx__disk_host_bytes(&s->e), budget);
     }
     if (train_it) {
         float loss[STEPS];

@@ -6,6 +6,7 @@
  * gradients, checkpoints across sessions), device feeds, and hundreds of
  * small runs to shake out races. */
 #include "hetex.h"
+#include "session/session.h"
 #include "scheduler/scheduler.h"
 #include "testutil.h"
 #include "trace_read.h"
@@ -111,14 +112,14 @@ static void span(const tr_trace *t, int from, int to, const char *prefix, const 
  * values, but it must share bytes with none of them. */
 static void check_copy_not_shared(const hx_session *s, const hx_plan *p, const hx_tensor *d)
 {
-    const hx_graph *g = s->g;
+    const hx_graph *g = s->e.g;
     int64_t at = p->offset[HX_DEV_HOST * g->n + d->id];
     CHECK(at >= 0, "d has a host copy in the arena");
     int64_t end = at + (int64_t)hx_tensor_nbytes(d);
     int shared = 0, chain = 0;
     for (int i = 0; i < g->n; i++) {
         const hx_tensor *t = g->tensors[i];
-        if (t == d || s->target[i] != HX_TARGET_CPU || t->op <= HX_OP_STATE) continue;
+        if (t == d || s->e.target[i] != HX_TARGET_CPU || t->op <= HX_OP_STATE) continue;
         int64_t o = p->offset[HX_DEV_HOST * g->n + i];
         if (o < 0) continue;
         chain++;
@@ -547,7 +548,7 @@ static void test_thread_count_bits(void)
 static uint64_t h2d_copies(hx_session *s)
 {
     hx_backend_stats st;
-    s->be[HX_DEV_ACCEL]->stats(s->be[HX_DEV_ACCEL], &st);
+    s->e.be[HX_DEV_ACCEL]->stats(s->e.be[HX_DEV_ACCEL], &st);
     return st.h2d_copies;
 }
 

@@ -5,6 +5,7 @@
  * op table says, and that every GPU kernel returns the CUDA error as a
  * status (never aborts) when the runtime has no device. Where a device
  * exists this program skips (tests/gpu covers that machine). */
+#include "session/session.h"
 #include "scheduler/scheduler.h"
 #include "testutil.h"
 
@@ -37,7 +38,7 @@ static hx_status session_with(hx_graph *g, hx_accelerator acc, int device, const
     hx_status st = hx_session_create(g, &cfg, &s);
     *name = "";
     if (!st) {
-        *name = s->be[HX_DEV_ACCEL] ? s->be[HX_DEV_ACCEL]->name : "";
+        *name = s->e.be[HX_DEV_ACCEL] ? s->e.be[HX_DEV_ACCEL]->name : "";
         float x[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, y[8];
         hx_feed f = {"x", NULL, x, sizeof x};
         hx_fetch out = {"y", NULL, y, sizeof y};

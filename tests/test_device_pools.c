@@ -6,6 +6,7 @@
  * allocation, or the plan's tensors) that hx_memreplay replays. */
 #include "hetex.h"
 #include "testutil.h"
+#include "session/session.h"
 #include "scheduler/scheduler.h"
 
 #include <math.h>
@@ -106,7 +107,7 @@ static bool inside(uintptr_t lo, uintptr_t hi, const uintptr_t *base, const size
  * no segment of one pool overlaps one of the other. */
 static void check_segregated(hx_session *s, void *feed_buf, size_t feed_bytes)
 {
-    hx_mem_pools *pools = s->be[HX_DEV_ACCEL]->pools;
+    hx_mem_pools *pools = s->e.be[HX_DEV_ACCEL]->pools;
     enum { MAXSEG = 64 };
     uintptr_t pb[MAXSEG], tb[MAXSEG];
     size_t ps[MAXSEG], ts[MAXSEG];
@@ -117,17 +118,17 @@ static void check_segregated(hx_session *s, void *feed_buf, size_t feed_bytes)
         for (int j = 0; j < nt && j < MAXSEG; j++)
             CHECK(pb[i] + ps[i] <= tb[j] || tb[j] + ts[j] <= pb[i], "segments %d and %d overlap", i, j);
     int n_dev = 0;
-    for (int i = 0; i < s->g->n; i++) {
-        if (!s->persist[i] || s->target[i] != HX_TARGET_DEVICE) continue;
+    for (int i = 0; i < s->e.g->n; i++) {
+        if (!s->e.persist[i] || s->e.target[i] != HX_TARGET_DEVICE) continue;
         n_dev++;
-        uintptr_t a = (uintptr_t)s->persist[i];
-        CHECK(inside(a, a + hx_tensor_nbytes(s->g->tensors[i]), pb, ps, np),
-              "'%s' is not in a persistent segment", s->g->tensors[i]->name);
+        uintptr_t a = (uintptr_t)s->e.persist[i];
+        CHECK(inside(a, a + hx_tensor_nbytes(s->e.g->tensors[i]), pb, ps, np),
+              "'%s' is not in a persistent segment", s->e.g->tensors[i]->name);
     }
     CHECK(n_dev > 0, "some parameters or state live on the device");
-    uintptr_t f = (uintptr_t)feed_buf, a = (uintptr_t)s->arena[HX_DEV_ACCEL];
+    uintptr_t f = (uintptr_t)feed_buf, a = (uintptr_t)s->e.arena[HX_DEV_ACCEL];
     CHECK(inside(f, f + feed_bytes, pb, ps, np), "the device feed buffer is persistent");
-    CHECK(a && inside(a, a + s->arena_bytes[HX_DEV_ACCEL], tb, ts, nt), "the arena is transient");
+    CHECK(a && inside(a, a + s->e.arena_bytes[HX_DEV_ACCEL], tb, ts, nt), "the arena is transient");
 }
 
 static void test_stats_segments_oom(void)

@@ -9,7 +9,7 @@
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
-#include "scheduler/scheduler.h"
+#include "session/session.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -189,9 +189,11 @@ static void test_env(void)
     setenv("HX_OFFLOAD", "offload_param=cpu,chunk_size=1MB", 1);
     CHECK(hx_session_create(m.g, &c, &s) == HX_OK, "%s", hx_last_error());
     if (s) {
-        CHECK(s->cfg.offload.offload_param == HX_OFFLOAD_CPU && s->cfg.offload.chunk_size == 1 << 20,
+        CHECK(s->e.cfg.offload.offload_param == HX_OFFLOAD_CPU &&
+                      s->e.cfg.offload.chunk_size == 1 << 20,
               "HX_OFFLOAD not applied");
-        CHECK(s->target[m.w[0]->id] == HX_TARGET_CPU && s->target[m.loss->id] == HX_TARGET_DEVICE,
+        CHECK(s->e.target[m.w[0]->id] == HX_TARGET_CPU &&
+                      s->e.target[m.loss->id] == HX_TARGET_DEVICE,
               "placement under offload");
         hx_session_free(s);
     }
@@ -203,8 +205,8 @@ static void test_env(void)
     st = hx_session_create(m.g, &c, &s);
     CHECK(st == HX_ERR_INVALID_ARGUMENT, "variable ignored: %s", hx_status_name(st));
     c.offload.offload_param = HX_OFFLOAD_CPU; /* the field overrides the variable */
-    CHECK(hx_session_create(m.g, &c, &s) == HX_OK && s->cfg.offload.prefetch_depth == 2,
-          "%s", hx_last_error());
+    CHECK(hx_session_create(m.g, &c, &s) == HX_OK && s->e.cfg.offload.prefetch_depth == 2, "%s",
+          hx_last_error());
     hx_session_free(s);
     unsetenv("HX_OFFLOAD");
     c.offload.offload_param = HX_OFFLOAD_DISK; /* tests/test_offload_disk.c trains with it */
@@ -260,8 +262,9 @@ static void test_auto(void)
     if (s) {
         CHECK(!memcmp(loss, ref_loss, sizeof loss), "auto, fits: losses differ");
         same_params(s, ref, &m);
-        CHECK(!memcmp(s->target, ref->target, sizeof *s->target * m.g->n) &&
-                  !s->cfg.offload.offload_param, "auto, fits: the placement changed");
+        CHECK(!memcmp(s->e.target, ref->e.target, sizeof *s->e.target * m.g->n) &&
+                      !s->e.cfg.offload.offload_param,
+              "auto, fits: the placement changed");
         check_report(s, "auto, 8 GiB", (size_t)8 << 30);
         hx_offload_report r;
         hx_session_offload_report(s, &r);
@@ -278,7 +281,8 @@ static void test_auto(void)
         CHECK(!memcmp(loss, ref_loss, sizeof loss), "auto, capped: losses %.9g vs %.9g",
               loss[STEPS - 1], ref_loss[STEPS - 1]);
         same_params(s, ref, &m);
-        CHECK(s->target[m.w[0]->id] == HX_TARGET_CPU && s->cfg.offload.offload_param == HX_OFFLOAD_CPU,
+        CHECK(s->e.target[m.w[0]->id] == HX_TARGET_CPU &&
+                      s->e.cfg.offload.offload_param == HX_OFFLOAD_CPU,
               "auto, capped: no offload");
         check_report(s, "auto, 1.2 MB", CAP);
         hx_offload_report r;
@@ -313,7 +317,7 @@ static void test_auto(void)
     s = train(&m, &c, loss);
     unsetenv("HX_OFFLOAD");
     if (s) {
-        CHECK(s->cfg.offload.auto_offload && s->cfg.offload.offload_param == HX_OFFLOAD_CPU,
+        CHECK(s->e.cfg.offload.auto_offload && s->e.cfg.offload.offload_param == HX_OFFLOAD_CPU,
               "HX_OFFLOAD=auto_offload=true not applied");
         check_report(s, "auto via HX_OFFLOAD", CAP);
         hx_session_free(s);

@@ -11,6 +11,7 @@
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
+#include "session/session.h"
 #include "offload/offload_disk.h"
 #include "offload/disk_layout.h"
 #include "memory/disk_tier.h"
@@ -76,10 +77,10 @@ static void check_fault(hx_session *s, const deep_mlp *m, const hx_disk_faults *
 {
     int64_t step0 = hx_session_step(s);
     read_all(s, m, before);
-    hx_disk_tier_set_faults(hx__disk_tier_of(s), f);
+    hx_disk_tier_set_faults(hx__disk_tier_of(&s->e), f);
     float loss;
     hx_status st = step(s, m, k, &loss);
-    hx_disk_tier_set_faults(hx__disk_tier_of(s), NULL);
+    hx_disk_tier_set_faults(hx__disk_tier_of(&s->e), NULL);
     const char *msg = hx_last_error();
     printf("%s: %s: %s\n", what, hx_status_name(st), msg);
     CHECK(st == want, "%s: %s (%s), want %s", what, hx_status_name(st), msg, hx_status_name(want));
@@ -132,25 +133,27 @@ static void test_disk(void)
     if (!s || !ref) goto done;
     CHECK(test_files_in(dir) == 1, "%d files under the offload path", test_files_in(dir));
     hx_disk_stats ds;
-    hx_disk_tier_stats(hx__disk_tier_of(s), &ds);
+    hx_disk_tier_stats(hx__disk_tier_of(&s->e), &ds);
     printf("tier: %s%s%s, O_DIRECT %s%s%s, file %s, host buffer %zu B for %zu B of parameters\n",
            ds.engine, *ds.engine_reason ? ": " : "", ds.engine_reason, ds.direct ? "yes" : "no",
-           *ds.direct_reason ? ": " : "", ds.direct_reason, ds.file, hx__disk_host_bytes(s),
+           *ds.direct_reason ? ": " : "", ds.direct_reason, ds.file, hx__disk_host_bytes(&s->e),
            param_bytes);
-    CHECK(hx__disk_host_bytes(s) <= c.offload.offload_cpu_size, "host buffers %zu B for a %zu B "
-          "budget", hx__disk_host_bytes(s), c.offload.offload_cpu_size);
+    CHECK(hx__disk_host_bytes(&s->e) <= c.offload.offload_cpu_size,
+          "host buffers %zu B for a %zu B "
+          "budget",
+          hx__disk_host_bytes(&s->e), c.offload.offload_cpu_size);
 
     /* two steps, three failed ones (nothing applied), the other two steps */
     for (int k = 0; k < 2; k++)
         CHECK(step(s, &m, k, &loss[k]) == HX_OK, "step %d: %s", k, hx_last_error());
     hx_disk_faults f = hx_disk_faults_none();
-    f.short_write_block = hx__disk_block_of(s, 1, true);
+    f.short_write_block = hx__disk_block_of(&s->e, 1, true);
     check_fault(s, &m, &f, HX_ERR_IO, "short write", before, after, 2);
     f = hx_disk_faults_none();
     f.enospc_after_bytes = 3 << 20;
     check_fault(s, &m, &f, HX_ERR_IO, "ENOSPC", before, after, 2);
     f = hx_disk_faults_none();
-    f.flip_read_block = hx__disk_block_of(s, 0, false);
+    f.flip_read_block = hx__disk_block_of(&s->e, 0, false);
     check_fault(s, &m, &f, HX_ERR_CORRUPT, "corrupt block", before, after, 2);
     for (int k = 2; k < STEPS; k++)
         CHECK(step(s, &m, k, &loss[k]) == HX_OK, "step %d: %s", k, hx_last_error());
@@ -165,7 +168,7 @@ static void test_disk(void)
     hx_memory_stats ms;
     CHECK(hx_session_pool_stats(s, &ps) == HX_OK && hx_session_memory_stats(s, &ms) == HX_OK,
           "stats: %s", hx_last_error());
-    hx_disk_tier_stats(hx__disk_tier_of(s), &ds);
+    hx_disk_tier_stats(hx__disk_tier_of(&s->e), &ds);
     printf("params %zu B, cap %zu B, device peak %zu B; host persistent between runs %zu B; "
            "tier: %lld writes, %lld reads, %lld failed writes, %lld failed reads, %llu B written, "
            "%llu B read, %lld slots\n", param_bytes, CAP, ps.total.peak_allocated,
@@ -193,10 +196,10 @@ static void test_disk(void)
     CHECK(hx_session_read(s, m.w[3], got, wn) == HX_OK && !memcmp(wv, got, wn), "round trip");
     f = hx_disk_faults_none();
     f.enospc_after_bytes = 0;
-    hx_disk_tier_set_faults(hx__disk_tier_of(s), &f);
+    hx_disk_tier_set_faults(hx__disk_tier_of(&s->e), &f);
     float zero[W] = {0};
     st = hx_session_write(s, m.b[0], zero, sizeof zero);
-    hx_disk_tier_set_faults(hx__disk_tier_of(s), NULL);
+    hx_disk_tier_set_faults(hx__disk_tier_of(&s->e), NULL);
     CHECK(st == HX_ERR_IO, "write under ENOSPC: %s", hx_status_name(st));
     CHECK(hx_session_read(s, m.b[0], got, sizeof zero) == HX_OK &&
               !memcmp(got, before + hx_tensor_nbytes(m.w[0]), sizeof zero),
@@ -318,10 +321,10 @@ static void mp_fault(hx_session *s, const mp_mlp *m, const hx_disk_faults *f, hx
     int64_t step0 = hx_session_step(s);
     size_t n0, n1;
     char *before = snapshot(s, &n0);
-    hx_disk_tier_set_faults(hx__disk_tier_of(s), f);
+    hx_disk_tier_set_faults(hx__disk_tier_of(&s->e), f);
     float loss;
     hx_status st = mp_step(s, m, k, &loss);
-    hx_disk_tier_set_faults(hx__disk_tier_of(s), NULL);
+    hx_disk_tier_set_faults(hx__disk_tier_of(&s->e), NULL);
     const char *msg = hx_last_error();
     printf("%s: %s: %s\n", what, hx_status_name(st), msg);
     CHECK(st == want, "%s: %s (%s), want %s", what, hx_status_name(st), msg, hx_status_name(want));
@@ -362,8 +365,8 @@ static void test_bounded(void)
     c.offload.offload_cpu_size = need;
     CHECK(hx_session_create(m.g, &c, &s) == HX_OK, "budget %zu: %s", need, hx_last_error());
     if (!s || !ref) goto done;
-    int n_res, n_seg = hx__disk_segments(s, &n_res);
-    size_t whole = hx__disk_whole_bytes(s), bytes = state_of(s, &m, NULL);
+    int n_res, n_seg = hx__disk_segments(&s->e, &n_res);
+    size_t whole = hx__disk_whole_bytes(&s->e), bytes = state_of(s, &m, NULL);
     size_t resident = 0;
     for (int i = 0; i < m.g->n; i++)
         if (m.g->tensors[i]->kind == HX_TENSOR_STATE && m.g->tensors[i]->dtype == HX_DTYPE_BF16)
@@ -372,38 +375,38 @@ static void test_bounded(void)
            "held it all), optimizer state %zu B = %.2fx the budget; %d segments, %d resident\n",
            need, HX_DISK_SLOTS, whole, whole - resident, (double)(whole - resident) / need, n_seg,
            n_res);
-    CHECK(need == hx__disk_host_bytes(s) && need < whole && whole == bytes, "budget %zu, whole %zu",
-          need, whole);
+    CHECK(need == hx__disk_host_bytes(&s->e) && need < whole && whole == bytes,
+          "budget %zu, whole %zu", need, whole);
     CHECK(whole - resident > 3 * need, "optimizer state %zu B is not several times the budget %zu B",
           whole - resident, need);
     CHECK(n_seg - n_res >= 8, "%d chunks", n_seg - n_res);
 
     char *before = malloc(bytes), *after = malloc(bytes);
     CHECK(mp_step(s, &m, 0, &loss[0]) == HX_OK, "step 0: %s", hx_last_error());
-    hx_disk_run_stats rs = hx__disk_last_run(s);
+    hx_disk_run_stats rs = hx__disk_last_run(&s->e);
     CHECK(rs.chunks == n_seg - n_res && rs.chunk_bytes_read == rs.chunk_bytes_written &&
               rs.chunk_bytes_read >= whole - resident,
           "run: %d chunks, %llu B read, %llu B written", rs.chunks,
           (unsigned long long)rs.chunk_bytes_read, (unsigned long long)rs.chunk_bytes_written);
     hx_disk_faults f = hx_disk_faults_none();
-    f.short_write_block = hx__disk_block_of(s, n_res + 5, true);
+    f.short_write_block = hx__disk_block_of(&s->e, n_res + 5, true);
     mp_fault(s, &m, &f, HX_ERR_IO, "short write of chunk 5", "chunk 5", 1);
     f = hx_disk_faults_none();
     f.enospc_after_bytes = 6 << 20; /* chunks are written first: fails at the seventh */
     mp_fault(s, &m, &f, HX_ERR_IO, "ENOSPC at chunk 6", "chunk", 1);
     f = hx_disk_faults_none();
-    f.flip_read_block = hx__disk_block_of(s, n_res + 9, false);
+    f.flip_read_block = hx__disk_block_of(&s->e, n_res + 9, false);
     mp_fault(s, &m, &f, HX_ERR_CORRUPT, "corrupt block in chunk 9", "chunk 9", 1);
     f = hx_disk_faults_none();
-    f.eio_read_block = hx__disk_block_of(s, n_seg - 1, false);
+    f.eio_read_block = hx__disk_block_of(&s->e, n_seg - 1, false);
     mp_fault(s, &m, &f, HX_ERR_IO, "EIO reading the last chunk", "chunk", 1);
     /* the resident region: read by the I/O thread while the forward runs, each segment
      * written back by it once its last update ran */
     f = hx_disk_faults_none();
-    f.flip_read_block = hx__disk_block_of(s, n_res - 1, false);
+    f.flip_read_block = hx__disk_block_of(&s->e, n_res - 1, false);
     mp_fault(s, &m, &f, HX_ERR_CORRUPT, "corrupt block in the resident region", "resident segment", 1);
     f = hx_disk_faults_none();
-    f.short_write_block = hx__disk_block_of(s, 2, true);
+    f.short_write_block = hx__disk_block_of(&s->e, 2, true);
     mp_fault(s, &m, &f, HX_ERR_IO, "short write of a resident segment", "resident segment 2", 1);
     for (int k = 1; k < MSTEPS; k++)
         CHECK(mp_step(s, &m, k, &loss[k]) == HX_OK, "step %d: %s", k, hx_last_error());
@@ -438,10 +441,10 @@ static void test_bounded(void)
     size_t n0, n1;
     char *snap0 = snapshot(s, &n0);
     f = hx_disk_faults_none();
-    f.short_write_block = hx__disk_block_of(s, n_res + 3, true);
-    hx_disk_tier_set_faults(hx__disk_tier_of(s), &f);
+    f.short_write_block = hx__disk_block_of(&s->e, n_res + 3, true);
+    hx_disk_tier_set_faults(hx__disk_tier_of(&s->e), &f);
     st = hx_session_load(s, ckpt);
-    hx_disk_tier_set_faults(hx__disk_tier_of(s), NULL);
+    hx_disk_tier_set_faults(hx__disk_tier_of(&s->e), NULL);
     CHECK(st == HX_ERR_IO && strstr(hx_last_error(), "offset"), "load under a short write: %s: %s",
           hx_status_name(st), hx_last_error());
     char *snap1 = snapshot(s, &n1);
@@ -471,23 +474,25 @@ static void test_bounded(void)
 
     /* host memory: the pinned pool never held more than the budget, the tier no bounce buffer */
     hx_pinned_stats ps;
-    hx_pinned_stats_get(hx__disk_pool_of(s), &ps);
+    hx_pinned_stats_get(hx__disk_pool_of(&s->e), &ps);
     hx_disk_stats ds;
-    hx_disk_tier_stats(hx__disk_tier_of(s), &ds);
+    hx_disk_tier_stats(hx__disk_tier_of(&s->e), &ds);
     printf("bounded: pinned pool peak %zu B reserved (%zu B allocated) under a %zu B budget; "
            "whole set %zu B; tier bounce buffers %zu B; now %zu B reserved\n",
            ps.pool.peak_reserved, ps.pool.peak_allocated, need, whole, ds.bounce_bytes,
            ps.pool.reserved);
-    CHECK(ps.pool.peak_reserved <= need && ps.pool.peak_allocated >= need - hx__disk_host_bytes(s) / 4,
+    CHECK(ps.pool.peak_reserved <= need &&
+                  ps.pool.peak_allocated >= need - hx__disk_host_bytes(&s->e) / 4,
           "pinned peak %zu B against a %zu B budget", ps.pool.peak_reserved, need);
     CHECK(ds.bounce_bytes == 0 && ps.pool.reserved == 0, "bounce %zu B, held between calls %zu B",
           ds.bounce_bytes, ps.pool.reserved);
     /* the file: two copies of every segment and the writes of one batch in flight, at most */
     size_t stored = 0;
-    for (int k = 0; k < n_seg; k++) stored += hx__disk_of(s)->segs[k].bytes;
+    for (int k = 0; k < n_seg; k++) stored += hx__disk_of(&s->e)->segs[k].bytes;
     size_t file = (size_t)ds.slots * HX_DISK_BLOCK;
     printf("bounded: file %zu B for %zu B stored\n", file, stored);
-    CHECK(file <= 2 * stored + hx__disk_of(s)->slot_bytes + hx__disk_of(s)->res_bytes, "file %zu B", file);
+    CHECK(file <= 2 * stored + hx__disk_of(&s->e)->slot_bytes + hx__disk_of(&s->e)->res_bytes,
+          "file %zu B", file);
     free(before);
     free(after);
 done:
@@ -521,8 +526,8 @@ static void test_host_only(void)
         hx_session *s = NULL;
         CHECK(hx_session_create(m.g, &c, &s) == HX_OK, "host-only disk session: %s", hx_last_error());
         if (!s) continue;
-        int n_res, n_seg = hx__disk_segments(s, &n_res);
-        int slots = hx__disk_of(s)->n_slots;
+        int n_res, n_seg = hx__disk_segments(&s->e, &n_res);
+        int slots = hx__disk_of(&s->e)->n_slots;
         CHECK(v ? slots == n_seg - n_res : slots == HX_DISK_SLOTS, "%d slots for %d chunks", slots,
               n_seg - n_res);
         float l = 0;

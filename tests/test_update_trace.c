@@ -9,6 +9,7 @@
 #include "hetex.h"
 #include "testutil.h"
 #include "trace_read.h"
+#include "session/session.h"
 #include "scheduler/scheduler.h"
 
 #include <stdlib.h>
@@ -75,9 +76,9 @@ static uint64_t launches(const hx_session *s)
 {
     uint64_t n = 0;
     for (int d = 0; d < HX_NDEV; d++) {
-        if (!s->be[d]) continue;
+        if (!s->e.be[d]) continue;
         hx_backend_stats st;
-        s->be[d]->stats(s->be[d], &st);
+        s->e.be[d]->stats(s->e.be[d], &st);
         n += st.launches;
     }
     return n;

@@ -4,6 +4,7 @@
 #include "backend_suite.h"
 #include "backend_cases.h"
 
+#include "session/session.h"
 #include "graph/graph.h"
 #include "scheduler/scheduler.h"
 
@@ -24,18 +25,19 @@ hx_status bsuite_poison(hx_session *s, unsigned char byte)
 {
     if (!s) return HX_ERR_INVALID_ARGUMENT;
     for (int d = 0; d < HX_NDEV; d++) {
-        hx_backend *b = s->be[d];
-        if (!b || !s->arena[d] || !s->arena_bytes[d]) continue;
+        hx_backend *b = s->e.be[d];
+        if (!b || !s->e.arena[d] || !s->e.arena_bytes[d]) continue;
         if (d == HX_DEV_HOST) {
-            memset(s->arena[d], byte, s->arena_bytes[d]);
+            memset(s->e.arena[d], byte, s->e.arena_bytes[d]);
             continue;
         }
-        void *fill = malloc(s->arena_bytes[d]);
+        void *fill = malloc(s->e.arena_bytes[d]);
         if (!fill) return HX_ERR_OUT_OF_MEMORY;
-        memset(fill, byte, s->arena_bytes[d]);
-        hx_status st = b->copy_h2d(b, s->stream[d], (hx_h2d_copy){.dev = s->arena[d], .host = fill,
-                                                                  .bytes = s->arena_bytes[d]});
-        if (!st) st = b->stream_sync(b, s->stream[d]);
+        memset(fill, byte, s->e.arena_bytes[d]);
+        hx_status st = b->copy_h2d(
+                b, s->e.stream[d],
+                (hx_h2d_copy){.dev = s->e.arena[d], .host = fill, .bytes = s->e.arena_bytes[d]});
+        if (!st) st = b->stream_sync(b, s->e.stream[d]);
         free(fill);
         if (st) return st;
     }
@@ -386,7 +388,7 @@ static hx_status probe_open(probe *p, hx_accelerator acc)
     hx_session_config cfg = hx_session_config_default();
     cfg.accelerator = acc;
     hx_status st = hx_session_create(p->g, &cfg, &p->s);
-    return st ? st : p->s->be[HX_DEV_ACCEL] ? HX_OK : HX_ERR_UNSUPPORTED;
+    return st ? st : p->s->e.be[HX_DEV_ACCEL] ? HX_OK : HX_ERR_UNSUPPORTED;
 }
 
 static void probe_close(probe *p)
@@ -398,7 +400,7 @@ static void probe_close(probe *p)
 /* Ops the accelerator has a kernel for that no case ran. */
 static void check_coverage(suite *su, const probe *p)
 {
-    const hx_backend *b = p->s->be[HX_DEV_ACCEL];
+    const hx_backend *b = p->s->e.be[HX_DEV_ACCEL];
     for (int op = HX_OP_MATMUL; op < HX_OP_COUNT; op++)
         if (!su->covered[op] && b->kernel(b, (hx_op)op, HX_DTYPE_F32)) {
             fprintf(stderr, "FAIL backend_ops %s: op '%s' has a kernel and no case\n",
