@@ -91,6 +91,12 @@ struct hx_backend {
 
 hx_status hx__backend_cpu_create(hx_backend **out);
 
+/* Rounds n f32 values in host memory to dt (f16 or bf16: to nearest even;
+ * f32: a copy) with nthreads threads, as the cpu backend's kernels round
+ * their results: for values kept beside an f32 master outside a plan (the
+ * offload's half copies). */
+void hx__host_round(void *dst, hx_dtype dt, const float *src, int64_t n, int nthreads);
+
 /* One span of an emu stream's work, for the session's trace: a kernel
  * (name: its op, or "gradient_scan") or a copy ("copy h2d", "copy d2h",
  * with the copy's label and bytes), from t0 to t1 (hx__now seconds). The

@@ -5,6 +5,7 @@
  * the same at any thread count. Scratch is taken per launch (launches run
  * concurrently on several lanes, and a freed buffer is the malloc's to
  * reuse). */
+#include "backend/backend.h"
 #include "backend/backend_cpu_widen.h"
 #include "kernels/cpu/hx_kernels.h"
 
@@ -50,4 +51,9 @@ hx_status hx__cpu_widen(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_ten
         hx_k_cast(out, (hx_kdtype)y->dtype, wout, HX_K_F32, hx_tensor_numel(y), nt);
     free(scratch);
     return st;
+}
+
+void hx__host_round(void *dst, hx_dtype dt, const float *src, int64_t n, int nthreads)
+{
+    hx_k_cast(dst, (hx_kdtype)dt, src, HX_K_F32, n, nthreads);
 }

@@ -4,7 +4,6 @@
  * here it is set from the master when the master is set another way
  * (initialisation, hx_session_write). */
 #include "scheduler/scheduler.h"
-#include "kernels/cpu/hx_kernels.h"
 
 #include <stdlib.h>
 
@@ -28,7 +27,7 @@ hx_status hx__half_copies_refresh(hx_engine *e, const hx_tensor *master)
                                      p->name);
         if (!st && dp != HX_DEV_HOST)
             st = hx__engine_copy_out(e, dp, m, e->persist[p->id], sizeof *m * n);
-        if (!st) hx_k_cast(h, (hx_kdtype)c->dtype, m, HX_K_F32, n, e->nthreads);
+        if (!st) hx__host_round(h, c->dtype, m, n, e->nthreads);
         if (!st && dc != HX_DEV_HOST)
             st = hx__engine_copy_in(e, dc, e->persist[c->id], h, hx_tensor_nbytes(c));
         if (m != e->persist[p->id]) free(m);
