@@ -16,7 +16,7 @@
  * hx__update_step (scheduler/update.c) on a host stream and a trace lane of
  * its own. */
 #include "backend/backend.h"
-#include "scheduler/scheduler.h"
+#include "offload/offload.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * nearest even. The parameter's update writes it as it updates the master;
  * here it is set from the master when the master is set another way
  * (initialisation, hx_session_write). */
-#include "scheduler/scheduler.h"
+#include "offload/offload.h"
 
 #include <stdlib.h>
 

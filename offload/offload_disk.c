@@ -3,6 +3,7 @@
  * and stores of the resident region, single tensors, checkpoint spans,
  * creation (the I/O thread and the update phase: disk_update.c). */
 #include "offload/disk_layout.h"
+#include "offload/offload.h"
 #include "backend/backend.h"
 #include "scheduler/scheduler.h"
 

@@ -206,24 +206,6 @@ hx_status hx__engine_copy_in(hx_engine *e, int dev, void *dst, const void *src, 
  * grad_bucket_bytes 0. */
 #define HX_GRAD_BUCKET_BYTES ((size_t)4 << 20)
 
-/* dpu.c: the delayed parameter update (hx_session_config.delayed_param_update). */
-/* p's updates may run behind the next run: all dense, on the host, alone in
- * phase 1, and p qualifies for hx__dpu_reads_no_master. */
-bool hx__dpu_plan_ok(const hx_plan *p);
-/* No step of p before its updates reads a parameter or optimizer state
- * (half copies excepted): p may run while a delayed update does. */
-bool hx__dpu_reads_no_master(const hx_plan *p);
-/* Starts p's phase 1 on the delayed update's thread with ex (settled before). */
-hx_status hx__dpu_launch(hx_engine *e, const hx_plan *p, const hx_exec *ex);
-/* Waits for the delayed update, if one runs, and publishes its half copies. */
-hx_status hx__dpu_settle(hx_engine *e);
-void hx__dpu_free(hx_engine *e);
-
-/* half_copy.c: f16/bf16 copies of f32 masters that their updates write. */
-bool hx__is_half_copy(const hx_tensor *t);
-/* Sets the half copies of master (NULL: of every parameter) from it. */
-hx_status hx__half_copies_refresh(hx_engine *e, const hx_tensor *master);
-
 /* Device index of a tensor's home (where it is produced or stored). */
 static inline int hx__dev_of(const hx_engine *e, int id)
 {
