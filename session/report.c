@@ -77,28 +77,26 @@ void hx__debug_copies(const hx_session *s, const hx_plan *p)
     hx__plan_debug_copies(p, s->e.target, names);
 }
 
-hx_status hx_session_dump_dot(hx_session *s, const char *path)
+/* The plan of the last run written to path as DOT or as a summary. */
+static hx_status dump(hx_session *s, const char *fn, const char *path, bool dot)
 {
-    const char *fn = "hx_session_dump_dot";
     const hx_plan *p = NULL;
     FILE *f = NULL;
     hx_status st = open_report(s, fn, path, &p, &f);
     if (st) return st;
     const char *names[HX_NDEV];
     dev_names(s, names);
-    hx__plan_write_dot(f, p, s->e.g, s->e.target, names);
+    if (dot) hx__plan_write_dot(f, p, s->e.g, s->e.target, names);
+    else hx__plan_write_summary(f, p, s->e.g, names);
     return close_out(fn, path, f);
+}
+
+hx_status hx_session_dump_dot(hx_session *s, const char *path)
+{
+    return dump(s, "hx_session_dump_dot", path, true);
 }
 
 hx_status hx_session_dump_summary(hx_session *s, const char *path)
 {
-    const char *fn = "hx_session_dump_summary";
-    const hx_plan *p = NULL;
-    FILE *f = NULL;
-    hx_status st = open_report(s, fn, path, &p, &f);
-    if (st) return st;
-    const char *names[HX_NDEV];
-    dev_names(s, names);
-    hx__plan_write_summary(f, p, s->e.g, names);
-    return close_out(fn, path, f);
+    return dump(s, "hx_session_dump_summary", path, false);
 }
