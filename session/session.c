@@ -33,8 +33,9 @@ void hx_session_free(hx_session *s)
     for (int i = 0; i < s->n_plans; i++) hx__plan_free(&s->e, s->plans[i]);
     free(s->plans);
     for (int i = 0; s->e.persist && i < s->e.g->n; i++) {
+        if (!s->e.persist[i]) continue;
         hx_backend *b = s->e.be[hx__dev_of(&s->e, i)];
-        if (s->e.persist[i]) b->free(b, s->e.persist[i]);
+        b->free(b, s->e.persist[i]);
     }
     free(s->e.persist);
     hx_backend *acc = s->e.be[HX_DEV_ACCEL];
