@@ -155,7 +155,7 @@ LAUNCH(scatter_add)
     hx_status st = hx__cuda_scratch(y, hx_gk_scatter_add_scratch_bytes(a.n_ids, a.rows));
     if (!st) st = hx__cuda_index_check(y, a.ids, a.rows, "id", &bad);
     if (st) return st;
-    RUN(hx_gk_scatter_add_rows(C, out, a.rows, a.cols, in[0], in[1], DT(a.ids), a.n_ids, bad));
+    RUN(hx_gk_scatter_add_rows(C, DT(y), out, a.rows, a.cols, in[0], in[1], DT(a.ids), a.n_ids, bad));
 }
 
 /* ---- masks, dropout, losses ------------------------------------------------------------ */
@@ -279,7 +279,7 @@ static const cuda_op cuda_ops[HX_OP_COUNT] = {
     [HX_OP_LAYERNORM_BACKWARD_X] = {layernorm_backward_x, FLOAT},
     [HX_OP_LAYERNORM_BACKWARD_GAMMA] = {layernorm_backward_gamma, FLOAT},
     [HX_OP_SUM_TO] = {sum_to, FLOAT}, [HX_OP_BROADCAST_TO] = {broadcast_to, ANY},
-    [HX_OP_SLICE_BACKWARD] = {slice_backward, ANY}, [HX_OP_SCATTER_ADD] = {scatter_add, F32_ONLY},
+    [HX_OP_SLICE_BACKWARD] = {slice_backward, ANY}, [HX_OP_SCATTER_ADD] = {scatter_add, FLOAT},
     /* the loss kernels keep loss and dloss in f32: a 16-bit loss (the graph
      * gives a loss its logits' dtype, and dloss the loss's) has none here */
     [HX_OP_CROSS_ENTROPY_BACKWARD] = {cross_entropy_backward, F32_ONLY},

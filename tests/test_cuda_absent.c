@@ -99,7 +99,7 @@ static void check_kernel_table(void)
                      op == HX_OP_SLICE || op == HX_OP_BROADCAST_TO || op == HX_OP_SLICE_BACKWARD;
         bool f32_only = op == HX_OP_CROSS_ENTROPY || op == HX_OP_BCE_LOGITS ||
                         op == HX_OP_CROSS_ENTROPY_BACKWARD || op == HX_OP_BCE_LOGITS_BACKWARD ||
-                        op == HX_OP_SCATTER_ADD || op >= HX_OP_SGD_UPDATE;
+                        op >= HX_OP_SGD_UPDATE;
         for (int dt = HX_DTYPE_F16; dt <= HX_DTYPE_BF16; dt++)
             CHECK(!f32 || (hx__cuda_kernel((hx_op)op, (hx_dtype)dt) != NULL) == !f32_only,
                   "%s on %s", name, hx_dtype_name((hx_dtype)dt));
@@ -154,7 +154,7 @@ static void check_kernels_fail_cleanly(void)
     expect_failure("reduce_sum", hx_gk_reduce_sum(&c, HX_K_F32, p, p, shape, 2, red));
     expect_failure("copy_strided", hx_gk_copy_strided(&c, p, st2, p, st2, shape, 2, 2));
     expect_failure("gather_rows", hx_gk_gather_rows(&c, p, p, 10, 16, p, HX_K_I64, 5, bad));
-    expect_failure("scatter_add_rows", hx_gk_scatter_add_rows(&c, p, 10, 4, p, p, HX_K_I32, 5, bad));
+    expect_failure("scatter_add_rows", hx_gk_scatter_add_rows(&c, HX_K_F32, p, 10, 4, p, p, HX_K_I32, 5, bad));
     expect_failure("cross_entropy", hx_gk_cross_entropy(&c, HX_K_F32, p, p, p, HX_K_I32, 3, 4, bad));
     expect_failure("cross_entropy_backward", hx_gk_cross_entropy_backward(&c, HX_K_F32, p, p, p, p, HX_K_I64, 3, 4, bad));
     expect_failure("bce_logits", hx_gk_bce_logits(&c, HX_K_F32, p, p, p, 12));

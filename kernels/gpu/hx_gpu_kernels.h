@@ -148,12 +148,13 @@ hx_gk_status hx_gk_copy_strided(const hx_gk_ctx *c, void *out, const int64_t *ou
 hx_gk_status hx_gk_gather_rows(const hx_gk_ctx *c, void *out, const void *table, int64_t rows,
                                size_t row_bytes, const void *ids, hx_kdtype id_dt, int64_t n,
                                uint64_t *bad);
-/* dtable (rows, dim) f32 = 0, then dtable[ids[i]] += dy[i] in order of i:
- * the CPU kernel's sums bit for bit (positions sorted by id with a stable
- * radix sort, each row summed sequentially). Bad ids are skipped. */
+/* dtable (rows, dim) = 0, then dtable[ids[i]] += dy[i] in order of i, both
+ * of dtype dt (f32, f16, bf16), summed in f32 and rounded once: the CPU
+ * kernel's sums bit for bit (positions sorted by id with a stable radix
+ * sort, each row summed sequentially). Bad ids are skipped. */
 size_t hx_gk_scatter_add_scratch_bytes(int64_t n, int64_t rows);
-hx_gk_status hx_gk_scatter_add_rows(const hx_gk_ctx *c, float *dtable, int64_t rows,
-                                    int64_t dim, const float *dy, const void *ids,
+hx_gk_status hx_gk_scatter_add_rows(const hx_gk_ctx *c, hx_kdtype dt, void *dtable, int64_t rows,
+                                    int64_t dim, const void *dy, const void *ids,
                                     hx_kdtype id_dt, int64_t n, uint64_t *bad);
 
 /* ---- losses (mean over the batch; loss and dloss are f32) ------------------------------------ */

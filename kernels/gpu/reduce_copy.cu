@@ -48,13 +48,19 @@ static void red_geom_of(red_geom *g, const int64_t *shape, int ndim, const uint8
     }
 }
 
-#define RED_WIDE 8192  /* outputs that fill the device without splitting */
-#define RED_MAX_CHUNKS 256
+/* Chunks keep about RED_THREADS threads busy (132 SMs x 2048 threads, twice)
+ * without cutting a thread's share below RED_MIN_CHUNK elements: a bias
+ * gradient (16384 rows, 384 outputs) would otherwise run on 384 threads. */
+#define RED_THREADS ((int64_t)1 << 19)
+#define RED_MIN_CHUNK 64
+#define RED_MAX_CHUNKS 1024
 
 static int64_t red_chunks(const red_geom *g)
 {
-    if (g->O >= RED_WIDE || g->R < 2048) return 1;
-    int64_t k = (g->R + 1023) / 1024, cap = (RED_WIDE + g->O - 1) / g->O;
+    int64_t lanes = g->inner_reduced ? 32 : 1; /* threads per output within a chunk */
+    int64_t threads = g->O * lanes, k = g->R / (RED_MIN_CHUNK * lanes);
+    if (threads >= RED_THREADS || k < 2) return 1;
+    int64_t cap = (RED_THREADS + threads - 1) / threads;
     if (k > cap) k = cap;
     return k > RED_MAX_CHUNKS ? RED_MAX_CHUNKS : k;
 }
@@ -79,13 +85,20 @@ __device__ __forceinline__ int64_t offset_of(int64_t i, int n, const int64_t *si
     return off;
 }
 
+/* Offset of reduced element r: one multiply in the common case of a single
+ * (merged) reduced dim, instead of 64-bit divisions per element. */
+__device__ __forceinline__ int64_t red_offset(int64_t r, const red_geom &g)
+{
+    return g.nr == 1 ? r * g.rst[0] : offset_of(r, g.nr, g.rs, g.rst);
+}
+
 /* Sum of x[o, r] for r in [lo, hi): one thread, in order of r. */
 template <typename T>
 __device__ __forceinline__ float sum_range(const T *x, const red_geom &g, int64_t base, int64_t lo,
                                            int64_t hi)
 {
     float acc = 0.0f;
-    for (int64_t r = lo; r < hi; r++) acc += ld(x + base + offset_of(r, g.nr, g.rs, g.rst));
+    for (int64_t r = lo; r < hi; r++) acc += ld(x + base + red_offset(r, g));
     return acc;
 }
 
@@ -113,7 +126,7 @@ __global__ void reduce_by_warp(T *out, float *out_f, const T *x, red_geom g, int
     for (int64_t o = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < g.O; o += warps) {
         int64_t base = offset_of(o, g.nk, g.ks, g.kst);
         float acc = 0.0f;
-        for (int64_t r = lo + lane; r < hi; r += 32) acc += ld(x + base + offset_of(r, g.nr, g.rs, g.rst));
+        for (int64_t r = lo + lane; r < hi; r += 32) acc += ld(x + base + red_offset(r, g));
         for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
         if (lane == 0) {
             if (out_f) out_f[blockIdx.y * g.O + o] = acc;
@@ -296,7 +309,8 @@ __global__ void scatter_keys_kernel(unsigned long long *keys, unsigned *pos, con
 
 /* A warp per sorted position; the first position of each id's run sums
  * that run's gradient rows in order (lanes over the columns). */
-__global__ void scatter_rows_kernel(float *dtable, const float *dy, const unsigned long long *keys,
+template <typename T>
+__global__ void scatter_rows_kernel(T *dtable, const T *dy, const unsigned long long *keys,
                                     const unsigned *pos, int64_t rows, int64_t dim, int64_t n)
 {
     int lane = threadIdx.x & 31;
@@ -306,19 +320,20 @@ __global__ void scatter_rows_kernel(float *dtable, const float *dy, const unsign
         if (key >= (unsigned long long)rows || (k > 0 && keys[k - 1] == key)) continue;
         for (int64_t j = lane; j < dim; j += 32) {
             float acc = 0.0f;
-            for (int64_t q = k; q < n && keys[q] == key; q++) acc += dy[(int64_t)pos[q] * dim + j];
-            dtable[(int64_t)key * dim + j] = acc;
+            for (int64_t q = k; q < n && keys[q] == key; q++) acc += ld(dy + (int64_t)pos[q] * dim + j);
+            st(dtable + (int64_t)key * dim + j, acc);
         }
     }
 }
 
-hx_gk_status hx_gk_scatter_add_rows(const hx_gk_ctx *c, float *dtable, int64_t rows,
-                                    int64_t dim, const float *dy, const void *ids,
+hx_gk_status hx_gk_scatter_add_rows(const hx_gk_ctx *c, hx_kdtype dt, void *dtable, int64_t rows,
+                                    int64_t dim, const void *dy, const void *ids,
                                     hx_kdtype id_dt, int64_t n, uint64_t *bad)
 {
-    if (n < 0 || n > INT32_MAX || rows < 0 || dim < 0 || (id_dt != HX_K_I32 && id_dt != HX_K_I64))
+    if (n < 0 || n > INT32_MAX || rows < 0 || dim < 0 || (id_dt != HX_K_I32 && id_dt != HX_K_I64) ||
+        (dt != HX_K_F32 && dt != HX_K_F16 && dt != HX_K_BF16))
         return HX_GK_BAD_ARG;
-    GK_TRY(hx_gk_memset0(c, dtable, (size_t)(rows * dim) * sizeof(float)));
+    GK_TRY(hx_gk_memset0(c, dtable, (size_t)(rows * dim) * hx_k_dtype_size(dt)));
     if (!n) return HX_GK_OK;
     if (c->scratch_bytes < hx_gk_scatter_add_scratch_bytes(n, rows)) return HX_GK_SCRATCH;
     char *s = (char *)c->scratch;
@@ -337,8 +352,9 @@ hx_gk_status hx_gk_scatter_add_rows(const hx_gk_ctx *c, float *dtable, int64_t r
     GK_TRY(hx_gk_launched());
     GK_TRY(hx_gk_cuda(cub::DeviceRadixSort::SortPairs(s, temp, keys_in, keys_out, pos_in, pos_out,
                                                       (int)n, 0, key_bits(rows), c->stream)));
-    scatter_rows_kernel<<<hx_gk_blocks(n * 32, HX_GK_THREADS), HX_GK_THREADS, 0, c->stream>>>(
-        dtable, dy, keys_out, pos_out, rows, dim, n);
+    HX_GK_FLOAT_TYPES(dt, T,
+        scatter_rows_kernel<T><<<hx_gk_blocks(n * 32, HX_GK_THREADS), HX_GK_THREADS, 0, c->stream>>>(
+            (T *)dtable, (const T *)dy, keys_out, pos_out, rows, dim, n));
     GK_TRY(hx_gk_launched());
     return hx_gk_fill_bad_id(c, bad, ids, i64);
 }

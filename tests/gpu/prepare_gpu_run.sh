@@ -5,7 +5,8 @@
 #   debs/  the Debian packages the build and the programs need (apt-get
 #          download; run_on_gpu.sh unpacks them with dpkg -x inside the tree,
 #          never into /)
-#   bin/   the GPU test programs and bench_cuda, built here (Release, CUDA on)
+#   bin/   the GPU test programs, bench_cuda and the CLI (hetex, for
+#          bench/gpt_vs_torch.sh), built here (Release, CUDA on)
 #   cuda/  libcudart.so.13 (0.7 MB). cuBLAS is not copied by default: with
 #          cublasLt it is ~600 MB, over the 64 MiB a tree may carry; the GPU
 #          image's own CUDA 13 toolkit provides it. --with-cublas copies
@@ -21,12 +22,13 @@ mkdir -p "$dest/debs" "$dest/bin" "$dest/cuda"
 
 # Packages: runtime libraries, and the headers for building there if it must.
 (cd "$dest/debs" && apt-get download libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev \
-    libxxhash0 libxxhash-dev libgomp1 >/dev/null)
+    libxxhash0 libxxhash-dev libgomp1 liburing2 liburing-dev libaio1 libaio-dev >/dev/null)
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DHX_CUDA=ON \
   -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" >/dev/null
-cmake --build "$build" -j "$(nproc)" --target test_gpu_kernels test_gpu_backend test_gpu_backend_ops bench_cuda
-for f in "$build"/test_gpu_* "$build"/bench_cuda; do
+cmake --build "$build" -j "$(nproc)" --target test_gpu_kernels test_gpu_backend test_gpu_backend_ops bench_cuda \
+  hetex_cli
+for f in "$build"/test_gpu_* "$build"/bench_cuda "$build"/hetex; do
   [ -x "$f" ] && cp "$f" "$dest/bin/"
 done
 strip "$dest"/bin/* 2>/dev/null || true

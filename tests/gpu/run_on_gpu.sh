@@ -13,6 +13,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 libs=$root/.gpu-libs
 out=${OUT:-$root/gpu-out}
+limit=${HX_GPU_TIMEOUT:-120} # seconds per program: a hang must not eat the lease
 mkdir -p "$out"
 summary=$out/summary.txt
 : >"$summary"
@@ -43,16 +44,17 @@ if ! ls "$bin"/test_gpu_* >/dev/null 2>&1; then
     -DXXHASH_LIB="$lib/libxxhash.so.0" -DCMAKE_C_FLAGS="-I$sysroot/usr/include" \
     >"$out/configure.log" 2>&1 || { note "configure failed (configure.log)"; exit 2; }
   cmake --build "$bdir" -j "$(nproc)" >"$out/build.log" 2>&1 || { note "build failed (build.log)"; exit 2; }
-  (cd "$bdir" && ctest -L gpu --output-on-failure) >"$out/gpu-tests.log" 2>&1
+  (cd "$bdir" && ctest -L gpu --output-on-failure --timeout "$limit") >"$out/gpu-tests.log" 2>&1
   note "ctest -L gpu: exit $?"
   bin=$bdir
 else
   : >"$out/gpu-tests.log"
   for t in "$bin"/test_gpu_*; do
     [ -x "$t" ] || continue
-    "$t" >>"$out/gpu-tests.log" 2>&1
+    echo "== $(basename "$t")" >>"$out/gpu-tests.log"
+    timeout "$limit" "$t" >>"$out/gpu-tests.log" 2>&1
     rc=$?
-    case $rc in 0) r=passed ;; 77) r=skipped ;; *) r="FAILED ($rc)" ;; esac
+    case $rc in 0) r=passed ;; 77) r=skipped ;; 124) r="TIMED OUT (${limit} s)" ;; *) r="FAILED ($rc)" ;; esac
     note "$(basename "$t"): $r"
   done
 fi
@@ -60,13 +62,13 @@ fi
 # compute-sanitizer memcheck over the kernel suite, where it exists and runs.
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$cs" ]; then
-  "$cs" --tool memcheck --error-exitcode 3 "$bin/test_gpu_kernels" >"$out/memcheck.log" 2>&1
+  timeout "$((2 * limit))" "$cs" --tool memcheck --error-exitcode 3 "$bin/test_gpu_kernels" >"$out/memcheck.log" 2>&1
   note "compute-sanitizer memcheck test_gpu_kernels: exit $?"
 else
   note "compute-sanitizer: not found, memcheck skipped"
 fi
 
 # The benchmark (what ./build.sh bench cuda runs, from the prebuilt binary).
-"$bin/bench_cuda" >"$out/bench_cuda.json" 2>&1
+timeout "$limit" "$bin/bench_cuda" >"$out/bench_cuda.json" 2>&1
 note "bench_cuda: exit $? ($(wc -l <"$out/bench_cuda.json") lines)"
 cat "$summary"

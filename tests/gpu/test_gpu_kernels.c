@@ -259,6 +259,27 @@ static void check_rows(int64_t rows, int64_t n)
 
 /* ---- reductions, copies ------------------------------------------------------------------ */
 
+/* The scalar-double reference: w[kept index of i] += x[i] for every i. An
+ * f32 reference (the CPU kernel's serial sum of 100000 terms) carries more
+ * rounding error than the device's chunked sum it would judge. */
+static void reduce_sum_f64(double *w, const float *x, const int64_t *shape, int ndim,
+                           const uint8_t *red, int64_t nx, int64_t nout)
+{
+    memset(w, 0, sizeof *w * nout);
+    for (int64_t i = 0; i < nx; i++) {
+        int64_t rest = i, o = 0, ostride = 1;
+        for (int d = ndim - 1; d >= 0; d--) {
+            int64_t c = rest % shape[d];
+            rest /= shape[d];
+            if (!red[d]) {
+                o += c * ostride;
+                ostride *= shape[d];
+            }
+        }
+        w[o] += x[i];
+    }
+}
+
 static void check_reduce(const int64_t *shape, int ndim, unsigned mask)
 {
     int64_t nx = 1, nout = 1;
@@ -270,14 +291,13 @@ static void check_reduce(const int64_t *shape, int ndim, unsigned mask)
     }
     for (int d = 0; d < 3; d++) {
         hx_kdtype dt = DTS[d];
-        float *x = gt_random(&R, nx, -1, 1), *want = malloc(sizeof *want * nout);
+        float *x = gt_random(&R, nx, -1, 1); /* rounded to dt by the upload */
         void *dx_ = gt_upload(dt, x, nx), *out = gt_poisoned(dt, nout);
         CHECK(hx_gk_reduce_sum_scratch_bytes(shape, ndim, red) <= C.scratch_bytes, "scratch");
         run_ok("reduce_sum", hx_gk_reduce_sum(&C, dt, out, dx_, shape, ndim, red));
-        hx_k_reduce_sum_f32(want, x, shape, ndim, red, 1);
         float *got = gt_download(&C, dt, out, nout);
         double *w = malloc(sizeof *w * nout);
-        for (int64_t i = 0; i < nout; i++) w[i] = want[i];
+        reduce_sum_f64(w, x, shape, ndim, red, nx, nout);
         char what[64];
         snprintf(what, sizeof what, "reduce_sum mask %#x of %lld", mask, (long long)nx);
         double per = sqrt((double)(nx / (nout ? nout : 1)));
@@ -285,7 +305,7 @@ static void check_reduce(const int64_t *shape, int ndim, unsigned mask)
         run_ok("reduce_sum", hx_gk_reduce_sum(&C, dt, out, dx_, shape, ndim, red));
         float *again = gt_download(&C, dt, out, nout);
         CHECK(!memcmp(got, again, sizeof *got * nout), "%s repeats bitwise", what);
-        free(x), free(want), free(got), free(again), free(w);
+        free(x), free(got), free(again), free(w);
         cudaFree(dx_), cudaFree(out);
     }
 }
@@ -359,18 +379,25 @@ static void check_gather_scatter(void)
             free(table), free(want), free(got);
             cudaFree(dt_), cudaFree(out), cudaFreeHost(bad);
         }
-        /* scatter-add: the CPU's sums bit for bit */
-        float *dy = gt_random(&R, n * dim, -1, 1), *want = malloc(sizeof *want * rows * dim);
-        void *ddy = gt_upload(HX_K_F32, dy, n * dim), *out = gt_poisoned(HX_K_F32, rows * dim);
-        uint64_t *bad = bad_slot();
-        CHECK(hx_gk_scatter_add_scratch_bytes(n, rows) <= C.scratch_bytes, "scratch");
-        run_ok("scatter_add", hx_gk_scatter_add_rows(&C, out, rows, dim, ddy, dids, (hx_kdtype)idt, n, bad));
-        int64_t bp;
-        hx_k_scatter_add_rows_f32(want, rows, dim, dy, hids, (hx_kdtype)idt, n, 1, &bp);
-        float *got = gt_download(&C, HX_K_F32, out, rows * dim);
-        CHECK(!memcmp(got, want, sizeof *got * rows * dim), "scatter_add equals the CPU's sums bitwise");
-        free(dy), free(want), free(got), free(hids);
-        cudaFree(ddy), cudaFree(out), cudaFreeHost(bad);
+        /* scatter-add: the CPU's f32 sums bit for bit, rounded once to dt */
+        for (int d = 0; d < 3; d++) {
+            hx_kdtype dt = DTS[d];
+            float *dy = gt_random(&R, n * dim, -1, 1), *want = malloc(sizeof *want * rows * dim);
+            void *ddy = gt_upload(dt, dy, n * dim), *out = gt_poisoned(dt, rows * dim);
+            uint64_t *bad = bad_slot();
+            CHECK(hx_gk_scatter_add_scratch_bytes(n, rows) <= C.scratch_bytes, "scratch");
+            run_ok("scatter_add", hx_gk_scatter_add_rows(&C, dt, out, rows, dim, ddy, dids,
+                                                         (hx_kdtype)idt, n, bad));
+            int64_t bp;
+            hx_k_scatter_add_rows_f32(want, rows, dim, dy, hids, (hx_kdtype)idt, n, 1, &bp);
+            void *rounded = gt_upload(dt, want, rows * dim); /* rounds want to dt in place */
+            float *got = gt_download(&C, dt, out, rows * dim);
+            CHECK(!memcmp(got, want, sizeof *got * rows * dim),
+                  "scatter_add (dtype %d) equals the CPU's sums bitwise", (int)dt);
+            free(dy), free(want), free(got);
+            cudaFree(ddy), cudaFree(out), cudaFree(rounded), cudaFreeHost(bad);
+        }
+        free(hids);
         cudaFree(dids);
     }
     /* bad ids: the smallest bad position and its id, the row left zero */
@@ -584,6 +611,8 @@ int main(void)
     check_reduce(wide, 2, 0x2); /* few outputs, long rows: chunked, warp per output */
     check_reduce(tall, 2, 0x1); /* few outputs, long columns: chunked, thread per output */
     check_reduce(wide, 2, 0x3); /* everything to one value */
+    int64_t bias[2] = {2048, 384};
+    check_reduce(bias, 2, 0x1); /* a bias gradient: many short chunks per output */
     check_copy_strided();
     check_gather_scatter();
     check_losses();
