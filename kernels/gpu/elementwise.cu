@@ -1,7 +1,8 @@
 /* Elementwise kernels: binary with broadcasting, unary and their
  * backward, scale, bias, cast, causal mask, dropout. The op is a run-time
  * switch (uniform across the grid, so free next to the memory traffic):
- * fewer instantiations, shorter builds. */
+ * fewer instantiations, shorter builds. Contiguous operands go through
+ * hx_gk_map (gk_common.cuh), which moves them in 16-byte packets. */
 #include "kernels/gpu/gk_common.cuh"
 
 /* ---- binary ------------------------------------------------------------------ */
@@ -21,22 +22,23 @@ __device__ __forceinline__ float binary_op(int op, float a, float b)
     }
 }
 
-/* flat: a and b are contiguous in out's shape. */
+struct binary_f {
+    int op;
+    __device__ float operator()(int64_t, float a, float b) const { return binary_op(op, a, b); }
+};
+
+/* a and b at any strides in out's shape (broadcasting) */
 template <typename T>
-__global__ void binary_kernel(T *out, const T *a, const T *b, bin_geom g, int64_t n, int op,
-                              int flat)
+__global__ void binary_strided_kernel(T *out, const T *a, const T *b, bin_geom g, int64_t n,
+                                      int op)
 {
     GRID_STRIDE(i, n) {
-        int64_t oa = i, ob = i;
-        if (!flat) {
-            int64_t r = i;
-            oa = ob = 0;
-            for (int d = g.ndim - 1; d >= 0; d--) {
-                int64_t k = r % g.shape[d];
-                r /= g.shape[d];
-                oa += k * g.sa[d];
-                ob += k * g.sb[d];
-            }
+        int64_t r = i, oa = 0, ob = 0;
+        for (int d = g.ndim - 1; d >= 0; d--) {
+            int64_t k = r % g.shape[d];
+            r /= g.shape[d];
+            oa += k * g.sa[d];
+            ob += k * g.sb[d];
         }
         st(out + i, binary_op(op, ld(a + oa), ld(b + ob)));
     }
@@ -60,8 +62,9 @@ hx_gk_status hx_gk_binary(const hx_gk_ctx *c, hx_kdtype dt, hx_binary_op op, voi
     }
     if (n == 0) return HX_GK_OK;
     HX_GK_FLOAT_TYPES(dt, T,
-        binary_kernel<T><<<hx_gk_blocks(n, HX_GK_THREADS), HX_GK_THREADS, 0, c->stream>>>(
-            (T *)out, (const T *)a, (const T *)b, g, n, (int)op, flat));
+        if (flat) return hx_gk_map(c, (T *)out, (const T *)a, (const T *)b, n, binary_f{(int)op});
+        binary_strided_kernel<T><<<hx_gk_blocks(n, HX_GK_THREADS), HX_GK_THREADS, 0, c->stream>>>(
+            (T *)out, (const T *)a, (const T *)b, g, n, (int)op));
     return hx_gk_launched();
 }
 
@@ -106,21 +109,19 @@ __device__ __forceinline__ float unary_grad(int op, float dy, float x, float y)
     }
 }
 
-template <typename T>
-__global__ void unary_kernel(T *y, const T *x, int64_t n, int op)
-{
-    GRID_STRIDE(i, n) st(y + i, unary_op(op, ld(x + i)));
-}
+struct unary_f {
+    int op;
+    __device__ float operator()(int64_t, float x, float) const { return unary_op(op, x); }
+};
 
-template <typename T>
-__global__ void unary_backward_kernel(T *dx, const T *dy, const T *x, const T *y, int64_t n,
-                                      int op)
-{
-    GRID_STRIDE(i, n) {
-        float xv = x ? ld(x + i) : 0.0f, yv = y ? ld(y + i) : 0.0f;
-        st(dx + i, unary_grad(op, ld(dy + i), xv, yv));
+/* v is x (uses_x) or y */
+struct unary_grad_f {
+    int op, uses_x;
+    __device__ float operator()(int64_t, float dy, float v) const
+    {
+        return unary_grad(op, dy, uses_x ? v : 0.0f, uses_x ? 0.0f : v);
     }
-}
+};
 
 static int reads_x(hx_unary_op op)
 {
@@ -132,10 +133,9 @@ hx_gk_status hx_gk_unary(const hx_gk_ctx *c, hx_kdtype dt, hx_unary_op op, void 
 {
     if ((unsigned)op > HX_UNARY_SQRT || n < 0) return HX_GK_BAD_ARG;
     if (n == 0) return HX_GK_OK;
-    HX_GK_FLOAT_TYPES(dt, T,
-        unary_kernel<T><<<hx_gk_blocks(n, HX_GK_THREADS), HX_GK_THREADS, 0, c->stream>>>(
-            (T *)y, (const T *)x, n, (int)op));
-    return hx_gk_launched();
+    HX_GK_FLOAT_TYPES(dt, T, return hx_gk_map(c, (T *)y, (const T *)x, (const T *)NULL, n,
+                                              unary_f{(int)op}));
+    return HX_GK_BAD_ARG;
 }
 
 hx_gk_status hx_gk_unary_backward(const hx_gk_ctx *c, hx_kdtype dt, hx_unary_op op, void *dx,
@@ -143,21 +143,19 @@ hx_gk_status hx_gk_unary_backward(const hx_gk_ctx *c, hx_kdtype dt, hx_unary_op 
 {
     if ((unsigned)op > HX_UNARY_SQRT || n < 0 || (reads_x(op) ? !x : !y)) return HX_GK_BAD_ARG;
     if (n == 0) return HX_GK_OK;
-    HX_GK_FLOAT_TYPES(dt, T,
-        unary_backward_kernel<T><<<hx_gk_blocks(n, HX_GK_THREADS), HX_GK_THREADS, 0,
-                                   c->stream>>>((T *)dx, (const T *)dy,
-                                                reads_x(op) ? (const T *)x : NULL,
-                                                reads_x(op) ? NULL : (const T *)y, n, (int)op));
-    return hx_gk_launched();
+    int uses_x = reads_x(op);
+    HX_GK_FLOAT_TYPES(dt, T, return hx_gk_map(c, (T *)dx, (const T *)dy,
+                                              (const T *)(uses_x ? x : y), n,
+                                              unary_grad_f{(int)op, uses_x}));
+    return HX_GK_BAD_ARG;
 }
 
 /* ---- scale, bias ---------------------------------------------------------------------- */
 
-template <typename T>
-__global__ void scale_kernel(T *y, const T *x, float s, int64_t n)
-{
-    GRID_STRIDE(i, n) st(y + i, s * ld(x + i));
-}
+struct scale_f {
+    float s;
+    __device__ float operator()(int64_t, float x, float) const { return s * x; }
+};
 
 hx_gk_status hx_gk_scale(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x, float s,
                          int64_t n)
@@ -165,16 +163,16 @@ hx_gk_status hx_gk_scale(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *
     if (n < 0) return HX_GK_BAD_ARG;
     if (n == 0) return HX_GK_OK;
     HX_GK_FLOAT_TYPES(dt, T,
-        scale_kernel<T><<<hx_gk_blocks(n, HX_GK_THREADS), HX_GK_THREADS, 0, c->stream>>>(
-            (T *)y, (const T *)x, s, n));
-    return hx_gk_launched();
+        return hx_gk_map(c, (T *)y, (const T *)x, (const T *)NULL, n, scale_f{s}));
+    return HX_GK_BAD_ARG;
 }
 
 template <typename T>
-__global__ void bias_add_kernel(T *y, const T *x, const T *b, int64_t total, int64_t n)
-{
-    GRID_STRIDE(i, total) st(y + i, ld(x + i) + ld(b + i % n));
-}
+struct bias_f {
+    const T *b;
+    int64_t n;
+    __device__ float operator()(int64_t i, float x, float) const { return x + ld(b + i % n); }
+};
 
 hx_gk_status hx_gk_bias_add(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x,
                             const void *b, int64_t rows, int64_t n)
@@ -182,10 +180,9 @@ hx_gk_status hx_gk_bias_add(const hx_gk_ctx *c, hx_kdtype dt, void *y, const voi
     if (rows < 0 || n < 0) return HX_GK_BAD_ARG;
     int64_t total = rows * n;
     if (total == 0) return HX_GK_OK;
-    HX_GK_FLOAT_TYPES(dt, T,
-        bias_add_kernel<T><<<hx_gk_blocks(total, HX_GK_THREADS), HX_GK_THREADS, 0,
-                             c->stream>>>((T *)y, (const T *)x, (const T *)b, total, n));
-    return hx_gk_launched();
+    HX_GK_FLOAT_TYPES(dt, T, return hx_gk_map(c, (T *)y, (const T *)x, (const T *)NULL, total,
+                                              bias_f<T>{(const T *)b, n}));
+    return HX_GK_BAD_ARG;
 }
 
 /* ---- cast ------------------------------------------------------------------------------ */
@@ -220,14 +217,15 @@ hx_gk_status hx_gk_cast(const hx_gk_ctx *c, void *y, hx_kdtype ydt, const void *
 
 /* ---- causal mask, dropout ------------------------------------------------------------------- */
 
-template <typename T>
-__global__ void causal_mask_kernel(T *y, const T *x, int64_t total, int64_t T_, float fill)
-{
-    GRID_STRIDE(i, total) {
-        int64_t col = i % T_, row = (i / T_) % T_;
-        st(y + i, col <= row ? ld(x + i) : fill);
+struct causal_mask_f {
+    int64_t T;
+    float fill;
+    __device__ float operator()(int64_t i, float x, float) const
+    {
+        int64_t col = i % T, row = (i / T) % T;
+        return col <= row ? x : fill;
     }
-}
+};
 
 hx_gk_status hx_gk_causal_mask(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x,
                                int64_t batch, int64_t T, float fill)
@@ -235,10 +233,9 @@ hx_gk_status hx_gk_causal_mask(const hx_gk_ctx *c, hx_kdtype dt, void *y, const 
     if (batch < 0 || T < 0) return HX_GK_BAD_ARG;
     int64_t total = batch * T * T;
     if (total == 0) return HX_GK_OK;
-    HX_GK_FLOAT_TYPES(dt, Ty,
-        causal_mask_kernel<Ty><<<hx_gk_blocks(total, HX_GK_THREADS), HX_GK_THREADS, 0,
-                                 c->stream>>>((Ty *)y, (const Ty *)x, total, T, fill));
-    return hx_gk_launched();
+    HX_GK_FLOAT_TYPES(dt, Ty, return hx_gk_map(c, (Ty *)y, (const Ty *)x, (const Ty *)NULL, total,
+                                               causal_mask_f{T, fill}));
+    return HX_GK_BAD_ARG;
 }
 
 /* splitmix64's mixer and the key schedule of kernels/cpu/nn.c: the masks
@@ -251,15 +248,15 @@ __host__ __device__ __forceinline__ uint64_t mix64(uint64_t z)
 }
 #define GOLDEN_GAMMA 0x9E3779B97F4A7C15ull
 
-template <typename T>
-__global__ void dropout_kernel(T *y, const T *x, float p, float thr, uint64_t key, int64_t n)
-{
-    float keep_prob = 1.0f - p;
-    GRID_STRIDE(i, n) {
+struct dropout_f {
+    float keep_prob, thr;
+    uint64_t key;
+    __device__ float operator()(int64_t i, float x, float) const
+    {
         int32_t u = (int32_t)(mix64(key + (uint64_t)i * GOLDEN_GAMMA) >> 40);
-        st(y + i, (float)u >= thr ? __fdiv_rn(ld(x + i), keep_prob) : 0.0f);
+        return (float)u >= thr ? __fdiv_rn(x, keep_prob) : 0.0f;
     }
-}
+};
 
 hx_gk_status hx_gk_dropout(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x, float p,
                            uint64_t seed, uint64_t stream, int64_t n)
@@ -267,10 +264,9 @@ hx_gk_status hx_gk_dropout(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void
     if (n < 0 || !(p >= 0.0f && p < 1.0f)) return HX_GK_BAD_ARG;
     if (n == 0) return HX_GK_OK;
     uint64_t key = mix64(seed ^ mix64(stream + GOLDEN_GAMMA));
-    HX_GK_FLOAT_TYPES(dt, T,
-        dropout_kernel<T><<<hx_gk_blocks(n, HX_GK_THREADS), HX_GK_THREADS, 0, c->stream>>>(
-            (T *)y, (const T *)x, p, p * 16777216.0f, key, n));
-    return hx_gk_launched();
+    HX_GK_FLOAT_TYPES(dt, T, return hx_gk_map(c, (T *)y, (const T *)x, (const T *)NULL, n,
+                                              dropout_f{1.0f - p, p * 16777216.0f, key}));
+    return HX_GK_BAD_ARG;
 }
 
 /* ---- sum of squares (the gradient scan) ------------------------------------------------
