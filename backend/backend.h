@@ -97,32 +97,40 @@ hx_status hx__backend_cpu_create(hx_backend **out);
  * offload's half copies). */
 void hx__host_round(void *dst, hx_dtype dt, const float *src, int64_t n, int nthreads);
 
-/* One span of an emu stream's work, for the session's trace: a kernel
+/* One span of a device stream's work, for the session's trace: a kernel
  * (name: its op, or "gradient_scan") or a copy ("copy h2d", "copy d2h",
  * with the copy's label and bytes), from t0 to t1 (hx__now seconds). The
  * strings outlive the trace (op and tensor names, literals). */
-typedef struct hx_emu_span {
+typedef struct hx_device_span {
     const char *name, *tensor, *role;
     size_t bytes;
     double t0, t1;
-} hx_emu_span;
+} hx_device_span;
+
+/* Where a device's streams put their spans: the session's trace, as
+ * closures (scheduler/device_hooks.c); NULL functions: not traced.
+ * - open_lane(trace, name): where a new stream's spans go (NULL: nowhere),
+ *   called by stream_create;
+ * - record(lane, span): one span, called for one lane by one thread at a
+ *   time. */
+typedef struct hx_trace_hooks {
+    void *trace;
+    void *(*open_lane)(void *trace, const char *name);
+    void (*record)(void *lane, const hx_device_span *span);
+} hx_trace_hooks;
 
 /* What an emu device asks of the session that owns it, as closures (the
- * session's core budget and trace: scheduler/emu_hooks.c); a NULL hook
- * means the session has no such thing:
+ * session's core budget: scheduler/device_hooks.c); NULL functions mean the
+ * session has no such thing:
  * - take_cores(cores, n): host cores for one kernel (n: its threads) or
  *   copy (1), waiting until they are free; returns how many it took, which
  *   give_cores(cores, taken) hands back. Any stream's thread calls them;
- * - open_lane(trace, name): where a new stream's spans go (NULL: nowhere),
- *   called by stream_create;
- * - record(lane, span): one span, called only by that lane's stream. */
+ * - tracing: as for every device. */
 typedef struct hx_emu_hooks {
     void *cores;
     int (*take_cores)(void *cores, int n);
     void (*give_cores)(void *cores, int taken);
-    void *trace;
-    void *(*open_lane)(void *trace, const char *name);
-    void (*record)(void *lane, const hx_emu_span *span);
+    hx_trace_hooks tracing;
 } hx_emu_hooks;
 
 typedef struct hx_emu_options {

@@ -5,6 +5,7 @@
 #ifdef HX_HAVE_CUDA
 #include "backend/backend_cuda.h"
 #include "backend/backend_cuda_internal.h"
+#include "backend/backend_cuda_spans.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -26,8 +27,10 @@ typedef struct cuda_backend {
     bool allow_tf32;
     char name[256];
     int sm_count;
-    pthread_mutex_t mu; /* st */
+    hx_trace_hooks tracing;
+    pthread_mutex_t mu; /* st, n_streams */
     hx_backend_stats st;
+    int n_streams;
 } cuda_backend;
 
 typedef struct index_check {
@@ -53,6 +56,7 @@ struct hx_stream {
     index_check checks[MAX_CHECKS];
     int n_checks;
     uint64_t next_seq;
+    hx_cuda_spans *spans; /* NULL: not traced */
 };
 
 struct hx_event {
@@ -163,10 +167,26 @@ static hx_status run_checks(hx_stream *s, uint64_t upto)
 
 /* ---- streams ------------------------------------------------------------------------- */
 
+/* A traced session's stream gets a lane of its own, "cuda stream N", and
+ * its work timed on the device (backend_cuda_spans.h). */
+static hx_status open_lane(cuda_backend *c, hx_stream *s)
+{
+    const hx_trace_hooks *h = &c->tracing;
+    if (!h->open_lane) return HX_OK;
+    pthread_mutex_lock(&c->mu);
+    int k = ++c->n_streams;
+    pthread_mutex_unlock(&c->mu);
+    char name[48];
+    snprintf(name, sizeof name, "cuda stream %d", k);
+    void *lane = h->open_lane(h->trace, name);
+    return lane ? hx__cuda_spans_create(s->cs, lane, h->record, &s->spans) : HX_OK;
+}
+
 static void stream_free(hx_stream *s)
 {
     cuda_backend *c = s->be;
     if (s->cs) cudaStreamSynchronize(s->cs);
+    hx__cuda_spans_free(s->spans);
     if (s->ctx.blas) cublasDestroy(s->ctx.blas);
     for (int k = 0; k < 2; k++) {
         if (s->stage_free[k]) cudaEventDestroy(s->stage_free[k]);
@@ -223,6 +243,7 @@ static hx_status cuda_stream_create(hx_backend *b, hx_stream **out)
                                                            : CUBLAS_DEFAULT_MATH |
                                                                  CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION),
                            "cublasSetMathMode");
+    if (!st) st = open_lane(c, s);
     if (st) {
         stream_free(s);
         return st;
@@ -242,6 +263,7 @@ static hx_status cuda_stream_sync(hx_backend *b, hx_stream *s)
 {
     hx_status st = on_device(cb(b), "stream_sync");
     if (!st) st = cuda_err(cudaStreamSynchronize(s->cs), "cudaStreamSynchronize");
+    if (!st) hx__cuda_spans_drain(s->spans, true);
     pthread_mutex_lock(&s->mu);
     hx_status ck = run_checks(s, st ? 0 : s->next_seq);
     pthread_mutex_unlock(&s->mu);
@@ -296,6 +318,7 @@ static hx_status cuda_event_sync(hx_backend *b, hx_event *e)
     hx_status st = on_device(cb(b), "event_sync");
     if (!st) st = cuda_err(cudaEventSynchronize(e->ev), "cudaEventSynchronize");
     if (st || !e->s) return st;
+    hx__cuda_spans_drain(e->s->spans, false);
     pthread_mutex_lock(&e->s->mu);
     st = run_checks(e->s, e->upto);
     pthread_mutex_unlock(&e->s->mu);
@@ -334,19 +357,14 @@ static void count_copy(cuda_backend *c, bool h2d, size_t n)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Pinned host memory goes straight to the DMA engine; pageable memory in
- * chunks through the stream's two staging buffers: H2D copies into a free
- * buffer on this thread (so src may be reused at once), D2H copies out of
- * it on CUDA's callback thread in stream order. */
-static hx_status copy(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s, bool h2d)
+/* Pageable host memory moves in chunks through the stream's two staging
+ * buffers: H2D copies into a free buffer on this thread (so src may be
+ * reused at once), D2H copies out of it on CUDA's callback thread in
+ * stream order. */
+static hx_status staged_copy(void *dst, const void *src, size_t n, hx_stream *s, bool h2d)
 {
-    cuda_backend *c = cb(b);
-    hx_status st = on_device(c, h2d ? "copy_h2d" : "copy_d2h");
-    if (st || !n) return st;
-    count_copy(c, h2d, n);
+    hx_status st = HX_OK;
     enum cudaMemcpyKind kind = h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-    if (is_pinned(h2d ? src : dst))
-        return cuda_err(cudaMemcpyAsync(dst, src, n, kind, s->cs), "cudaMemcpyAsync");
     pthread_mutex_lock(&s->mu);
     for (size_t off = 0; off < n && !st; off += STAGE_BYTES) {
         size_t len = n - off < STAGE_BYTES ? n - off : STAGE_BYTES;
@@ -370,14 +388,36 @@ static hx_status copy(hx_backend *b, void *dst, const void *src, size_t n, hx_st
     return st;
 }
 
+/* Pinned host memory goes straight to the DMA engine, pageable memory
+ * through staged_copy; a traced stream times the whole copy. */
+static hx_status copy(hx_backend *b, void *dst, const void *src, size_t n, hx_stream *s, bool h2d,
+                      hx_copy_label why)
+{
+    cuda_backend *c = cb(b);
+    hx_status st = on_device(c, h2d ? "copy_h2d" : "copy_d2h");
+    if (st || !n) return st;
+    count_copy(c, h2d, n);
+    int span = hx__cuda_span_begin(s->spans, (hx_device_span){.name = h2d ? "copy h2d" : "copy d2h",
+                                                              .tensor = why.tensor,
+                                                              .role = why.role, .bytes = n});
+    if (is_pinned(h2d ? src : dst))
+        st = cuda_err(cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice
+                                                       : cudaMemcpyDeviceToHost, s->cs),
+                      "cudaMemcpyAsync");
+    else
+        st = staged_copy(dst, src, n, s, h2d);
+    hx__cuda_span_end(s->spans, span);
+    return st;
+}
+
 static hx_status cuda_h2d(hx_backend *b, hx_stream *s, hx_h2d_copy c)
 {
-    return copy(b, c.dev, c.host, c.bytes, s, true);
+    return copy(b, c.dev, c.host, c.bytes, s, true, c.why);
 }
 
 static hx_status cuda_d2h(hx_backend *b, hx_stream *s, hx_d2h_copy c)
 {
-    return copy(b, c.host, c.dev, c.bytes, s, false);
+    return copy(b, c.host, c.dev, c.bytes, s, false, c.why);
 }
 
 /* ---- launches ------------------------------------------------------------------------------- */
@@ -446,9 +486,12 @@ static hx_status cuda_launch(hx_backend *b, hx_stream *s, hx_launch_fn fn, const
     pthread_mutex_lock(&c->mu);
     c->st.launches++;
     pthread_mutex_unlock(&c->mu);
+    int span = hx__cuda_span_begin(s->spans, (hx_device_span){.name = hx__ops[node->op].name,
+                                                              .tensor = node->name});
     tls_stream = s;
     st = fn(ex, node, out, in);
     tls_stream = NULL;
+    hx__cuda_span_end(s->spans, span);
     return st;
 }
 
@@ -489,12 +532,14 @@ int hx__cuda_device_count(const char **why)
     return n;
 }
 
-static hx_status create(const hx_session_config *cfg, int n_devices, hx_backend **out)
+static hx_status create(const hx_session_config *cfg, hx_trace_hooks tracing, int n_devices,
+                        hx_backend **out)
 {
     cuda_backend *c = calloc(1, sizeof *c);
     if (!c) return hx__error(HX_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory");
     c->device = cfg->cuda_device;
     c->allow_tf32 = cfg->allow_tf32;
+    c->tracing = tracing;
     pthread_mutex_init(&c->mu, NULL);
     struct cudaDeviceProp prop;
     size_t free_b = 0, total = 0;
@@ -538,7 +583,8 @@ static hx_status create(const hx_session_config *cfg, int n_devices, hx_backend 
     return HX_OK;
 }
 
-hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_backend **out)
+hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_trace_hooks tracing,
+                               hx_backend **out)
 {
     *out = NULL;
     if (cfg->accelerator != HX_ACCELERATOR_CUDA && cfg->accelerator != HX_ACCELERATOR_AUTO)
@@ -563,7 +609,7 @@ hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_backend **out)
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "hx_session_create: cuda_device %d, but this machine has %d CUDA "
                          "device%s (0..%d)", cfg->cuda_device, n, n == 1 ? "" : "s", n - 1);
-    hx_status st = create(cfg, n, out);
+    hx_status st = create(cfg, tracing, n, out);
     if (st && auto_) {
         if (hx__debug("placement"))
             fprintf(stderr, "hetex: accelerator AUTO: cuda device %d unusable (%s): using emu\n",

@@ -1,4 +1,4 @@
-/* The cuda backend (scheduler/backend_cuda.c): CUDA Runtime memory,
+/* The cuda backend (backend/backend_cuda.c): CUDA Runtime memory,
  * streams, events and copies, and the kernels of kernels/gpu. Built when
  * nvcc is found (HX_HAVE_CUDA); without it the functions below still
  * exist and say why there is no CUDA. */
@@ -7,14 +7,16 @@
 
 #include "backend/backend.h"
 
-/* The accelerator backend a session's config asks for, when it is cuda:
+/* The accelerator backend a session's config asks for, when it is cuda,
+ * with its streams' kernels and copies timed into tracing's lanes:
  * - CUDA: the cuda backend on cfg->cuda_device, or an error saying why not
  *   (HX_ERR_UNSUPPORTED: built without CUDA, or no CUDA device; 
  *   HX_ERR_INVALID_ARGUMENT: no such device index);
  * - AUTO: the cuda backend where a device is usable, else HX_OK with *out
  *   NULL (the caller takes emu; HX_DEBUG=placement prints why);
  * - EMU, NONE: HX_OK with *out NULL. */
-hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_backend **out);
+hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_trace_hooks tracing,
+                               hx_backend **out);
 
 /* Number of usable CUDA devices (0 without CUDA or without a device); when
  * 0 and why is not NULL, *why says why (static text). */

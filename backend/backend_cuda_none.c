@@ -11,8 +11,10 @@ int hx__cuda_device_count(const char **why)
     return 0;
 }
 
-hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_backend **out)
+hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_trace_hooks tracing,
+                               hx_backend **out)
 {
+    (void)tracing;
     *out = NULL;
     if (cfg->accelerator == HX_ACCELERATOR_CUDA)
         return hx__error(HX_ERR_UNSUPPORTED,

@@ -64,7 +64,7 @@ struct hx_stream {
     bool idle, stop;
     hx_status err;
     char msg[1024];
-    void *lane; /* hx_emu_hooks.open_lane's; NULL: not traced */
+    void *lane; /* hx_trace_hooks.open_lane's; NULL: not traced */
 };
 
 struct hx_event {
@@ -173,9 +173,9 @@ static void give_cores(const emu_backend *e, int taken)
     if (h->give_cores) h->give_cores(h->cores, taken);
 }
 
-static void record(const emu_backend *e, void *lane, hx_emu_span span)
+static void record(const emu_backend *e, void *lane, hx_device_span span)
 {
-    if (lane && e->opt.hooks.record) e->opt.hooks.record(lane, &span);
+    if (lane && e->opt.hooks.tracing.record) e->opt.hooks.tracing.record(lane, &span);
 }
 
 /* ---- stream threads ---------------------------------------------------------------- */
@@ -192,7 +192,7 @@ static hx_status run_op(hx_stream *s, const emu_op *op)
         give_cores(e, cores);
         double want = c->launch_latency_s + (c->flops_per_s > 0 ? launch_flops(op->node) / c->flops_per_s : 0);
         double t1 = timed ? hold_until(t0, want) : 0;
-        record(e, s->lane, (hx_emu_span){.name = op->fn == scan_sumsq ? "gradient_scan"
+        record(e, s->lane, (hx_device_span){.name = op->fn == scan_sumsq ? "gradient_scan"
                                                                       : hx__ops[op->node->op].name,
                                          .tensor = op->node->name, .t0 = t0, .t1 = t1});
         __atomic_fetch_add(&e->st.launches, 1, __ATOMIC_RELAXED);
@@ -205,7 +205,7 @@ static hx_status run_op(hx_stream *s, const emu_op *op)
     double want = c->launch_latency_s + (c->copy_bytes_per_s > 0 ? (double)op->n / c->copy_bytes_per_s : 0);
     double t1 = timed ? hold_until(t0, want) : 0;
     bool h2d = op->kind == OP_H2D;
-    record(e, s->lane, (hx_emu_span){.name = h2d ? "copy h2d" : "copy d2h",
+    record(e, s->lane, (hx_device_span){.name = h2d ? "copy h2d" : "copy d2h",
                                      .tensor = op->why.tensor, .role = op->why.role,
                                      .bytes = op->n, .t0 = t0, .t1 = t1});
     __atomic_fetch_add(h2d ? &e->st.h2d_copies : &e->st.d2h_copies, 1, __ATOMIC_RELAXED);
@@ -324,7 +324,7 @@ static hx_status emu_stream_create(hx_backend *b, hx_stream **out)
     pthread_mutex_unlock(&e->mu);
     char name[48];
     snprintf(name, sizeof name, "emu stream %d", k);
-    const hx_emu_hooks *h = &e->opt.hooks;
+    const hx_trace_hooks *h = &e->opt.hooks.tracing;
     s->lane = h->open_lane ? h->open_lane(h->trace, name) : NULL;
     int rc = pthread_create(&s->thread, NULL, stream_main, s);
     if (rc) {

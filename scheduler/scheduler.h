@@ -252,8 +252,9 @@ hx_status hx__param_init(const hx_tensor *t, void *data, uint64_t session_seed, 
 #include "scheduler/residency.h"
 #include "scheduler/trace.h"
 
-/* emu_hooks.c: the core budget and the trace (either may be NULL) as an
- * emu device's hooks. */
+/* device_hooks.c: the trace (NULL: none) as a device's tracing hooks, and
+ * with the core budget (NULL: none) as an emu device's hooks. */
+hx_trace_hooks hx__trace_hooks(hx_trace *trace);
 hx_emu_hooks hx__emu_hooks(hx_cpu_budget *budget, hx_trace *trace);
 
 #endif

@@ -26,7 +26,7 @@ static hx_backend *cuda_backend(size_t cap)
     cfg.accelerator = HX_ACCELERATOR_CUDA;
     cfg.max_device_memory = cap;
     hx_backend *b = NULL;
-    hx_status st = hx__backend_cuda_for(&cfg, &b);
+    hx_status st = hx__backend_cuda_for(&cfg, (hx_trace_hooks){0}, &b);
     CHECK(st == HX_OK && b, "cuda backend: %s", hx_last_error());
     if (!b) exit(test_finish("gpu_backend"));
     return b;
