@@ -199,6 +199,33 @@ __global__ void copy_strided_kernel(E *out, const E *x, copy_geom g, int64_t n)
     }
 }
 
+/* Where the innermost dim is contiguous in both out and x (a permute of
+ * attention heads keeps each head's D values together), w of its elements
+ * move as one word of up to 16 bytes, if its size, the other strides and
+ * both bases allow: one index computation per 16 bytes, not per element.
+ * Returns the word size. */
+static size_t widen(copy_geom *g, int64_t *n, const void *out, const void *x, size_t es)
+{
+    int last = g->ndim - 1;
+    if (last < 0 || g->os[last] != 1 || g->xs[last] != 1) return es;
+    for (size_t w = 16 / es; w > 1; w /= 2) {
+        size_t word = es * w;
+        bool ok = g->shape[last] % (int64_t)w == 0 && (uintptr_t)out % word == 0 &&
+                  (uintptr_t)x % word == 0;
+        for (int d = 0; d < last && ok; d++) /* a dim of size 1 never moves: any stride */
+            ok = g->shape[d] == 1 || ((g->os[d] * es) % word == 0 && (g->xs[d] * es) % word == 0);
+        if (!ok) continue;
+        g->shape[last] /= w;
+        for (int d = 0; d < last; d++) {
+            g->os[d] = g->shape[d] == 1 ? 0 : g->os[d] / (int64_t)w;
+            g->xs[d] = g->shape[d] == 1 ? 0 : g->xs[d] / (int64_t)w;
+        }
+        *n /= (int64_t)w;
+        return word;
+    }
+    return es;
+}
+
 hx_gk_status hx_gk_copy_strided(const hx_gk_ctx *c, void *out, const int64_t *out_strides,
                                 const void *x, const int64_t *x_strides, const int64_t *shape,
                                 int ndim, size_t elem_size)
@@ -213,12 +240,15 @@ hx_gk_status hx_gk_copy_strided(const hx_gk_ctx *c, void *out, const int64_t *ou
         n *= shape[d];
     }
     if (n <= 0) return n < 0 ? HX_GK_BAD_ARG : HX_GK_OK;
+    if (elem_size == 1 || elem_size == 2 || elem_size == 4 || elem_size == 8)
+        elem_size = widen(&g, &n, out, x, elem_size);
     unsigned blocks = hx_gk_blocks(n, HX_GK_THREADS);
     switch (elem_size) {
     case 1: copy_strided_kernel<uint8_t><<<blocks, HX_GK_THREADS, 0, c->stream>>>((uint8_t *)out, (const uint8_t *)x, g, n); break;
     case 2: copy_strided_kernel<uint16_t><<<blocks, HX_GK_THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)x, g, n); break;
     case 4: copy_strided_kernel<uint32_t><<<blocks, HX_GK_THREADS, 0, c->stream>>>((uint32_t *)out, (const uint32_t *)x, g, n); break;
     case 8: copy_strided_kernel<uint64_t><<<blocks, HX_GK_THREADS, 0, c->stream>>>((uint64_t *)out, (const uint64_t *)x, g, n); break;
+    case 16: copy_strided_kernel<uint4><<<blocks, HX_GK_THREADS, 0, c->stream>>>((uint4 *)out, (const uint4 *)x, g, n); break;
     default: return HX_GK_BAD_ARG;
     }
     return hx_gk_launched();

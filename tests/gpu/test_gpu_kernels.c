@@ -310,26 +310,61 @@ static void check_reduce(const int64_t *shape, int ndim, unsigned mask)
     }
 }
 
-static void check_copy_strided(void)
+/* Elements a strided view over shape reaches: its largest offset + 1. */
+static int64_t span_of(const int64_t *shape, const int64_t *strides, int ndim)
 {
-    /* permute (2,3,4) -> (4,2,3): out[i][j][k] = x[j][k][i] */
-    int64_t shape[3] = {4, 2, 3}, os[3] = {6, 3, 1}, xs[3] = {1, 12, 4}, n = 24;
+    int64_t last = 0;
+    for (int d = 0; d < ndim; d++) last += (shape[d] - 1) * strides[d];
+    return last + 1;
+}
+
+/* out (strides os) = x (strides xs, from element xoff of its buffer) over
+ * shape, for every element size, on the device and by the CPU kernel: the
+ * same bytes, untouched ones included. */
+static void check_copy_strided_case(const char *what, const int64_t *shape, const int64_t *os,
+                                    const int64_t *xs, int ndim, int64_t xoff)
+{
+    int64_t on = span_of(shape, os, ndim), xn = xoff + span_of(shape, xs, ndim);
     size_t sizes[4] = {1, 2, 4, 8};
     for (int s = 0; s < 4; s++) {
         size_t es = sizes[s];
-        unsigned char *x = malloc(n * es), *want = malloc(n * es), *got = malloc(n * es);
-        for (size_t i = 0; i < n * es; i++) x[i] = (unsigned char)test_rng_u64(&R);
-        void *dx_ = gt_upload_raw(x, n * es), *dy;
-        GT_CUDA(cudaMalloc(&dy, n * es));
-        GT_CUDA(cudaMemset(dy, 0xFF, n * es));
-        run_ok("copy_strided", hx_gk_copy_strided(&C, dy, os, dx_, xs, shape, 3, es));
-        hx_k_copy_strided(want, os, x, xs, shape, 3, es, 1);
+        unsigned char *x = malloc(xn * es), *want = malloc(on * es), *got = malloc(on * es);
+        for (size_t i = 0; i < xn * es; i++) x[i] = (unsigned char)test_rng_u64(&R);
+        memset(want, 0xFF, on * es);
+        void *dx_ = gt_upload_raw(x, xn * es), *dy;
+        GT_CUDA(cudaMalloc(&dy, on * es));
+        GT_CUDA(cudaMemset(dy, 0xFF, on * es));
+        run_ok("copy_strided", hx_gk_copy_strided(&C, dy, os, (char *)dx_ + xoff * es, xs, shape,
+                                                  ndim, es));
+        hx_k_copy_strided(want, os, x + xoff * es, xs, shape, ndim, es, 1);
         GT_CUDA(cudaStreamSynchronize(C.stream));
-        GT_CUDA(cudaMemcpy(got, dy, n * es, cudaMemcpyDeviceToHost));
-        CHECK(!memcmp(got, want, n * es), "copy_strided with %zu-byte elements", es);
+        GT_CUDA(cudaMemcpy(got, dy, on * es, cudaMemcpyDeviceToHost));
+        CHECK(!memcmp(got, want, on * es), "copy_strided %s with %zu-byte elements", what, es);
         free(x), free(want), free(got);
         cudaFree(dx_), cudaFree(dy);
     }
+}
+
+static void check_copy_strided(void)
+{
+    /* permute (2,3,4) -> (4,2,3): out[i][j][k] = x[j][k][i] */
+    int64_t shape[3] = {4, 2, 3}, os[3] = {6, 3, 1}, xs[3] = {1, 12, 4};
+    check_copy_strided_case("transpose-like", shape, os, xs, 3, 0);
+    /* attention heads (B,T,H,D) -> (B,H,T,D): D contiguous in both, moved
+     * in words of up to 16 bytes; D = 6 allows only some widths */
+    for (int64_t D = 6; D <= 16; D += 10) {
+        int64_t B = 2, T = 5, H = 3;
+        int64_t hs[4] = {B, H, T, D}, hos[4] = {H * T * D, T * D, D, 1},
+                hxs[4] = {T * H * D, D, H * D, 1};
+        check_copy_strided_case(D == 6 ? "heads, D 6" : "heads, D 16", hs, hos, hxs, 4, 0);
+    }
+    /* rows of 9 into rows of 8 (a slice), from one element in: no base or
+     * row stride is a multiple of 16 bytes for most element sizes */
+    int64_t ss[2] = {3, 8}, sos[2] = {8, 1}, sxs[2] = {9, 1};
+    check_copy_strided_case("slice of rows", ss, sos, sxs, 2, 1);
+    /* a dim of size 1 with an odd stride does not stop the widening */
+    int64_t us[3] = {2, 1, 16}, uos[3] = {16, 16, 1}, uxs[3] = {32, 7, 1};
+    check_copy_strided_case("size-1 dim", us, uos, uxs, 3, 0);
 }
 
 /* ---- ids ------------------------------------------------------------------------------------ */
