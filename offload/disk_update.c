@@ -38,10 +38,11 @@
 struct hx_disk_update {
     hx_offload_disk *d;
     const hx_plan *p;
+    const hx_step *up; /* its update steps */
     int n;          /* chunks the plan's updates read, in file order */
     int *seg;       /* per chunk: its segment */
     int *first;     /* chunk c's steps: order[first[c] .. first[c + 1]); before first[0]: no chunk */
-    int *order;     /* plan step indices */
+    int *order;     /* indices into up */
     void **in;      /* a step's inputs with its chunk's tensors in the slot */
     int *res_last;  /* per resident segment: the last chunk whose steps write into it (-2: none) */
     hx_disk_op *ops; /* the I/O thread's batch */
@@ -299,7 +300,7 @@ static int chunk_of(const hx_offload_disk *d, const hx_step *sp)
 /* res_last: per resident segment, the last chunk whose steps write into it
  * (a step writes every input but its gradient, src 1), -1 for the steps
  * without a chunk, -2 when none does. */
-static hx_status last_writers(hx_disk_update *u, const hx_offload_disk *d, const hx_plan *p)
+static hx_status last_writers(hx_disk_update *u, const hx_offload_disk *d)
 {
     /* a batch: the first chunks read, or a chunk read and one written with resident segments */
     size_t n_ops = (size_t)d->n_res + (size_t)d->n_slots + 2;
@@ -310,7 +311,7 @@ static hx_status last_writers(hx_disk_update *u, const hx_offload_disk *d, const
     for (int k = 0; k < d->n_res; k++) u->res_last[k] = -2;
     for (int c = -1; c < u->n; c++)
         for (int i = c < 0 ? 0 : u->first[c]; i < u->first[c + 1]; i++) {
-            const hx_tensor *x = p->steps[u->order[i]].node;
+            const hx_tensor *x = u->up[u->order[i]].node;
             for (int k = 0; k < x->n_src; k++) {
                 const hx_tensor *t = x->src[k];
                 if (k == 1 || d->where[t->id] != -1) continue;
@@ -325,9 +326,10 @@ static hx_status last_writers(hx_disk_update *u, const hx_offload_disk *d, const
 }
 
 /* Groups the plan's update steps by chunk (a counting sort on the segment). */
-static hx_status group_steps(hx_disk_update *u, const hx_offload_disk *d, const hx_plan *p)
+static hx_status group_steps(hx_disk_update *u, const hx_offload_disk *d)
 {
-    int n_steps = p->n_steps - p->first_update, max_src = 1;
+    int n_steps, max_src = 1;
+    u->up = hx__plan_steps(u->p, 1, &n_steps);
     int *count = calloc((size_t)d->n_seg + 1, sizeof *count), *cof = malloc(sizeof *cof * (n_steps + 1));
     u->seg = malloc(sizeof *u->seg * (d->n_seg + 1));
     u->first = malloc(sizeof *u->first * (d->n_seg + 2));
@@ -335,7 +337,7 @@ static hx_status group_steps(hx_disk_update *u, const hx_offload_disk *d, const 
     hx_status st = count && cof && u->seg && u->first && u->order
                        ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
     for (int i = 0; i < n_steps && !st; i++) {
-        const hx_step *sp = &p->steps[p->first_update + i];
+        const hx_step *sp = &u->up[i];
         if (!sp->fn || sp->dev != HX_DEV_HOST)
             st = hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: offload_param=disk runs the "
                            "optimizer updates on the host chunk by chunk, but this plan's update "
@@ -362,8 +364,8 @@ static hx_status group_steps(hx_disk_update *u, const hx_offload_disk *d, const 
         u->first[u->n] = at;
         int none = 0;
         for (int i = 0; i < n_steps; i++)
-            u->order[cof[i] < 0 ? none++ : count[cof[i]]++] = p->first_update + i;
-        st = last_writers(u, d, p);
+            u->order[cof[i] < 0 ? none++ : count[cof[i]]++] = i;
+        st = last_writers(u, d);
     }
     free(count);
     free(cof);
@@ -380,7 +382,7 @@ hx_status hx__disk_update_begin(hx_offload_disk *d, const hx_plan *p)
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
     d->upd = u;
-    hx_status st = group_steps(u, d, p);
+    hx_status st = group_steps(u, d);
     if (st) {
         hx__disk_update_end(d);
         return st;
@@ -408,12 +410,12 @@ hx_status hx__disk_update_begin(hx_offload_disk *d, const hx_plan *p)
     return st;
 }
 
-/* Runs plan step i with the chunk tensors of its inputs in slot (NULL: none). */
+/* Runs update step i with the chunk tensors of its inputs in slot (NULL: none). */
 static hx_status run_step(hx_disk_update *u, const hx_exec *ex, int i, const char *slot)
 {
     hx_engine *e = u->d->e;
     const hx_offload_disk *d = u->d;
-    const hx_step *sp = &u->p->steps[i];
+    const hx_step *sp = &u->up[i];
     const hx_tensor *x = sp->node;
     for (int k = 0; k < x->n_src; k++) {
         int id = x->src[k]->id;

@@ -30,6 +30,8 @@ typedef struct staged { /* a buffer the delayed update uses in place of the plan
 
 struct hx_dpu {
     const hx_plan *plan;   /* the staging below is laid out for it */
+    const hx_step *up;     /* its phase-1 steps, n_up of them */
+    int n_up;
     staged *grads, *halves; /* per phase-1 step: its gradient, its half copy (buf NULL: none) */
     void ***in;            /* per phase-1 step: its inputs with the staged ones swapped in */
     hx_exec ex;
@@ -51,18 +53,20 @@ static bool written_by_update(const hx_tensor *t)
 
 bool hx__dpu_plan_ok(const hx_plan *p)
 {
-    for (int i = p->first_update; i < p->n_steps; i++) {
-        const hx_step *sp = &p->steps[i];
-        if (!sp->fn || sp->dev != HX_DEV_HOST || !hx__is_dense_update(sp->node)) return false;
-    }
+    int n;
+    const hx_step *up = hx__plan_steps(p, 1, &n);
+    for (int i = 0; i < n; i++)
+        if (!up[i].fn || up[i].dev != HX_DEV_HOST || !hx__is_dense_update(up[i].node)) return false;
     return hx__dpu_reads_no_master(p);
 }
 
 bool hx__dpu_reads_no_master(const hx_plan *p)
 {
-    for (int i = 0; i < p->first_update; i++) {
-        const hx_tensor *t = p->steps[i].node;
-        if (!p->steps[i].fn) { /* a copy of t */
+    int n;
+    const hx_step *sp = hx__plan_steps(p, 0, &n);
+    for (int i = 0; i < n; i++) {
+        const hx_tensor *t = sp[i].node;
+        if (!sp[i].fn) { /* a copy of t */
             if (written_by_update(t)) return false;
             continue;
         }
@@ -74,7 +78,7 @@ bool hx__dpu_reads_no_master(const hx_plan *p)
 
 static void free_staging(hx_dpu *d)
 {
-    int n = d->plan && d->grads && d->halves && d->in ? d->plan->n_steps - d->plan->first_update : 0;
+    int n = d->plan && d->grads && d->halves && d->in ? d->n_up : 0;
     for (int i = 0; i < n; i++) {
         free(d->grads[i].buf);
         free(d->halves[i].buf);
@@ -93,14 +97,15 @@ static hx_status stage_for(hx_dpu *d, const hx_plan *p)
 {
     if (d->plan == p) return HX_OK;
     free_staging(d);
-    int n = p->n_steps - p->first_update;
+    d->up = hx__plan_steps(p, 1, &d->n_up);
+    int n = d->n_up;
     d->grads = calloc(n ? n : 1, sizeof *d->grads);
     d->halves = calloc(n ? n : 1, sizeof *d->halves);
     d->in = calloc(n ? n : 1, sizeof *d->in);
     bool ok = d->grads && d->halves && d->in;
     d->plan = p;
     for (int i = 0; i < n && ok; i++) {
-        const hx_tensor *u = p->steps[p->first_update + i].node;
+        const hx_tensor *u = d->up[i].node;
         int half = (int)u->attr.i[0];
         d->grads[i].bytes = hx_tensor_nbytes(u->src[1]);
         d->halves[i].bytes = half ? hx_tensor_nbytes(u->src[half]) : 0;
@@ -121,7 +126,7 @@ static hx_status stage_for(hx_dpu *d, const hx_plan *p)
  * its gradient. */
 static void stage_step(hx_dpu *d, int i)
 {
-    const hx_step *sp = &d->plan->steps[d->plan->first_update + i];
+    const hx_step *sp = &d->up[i];
     const hx_tensor *u = sp->node;
     int half = (int)u->attr.i[0];
     memcpy(d->in[i], sp->in, sizeof(void *) * u->n_src);
@@ -138,10 +143,8 @@ static void *update_main(void *arg)
 {
     hx_engine *e = arg;
     hx_dpu *d = e->dpu;
-    const hx_plan *p = d->plan;
-    for (int i = 0; i < p->n_steps - p->first_update && !d->st; i++) {
-        d->st = hx__update_step(e, d->stream, d->lane, &d->ex, &p->steps[p->first_update + i],
-                                d->in[i]);
+    for (int i = 0; i < d->n_up && !d->st; i++) {
+        d->st = hx__update_step(e, d->stream, d->lane, &d->ex, &d->up[i], d->in[i]);
         if (d->st) snprintf(d->msg, sizeof d->msg, "%s", hx_last_error());
     }
     return NULL;
@@ -164,7 +167,7 @@ hx_status hx__dpu_launch(hx_engine *e, const hx_plan *p, const hx_exec *ex)
     hx_dpu *d = e->dpu;
     hx_status st = stage_for(d, p);
     if (st) return st;
-    for (int i = 0; i < p->n_steps - p->first_update; i++) stage_step(d, i);
+    for (int i = 0; i < d->n_up; i++) stage_step(d, i);
     d->ex = *ex;
     d->st = HX_OK;
     d->step = ex->step + 1;
@@ -184,8 +187,7 @@ hx_status hx__dpu_settle(hx_engine *e)
     if (d->st)
         return hx__error(d->st, "the delayed update of step %lld failed: %s (its parameters may "
                          "be partly updated)", (long long)d->step, d->msg);
-    const hx_plan *p = d->plan;
-    for (int i = 0; i < p->n_steps - p->first_update; i++)
+    for (int i = 0; i < d->n_up; i++)
         if (d->halves[i].buf) memcpy(d->halves[i].home, d->halves[i].buf, d->halves[i].bytes);
     return HX_OK;
 }

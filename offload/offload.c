@@ -218,8 +218,9 @@ static hx_status predict(hx_engine *e, size_t base, prediction *out)
     hx_plan *p = NULL;
     hx_status st = hx__plan_build(e, no_fetch, 0, true, &p);
     if (st) return st;
-    *out = (prediction){.arena = p->arena_bytes[HX_DEV_ACCEL], .copy_bytes = p->copy_bytes,
-                        .act_bytes = p->act_bytes, .n_act = p->n_act};
+    hx_plan_sizes ps = hx__plan_sizes(p);
+    *out = (prediction){.arena = ps.arena_bytes, .copy_bytes = ps.copy_bytes,
+                        .act_bytes = ps.act_bytes, .n_act = ps.n_act};
     size_t *arena = &out->arena, *persistent = &out->persistent;
     hx__plan_free(e, p);
     hx_mem_pools_config c = *hx_mem_pools_config_of(acc->pools);

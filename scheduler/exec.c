@@ -18,7 +18,7 @@
  * thread that hit it) stops new submissions; the phase then waits for the
  * host units already running and synchronises every stream, so nothing is
  * left in flight, and returns that error. */
-#include "scheduler/scheduler.h"
+#include "scheduler/plan.h"
 #include "scheduler/cpu_budget.h"
 #include "scheduler/trace.h"
 
@@ -31,7 +31,6 @@ typedef struct run {
     hx_engine *e;
     const hx_plan *p;
     const hx_exec *ex_host, *ex_dev;
-    const bool *skip;
     int base;       /* first unit of the phase */
     int *remaining; /* per unit of the phase: predecessors not resolved */
     int *next_step; /* per stream unit of the phase: steps submitted */
@@ -117,7 +116,7 @@ static hx_status advance(run *r, int u, bool *done)
     hx_status st = HX_OK;
     *done = false;
     if (*pre > x->n_pred) return HX_OK; /* resolved already */
-    if (r->skip && r->skip[u]) {
+    if (r->p->skip[u]) {
         *pre = x->n_pred + 1;
         *done = true;
         return HX_OK;
@@ -127,7 +126,7 @@ static hx_status advance(run *r, int u, bool *done)
         st = submit_steps(r, x, st_, *next, p->link_at[li]);
         if (p->link_at[li] > *next) *next = p->link_at[li];
         if (!st && on_stream(&p->units[w]) && p->units[w].lane != x->lane &&
-            !(r->skip && r->skip[w]))
+            !r->p->skip[w])
             st = acc->stream_wait(acc, st_, p->done[w]);
         ++*pre;
     }
@@ -182,7 +181,7 @@ static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
     for (int i = 0, j = 0; i < x->n_steps && !st; i++) {
         for (; j < x->n_pred && p->link_at[x->first_pred + j] <= i && !st; j++) {
             int w = p->links[x->first_pred + j];
-            if (!on_stream(&p->units[w]) || (r->skip && r->skip[w])) continue;
+            if (!on_stream(&p->units[w]) || r->p->skip[w]) continue;
             hx__budget_give(e->budget, cores); /* no cores held while waiting */
             st = acc->event_sync(acc, p->done[w]);
             cores = hx__budget_take(e->budget, r->ex_host->nthreads);
@@ -295,7 +294,7 @@ hx_status hx__exec_reserve(hx_engine *e, int lanes)
 }
 
 hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exec *ex_host,
-                         const hx_exec *ex_dev, const bool *skip_unit)
+                         const hx_exec *ex_dev)
 {
     hx_exec_state *x = e->exec;
     int base = p->first_unit[phase], n = p->first_unit[phase + 1] - base;
@@ -311,7 +310,6 @@ hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exe
              .p = p,
              .ex_host = ex_host,
              .ex_dev = ex_dev,
-             .skip = skip_unit,
              .base = base,
              .remaining = mem,
              .ready = mem + n,

@@ -16,7 +16,7 @@
  * disjoint, X's before Y's, may share bytes: Y's production lies in such a
  * suffix (or in X's own unit after X's last use there), so it comes after
  * every use of X in every execution. */
-#include "scheduler/scheduler.h"
+#include "scheduler/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -698,8 +698,7 @@ done:
     return st;
 }
 
-/* Where tensor id's value is on device dev. */
-static void *locate(const hx_engine *e, const hx_plan *p, int dev, int id)
+void *hx__plan_locate(const hx_engine *e, const hx_plan *p, int dev, int id)
 {
     int64_t off = p->offset[dev * e->g->n + id];
     return off >= 0 ? e->arena[dev] + off : e->persist[id];
@@ -715,10 +714,10 @@ void hx__plan_bind(hx_engine *e, hx_plan *p)
         st->in = pool;
         if (!st->fn) {
             st->out = e->arena[st->dev] + p->step_offset[k];
-            *pool++ = locate(e, p, st->src_dev, t->id);
+            *pool++ = hx__plan_locate(e, p, st->src_dev, t->id);
             continue;
         }
-        st->out = t->kind == HX_TENSOR_UPDATE ? NULL : locate(e, p, st->dev, t->id);
+        st->out = t->kind == HX_TENSOR_UPDATE ? NULL : hx__plan_locate(e, p, st->dev, t->id);
         for (int j = 0; j < t->n_src; j++) {
             if (st->dev == HX_DEV_ACCEL && t->src[j]->kind == HX_TENSOR_INPUT) {
                 p->dev_in_slot[p->n_dev_in] = (int)(pool - p->in_pool);
@@ -726,12 +725,12 @@ void hx__plan_bind(hx_engine *e, hx_plan *p)
             }
             int c = p->src_step[pool - p->in_pool];
             *pool++ = c >= 0 ? e->arena[st->dev] + p->step_offset[c]
-                             : locate(e, p, st->dev, t->src[j]->id);
+                             : hx__plan_locate(e, p, st->dev, t->src[j]->id);
         }
     }
     for (int i = 0; i < p->n_scan; i++) { /* a gradient copied out early: its host copy */
         int id = p->scan_update[i]->src[1]->id;
-        p->scan_at[i] = locate(e, p, p->scan_home[i], id);
+        p->scan_at[i] = hx__plan_locate(e, p, p->scan_home[i], id);
     }
     for (int d = 0; d < HX_NDEV; d++) p->bound_to[d] = e->arena[d];
     p->bound_gen = e->bind_gen;

@@ -1,6 +1,6 @@
 /* The plan's transient device tensors as alloc/free events (plan_memtrace.h). */
 #include "scheduler/plan_memtrace.h"
-#include "scheduler/scheduler.h"
+#include "scheduler/plan.h"
 #include "memory/memory.h"
 
 #include <stdlib.h>

@@ -1,15 +1,15 @@
 /* How a plan is described to people: its copies on stderr
  * (HX_DEBUG=placement), its counts, Graphviz DOT and a text summary (with
  * the executor's units: "u:lane(n steps; after p@k ...)" waits for unit p
- * before its step k). target is the placement per tensor id, dev_name
- * names the devices (HX_DEV_HOST, HX_DEV_ACCEL). */
-#include "scheduler/scheduler.h"
+ * before its step k), with the engine's placement and device names. */
+#include "scheduler/plan.h"
 
 #include <stdio.h>
 
-static int dev_of(const hx_target *target, int id)
+/* The engine's device names, indexed like its backends. */
+static void dev_names(const hx_engine *e, const char *names[HX_NDEV])
 {
-    return target[id] == HX_TARGET_DEVICE ? HX_DEV_ACCEL : HX_DEV_HOST;
+    for (int d = 0; d < HX_NDEV; d++) names[d] = e->be[d] ? e->be[d]->name : NULL;
 }
 
 /* The first step after k that reads the copy made at step k (an
@@ -62,8 +62,10 @@ static void copy_cause(const hx_plan *p, int k, char *buf, size_t n)
     }
 }
 
-void hx__plan_debug_copies(const hx_plan *p, const hx_target *target, const char *const *dev_name)
+void hx__plan_debug_copies(const hx_engine *e, const hx_plan *p)
 {
+    const char *dev_name[HX_NDEV];
+    dev_names(e, dev_name);
     for (int k = 0; k < p->n_steps; k++) {
         const hx_step *sp = &p->steps[k];
         if (sp->fn) continue;
@@ -73,7 +75,7 @@ void hx__plan_debug_copies(const hx_plan *p, const hx_target *target, const char
         fprintf(stderr, "hetex copy: '%s' %s -> %s (%zu bytes): read by '%s' (%s) on %s; %s\n",
                 sp->node->name, dev_name[sp->src_dev], dev_name[sp->dev],
                 hx_tensor_nbytes(sp->node), r->name, hx__ops[r->op].name,
-                hx_target_name(target[r->id]), cause);
+                hx_target_name(e->target[r->id]), cause);
     }
     if (p->n_act)
         fprintf(stderr, "hetex copy: %d activations out and back, %zu bytes each way per run, "
@@ -92,9 +94,11 @@ void hx__plan_stats(const hx_plan *p, hx_placement_stats *out)
         out->n_device_subgraphs += p->part.sub_target[i] == HX_TARGET_DEVICE;
 }
 
-void hx__plan_write_dot(FILE *f, const hx_plan *p, const hx_graph *g, const hx_target *target,
-                        const char *const *dev_name)
+void hx__plan_write_dot(FILE *f, const hx_engine *e, const hx_plan *p)
 {
+    const hx_graph *g = e->g;
+    const char *dev_name[HX_NDEV];
+    dev_names(e, dev_name);
     fprintf(f, "digraph hetex {\n  rankdir=TB;\n  node [shape=box, style=filled];\n");
     for (int sg = 0; sg < p->part.n_sub; sg++) {
         bool dev = p->part.sub_target[sg] == HX_TARGET_DEVICE;
@@ -120,9 +124,9 @@ void hx__plan_write_dot(FILE *f, const hx_plan *p, const hx_graph *g, const hx_t
             if (u->op <= HX_OP_STATE && p->part.sub_of[u->id] < 0)
                 fprintf(f, "  t%d [label=\"%s\\n%s\", shape=ellipse, fillcolor=%s];\n", u->id,
                         u->name, hx__ops[u->op].name,
-                        target[u->id] == HX_TARGET_DEVICE ? "palegreen" : "lightblue");
+                        e->target[u->id] == HX_TARGET_DEVICE ? "palegreen" : "lightblue");
             int c = -1;
-            for (int q = 0; q < k && dev_of(target, u->id) != sp->dev; q++)
+            for (int q = 0; q < k && hx__dev_of(e, u->id) != sp->dev; q++)
                 if (!p->steps[q].fn && p->steps[q].node == u && p->steps[q].dev == sp->dev) c = q;
             if (c >= 0) fprintf(f, "  c%d -> t%d;\n", c, t->id);
             else fprintf(f, "  t%d -> t%d;\n", u->id, t->id);
@@ -131,9 +135,11 @@ void hx__plan_write_dot(FILE *f, const hx_plan *p, const hx_graph *g, const hx_t
     fprintf(f, "}\n");
 }
 
-void hx__plan_write_summary(FILE *f, const hx_plan *p, const hx_graph *g,
-                            const char *const *dev_name)
+void hx__plan_write_summary(FILE *f, const hx_engine *e, const hx_plan *p)
 {
+    const hx_graph *g = e->g;
+    const char *dev_name[HX_NDEV];
+    dev_names(e, dev_name);
     fprintf(f, "hetex plan: %d steps, %d subgraphs, %d copies (%d h2d, %d d2h), %zu bytes "
             "copied per step\n", p->n_steps, p->part.n_sub, p->n_copies, p->n_h2d, p->n_d2h,
             p->copy_bytes);

@@ -1,7 +1,7 @@
 /* Units of a plan: the steps of each subgraph in each phase, and each copy,
  * as a DAG the executor runs concurrently; the reachability between units
  * that the memory plan needs; and how the host cores are shared out. */
-#include "scheduler/scheduler.h"
+#include "scheduler/plan.h"
 
 #include <stdlib.h>
 #include <string.h>

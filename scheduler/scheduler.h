@@ -1,6 +1,6 @@
 /* Scheduler internals: execution plans (order + static memory plan) and
- * the session that owns them. What launchers are given (hx_exec,
- * hx_launch_fn) is the backend's: backend/backend.h. */
+ * the engine they are built for and run on. What launchers are given
+ * (hx_exec, hx_launch_fn) is the backend's: backend/backend.h. */
 #ifndef HX_SCHED_H
 #define HX_SCHED_H
 
@@ -23,93 +23,13 @@ typedef struct hx_step {
     int src_dev;
 } hx_step;
 
-/* Lanes a unit runs on: host threads, or one of the accelerator's streams
- * (compute, and one copy stream per direction). */
-enum { HX_LANE_HOST, HX_LANE_COMPUTE, HX_LANE_H2D, HX_LANE_D2H, HX_NLANES };
-
-/* A unit of concurrent execution: the steps of one subgraph in one phase
- * (0: forward and backward, 1: optimizer updates), or one copy. Units are
- * numbered in a topological order of their DAG, phase 0 first. */
-typedef struct hx_unit {
-    int lane;               /* HX_LANE_* */
-    int phase;
-    int first, n_steps;     /* its steps, in order: plan->unit_steps[first ..] */
-    int first_pred, n_pred; /* units of its phase it waits for: plan->links[first_pred ..] */
-    int first_succ, n_succ; /* units of its phase that wait for it */
-    int fed_input;          /* a copy of an input to the device: its tensor id; else -1 */
-} hx_unit;
-
-/* A plan for one (set of fetches, train flag): the nodes to run in order and
- * where every transient tensor lives in the session's arena. */
-typedef struct hx_plan {
-    int *key; /* sorted unique fetch ids, then the train flag */
-    int key_len;
-    int n_steps;
-    int first_update; /* steps from here on are phase 1: optimizer updates and their copies */
-    hx_step *steps;   /* op nodes in creation order, each copy before its first reader */
-    void **in_pool;
-    /* offset[dev * n + id]: byte offset of tensor id's value (or copy) in
-     * device dev's arena, -1 if it has none there */
-    int64_t *offset;
-    size_t arena_bytes[HX_NDEV];
-    size_t transient_tensor_bytes[HX_NDEV];
-    int *inputs; /* ids of the input tensors the plan reads */
-    int n_inputs;
-    int n_copies, n_h2d, n_d2h;
-    size_t copy_bytes; /* per run */
-    hx_partition part;
-    const char *bound_to[HX_NDEV]; /* arenas the step pointers were resolved against */
-    unsigned bound_gen;            /* the engine's bind_gen then */
-
-    /* concurrent execution */
-    int n_units;
-    hx_unit *units;
-    int first_unit[3];   /* phase p's units are [first_unit[p], first_unit[p + 1]) */
-    int *unit_steps;     /* step indices, unit after unit */
-    int *links;          /* pred and succ lists */
-    int *link_at;        /* a pred: the position in its unit of the first step that
-                            needs it (preds are in that order); a succ: where this
-                            unit is in the succ's preds */
-    int n_links;
-    hx_event **done;     /* per unit on a stream: recorded after its last step (NULL: host) */
-    int host_lanes[2];   /* per phase: CPU units that may run at once (<= n_threads) */
-    int threads[2][2];   /* per phase: kernel threads of a host lane [0] and of the device [1] */
-    /* gradients scanned before the updates, at their home device */
-    int n_scan;
-    const hx_tensor **scan_update; /* per update step, in order */
-    void **scan_at;                /* bound: its gradient's value at the gradient's home */
-    /* device-read slots of inputs copied to the device: in_pool[dev_in_slot[i]]
-     * holds input dev_in_id[i]'s device value (rebound per run for device feeds) */
-    int n_dev_in;
-    int *dev_in_slot, *dev_in_id;
-    /* per input (as in inputs[]): its copy unit to the device (-1: none), and
-     * why the host needs its value (a CPU op reading it, or the input itself
-     * when it is fetched; NULL: the host does not) */
-    int *input_copy_unit;
-    const hx_tensor **input_host_use;
-    bool *skip; /* per unit, this run: a copy a device feed made unnecessary */
-    int *scan_home;      /* per scan entry: the device whose copy of the gradient is scanned */
-    /* copies: where each step's inputs come from and where each copy lands
-     * (a tensor may be copied to a device more than once: offload) */
-    int *src_step;       /* per in_pool slot: the copy step that produced it, -1: none */
-    int64_t *step_offset;/* per step: a copy's byte offset in its destination's arena */
-    char *step_role;     /* per step: HX_ROLE_* (a parameter streamed in, a gradient
-                            sent back as soon as it is made, other) */
-    /* parameter and activation offload (hx_offload_config; NULL / 0 without them) */
-    int *step_chunk;     /* per step: the chunk (segment) current when it was ordered */
-    int n_chunks;
-    size_t streamed_bytes; /* parameter bytes copied to the device per run */
-    int n_act;           /* activations copied to the host and back per run */
-    size_t act_bytes;    /* their bytes, each way */
-} hx_plan;
-
-/* What a step is to the offload: a parameter (state, constant) copied to
- * the device in a chunk, a gradient copied back to the host as soon as it
- * is complete, an activation copied to the host after it is made because a
- * device op reads it again much later, and that activation copied back. */
-enum { HX_ROLE_OTHER, HX_ROLE_STREAM_IN, HX_ROLE_GRAD_OUT, HX_ROLE_ACT_OUT, HX_ROLE_ACT_IN };
-/* The role's name for people ("activation out"; NULL: HX_ROLE_OTHER). */
-const char *hx__copy_role_name(char role);
+/* A plan for one (set of fetches, train flag): the steps to run in order,
+ * the copies between the devices, the units the executor runs them in, and
+ * where every transient tensor lives in the engine's arenas. A complete
+ * type only inside scheduler/ (scheduler/plan.h): other folders get plans
+ * from the engine (hx__engine_plan) and read them through the functions
+ * below. */
+typedef struct hx_plan hx_plan;
 
 typedef struct hx_exec_state hx_exec_state;
 typedef struct hx_trace hx_trace;
@@ -145,39 +65,79 @@ typedef struct hx_engine {
                           region): plans bound before then rebind before their next run */
     hx_residency *residency; /* where params and state live outside e->persist (NULL: nowhere);
                                 offload_param=disk: the disk tier */
+    hx_plan **plans; /* built so far, one per (fetch set, train flag): hx__engine_plan */
+    int n_plans;
+    /* the gradient scan (scan.c): per update node, its gradient's sum of
+     * squares (scan_dev: written there for device gradients) */
+    double *scan_dev, *scan_host;
+    int n_scan;
 } hx_engine;
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */
 hx_status hx__plan_build(hx_engine *e, const int *fetch_ids, int n_fetch, bool train,
                          hx_plan **out);
 void hx__plan_free(const hx_engine *e, hx_plan *p);
-/* Resolves step pointers against the session's current arena. */
-void hx__plan_bind(hx_engine *e, hx_plan *p);
+/* Plan p's steps of phase 0 (forward and backward) or 1 (the updates and
+ * their copies), in order: *n of them; their in and out are set once p has
+ * been readied for a run (hx__engine_feed). */
+const hx_step *hx__plan_steps(const hx_plan *p, int phase, int *n);
+/* The launch contexts of p's phases: run's, with the kernel threads of
+ * phase ph's host lanes in ex[ph][0] and of the device in ex[ph][1]. */
+void hx__plan_contexts(const hx_plan *p, const hx_exec *run, hx_exec ex[2][2]);
+/* Where tensor id's value is on device dev in a run of p: in dev's arena,
+ * else its persistent storage (NULL: held by the residency). */
+void *hx__plan_locate(const hx_engine *e, const hx_plan *p, int dev, int id);
+/* What a run of p holds and moves on the accelerator (offload's
+ * predictions). */
+typedef struct hx_plan_sizes {
+    size_t arena_bytes; /* its transient arena */
+    size_t copy_bytes;  /* every copy, per run */
+    int n_act;          /* activations copied to the host and back per run */
+    size_t act_bytes;   /* their bytes, each way */
+} hx_plan_sizes;
+hx_plan_sizes hx__plan_sizes(const hx_plan *p);
 
-/* plan_units.c: groups the steps into units, orders them, links them, and
- * fills *reach (n_units rows of hx__reach_words(n_units) words): bit v of
- * row u is set when v == u or v finishes only after u has finished
- * (through the unit DAG or the barrier between the phases). A unit's steps
- * before the first one that reads a pred's output may run before that
- * pred finishes. Also sets the lanes' thread counts. */
-hx_status hx__plan_units(const hx_engine *e, hx_plan *p, uint64_t **reach);
-static inline int hx__reach_words(int n_units) { return (n_units + 63) / 64; }
-/* The first position of unit U's steps that run only after unit u has
- * finished (U's n_steps: none do). */
-int hx__unit_after(const hx_plan *p, const uint64_t *reach, int U, int u);
-static inline bool hx__reaches(const uint64_t *reach, int words, int u, int v)
-{
-    return reach[(size_t)u * words + v / 64] >> (v % 64) & 1;
-}
+/* run.c: the run loop's plan work on the engine. The cached plan for these
+ * fetch ids (sorted and made unique in place) and flag, built on first use,
+ * with the arenas grown to it and its host lanes reserved. */
+hx_status hx__engine_plan(hx_engine *e, int *ids, int n, bool train, hx_plan **out);
+/* Readies plan p for a run: binds it again if the arenas or the persistent
+ * storage moved since, then puts every input where p reads it: a host feed
+ * into the host arena (a copy unit takes it to the device if device ops
+ * read it), a device feed (on_dev[j]: feed j, of tensor feed_t[j], is
+ * device memory) straight into the device ops' input slots, its copy
+ * skipped. Checks every feed before changing anything. */
+hx_status hx__engine_feed(hx_engine *e, hx_plan *p, const hx_feed *feeds,
+                          const hx_tensor *const *feed_t, const bool *on_dev, int n_feeds);
+/* hx_session_memory_stats of the engine's storage, plans and device. */
+void hx__engine_memory_stats(const hx_engine *e, hx_memory_stats *out);
+void hx__engine_free_plans(hx_engine *e);
+/* A device OOM (other statuses pass through) reported with where it
+ * happened (fn) and the device's persistent/transient split. */
+hx_status hx__engine_device_report(const hx_engine *e, const char *fn, hx_status st);
 
-/* exec.c: runs phase `phase` of plan p (steps bound) with these launch
- * contexts (kernels give the same bits at any thread count, so a lane's
- * share of the threads changes no result); skip_unit (NULL: none) marks
- * copy units not to run this time (device feeds). Returns the first error
- * of any lane with its message, after every lane has stopped and every
- * stream is synchronised. */
+/* scan.c: the gradient scan between the phases. Its sums, one per update
+ * node, on the host and, for device gradients, on the device. */
+hx_status hx__scan_alloc(hx_engine *e);
+void hx__scan_free(hx_engine *e);
+/* Scans the gradient of every update of p (plan order) in one pass: its
+ * sum of squares, device gradients on the device by HX_KERNEL_SUMSQ (the
+ * sums copied back) while host gradients are summed here, with ex, phase
+ * 1's launch contexts (host lanes, device). *bad: the first update whose
+ * gradient holds an Inf or NaN (NULL if none); *sumsq: the sum over the
+ * dense parameters' gradients (embedding tables are left out of the norm,
+ * as sparse gradients are in the frameworks), in plan order. */
+hx_status hx__scan_grads(hx_engine *e, const hx_plan *p, const hx_exec ex[2],
+                         const hx_tensor **bad, double *sumsq);
+
+/* exec.c: runs phase `phase` of plan p (readied: hx__engine_feed) with
+ * these launch contexts (kernels give the same bits at any thread count,
+ * so a lane's share of the threads changes no result), leaving out the
+ * copy units its device feeds made unnecessary. Returns the first error of
+ * any lane with its message, after every lane has stopped and every stream
+ * is synchronised. */
 hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exec *ex_host,
-                         const hx_exec *ex_dev, const bool *skip_unit);
+                         const hx_exec *ex_dev);
 /* Makes sure `lanes` host lanes exist (the calling thread is one). */
 hx_status hx__exec_reserve(hx_engine *e, int lanes);
 hx_status hx__exec_create(hx_engine *e);
@@ -211,14 +171,10 @@ static inline int hx__dev_of(const hx_engine *e, int id)
 {
     return e->target[id] == HX_TARGET_DEVICE ? HX_DEV_ACCEL : HX_DEV_HOST;
 }
-/* plan_report.c: a plan described to people (target: placement per
- * tensor id; dev_name: the devices' names by HX_DEV_* index). */
-void hx__plan_debug_copies(const hx_plan *p, const hx_target *target, const char *const *dev_name);
+/* plan_report.c: a plan of e described to people. */
 void hx__plan_stats(const hx_plan *p, hx_placement_stats *out); /* all but n_fallbacks */
-void hx__plan_write_dot(FILE *f, const hx_plan *p, const hx_graph *g, const hx_target *target,
-                        const char *const *dev_name);
-void hx__plan_write_summary(FILE *f, const hx_plan *p, const hx_graph *g,
-                            const char *const *dev_name);
+void hx__plan_write_dot(FILE *f, const hx_engine *e, const hx_plan *p);
+void hx__plan_write_summary(FILE *f, const hx_engine *e, const hx_plan *p);
 
 /* Whether the session's plans stream host parameters to the device per
  * step (offload_param cpu or disk, with an accelerator). */

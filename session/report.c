@@ -23,12 +23,12 @@ void hx__debug_placement(const hx_session *s)
 static hx_status report_plan(hx_session *s, const char *fn, const hx_plan **out)
 {
     if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
-    if (!s->last_plan && !s->n_plans) {
+    if (!s->last_plan && !s->e.n_plans) {
         hx_memory_stats ms;
         hx_status st = hx_session_memory_stats(s, &ms);
         if (st) return st;
     }
-    *out = s->last_plan ? s->last_plan : s->plans[0];
+    *out = s->last_plan ? s->last_plan : s->e.plans[0];
     return HX_OK;
 }
 
@@ -64,19 +64,6 @@ static hx_status close_out(const char *fn, const char *path, FILE *f)
     return HX_OK;
 }
 
-/* The session's device names, indexed like its backends. */
-static void dev_names(const hx_session *s, const char *names[HX_NDEV])
-{
-    for (int d = 0; d < HX_NDEV; d++) names[d] = s->e.be[d] ? s->e.be[d]->name : NULL;
-}
-
-void hx__debug_copies(const hx_session *s, const hx_plan *p)
-{
-    const char *names[HX_NDEV];
-    dev_names(s, names);
-    hx__plan_debug_copies(p, s->e.target, names);
-}
-
 /* The plan of the last run written to path as DOT or as a summary. */
 static hx_status dump(hx_session *s, const char *fn, const char *path, bool dot)
 {
@@ -84,10 +71,8 @@ static hx_status dump(hx_session *s, const char *fn, const char *path, bool dot)
     FILE *f = NULL;
     hx_status st = open_report(s, fn, path, &p, &f);
     if (st) return st;
-    const char *names[HX_NDEV];
-    dev_names(s, names);
-    if (dot) hx__plan_write_dot(f, p, s->e.g, s->e.target, names);
-    else hx__plan_write_summary(f, p, s->e.g, names);
+    if (dot) hx__plan_write_dot(f, &s->e, p);
+    else hx__plan_write_summary(f, &s->e, p);
     return close_out(fn, path, f);
 }
 

@@ -1,11 +1,12 @@
-/* Sessions: persistent storage, feeds and fetches, plan cache, the run loop
- * (phase 0, the gradient scan, phase 1; each phase runs on the executor). */
+/* Sessions: persistent storage, feeds and fetches, and the run loop: the
+ * engine's plan for the fetches (scheduler/run.c), phase 0, the gradient
+ * scan (scheduler/scan.c) and phase 1, each phase on the executor or, for
+ * the updates, the delayed update or the residency, with the loss scaler's
+ * bookkeeping. */
 #include "session/session.h"
 #include "backend/backend.h"
 #include "scheduler/scheduler.h"
 #include "offload/offload.h"
-
-#include "kernels/cpu/hx_kernels.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,8 +31,7 @@ void hx_session_free(hx_session *s)
     hx__exec_free(&s->e);
     /* before the loop below: the residency's host copies are its own */
     if (s->e.residency) s->e.residency->destroy(s->e.residency);
-    for (int i = 0; i < s->n_plans; i++) hx__plan_free(&s->e, s->plans[i]);
-    free(s->plans);
+    hx__engine_free_plans(&s->e);
     for (int i = 0; s->e.persist && i < s->e.g->n; i++) {
         if (!s->e.persist[i]) continue;
         hx_backend *b = s->e.be[hx__dev_of(&s->e, i)];
@@ -41,8 +41,7 @@ void hx_session_free(hx_session *s)
     hx_backend *acc = s->e.be[HX_DEV_ACCEL];
     for (int i = 0; i < s->n_dev_blocks; i++) acc->free(acc, s->dev_blocks[i].p);
     free(s->dev_blocks);
-    if (s->scan_dev) acc->free(acc, s->scan_dev);
-    free(s->scan_host);
+    hx__scan_free(&s->e);
     for (int i = 0; i < 2; i++)
         if (s->e.copy_stream[i]) acc->stream_destroy(acc, s->e.copy_stream[i]);
     for (int d = 0; d < HX_NDEV; d++) {
@@ -60,19 +59,6 @@ void hx_session_free(hx_session *s)
     free(s->e.why);
     hx__graph_release(s->e.g); /* frees a graph whose hx_graph_free came first */
     free(s);
-}
-
-/* Prefixes a device OOM report with where it happened and the device's
- * persistent/transient split. */
-static hx_status device_report(const hx_session *s, const char *fn, hx_status st)
-{
-    if (st != HX_ERR_DEVICE_OOM) return st;
-    char msg[768];
-    snprintf(msg, sizeof msg, "%s", hx_last_error());
-    return hx__error(st,
-                     "%s: %s (the device holds %zu persistent bytes and a %zu-byte transient "
-                     "arena)",
-                     fn, msg, s->e.persist_bytes[HX_DEV_ACCEL], s->e.arena_bytes[HX_DEV_ACCEL]);
 }
 
 static bool has_kernel(void *ctx, hx_target t, hx_op op, hx_dtype dt)
@@ -149,7 +135,7 @@ static hx_status alloc_persistent(hx_session *s)
         snprintf(what, sizeof what, "'%s' (%s)", t->name, hx__ops[t->op].name);
         hx_status st =
                 s->e.be[d]->alloc(s->e.be[d], bytes, HX_MEM_PERSISTENT, what, &s->e.persist[i]);
-        if (st) return device_report(s, "hx_session_create", st);
+        if (st) return hx__engine_device_report(&s->e, "hx_session_create", st);
         s->e.persist_bytes[d] += bytes;
         void *host = d == HX_DEV_HOST ? s->e.persist[i] : malloc(bytes ? bytes : 1); /* staging */
         if (!host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
@@ -161,22 +147,6 @@ static hx_status alloc_persistent(hx_session *s)
         if (st) return st;
     }
     return HX_OK;
-}
-
-/* The gradient scan's sums: one per update node, on the host and, for
- * device gradients, on the device. */
-static hx_status alloc_scan(hx_session *s)
-{
-    hx_backend *acc = s->e.be[HX_DEV_ACCEL];
-    for (int i = 0; i < s->e.g->n; i++) s->n_scan += s->e.g->tensors[i]->kind == HX_TENSOR_UPDATE;
-    if (!s->n_scan) return HX_OK;
-    size_t bytes = sizeof(double) * s->n_scan;
-    s->scan_host = malloc(2 * bytes); /* the device's sums copied back, then the host's */
-    if (!s->scan_host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    if (!acc) return HX_OK;
-    hx_status st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "the gradient scan's sums",
-                              (void **)&s->scan_dev);
-    return st ? device_report(s, "hx_session_create", st) : HX_OK;
 }
 
 hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_session **out)
@@ -221,7 +191,7 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
         st = hx__disk_create(&s->e, &s->e.residency);
     if (!st) st = alloc_persistent(s);
     if (!st && !s->e.residency) st = hx__half_copies_refresh(&s->e, NULL); /* else by its init */
-    if (!st) st = alloc_scan(s);
+    if (!st) st = hx__scan_alloc(&s->e);
     if (!st && s->e.residency) st = s->e.residency->init(s->e.residency);
     if (st) {
         hx_session_free(s);
@@ -291,123 +261,6 @@ static hx_status check_bytes(const char *what, int i, const hx_tensor *t, const 
     return HX_OK;
 }
 
-static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
-
-/* Grows device d's transient arena to `bytes` (plans rebind lazily). The
- * old arena is given back first so that a capped device can hold the new
- * one; if the new one does not fit, the old size is taken again and the
- * session stays usable for the plans it already had. */
-static hx_status grow_arena(hx_session *s, int d, size_t bytes)
-{
-    if (bytes <= s->e.arena_bytes[d]) return HX_OK;
-    hx_backend *b = s->e.be[d];
-    size_t old = s->e.arena_bytes[d];
-    if (s->e.arena[d]) b->free(b, s->e.arena[d]);
-    s->e.arena[d] = NULL;
-    s->e.arena_bytes[d] = 0;
-    void *mem = NULL;
-    hx_status st = b->alloc(b, bytes, HX_MEM_TRANSIENT, "the transient (activation) arena", &mem);
-    if (!st) {
-        s->e.arena[d] = mem;
-        s->e.arena_bytes[d] = bytes;
-        return HX_OK;
-    }
-    st = device_report(s, "hx_session_run", st);
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", hx_last_error());
-    if (old && !b->alloc(b, old, HX_MEM_TRANSIENT, "the transient (activation) arena", &mem)) {
-        s->e.arena[d] = mem;
-        s->e.arena_bytes[d] = old;
-    }
-    return hx__error(st, "%s", msg);
-}
-
-/* The cached plan for this fetch set and flag, built on first use. */
-static hx_status get_plan(hx_session *s, int *ids, int n, bool train, hx_plan **out)
-{
-    qsort(ids, n, sizeof *ids, cmp_int);
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (!m || ids[m - 1] != ids[i]) ids[m++] = ids[i];
-    for (int i = 0; i < s->n_plans; i++) {
-        hx_plan *p = s->plans[i];
-        if (p->key_len == m + 1 && p->key[m] == train && !memcmp(p->key, ids, sizeof *ids * m)) {
-            *out = p;
-            return HX_OK;
-        }
-    }
-    hx_plan *p;
-    hx_status st = hx__plan_build(&s->e, ids, m, train, &p);
-    if (st) return st;
-    for (int d = 0; d < HX_NDEV && !st; d++) st = grow_arena(s, d, p->arena_bytes[d]);
-    for (int ph = 0; ph < 2 && !st; ph++) st = hx__exec_reserve(&s->e, p->host_lanes[ph]);
-    hx_plan **plans = st ? NULL : realloc(s->plans, sizeof *plans * (s->n_plans + 1));
-    if (!plans) {
-        hx__plan_free(&s->e, p);
-        return st ? st : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
-    }
-    s->plans = plans;
-    s->plans[s->n_plans++] = p;
-    if (hx__debug("placement")) hx__debug_copies(s, p);
-    *out = p;
-    return HX_OK;
-}
-
-/* Scans the gradient of every update (plan order) in one pass: its sum of
- * squares, device gradients on the device by HX_KERNEL_SUMSQ (the sums
- * copied back) while host gradients are summed here. *bad: the first update
- * whose gradient holds an Inf or NaN (NULL if none); *sumsq: the sum over
- * the dense parameters' gradients (embedding tables are left out of the
- * norm, as sparse gradients are in the frameworks), in plan order. */
-static hx_status scan_grads(hx_session *s, const hx_plan *p, const hx_exec *ex_dev,
-                            int host_threads, const hx_tensor **bad, double *sumsq)
-{
-    hx_backend *acc = s->e.be[HX_DEV_ACCEL];
-    double *dev_sums = s->scan_host, *host_sums = s->scan_host + s->n_scan;
-    hx_status st = HX_OK;
-    int n_dev = 0;
-    *bad = NULL;
-    *sumsq = 0;
-    for (int i = 0; i < p->n_scan && !st; i++) {
-        const hx_tensor *g = p->scan_update[i]->src[1];
-        if (p->scan_home[i] != HX_DEV_ACCEL) continue;
-        hx_launch_fn fn = acc->kernel(acc, HX_KERNEL_SUMSQ, g->dtype);
-        if (!fn)
-            return hx__error(HX_ERR_NO_KERNEL, "hx_session_run: the %s backend has no kernel to "
-                             "scan gradient '%s' (%s) for Inf/NaN", acc->name, g->name,
-                             hx_dtype_name(g->dtype));
-        st = acc->launch(acc, s->e.stream[HX_DEV_ACCEL], fn, ex_dev, g, &s->scan_dev[i],
-                         &p->scan_at[i]);
-        n_dev = i + 1;
-    }
-    if (!st && n_dev)
-        st = acc->copy_d2h(acc, s->e.stream[HX_DEV_ACCEL],
-                           (hx_d2h_copy){.host = dev_sums,
-                                         .dev = s->scan_dev,
-                                         .bytes = sizeof(double) * n_dev,
-                                         .why = {.role = "gradient scan sums"}});
-    int cores = hx__budget_take(s->e.budget, host_threads);
-    for (int i = 0; i < p->n_scan && !st; i++) {
-        const hx_tensor *g = p->scan_update[i]->src[1];
-        if (p->scan_home[i] == HX_DEV_HOST)
-            host_sums[i] = hx_k_sumsq(p->scan_at[i], (hx_kdtype)g->dtype, hx_tensor_numel(g),
-                                      host_threads);
-    }
-    hx__budget_give(s->e.budget, cores);
-    if (n_dev) {
-        hx_status sync = acc->stream_sync(acc, s->e.stream[HX_DEV_ACCEL]);
-        if (!st) st = sync;
-    }
-    if (st) return st;
-    for (int i = 0; i < p->n_scan; i++) {
-        const hx_tensor *u = p->scan_update[i];
-        double v = p->scan_home[i] == HX_DEV_ACCEL ? dev_sums[i] : host_sums[i];
-        if (!isfinite(v) && !*bad) *bad = u;
-        if (u->op != HX_OP_EMBEDDING_UPDATE) *sumsq += v;
-    }
-    return HX_OK;
-}
-
 /* torch.nn.utils.clip_grad_norm_'s coefficient for a global norm. */
 static float clip_coefficient(double max_norm, double norm)
 {
@@ -418,7 +271,7 @@ static float clip_coefficient(double max_norm, double norm)
 
 /* Phase 0 (forward and backward), then (training) the gradient scan and
  * phase 1 (the updates), with the loss scaler's bookkeeping. */
-static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool *skip)
+static hx_status execute(hx_session *s, const hx_plan *p, bool train)
 {
     const hx_loss_scale_config *ls = &s->e.cfg.loss_scale;
     bool scaling = train && ls->enabled && s->e.g->grad_seed;
@@ -430,23 +283,23 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
             return st;
     }
     double unscale = scaling ? 1.0 / s->stats.loss_scale : 1.0;
+    hx_exec run = {.step = s->stats.step, .train = train, .grad_unscale = (float)unscale,
+                   .grad_clip = 1.0f, .lr_scale = s->lr_scale};
     hx_exec ex[2][2]; /* [phase][host lanes, device] */
-    for (int ph = 0; ph < 2; ph++)
-        for (int k = 0; k < 2; k++)
-            ex[ph][k] = (hx_exec){.nthreads = p->threads[ph][k], .step = s->stats.step,
-                                  .train = train, .grad_unscale = (float)unscale,
-                                  .grad_clip = 1.0f, .lr_scale = s->lr_scale};
+    hx__plan_contexts(p, &run, ex);
     if (!hx__dpu_reads_no_master(p) && (st = hx__dpu_settle(&s->e))) return st;
-    if ((st = hx__exec_phase(&s->e, p, 0, &ex[0][0], &ex[0][1], skip))) return st;
+    if ((st = hx__exec_phase(&s->e, p, 0, &ex[0][0], &ex[0][1]))) return st;
     if ((st = hx__dpu_settle(&s->e)) || !train) return st; /* the update of the step before */
-    if (p->first_update == p->n_steps) { /* a training run without updates */
+    int n_updates;
+    hx__plan_steps(p, 1, &n_updates);
+    if (!n_updates) { /* a training run without updates */
         s->stats.step++;
         return HX_OK;
     }
 
     const hx_tensor *bad;
     double sumsq;
-    if ((st = scan_grads(s, p, &ex[1][1], p->threads[1][0], &bad, &sumsq))) return st;
+    if ((st = hx__scan_grads(&s->e, p, ex[1], &bad, &sumsq))) return st;
     s->stats.grad_norm = sqrt(sumsq) * unscale;
     if (bad && !scaling)
         return hx__error(HX_ERR_NUMERIC,
@@ -466,7 +319,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train, const bool
             hx__dpu_plan_ok(p);
     if (delay) st = hx__dpu_launch(&s->e, p, &ex[1][0]);
     else if (s->e.residency) st = s->e.residency->update(s->e.residency, p, &ex[1][0]);
-    else st = hx__exec_phase(&s->e, p, 1, &ex[1][0], &ex[1][1], skip);
+    else st = hx__exec_phase(&s->e, p, 1, &ex[1][0], &ex[1][1]);
     if (st) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps == ls->growth_interval) {
@@ -501,52 +354,6 @@ static hx_status check_device_feed(const hx_session *s, int i, const hx_tensor *
     return HX_OK;
 }
 
-/* Puts every input where the plan reads it: a host feed into the host
- * arena (a copy unit takes it to the device if device ops read it), a
- * device feed straight into the device ops' input slots, its copy skipped.
- * Checks every feed before changing anything. */
-static hx_status place_feeds(hx_session *s, hx_plan *p, const hx_feed *feeds,
-                             const hx_tensor **feed_t, int n_feeds)
-{
-    for (int k = 0; k < p->n_inputs; k++) {
-        const hx_tensor *in = s->e.g->tensors[p->inputs[k]];
-        int j = 0;
-        while (j < n_feeds && feed_t[j] != in) j++;
-        if (j == n_feeds)
-            return hx__error(HX_ERR_INVALID_ARGUMENT,
-                             "hx_session_run: input '%s' is needed by this run but not fed",
-                             in->name);
-        const hx_tensor *use = p->input_host_use[k];
-        if (device_block(s, feeds[j].data, feeds[j].bytes, true) &&
-            (use || p->input_copy_unit[k] < 0))
-            return hx__error(HX_ERR_INVALID_ARGUMENT,
-                             "hx_session_run: feed %d ('%s') is device memory, but this run "
-                             "keeps input '%s' on the host (placed on the cpu%s%s%s); feed it "
-                             "host memory", j, in->name, in->name,
-                             use == in ? ": it is fetched" : use ? ": cpu op '" : "",
-                             use && use != in ? use->name : "",
-                             use && use != in ? "' reads it" : "");
-    }
-    for (int k = 0; k < p->n_inputs; k++) {
-        const hx_tensor *in = s->e.g->tensors[p->inputs[k]];
-        int j = 0;
-        while (feed_t[j] != in) j++;
-        bool dev = device_block(s, feeds[j].data, feeds[j].bytes, true);
-        if (p->input_copy_unit[k] >= 0) p->skip[p->input_copy_unit[k]] = dev;
-        if (!dev)
-            memcpy(s->e.arena[HX_DEV_HOST] + p->offset[in->id], feeds[j].data, feeds[j].bytes);
-    }
-    for (int i = 0; i < p->n_dev_in; i++) { /* device ops read device feeds in place */
-        int id = p->dev_in_id[i];
-        void *at = s->e.arena[HX_DEV_ACCEL] + p->offset[HX_DEV_ACCEL * s->e.g->n + id];
-        for (int j = 0; j < n_feeds; j++)
-            if (feed_t[j]->id == id && device_block(s, feeds[j].data, feeds[j].bytes, true))
-                at = (void *)feeds[j].data;
-        p->in_pool[p->dev_in_slot[i]] = at;
-    }
-    return HX_OK;
-}
-
 hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                          const hx_fetch *fetches, int n_fetches, unsigned flags)
 {
@@ -561,12 +368,14 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     enum { SMALL = 16 };
     const hx_tensor *feed_small[SMALL], *fetch_small[SMALL];
     int id_small[SMALL];
+    bool on_dev_small[SMALL];
     const hx_tensor **feed_t = n_feeds <= SMALL ? feed_small : malloc(sizeof *feed_t * n_feeds);
+    bool *on_dev = n_feeds <= SMALL ? on_dev_small : malloc(sizeof *on_dev * n_feeds);
     const hx_tensor **fetch_t = n_fetches <= SMALL ? fetch_small : malloc(sizeof *fetch_t * n_fetches);
     int *ids = n_fetches <= SMALL ? id_small : malloc(sizeof *ids * n_fetches);
     hx_residency *res = s->e.residency;
     hx_status st = HX_OK;
-    if (!feed_t || !fetch_t || !ids) {
+    if (!feed_t || !on_dev || !fetch_t || !ids) {
         st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
         goto out;
     }
@@ -581,6 +390,7 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                            hx__ops[t->op].name);
         if (!st) st = check_bytes("feed", i, t, feeds[i].data, feeds[i].bytes);
         if (!st) st = check_device_feed(s, i, t, feeds[i].data, feeds[i].bytes);
+        on_dev[i] = device_block(s, feeds[i].data, feeds[i].bytes, true);
         for (int j = 0; j < i && !st; j++)
             if (feed_t[j] == t)
                 st = hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: '%s' is fed twice",
@@ -600,17 +410,14 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
 
     bool train = flags & HX_RUN_TRAIN;
     hx_plan *p = NULL;
-    if ((st = get_plan(s, ids, n_fetches, train, &p))) goto out;
+    if ((st = hx__engine_plan(&s->e, ids, n_fetches, train, &p))) goto out;
     if (res && (st = res->run_begin(res, p, train))) goto out; /* its reads overlap phase 0 */
-    if (p->bound_to[0] != s->e.arena[0] || p->bound_to[1] != s->e.arena[1] ||
-        p->bound_gen != s->e.bind_gen)
-        hx__plan_bind(&s->e, p);
-    if ((st = place_feeds(s, p, feeds, feed_t, n_feeds))) goto out;
+    if ((st = hx__engine_feed(&s->e, p, feeds, feed_t, on_dev, n_feeds))) goto out;
     s->last_plan = p;
 
     hx_train_stats stats0 = s->stats;
     int good0 = s->good_steps;
-    st = execute(s, p, train, p->skip);
+    st = execute(s, p, train);
     if (!st && train && res) st = res->run_commit(res);
     if (st && res) { /* nothing applied: the step did not happen */
         s->stats = stats0;
@@ -621,8 +428,7 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     for (int i = 0; i < n_fetches && !st; i++) {
         const hx_tensor *t = fetch_t[i];
         int d = hx__dev_of(&s->e, t->id);
-        int64_t off = p->offset[d * s->e.g->n + t->id];
-        const void *src = off >= 0 ? s->e.arena[d] + off : s->e.persist[t->id];
+        const void *src = hx__plan_locate(&s->e, p, d, t->id);
         if (!src) /* held by the residency, not in host memory for the run (optimizer state) */
             st = res->read(res, "hx_session_run", t, fetches[i].data);
         else st = hx__engine_copy_out(&s->e, d, fetches[i].data, src, fetches[i].bytes);
@@ -630,6 +436,7 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
 out:
     if (res) res->run_end(res);
     if (feed_t != feed_small) free(feed_t);
+    if (on_dev != on_dev_small) free(on_dev);
     if (fetch_t != fetch_small) free(fetch_t);
     if (ids != id_small) free(ids);
     return st;
@@ -693,30 +500,13 @@ hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
     if (!s || !out)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_memory_stats: %s is NULL",
                          s ? "out" : "session");
-    if (!s->n_plans) { /* plan the training step without running it */
+    if (!s->e.n_plans) { /* plan the training step without running it */
         hx_plan *p = NULL;
         int no_fetch[1];
-        hx_status st = get_plan(s, no_fetch, 0, true, &p);
+        hx_status st = hx__engine_plan(&s->e, no_fetch, 0, true, &p);
         if (st) return st;
     }
-    *out = (hx_memory_stats){.persistent_bytes = s->e.persist_bytes[HX_DEV_HOST],
-                             .device_persistent_bytes = s->e.persist_bytes[HX_DEV_ACCEL]};
-    for (int i = 0; i < s->n_plans; i++) {
-        const hx_plan *p = s->plans[i];
-        if (p->arena_bytes[HX_DEV_HOST] > out->transient_planned_bytes) {
-            out->transient_planned_bytes = p->arena_bytes[HX_DEV_HOST];
-            out->transient_tensor_bytes = p->transient_tensor_bytes[HX_DEV_HOST];
-        }
-        if (p->arena_bytes[HX_DEV_ACCEL] > out->device_transient_planned_bytes)
-            out->device_transient_planned_bytes = p->arena_bytes[HX_DEV_ACCEL];
-    }
-    if (s->e.be[HX_DEV_ACCEL]) {
-        hx_backend_stats bs;
-        s->e.be[HX_DEV_ACCEL]->stats(s->e.be[HX_DEV_ACCEL], &bs);
-        out->device_capacity = bs.capacity;
-        out->device_used_bytes = bs.used;
-        out->device_peak_bytes = bs.peak;
-    }
+    hx__engine_memory_stats(&s->e, out);
     return HX_OK;
 }
 
@@ -743,7 +533,7 @@ hx_status hx_session_device_alloc(hx_session *s, size_t bytes, void **out)
     s->dev_blocks = blocks;
     hx_backend *acc = s->e.be[HX_DEV_ACCEL];
     void *p = NULL;
-    if ((st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "a device feed buffer", &p))) return device_report(s, fn, st);
+    if ((st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "a device feed buffer", &p))) return hx__engine_device_report(&s->e, fn, st);
     s->dev_blocks[s->n_dev_blocks++] = (struct hx_device_block){p, bytes};
     *out = p;
     return HX_OK;

@@ -1,9 +1,9 @@
 /* session/'s state: struct hx_session is a complete type only here. The
- * session owns the engine the scheduler and the offload work on (e), the
- * plans it has built, the training statistics and loss scale, and the
- * device memory it handed out; what other folders need of it they get
- * through the engine. No other folder of the library includes this header
- * (tests may). */
+ * session owns the engine the scheduler and the offload work on (e, which
+ * keeps the plans and the gradient scan), the training statistics and loss
+ * scale, and the device memory it handed out; what other folders need of
+ * it they get through the engine. No other folder of the library includes
+ * this header (tests may). */
 #ifndef HX_SESSION_H
 #define HX_SESSION_H
 
@@ -18,14 +18,8 @@ struct hx_session {
         size_t bytes;
     } * dev_blocks;
     int n_dev_blocks;
-    /* the gradient scan: per update node, its gradient's sum of squares
-     * (scan_dev: written there for device gradients) */
-    double *scan_dev, *scan_host;
-    int n_scan;
     int n_fallbacks;
-    hx_plan **plans;
-    int n_plans;
-    const hx_plan *last_plan;
+    const hx_plan *last_plan; /* the last run's, one of e.plans */
     hx_train_stats stats;
     int good_steps;  /* in a row, for loss-scale growth */
     double lr_scale; /* hx_session_set_lr_scale */
@@ -33,6 +27,5 @@ struct hx_session {
 
 /* report.c: HX_DEBUG=placement lines. */
 void hx__debug_placement(const hx_session *s);
-void hx__debug_copies(const hx_session *s, const hx_plan *p);
 
 #endif

@@ -14,6 +14,7 @@
 #include "deep_mlp.h"
 #include "testutil.h"
 #include "session/session.h"
+#include "scheduler/plan.h" /* the plan's fields */
 #include "trace_read.h"
 
 #include <stdlib.h>

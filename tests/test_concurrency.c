@@ -7,6 +7,7 @@
  * small runs to shake out races. */
 #include "hetex.h"
 #include "session/session.h"
+#include "scheduler/plan.h" /* the plan's fields */
 #include "scheduler/scheduler.h"
 #include "testutil.h"
 #include "trace_read.h"

@@ -10,6 +10,7 @@
 #include "deep_mlp.h"
 #include "testutil.h"
 #include "session/session.h"
+#include "scheduler/plan.h" /* the plan's fields */
 
 #include <stdlib.h>
 #include <string.h>

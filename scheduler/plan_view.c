@@ -1,0 +1,25 @@
+/* What other folders read of a plan (scheduler/scheduler.h): its steps by
+ * phase, the launch contexts of its lanes, its sizes. */
+#include "scheduler/plan.h"
+
+const hx_step *hx__plan_steps(const hx_plan *p, int phase, int *n)
+{
+    *n = phase ? p->n_steps - p->first_update : p->first_update;
+    return p->steps + (phase ? p->first_update : 0);
+}
+
+void hx__plan_contexts(const hx_plan *p, const hx_exec *run, hx_exec ex[2][2])
+{
+    for (int ph = 0; ph < 2; ph++)
+        for (int k = 0; k < 2; k++) {
+            ex[ph][k] = *run;
+            ex[ph][k].nthreads = p->threads[ph][k];
+        }
+}
+
+hx_plan_sizes hx__plan_sizes(const hx_plan *p)
+{
+    return (hx_plan_sizes){.arena_bytes = p->arena_bytes[HX_DEV_ACCEL],
+                           .copy_bytes = p->copy_bytes, .n_act = p->n_act,
+                           .act_bytes = p->act_bytes};
+}
