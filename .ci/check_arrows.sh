@@ -8,6 +8,10 @@
 #                                     code has, as Graphviz DOT
 #                                     (docs/architecture.dot); arrows that
 #                                     break a rule are red
+# A header docs/arrows.txt lists as private to its folder is included by
+# the folder's own files only, and not by the header the folder offers (not
+# even through another of its headers): what it defines stays a complete
+# type inside the folder.
 # ROOT is a source tree (default: this repository). Only bash, find, grep, sort
 # and a POSIX awk: CI needs nothing else.
 set -euo pipefail
@@ -94,6 +98,11 @@ function bad_rules(what) {
 FILENAME == rules {
     sub(/#.*/, "")
     if (NF == 0) next
+    if ($1 == "private") { # checked once the folders are known (END)
+        if (NF < 2) bad_rules("a private line names one or more headers")
+        for (i = 2; i <= NF; i++) priv[$i] = FNR
+        next
+    }
     f = $1
     if (NF < 3) { bad_rules("a line needs a folder, its header (or -) and what it may include (-, * or folders)"); next }
     if (f in header) { bad_rules("folder " f " is listed twice"); next }
@@ -136,7 +145,12 @@ FILENAME == files {
     t = resolve(file, inc, quoted)
     if (t == "") next
     b = folder_of(t)
-    if (b == a) next
+    if (b == a) { # kept for the headers a folder offers (END)
+        k = ++nedge[file]
+        edge_to[file, k] = t
+        edge_at[file, k] = file ":" line ": #include " (quoted ? "\"" inc "\"" : "<" inc ">")
+        next
+    }
     uses[a, b]++
     where = file ":" line
     what = "#include " (quoted ? "\"" inc "\"" : "<" inc ">") ": "
@@ -145,6 +159,8 @@ FILENAME == files {
         what = what "folder " b " is not in " rules
     } else if (!((a, b) in may))
         what = what a " may not include " b " (" rules ": " a " -> " (a in allowed ? allowed[a] : "nothing of ours") ")"
+    else if (t in priv)
+        what = what t " is private to " b
     else if (t != header[b])
         what = what (header[b] == "-" ? "no folder may include " b "/" : b " offers only " header[b] " to other folders, not " t)
     else
@@ -157,8 +173,38 @@ function node(f, label) {
     printf "  \"%s\" [label=\"%s\"%s];\n", f, label, f in header ? "" : ", color=red, fontcolor=red"
 }
 
+# Fails on each private header that the header folder f offers brings in,
+# through the includes among the files of f.
+function leaks(f,   q, head, tail, x, k, t, seen) {
+    q[tail = 1] = header[f]
+    seen[header[f]] = 1
+    for (head = 1; head <= tail; head++) {
+        x = q[head]
+        for (k = 1; k <= nedge[x]; k++) {
+            t = edge_to[x, k]
+            if (t in priv)
+                fail(edge_at[x, k], t " is private to " f ", and " header[f] \
+                     ", the header " f " offers, includes it" (x == header[f] ? "" : " through " x))
+            else if (!(t in seen)) {
+                seen[t] = 1
+                q[++tail] = t
+            }
+        }
+    }
+}
+
 END {
+    for (h in priv) {
+        f = folder_of(h)
+        if (!(f in header) || any[f] || header[f] == h || !(h in exists)) {
+            print rules ":" priv[h] ": private header " h " must be a file of a listed, checked " \
+                  "folder other than the header it offers" > "/dev/stderr"
+            nrules_bad++
+        }
+    }
     if (nrules_bad) exit 1
+    for (i = 1; i <= nf; i++)
+        if (!any[name[i]] && header[name[i]] != "-") leaks(name[i])
     if (mode == "dot") {
         print "// The folders of docs/arrows.txt and the #include arrows between them, as"
         print "// the code has them (label: how many includes). Red: against docs/arrows.txt."

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_arrows: .ci/check_arrows.sh fails, naming each file and line and the rule
 # broken, on includes planted into a copy of the sources (the real tree need
-# not be clean for this); passes a small tree that keeps docs/arrows.txt;
-# refuses a rules file whose arrow points up; and draws the arrows as DOT.
+# not be clean for this), a private header's among them; passes a small tree
+# that keeps docs/arrows.txt; refuses a rules file whose arrow points up or
+# whose private header is not there; and draws the arrows as DOT.
 #   tests/test_arrows.sh SOURCE_ROOT
 set -euo pipefail
 src=$(cd "${1:?usage: tests/test_arrows.sh SOURCE_ROOT}" && pwd)
@@ -38,6 +39,8 @@ plants=(
   'examples/gpt/gpt_run.c|#include "../../graph/graph.h"|examples may not include graph'
   'scheduler/plan.c|#include "memory/pool.h"|memory offers only memory/memory.h'
   'session/init.c|#include "dist/comm.h"|folder dist is not in docs/arrows.txt'
+  'offload/dpu.c|#include "scheduler/plan.h"|scheduler/plan.h is private to scheduler'
+  'scheduler/trace.h|#include "scheduler/plan.h"|scheduler/plan.h is private to scheduler, and scheduler/scheduler.h, the header scheduler offers, includes it through scheduler/trace.h'
 )
 mkdir -p "$copy/dist"
 echo '/* a folder docs/arrows.txt does not list */' >"$copy/dist/comm.h"
@@ -64,9 +67,12 @@ expect "the picture draws a planted arrow red" \
 # ---- a small tree that keeps the rules ----------------------------------------
 mini=$tmp/mini
 mkdir -p "$mini/docs" "$mini/include" "$mini/core" "$mini/graph" "$mini/kernels/cpu" \
-  "$mini/memory" "$mini/examples/ex" "$mini/tools" "$mini/tests" "$mini/build"
+  "$mini/memory" "$mini/scheduler" "$mini/examples/ex" "$mini/tools" "$mini/tests" "$mini/build"
 cp "$src/docs/arrows.txt" "$mini/docs/"
-touch "$mini/include/hetex.h" "$mini/kernels/cpu/optim.h" "$mini/memory/pool.h"
+touch "$mini/include/hetex.h" "$mini/kernels/cpu/optim.h" "$mini/memory/pool.h" \
+  "$mini/scheduler/scheduler.h"
+printf '#include "scheduler/scheduler.h"\n' >"$mini/scheduler/plan.h"
+printf '#include "plan.h"\n' >"$mini/scheduler/plan.c"
 printf '#include "hetex.h"\n' >"$mini/core/core.h"
 printf '#include "core/core.h"\n' >"$mini/graph/graph.h"
 printf '#include "graph/graph.h"\n#include <stdio.h>\n#include "cblas.h"\n' >"$mini/graph/graph.c"
@@ -74,7 +80,8 @@ printf '#include "optim.h"\n' >"$mini/kernels/cpu/hx_kernels.h"
 printf '#include "hetex.h"\n' >"$mini/examples/ex/ex.h"
 printf '#include "ex.h"\n' >"$mini/examples/ex/main.c"
 printf '#include <hetex.h>\n' >"$mini/tools/cli.c"
-printf '#include "graph/graph.h"\n#include "memory/pool.h"\n' >"$mini/tests/test_x.c"
+printf '#include "graph/graph.h"\n#include "memory/pool.h"\n#include "scheduler/plan.h"\n' \
+  >"$mini/tests/test_x.c"
 touch "$mini/build/CMakeCache.txt" # a build tree: not sources
 printf '#include "graph/graph.h"\n' >"$mini/build/gen.c"
 rc=0
@@ -92,6 +99,16 @@ rc=0
 expect "an arrow up in docs/arrows.txt fails (rc $rc)" test "$rc" = 1
 expect "the checker names the rules file's line" \
   has "$tmp/up.err" "docs/arrows.txt:$line: core may include graph, which is not listed above it"
+
+# ---- a rules file with a private header that is not there -------------------
+cp "$src/docs/arrows.txt" "$mini/docs/"
+echo 'private scheduler/gone.h' >>"$mini/docs/arrows.txt"
+line=$(wc -l <"$mini/docs/arrows.txt")
+rc=0
+"$check" "$mini" >/dev/null 2>"$tmp/gone.err" || rc=$?
+expect "a private header that is not there fails (rc $rc)" test "$rc" = 1
+expect "the checker names the rules file's line" \
+  has "$tmp/gone.err" "docs/arrows.txt:$line: private header scheduler/gone.h must be"
 
 echo "test_arrows: $((checks - failures)) passed, $failures failed"
 [ "$failures" = 0 ]
