@@ -236,7 +236,16 @@ int gpt_main(int argc, char **argv)
         gpt_text_free(&text);
         return 2;
     }
-    if (o.max_device_memory) gpt_plan_report(&o.model, &o.optim, &cfg);
+    /* The report's probes keep parameters on the device; with parameter
+     * offload configured (or $HX_OFFLOAD, which every session without an
+     * offload config reads) they would not, and sizes would be bounded by
+     * the host alone. */
+    const char *env_offload = getenv("HX_OFFLOAD");
+    if (o.max_device_memory && !o.offload_config && !(env_offload && *env_offload))
+        gpt_plan_report(&o.model, &o.optim, &cfg);
+    else if (o.max_device_memory)
+        printf("plan: no report of the largest model per offload mode: it assumes parameters "
+               "on the device, and parameter offload is configured\n");
 
     gpt_run r;
     size_t n_tok = (size_t)o.model.batch * o.model.context;
