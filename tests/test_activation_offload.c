@@ -63,21 +63,6 @@ static hx_session *train_ok(const deep_mlp *m, const hx_session_config *c, float
     return s;
 }
 
-static void same_params(hx_session *a, hx_session *b, const deep_mlp *m, const char *what)
-{
-    static float pa[B * B], pb[B * B]; /* the largest weight of both models (256 x 256) */
-    for (int l = 0; l < m->layers; l++) {
-        const hx_tensor *t[2] = {m->w[l], m->b[l]};
-        for (int j = 0; j < 2; j++) {
-            size_t n = hx_tensor_nbytes(t[j]);
-            CHECK(hx_session_read(a, t[j], pa, n) == HX_OK &&
-                      hx_session_read(b, t[j], pb, n) == HX_OK,
-                  "read: %s", hx_last_error());
-            CHECK(!memcmp(pa, pb, n), "%s: parameter '%s' differs", what, hx_tensor_name(t[j]));
-        }
-    }
-}
-
 static hx_offload_report report_of(hx_session *s, const char *what)
 {
     hx_offload_report r;
@@ -200,7 +185,7 @@ static void test_manual(const deep_mlp *m, hx_session *ref, const float *ref_los
         CHECK(!memcmp(loss, ref_loss, sizeof loss), "%s: losses %.9g %.9g vs %.9g %.9g", what,
               loss[0], loss[STEPS - 1], ref_loss[0], ref_loss[STEPS - 1]);
         CHECK(loss[STEPS - 1] < loss[0], "%s: loss %g -> %g", what, loss[0], loss[STEPS - 1]);
-        same_params(s, ref, m, what);
+        deep_mlp_check_same_params(s, ref, m, what);
         check_plan(s->last_plan, depth, what);
         hx_offload_report r = report_of(s, what);
         CHECK(!r.automatic && r.offload_activations == HX_OFFLOAD_CPU &&
@@ -254,7 +239,7 @@ static void test_auto(const deep_mlp *m, hx_session *ref, const float *ref_loss)
           r.predicted_peak, r.margin);
     CHECK(!memcmp(loss, ref_loss, sizeof loss), "auto, 1 MiB: losses %.9g vs %.9g",
           loss[STEPS - 1], ref_loss[STEPS - 1]);
-    same_params(s, ref, m, "auto, 1 MiB");
+    deep_mlp_check_same_params(s, ref, m, "auto, 1 MiB");
     check_plan(s->last_plan, r.prefetch_depth, "auto, 1 MiB");
     hx_session_free(s);
 }
@@ -283,7 +268,7 @@ static void test_auto_both(void)
                   r.measured_peak_reserved <= r.predicted_peak + r.margin,
               "wide, auto: measured %zu, predicted %zu", r.measured_peak_reserved, r.predicted_peak);
         CHECK(!memcmp(loss, ref_loss, sizeof loss), "wide, auto: losses differ");
-        same_params(s, ref, &m, "wide, auto");
+        deep_mlp_check_same_params(s, ref, &m, "wide, auto");
         hx_session_free(s);
     }
     hx_session_free(ref);
@@ -328,24 +313,45 @@ static void test_trace_labels(const deep_mlp *m)
     remove(path);
 }
 
-int main(void)
+/* The model and the uncapped run that every capped run must equal. */
+static deep_mlp mlp;
+static hx_session *reference;
+static float reference_loss[STEPS];
+
+static int setup(void)
 {
     test_rng r = test_rng_make(33);
     for (int k = 0; k < STEPS; k++) {
         test_fill_uniform(&r, xv[k], B * W, -1, 1);
         test_fill_uniform(&r, yv[k], B * W, -1, 1);
     }
-    deep_mlp m;
-    CHECK(deep_mlp_build(B, W, L, &m) == HX_OK, "build: %s", hx_last_error());
-    test_parse(&m);
-    float ref_loss[STEPS];
+    CHECK(deep_mlp_build(B, W, L, &mlp) == HX_OK, "build: %s", hx_last_error());
     hx_session_config rc = emu_config(0);
-    hx_session *ref = train_ok(&m, &rc, ref_loss, "uncapped");
-    if (ref) test_manual(&m, ref, ref_loss);
-    if (ref) test_auto(&m, ref, ref_loss);
-    test_auto_both();
-    test_trace_labels(&m);
-    hx_session_free(ref);
-    deep_mlp_free(&m);
-    return test_finish("activation_offload");
+    reference = train_ok(&mlp, &rc, reference_loss, "uncapped");
+    return 0;
+}
+
+static void teardown(void)
+{
+    hx_session_free(reference);
+    deep_mlp_free(&mlp);
+}
+
+static void case_parse(void) { test_parse(&mlp); }
+static void case_manual(void) { if (reference) test_manual(&mlp, reference, reference_loss); }
+static void case_auto(void) { if (reference) test_auto(&mlp, reference, reference_loss); }
+static void case_trace_labels(void) { test_trace_labels(&mlp); }
+
+static const test_case cases[] = {
+    {"parse", case_parse},
+    {"manual", case_manual},
+    {"auto", case_auto},
+    {"auto_both", test_auto_both},
+    {"trace_labels", case_trace_labels},
+};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "activation_offload", cases, TEST_COUNT(cases), &o);
 }

@@ -10,6 +10,7 @@
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
+#include "tmpdir.h"
 #include "session/session.h"
 #include "offload/offload_disk.h"
 #include "offload/disk_layout.h"
@@ -169,19 +170,22 @@ static void test_auto_disk(void)
     deep_mlp_free(&m);
 }
 
-int main(void)
+static int setup(void)
 {
     test_rng r = test_rng_make(11);
     for (int k = 0; k < STEPS; k++) {
         test_fill_uniform(&r, xv[k], B * W, -1, 1);
         test_fill_uniform(&r, yv[k], B * W, -0.5, 0.5);
     }
-    snprintf(dir, sizeof dir, "/tmp/hx-auto-disk-XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    test_auto_disk();
-    rmdir(dir);
-    return test_finish("auto_disk");
+    return test_make_tmpdir(dir, sizeof dir, "hx-auto-disk") ? 0 : 1;
+}
+
+static void teardown(void) { test_remove_tree(dir); }
+
+static const test_case cases[] = {{"auto_disk", test_auto_disk}};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "auto_disk", cases, TEST_COUNT(cases), &o);
 }

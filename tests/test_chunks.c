@@ -145,10 +145,13 @@ static void test_bad_input(void)
           p.waste_fraction == 0, "no parameters");
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"random_layouts", test_random_layouts},
+    {"gpt", test_gpt},
+    {"bad_input", test_bad_input},
+};
+
+int main(int argc, char **argv)
 {
-    test_random_layouts();
-    test_gpt();
-    test_bad_input();
-    return test_finish("test_chunks");
+    return test_main(argc, argv, "chunks", cases, TEST_COUNT(cases));
 }

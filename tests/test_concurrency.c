@@ -10,14 +10,13 @@
 #include "scheduler/plan.h" /* the plan's fields */
 #include "scheduler/scheduler.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 #include "trace_read.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 
 static hx_tensor *on(hx_tensor *t, hx_target tg)
 {
@@ -33,9 +32,7 @@ static hx_session *open_session(hx_graph *g, hx_accelerator acc, int threads, hx
     c.n_threads = threads;
     c.emu_cost = cost;
     c.trace_path = trace;
-    hx_session *s = NULL;
-    OK(hx_session_create(g, &c, &s));
-    return s;
+    return test_session_with(g, &c, "session");
 }
 
 static const hx_emu_cost no_cost = {0, 0, 0};
@@ -655,15 +652,18 @@ static void test_many_runs(void)
     hx_graph_free(g);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"overlap", test_overlap},
+    {"lane_errors", test_lane_errors},
+    {"device_oom", test_device_oom},
+    {"bitwise", test_bitwise},
+    {"thread_count_bits", test_thread_count_bits},
+    {"device_scan", test_device_scan},
+    {"device_feeds", test_device_feeds},
+    {"many_runs", test_many_runs},
+};
+
+int main(int argc, char **argv)
 {
-    test_overlap();
-    test_lane_errors();
-    test_device_oom();
-    test_bitwise();
-    test_thread_count_bits();
-    test_device_scan();
-    test_device_feeds();
-    test_many_runs();
-    return test_finish("concurrency");
+    return test_main(argc, argv, "concurrency", cases, TEST_COUNT(cases));
 }

@@ -183,18 +183,27 @@ static void check_kernels_fail_cleanly(void)
 }
 #endif
 
-int main(void)
+static int setup(void)
 {
     const char *why = NULL;
     if (hx__cuda_device_count(&why) > 0) {
         printf("a CUDA device is present: skipped (tests/gpu covers machines with one)\n");
-        return 77;
+        return TEST_SKIPPED;
     }
     printf("no usable CUDA device: %s\n", why);
-    check_choice();
+    return 0;
+}
+
+static const test_case cases[] = {
+    {"choice", check_choice},
 #ifdef HX_HAVE_CUDA
-    check_kernel_table();
-    check_kernels_fail_cleanly();
+    {"kernel_table", check_kernel_table},
+    {"kernels_fail_cleanly", check_kernels_fail_cleanly},
 #endif
-    return test_finish("cuda_absent");
+};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.setup = setup};
+    return test_main_with(argc, argv, "cuda_absent", cases, TEST_COUNT(cases), &o);
 }

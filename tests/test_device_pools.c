@@ -295,10 +295,13 @@ static void test_memtrace(void)
     hx_graph_free(m.g);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"stats_segments_oom", test_stats_segments_oom},
+    {"memtrace", test_memtrace},
+};
+
+int main(int argc, char **argv)
 {
     make_data();
-    test_stats_segments_oom();
-    test_memtrace();
-    return test_finish("device_pools");
+    return test_main(argc, argv, "device_pools", cases, TEST_COUNT(cases));
 }

@@ -6,6 +6,7 @@
  * writes in flight together, each with its own result. */
 #include "memory/disk_tier.h"
 #include "testutil.h"
+#include "tmpdir.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ static hx_disk_tier *make(const char *path, hx_disk_engine e, hx_mem_err *err)
     hx_disk_tier *t = NULL;
     hx_status st = hx_disk_tier_create(&c, &t, err);
     if (st == HX_ERR_UNSUPPORTED && strstr(err->msg, "not built in")) {
-        fprintf(stderr, "note: %s\n", err->msg); /* a build without that library */
+        test_skip(err->msg); /* a build without that library */
         return NULL;
     }
     CHECK(st == HX_OK, "create (%s): %s", hx__aio_name(e), err->msg);
@@ -212,19 +213,26 @@ static void test_batch(hx_disk_engine e, uint64_t seed)
     free(d);
 }
 
-int main(void)
+static void engine_uring(void) { test_engine(HX_DISK_ENGINE_URING, 1); }
+static void engine_aio(void) { test_engine(HX_DISK_ENGINE_AIO, 2); }
+static void engine_sync(void) { test_engine(HX_DISK_ENGINE_SYNC, 3); }
+static void batch_uring(void) { test_batch(HX_DISK_ENGINE_URING, 4); }
+static void batch_sync(void) { test_batch(HX_DISK_ENGINE_SYNC, 5); }
+
+static int setup(void) { return test_make_tmpdir(dir, sizeof dir, "hx_test_disk") ? 0 : 1; }
+static void teardown(void) { test_remove_tree(dir); }
+
+static const test_case cases[] = {
+    {"engine_uring", engine_uring},
+    {"engine_aio", engine_aio},
+    {"engine_sync", engine_sync},
+    {"fallbacks", test_fallbacks},
+    {"batch_uring", batch_uring},
+    {"batch_sync", batch_sync},
+};
+
+int main(int argc, char **argv)
 {
-    snprintf(dir, sizeof dir, "/tmp/hx_test_disk_XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    test_engine(HX_DISK_ENGINE_URING, 1);
-    test_engine(HX_DISK_ENGINE_AIO, 2);
-    test_engine(HX_DISK_ENGINE_SYNC, 3);
-    test_fallbacks();
-    test_batch(HX_DISK_ENGINE_URING, 4);
-    test_batch(HX_DISK_ENGINE_SYNC, 5);
-    rmdir(dir);
-    return test_finish("test_disk_tier");
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "disk_tier", cases, TEST_COUNT(cases), &o);
 }

@@ -6,6 +6,7 @@
  * updates in step; reads and checkpoints see the landed update. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -13,7 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 enum { N = 2000, STEPS = 9 };
 static const double LR = 0.05;
 
@@ -179,10 +179,13 @@ static void test_checkpoint_lands_the_update(void)
     drop(&m2);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"against_schedule", test_against_schedule},
+    {"master_read_updates_in_step", test_master_read_updates_in_step},
+    {"checkpoint_lands_the_update", test_checkpoint_lands_the_update},
+};
+
+int main(int argc, char **argv)
 {
-    test_against_schedule();
-    test_master_read_updates_in_step();
-    test_checkpoint_lands_the_update();
-    return test_finish("dpu");
+    return test_main(argc, argv, "dpu", cases, TEST_COUNT(cases));
 }

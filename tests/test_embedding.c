@@ -616,25 +616,30 @@ static void shares(void)
     free(dout);
 }
 
-int main(void)
+/* The lookup sweep over a fresh f32 table of rows x dim. */
+static void sweep_f32(int64_t rows, int64_t dim, uint64_t seed, const char *what)
 {
-    hx_emb_table *t = make_table(5000, 19, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, 7);
-    if (t) {
-        double *tab = table_values(t);
-        sweep(t, tab, "f32 dim 19");
-        free(tab);
-        hx_emb_table_free(t);
-    }
-    t = make_table(4000, 64, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, 8);
-    if (t) {
-        double *tab = table_values(t);
-        sweep(t, tab, "f32 dim 64");
-        free(tab);
-        hx_emb_table_free(t);
-    }
-    storage_and_lazy();
-    bad_ids();
-    wide_keys();
-    shares();
-    return test_finish("embedding");
+    hx_emb_table *t = make_table(rows, dim, HX_DTYPE_F32, 0, HX_EMB_OOB_ERROR, seed);
+    if (!t) return;
+    double *tab = table_values(t);
+    sweep(t, tab, what);
+    free(tab);
+    hx_emb_table_free(t);
+}
+
+static void sweep_dim19(void) { sweep_f32(5000, 19, 7, "f32 dim 19"); }
+static void sweep_dim64(void) { sweep_f32(4000, 64, 8, "f32 dim 64"); }
+
+static const test_case cases[] = {
+    {"sweep_dim19", sweep_dim19},
+    {"sweep_dim64", sweep_dim64},
+    {"storage_and_lazy", storage_and_lazy},
+    {"bad_ids", bad_ids},
+    {"wide_keys", wide_keys},
+    {"shares", shares},
+};
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, "embedding", cases, TEST_COUNT(cases));
 }

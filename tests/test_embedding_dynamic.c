@@ -323,14 +323,17 @@ static void dynamic_table(void)
     hx_emb_table_free(fixed);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"insertion", insertion},
+    {"frequency", frequency},
+    {"expiry", expiry},
+    {"full", full},
+    {"growth", growth},
+    {"hashing", hashing},
+    {"dynamic_table", dynamic_table},
+};
+
+int main(int argc, char **argv)
 {
-    insertion();
-    frequency();
-    expiry();
-    full();
-    growth();
-    hashing();
-    dynamic_table();
-    return test_finish("embedding");
+    return test_main(argc, argv, "embedding_dynamic", cases, TEST_COUNT(cases));
 }

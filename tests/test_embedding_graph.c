@@ -6,6 +6,7 @@
  * and thread counts. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include "embedding/embedding.h"
 #include "graph/graph.h"
@@ -15,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 
 /* backing: NULL, or a file to hold the table (removed at once: the mapping keeps it). */
 static hx_embedding_table *make_table_in(const char *name, int64_t rows, int64_t dim,
@@ -65,16 +64,6 @@ static bool same_storage(const hx_embedding_table *a, const hx_embedding_table *
         if (ra->bytes != rb->bytes || (ra->bytes && memcmp(ra->ptr, rb->ptr, ra->bytes))) return false;
     }
     return true;
-}
-
-static hx_session *session(hx_graph *g, hx_accelerator acc, int threads)
-{
-    hx_session_config cfg = hx_session_config_default();
-    cfg.accelerator = acc;
-    cfg.n_threads = threads;
-    hx_session *s = NULL;
-    OK(hx_session_create(g, &cfg, &s));
-    return s;
 }
 
 static hx_tensor *ids_input(hx_graph *g, const char *name, hx_dtype dt, int64_t n)
@@ -220,7 +209,7 @@ static void test_forward(hx_dtype idt, hx_dtype storage)
     CHECK(outs[NC] && hx_tensor_ndim(outs[NC]) == 3 && hx_tensor_dim(outs[NC], 2) == FD, "lookup shape");
     for (int i = 0; i < 24; i++) lids[i] = (int64_t)(test_rng_u64(&r) % 5); /* duplicates */
 
-    hx_session *s = session(g, HX_ACCELERATOR_NONE, 2);
+    hx_session *s = test_session(g, HX_ACCELERATOR_NONE, 2);
     if (s) {
         char idbuf[NC][2][(4 * FBAGS + 1) * 8], lbuf[24 * 8];
         hx_feed feeds[3 * NC + 1];
@@ -319,7 +308,7 @@ static void test_gradients(void)
     OK(hx_graph_backward(g, loss));
     hx_optimizer_config dense = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
     OK(hx_graph_apply_optimizer(g, NULL, &dense));
-    hx_session *s = session(g, HX_ACCELERATOR_NONE, 1);
+    hx_session *s = test_session(g, HX_ACCELERATOR_NONE, 1);
     if (!s) goto out;
     hx_feed feeds[3 * NC + 1];
     int nf = 0;
@@ -437,7 +426,7 @@ static void test_wide_deep(void)
     hx_optimizer_config adam = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
     adam.lr = 0.01;
     OK(hx_graph_apply_optimizer(g, NULL, &adam));
-    hx_session *s = session(g, HX_ACCELERATOR_EMU, 2);
+    hx_session *s = test_session(g, HX_ACCELERATOR_EMU, 2);
     if (!s) goto out;
     int64_t idv[WB * WF], offv[WB];
     float yv[WB], l, first = 0, last = 0;
@@ -508,7 +497,7 @@ static void test_bitwise(hx_embedding_optimizer_kind kind, bool twice, hx_dtype 
     OK(hx_graph_backward(g, loss));
     hx_optimizer_config dense = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
     OK(hx_graph_apply_optimizer(g, NULL, &dense));
-    hx_session *s = session(g, HX_ACCELERATOR_NONE, 2);
+    hx_session *s = test_session(g, HX_ACCELERATOR_NONE, 2);
     if (!s) goto out;
     for (int step = 1; step <= BSTEPS; step++) {
         int64_t idv[BN], offv[BBAGS + 1];
@@ -741,7 +730,7 @@ static hx_status lookup_run(hx_embedding_table *t, const int64_t *ids, bool trai
         hx_optimizer_config dense = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
         OK(hx_graph_apply_optimizer(g, NULL, &dense));
     }
-    hx_session *s = session(g, HX_ACCELERATOR_NONE, 1);
+    hx_session *s = test_session(g, HX_ACCELERATOR_NONE, 1);
     hx_feed f = {.tensor = x, .data = ids, .bytes = 8 * IN};
     hx_fetch o = {.tensor = e, .data = out, .bytes = 4 * IN * ID};
     hx_status st = s ? hx_session_run(s, &f, 1, &o, 1, train ? HX_RUN_TRAIN : 0) : HX_ERR_INTERNAL;
@@ -861,7 +850,7 @@ static void test_dynamic_training(void)
     OK(hx_graph_backward(g, hx_reduce_sum(g, hx_embedding_lookup(g, t, ids), 0, NULL, false)));
     hx_optimizer_config dense = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
     OK(hx_graph_apply_optimizer(g, NULL, &dense));
-    hx_session *s = session(g, HX_ACCELERATOR_NONE, 1);
+    hx_session *s = test_session(g, HX_ACCELERATOR_NONE, 1);
     /* step 1: id 500 seen twice (min_count 2: it gets a row); steps 2..4: id 9 */
     int64_t batches[4][2] = {{500, 500}, {9, -1}, {9, -1}, {9, -1}}, rows_after[4];
     hx_embedding_stats st;
@@ -898,7 +887,7 @@ static hx_embedding_table *train_threads(int threads)
     OK(hx_graph_backward(g, hx_reduce_sum(g, hx_mul(g, e, e), 0, NULL, false)));
     hx_optimizer_config dense = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
     OK(hx_graph_apply_optimizer(g, NULL, &dense));
-    hx_session *s = session(g, HX_ACCELERATOR_NONE, threads);
+    hx_session *s = test_session(g, HX_ACCELERATOR_NONE, threads);
     static int64_t idv[TN], offv[TB];
     for (int step = 0; s && step < 3; step++) {
         for (int j = 0; j < TN; j++) idv[j] = (int64_t)(test_rng_u64(&r) % (j % 2 ? 300 : TR));
@@ -930,7 +919,7 @@ static void test_placement(void)
     hx_tensor *e = hx_embedding_lookup(g, t, ids); /* the scope does not move it off the host */
     hx_tensor *y = hx_relu(g, e);
     OK(hx_graph_pop_target(g));
-    hx_session *s = session(g, HX_ACCELERATOR_EMU, 1);
+    hx_session *s = test_session(g, HX_ACCELERATOR_EMU, 1);
     hx_placement_stats ps;
     if (s) {
         int32_t iv[3] = {7, 0, 7};
@@ -963,23 +952,42 @@ static void test_placement(void)
     OK(hx_embedding_table_free(t));
 }
 
-int main(void)
+static void forward_i32_f32(void) { test_forward(HX_DTYPE_I32, HX_DTYPE_F32); }
+static void forward_i64_f32(void) { test_forward(HX_DTYPE_I64, HX_DTYPE_F32); }
+static void forward_i64_bf16(void) { test_forward(HX_DTYPE_I64, HX_DTYPE_BF16); }
+
+/* One optimizer: once, twice, and twice in bf16. */
+static void bitwise(hx_embedding_optimizer_kind kind)
 {
-    test_forward(HX_DTYPE_I32, HX_DTYPE_F32);
-    test_forward(HX_DTYPE_I64, HX_DTYPE_F32);
-    test_forward(HX_DTYPE_I64, HX_DTYPE_BF16);
-    test_gradients();
-    test_wide_deep();
-    for (int k = HX_EMBEDDING_OPTIMIZER_LAZY_ADAM; k <= HX_EMBEDDING_OPTIMIZER_FTRL; k++) {
-        test_bitwise((hx_embedding_optimizer_kind)k, false, HX_DTYPE_F32);
-        test_bitwise((hx_embedding_optimizer_kind)k, true, HX_DTYPE_F32);
-        test_bitwise((hx_embedding_optimizer_kind)k, true, HX_DTYPE_BF16);
-    }
-    test_nonfinite();
-    test_lifetime_and_errors();
-    test_ids();
-    test_dynamic_training();
-    test_threads();
-    test_placement();
-    return test_finish("test_embedding_graph");
+    test_bitwise(kind, false, HX_DTYPE_F32);
+    test_bitwise(kind, true, HX_DTYPE_F32);
+    test_bitwise(kind, true, HX_DTYPE_BF16);
+}
+
+static void bitwise_lazy_adam(void) { bitwise(HX_EMBEDDING_OPTIMIZER_LAZY_ADAM); }
+static void bitwise_adagrad(void) { bitwise(HX_EMBEDDING_OPTIMIZER_ADAGRAD); }
+static void bitwise_row_adagrad(void) { bitwise(HX_EMBEDDING_OPTIMIZER_ROW_ADAGRAD); }
+static void bitwise_ftrl(void) { bitwise(HX_EMBEDDING_OPTIMIZER_FTRL); }
+
+static const test_case cases[] = {
+    {"forward_i32_f32", forward_i32_f32},
+    {"forward_i64_f32", forward_i64_f32},
+    {"forward_i64_bf16", forward_i64_bf16},
+    {"gradients", test_gradients},
+    {"wide_deep", test_wide_deep},
+    {"bitwise_lazy_adam", bitwise_lazy_adam},
+    {"bitwise_adagrad", bitwise_adagrad},
+    {"bitwise_row_adagrad", bitwise_row_adagrad},
+    {"bitwise_ftrl", bitwise_ftrl},
+    {"nonfinite", test_nonfinite},
+    {"lifetime_and_errors", test_lifetime_and_errors},
+    {"ids", test_ids},
+    {"dynamic_training", test_dynamic_training},
+    {"threads", test_threads},
+    {"placement", test_placement},
+};
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, "embedding_graph", cases, TEST_COUNT(cases));
 }

@@ -13,6 +13,7 @@
 
 #include "embedding/embedding.h"
 #include "tests/util/testutil.h"
+#include "tests/util/tmpdir.h"
 
 static char dir[64];
 
@@ -193,7 +194,7 @@ static void bad_files(void)
     const char *good = path_of("good.bin");
     hx_emb_err err;
     CHECK(hx_emb_table_save(a, good, &err) == HX_OK, "save: %s", err.msg);
-    long n;
+    long n = 0;
     unsigned char *bytes = slurp(good, &n);
     /* Params 1.2 MB and state: more than one block per section. */
     CHECK(bytes && n > 3 * (1 << 20), "file size %ld", n);
@@ -296,16 +297,17 @@ static void backing_file(void)
     CHECK(hx_emb_local_create(&c, &t, &err) == HX_ERR_IO && !t, "backing file in a missing dir: %s", err.msg);
 }
 
-int main(void)
+static int setup(void) { return test_make_tmpdir(dir, sizeof dir, "hx_emb_io") ? 0 : 1; }
+static void teardown(void) { test_remove_tree(dir); }
+
+static const test_case cases[] = {
+    {"round_trips", round_trips},
+    {"bad_files", bad_files},
+    {"backing_file", backing_file},
+};
+
+int main(int argc, char **argv)
 {
-    snprintf(dir, sizeof dir, "/tmp/hx_emb_io_XXXXXX");
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "cannot make a temporary directory\n");
-        return 1;
-    }
-    round_trips();
-    bad_files();
-    backing_file();
-    rmdir(dir);
-    return test_finish("embedding");
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "embedding_io", cases, TEST_COUNT(cases), &o);
 }

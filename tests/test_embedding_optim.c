@@ -422,43 +422,84 @@ static void edges(void)
     hx_emb_table_free(u);
 }
 
-int main(void)
+/* The optimizers' settings, one case each. */
+static hx_emb_optim lazy_adam_of(double weight_decay)
 {
-    hx_emb_optim adam = hx_emb_optim_default(HX_EMB_OPTIM_LAZY_ADAM);
-    adam.lr = 0.01;
-    hx_emb_optim adam_wd = adam;
-    adam_wd.weight_decay = 0.01;
-    hx_emb_optim ada = hx_emb_optim_default(HX_EMB_OPTIM_ADAGRAD);
-    ada.lr = 0.05;
-    ada.lr_decay = 0.01;
-    ada.initial_accumulator = 0.1;
-    hx_emb_optim rada = ada;
-    rada.kind = HX_EMB_OPTIM_ROW_ADAGRAD;
-    rada.weight_decay = 0.001;
-    hx_emb_optim ftrl = hx_emb_optim_default(HX_EMB_OPTIM_FTRL);
-    ftrl.lr = 0.05;
-    ftrl.l1 = 0.001;
-    ftrl.l2 = 0.01;
-    hx_emb_optim ftrl_s = ftrl;
-    ftrl_s.l2_shrinkage = 0.01;
-    ftrl_s.l1 = 0.0;
-    const struct {
-        const char *name;
-        hx_emb_optim *o;
-    } cases[] = {{"LazyAdam", &adam}, {"LazyAdam wd", &adam_wd}, {"Adagrad", &ada},
-                 {"row-wise Adagrad", &rada}, {"FTRL", &ftrl}, {"FTRL shrinkage", &ftrl_s}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        run_optimizer(cases[i].name, cases[i].o, 3000, 19, HX_DTYPE_F32);
-        run_optimizer(cases[i].name, cases[i].o, 2000, 64, HX_DTYPE_F32);
-    }
+    hx_emb_optim o = hx_emb_optim_default(HX_EMB_OPTIM_LAZY_ADAM);
+    o.lr = 0.01;
+    o.weight_decay = weight_decay;
+    return o;
+}
+
+static hx_emb_optim adagrad_of(hx_emb_optim_kind kind, double weight_decay)
+{
+    hx_emb_optim o = hx_emb_optim_default(HX_EMB_OPTIM_ADAGRAD);
+    o.lr = 0.05;
+    o.lr_decay = 0.01;
+    o.initial_accumulator = 0.1;
+    o.kind = kind;
+    o.weight_decay = weight_decay;
+    return o;
+}
+
+static hx_emb_optim ftrl_of(double l1, double l2_shrinkage)
+{
+    hx_emb_optim o = hx_emb_optim_default(HX_EMB_OPTIM_FTRL);
+    o.lr = 0.05;
+    o.l1 = l1;
+    o.l2 = 0.01;
+    o.l2_shrinkage = l2_shrinkage;
+    return o;
+}
+
+/* Dims 19 and 64 in f32. */
+static void both_dims(const char *name, hx_emb_optim o)
+{
+    run_optimizer(name, &o, 3000, 19, HX_DTYPE_F32);
+    run_optimizer(name, &o, 2000, 64, HX_DTYPE_F32);
+}
+
+static void lazy_adam(void) { both_dims("LazyAdam", lazy_adam_of(0.0)); }
+static void lazy_adam_wd(void) { both_dims("LazyAdam wd", lazy_adam_of(0.01)); }
+static void adagrad(void) { both_dims("Adagrad", adagrad_of(HX_EMB_OPTIM_ADAGRAD, 0.0)); }
+static void row_adagrad(void)
+{
+    both_dims("row-wise Adagrad", adagrad_of(HX_EMB_OPTIM_ROW_ADAGRAD, 0.001));
+}
+static void ftrl(void) { both_dims("FTRL", ftrl_of(0.001, 0.0)); }
+static void ftrl_shrinkage(void) { both_dims("FTRL shrinkage", ftrl_of(0.0, 0.01)); }
+
+static void half_tables(void)
+{
+    hx_emb_optim adam = lazy_adam_of(0.0), ftrl = ftrl_of(0.001, 0.0),
+                 rada = adagrad_of(HX_EMB_OPTIM_ROW_ADAGRAD, 0.001);
     run_optimizer("LazyAdam", &adam, 2000, 24, HX_DTYPE_F16);
     run_optimizer("LazyAdam", &adam, 2000, 24, HX_DTYPE_BF16);
     run_optimizer("FTRL", &ftrl, 2000, 24, HX_DTYPE_BF16);
     run_optimizer("row-wise Adagrad", &rada, 2000, 24, HX_DTYPE_F16);
-    edges();
+}
+
+static void report_ulps(void)
+{
     for (int k = 1; k < 5; k++)
         fprintf(stderr, "test_embedding_optim: %s within %.1f/%.1f/%.1f ulps of the reference (bounds %.0f/%.0f/%.0f)\n",
                 hx_emb_optim_name((hx_emb_optim_kind)k), ulps_seen[k][0], ulps_seen[k][1], ulps_seen[k][2],
                 ULPS[k][0], ULPS[k][1], ULPS[k][2]);
-    return test_finish("embedding");
+}
+
+static const test_case cases[] = {
+    {"lazy_adam", lazy_adam},
+    {"lazy_adam_wd", lazy_adam_wd},
+    {"adagrad", adagrad},
+    {"row_adagrad", row_adagrad},
+    {"ftrl", ftrl},
+    {"ftrl_shrinkage", ftrl_shrinkage},
+    {"half_tables", half_tables},
+    {"edges", edges},
+};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.teardown = report_ulps};
+    return test_main_with(argc, argv, "embedding_optim", cases, TEST_COUNT(cases), &o);
 }

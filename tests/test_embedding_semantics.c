@@ -12,11 +12,10 @@
  *   errors; hx_embedding_stats.last_step. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <string.h>
-
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 
 enum { ROWS = 6, DIM = 2 };
 
@@ -48,16 +47,6 @@ static hx_embedding_table *table(const char *name, hx_embedding_ids ids, hx_embe
     return t;
 }
 
-static hx_session *cpu_session(hx_graph *g)
-{
-    hx_session_config sc = hx_session_config_default();
-    sc.accelerator = HX_ACCELERATOR_NONE;
-    sc.n_threads = 1;
-    hx_session *s = NULL;
-    OK(hx_session_create(g, &sc, &s));
-    return s;
-}
-
 /* One bag of ids {a, b, c} with `flags` and padding_id: its output. */
 static bool bag_of(hx_embedding_table *t, hx_embedding_bag_mode mode, unsigned flags, int64_t pad,
                    const int64_t ids3[3], float out[DIM])
@@ -67,7 +56,7 @@ static bool bag_of(hx_embedding_table *t, hx_embedding_bag_mode mode, unsigned f
     hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
     hx_tensor *off = hx_graph_input(g, "off", HX_DTYPE_I64, 1, &one);
     hx_tensor *e = hx_embedding_bag(g, t, ids, off, NULL, mode, flags, pad);
-    hx_session *s = e ? cpu_session(g) : NULL;
+    hx_session *s = e ? test_session(g, HX_ACCELERATOR_NONE, 1) : NULL;
     hx_feed f[2] = {{"ids", NULL, ids3, 3 * sizeof(int64_t)}, {"off", NULL, &zero, sizeof zero}};
     hx_fetch fe = {NULL, e, out, DIM * sizeof(float)};
     bool ok = s && hx_session_run(s, f, 2, &fe, 1, 0) == HX_OK;
@@ -154,7 +143,7 @@ static void train(hx_embedding_table *t, int steps)
     OK(hx_graph_backward(g, hx_reduce_sum(g, hx_mul(g, e, x), 0, NULL, false)));
     hx_optimizer_config unused = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
     OK(hx_graph_apply_optimizer(g, NULL, &unused));
-    hx_session *s = cpu_session(g);
+    hx_session *s = test_session(g, HX_ACCELERATOR_NONE, 1);
     for (int k = 1; k <= steps && s; k++) {
         int64_t iv[3] = {1, k == 1 ? 2 : 4, 5}, zero = 0;
         float xv[DIM] = {0.5f, -0.25f};
@@ -254,10 +243,13 @@ static void test_state(void)
     }
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"padding_rows", test_padding_rows},
+    {"padding_modulo", test_padding_modulo},
+    {"state", test_state},
+};
+
+int main(int argc, char **argv)
 {
-    test_padding_rows();
-    test_padding_modulo();
-    test_state();
-    return test_finish("embedding_semantics");
+    return test_main(argc, argv, "embedding_semantics", cases, TEST_COUNT(cases));
 }

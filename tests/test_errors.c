@@ -5,6 +5,7 @@
  * tensor) or a valid run succeeds. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -16,17 +17,16 @@
 
 #define S(...) ((const int64_t[]){__VA_ARGS__})
 
+/* A check (counted as CHECK's are) at the caller's line; a failure also
+ * shows the library's last error. */
 static void report(int line, bool ok, const char *fmt, ...)
 {
-    hx_test_checks++;
-    if (ok) return;
-    hx_test_failures++;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, line);
-    vfprintf(stderr, fmt, ap);
+    bool passed = test_vcheck(ok, __FILE__, line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n    last error: \"%s\"\n", hx_last_error() ? hx_last_error() : "(null)");
+    if (!passed)
+        fprintf(stderr, "    last error: \"%s\"\n", hx_last_error() ? hx_last_error() : "(null)");
 }
 
 /* The message is non-empty and contains every string of subs. */
@@ -104,10 +104,7 @@ static hx_session *session(hx_graph *g)
 {
     hx_session_config cfg = hx_session_config_default();
     cfg.n_threads = 1;
-    hx_session *s = NULL;
-    hx_status st = hx_session_create(g, &cfg, &s);
-    report(__LINE__, st == HX_OK && s, "hx_session_create: %s", hx_status_name(st));
-    return st == HX_OK ? s : NULL;
+    return test_session_with(g, &cfg, "session");
 }
 
 /* ---- errors when ops are added -------------------------------------------------------- */
@@ -755,13 +752,21 @@ static void test_messages(void)
     hx_graph_free(g);
 }
 
-int main(void)
+static void test_last_error_before_any_failure(void)
 {
     report(__LINE__, hx_last_error() && hx_last_error()[0] == 0, "hx_last_error before any failure");
-    test_messages();
-    test_build_errors();
-    test_backward_errors();
-    test_run_errors();
-    test_failed_train_step();
-    return test_finish("errors");
+}
+
+static const test_case cases[] = {
+    {"last_error_before_any_failure", test_last_error_before_any_failure},
+    {"messages", test_messages},
+    {"build_errors", test_build_errors},
+    {"backward_errors", test_backward_errors},
+    {"run_errors", test_run_errors},
+    {"failed_train_step", test_failed_train_step},
+};
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, "errors", cases, TEST_COUNT(cases));
 }

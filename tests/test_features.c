@@ -404,11 +404,14 @@ static void test_errors(void)
     hx_features_free(NULL);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"columns", test_columns},
+    {"quantile_sample", test_quantile_sample},
+    {"adult_features", test_adult_features},
+    {"errors", test_errors},
+};
+
+int main(int argc, char **argv)
 {
-    test_columns();
-    test_quantile_sample();
-    test_adult_features();
-    test_errors();
-    return test_finish("features");
+    return test_main(argc, argv, "features", cases, TEST_COUNT(cases));
 }

@@ -7,13 +7,13 @@
  * learning-rate schedule. A tiny model on random tokens keeps it fast. */
 #include "examples/gpt/gpt.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 enum { DPU_WARMUP = 10 }; /* steps before the delayed update starts */
 
 static const gpt_config TINY = {.vocab = 32, .layers = 1, .heads = 2, .width = 32,
@@ -326,13 +326,16 @@ static void test_lr_schedule(void)
         CHECK(gpt_lr_scale(&o, t, 110) <= gpt_lr_scale(&o, t - 1, 110), "decay rises at %d", t);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"lr_schedule", test_lr_schedule},
+    {"offload_bitwise_f32", test_offload_bitwise_f32},
+    {"bf16_curves", test_bf16_curves},
+    {"param_offload_bitwise", test_param_offload_bitwise},
+    {"dpu", test_dpu},
+    {"cap", test_cap},
+};
+
+int main(int argc, char **argv)
 {
-    test_lr_schedule();
-    test_offload_bitwise_f32();
-    test_bf16_curves();
-    test_param_offload_bitwise();
-    test_dpu();
-    test_cap();
-    return test_finish("gpt");
+    return test_main(argc, argv, "gpt", cases, TEST_COUNT(cases));
 }

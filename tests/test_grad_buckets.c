@@ -5,6 +5,7 @@
  * bitwise the same whatever the bucket size. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 #include "trace_read.h"
 
 #include <math.h>
@@ -13,7 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 enum { B = 8, C = 64, LAYERS = 6 };
 
 typedef struct model {
@@ -94,7 +94,9 @@ static timing step(size_t bucket, float *w_after)
     return tm;
 }
 
-int main(void)
+/* A bucket per gradient against one for all: when the copies leave, and the
+ * same parameters either way. */
+static void test_bucket_size(void)
 {
     static float w_one[LAYERS * C * C], w_all[LAYERS * C * C];
     /* a bucket per gradient: the first copies leave while backward runs */
@@ -113,5 +115,11 @@ int main(void)
     CHECK(all.first_grad_copy >= all.backward_end, "with one bucket a copy started %.1f ms "
           "before backward ended", (all.backward_end - all.first_grad_copy) * 1e-3);
     CHECK(!memcmp(w_one, w_all, sizeof w_one), "the bucket size changed the updated params");
-    return test_finish("grad_buckets");
+}
+
+static const test_case cases[] = {{"bucket_size", test_bucket_size}};
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, "grad_buckets", cases, TEST_COUNT(cases));
 }

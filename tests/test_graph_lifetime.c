@@ -6,12 +6,12 @@
  * sanitizer build). */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 #define S(...) ((const int64_t[]){__VA_ARGS__})
 
 enum { BATCH = 4, ROWS = 8, DIM = 3, CLASSES = 2, STEPS = 3 };
@@ -49,11 +49,9 @@ static model build(void)
 
 static hx_session *session(hx_graph *g)
 {
-    hx_session *s = NULL;
     hx_session_config cfg = hx_session_config_default();
     cfg.seed = 3;
-    OK(hx_session_create(g, &cfg, &s));
-    return s;
+    return test_session_with(g, &cfg, "session");
 }
 
 /* One training step; the loss through the tensor handle. */
@@ -127,9 +125,12 @@ static void test_last_session_frees_the_graph(void)
     OK(hx_embedding_table_free(m.table));
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"free_graph_before_session", test_free_graph_before_session},
+    {"last_session_frees_the_graph", test_last_session_frees_the_graph},
+};
+
+int main(int argc, char **argv)
 {
-    test_free_graph_before_session();
-    test_last_session_frees_the_graph();
-    return test_finish("test_graph_lifetime");
+    return test_main(argc, argv, "graph_lifetime", cases, TEST_COUNT(cases));
 }

@@ -17,6 +17,7 @@
 #include "hetex.h"
 #include "backend_cases.h" /* bs_get / bs_put: host f16 and bf16 values */
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -390,10 +391,7 @@ static hx_session *open_session(hx_graph *g, hx_accelerator acc, int threads, co
     hx_session_config cfg = hx_session_config_default();
     cfg.n_threads = threads;
     cfg.accelerator = acc;
-    hx_session *s = NULL;
-    hx_status st = hx_session_create(g, &cfg, &s);
-    CHECK(st == HX_OK, "%s: hx_session_create: %s: %s", what, hx_status_name(st), hx_last_error());
-    return st == HX_OK ? s : NULL;
+    return test_session_with(g, &cfg, what);
 }
 
 static hx_tensor *ids_leaf(hx_graph *g, const hcase *c, const data *d, bool input)
@@ -936,16 +934,28 @@ static void test_bf16_threads(void)
     free(X);
 }
 
+static void dropout_f16(void) { test_dropout(HX_DTYPE_F16); }
+static void dropout_bf16(void) { test_dropout(HX_DTYPE_BF16); }
+
+static int flag(int argc, char **argv, int i)
+{
+    return !strcmp(argv[i], "--verbose") ? (verbose = true, 1) : 0;
+}
+
+static const test_case named_cases[] = {
+    {"ops", test_ops},
+    {"dropout_f16", dropout_f16},
+    {"dropout_bf16", dropout_bf16},
+    {"mixed_dtypes", test_mixed_dtypes},
+    {"cast_chain", test_cast_chain},
+    {"mlp_bf16_vs_f32", test_mlp_bf16_vs_f32},
+    {"bf16_threads", test_bf16_threads},
+};
+
 int main(int argc, char **argv)
 {
-    verbose = argc > 1 && !strcmp(argv[1], "--verbose");
     rng = test_rng_make(20261122);
-    test_ops();
-    test_dropout(HX_DTYPE_F16);
-    test_dropout(HX_DTYPE_BF16);
-    test_mixed_dtypes();
-    test_cast_chain();
-    test_mlp_bf16_vs_f32();
-    test_bf16_threads();
-    return test_finish("test_half_ops");
+    test_options o = {.flag = flag,
+                      .flags_help = "  --verbose    each op's worst error against its tolerance\n"};
+    return test_main_with(argc, argv, "half_ops", named_cases, TEST_COUNT(named_cases), &o);
 }

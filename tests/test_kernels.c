@@ -1191,23 +1191,43 @@ static void test_isa_and_sizes(void)
     printf("kernels: isa %s\n", hx_k_isa_name(isa));
 }
 
-int main(void)
+/* One random source through all the cases, in table order. */
+static test_rng rng;
+
+static void binary_case(void) { test_binary(&rng); }
+static void unary_case(void) { test_unary(&rng); }
+static void scale_bias_case(void) { test_scale_bias(&rng); }
+static void softmax_case(void) { test_softmax(&rng); }
+static void layernorm_case(void) { test_layernorm(&rng); }
+static void reduce_case(void) { test_reduce(&rng); }
+static void copy_case(void) { test_copy(&rng); }
+static void casts_case(void) { test_casts(&rng); }
+static void sumsq_case(void) { test_sumsq(&rng); }
+static void gemm_case(void) { test_gemm(&rng); }
+static void gather_scatter_case(void) { test_gather_scatter(&rng); }
+static void mask_dropout_case(void) { test_mask_dropout(&rng); }
+static void losses_case(void) { test_losses(&rng); }
+
+static const test_case cases[] = {
+    {"casts_per_isa", test_casts_per_isa}, /* first: forks before this process fixes its ISA */
+    {"isa_and_sizes", test_isa_and_sizes},
+    {"binary", binary_case},
+    {"unary", unary_case},
+    {"scale_bias", scale_bias_case},
+    {"softmax", softmax_case},
+    {"layernorm", layernorm_case},
+    {"reduce", reduce_case},
+    {"copy", copy_case},
+    {"casts", casts_case},
+    {"sumsq", sumsq_case},
+    {"gemm", gemm_case},
+    {"gather_scatter", gather_scatter_case},
+    {"mask_dropout", mask_dropout_case},
+    {"losses", losses_case},
+};
+
+int main(int argc, char **argv)
 {
-    test_casts_per_isa(); /* first: forks before this process fixes its ISA */
-    test_rng r = test_rng_make(2024);
-    test_isa_and_sizes();
-    test_binary(&r);
-    test_unary(&r);
-    test_scale_bias(&r);
-    test_softmax(&r);
-    test_layernorm(&r);
-    test_reduce(&r);
-    test_copy(&r);
-    test_casts(&r);
-    test_sumsq(&r);
-    test_gemm(&r);
-    test_gather_scatter(&r);
-    test_mask_dropout(&r);
-    test_losses(&r);
-    return test_finish("kernels");
+    rng = test_rng_make(2024);
+    return test_main(argc, argv, "kernels", cases, TEST_COUNT(cases));
 }

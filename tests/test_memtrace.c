@@ -8,6 +8,7 @@
 #include "memtrace_gen.h"
 #include "memory/pool.h"
 #include "testutil.h"
+#include "tmpdir.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -272,20 +273,19 @@ static void test_cli(void)
     CHECK(pclose(f) != 0 && strstr(out, "--cap"), "a bad cap is refused: %s", out);
 }
 
-int main(void)
+static int setup(void) { return test_make_tmpdir(dir, sizeof dir, "hx_test_memtrace") ? 0 : 1; }
+static void teardown(void) { test_remove_tree(dir); }
+
+static const test_case cases[] = {
+    {"round_trip", test_round_trip},
+    {"format_errors", test_format_errors},
+    {"recorder", test_recorder},
+    {"replay_figures", test_replay_figures},
+    {"cli", test_cli},
+};
+
+int main(int argc, char **argv)
 {
-    snprintf(dir, sizeof dir, "/tmp/hx_test_memtrace_XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    test_round_trip();
-    test_format_errors();
-    test_recorder();
-    test_replay_figures();
-    test_cli();
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
-    return test_finish("test_memtrace");
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "memtrace", cases, TEST_COUNT(cases), &o);
 }

@@ -5,6 +5,7 @@
  * sees 2 bytes per parameter each way per step. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 enum { N = 3000 };
 
 /* loss = sum(f32(half(w))^2 * x) on the device, w's AdamW on the host. With
@@ -175,10 +175,16 @@ static void test_overflow_skips(void)
     drop(&m);
 }
 
-int main(void)
+static void fused_equals_unfused_bf16(void) { test_fused_equals_unfused(HX_DTYPE_BF16); }
+static void fused_equals_unfused_f16(void) { test_fused_equals_unfused(HX_DTYPE_F16); }
+
+static const test_case cases[] = {
+    {"fused_equals_unfused_bf16", fused_equals_unfused_bf16},
+    {"fused_equals_unfused_f16", fused_equals_unfused_f16},
+    {"overflow_skips", test_overflow_skips},
+};
+
+int main(int argc, char **argv)
 {
-    test_fused_equals_unfused(HX_DTYPE_BF16);
-    test_fused_equals_unfused(HX_DTYPE_F16);
-    test_overflow_skips();
-    return test_finish("mixed_precision");
+    return test_main(argc, argv, "mixed_precision", cases, TEST_COUNT(cases));
 }

@@ -19,12 +19,11 @@
 #include "hetex.h"
 #include "optim_ref.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 
 /* ---- golden values: python3 tests/golden/optimizers.py ------------------------------------ */
 
@@ -336,10 +335,13 @@ static void test_bags(void)
     OK(hx_embedding_table_free(t));
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"dense", test_dense},
+    {"tables", test_tables},
+    {"bags", test_bags},
+};
+
+int main(int argc, char **argv)
 {
-    test_dense();
-    test_tables();
-    test_bags();
-    return test_finish("numerics");
+    return test_main(argc, argv, "numerics", cases, TEST_COUNT(cases));
 }

@@ -82,37 +82,11 @@ static hx_session *train(const deep_mlp *m, const hx_session_config *c, float *l
     return s;
 }
 
-static bool same_params(hx_session *a, hx_session *b, const deep_mlp *m)
-{
-    static float pa[W * W], pb[W * W];
-    bool same = true;
-    for (int l = 0; l < L; l++) {
-        const hx_tensor *t[2] = {m->w[l], m->b[l]};
-        for (int j = 0; j < 2; j++) {
-            size_t n = hx_tensor_nbytes(t[j]);
-            CHECK(hx_session_read(a, t[j], pa, n) == HX_OK && hx_session_read(b, t[j], pb, n) == HX_OK,
-                  "read: %s", hx_last_error());
-            if (memcmp(pa, pb, n)) {
-                CHECK(false, "parameter '%s' differs", hx_tensor_name(t[j]));
-                same = false;
-            }
-        }
-    }
-    return same;
-}
-
-static size_t params_of(const deep_mlp *m)
-{
-    size_t n = 0;
-    for (int l = 0; l < L; l++) n += hx_tensor_nbytes(m->w[l]) + hx_tensor_nbytes(m->b[l]);
-    return n;
-}
-
 static void test_cpu_offload_bitwise(void)
 {
     deep_mlp m;
     CHECK(deep_mlp_build(B, W, L, &m) == HX_OK, "build: %s", hx_last_error());
-    size_t param_bytes = params_of(&m);
+    size_t param_bytes = m.param_bytes;
     CHECK(param_bytes >= 10 * CAP, "parameters %zu bytes, 10x the cap is %zu", param_bytes, 10 * CAP);
 
     hx_session_config rc = hx_session_config_default();
@@ -145,7 +119,9 @@ static void test_cpu_offload_bitwise(void)
         CHECK(!memcmp(loss, ref_loss, sizeof loss), "depth %d: losses %.9g %.9g vs %.9g %.9g", depth,
               loss[0], loss[STEPS - 1], ref_loss[0], ref_loss[STEPS - 1]);
         CHECK(loss[STEPS - 1] < loss[0], "depth %d: loss %g -> %g", depth, loss[0], loss[STEPS - 1]);
-        same_params(s, ref, &m);
+        char what[32];
+        snprintf(what, sizeof what, "depth %d", depth);
+        deep_mlp_check_same_params(s, ref, &m, what);
         hx_device_pools_stats ps;
         hx_memory_stats ms;
         CHECK(hx_session_pool_stats(s, &ps) == HX_OK && hx_session_memory_stats(s, &ms) == HX_OK,
@@ -262,7 +238,7 @@ static void test_auto(void)
     hx_session *s = train(&m, &c, loss); /* 8 GiB: everything fits */
     if (s) {
         CHECK(!memcmp(loss, ref_loss, sizeof loss), "auto, fits: losses differ");
-        same_params(s, ref, &m);
+        deep_mlp_check_same_params(s, ref, &m, "auto, fits");
         CHECK(!memcmp(s->e.target, ref->e.target, sizeof *s->e.target * m.g->n) &&
                       !s->e.cfg.offload.offload_param,
               "auto, fits: the placement changed");
@@ -271,7 +247,7 @@ static void test_auto(void)
         hx_session_offload_report(s, &r);
         CHECK(r.offload_param == HX_OFFLOAD_NONE && r.candidates == 1 &&
                   r.predicted_peak == r.predicted_no_offload &&
-                  r.predicted_persistent + r.predicted_arena >= params_of(&m),
+                  r.predicted_persistent + r.predicted_arena >= m.param_bytes,
               "auto, fits: %d policies, offload %d", r.candidates, (int)r.offload_param);
         hx_session_free(s);
     }
@@ -281,7 +257,7 @@ static void test_auto(void)
     if (s) {
         CHECK(!memcmp(loss, ref_loss, sizeof loss), "auto, capped: losses %.9g vs %.9g",
               loss[STEPS - 1], ref_loss[STEPS - 1]);
-        same_params(s, ref, &m);
+        deep_mlp_check_same_params(s, ref, &m, "auto, capped");
         CHECK(s->e.target[m.w[0]->id] == HX_TARGET_CPU &&
                       s->e.cfg.offload.offload_param == HX_OFFLOAD_CPU,
               "auto, capped: no offload");
@@ -341,16 +317,25 @@ static void test_auto(void)
     deep_mlp_free(&m);
 }
 
-int main(void)
+static int setup(void)
 {
     test_rng r = test_rng_make(21);
     for (int k = 0; k < STEPS; k++) {
         test_fill_uniform(&r, xv[k], B * W, -1, 1);
         test_fill_uniform(&r, yv[k], B * W, -1, 1);
     }
-    test_parse();
-    test_env();
-    test_cpu_offload_bitwise();
-    test_auto();
-    return test_finish("offload");
+    return 0;
+}
+
+static const test_case cases[] = {
+    {"parse", test_parse},
+    {"env", test_env},
+    {"cpu_offload_bitwise", test_cpu_offload_bitwise},
+    {"auto", test_auto},
+};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.setup = setup};
+    return test_main_with(argc, argv, "offload", cases, TEST_COUNT(cases), &o);
 }

@@ -11,6 +11,7 @@
 #include "hetex.h"
 #include "deep_mlp.h"
 #include "testutil.h"
+#include "tmpdir.h"
 #include "session/session.h"
 #include "offload/offload_disk.h"
 #include "offload/disk_layout.h"
@@ -34,14 +35,7 @@ static hx_status step(hx_session *s, const deep_mlp *m, int k, float *loss)
     return hx_session_run(s, f, 2, &o, 1, HX_RUN_TRAIN);
 }
 
-static size_t params_of(const deep_mlp *m)
-{
-    size_t n = 0;
-    for (int l = 0; l < L; l++) n += hx_tensor_nbytes(m->w[l]) + hx_tensor_nbytes(m->b[l]);
-    return n;
-}
-
-/* Every parameter of s, one after the other, into out (params_of bytes). */
+/* Every parameter of s, one after the other, into out (m->param_bytes bytes). */
 static void read_all(hx_session *s, const deep_mlp *m, char *out)
 {
     for (int l = 0; l < L; l++) {
@@ -88,14 +82,14 @@ static void check_fault(hx_session *s, const deep_mlp *m, const hx_disk_faults *
           "%s: the message names no file and offset: %s", what, msg);
     CHECK(hx_session_step(s) == step0, "%s: the step count moved", what);
     read_all(s, m, after);
-    CHECK(!memcmp(before, after, params_of(m)), "%s: parameters changed", what);
+    CHECK(!memcmp(before, after, m->param_bytes), "%s: parameters changed", what);
 }
 
 static void test_disk(void)
 {
     deep_mlp m;
     CHECK(deep_mlp_build(B, W, L, &m) == HX_OK, "build: %s", hx_last_error());
-    size_t param_bytes = params_of(&m);
+    size_t param_bytes = m.param_bytes;
     char *before = malloc(param_bytes), *after = malloc(param_bytes);
     CHECK(param_bytes >= 3 * CAP, "parameters %zu B, cap %zu B", param_bytes, CAP);
 
@@ -545,21 +539,26 @@ static void test_host_only(void)
     hx_graph_free(m.g);
 }
 
-int main(void)
+static int setup(void)
 {
     test_rng r = test_rng_make(3);
     for (int k = 0; k < STEPS; k++) {
         test_fill_uniform(&r, xv[k], B * W, -1, 1);
         test_fill_uniform(&r, yv[k], B * W, -0.5, 0.5);
     }
-    snprintf(dir, sizeof dir, "/tmp/hx-offload-disk-XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    test_disk();
-    test_bounded();
-    test_host_only();
-    rmdir(dir);
-    return test_finish("offload_disk");
+    return test_make_tmpdir(dir, sizeof dir, "hx-offload-disk") ? 0 : 1;
+}
+
+static void teardown(void) { test_remove_tree(dir); }
+
+static const test_case cases[] = {
+    {"disk", test_disk},
+    {"bounded", test_bounded},
+    {"host_only", test_host_only},
+};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "offload_disk", cases, TEST_COUNT(cases), &o);
 }

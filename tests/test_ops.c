@@ -14,6 +14,7 @@
  * equality of forward outputs at 1 and 2 threads. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -121,33 +122,12 @@ static void leaves_free(leaf *x, int n)
 
 /* ---- comparisons ----------------------------------------------------------- */
 
-/* |got - want| <= atol + rtol*|want|; infinite wants must match exactly. */
-static int close_f32(const char *what, const float *got, const double *want, int64_t n,
-                     double rtol, double atol)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double gv = got[i], w = want[i];
-        bool ok = isinf(w) ? gv == w : fabs(gv - w) <= atol + rtol * fabs(w);
-        if (!ok) {
-            CHECK(0, "%s: element %lld: got %.9g want %.9g (|diff| %.3g)", what, (long long)i, gv,
-                  w, fabs(gv - w));
-            return 0;
-        }
-    }
-    hx_test_checks++;
-    return 1;
-}
-
 static hx_session *make_session(hx_graph *g, int threads, uint64_t seed, const char *what)
 {
     hx_session_config cfg = hx_session_config_default();
     cfg.n_threads = threads;
     cfg.seed = seed;
-    hx_session *s = NULL;
-    hx_status st = hx_session_create(g, &cfg, &s);
-    CHECK(st == HX_OK && s, "%s: hx_session_create: %s: %s", what, hx_status_name(st),
-          hx_last_error());
-    return st == HX_OK ? s : NULL;
+    return test_session_with(g, &cfg, what);
 }
 
 static int shape_is(const hx_tensor *t, int nd, const int64_t *sh, const char *what)
@@ -231,7 +211,7 @@ static void check_forward(const op_case *c, const leaf *x, int n)
                   bad < 0 ? 0.0 : fv(&out, bad), bad < 0 ? 0.0 : want[bad]);
         } else if (st == HX_OK) {
             for (int64_t i = 0; i < ny; i++) got[i] = (float)fv(&out, i);
-            close_f32(what, got, want, ny, c->rtol, c->atol);
+            test_close_f32(what, got, want, ny, c->rtol, c->atol);
         }
     }
     hx_session_free(s);
@@ -1372,7 +1352,7 @@ static void test_grad_target(void)
         CHECK(st == HX_OK, "run: %s", hx_last_error());
         double want[12];
         for (int i = 0; i < 12; i++) want[i] = xv[i] > 0 ? R[i] : 0;
-        if (st == HX_OK) close_f32("relu grad (CPU target)", gx, want, 12, 0, 0);
+        if (st == HX_OK) test_close_f32("relu grad (CPU target)", gx, want, 12, 0, 0);
     }
     hx_session_free(s);
     hx_graph_free(g);
@@ -1569,22 +1549,25 @@ static void test_half_grad_accumulation(void)
     }
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"matmul", test_matmul},
+    {"binary", test_binary},
+    {"unary", test_unary},
+    {"rows", test_rows},
+    {"data_movement", test_data_movement},
+    {"reduce", test_reduce},
+    {"cast", test_cast},
+    {"half_grad_accumulation", test_half_grad_accumulation},
+    {"gather_mask", test_gather_mask},
+    {"losses", test_losses},
+    {"composite", test_composite},
+    {"grad_target", test_grad_target},
+    {"dropout", test_dropout},
+    {"threads", test_threads},
+};
+
+int main(int argc, char **argv)
 {
     rng = test_rng_make(20240611);
-    test_matmul();
-    test_binary();
-    test_unary();
-    test_rows();
-    test_data_movement();
-    test_reduce();
-    test_cast();
-    test_half_grad_accumulation();
-    test_gather_mask();
-    test_losses();
-    test_composite();
-    test_grad_target();
-    test_dropout();
-    test_threads();
-    return test_finish("ops");
+    return test_main(argc, argv, "ops", cases, TEST_COUNT(cases));
 }

@@ -863,18 +863,15 @@ static void test_golden(void)
     }
 }
 
-int main(void)
+static int setup(void)
 {
     best_isa = hx_k_isa();
     fprintf(stderr, "test_optim: paths up to %s\n", hx_k_isa_name(best_isa));
-    test_golden();
-    test_half_copy();
-    test_div_const();
-    test_bad_args();
-    test_sgd_entry();
-    test_nonfinite();
-    test_rows();
-    test_dense();
+    return 0;
+}
+
+static void report_ulps(void)
+{
     for (int k = 0; k < NKERN; k++)
         fprintf(stderr, "test_optim: %s within %.1f/%.1f/%.1f ulps of the reference (bounds %.0f/%.0f/%.0f)\n",
                 KNAME[k], ulps_seen[k][0], ulps_seen[k][1], ulps_seen[k][2], ULPS[k][0], ULPS[k][1],
@@ -883,5 +880,21 @@ int main(void)
         fprintf(stderr, "test_optim: %s within %.1f/%.1f/%.1f ulps of the reference (bounds %.0f/%.0f/%.0f)\n",
                 RNAME[k], rulps_seen[k][0], rulps_seen[k][1], rulps_seen[k][2], RULPS[k][0], RULPS[k][1],
                 RULPS[k][2]);
-    return test_finish("optim");
+}
+
+static const test_case cases[] = {
+    {"golden", test_golden},
+    {"half_copy", test_half_copy},
+    {"div_const", test_div_const},
+    {"bad_args", test_bad_args},
+    {"sgd_entry", test_sgd_entry},
+    {"nonfinite", test_nonfinite},
+    {"rows", test_rows},
+    {"dense", test_dense},
+};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.setup = setup, .teardown = report_ulps};
+    return test_main_with(argc, argv, "optim", cases, TEST_COUNT(cases), &o);
 }

@@ -8,6 +8,7 @@
 #include "hetex.h"
 #include "backend_suite.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +31,7 @@ static hx_session *open_session(hx_graph *g, hx_accelerator acc, hx_fallback fb)
     c.accelerator = acc;
     c.n_threads = 2;
     c.fallback = fb;
-    hx_session *s = NULL;
-    hx_status st = hx_session_create(g, &c, &s);
-    CHECK(st == HX_OK, "session (%s): %s", acc == HX_ACCELERATOR_EMU ? "emu" : "cpu", hx_last_error());
-    return s;
+    return test_session_with(g, &c, acc == HX_ACCELERATOR_EMU ? "session (emu)" : "session (cpu)");
 }
 
 /* Runs `steps` runs (train: HX_RUN_TRAIN) fetching y on s; the fetched
@@ -218,15 +216,21 @@ static void test_no_kernel(void)
     hx_graph_free(g);
 }
 
-int main(void)
+static void training_step_w_on_host(void) { test_training_step(false); }
+static void training_step_w_on_device(void) { test_training_step(true); }
+
+static const test_case cases[] = {
+    {"three_host_readers", test_three_host_readers},
+    {"host_value_two_device_subgraphs", test_host_value_two_device_subgraphs},
+    {"mirrored_diamond", test_mirrored_diamond},
+    {"nested_scopes", test_nested_scopes},
+    {"training_step_w_on_host", training_step_w_on_host},
+    {"training_step_w_on_device", training_step_w_on_device},
+    {"no_kernel", test_no_kernel},
+};
+
+int main(int argc, char **argv)
 {
     rng = test_rng_make(2024);
-    test_three_host_readers();
-    test_host_value_two_device_subgraphs();
-    test_mirrored_diamond();
-    test_nested_scopes();
-    test_training_step(false);
-    test_training_step(true);
-    test_no_kernel();
-    return test_finish("partition");
+    return test_main(argc, argv, "partition", cases, TEST_COUNT(cases));
 }

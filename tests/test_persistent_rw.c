@@ -7,11 +7,10 @@
  * inputs and op outputs, a wrong size, another graph's tensor, NULLs. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <string.h>
-
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 
 enum { N = 4 };
 
@@ -51,22 +50,13 @@ static model build(void)
     return m;
 }
 
-static hx_session *session(hx_graph *g)
-{
-    hx_session_config sc = hx_session_config_default();
-    sc.accelerator = HX_ACCELERATOR_NONE;
-    sc.n_threads = 1;
-    hx_session *s = NULL;
-    OK(hx_session_create(g, &sc, &s));
-    return s;
-}
-
 static void test_kinds(void)
 {
     model m = build();
     CHECK(hx_tensor_kind_of(m.half) == HX_TENSOR_STATE, "the bf16 cast of m2 is kind %d, not state",
           (int)hx_tensor_kind_of(m.half));
-    hx_session *s = session(m.g), *s2 = session(m.g);
+    hx_session *s = test_session(m.g, HX_ACCELERATOR_NONE, 1);
+    hx_session *s2 = test_session(m.g, HX_ACCELERATOR_NONE, 1);
     if (!s || !s2) return;
     float v[N], got[N];
     const float x[N] = {0.5f, -1.0f, 2.0f, 0.25f};
@@ -145,8 +135,11 @@ static void test_kinds(void)
     hx_graph_free(m.g);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"kinds", test_kinds},
+};
+
+int main(int argc, char **argv)
 {
-    test_kinds();
-    return test_finish("persistent_rw");
+    return test_main(argc, argv, "persistent_rw", cases, TEST_COUNT(cases));
 }

@@ -5,6 +5,7 @@
  * in test_random_graphs.c. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +16,7 @@ static hx_session *open_session(hx_graph *g, hx_accelerator acc, size_t cap)
     c.accelerator = acc;
     c.max_device_memory = cap;
     c.n_threads = 2;
-    hx_session *s = NULL;
-    hx_status st = hx_session_create(g, &c, &s);
-    CHECK(st == HX_OK, "session: %s", hx_last_error());
-    return s;
+    return test_session_with(g, &c, "session");
 }
 
 static hx_tensor *on(hx_tensor *t, hx_target tg)
@@ -159,11 +157,14 @@ static void test_errors(void)
     hx_graph_free(g);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"one_copy_for_three_readers", test_one_copy_for_three_readers},
+    {"chain", test_chain},
+    {"diamond", test_diamond},
+    {"errors", test_errors},
+};
+
+int main(int argc, char **argv)
 {
-    test_one_copy_for_three_readers();
-    test_chain();
-    test_diamond();
-    test_errors();
-    return test_finish("placement");
+    return test_main(argc, argv, "placement", cases, TEST_COUNT(cases));
 }

@@ -850,23 +850,38 @@ static void test_pinned(void)
     CHECK(hx_pinned_create(&cfg, &p, &err) == HX_ERR_INVALID_ARGUMENT, "block size must be pages");
 }
 
-int main(void)
+static void random_uncapped(void) { test_random(1, SIZE_MAX, 4000); }
+static void random_cap_96mib(void) { test_random(2, 96 * HX_MIB, 4000); }
+static void random_cap_40mib(void) { test_random(3, 40 * HX_MIB, 3000); }
+
+static void plan_steps(void)
 {
-    test_random(1, SIZE_MAX, 4000);
-    test_random(2, 96 * HX_MIB, 4000);
-    test_random(3, 40 * HX_MIB, 3000);
-    test_coalescing();
-    test_release_rules();
-    test_learning_at_cap();
-    for (uint64_t seed = 1; seed <= 6; seed++) {
-        test_plan_steps(seed);
-        test_plan_layout(seed);
-    }
-    test_segregation();
-    test_oom_report();
-    test_device_refuses();
-    test_threads();
-    test_baseline();
-    test_pinned();
-    return test_finish("test_pool");
+    for (uint64_t seed = 1; seed <= 6; seed++) test_plan_steps(seed);
+}
+
+static void plan_layout(void)
+{
+    for (uint64_t seed = 1; seed <= 6; seed++) test_plan_layout(seed);
+}
+
+static const test_case cases[] = {
+    {"random_uncapped", random_uncapped},
+    {"random_cap_96mib", random_cap_96mib},
+    {"random_cap_40mib", random_cap_40mib},
+    {"coalescing", test_coalescing},
+    {"release_rules", test_release_rules},
+    {"learning_at_cap", test_learning_at_cap},
+    {"plan_steps", plan_steps},
+    {"plan_layout", plan_layout},
+    {"segregation", test_segregation},
+    {"oom_report", test_oom_report},
+    {"device_refuses", test_device_refuses},
+    {"threads", test_threads},
+    {"baseline", test_baseline},
+    {"pinned", test_pinned},
+};
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, "pool", cases, TEST_COUNT(cases));
 }

@@ -30,6 +30,7 @@
 #include "randgraph.h"
 #include "testutil.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -401,35 +402,51 @@ static void check_coverage(const totals *t, int n_seeds)
         if (!listed[op]) printf("note: the generator does not make op '%s'\n", hx__ops[op].name);
 }
 
-int main(int argc, char **argv)
+/* Which seeds, set by the flags. */
+static long first_seed = 0, n_seeds = N_SEEDS, repeats = 1;
+static bool verbose;
+
+static int flag(int argc, char **argv, int i)
 {
-    long first = 0, count = N_SEEDS, repeat = 1;
-    bool verbose = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-            first = atol(argv[++i]);
-            count = 1;
-        } else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
-            count = atol(argv[++i]);
-        } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
-            repeat = atol(argv[++i]); /* stress: races show up on some repeats only */
-        } else if (!strcmp(argv[i], "--verbose")) {
-            verbose = true;
-        } else {
-            fprintf(stderr, "usage: %s [--seed N] [--count N] [--repeat N] [--verbose]\n", argv[0]);
-            return 2;
-        }
+    const char *a = argv[i];
+    if (!strcmp(a, "--verbose")) return verbose = true, 1;
+    if (strcmp(a, "--seed") && strcmp(a, "--count") && strcmp(a, "--repeat")) return 0;
+    if (i + 1 >= argc) return -1;
+    long v = atol(argv[i + 1]);
+    if (!strcmp(a, "--seed")) {
+        first_seed = v;
+        n_seeds = 1;
+    } else if (!strcmp(a, "--count")) {
+        n_seeds = v;
+    } else {
+        repeats = v; /* stress: races show up on some repeats only */
     }
+    return 2;
+}
+
+static void test_graphs(void)
+{
     totals tot = {0};
     clock_t t0 = clock();
-    for (long rep = 0; rep < repeat; rep++)
-        for (long k = 0; k < count; k++) check_seed((uint64_t)(first + k), verbose, &tot);
-    check_coverage(&tot, (int)count);
+    for (long rep = 0; rep < repeats; rep++)
+        for (long k = 0; k < n_seeds; k++) check_seed((uint64_t)(first_seed + k), verbose, &tot);
+    check_coverage(&tot, (int)n_seeds);
     printf("random graphs: %d graphs (%d big, %d with optimizers, %d with loss scaling: %d "
            "steps skipped), %d ops, %d on the device, %d subgraphs, %d copies, %d fallbacks; "
            "%d without GEMM also equal at 1 and 2 threads; %.2f s CPU\n",
            tot.graphs, tot.big, tot.optimizers, tot.scaled, tot.skipped, tot.ops, tot.device_ops,
            tot.subgraphs, tot.copies, tot.fallbacks, tot.thread_checked,
            (double)(clock() - t0) / CLOCKS_PER_SEC);
-    return test_finish("random_graphs");
+}
+
+static const test_case cases[] = {{"graphs", test_graphs}};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.flag = flag,
+                      .flags_help = "  --seed N     that seed only\n"
+                                    "  --count N    N seeds (from --seed or 0)\n"
+                                    "  --repeat N   every seed N times\n"
+                                    "  --verbose    a line a graph\n"};
+    return test_main_with(argc, argv, "random_graphs", cases, TEST_COUNT(cases), &o);
 }

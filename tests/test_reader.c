@@ -12,6 +12,7 @@
 
 #include "hetex.h"
 #include "testutil.h"
+#include "tmpdir.h"
 
 static char adult_data[1024], adult_test[1024], tmpdir[256];
 
@@ -676,23 +677,29 @@ static void test_fuzz(void)
     remove(path);
 }
 
-int main(void)
+static int setup(void)
 {
     const char *src = getenv("HX_TEST_SRC");
     snprintf(adult_data, sizeof adult_data, "%s/data/adult/adult.data", src ? src : ".");
     snprintf(adult_test, sizeof adult_test, "%s/data/adult/adult.test", src ? src : ".");
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/hx_test_reader_%d", (int)getpid());
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", tmpdir);
-    if (system(cmd) != 0) return 1;
-    test_adult();
-    test_malformed();
-    test_threads_memory_rewind();
-    test_shuffle();
-    test_fuzz();
-    test_criteo_round_trip();
-    test_zipf_and_planted_model();
-    test_errors();
-    rmdir(tmpdir);
-    return test_finish("reader");
+    return test_make_tmpdir(tmpdir, sizeof tmpdir, "hx_test_reader") ? 0 : 1;
+}
+
+static void teardown(void) { test_remove_tree(tmpdir); }
+
+static const test_case cases[] = {
+    {"adult", test_adult},
+    {"malformed", test_malformed},
+    {"threads_memory_rewind", test_threads_memory_rewind},
+    {"shuffle", test_shuffle},
+    {"fuzz", test_fuzz},
+    {"criteo_round_trip", test_criteo_round_trip},
+    {"zipf_and_planted_model", test_zipf_and_planted_model},
+    {"errors", test_errors},
+};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "reader", cases, TEST_COUNT(cases), &o);
 }

@@ -6,13 +6,12 @@
  * a session without a trace writes nothing. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 #include "trace_read.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 
 static hx_tensor *on(hx_tensor *t, hx_target tg)
 {
@@ -177,9 +176,12 @@ static void test_many_events(void)
     hx_graph_free(g);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"config_path", test_config_path},
+    {"many_events", test_many_events},
+};
+
+int main(int argc, char **argv)
 {
-    test_config_path();
-    test_many_events();
-    return test_finish("trace");
+    return test_main(argc, argv, "trace", cases, TEST_COUNT(cases));
 }

@@ -3,12 +3,11 @@
  * memory plan shares transient buffers (peak below the sum of sizes). */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 
 /* ---- the MLP -------------------------------------------------------------- */
 
@@ -222,9 +221,12 @@ static void test_transformer(void)
     CHECK(!memcmp(l1, l2, sizeof l1), "two transformer runs with one seed differ");
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"mlp", test_mlp},
+    {"transformer", test_transformer},
+};
+
+int main(int argc, char **argv)
 {
-    test_mlp();
-    test_transformer();
-    return test_finish("train");
+    return test_main(argc, argv, "train", cases, TEST_COUNT(cases));
 }

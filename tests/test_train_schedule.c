@@ -4,13 +4,12 @@
  * are exercised. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 
 /* loss = sum(a * xa) + sum(b * xb): the gradients of a (host) and b
  * (device) are the fed xa and xb. */
@@ -234,11 +233,14 @@ static void test_errors(void)
     hx_graph_free(g);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"lr_scale", test_lr_scale},
+    {"clipping", test_clipping},
+    {"norm_thread_invariant", test_norm_thread_invariant},
+    {"errors", test_errors},
+};
+
+int main(int argc, char **argv)
 {
-    test_lr_scale();
-    test_clipping();
-    test_norm_thread_invariant();
-    test_errors();
-    return test_finish("train_schedule");
+    return test_main(argc, argv, "train_schedule", cases, TEST_COUNT(cases));
 }

@@ -4,6 +4,7 @@
 #include "hetex.h"
 #include "optim_ref.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 enum { N = 37 };
 
 /* loss = sum(w * x): the gradient of w is the fed x. */
@@ -274,12 +274,15 @@ static void test_names(void)
     hx_graph_free(g);
 }
 
-int main(void)
+static const test_case cases[] = {
+    {"names", test_names},
+    {"against_formulas", test_against_formulas},
+    {"nonfinite", test_nonfinite},
+    {"loss_scaling", test_loss_scaling},
+    {"checkpoint", test_checkpoint},
+};
+
+int main(int argc, char **argv)
 {
-    test_names();
-    test_against_formulas();
-    test_nonfinite();
-    test_loss_scaling();
-    test_checkpoint();
-    return test_finish("train_state");
+    return test_main(argc, argv, "train_state", cases, TEST_COUNT(cases));
 }

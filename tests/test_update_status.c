@@ -8,11 +8,10 @@
 #include "hetex.h"
 #include "backend/backend.h"
 #include "testutil.h"
+#include "hetex_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 
 enum { B = 4, IN = 3, OUT = 2, MAX_SRC = 5 };
 
@@ -88,7 +87,8 @@ static void check_refused(const hx_tensor *u, hx_status st, const bufs *b, const
     CHECK(param_is_one(b, u), "%s (%s): the parameter is untouched", u->name, why);
 }
 
-int main(void)
+/* Every update node of the graph, run by its CPU kernel directly. */
+static void test_update_nodes(void)
 {
     hx_graph *g = build();
     int updates = 0;
@@ -110,5 +110,11 @@ int main(void)
     }
     CHECK(updates == 5, "%d update nodes", updates);
     hx_graph_free(g);
-    return test_finish("update_status");
+}
+
+static const test_case cases[] = {{"update_nodes", test_update_nodes}};
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, "update_status", cases, TEST_COUNT(cases));
 }

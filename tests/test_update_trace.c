@@ -8,6 +8,8 @@
  * the backends' launch counts grow by exactly the kernels the trace shows. */
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_checks.h"
+#include "tmpdir.h"
 #include "trace_read.h"
 #include "session/session.h"
 #include "scheduler/scheduler.h"
@@ -16,7 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OK(call) CHECK((call) == HX_OK, "%s", hx_last_error())
 enum { N = 512, K = 3, STEPS = 3 };
 
 typedef enum mode { HOST, DEVICE, DELAYED, STREAMED, DISK, N_MODES } mode;
@@ -146,14 +147,25 @@ static void check_mode(mode m)
     hx_graph_free(g);
 }
 
-int main(void)
+static void mode_host(void) { check_mode(HOST); }
+static void mode_device(void) { check_mode(DEVICE); }
+static void mode_delayed(void) { check_mode(DELAYED); }
+static void mode_streamed(void) { check_mode(STREAMED); }
+static void mode_disk(void) { check_mode(DISK); }
+
+static int setup(void) { return test_make_tmpdir(dir, sizeof dir, "hx-update-trace") ? 0 : 1; }
+static void teardown(void) { test_remove_tree(dir); }
+
+static const test_case cases[] = {
+    {"host", mode_host},
+    {"device", mode_device},
+    {"delayed", mode_delayed},
+    {"offload_param_cpu", mode_streamed},
+    {"offload_param_disk", mode_disk},
+};
+
+int main(int argc, char **argv)
 {
-    snprintf(dir, sizeof dir, "/tmp/hx-update-trace-XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    for (int m = 0; m < N_MODES; m++) check_mode((mode)m);
-    rmdir(dir);
-    return test_finish("update_trace");
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "update_trace", cases, TEST_COUNT(cases), &o);
 }

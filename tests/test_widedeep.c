@@ -2,6 +2,7 @@
  * ties), a short deterministic training run on Adult, checkpoint resume
  * equality, and a corrupt checkpoint refused. */
 #include "testutil.h"
+#include "tmpdir.h"
 #include "examples/widedeep/wd.h"
 
 #include <math.h>
@@ -135,19 +136,26 @@ static void test_training(const char *data, const char *dir)
           "a missing data folder is named: %s", hx_last_error());
 }
 
-int main(void)
+static char data_dir[512], out_dir[64];
+
+static int setup(void)
 {
-    test_metrics();
     const char *src = getenv("HX_TEST_SRC");
-    char data[512], dir[] = "/tmp/hx_test_widedeep_XXXXXX";
-    snprintf(data, sizeof data, "%s/data/adult", src ? src : ".");
-    if (!mkdtemp(dir)) {
-        CHECK(false, "mkdtemp");
-        return test_finish("widedeep");
-    }
-    test_training(data, dir);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    return test_finish("widedeep");
+    snprintf(data_dir, sizeof data_dir, "%s/data/adult", src ? src : ".");
+    return test_make_tmpdir(out_dir, sizeof out_dir, "hx_test_widedeep") ? 0 : 1;
+}
+
+static void teardown(void) { test_remove_tree(out_dir); }
+
+static void training(void) { test_training(data_dir, out_dir); }
+
+static const test_case cases[] = {
+    {"metrics", test_metrics},
+    {"training", training},
+};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "widedeep", cases, TEST_COUNT(cases), &o);
 }

@@ -12,16 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GT_SKIP 77
-
-/* Exits 77 with the reason when this machine has no usable CUDA device. */
-static inline void gt_require_device(const char *suite)
+/* test_options.setup's answer: TEST_SKIPPED, with the reason, when this
+ * machine has no usable CUDA device. */
+static inline int gt_require_device(void)
 {
     const char *why = NULL;
     if (hx__cuda_device_count(&why) == 0) {
-        printf("%s: no CUDA device: skipped (%s)\n", suite, why);
-        exit(GT_SKIP);
+        printf("no CUDA device: skipped (%s)\n", why);
+        return TEST_SKIPPED;
     }
+    return 0;
 }
 
 #define GT_CUDA(call)                                                                    \

@@ -6,12 +6,20 @@
 #include "gpu_testutil.h"
 #include "backend_suite.h"
 
-int main(int argc, char **argv)
+static bool perf, verbose;
+
+static int flag(int argc, char **argv, int i)
 {
-    gt_require_device("gpu_backend_ops");
+    if (!strcmp(argv[i], "--perf")) return perf = true, 1;
+    if (!strcmp(argv[i], "--verbose")) return verbose = true, 1;
+    return 0;
+}
+
+static void test_all_ops(void)
+{
     bsuite_config c = bsuite_config_default(HX_ACCELERATOR_CUDA);
-    c.perf = argc > 1 && !strcmp(argv[1], "--perf");
-    c.verbose = argc > 1 && !strcmp(argv[1], "--verbose");
+    c.perf = perf;
+    c.verbose = verbose;
     bsuite_result r;
     int bad = bsuite_run(&c, &r);
     printf("backend_ops cuda: %d cases, %d passed, %d failed, %d skipped (%d without a cuda "
@@ -19,5 +27,13 @@ int main(int argc, char **argv)
            r.uncovered);
     CHECK(bad == 0, "%d failures", bad);
     CHECK(r.cases > 0 && r.passed + r.failed == r.cases, "%d cases", r.cases);
-    return test_finish("gpu_backend_ops");
+}
+
+static const test_case cases[] = {{"all_ops", test_all_ops}};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.setup = gt_require_device, .flag = flag,
+                      .flags_help = "  --perf       time per case\n  --verbose    a line a case\n"};
+    return test_main_with(argc, argv, "gpu_backend_ops", cases, TEST_COUNT(cases), &o);
 }

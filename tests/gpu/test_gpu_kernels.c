@@ -626,20 +626,30 @@ static void check_sumsq(void)
     free(x);
 }
 
-int main(void)
+static int setup(void)
 {
-    gt_require_device("gpu_kernels");
+    int skip = gt_require_device();
+    if (skip) return skip;
     R = test_rng_make(20261121);
     C = gt_ctx((size_t)64 << 20);
-    check_gemm();
-    check_binary();
-    check_unary();
-    check_scale_bias_mask();
-    check_cast();
-    check_dropout();
+    return 0;
+}
+
+static void teardown(void)
+{
+    GT_CUDA(cudaStreamSynchronize(C.stream));
+    gt_ctx_free(&C);
+}
+
+static void rows(void)
+{
     check_rows(37, 1000);
     check_rows(300, 7);
     check_rows(2, 5000);
+}
+
+static void reduce(void)
+{
     int64_t s4[4] = {3, 5, 7, 2}, wide[2] = {4, 100000}, tall[2] = {100000, 4};
     unsigned masks[6] = {0x1, 0x2, 0x8, 0x5, 0xA, 0xF};
     for (int m = 0; m < 6; m++) check_reduce(s4, 4, masks[m]);
@@ -648,12 +658,26 @@ int main(void)
     check_reduce(wide, 2, 0x3); /* everything to one value */
     int64_t bias[2] = {2048, 384};
     check_reduce(bias, 2, 0x1); /* a bias gradient: many short chunks per output */
-    check_copy_strided();
-    check_gather_scatter();
-    check_losses();
-    check_optim();
-    check_sumsq();
-    GT_CUDA(cudaStreamSynchronize(C.stream));
-    gt_ctx_free(&C);
-    return test_finish("gpu_kernels");
+}
+
+static const test_case cases[] = {
+    {"gemm", check_gemm},
+    {"binary", check_binary},
+    {"unary", check_unary},
+    {"scale_bias_mask", check_scale_bias_mask},
+    {"cast", check_cast},
+    {"dropout", check_dropout},
+    {"rows", rows},
+    {"reduce", reduce},
+    {"copy_strided", check_copy_strided},
+    {"gather_scatter", check_gather_scatter},
+    {"losses", check_losses},
+    {"optim", check_optim},
+    {"sumsq", check_sumsq},
+};
+
+int main(int argc, char **argv)
+{
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "gpu_kernels", cases, TEST_COUNT(cases), &o);
 }

@@ -1,5 +1,6 @@
 /* See deep_mlp.h. */
 #include "deep_mlp.h"
+#include "testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,4 +49,23 @@ void deep_mlp_free(deep_mlp *m)
     free(m->w);
     free(m->b);
     memset(m, 0, sizeof *m);
+}
+
+void deep_mlp_check_same_params(hx_session *a, hx_session *b, const deep_mlp *m,
+                                const char *what)
+{
+    for (int l = 0; l < m->layers; l++) {
+        const hx_tensor *t[2] = {m->w[l], m->b[l]};
+        for (int j = 0; j < 2; j++) {
+            size_t n = hx_tensor_nbytes(t[j]);
+            char *pa = malloc(n), *pb = malloc(n);
+            CHECK(pa && pb && hx_session_read(a, t[j], pa, n) == HX_OK &&
+                      hx_session_read(b, t[j], pb, n) == HX_OK,
+                  "%s: read '%s': %s", what, hx_tensor_name(t[j]), hx_last_error());
+            CHECK(pa && pb && !memcmp(pa, pb, n), "%s: parameter '%s' differs", what,
+                  hx_tensor_name(t[j]));
+            free(pa);
+            free(pb);
+        }
+    }
 }

@@ -21,4 +21,9 @@ typedef struct deep_mlp {
 hx_status deep_mlp_build(int batch, int width, int layers, deep_mlp *m);
 void deep_mlp_free(deep_mlp *m);
 
+/* Checks (tests/util/testutil.h) that sessions a and b of m hold the same
+ * bytes in every parameter; a failure names `what` and the parameter. */
+void deep_mlp_check_same_params(hx_session *a, hx_session *b, const deep_mlp *m,
+                                const char *what);
+
 #endif

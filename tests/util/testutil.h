@@ -1,8 +1,13 @@
 /* Small helpers shared by the ctest programs: checks that count instead of
- * aborting, a seeded random source, and tolerance comparisons. */
+ * aborting, a seeded random source, and tolerance comparisons; the runner of
+ * named cases (test_main.h) comes with them. */
 #ifndef HX_TESTUTIL_H
 #define HX_TESTUTIL_H
 
+#include "test_main.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -21,6 +26,10 @@ extern int hx_test_checks;
         }                                                                       \
     } while (0)
 
+/* CHECK for a test's own checking helpers, which take their caller's line:
+ * counts one check and, when !ok, prints the failure as CHECK does. Returns ok. */
+bool test_vcheck(bool ok, const char *file, int line, const char *fmt, va_list ap);
+
 /* Deterministic random numbers (splitmix64). */
 typedef struct test_rng { uint64_t s; } test_rng;
 test_rng test_rng_make(uint64_t seed);
@@ -29,17 +38,11 @@ double test_rng_uniform(test_rng *r, double lo, double hi);
 double test_rng_normal(test_rng *r);
 void test_fill_uniform(test_rng *r, float *x, int64_t n, double lo, double hi);
 
-/* |a-b| <= atol + rtol*|b| elementwise; prints the first mismatch under `what`. */
+/* |a-b| <= atol + rtol*|b| elementwise (an infinite b wants exactly b);
+ * prints the first mismatch under `what`. */
 int test_close_f32(const char *what, const float *got, const double *want, int64_t n,
                    double rtol, double atol);
 /* Largest relative error max|a-b| / max(|b|, floor). */
 double test_max_rel_err(const float *got, const double *want, int64_t n, double floor);
-
-/* Prints "N passed, N failed" (checks) and returns the process exit code. */
-int test_finish(const char *suite);
-
-/* Entries of directory dir other than those starting with '.' (0 when it
- * cannot be opened). */
-int test_files_in(const char *dir);
 
 #endif
