@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # hetex build driver.
 #   ./build.sh                 build (Release) into build/
-#   ./build.sh test            build and run the test suite (ctest)
+#   ./build.sh test [ARGS]     build and run the test suite but the gpu tests (ctest
+#                              ARGS: -L sched, -R NAME, ...; labels: docs/testing.md)
 #   ./build.sh run             the main job: wide & deep on data/adult (hetex widedeep)
 #   ./build.sh bench NAME      run one benchmark (JSON lines on stdout)
 #   ./build.sh install --prefix DIR
-#   ./build.sh sanitize [address,undefined|thread]   test suite in a sanitizer build
-#                              (thread: the scheduler tests, see tsan_tests)
+#   ./build.sh sanitize [address,undefined|thread] [ARGS]   test suite in a sanitizer
+#                              build (thread: the tests labelled sched)
 #   ./build.sh arrows          check the includes against docs/arrows.txt and redraw
 #                              docs/architecture.dot (and .svg where Graphviz is)
 set -euo pipefail
@@ -57,17 +58,20 @@ build() { # dir, extra cmake args...
   local dir=$1; shift
   ensure_deps
   configure "$dir" "$@"
-  cmake --build "$dir" -j "$jobs" ${targets:+--target $targets}
+  cmake --build "$dir" -j "$jobs"
 }
 
-# ThreadSanitizer runs the tests of the concurrent executor (streams, host
-# lanes, the memory plan under concurrency); the rest of the suite has no
-# threads of ours. OMP_THREAD_LIMIT=1 keeps OpenMP (kernels, OpenBLAS) on
-# the calling thread: libgomp is not instrumented, so its barriers would
-# show as races. Function entry/exit is not instrumented either (reports
-# show the racing frame only): the embedding kernels' target_clones
-# resolvers run before TSan starts and would crash in that instrumentation.
-tsan_tests="test_concurrency test_trace test_placement test_partition test_train test_train_state test_random_graphs test_dpu test_grad_buckets test_offload test_offload_disk test_auto_disk test_activation_offload test_mixed_precision test_gpt test_update_trace"
+# The names of the tests labelled $2 in the configured build folder $1.
+tests_labelled() { (cd "$1" && ctest -N -L "$2") | sed -n 's/^ *Test *#[0-9]*: //p'; }
+
+# ThreadSanitizer runs the tests labelled sched (the concurrent executor:
+# streams, host lanes, the memory plan under concurrency); the rest of the
+# suite has no threads of ours. OMP_THREAD_LIMIT=1 keeps OpenMP (kernels,
+# OpenBLAS) on the calling thread: libgomp is not instrumented, so its
+# barriers would show as races. Function entry/exit is not instrumented
+# either (reports show the racing frame only): the embedding kernels'
+# target_clones resolvers run before TSan starts and would crash in that
+# instrumentation.
 
 cmd=${1:-build}
 [ $# -gt 0 ] && shift
@@ -81,12 +85,16 @@ case "$cmd" in
     dir=build-$(echo "$san" | tr ',' '-')
     shift || true
     if [ "$san" = thread ]; then
-      targets=$tsan_tests build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san" \
-        "-DCMAKE_C_FLAGS=--param=tsan-instrument-func-entry-exit=0"
-      set -- -R "^($(echo $tsan_tests | tr ' ' '|'))\$" "$@"
+      ensure_deps
+      # timeouts x10: TSan runs these tests 5-15x slower than Release
+      configure "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san" \
+        -DHX_TEST_TIMEOUT_SCALE=10 "-DCMAKE_C_FLAGS=--param=tsan-instrument-func-entry-exit=0"
+      cmake --build "$dir" -j "$jobs" --target $(tests_labelled "$dir" sched)
+      set -- -L sched "$@"
       export OMP_THREAD_LIMIT=1 # only here (OpenBLAS's own threading spins forever under it; gemm.c keeps OpenBLAS on one thread)
     else
-      build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san"
+      # timeouts x4: ASan and UBSan run the tests 2-4x slower than Release
+      build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san" -DHX_TEST_TIMEOUT_SCALE=4
     fi
     # OpenBLAS/libgomp keep thread pools that LeakSanitizer cannot see into.
     cd "$dir" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
