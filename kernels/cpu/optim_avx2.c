@@ -1,7 +1,15 @@
 /* Optimizer kernels, AVX2 + FMA + F16C path: 8 floats at a time. Run only
  * where hx_k_isa() says the CPU has them. */
+/* The ISA of this file only, and no fused multiply-adds the source does
+ * not write (the scalar path is the bit-exact reference): GCC's pragmas, or
+ * clang's attribute region (closed at the end of the file). */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#pragma STDC FP_CONTRACT OFF
+#else
 #pragma GCC target("avx2,fma,f16c")
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -85,3 +93,7 @@ typedef __m128i H;
 #define PATH_NAME hx_optim_path_avx2
 
 #include "optim_body.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

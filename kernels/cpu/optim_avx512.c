@@ -3,8 +3,14 @@
  * conversion only where the plan says the CPU has it. f16 goes through
  * AVX512F's vcvtph2ps / vcvtps2ph, which round exactly as AVX512-FP16's
  * conversions would. */
+/* As optim_avx2.c: this file's ISA, no contracted multiply-adds. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c"))), apply_to = function)
+#pragma STDC FP_CONTRACT OFF
+#else
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -122,3 +128,7 @@ typedef __m256i H;
 #define PATH_NAME hx_optim_path_avx512
 
 #include "optim_body.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

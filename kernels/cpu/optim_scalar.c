@@ -1,6 +1,10 @@
 /* Optimizer kernels, scalar path: one element at a time, for CPUs without
  * AVX2 and as the reference the vector paths must match bit for bit. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #include <math.h>
 #include <stdint.h>
