@@ -13,13 +13,7 @@ out=${OUT:-gpu-out}
 mkdir -p "$out"
 log=$out/gpt-vs-torch.log
 hetex=${HETEX:-.gpu-libs/bin/hetex}
-# The libraries prepare_gpu_run.sh carried, unpacked as run_on_gpu.sh does.
-sysroot=.gpu-libs/root
-if [ ! -d "$sysroot" ] && ls .gpu-libs/debs/*.deb >/dev/null 2>&1; then
-  for f in .gpu-libs/debs/*.deb; do dpkg -x "$f" "$sysroot"; done
-fi
-lib=$PWD/$sysroot/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH="$lib:$lib/openblas-openmp:${CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
+. tests/gpu/gpu_env.sh # the carried packages on LD_LIBRARY_PATH
 small="--layers 2 --heads 4 --width 128 --context 64 --batch 32"
 large="--layers 6 --heads 6 --width 384 --context 256 --batch 64"
 run() {

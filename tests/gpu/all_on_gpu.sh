@@ -14,8 +14,7 @@ mkdir -p "$OUT"
 HX_GPU_TIMEOUT=${HX_GPU_TIMEOUT:-60} bash tests/gpu/run_on_gpu.sh
 DTYPES=${DTYPES:-bf16} STEPS=${STEPS:-200} LIMIT=45 bash bench/gpt_vs_torch.sh
 LIMIT=45 bash tests/gpu/examples_on_gpu.sh
-lib=$PWD/.gpu-libs/root/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH="$lib:$lib/openblas-openmp:${CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
+. tests/gpu/gpu_env.sh # the carried packages on LD_LIBRARY_PATH
 HX_TRACE=$OUT/gpt-trace.json timeout 60 .gpu-libs/bin/hetex gpt --layers 6 --heads 6 \
   --width 384 --context 256 --batch 64 --steps 30 --eval-every 30 --eval-iters 1 \
   --dtype bf16 --accelerator cuda --offload none >/dev/null

@@ -17,12 +17,7 @@ out=${OUT:-gpu-out}
 mkdir -p "$out"
 log=$out/examples.log
 hetex=${HETEX:-.gpu-libs/bin/hetex}
-sysroot=.gpu-libs/root
-if [ ! -d "$sysroot" ] && ls .gpu-libs/debs/*.deb >/dev/null 2>&1; then
-  for f in .gpu-libs/debs/*.deb; do dpkg -x "$f" "$sysroot"; done
-fi
-lib=$PWD/$sysroot/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH="$lib:$lib/openblas-openmp:${CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
+. tests/gpu/gpu_env.sh # the carried packages on LD_LIBRARY_PATH
 run() {
   echo "== $*" >>"$log"
   timeout "${LIMIT:-60}" "$@" >>"$log" 2>&1

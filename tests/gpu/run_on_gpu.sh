@@ -11,7 +11,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-libs=$root/.gpu-libs
 out=${OUT:-$root/gpu-out}
 limit=${HX_GPU_TIMEOUT:-120} # seconds per program: a hang must not eat the lease
 mkdir -p "$out"
@@ -19,14 +18,7 @@ summary=$out/summary.txt
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-# Carried Debian packages, unpacked inside the tree (never into /).
-sysroot=$libs/root
-if ls "$libs"/debs/*.deb >/dev/null 2>&1; then
-  mkdir -p "$sysroot"
-  for f in "$libs"/debs/*.deb; do dpkg -x "$f" "$sysroot"; done
-fi
-lib=$sysroot/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH="$lib:$lib/openblas-openmp:$libs/cuda:${CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
+. tests/gpu/gpu_env.sh # the carried packages on LD_LIBRARY_PATH
 { date -u; uname -a; nvidia-smi 2>&1 || echo "nvidia-smi: not found"; } >"$out/device.txt"
 note "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 
