@@ -21,7 +21,7 @@ typedef struct hx_backend_stats {
 } hx_backend_stats;
 
 typedef struct hx_backend hx_backend;
-/* What a copy moves and why (hx__copy_role_name), for the trace; either
+/* What a copy moves and why (the scheduler names the role), for the trace; either
  * may be NULL (a zeroed label: none). Both must outlive the copy (tensor
  * names and role names do). */
 typedef struct hx_copy_label {
