@@ -94,9 +94,11 @@ int gpt_plan_largest(const gpt_config *c, gpt_knob k, int step, int limit, const
                      const hx_session_config *sc, int64_t *n_params);
 
 /* With the device capped at sc->max_device_memory, prints for each offload
- * mode the largest model that fits with its parameters on the device (sc's
- * offload config is not used): the most layers at c's width and the widest
- * at c's layers (widths in steps of 8 * heads), without training. */
+ * mode the largest model that fits with its parameters on the device: the
+ * most layers at c's width and the widest at c's layers (widths in steps of
+ * 8 * heads), without training. sc must not offload parameters (nor leave
+ * $HX_OFFLOAD to do it): every size would "fit" until the host ran out, and
+ * the doubling would build models of thousands of layers. */
 void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc);
 
 /* `hetex gpt ...` */

@@ -236,10 +236,7 @@ int gpt_main(int argc, char **argv)
         gpt_text_free(&text);
         return 2;
     }
-    /* The report's probes keep parameters on the device; with parameter
-     * offload configured (or $HX_OFFLOAD, which every session without an
-     * offload config reads) they would not, and sizes would be bounded by
-     * the host alone. */
+    /* The report assumes parameters on the device (gpt.h). */
     const char *env_offload = getenv("HX_OFFLOAD");
     if (o.max_device_memory && !o.offload_config && !(env_offload && *env_offload))
         gpt_plan_report(&o.model, &o.optim, &cfg);

@@ -54,11 +54,6 @@ int gpt_plan_largest(const gpt_config *c, gpt_knob k, int step, int limit, const
 void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc)
 {
     static const char *mode[] = {"none", "optimizer"};
-    /* The probes keep parameters on the device: with parameter offload (or
-     * auto_offload, which may choose it) every size would "fit" until the
-     * host ran out, the doubling building models of thousands of layers. */
-    hx_session_config probe = *sc;
-    probe.offload = hx_offload_config_default();
     printf("plan: the largest model per offload mode under a %.1f MiB device cap, parameters "
            "on the device (%s, context %d, batch %d):\n", sc->max_device_memory / 1048576.0,
            hx_dtype_name(c->dtype), c->context, c->batch);
@@ -66,12 +61,11 @@ void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_c
     for (int m = GPT_OFFLOAD_NONE; m <= GPT_OFFLOAD_OPTIMIZER; m++) {
         gpt_optim om = *o;
         om.offload = (gpt_offload)m;
-        int layers = gpt_plan_largest(c, GPT_KNOB_LAYERS, 1, 4096, &om, &probe, &by_layers[m]);
+        int layers = gpt_plan_largest(c, GPT_KNOB_LAYERS, 1, 4096, &om, sc, &by_layers[m]);
         if (layers) printf("  offload %-9s  width %d: up to %d layers (%lld params)\n", mode[m],
                            c->width, layers, (long long)by_layers[m]);
         else printf("  offload %-9s  width %d: not even 1 layer fits\n", mode[m], c->width);
-        int width = gpt_plan_largest(c, GPT_KNOB_WIDTH, 8 * c->heads, 1 << 16, &om, &probe,
-                                     &by_width[m]);
+        int width = gpt_plan_largest(c, GPT_KNOB_WIDTH, 8 * c->heads, 1 << 16, &om, sc, &by_width[m]);
         if (width) printf("  offload %-9s  %d layers: up to width %d (%lld params)\n", mode[m],
                           c->layers, width, (long long)by_width[m]);
         else printf("  offload %-9s  %d layers: not even width %d fits\n", mode[m], c->layers,
