@@ -8,6 +8,7 @@
 #include "hetex.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 
 /* Errors: set the thread-local message (at most HX_ERROR_LEN bytes with
  * its terminator); return the status (or NULL). */
@@ -23,5 +24,21 @@ bool hx__debug(const char *what);
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC): the time base of the
  * trace and of the emu device's simulated costs. */
 double hx__now(void);
+
+/* Staged files: a file replaced as a whole or not at all. hx__stage_open
+ * removes the stages of path that dead writers left behind and creates
+ * this save's own, "<path>.stage-<pid>-<n>", locked while it is written
+ * (HX_ERR_STATE, naming the stage file, when another saver is writing path
+ * now; HX_ERR_IO). Write through s->f; then hx__stage_commit (flush, fsync,
+ * rename over path, fsync the folder) or hx__stage_abort (removes the
+ * stage). Both end s. `who` starts the error messages. */
+typedef struct hx_stage {
+    FILE *f;
+    int fd;
+    char *tmp, *path;
+} hx_stage;
+hx_status hx__stage_open(const char *who, const char *path, hx_stage *s);
+hx_status hx__stage_commit(const char *who, hx_stage *s);
+void hx__stage_abort(hx_stage *s);
 
 #endif

@@ -11,17 +11,19 @@
  * Sections in order: params (rows x dim of the storage dtype, no row
  * padding), each optimizer state array (f32, rows x dim, or rows for
  * row-wise Adagrad), the ready bitmap of a lazy table (u64 words), extra i64
- * words. Values are in the machine's byte order (little-endian x86-64). */
+ * words. Values are in the machine's byte order (little-endian x86-64).
+ * A save writes a staged file (core.h: its own stage, synced, renamed over
+ * the path, the folder synced; a dead writer's stage removed). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "core/core.h"
 #include "embedding/embedding.h"
 
 #define MAGIC "HXEMBTAB"
@@ -140,22 +142,15 @@ static int write_all(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, 
 hx_status hx_emb_local_save_with(hx_emb_local *t, const char *path, const int64_t *extra,
                                  int64_t n_extra, hx_emb_err *err)
 {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
     char *buf = malloc(BLOCK);
-    if (!tmp || !buf) {
-        free(tmp);
+    if (!buf) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding save: out of memory");
+    hx_stage stage;
+    hx_status st = hx__stage_open("embedding save", path, &stage);
+    if (st) {
         free(buf);
-        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding save: out of memory");
+        return hx_emb_fail(err, st, "%s", hx_last_error());
     }
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        hx_status st = hx_emb_fail(err, HX_ERR_IO, "embedding save: cannot create %s: %s", tmp, strerror(errno));
-        free(tmp);
-        free(buf);
-        return st;
-    }
+    FILE *f = stage.f;
     uint32_t flags = (t->lazy ? FLAG_READY : 0) | (extra ? FLAG_EXTRA : 0);
     sec secs[6];
     int nsec = table_sections(t, t->optim.kind, flags, (uint64_t)n_extra, secs);
@@ -191,20 +186,13 @@ hx_status hx_emb_local_save_with(hx_emb_local *t, const char *path, const int64_
             block++;
         }
     }
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved_errno = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (ok && rename(tmp, path) != 0) {
-        saved_errno = errno;
-        ok = 0;
-    }
-    hx_status st = HX_OK;
     if (!ok) {
-        unlink(tmp);
-        st = hx_emb_fail(err, HX_ERR_IO, "embedding save: writing %s failed: %s", path,
-                         strerror(saved_errno ? saved_errno : EIO));
+        st = hx_emb_fail(err, HX_ERR_IO, "embedding save: writing %s failed: %s; the previous "
+                         "file at %s is untouched", stage.tmp, strerror(errno ? errno : EIO), path);
+        hx__stage_abort(&stage);
+    } else if ((st = hx__stage_commit("embedding save", &stage))) {
+        hx_emb_fail(err, st, "%s", hx_last_error());
     }
-    free(tmp);
     free(buf);
     return st;
 }

@@ -801,18 +801,21 @@ HX_API hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, con
                                                int64_t n, float *out);
 
 /* Rows, optimizer state, initialiser (and a DYNAMIC table's id map), in
- * blocks with XXH3 checksums, written to a temporary file and renamed.
+ * blocks with XXH3 checksums, written to a stage file and renamed over
+ * path as hx_session_save does (the same stage files, the same
+ * HX_ERR_STATE while another saver writes path).
  * Load verifies the whole file first and then replaces the rows and state
  * (a table without an optimizer loads the rows only).
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t or path NULL; load: the file has
  *               another optimizer's state than the table's, or a DYNAMIC
- *               table's map for another kind of table); HX_ERR_IO (the file
+ *               table's map for another kind of table); HX_ERR_STATE (save:
+ *               another saver is writing path now); HX_ERR_IO (the file
  *               cannot be written or read); HX_ERR_CORRUPT (load: a bad
  *               checksum, a truncated or foreign file); HX_ERR_SHAPE (load:
  *               another rows, dim or dtype); HX_ERR_UNSUPPORTED (load:
  *               another format version); HX_ERR_OUT_OF_MEMORY.
- *   On failure: save leaves the file at path as it was (only the temporary
- *               file is written); load leaves the table as it was.
+ *   On failure: save leaves the file at path as it was (only its stage
+ *               file is written, and removed); load leaves the table as it was.
  *   Ownership:  path is not kept.
  *   Threads:    see the section's header.
  */
@@ -1390,12 +1393,17 @@ HX_API hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out
 
 /* Checkpoints: every parameter and optimizer state tensor (the f16/bf16
  * copies of masters included), the step count and the loss scale; not
- * constants, not embedding tables (hx_embedding_table_save). Written to
- * "<path>.tmp", synced and renamed over path; each tensor carries an XXH3
+ * constants, not embedding tables (hx_embedding_table_save). Written to a
+ * stage file of this save's own, "<path>.stage-<pid>-<n>", held locked,
+ * synced, renamed over path, and the folder synced: a crash at any instant
+ * leaves the old file or the new one at path. A save removes the stage
+ * files that killed savers left beside path. Each tensor carries an XXH3
  * checksum. Loading checks the whole file against the session's graph
  * (the same set of names, dtypes, shapes, checksums) before changing
  * anything. Both wait for a delayed update first.
- *   Fails:      HX_ERR_INVALID_ARGUMENT (s or path NULL); HX_ERR_IO (the file
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or path NULL); HX_ERR_STATE (save:
+ *               another saver, in this process or another, is writing path
+ *               now: the message names its stage file); HX_ERR_IO (the file
  *               cannot be created, written, renamed or read, or changed
  *               while it was loaded); HX_ERR_CORRUPT (load: a truncated or
  *               damaged file, or one that does not fit the graph: the

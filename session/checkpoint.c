@@ -10,8 +10,10 @@
  * offload_param=disk) in the residency's order. Both directions stream
  * tensor by tensor (the disk tier's segment by segment), so neither holds
  * the whole set at once.
- * Written to "<path>.tmp", synced, then renamed over path, so a crash never
- * leaves a half-written checkpoint under the real name. Loading checks the
+ * Written to a stage file of its own beside path (core.h's staged files:
+ * a dead writer's stage is removed by the next save, a live one's makes
+ * this save fail), synced, renamed over path, the folder synced: a crash
+ * never leaves a half-written checkpoint under the real name. Loading checks the
  * whole file (its checksum, then every entry against the graph) before
  * changing anything. Tensors that live on the accelerator are read and
  * written through its backend's copies. */
@@ -22,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 static const char MAGIC[8] = {'H', 'X', 'C', 'K', 'P', 'T', '0', '1'};
@@ -131,34 +132,25 @@ hx_status hx_session_save(hx_session *s, const char *path)
                          s ? "path" : "session");
     hx_status st = hx__dpu_settle(&s->e); /* a delayed update lands first */
     if (st) return st;
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
     writer w = {.s = s, .total = XXH3_createState()};
-    if (!tmp || !w.total || XXH3_64bits_reset(w.total) == XXH_ERROR) {
-        free(tmp);
+    if (!w.total || XXH3_64bits_reset(w.total) == XXH_ERROR) {
         XXH3_freeState(w.total);
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_save: out of host memory");
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    w.f = fopen(tmp, "wb");
-    if (!w.f) {
-        st = hx__error(HX_ERR_IO, "hx_session_save: cannot create '%s': %s", tmp, strerror(errno));
-    } else {
+    hx_stage stage;
+    st = hx__stage_open("hx_session_save", path, &stage);
+    if (!st) {
+        w.f = stage.f;
         st = write_all(&w);
-        int flush_err = fflush(w.f) || fsync(fileno(w.f));
-        int err = w.err ? w.err : errno;
-        if ((fclose(w.f) || w.failed || flush_err) && !st)
+        if (!st && w.failed) {
             st = hx__error(HX_ERR_IO,
                            "hx_session_save: writing '%s' failed after %zu bytes: %s (disk "
-                           "full?); the previous checkpoint at '%s' is untouched", tmp, w.written,
-                           strerror(err ? err : EIO), path);
-        else if (!st && rename(tmp, path))
-            st = hx__error(HX_ERR_IO, "hx_session_save: cannot rename '%s' to '%s': %s", tmp,
-                           path, strerror(errno));
-        if (st) remove(tmp);
+                           "full?); the previous checkpoint at '%s' is untouched", stage.tmp,
+                           w.written, strerror(w.err), path);
+        }
+        if (st) hx__stage_abort(&stage);
+        else st = hx__stage_commit("hx_session_save", &stage);
     }
-    free(tmp);
     XXH3_freeState(w.total);
     return st;
 }

@@ -109,13 +109,13 @@ static void test_training(const char *data, const char *dir)
     CHECK(run(data, first, 4) == 0 && run(data, second, 6) == 0, "1 epoch, then resume");
     static const char *const parts[] = {"session", "deep", "wide", "meta"};
     for (int k = 0; k < 4; k++) {
-        snprintf(fa, sizeof fa, "%s.%s", a, parts[k]);
-        snprintf(fb, sizeof fb, "%s.%s", b, parts[k]);
+        snprintf(fa, sizeof fa, "%s/%s", a, parts[k]);
+        snprintf(fb, sizeof fb, "%s/%s", b, parts[k]);
         CHECK(same_file(fa, fb), "resumed run's %s equals the straight run's", parts[k]);
     }
 
     /* A flipped byte in the session checkpoint: refused, nothing trained. */
-    snprintf(fb, sizeof fb, "%s.session", b);
+    snprintf(fb, sizeof fb, "%s/session", b);
     f = fopen(fb, "r+b");
     CHECK(f != NULL, "open %s", fb);
     if (f) {

@@ -4,36 +4,19 @@
  * with what was live. */
 #include "commands.h"
 #include "hetex.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: hetex memreplay TRACE [--cap BYTES[K|M|G]]\n"
-            "  Replays TRACE (a hetex memory trace: write one with HX_MEMTRACE=path) through\n"
-            "  (a) hetex's device pools (persistent and transient separate) and (b) a single-pool\n"
-            "  best-fit caching allocator in the style of PyTorch's, and prints each one's peak\n"
-            "  reserved memory against the peak live bytes. With --cap, both run under that cap\n"
-            "  and the first allocation each cannot serve is reported.\n");
-}
-
-/* "123", "64K", "2G": bytes; false on a bad value. */
-static bool parse_bytes(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || s[0] == '-') return false;
-    unsigned shift = 0;
-    if (*end == 'K' || *end == 'k') shift = 10, end++;
-    else if (*end == 'M' || *end == 'm') shift = 20, end++;
-    else if (*end == 'G' || *end == 'g') shift = 30, end++;
-    if (*end || v == 0 || v > (SIZE_MAX >> shift)) return false;
-    *out = (size_t)v << shift;
-    return true;
-}
+static const char usage[] =
+    "usage: hetex memreplay TRACE [--cap BYTES[K|M|G]]\n"
+    "  Replays TRACE (a hetex memory trace: write one with HX_MEMTRACE=path) through\n"
+    "  (a) hetex's device pools (persistent and transient separate) and (b) a single-pool\n"
+    "  best-fit caching allocator in the style of PyTorch's, and prints each one's peak\n"
+    "  reserved memory against the peak live bytes. With --cap, both run under that cap\n"
+    "  and the first allocation each cannot serve is reported.\n";
 
 static double mib(size_t b) { return (double)b / (1 << 20); }
 
@@ -55,30 +38,15 @@ int hx_cmd_memreplay(int argc, char **argv)
 {
     const char *path = NULL;
     size_t cap = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--cap") && i + 1 < argc) {
-            if (!parse_bytes(argv[++i], &cap)) {
-                fprintf(stderr, "hetex memreplay: --cap '%s' is not a byte count (e.g. 2G, 512M)\n", argv[i]);
-                return 2;
-            }
-        } else if (argv[i][0] != '-' && !path) {
-            path = argv[i];
-        } else {
-            fprintf(stderr, "hetex memreplay: unexpected argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!path) {
-        usage(stderr);
-        return 2;
-    }
+    const cli_flag flags[] = {CLI_FLAG_NUM("--cap", CLI_BYTES, &cap, 1, 0x1p50)};
+    const cli_command c = {.name = "memreplay", .usage = usage, .flags = flags,
+                           .n_flags = CLI_COUNT(flags), .positional = &path,
+                           .positional_name = "TRACE"};
+    int rc = cli_parse(&c, argc, argv);
+    if (rc) return rc == CLI_HELP ? 0 : rc;
     hx_memreplay_report r;
     if (hx_memreplay(path, cap, &r) != HX_OK) {
-        fprintf(stderr, "hetex memreplay: %s\n", hx_last_error());
+        cli_error("memreplay", NULL, hx_last_error());
         return 1;
     }
     printf("%s: %lld events (%lld allocations, %lld frees), peak live %.1f MiB", path,

@@ -3,6 +3,7 @@
  * steps falls as it learns. */
 #include "hetex.h"
 #include "commands.h"
+#include "cli/cli.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -58,36 +59,34 @@ static void make_batch(const teacher *t, rng *r, int batch, float *x, int32_t *y
 
 typedef struct {
     int steps, batch, hidden, threads, every;
-    float lr, momentum;
+    double lr, momentum;
     uint64_t seed;
 } options;
 
+static const char usage[] =
+    "usage: hetex mlp [options]\n"
+    "  --steps N               training steps (3000)\n"
+    "  --batch N --hidden N    batch and hidden width (64 64)\n"
+    "  --lr X --momentum X     SGD (0.02 0.9)\n"
+    "  --threads N             session threads, 0: all cores (0)\n"
+    "  --seed N                data and initialisation (1)\n"
+    "  --every N               print the mean loss every N steps (200)\n";
+
 static int parse(int argc, char **argv, options *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help")) {
-            printf("usage: hetex mlp [--steps N] [--batch N] [--hidden N] [--lr X] "
-                   "[--momentum X] [--threads N] [--seed N] [--every N]\n");
-            exit(0);
-        }
-        if (!v) { fprintf(stderr, "hetex mlp: option %s needs a value\n", a); return 2; }
-        if (!strcmp(a, "--steps")) o->steps = atoi(v);
-        else if (!strcmp(a, "--batch")) o->batch = atoi(v);
-        else if (!strcmp(a, "--hidden")) o->hidden = atoi(v);
-        else if (!strcmp(a, "--lr")) o->lr = strtof(v, NULL);
-        else if (!strcmp(a, "--momentum")) o->momentum = strtof(v, NULL);
-        else if (!strcmp(a, "--threads")) o->threads = atoi(v);
-        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--every")) o->every = atoi(v);
-        else { fprintf(stderr, "hetex mlp: unknown option %s (see --help)\n", a); return 2; }
-        i++;
-    }
-    if (o->steps < 1 || o->batch < 1 || o->hidden < 1 || o->every < 1 || o->threads < 0) {
-        fprintf(stderr, "hetex mlp: --steps, --batch, --hidden, --every must be positive\n");
-        return 2;
-    }
-    return 0;
+    const cli_flag flags[] = {
+        CLI_FLAG_NUM("--steps", CLI_INT, &o->steps, 1, 1000000000),
+        CLI_FLAG_NUM("--batch", CLI_INT, &o->batch, 1, 1 << 20),
+        CLI_FLAG_NUM("--hidden", CLI_INT, &o->hidden, 1, 65536),
+        CLI_FLAG_ABOVE("--lr", &o->lr, 0, 10),
+        CLI_FLAG_NUM("--momentum", CLI_DOUBLE, &o->momentum, 0, 0.999999),
+        CLI_FLAG_NUM("--threads", CLI_INT, &o->threads, 0, 1024),
+        CLI_FLAG_U64("--seed", &o->seed),
+        CLI_FLAG_NUM("--every", CLI_INT, &o->every, 1, 1000000000),
+    };
+    const cli_command c = {.name = "mlp", .usage = usage, .flags = flags,
+                           .n_flags = CLI_COUNT(flags)};
+    return cli_parse(&c, argc, argv);
 }
 
 /* x (B,IN) -> relu(x W1 + b1) (B,H) -> W2 + b2 (B,C) -> cross-entropy */
@@ -122,8 +121,9 @@ static double accuracy(const float *logits, const int32_t *y, int batch)
 int hx_cmd_mlp(int argc, char **argv)
 {
     options o = {.steps = 3000, .batch = 64, .hidden = 64, .threads = 0, .every = 200,
-                 .lr = 0.02f, .momentum = 0.9f, .seed = 1};
-    if (parse(argc, argv, &o)) return 2;
+                 .lr = 0.02, .momentum = 0.9, .seed = 1};
+    int prc = parse(argc, argv, &o);
+    if (prc) return prc == CLI_HELP ? 0 : prc;
 
     hx_graph *g = hx_graph_create();
     hx_session *s = NULL;
@@ -139,7 +139,7 @@ int hx_cmd_mlp(int argc, char **argv)
     int rc = 1;
     if (!loss || hx_graph_backward(g, loss) || hx_graph_apply_optimizer(g, NULL, &opt) ||
         hx_session_create(g, &cfg, &s)) {
-        fprintf(stderr, "hetex mlp: %s\n", hx_last_error());
+        cli_error("mlp", NULL, hx_last_error());
         goto out;
     }
 
@@ -147,7 +147,7 @@ int hx_cmd_mlp(int argc, char **argv)
     teacher t;
     teacher_init(&t, &r);
     printf("hetex mlp: %d-%d-%d MLP, batch %d, SGD lr %g momentum %g, %d steps\n", IN, o.hidden,
-           CLASSES, o.batch, (double)o.lr, (double)o.momentum, o.steps);
+           CLASSES, o.batch, o.lr, o.momentum, o.steps);
     double window = 0;
     int in_window = 0;
     for (int step = 1; step <= o.steps; step++) {
@@ -157,7 +157,9 @@ int hx_cmd_mlp(int argc, char **argv)
                             {"y", NULL, y, sizeof *y * o.batch}};
         hx_fetch fetch = {NULL, loss, &l, sizeof l};
         if (hx_session_run(s, feeds, 2, &fetch, 1, HX_RUN_TRAIN)) {
-            fprintf(stderr, "hetex mlp: step %d: %s\n", step, hx_last_error());
+            char what[32];
+            snprintf(what, sizeof what, "step %d", step);
+            cli_error("mlp", what, hx_last_error());
             goto out;
         }
         window += l;
@@ -172,7 +174,7 @@ int hx_cmd_mlp(int argc, char **argv)
     hx_feed feeds[2] = {{"x", NULL, x, sizeof *x * o.batch * IN}, {"y", NULL, y, sizeof *y * o.batch}};
     hx_fetch fetch = {NULL, logit_t, logits, sizeof *logits * o.batch * CLASSES};
     if (hx_session_run(s, feeds, 2, &fetch, 1, 0)) {
-        fprintf(stderr, "hetex mlp: evaluation: %s\n", hx_last_error());
+        cli_error("mlp", "evaluation", hx_last_error());
         goto out;
     }
     printf("held-out accuracy %.3f (chance %.3f)\n", accuracy(logits, y, o.batch), 1.0 / CLASSES);

@@ -1,5 +1,6 @@
 /* hetex: the command-line front end. Each subcommand lives in its own file. */
 #include "commands.h"
+#include "hetex.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -14,24 +15,57 @@ static const struct {
     {"widedeep", wd_main, "train wide & deep on UCI Adult (examples/widedeep): host embeddings, device MLP"},
     {"gpt", gpt_main, "train a character-level GPT (examples/gpt) and report validation loss"},
 };
+enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: hetex COMMAND [options]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n'hetex COMMAND --help' lists a command's options.\n");
+    fprintf(f, "\n'hetex help COMMAND' (or 'hetex COMMAND --help') lists a command's options;\n"
+               "'hetex --version' prints the version.\n");
+}
+
+static int find(const char *name)
+{
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(name, commands[i].name)) return i;
+    return -1;
+}
+
+static int unknown(const char *name)
+{
+    fprintf(stderr, "hetex: unknown command '%s'\n\n", name);
+    usage(stderr);
+    return 2;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "hetex: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
-    return 2;
+    const char *a = argv[1];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h") || (!strcmp(a, "help") && argc == 2)) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(a, "--version") || !strcmp(a, "version")) {
+        printf("hetex %s\n", hx_version());
+        return 0;
+    }
+    if (!strcmp(a, "help")) { /* hetex help COMMAND: its --help */
+        if (argc > 3) {
+            fprintf(stderr, "hetex help: one command at a time (got '%s' and '%s')\n", argv[2], argv[3]);
+            return 2;
+        }
+        int k = find(argv[2]);
+        if (k < 0) return unknown(argv[2]);
+        static char help_flag[] = "--help";
+        char *help_argv[] = {argv[2], help_flag, NULL};
+        return commands[k].run(2, help_argv);
+    }
+    int k = find(a);
+    return k < 0 ? unknown(a) : commands[k].run(argc - 1, argv + 1);
 }

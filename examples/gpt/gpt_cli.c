@@ -1,12 +1,12 @@
 /* hetex gpt: trains the GPT of gpt_model.c on a character corpus and
  * reports the validation loss every few steps. */
 #include "gpt.h"
+#include "cli/cli.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct options {
     gpt_config model;
@@ -18,6 +18,8 @@ typedef struct options {
     double clip;
     int dpu; /* delayed parameter update after this many steps; -1: off */
     const char *offload_config; /* hx_offload_config_parse's key=value,... */
+    bool quiet;                 /* no progress output */
+    double progress_interval;   /* seconds between progress lines off a terminal */
 } options;
 
 static const char usage[] =
@@ -39,102 +41,59 @@ static const char usage[] =
     "  --accelerator auto|cuda|emu|none   where DEVICE ops run (auto)\n"
     "  --offload none|optimizer   optimizer on the device, or AdamW on the host (optimizer)\n"
     "  --max-device-memory N[K|M|G]   accelerator memory cap\n"
-    "  --threads N --seed N\n";
+    "  --threads N --seed N\n"
+    "  --quiet                 no progress output\n"
+    "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n";
 
-static bool parse_size(const char *v, size_t *out)
-{
-    char *end;
-    double x = strtod(v, &end);
-    double unit = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
-                : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
-    if (unit != 1.0) end++;
-    if (end == v || *end || !(x > 0)) return false;
-    *out = (size_t)(x * unit);
-    return true;
-}
-
+/* The flags, their ranges and where each goes; then the checks between flags. */
 static int parse(int argc, char **argv, options *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage, stdout);
-            exit(0);
-        }
-        if (!v) {
-            fprintf(stderr, "hetex gpt: option %s needs a value\n", a);
-            return 2;
-        }
-        bool ok = true;
-        if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--layers")) o->model.layers = atoi(v);
-        else if (!strcmp(a, "--heads")) o->model.heads = atoi(v);
-        else if (!strcmp(a, "--width")) o->model.width = atoi(v);
-        else if (!strcmp(a, "--context")) o->model.context = atoi(v);
-        else if (!strcmp(a, "--batch")) o->model.batch = atoi(v);
-        else if (!strcmp(a, "--dropout")) o->model.dropout = strtof(v, NULL);
-        else if (!strcmp(a, "--steps")) o->steps = atoi(v);
-        else if (!strcmp(a, "--lr")) o->optim.lr = strtod(v, NULL);
-        else if (!strcmp(a, "--beta1")) o->optim.beta1 = strtod(v, NULL);
-        else if (!strcmp(a, "--beta2")) o->optim.beta2 = strtod(v, NULL);
-        else if (!strcmp(a, "--weight-decay")) o->optim.weight_decay = strtod(v, NULL);
-        else if (!strcmp(a, "--warmup")) o->optim.warmup = atoi(v);
-        else if (!strcmp(a, "--min-lr-ratio")) o->optim.min_lr_ratio = strtod(v, NULL);
-        else if (!strcmp(a, "--clip")) o->clip = strtod(v, NULL);
-        else if (!strcmp(a, "--dpu")) o->dpu = atoi(v);
-        else if (!strcmp(a, "--offload-config")) o->offload_config = v;
-        else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(v, "f32")) o->model.dtype = HX_DTYPE_F32;
-            else if (!strcmp(v, "bf16")) o->model.dtype = HX_DTYPE_BF16;
-            else if (!strcmp(v, "f16")) o->model.dtype = HX_DTYPE_F16;
-            else ok = false;
-        }
-        else if (!strcmp(a, "--eval-every")) o->eval_every = atoi(v);
-        else if (!strcmp(a, "--eval-iters")) o->eval_iters = atoi(v);
-        else if (!strcmp(a, "--threads")) o->threads = atoi(v);
-        else if (!strcmp(a, "--seed")) o->model.seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--max-device-memory")) ok = parse_size(v, &o->max_device_memory);
-        else if (!strcmp(a, "--accelerator")) {
-            if (!strcmp(v, "auto")) o->accelerator = HX_ACCELERATOR_AUTO;
-            else if (!strcmp(v, "cuda")) o->accelerator = HX_ACCELERATOR_CUDA;
-            else if (!strcmp(v, "emu")) o->accelerator = HX_ACCELERATOR_EMU;
-            else if (!strcmp(v, "none")) o->accelerator = HX_ACCELERATOR_NONE;
-            else ok = false;
-        } else if (!strcmp(a, "--offload")) {
-            if (!strcmp(v, "none")) o->optim.offload = GPT_OFFLOAD_NONE;
-            else if (!strcmp(v, "optimizer")) o->optim.offload = GPT_OFFLOAD_OPTIMIZER;
-            else ok = false;
-        } else {
-            fprintf(stderr, "hetex gpt: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "hetex gpt: bad value '%s' for %s (see --help)\n", v, a);
-            return 2;
-        }
-        i++;
-    }
-    const gpt_config *m = &o->model;
-    if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->width % m->heads ||
-        m->context < 1 || m->batch < 1 || !(m->dropout >= 0 && m->dropout < 1) ||
-        o->steps < 1 || o->eval_every < 1 || o->eval_iters < 1 || o->threads < 0 ||
-        !(o->optim.lr > 0) || o->optim.warmup < 0 ||
-        !(o->optim.min_lr_ratio >= 0 && o->optim.min_lr_ratio <= 1) || !(o->clip >= 0) ||
-        o->dpu < -1) {
-        fprintf(stderr, "hetex gpt: layers, heads, width, context, batch, steps, eval-every, "
-                        "eval-iters and lr must be positive, width a multiple of heads, "
-                        "0 <= dropout < 1, warmup >= 0, 0 <= min-lr-ratio <= 1, clip >= 0, "
-                        "dpu >= -1\n");
-        return 2;
-    }
-    return 0;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+    gpt_config *m = &o->model;
+    double dropout = m->dropout;
+    int dtype = m->dtype == HX_DTYPE_F32 ? 0 : m->dtype == HX_DTYPE_BF16 ? 1 : 2;
+    int accel = (int)o->accelerator, offload = (int)o->optim.offload;
+    const cli_flag flags[] = {
+        CLI_FLAG_TEXT("--data", &o->data),
+        CLI_FLAG_NUM("--layers", CLI_INT, &m->layers, 1, 1024),
+        CLI_FLAG_NUM("--heads", CLI_INT, &m->heads, 1, 1024),
+        CLI_FLAG_NUM("--width", CLI_INT, &m->width, 1, 65536),
+        CLI_FLAG_NUM("--context", CLI_INT, &m->context, 1, 65536),
+        CLI_FLAG_NUM("--batch", CLI_INT, &m->batch, 1, 65536),
+        CLI_FLAG_NUM("--dropout", CLI_DOUBLE, &dropout, 0, 0.99),
+        CLI_FLAG_NUM("--steps", CLI_INT, &o->steps, 1, 1000000000),
+        CLI_FLAG_ABOVE("--lr", &o->optim.lr, 0, 10),
+        CLI_FLAG_NUM("--beta1", CLI_DOUBLE, &o->optim.beta1, 0, 0.999999),
+        CLI_FLAG_NUM("--beta2", CLI_DOUBLE, &o->optim.beta2, 0, 0.999999),
+        CLI_FLAG_NUM("--weight-decay", CLI_DOUBLE, &o->optim.weight_decay, 0, 10),
+        CLI_FLAG_NUM("--warmup", CLI_INT, &o->optim.warmup, 0, 1000000000),
+        CLI_FLAG_NUM("--min-lr-ratio", CLI_DOUBLE, &o->optim.min_lr_ratio, 0, 1),
+        CLI_FLAG_NUM("--clip", CLI_DOUBLE, &o->clip, 0, 1e6),
+        CLI_FLAG_NUM("--dpu", CLI_INT, &o->dpu, -1, 1000000000),
+        CLI_FLAG_TEXT("--offload-config", &o->offload_config),
+        CLI_FLAG_CHOICE("--dtype", &dtype, "f32|bf16|f16"),
+        CLI_FLAG_NUM("--eval-every", CLI_INT, &o->eval_every, 1, 1000000000),
+        CLI_FLAG_NUM("--eval-iters", CLI_INT, &o->eval_iters, 1, 1000000),
+        CLI_FLAG_NUM("--threads", CLI_INT, &o->threads, 0, 1024),
+        CLI_FLAG_U64("--seed", &m->seed),
+        CLI_FLAG_NUM("--max-device-memory", CLI_BYTES, &o->max_device_memory, 1 << 20, 0x1p44),
+        CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
+        CLI_FLAG_CHOICE("--offload", &offload, "none|optimizer"), /* gpt_offload's order */
+        CLI_FLAG_SWITCH("--quiet", &o->quiet),
+        CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
+    };
+    const cli_command c = {.name = "gpt", .usage = usage, .flags = flags,
+                           .n_flags = CLI_COUNT(flags)};
+    int rc = cli_parse(&c, argc, argv);
+    if (rc) return rc;
+    static const hx_dtype dtypes[] = {HX_DTYPE_F32, HX_DTYPE_BF16, HX_DTYPE_F16};
+    m->dtype = dtypes[dtype];
+    m->dropout = (float)dropout;
+    o->accelerator = (hx_accelerator)accel;
+    o->optim.offload = (gpt_offload)offload;
+    if (m->width % m->heads)
+        return cli_flag_error("gpt", "--width %d is not a multiple of --heads %d", m->width,
+                              m->heads);
+    return CLI_OK;
 }
 
 /* Mean loss over eval_iters validation batches (forward only). */
@@ -203,8 +162,10 @@ int gpt_main(int argc, char **argv)
                            .min_lr_ratio = 0.1},
                  .clip = 1.0, .dpu = -1,
                  .data = "data/tinyshakespeare/input.txt", .steps = 2000, .eval_every = 250,
-                 .eval_iters = 20, .accelerator = HX_ACCELERATOR_AUTO};
-    if (parse(argc, argv, &o)) return 2;
+                 .eval_iters = 20, .accelerator = HX_ACCELERATOR_AUTO,
+                 .progress_interval = 10};
+    int prc = parse(argc, argv, &o);
+    if (prc) return prc == CLI_HELP ? 0 : prc;
 
     char msg[512];
     gpt_text text;
@@ -232,7 +193,7 @@ int gpt_main(int argc, char **argv)
     cfg.delayed_param_update = o.dpu >= 0;
     cfg.dpu_warmup_steps = o.dpu >= 0 ? o.dpu : 0;
     if (o.offload_config && hx_offload_config_parse(o.offload_config, &cfg.offload)) {
-        fprintf(stderr, "hetex gpt: --offload-config: %s\n", hx_last_error());
+        cli_error("gpt", "--offload-config", hx_last_error());
         gpt_text_free(&text);
         return 2;
     }
@@ -256,7 +217,7 @@ int gpt_main(int argc, char **argv)
         return 1;
     }
     if (gpt_run_create(&o.model, &o.optim, &cfg, &r)) {
-        fprintf(stderr, "hetex gpt: %s\n", hx_last_error());
+        cli_error("gpt", NULL, hx_last_error());
         goto out;
     }
     printf("hetex gpt: %d layers, %d heads, width %d, context %d, batch %d, vocab %d, %s; "
@@ -268,34 +229,51 @@ int gpt_main(int argc, char **argv)
     print_memory(r.s, &r.m, o.model.dtype);
 
     uint64_t rng = o.model.seed;
-    double t0 = now(), window = 0;
+    double window = 0, last_val = NAN;
     int in_window = 0;
+    cli_progress bar;
+    cli_progress_start(&bar, stdout, o.quiet, o.progress_interval, "steps", "tokens",
+                       (double)o.steps * (double)n_tok);
     for (int step = 1; step <= o.steps; step++) {
         gpt_text_batch(&text, false, o.model.batch, o.model.context, &rng, tok, tgt);
         float l;
         hx_feed feeds[2] = {{NULL, r.m.tokens, tok, sizeof *tok * n_tok},
                             {NULL, r.m.targets, tgt, sizeof *tgt * n_tok}};
         hx_fetch fetch = {NULL, r.m.loss, &l, sizeof l};
+        double lr = o.optim.lr * gpt_lr_scale(&o.optim, step - 1, o.steps);
         if (hx_session_set_lr_scale(r.s, gpt_lr_scale(&o.optim, step - 1, o.steps)) ||
             hx_session_run(r.s, feeds, 2, &fetch, 1, HX_RUN_TRAIN)) {
-            fprintf(stderr, "hetex gpt: step %d: %s\n", step, hx_last_error());
+            cli_progress_end(&bar);
+            char what[32];
+            snprintf(what, sizeof what, "step %d", step);
+            cli_error("gpt", what, hx_last_error());
             goto out;
         }
         window += l;
         in_window++;
+        cli_progress_update(&bar, (double)step * (double)n_tok, window / in_window);
         if (step % o.eval_every == 0 || step == o.steps) {
             double vl;
+            cli_progress_end(&bar);
             if (val_loss(r.s, &r.m, &text, &o, tok, tgt, &vl)) {
-                fprintf(stderr, "hetex gpt: evaluation: %s\n", hx_last_error());
+                cli_error("gpt", "evaluation", hx_last_error());
                 goto out;
             }
-            printf("step %5d  train loss %.4f  val loss %.4f  %.2f steps/s\n", step,
-                   window / in_window, vl, step / (now() - t0));
+            double elapsed = cli_now() - bar.t0;
+            printf("step %5d  train loss %.4f  val loss %.4f  lr %.3g  %.2f steps/s  %.0f "
+                   "tokens/s\n", step, window / in_window, vl, lr, step / elapsed,
+                   (double)step * (double)n_tok / elapsed);
             fflush(stdout);
+            last_val = vl;
             window = 0;
             in_window = 0;
         }
     }
+    char took[16];
+    cli_duration(cli_now() - bar.t0, took, sizeof took);
+    printf("summary: %d steps, %.0f tokens in %s (%.0f tokens/s); final val loss %.4f\n",
+           o.steps, (double)o.steps * (double)n_tok, took,
+           (double)o.steps * (double)n_tok / (cli_now() - bar.t0), last_val);
     if (cfg.max_device_memory || o.offload_config) print_offload(r.s);
     rc = 0;
 out:

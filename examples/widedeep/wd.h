@@ -26,10 +26,11 @@ typedef struct wd_options {
     double lr_wide, l1_wide, l2_wide; /* FTRL on the wide table */
     int64_t cross_buckets;     /* hash buckets per crossed column */
     const char *trace;         /* Chrome trace path or NULL */
-    const char *save;          /* checkpoint prefix written after every epoch, or NULL */
-    const char *resume;        /* checkpoint prefix to continue from, or NULL */
+    const char *save;          /* checkpoint folder replaced after every epoch, or NULL */
+    const char *resume;        /* checkpoint folder to continue from, or NULL */
     const char *curve;         /* CSV of per-epoch metrics (and a PNG with gnuplot), or NULL */
     bool quiet;                /* no progress output */
+    double progress_interval;  /* seconds between progress lines off a terminal */
 } wd_options;
 wd_options wd_options_default(void);
 
@@ -78,6 +79,18 @@ void wd_model_free(wd_model *m);
 enum { WD_N_FEEDS = 5 };
 void wd_feeds(const wd_model *m, const wd_feed *fd, int64_t batch, const wd_features *wf,
               hx_feed feeds[WD_N_FEEDS]);
+
+/* What one pass over an input file found. */
+typedef struct wd_input {
+    int64_t rows, positives, malformed;
+    char malformed_text[512]; /* the malformed rows per reason and the first one; "" if none */
+} wd_input;
+/* Reads r once (then rewinds it): HX_OK, or HX_ERR_INVALID_ARGUMENT with a
+ * message in msg when the file at path cannot train (test false: no good
+ * row, fewer than `batch`) or be scored (test: no row, labels of one class),
+ * or the reader's error. */
+hx_status wd_input_check(hx_reader *r, const char *path, int64_t batch, bool test,
+                         wd_input *out, char *msg, size_t msg_len);
 
 /* Metrics over scored examples. */
 typedef struct wd_metrics {

@@ -1,14 +1,11 @@
 /* hetex widedeep: trains wide & deep on Adult, evaluates on its test file
  * after every epoch, and prints a summary. */
 #include "wd.h"
+#include "cli/cli.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 wd_options wd_options_default(void)
 {
@@ -17,7 +14,8 @@ wd_options wd_options_default(void)
                         .deep_dim = 8, .hidden = {100, 50}, .lr_dense = 1e-3,
                         .lr_embedding = 1e-2,
                         .embedding_optimizer = HX_EMBEDDING_OPTIMIZER_ADAGRAD, .lr_wide = 0.05,
-                        .l1_wide = 0.001, .l2_wide = 0.001, .cross_buckets = 1000};
+                        .l1_wide = 0.001, .l2_wide = 0.001, .cross_buckets = 1000,
+                        .progress_interval = 10};
 }
 
 static const char usage[] =
@@ -34,82 +32,50 @@ static const char usage[] =
     "  --lr-wide X --l1 X --l2 X   FTRL on the wide part (0.05, 0.001, 0.001)\n"
     "  --cross-buckets N       hash buckets per crossed column (1000)\n"
     "  --trace PATH            Chrome trace of the run (chrome://tracing, Perfetto)\n"
-    "  --save PREFIX           checkpoint after every epoch (PREFIX.session, .deep, .wide, .meta)\n"
-    "  --resume PREFIX         continue from a checkpoint\n"
+    "  --save DIR              checkpoint folder, replaced as a whole after every epoch\n"
+    "  --resume DIR            continue from a checkpoint folder (the same --seed, --batch)\n"
     "  --curve PATH            per-epoch metrics as CSV (and PATH.png where gnuplot exists)\n"
-    "  --quiet                 no progress output\n";
+    "  --quiet                 no progress output\n"
+    "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n";
 
+/* The flags, their ranges and where each goes. */
 static int parse(int argc, char **argv, wd_options *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage, stdout);
-            exit(0);
-        }
-        if (!strcmp(a, "--quiet")) {
-            o->quiet = true;
-            continue;
-        }
-        const char *v = i + 1 < argc ? argv[++i] : NULL;
-        if (!v) {
-            fprintf(stderr, "hetex widedeep: option %s needs a value\n", a);
-            return 2;
-        }
-        bool ok = true;
-        if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--epochs")) o->epochs = atoi(v);
-        else if (!strcmp(a, "--batch")) o->batch = atoll(v);
-        else if (!strcmp(a, "--threads")) o->threads = atoi(v);
-        else if (!strcmp(a, "--reader-threads")) o->reader_threads = atoi(v);
-        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--deep-dim")) o->deep_dim = atoi(v);
-        else if (!strcmp(a, "--hidden")) ok = sscanf(v, "%d,%d", &o->hidden[0], &o->hidden[1]) == 2;
-        else if (!strcmp(a, "--lr-dense")) o->lr_dense = strtod(v, NULL);
-        else if (!strcmp(a, "--lr-embedding")) o->lr_embedding = strtod(v, NULL);
-        else if (!strcmp(a, "--lr-wide")) o->lr_wide = strtod(v, NULL);
-        else if (!strcmp(a, "--l1")) o->l1_wide = strtod(v, NULL);
-        else if (!strcmp(a, "--l2")) o->l2_wide = strtod(v, NULL);
-        else if (!strcmp(a, "--cross-buckets")) o->cross_buckets = atoll(v);
-        else if (!strcmp(a, "--trace")) o->trace = v;
-        else if (!strcmp(a, "--save")) o->save = v;
-        else if (!strcmp(a, "--resume")) o->resume = v;
-        else if (!strcmp(a, "--curve")) o->curve = v;
-        else if (!strcmp(a, "--embedding-optimizer")) {
-            if (!strcmp(v, "adagrad")) o->embedding_optimizer = HX_EMBEDDING_OPTIMIZER_ADAGRAD;
-            else if (!strcmp(v, "lazy-adam")) o->embedding_optimizer = HX_EMBEDDING_OPTIMIZER_LAZY_ADAM;
-            else ok = false;
-        } else if (!strcmp(a, "--accelerator")) {
-            if (!strcmp(v, "auto")) o->accelerator = HX_ACCELERATOR_AUTO;
-            else if (!strcmp(v, "cuda")) o->accelerator = HX_ACCELERATOR_CUDA;
-            else if (!strcmp(v, "emu")) o->accelerator = HX_ACCELERATOR_EMU;
-            else if (!strcmp(v, "none")) o->accelerator = HX_ACCELERATOR_NONE;
-            else ok = false;
-        } else {
-            fprintf(stderr, "hetex widedeep: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "hetex widedeep: bad value '%s' for %s (see --help)\n", v, a);
-            return 2;
-        }
-    }
-    if (o->epochs < 1 || o->batch < 1 || o->threads < 0 || o->reader_threads < 1 ||
-        o->deep_dim < 1 || o->hidden[0] < 1 || o->hidden[1] < 1 || !(o->lr_dense > 0) ||
-        !(o->lr_embedding > 0) || !(o->lr_wide > 0) || o->l1_wide < 0 || o->l2_wide < 0 ||
-        o->cross_buckets < 1) {
-        fprintf(stderr, "hetex widedeep: epochs, batch, reader threads, sizes, learning rates "
-                        "and buckets must be positive; threads, l1, l2 >= 0\n");
-        return 2;
-    }
-    return 0;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+    int accel = (int)o->accelerator, emb = o->embedding_optimizer == HX_EMBEDDING_OPTIMIZER_LAZY_ADAM;
+    const cli_flag flags[] = {
+        CLI_FLAG_TEXT("--data", &o->data),
+        CLI_FLAG_NUM("--epochs", CLI_INT, &o->epochs, 1, 100000),
+        CLI_FLAG_NUM("--batch", CLI_INT64, &o->batch, 1, 1 << 20),
+        CLI_FLAG_NUM("--threads", CLI_INT, &o->threads, 0, 1024),
+        CLI_FLAG_NUM("--reader-threads", CLI_INT, &o->reader_threads, 1, 64),
+        CLI_FLAG_U64("--seed", &o->seed),
+        CLI_FLAG_NUM("--deep-dim", CLI_INT, &o->deep_dim, 1, 4096),
+        CLI_FLAG_INTS("--hidden", o->hidden, 2, 1, 65536),
+        CLI_FLAG_ABOVE("--lr-dense", &o->lr_dense, 0, 10),
+        CLI_FLAG_ABOVE("--lr-embedding", &o->lr_embedding, 0, 10),
+        CLI_FLAG_ABOVE("--lr-wide", &o->lr_wide, 0, 10),
+        CLI_FLAG_NUM("--l1", CLI_DOUBLE, &o->l1_wide, 0, 1e6),
+        CLI_FLAG_NUM("--l2", CLI_DOUBLE, &o->l2_wide, 0, 1e6),
+        CLI_FLAG_NUM("--cross-buckets", CLI_INT64, &o->cross_buckets, 1, 1 << 26),
+        CLI_FLAG_TEXT("--trace", &o->trace),
+        CLI_FLAG_TEXT("--save", &o->save),
+        CLI_FLAG_TEXT("--resume", &o->resume),
+        CLI_FLAG_TEXT("--curve", &o->curve),
+        CLI_FLAG_CHOICE("--embedding-optimizer", &emb, "adagrad|lazy-adam"),
+        CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
+        CLI_FLAG_SWITCH("--quiet", &o->quiet),
+        CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
+    };
+    const cli_command c = {.name = "widedeep", .usage = usage, .flags = flags,
+                           .n_flags = CLI_COUNT(flags)};
+    int rc = cli_parse(&c, argc, argv);
+    if (rc) return rc;
+    o->accelerator = (hx_accelerator)accel;
+    o->embedding_optimizer = emb ? HX_EMBEDDING_OPTIMIZER_LAZY_ADAM : HX_EMBEDDING_OPTIMIZER_ADAGRAD;
+    if (o->save && !cli_check_output("widedeep", "--save", o->save, CLI_PATH_DIR)) return 2;
+    if (o->trace && !cli_check_output("widedeep", "--trace", o->trace, CLI_PATH_FILE)) return 2;
+    if (o->curve && !cli_check_output("widedeep", "--curve", o->curve, CLI_PATH_FILE)) return 2;
+    return CLI_OK;
 }
 
 /* Everything a run holds. */
@@ -117,40 +83,28 @@ typedef struct job {
     wd_options o;
     hx_reader_config train_cfg, test_cfg;
     hx_reader *train, *test;
+    int64_t train_rows;  /* good rows of the training file (its check) */
     wd_features wf;
     wd_model m;
     hx_session *s;
     wd_feed fd;
     float *probs, *labels; /* the test set's, grown as read */
     int64_t scored_cap;
-    int64_t train_bytes; /* the training file's size */
     int epochs_done;
     char msg[1200];      /* the example's own errors (else hx_last_error()) */
 } job;
-
-/* A progress bar by bytes of the file read. */
-static void progress(const job *j, int epoch, int64_t rows, double loss, double rate, bool tty)
-{
-    hx_reader_stats rs;
-    if (j->o.quiet || !tty || hx_reader_stats_get(j->train, &rs)) return;
-    int width = 30, done = j->train_bytes > 0 ? (int)(width * rs.bytes / j->train_bytes) : 0;
-    if (done > width) done = width;
-    char bar[64];
-    memset(bar, '#', (size_t)done);
-    memset(bar + done, '.', (size_t)(width - done));
-    bar[width] = 0;
-    printf("\repoch %d [%s] %lld rows  loss %.4f  %.0f examples/s ", epoch, bar,
-           (long long)rows, loss, rate);
-    fflush(stdout);
-}
 
 /* One pass over the training file: full batches only. */
 static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examples_per_s)
 {
     const wd_options *o = &j->o;
-    bool tty = isatty(fileno(stdout));
     hx_feed feeds[WD_N_FEEDS];
-    double sum = 0, t0 = now();
+    char label[32];
+    snprintf(label, sizeof label, "epoch %d", epoch);
+    cli_progress bar;
+    cli_progress_start(&bar, stdout, o->quiet, o->progress_interval, label, "examples",
+                       (double)(j->train_rows / o->batch * o->batch));
+    double sum = 0;
     int64_t rows = 0, batches = 0;
     const hx_batch *b;
     hx_status st;
@@ -163,13 +117,13 @@ static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examp
         if ((st = hx_session_run(j->s, feeds, WD_N_FEEDS, &fetch, 1, HX_RUN_TRAIN))) return st;
         sum += loss;
         rows += b->n;
-        if (++batches % 16 == 0)
-            progress(j, epoch, rows, sum / batches, rows / (now() - t0), tty);
+        batches++;
+        cli_progress_update(&bar, (double)rows, sum / (double)batches);
     }
+    cli_progress_end(&bar);
     if (st) return st;
-    if (!o->quiet && tty) printf("\r%*s\r", 100, "");
-    *mean_loss = batches ? sum / batches : NAN;
-    *examples_per_s = rows / (now() - t0);
+    *mean_loss = sum / (double)batches; /* the input check saw at least one batch */
+    *examples_per_s = (double)rows / (cli_now() - bar.t0);
     return hx_reader_rewind(j->train);
 }
 
@@ -207,63 +161,57 @@ static hx_status evaluate(job *j, wd_metrics *out)
     return st ? st : rw;
 }
 
-/* ---- checkpoints: the session, both tables, and the epochs done (written
- * last, so a checkpoint without its .meta is not one) ------------------------- */
-
-static void path_of(char *buf, size_t n, const char *prefix, const char *ext)
-{
-    snprintf(buf, n, "%s.%s", prefix, ext);
-}
+/* ---- checkpoints: a folder (cli/cli.h: committed as a set) holding the
+ * session, both tables and what the run was (meta) ---------------------------- */
 
 static hx_status save(const job *j, int epochs_done)
 {
-    char p[1024], tmp[1040];
-    const char *pre = j->o.save;
-    path_of(p, sizeof p, pre, "session");
-    hx_status st = hx_session_save(j->s, p);
-    path_of(p, sizeof p, pre, "deep");
-    if (!st) st = hx_embedding_table_save(j->m.deep, p);
-    path_of(p, sizeof p, pre, "wide");
-    if (!st) st = hx_embedding_table_save(j->m.wide, p);
-    if (st) return st;
-    path_of(p, sizeof p, pre, "meta");
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
-    FILE *f = fopen(tmp, "w");
-    bool ok = f && fprintf(f, "hetex widedeep checkpoint 1\nepochs %d\nseed %llu\n", epochs_done,
-                           (unsigned long long)j->o.seed) > 0;
+    cli_ckpt c;
+    if (!cli_ckpt_begin("widedeep", "--save", j->o.save, &c)) return HX_ERR_IO;
+    hx_status st = hx_session_save(j->s, cli_ckpt_file(&c, "session"));
+    if (!st) st = hx_embedding_table_save(j->m.deep, cli_ckpt_file(&c, "deep"));
+    if (!st) st = hx_embedding_table_save(j->m.wide, cli_ckpt_file(&c, "wide"));
+    const char *p = st ? NULL : cli_ckpt_file(&c, "meta");
+    FILE *f = p ? fopen(p, "w") : NULL;
+    bool ok = f && fprintf(f, "hetex widedeep checkpoint 2\nepochs %d\nseed %llu\nbatch %lld\n",
+                           epochs_done, (unsigned long long)j->o.seed, (long long)j->o.batch) > 0;
     if (f && fclose(f)) ok = false;
-    if (!ok || rename(tmp, p)) {
-        fprintf(stderr, "hetex widedeep: cannot write '%s'\n", p);
-        return HX_ERR_IO;
+    if (st || !ok) {
+        if (!st) fprintf(stderr, "hetex widedeep: cannot write '%s'\n", p);
+        else cli_error("widedeep", "--save", hx_last_error());
+        cli_ckpt_abort(&c);
+        return st ? st : HX_ERR_IO;
     }
-    return HX_OK;
+    return cli_ckpt_commit(&c) ? HX_OK : HX_ERR_IO;
 }
 
 static hx_status resume(job *j)
 {
-    char p[1024];
-    const char *pre = j->o.resume;
-    path_of(p, sizeof p, pre, "meta");
+    char p[2100];
+    const char *dir = j->o.resume;
+    snprintf(p, sizeof p, "%s/meta", dir);
     FILE *f = fopen(p, "r");
     int epochs = -1;
     unsigned long long seed = 0;
-    bool ok = f && fscanf(f, "hetex widedeep checkpoint 1\nepochs %d\nseed %llu", &epochs, &seed) == 2;
+    long long batch = 0;
+    bool ok = f && fscanf(f, "hetex widedeep checkpoint 2\nepochs %d\nseed %llu\nbatch %lld",
+                          &epochs, &seed, &batch) == 3;
     if (f) fclose(f);
-    if (!ok || epochs < 0) {
-        snprintf(j->msg, sizeof j->msg, "'%s' is missing or not a widedeep checkpoint's .meta "
-                 "file", p);
+    if (!ok || epochs < 0 || epochs > 100000) {
+        snprintf(j->msg, sizeof j->msg, "--resume '%s' is not a widedeep checkpoint folder (its "
+                 "meta file is missing or not one)", dir);
         return HX_ERR_CORRUPT;
     }
-    if (seed != j->o.seed) {
-        snprintf(j->msg, sizeof j->msg, "the checkpoint was made with --seed %llu; resume with "
-                 "the same seed", seed);
+    if (seed != j->o.seed || batch != j->o.batch) {
+        snprintf(j->msg, sizeof j->msg, "--resume '%s' was made with --seed %llu --batch %lld; "
+                 "resume with the same", dir, seed, batch);
         return HX_ERR_INVALID_ARGUMENT;
     }
-    path_of(p, sizeof p, pre, "session");
+    snprintf(p, sizeof p, "%s/session", dir);
     hx_status st = hx_session_load(j->s, p);
-    path_of(p, sizeof p, pre, "deep");
+    snprintf(p, sizeof p, "%s/deep", dir);
     if (!st) st = hx_embedding_table_load(j->m.deep, p);
-    path_of(p, sizeof p, pre, "wide");
+    snprintf(p, sizeof p, "%s/wide", dir);
     if (!st) st = hx_embedding_table_load(j->m.wide, p);
     for (int e = 0; e < epochs && !st; e++) st = hx_reader_rewind(j->train); /* its shuffle */
     j->epochs_done = epochs;
@@ -306,12 +254,18 @@ static hx_status setup(job *j)
     j->test_cfg = hx_reader_config_adult(true);
     j->test_cfg.batch_size = o->batch;
     j->test_cfg.n_threads = o->reader_threads;
+    char test_path[1024];
     snprintf(path, sizeof path, "%s/adult.data", o->data);
+    snprintf(test_path, sizeof test_path, "%s/adult.test", o->data);
+    wd_input train, test;
     hx_status st = hx_reader_open(path, &j->train_cfg, &j->train);
-    struct stat sb;
-    j->train_bytes = stat(path, &sb) ? 0 : (int64_t)sb.st_size;
-    snprintf(path, sizeof path, "%s/adult.test", o->data);
-    if (!st) st = hx_reader_open(path, &j->test_cfg, &j->test);
+    if (!st) st = hx_reader_open(test_path, &j->test_cfg, &j->test);
+    if (!st) st = wd_input_check(j->train, path, o->batch, false, &train, j->msg, sizeof j->msg);
+    if (!st) st = wd_input_check(j->test, test_path, o->batch, true, &test, j->msg, sizeof j->msg);
+    if (st) return st;
+    j->train_rows = train.rows;
+    if (*train.malformed_text) printf("hetex widedeep: '%s': %s\n", path, train.malformed_text);
+    if (*test.malformed_text) printf("hetex widedeep: '%s': %s\n", test_path, test.malformed_text);
     if (!st) st = wd_features_fit(j->train, &j->train_cfg, o->cross_buckets, &j->wf);
     if (!st) st = wd_model_build(o, &j->wf, &j->m);
     if (!st) st = wd_feed_alloc(&j->wf, o->batch, &j->fd);
@@ -340,13 +294,14 @@ static void teardown(job *j)
 int wd_main(int argc, char **argv)
 {
     job j = {.o = wd_options_default()};
-    if (parse(argc, argv, &j.o)) return 2;
+    int prc = parse(argc, argv, &j.o);
+    if (prc) return prc == CLI_HELP ? 0 : prc;
     const wd_options *o = &j.o;
-    double t0 = now();
+    double t0 = cli_now();
     int rc = 1;
     FILE *curve = NULL;
     if (setup(&j)) {
-        fprintf(stderr, "hetex widedeep: %s\n", *j.msg ? j.msg : hx_last_error());
+        cli_error("widedeep", NULL, *j.msg ? j.msg : hx_last_error());
         goto out;
     }
     if (o->curve && !(curve = fopen(o->curve, j.epochs_done ? "a" : "w"))) {
@@ -360,7 +315,9 @@ int wd_main(int argc, char **argv)
     for (int e = j.epochs_done + 1; e <= o->epochs; e++) {
         double loss, rate;
         if (train_epoch(&j, e, &loss, &rate) || evaluate(&j, &m)) {
-            fprintf(stderr, "hetex widedeep: epoch %d: %s\n", e, hx_last_error());
+            char what[32];
+            snprintf(what, sizeof what, "epoch %d", e);
+            cli_error("widedeep", what, hx_last_error());
             goto out;
         }
         printf("epoch %2d  train loss %.4f  test loss %.4f  AUC %.4f  accuracy %.4f  "
@@ -368,15 +325,15 @@ int wd_main(int argc, char **argv)
         fflush(stdout);
         if (curve) fprintf(curve, "%d,%.6f,%.6f,%.6f,%.6f\n", e, loss, m.log_loss, m.auc, m.accuracy);
         if (o->save && save(&j, e)) {
-            fprintf(stderr, "hetex widedeep: saving epoch %d: %s\n", e, hx_last_error());
+            fprintf(stderr, "hetex widedeep: epoch %d was not saved\n", e);
             goto out;
         }
     }
     if (j.epochs_done >= o->epochs && evaluate(&j, &m)) {
-        fprintf(stderr, "hetex widedeep: evaluation: %s\n", hx_last_error());
+        cli_error("widedeep", "evaluation", hx_last_error());
         goto out;
     }
-    summary(&j, &m, now() - t0);
+    summary(&j, &m, cli_now() - t0);
     rc = 0;
 out:
     if (curve) {

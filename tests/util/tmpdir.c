@@ -2,6 +2,7 @@
 #include "tmpdir.h"
 
 #include <dirent.h>
+#include <string.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,18 @@ int test_files_in(const char *dir)
     DIR *d = opendir(dir);
     int n = 0;
     for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+int test_stage_files_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        n += strstr(e->d_name, ".stage-") || (len > 4 && !strcmp(e->d_name + len - 4, ".tmp"));
+    }
     if (d) closedir(d);
     return n;
 }

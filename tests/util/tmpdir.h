@@ -16,4 +16,7 @@ void test_remove_tree(const char *dir);
  * cannot be opened). */
 int test_files_in(const char *dir);
 
+/* Entries of dir that are stage files of a save ("*.stage-*", "*.tmp"). */
+int test_stage_files_in(const char *dir);
+
 #endif

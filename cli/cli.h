@@ -1,0 +1,159 @@
+/* What every `hetex` command shares (tools/ and examples/ include this, and
+ * the public header, nothing else): strict flags, output paths checked
+ * before any work, and progress output. Messages start with the command's
+ * name ("hetex widedeep: ...") and speak of its flags, never of library
+ * settings. Nothing here is thread-safe: commands call it from their main
+ * thread. */
+#ifndef HX_CLI_H
+#define HX_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- flags ----------------------------------------------------------------------- */
+
+typedef enum cli_kind {
+    CLI_SWITCH, /* bool: no value; present sets it true */
+    CLI_INT,    /* int: a whole decimal number within [lo, hi] */
+    CLI_INT64,  /* int64_t: the same, up to 2^53 */
+    CLI_U64,    /* uint64_t: any whole number from 0 to 2^64 - 1 (seeds) */
+    CLI_DOUBLE, /* double: a finite decimal number within [lo, hi] (lo_open: (lo, hi]) */
+    CLI_BYTES,  /* size_t: a byte count, an optional K, M or G (binary) suffix, in [lo, hi] */
+    CLI_STRING, /* const char *: any non-empty text (argv's own, not copied) */
+    CLI_CHOICE, /* int: the index of the value among choices ("auto|cuda|emu|none") */
+    CLI_INTS,   /* int[count]: count whole numbers joined by commas, each in [lo, hi] */
+} cli_kind;
+
+typedef struct cli_flag {
+    const char *name;    /* "--batch" */
+    cli_kind kind;
+    void *out;           /* written only when the flag is given and its value is good */
+    double lo, hi;       /* allowed range, inclusive (numbers) */
+    bool lo_open;        /* CLI_DOUBLE: lo itself is not allowed (a learning rate > 0) */
+    const char *choices; /* CLI_CHOICE: the values, '|'-separated */
+    int count;           /* CLI_INTS: how many numbers */
+} cli_flag;
+
+/* Table rows (designated, so that -Wextra sees every field set). */
+#define CLI_FLAG_SWITCH(n, o) {.name = (n), .kind = CLI_SWITCH, .out = (o)}
+#define CLI_FLAG_TEXT(n, o) {.name = (n), .kind = CLI_STRING, .out = (o)}
+#define CLI_FLAG_U64(n, o) {.name = (n), .kind = CLI_U64, .out = (o)}
+#define CLI_FLAG_NUM(n, k, o, l, h) {.name = (n), .kind = (k), .out = (o), .lo = (l), .hi = (h)}
+#define CLI_FLAG_ABOVE(n, o, l, h) \
+    {.name = (n), .kind = CLI_DOUBLE, .out = (o), .lo = (l), .hi = (h), .lo_open = true}
+#define CLI_FLAG_CHOICE(n, o, c) {.name = (n), .kind = CLI_CHOICE, .out = (o), .choices = (c)}
+#define CLI_FLAG_INTS(n, o, c, l, h) \
+    {.name = (n), .kind = CLI_INTS, .out = (o), .lo = (l), .hi = (h), .count = (c)}
+#define CLI_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+typedef struct cli_command {
+    const char *name;          /* "widedeep": messages say "hetex widedeep: " */
+    const char *usage;         /* printed for --help (and -h) */
+    const cli_flag *flags;
+    int n_flags;
+    const char **positional;   /* the one positional argument, or NULL: none allowed */
+    const char *positional_name; /* how usage names it ("TRACE") */
+} cli_command;
+
+/* --accelerator's choices, in hx_accelerator's order: the index is the value. */
+#define CLI_ACCELERATORS "auto|cuda|emu|none"
+
+enum { CLI_OK = 0, CLI_EXIT_USAGE = 2, CLI_HELP = -1 };
+
+/* Parses argv[1..argc-1] ("--flag value" or "--flag=value") into the flags'
+ * outputs. CLI_OK; CLI_HELP after printing the usage to stdout (the command
+ * then exits 0); or CLI_EXIT_USAGE after printing to stderr one line that
+ * names the flag, the value and what is allowed (an unknown flag, a missing
+ * value, a number that does not parse whole or falls outside its range, a
+ * value not among the choices, a missing or second positional argument). */
+int cli_parse(const cli_command *c, int argc, char **argv);
+
+/* The allowed values of f in words ("a whole number from 1 to 1048576"). */
+void cli_flag_range(const cli_flag *f, char *buf, size_t n);
+
+/* Prints "hetex CMD: FLAG VALUE is not allowed: REASON" style errors for
+ * checks the table cannot express (one flag against another); returns
+ * CLI_EXIT_USAGE. */
+int cli_flag_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prints "hetex CMD: WHAT: MESSAGE" (WHAT may be NULL) with the library's
+ * names of settings (HX_ACCELERATOR_EMU, trace_path, max_device_memory,
+ * ...) replaced by the CLI flags that set them. */
+void cli_error(const char *cmd, const char *what, const char *library_message);
+
+/* ---- output paths ------------------------------------------------------------------- */
+
+typedef enum cli_path_kind { CLI_PATH_FILE, CLI_PATH_DIR } cli_path_kind;
+
+/* Checks, before any work, that the path given to flag can be written: its
+ * folder exists and a file can be created there (tried, then removed), and
+ * the path is not a folder (CLI_PATH_FILE) or not a file (CLI_PATH_DIR).
+ * Returns true, or false after printing why, naming the flag and the path. */
+bool cli_check_output(const char *cmd, const char *flag, const char *path, cli_path_kind kind);
+
+/* ---- checkpoint folders --------------------------------------------------------------- */
+
+/* A checkpoint is a folder of files committed as a set (cli/checkpoint.c):
+ * a kill at any instant leaves the previous checkpoint or the new one, and
+ * the next save removes what an interrupted one left beside it. A folder
+ * that exists is replaced only when it is a checkpoint (it holds the file
+ * CLI_CKPT_MARK) or empty. */
+#define CLI_CKPT_MARK "hetex-checkpoint"
+typedef struct cli_ckpt {
+    const char *cmd;
+    char dir[2048], stage[2100], file[2400];
+    int fd; /* the stage's lock */
+} cli_ckpt;
+
+/* Starts a save into the checkpoint folder dir (given with flag): removes
+ * the stages of dead savers and makes this save's. false after printing
+ * why (another process is saving to dir now; dir is not a checkpoint; it
+ * cannot be created). */
+bool cli_ckpt_begin(const char *cmd, const char *flag, const char *dir, cli_ckpt *c);
+/* The path to write the set's file `name` to (valid until the next call). */
+const char *cli_ckpt_file(cli_ckpt *c, const char *name);
+/* Commits the set: syncs it, swaps it in, removes the old one. false after
+ * printing why (the previous checkpoint is then untouched). Ends c. */
+bool cli_ckpt_commit(cli_ckpt *c);
+/* Drops the save (its stage is removed). Ends c. */
+void cli_ckpt_abort(cli_ckpt *c);
+/* true when dir exists and is not a checkpoint folder nor empty: a save
+ * there would replace someone's files. */
+bool cli_ckpt_foreign(const char *dir);
+
+/* ---- progress ----------------------------------------------------------------------- */
+
+/* Progress of one phase of long work (an epoch, a run of steps): on a
+ * terminal a bar redrawn in place with percent, elapsed time, ETA, the
+ * throughput and the loss; elsewhere (a log, a pipe) one line per
+ * `interval` seconds; nothing when quiet. */
+typedef struct cli_progress {
+    FILE *out;
+    bool tty, quiet;
+    double interval;     /* seconds between lines when not a terminal */
+    const char *label;   /* "epoch 3", "steps" */
+    const char *unit;    /* "examples", "tokens" */
+    double total;        /* units in the phase (0: unknown: no percent or ETA) */
+    double t0, last;     /* start, last print */
+    bool drawn;          /* a bar is on the terminal's current line */
+} cli_progress;
+
+/* Starts a phase: out is where progress goes (stdout), interval the seconds
+ * between lines off a terminal (> 0). */
+void cli_progress_start(cli_progress *p, FILE *out, bool quiet, double interval,
+                        const char *label, const char *unit, double total);
+/* Reports `done` units so far and the running loss (NaN: none); prints
+ * when it is time (a terminal: at most 10 times a second). */
+void cli_progress_update(cli_progress *p, double done, double loss);
+/* Ends the phase: clears the bar from the terminal (the caller prints its
+ * own summary line next). */
+void cli_progress_end(cli_progress *p);
+/* Seconds on a monotonic clock. */
+double cli_now(void);
+/* "1h02m", "3m05s", "12.3s" */
+void cli_duration(double seconds, char *buf, size_t n);
+
+#endif

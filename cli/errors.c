@@ -1,0 +1,37 @@
+/* The library's messages in the CLI's words: a message that tells a C
+ * programmer to set HX_ACCELERATOR_EMU or trace_path tells a user of
+ * `hetex` to give --accelerator emu or --trace. */
+#include "cli/cli.h"
+
+#include <string.h>
+
+static const struct {
+    const char *library, *cli;
+} words[] = {
+    {"HX_ACCELERATOR_AUTO", "--accelerator auto"},
+    {"HX_ACCELERATOR_CUDA", "--accelerator cuda"},
+    {"HX_ACCELERATOR_EMU", "--accelerator emu"},
+    {"HX_ACCELERATOR_NONE", "--accelerator none"},
+    {"accelerator CUDA", "--accelerator cuda"},
+    {"trace_path", "--trace"},
+    {"HX_TRACE", "--trace"},
+    {"max_device_memory", "--max-device-memory"},
+    {"offload_config", "--offload-config"},
+    {"n_threads", "--threads"},
+};
+
+void cli_error(const char *cmd, const char *what, const char *library_message)
+{
+    fprintf(stderr, "hetex %s: %s%s", cmd, what ? what : "", what ? ": " : "");
+    for (const char *p = library_message; *p;) {
+        size_t i = 0, n = sizeof words / sizeof words[0];
+        while (i < n && strncmp(p, words[i].library, strlen(words[i].library))) i++;
+        if (i < n) {
+            fputs(words[i].cli, stderr);
+            p += strlen(words[i].library);
+        } else {
+            fputc(*p++, stderr);
+        }
+    }
+    fputc('\n', stderr);
+}
