@@ -2,6 +2,7 @@
  * shapes and attributes into a call of a kernels/cpu function. Launchers of
  * float ops read and write f32; f16/bf16 nodes reach them through the
  * widening path (backend_cpu_widen.c). Data movement is dtype-size aware. */
+#include "backend/backend_cpu_conv.h"
 #include "backend/backend_cpu_embedding.h"
 #include "backend/backend_cpu_widen.h"
 #include "backend/node_args.h"
@@ -330,6 +331,15 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
     [HX_OP_SLICE_BACKWARD] = slice_backward, [HX_OP_SCATTER_ADD] = scatter_add,
     [HX_OP_CROSS_ENTROPY_BACKWARD] = cross_entropy_backward,
     [HX_OP_BCE_LOGITS_BACKWARD] = bce_logits_backward,
+    [HX_OP_IM2COL] = hx__cpu_im2col, [HX_OP_COL2IM] = hx__cpu_col2im,
+    [HX_OP_CONV_GEMM] = hx__cpu_conv_gemm,
+    [HX_OP_CONV_GEMM_BACKWARD_COLS] = hx__cpu_conv_gemm_backward_cols,
+    [HX_OP_CONV_GEMM_BACKWARD_W] = hx__cpu_conv_gemm_backward_w,
+    [HX_OP_MAX_POOL] = hx__cpu_max_pool, [HX_OP_MAX_POOL_BACKWARD] = hx__cpu_max_pool_backward,
+    [HX_OP_AVG_POOL] = hx__cpu_avg_pool, [HX_OP_AVG_POOL_BACKWARD] = hx__cpu_avg_pool_backward,
+    [HX_OP_BATCHNORM] = hx__cpu_batchnorm,
+    [HX_OP_BATCHNORM_BACKWARD_X] = hx__cpu_batchnorm_backward_x,
+    [HX_OP_BATCHNORM_BACKWARD_GAMMA] = hx__cpu_batchnorm_backward_gamma,
     [HX_OP_SGD_UPDATE] = sgd_update, [HX_OP_ADAM_UPDATE] = adam_update,
     [HX_OP_ADAGRAD_UPDATE] = adagrad_update, [HX_OP_FTRL_UPDATE] = ftrl_update,
     [HX_OP_EMBEDDING_UPDATE] = hx__cpu_embedding_update,
@@ -348,6 +358,10 @@ static const bool computes_f32[HX_OP_COUNT] = {
     [HX_OP_LOG_SOFTMAX_BACKWARD] = 1, [HX_OP_LAYERNORM_BACKWARD_X] = 1,
     [HX_OP_LAYERNORM_BACKWARD_GAMMA] = 1, [HX_OP_SUM_TO] = 1, [HX_OP_SCATTER_ADD] = 1,
     [HX_OP_CROSS_ENTROPY_BACKWARD] = 1, [HX_OP_BCE_LOGITS_BACKWARD] = 1,
+    [HX_OP_IM2COL] = 1, [HX_OP_COL2IM] = 1, [HX_OP_CONV_GEMM] = 1,
+    [HX_OP_CONV_GEMM_BACKWARD_COLS] = 1, [HX_OP_CONV_GEMM_BACKWARD_W] = 1, [HX_OP_MAX_POOL] = 1,
+    [HX_OP_MAX_POOL_BACKWARD] = 1, [HX_OP_AVG_POOL] = 1, [HX_OP_AVG_POOL_BACKWARD] = 1,
+    [HX_OP_BATCHNORM] = 1, [HX_OP_BATCHNORM_BACKWARD_X] = 1, [HX_OP_BATCHNORM_BACKWARD_GAMMA] = 1,
 };
 
 /* A float op's launch: the float inputs of a node share its dtype (the

@@ -243,6 +243,62 @@ LAUNCH(adagrad_update)
     return update(y, hx_optim_plan_adagrad(&hp, ex->step + 1, &io), in, in[2], NULL);
 }
 
+/* ---- convolutional ops (node_args_conv.c) ----------------------------------------------------- */
+
+LAUNCH(im2col) { hx_k_window w = hx__window_of(y); RUN(hx_gk_im2col(C, DT(y), out, in[0], &w)); }
+/* in: dcols */
+LAUNCH(col2im) { hx_k_window w = hx__window_of(y); RUN(hx_gk_col2im(C, DT(y), out, in[0], &w)); }
+/* in: cols, w */
+LAUNCH(conv_gemm)
+{
+    hx_k_conv_gemm g = hx__conv_gemm_of(y);
+    RUN(hx_gk_conv_gemm(C, DT(y), out, in[1], in[0], &g));
+}
+/* in: dy, w */
+LAUNCH(conv_gemm_backward_cols)
+{
+    hx_k_conv_gemm g = hx__conv_gemm_of(y);
+    RUN(hx_gk_conv_gemm_backward_cols(C, DT(y), out, in[0], in[1], &g));
+}
+/* in: dy, cols */
+LAUNCH(conv_gemm_backward_w)
+{
+    hx_k_conv_gemm g = hx__conv_gemm_of(y);
+    RUN(hx_gk_conv_gemm_backward_w(C, DT(y), out, in[0], in[1], &g));
+}
+LAUNCH(max_pool) { hx_k_window w = hx__window_of(y); RUN(hx_gk_pool(C, DT(y), 1, out, in[0], &w)); }
+LAUNCH(avg_pool) { hx_k_window w = hx__window_of(y); RUN(hx_gk_pool(C, DT(y), 0, out, in[0], &w)); }
+/* in: dy, x */
+LAUNCH(max_pool_backward)
+{
+    hx_k_window w = hx__window_of(y);
+    RUN(hx_gk_pool_backward(C, DT(y), 1, out, in[0], in[1], &w));
+}
+/* in: dy */
+LAUNCH(avg_pool_backward)
+{
+    hx_k_window w = hx__window_of(y);
+    RUN(hx_gk_pool_backward(C, DT(y), 0, out, in[0], NULL, &w));
+}
+/* in: x, gamma, beta, running mean, running var (f32, written in training runs) */
+LAUNCH(batchnorm)
+{
+    hx_k_bn b = hx__batchnorm_of(ex, y);
+    RUN(hx_gk_batchnorm(C, DT(y), out, in[0], in[1], in[2], in[3], in[4], &b));
+}
+/* in: dy, x, gamma, running mean, running var */
+LAUNCH(batchnorm_backward_x)
+{
+    hx_k_bn b = hx__batchnorm_of(ex, y);
+    RUN(hx_gk_batchnorm_backward_x(C, DT(y), out, in[0], in[1], in[2], in[3], in[4], &b));
+}
+/* in: dy, x, running mean, running var */
+LAUNCH(batchnorm_backward_gamma)
+{
+    hx_k_bn b = hx__batchnorm_of(ex, y);
+    RUN(hx_gk_batchnorm_backward_gamma(C, DT(y), out, in[0], in[1], in[2], in[3], &b));
+}
+
 /* HX_KERNEL_SUMSQ: y is the gradient, in[0] its value, out a double. */
 static hx_status sumsq(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in)
 {
@@ -284,6 +340,16 @@ static const cuda_op cuda_ops[HX_OP_COUNT] = {
      * gives a loss its logits' dtype, and dloss the loss's) has none here */
     [HX_OP_CROSS_ENTROPY_BACKWARD] = {cross_entropy_backward, F32_ONLY},
     [HX_OP_BCE_LOGITS_BACKWARD] = {bce_logits_backward, F32_ONLY},
+    [HX_OP_IM2COL] = {im2col, FLOAT}, [HX_OP_COL2IM] = {col2im, FLOAT},
+    [HX_OP_CONV_GEMM] = {conv_gemm, FLOAT},
+    [HX_OP_CONV_GEMM_BACKWARD_COLS] = {conv_gemm_backward_cols, FLOAT},
+    [HX_OP_CONV_GEMM_BACKWARD_W] = {conv_gemm_backward_w, FLOAT},
+    [HX_OP_MAX_POOL] = {max_pool, FLOAT}, [HX_OP_AVG_POOL] = {avg_pool, FLOAT},
+    [HX_OP_MAX_POOL_BACKWARD] = {max_pool_backward, FLOAT},
+    [HX_OP_AVG_POOL_BACKWARD] = {avg_pool_backward, FLOAT},
+    [HX_OP_BATCHNORM] = {batchnorm, FLOAT},
+    [HX_OP_BATCHNORM_BACKWARD_X] = {batchnorm_backward_x, FLOAT},
+    [HX_OP_BATCHNORM_BACKWARD_GAMMA] = {batchnorm_backward_gamma, FLOAT},
     [HX_OP_SGD_UPDATE] = {sgd_update, F32_ONLY}, [HX_OP_ADAM_UPDATE] = {adam_update, F32_ONLY},
     [HX_OP_ADAGRAD_UPDATE] = {adagrad_update, F32_ONLY},
 };

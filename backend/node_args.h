@@ -103,6 +103,16 @@ typedef struct hx__dropout_args {
 } hx__dropout_args;
 hx__dropout_args hx__dropout_of(const hx_exec *ex, const hx_tensor *y);
 
+/* ---- convolutional ops (node_args_conv.c) ------------------------------------
+ * The window of a window op (im2col, col2im, pools and their backward) over
+ * its image: src[0] for the forward ops, the output for the backward ones. */
+hx_k_window hx__window_of(const hx_tensor *y);
+/* conv_gemm and its backward: the GEMM shapes, from the columns tensor and
+ * the weight's. */
+hx_k_conv_gemm hx__conv_gemm_of(const hx_tensor *y);
+/* batchnorm and its backward: x's (N, C, S) and the run's mode. */
+hx_k_bn hx__batchnorm_of(const hx_exec *ex, const hx_tensor *y);
+
 /* ---- optimizer updates ------------------------------------------------------
  * Update nodes: in = param, grad, its optimizer state, then (when
  * attr.i[0] names its index: graph/autodiff.c fuse_half_copy) the half

@@ -26,6 +26,11 @@ typedef enum hx_op {
     HX_OP_SUM_TO, HX_OP_BROADCAST_TO, HX_OP_SLICE_BACKWARD, HX_OP_SCATTER_ADD,
     HX_OP_CROSS_ENTROPY_BACKWARD, HX_OP_BCE_LOGITS_BACKWARD,
     HX_OP_EMBEDDING_BAG_WEIGHTS_BACKWARD, /* d loss / d per-sample weights */
+    /* convolutional networks (graph/ops_conv.c); attributes there */
+    HX_OP_IM2COL, HX_OP_CONV_GEMM, HX_OP_MAX_POOL, HX_OP_AVG_POOL, HX_OP_BATCHNORM,
+    HX_OP_COL2IM, HX_OP_CONV_GEMM_BACKWARD_W, HX_OP_CONV_GEMM_BACKWARD_COLS,
+    HX_OP_MAX_POOL_BACKWARD, HX_OP_AVG_POOL_BACKWARD,
+    HX_OP_BATCHNORM_BACKWARD_X, HX_OP_BATCHNORM_BACKWARD_GAMMA,
     /* optimizer updates (side effects on a parameter; tensor.optimizer) */
     HX_OP_SGD_UPDATE, HX_OP_ADAM_UPDATE, HX_OP_ADAGRAD_UPDATE, HX_OP_FTRL_UPDATE,
     HX_OP_EMBEDDING_UPDATE, /* a table's sparse update; tensor.emb_update */
@@ -125,6 +130,17 @@ typedef struct hx_op_info {
 
 extern const hx_op_info hx__ops[HX_OP_COUNT];
 
+/* The backward rules of the convolutional ops (graph/ops_conv.c), as
+ * hx_op_info.backward. */
+hx_status hx__im2col_backward(hx_graph *g, hx_tensor *y, hx_tensor *dy, const bool *needs,
+                              hx_tensor **dx);
+hx_status hx__conv_gemm_backward(hx_graph *g, hx_tensor *y, hx_tensor *dy, const bool *needs,
+                                 hx_tensor **dx);
+hx_status hx__pool_backward(hx_graph *g, hx_tensor *y, hx_tensor *dy, const bool *needs,
+                            hx_tensor **dx);
+hx_status hx__batchnorm_backward(hx_graph *g, hx_tensor *y, hx_tensor *dy, const bool *needs,
+                                 hx_tensor **dx);
+
 /* "[32,64]" into buf; returns buf. */
 const char *hx__shape_str(const hx_tensor *t, char *buf, size_t n);
 #define HX_SHAPE_STR_LEN 96
@@ -161,7 +177,8 @@ typedef enum hx_place_why {
     HX_WHY_PARAM_MIXED,   /* read on both targets: it stays on the host */
     HX_WHY_FOLLOWS_PARAM, /* an update (or optimizer state) runs where its parameter lives */
     HX_WHY_HOST_LEAF,     /* inputs and constants are host data */
-    HX_WHY_OFFLOAD        /* the session offloads parameters (hx_offload_config) to the host */
+    HX_WHY_OFFLOAD,       /* the session offloads parameters (hx_offload_config) to the host */
+    HX_WHY_FOLLOWS_OP     /* state an op updates in place (batchnorm's running statistics) */
 } hx_place_why;
 const char *hx__place_why_str(hx_place_why w);
 

@@ -23,6 +23,7 @@ const char *hx__place_why_str(hx_place_why w)
     case HX_WHY_PARAM_MIXED: return "ops on both targets read it; it stays on the host";
     case HX_WHY_FOLLOWS_PARAM: return "it follows its parameter";
     case HX_WHY_HOST_LEAF: return "inputs and constants are host data";
+    case HX_WHY_FOLLOWS_OP: return "the op that updates it in place runs there";
     case HX_WHY_OFFLOAD: return "offload_param: parameters, their state and updates live on the host";
     }
     return "(unknown)";
@@ -130,6 +131,14 @@ hx_status hx__place(const hx_graph *g, const hx_place_opts *o, hx_target *target
             if (t->src[k]->kind != HX_TENSOR_STATE) continue; /* an embedding update's ids */
             target[t->src[k]->id] = target[i];
             why[t->src[k]->id] = HX_WHY_FOLLOWS_PARAM;
+        }
+    }
+    for (int i = 0; i < g->n && !st; i++) { /* batchnorm writes its running statistics */
+        const hx_tensor *t = g->tensors[i];
+        if (t->op != HX_OP_BATCHNORM) continue;
+        for (int k = 3; k < 5; k++) {
+            target[t->src[k]->id] = target[i];
+            why[t->src[k]->id] = HX_WHY_FOLLOWS_OP;
         }
     }
     free(update_of);

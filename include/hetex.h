@@ -495,6 +495,78 @@ HX_API hx_tensor *hx_mse(hx_graph *g, hx_tensor *pred, hx_tensor *target);
  */
 HX_API hx_tensor *hx_dropout(hx_graph *g, hx_tensor *x, float p, uint64_t seed);
 
+/* ---- convolutional networks -------------------------------------------------
+ * Images are NCHW: x (N, C, H, W). A window op (conv, pooling) has, per
+ * spatial axis, a kernel size k, stride s >= 1, zero padding p >= 0 and
+ * dilation d >= 1; its output size is (H + 2p - d(k-1) - 1) / s + 1, which
+ * must be >= 1. Storage f32, f16 or bf16, arithmetic f32 (as every op). */
+typedef struct hx_conv2d_params {
+    int stride[2];   /* (h, w); 0 means 1 */
+    int padding[2];  /* (h, w) zeros on each side */
+    int dilation[2]; /* (h, w); 0 means 1 */
+    int groups;      /* C and C_out divide by it; C = groups: depthwise; 0 means 1 */
+} hx_conv2d_params;
+
+/* y (N, C_out, OH, OW) = cross-correlation of x (N, C, H, W) with
+ * w (C_out, C / groups, KH, KW), no bias (hx_add a (C_out, 1, 1) tensor).
+ * Built as im2col (a transient (N, C*KH*KW, OH*OW) tensor in the memory
+ * plan, kept for the weight gradient) and one GEMM per group and image;
+ * p NULL: stride 1, no padding. Sums are f32 in OpenBLAS's order (not
+ * PyTorch's: the last bits differ).
+ *   Fails:      as every op; HX_ERR_SHAPE when x is not 4-D, w not 4-D,
+ *               C or C_out not a multiple of groups, w's second dim not
+ *               C / groups, or the output would be empty;
+ *               HX_ERR_INVALID_ARGUMENT for a negative stride, padding,
+ *               dilation or groups.
+ *   On failure: as every op.
+ *   Ownership:  as every op; p is read during the call.
+ *   Threads:    as every op.
+ */
+HX_API hx_tensor *hx_conv2d(hx_graph *g, hx_tensor *x, hx_tensor *w, const hx_conv2d_params *p);
+
+/* Pooling over (kh, kw) windows of x (N, C, H, W), stride (sh, sw) (0:
+ * the kernel size), zero padding (ph, pw) of at most half the kernel. Max
+ * pooling ignores padding and passes the gradient to the first maximum of
+ * a window; average pooling divides by kh * kw, padding included
+ * (PyTorch's count_include_pad). Global average pooling: (N, C, H, W) ->
+ * (N, C), the mean over H and W (a reduce_mean).
+ *   Fails:      as every op; HX_ERR_SHAPE when x is not 4-D or the output
+ *               would be empty; HX_ERR_INVALID_ARGUMENT for a kernel < 1, a
+ *               negative stride, a padding past half the kernel.
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
+HX_API hx_tensor *hx_max_pool2d(hx_graph *g, hx_tensor *x, int kh, int kw, int sh, int sw, int ph,
+                                int pw);
+HX_API hx_tensor *hx_avg_pool2d(hx_graph *g, hx_tensor *x, int kh, int kw, int sh, int sw, int ph,
+                                int pw);
+HX_API hx_tensor *hx_global_avg_pool2d(hx_graph *g, hx_tensor *x);
+
+/* Batch normalisation of x (N, C, H, W) or (N, C) per channel, with gamma
+ * and beta (C) of x's dtype. In HX_RUN_TRAIN runs it normalises with the
+ * batch's mean and (biased) variance and updates the running statistics
+ * (when the op runs: a run that fetches nothing it feeds leaves them):
+ * running = (1 - momentum) * running + momentum * batch (the variance
+ * unbiased, as PyTorch); in other runs it normalises with the running
+ * statistics (inference), and gradients are those of that function. The
+ * running statistics are f32 persistent state named "<gamma>/running_mean"
+ * (starts at 0) and "<gamma>/running_var" (starts at 1): not trained,
+ * saved in checkpoints, read and written with hx_session_read/write; they
+ * live where the op runs. One batchnorm per gamma. Not for sessions whose
+ * recomputation runs a forward op twice in a step (the statistics would be
+ * updated twice).
+ *   Fails:      as every op; HX_ERR_SHAPE when x is not 2-D or 4-D, or gamma
+ *               or beta is not (C); HX_ERR_INVALID_ARGUMENT when eps is not
+ *               positive and finite, momentum outside [0, 1], or gamma
+ *               already has running statistics (a second batchnorm of it).
+ *   On failure: as every op.
+ *   Ownership:  as every op.
+ *   Threads:    as every op.
+ */
+HX_API hx_tensor *hx_batchnorm(hx_graph *g, hx_tensor *x, hx_tensor *gamma, hx_tensor *beta,
+                               float momentum, float eps);
+
 /* ---- autodiff and optimizers ----------------------------------------------- */
 
 /* Adds gradient nodes of the scalar `loss` for every parameter (and

@@ -159,6 +159,7 @@ typedef struct op_case {
     double rtol, atol; /* forward tolerance */
     double eps;        /* finite-difference step factor (0: 1e-2) */
     hx_dtype out_dt;   /* expected output dtype (0: f32) */
+    int run_flags;     /* hx_session_run flags (HX_RUN_TRAIN: training-mode ops) */
 } op_case;
 
 /* (a) forward: every leaf is a graph input, fed at the run. */
@@ -200,7 +201,7 @@ static void check_forward(const op_case *c, const leaf *x, int n)
     hx_session *s = make_session(g, 1, 1, what);
     if (s) {
         hx_fetch f = {NULL, y, raw, (size_t)ny * es};
-        hx_status st = hx_session_run(s, feeds, n, &f, 1, 0);
+        hx_status st = hx_session_run(s, feeds, n, &f, 1, c->run_flags);
         CHECK(st == HX_OK, "%s: run: %s: %s", what, hx_status_name(st), hx_last_error());
         leaf out = {"y", c->out_dt, 0, {0}, raw, false};
         if (st == HX_OK && c->out_dt != HX_DTYPE_F32) { /* integers: exact */
@@ -289,7 +290,7 @@ static void check_grad(const op_case *c, const leaf *x, int n)
         st = hx_session_write(s, t[i], p[i], lbytes(&x[i]));
         CHECK(st == HX_OK, "%s: hx_session_write %s: %s", what, x[i].name, hx_last_error());
     }
-    st = hx_session_run(s, NULL, 0, fetch, nf, 0);
+    st = hx_session_run(s, NULL, 0, fetch, nf, c->run_flags);
     CHECK(st == HX_OK, "%s: run: %s: %s", what, hx_status_name(st), hx_last_error());
     if (st != HX_OK) goto out;
     double l0 = dot_f32(yv, R, ny), mag = 0;
@@ -312,7 +313,7 @@ static void check_grad(const op_case *c, const leaf *x, int n)
             for (int sgn = 0; sgn < 2; sgn++) {
                 p[i][k] = pv[sgn];
                 ok = ok && hx_session_write(s, t[i], p[i], lbytes(&x[i])) == HX_OK &&
-                     hx_session_run(s, NULL, 0, fetch, 1, 0) == HX_OK;
+                     hx_session_run(s, NULL, 0, fetch, 1, c->run_flags) == HX_OK;
                 lv[sgn] = dot_f32(yv, R, ny);
             }
             p[i][k] = orig;
@@ -352,9 +353,9 @@ static void check_op(const op_case *c, leaf *x, int n)
     leaves_free(x, n);
 }
 
-#define CASE(what, b, r, ctx, rtol, atol) (&(op_case){(what), (b), (r), (ctx), (rtol), (atol), 0, HX_DTYPE_F32})
+#define CASE(what, b, r, ctx, rtol, atol) (&(op_case){(what), (b), (r), (ctx), (rtol), (atol), 0, HX_DTYPE_F32, 0})
 /* Exact data movement of an integer tensor. */
-#define ICASE(what, b, r, ctx, dt) (&(op_case){(what), (b), (r), (ctx), 0, 0, 0, (dt)})
+#define ICASE(what, b, r, ctx, dt) (&(op_case){(what), (b), (r), (ctx), 0, 0, 0, (dt), 0})
 #define LEAVES(...) ((leaf[]){__VA_ARGS__}), (int)(sizeof((leaf[]){__VA_ARGS__}) / sizeof(leaf))
 
 static void same_shape(const leaf *a, int *nd, int64_t *sh)
@@ -686,7 +687,7 @@ static void test_rows(void)
         /* logits near 100: exp would overflow without the max shift; the
          * finite-difference step is 1e-2 absolute, not relative to |x| */
         snprintf(w, sizeof w, "%s [4,6] large logits (needs the max shift)", nm);
-        op_case big = {w, b_softmax, r_softmax, lg ? &K1 : &K0, 1e-5, 1e-6, 1e-4, HX_DTYPE_F32};
+        op_case big = {w, b_softmax, r_softmax, lg ? &K1 : &K0, 1e-5, 1e-6, 1e-4, HX_DTYPE_F32, 0};
         check_op(&big, LEAVES(lf("x", 2, S(4, 6), 90, 100, true)));
         snprintf(w, sizeof w, "%s [3,1000]", nm);
         check_op(CASE(w, b_softmax, r_softmax, lg ? &K1 : &K0, 1e-5, 1e-7),
@@ -1016,7 +1017,7 @@ static void test_cast(void)
         /* gradient of the round trip on ordinary values; cast is linear up to
          * rounding, so a large step keeps the rounding out of the difference */
         op_case c = {which ? "cast round trip bf16 [3,7]" : "cast round trip f16 [3,7]", b_cast,
-                     r_cast, which ? &BF16 : &F16, 0, 0, 1.0, HX_DTYPE_F32};
+                     r_cast, which ? &BF16 : &F16, 0, 0, 1.0, HX_DTYPE_F32, 0};
         check_op(&c, LEAVES(lf("x", 2, S(3, 7), -2, 2, true)));
     }
 }
@@ -1159,7 +1160,7 @@ static void test_losses(void)
     check_op(CASE("cross_entropy [3,4] i64 labels", b_ce, r_ce, NULL, 1e-5, 1e-6),
              LEAVES(lf("logits", 2, S(3, 4), -3, 3, true),
                     lint("labels", HX_DTYPE_I64, 1, S(3), S(2, 0, 3))));
-    op_case big = {"cross_entropy [2,3] large logits", b_ce, r_ce, NULL, 1e-5, 1e-6, 1e-4, HX_DTYPE_F32};
+    op_case big = {"cross_entropy [2,3] large logits", b_ce, r_ce, NULL, 1e-5, 1e-6, 1e-4, HX_DTYPE_F32, 0};
     check_op(&big, LEAVES(lf("logits", 2, S(2, 3), 95, 100, true),
                     lint("labels", HX_DTYPE_I32, 1, S(2), S(1, 2))));
     check_op(CASE("bce_with_logits [4,6]", b_bce, r_bce, &K0, 1e-5, 1e-6),
@@ -1306,6 +1307,206 @@ static void test_composite(void)
     check_op(CASE("mlp log_softmax(gelu(x@w1+b1)@w2)", b_mlp, r_mlp, NULL, 1e-4, 1e-5),
              LEAVES(lf("x", 2, S(4, 6), -1, 1, true), lf("w1", 2, S(6, 5), -1, 1, true),
                     lf("b1", 1, S(5), -0.5, 0.5, true), lf("w2", 2, S(5, 3), -1, 1, true)));
+}
+
+/* ---- convolutional networks ------------------------------------------------------------------ */
+
+typedef struct conv_ctx {
+    hx_conv2d_params p;
+} conv_ctx;
+
+static hx_tensor *b_conv2d(hx_graph *g, hx_tensor *const *x, const void *ctx)
+{
+    return hx_conv2d(g, x[0], x[1], &((const conv_ctx *)ctx)->p);
+}
+
+static int64_t win_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
+{
+    return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+/* y[n, o, oh, ow] = sum over the group's channels and taps of x * w, zeros outside. */
+static void r_conv2d(const leaf *x, const void *ctx, int *nd, int64_t *sh, double *out)
+{
+    const hx_conv2d_params *p = &((const conv_ctx *)ctx)->p;
+    const leaf *a = &x[0], *w = &x[1];
+    int64_t N = a->shape[0], C = a->shape[1], H = a->shape[2], W = a->shape[3];
+    int64_t O = w->shape[0], Cg = w->shape[1], KH = w->shape[2], KW = w->shape[3];
+    int64_t G = p->groups ? p->groups : 1, Og = O / G;
+    int64_t sh_ = p->stride[0] ? p->stride[0] : 1, sw = p->stride[1] ? p->stride[1] : 1;
+    int64_t dh = p->dilation[0] ? p->dilation[0] : 1, dw = p->dilation[1] ? p->dilation[1] : 1;
+    int64_t OH = win_out(H, KH, sh_, p->padding[0], dh), OW = win_out(W, KW, sw, p->padding[1], dw);
+    *nd = 4;
+    sh[0] = N, sh[1] = O, sh[2] = OH, sh[3] = OW;
+    if (!out) return;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double acc = 0;
+                    for (int64_t c = 0; c < Cg; c++)
+                        for (int64_t i = 0; i < KH; i++)
+                            for (int64_t j = 0; j < KW; j++) {
+                                int64_t ih = oh * sh_ - p->padding[0] + i * dh;
+                                int64_t iw = ow * sw - p->padding[1] + j * dw;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                int64_t ci = o / Og * Cg + c;
+                                acc += fv(a, ((n * C + ci) * H + ih) * W + iw) *
+                                       fv(w, ((o * Cg + c) * KH + i) * KW + j);
+                            }
+                    out[((n * O + o) * OH + oh) * OW + ow] = acc;
+                }
+    (void)C;
+}
+
+static void test_conv2d(void)
+{
+    static const struct {
+        const char *what;
+        int64_t x[4], w[4];
+        hx_conv2d_params p;
+    } cases[] = {
+        {"3x3 pad 1", {2, 3, 7, 6}, {4, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}},
+        {"groups 2, stride (2,3), pad (1,0), dilation (1,2)", {2, 4, 9, 11}, {6, 2, 3, 2},
+         {{2, 3}, {1, 0}, {1, 2}, 2}},
+        {"depthwise 3x3", {1, 5, 6, 7}, {5, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 5}},
+        {"stride 3 > kernel 2", {2, 2, 9, 10}, {3, 2, 2, 2}, {{3, 3}, {0, 0}, {1, 1}, 1}},
+        {"dilation 2 pad 2, 1x1 default params", {1, 3, 8, 5}, {2, 3, 3, 3}, {{0, 0}, {2, 2}, {2, 2}, 0}},
+        {"1x1 stride 2", {3, 4, 5, 5}, {6, 4, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}},
+    };
+    char w[200];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        conv_ctx c = {cases[k].p};
+        snprintf(w, sizeof w, "conv2d %s", cases[k].what);
+        check_op(CASE(w, b_conv2d, r_conv2d, &c, 1e-4, 1e-5),
+                 LEAVES(lf("x", 4, cases[k].x, -1, 1, true), lf("w", 4, cases[k].w, -1, 1, true)));
+    }
+}
+
+typedef struct pool_ctx {
+    bool max, global;
+    int k[2], s[2], p[2];
+} pool_ctx;
+
+static hx_tensor *b_pool(hx_graph *g, hx_tensor *const *x, const void *ctx)
+{
+    const pool_ctx *c = ctx;
+    if (c->global) return hx_global_avg_pool2d(g, x[0]);
+    return (c->max ? hx_max_pool2d : hx_avg_pool2d)(g, x[0], c->k[0], c->k[1], c->s[0], c->s[1],
+                                                    c->p[0], c->p[1]);
+}
+
+static void r_pool(const leaf *x, const void *ctx, int *nd, int64_t *sh, double *out)
+{
+    const pool_ctx *c = ctx;
+    int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    int64_t kh = c->global ? H : c->k[0], kw = c->global ? W : c->k[1];
+    int64_t sh_ = c->global ? 1 : c->s[0] ? c->s[0] : kh, sw = c->global ? 1 : c->s[1] ? c->s[1] : kw;
+    int64_t ph = c->global ? 0 : c->p[0], pw = c->global ? 0 : c->p[1];
+    int64_t OH = win_out(H, kh, sh_, ph, 1), OW = win_out(W, kw, sw, pw, 1);
+    *nd = c->global ? 2 : 4;
+    sh[0] = N, sh[1] = C, sh[2] = OH, sh[3] = OW;
+    if (!out) return;
+    for (int64_t nc = 0; nc < N * C; nc++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                double acc = c->max ? -INFINITY : 0;
+                for (int64_t i = 0; i < kh; i++)
+                    for (int64_t j = 0; j < kw; j++) {
+                        int64_t ih = oh * sh_ - ph + i, iw = ow * sw - pw + j;
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                        double v = fv(x, (nc * H + ih) * W + iw);
+                        acc = c->max ? fmax(acc, v) : acc + v;
+                    }
+                out[(nc * OH + oh) * OW + ow] = c->max ? acc : acc / (double)(kh * kw);
+            }
+}
+
+static void test_pooling(void)
+{
+    static const struct {
+        const char *what;
+        int64_t x[4];
+        pool_ctx c;
+    } cases[] = {
+        {"max 2x2", {2, 3, 6, 7}, {true, false, {2, 2}, {0, 0}, {0, 0}}},
+        {"max 3x3 stride 2 pad 1", {2, 2, 7, 8}, {true, false, {3, 3}, {2, 2}, {1, 1}}},
+        {"max 2x3 stride (3,1)", {1, 3, 8, 6}, {true, false, {2, 3}, {3, 1}, {0, 1}}},
+        {"avg 2x2", {2, 3, 6, 7}, {false, false, {2, 2}, {0, 0}, {0, 0}}},
+        {"avg 3x3 stride 2 pad 1", {2, 2, 7, 8}, {false, false, {3, 3}, {2, 2}, {1, 1}}},
+        {"avg 2x2 stride 3 (> kernel)", {1, 2, 9, 10}, {false, false, {2, 2}, {3, 3}, {0, 0}}},
+        {"global avg", {3, 4, 5, 6}, {false, true, {0, 0}, {0, 0}, {0, 0}}},
+    };
+    char w[200];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        snprintf(w, sizeof w, "pool %s", cases[k].what);
+        /* max: a small step, so that a perturbed element does not overtake its window's max */
+        op_case oc = {w, b_pool, r_pool, &cases[k].c, 1e-5, 1e-6, cases[k].c.max ? 1e-4 : 0,
+                      HX_DTYPE_F32, 0};
+        check_op(&oc, LEAVES(lf("x", 4, cases[k].x, -1, 1, true)));
+    }
+}
+
+typedef struct bn_ctx {
+    bool train;
+    float momentum, eps;
+} bn_ctx;
+
+static hx_tensor *b_batchnorm(hx_graph *g, hx_tensor *const *x, const void *ctx)
+{
+    const bn_ctx *c = ctx;
+    return hx_batchnorm(g, x[0], x[1], x[2], c->momentum, c->eps);
+}
+
+/* train: the batch's mean and biased variance per channel; else the
+ * running statistics a fresh session starts with (0 and 1). */
+static void r_batchnorm(const leaf *x, const void *ctx, int *nd, int64_t *sh, double *out)
+{
+    const bn_ctx *c = ctx;
+    const leaf *a = &x[0];
+    int64_t N = a->shape[0], C = a->shape[1], S = a->ndim == 4 ? a->shape[2] * a->shape[3] : 1;
+    same_shape(a, nd, sh);
+    if (!out) return;
+    for (int64_t ch = 0; ch < C; ch++) {
+        double mean = 0, var = 1;
+        if (c->train) {
+            double s = 0, q = 0;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t k = 0; k < S; k++) s += fv(a, (n * C + ch) * S + k);
+            mean = s / (double)(N * S);
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t k = 0; k < S; k++) {
+                    double d = fv(a, (n * C + ch) * S + k) - mean;
+                    q += d * d;
+                }
+            var = q / (double)(N * S);
+        }
+        double rstd = 1 / sqrt(var + c->eps);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < S; k++) {
+                int64_t i = (n * C + ch) * S + k;
+                out[i] = (fv(a, i) - mean) * rstd * fv(&x[1], ch) + fv(&x[2], ch);
+            }
+    }
+}
+
+static void test_batchnorm(void)
+{
+    static const bn_ctx train = {true, 0.1f, 1e-5f}, eval = {false, 0.1f, 1e-3f};
+    static const int64_t shapes[3][4] = {{4, 3, 5, 6}, {3, 5, 1, 1}, {7, 4, 0, 0}};
+    char w[200];
+    for (int k = 0; k < 3; k++)
+        for (int m = 0; m < 2; m++) {
+            const bn_ctx *c = m ? &eval : &train;
+            int nd = shapes[k][2] ? 4 : 2;
+            int64_t C = shapes[k][1];
+            snprintf(w, sizeof w, "batchnorm %s [%lld,%lld%s]", m ? "inference" : "train",
+                     (long long)shapes[k][0], (long long)C, nd == 4 ? ",H,W" : "");
+            op_case oc = {w, b_batchnorm, r_batchnorm, c, 1e-4, 1e-5, 0, HX_DTYPE_F32,
+                          m ? 0 : HX_RUN_TRAIN};
+            check_op(&oc, LEAVES(lf("x", nd, shapes[k], -2, 2, true), lf("gamma", 1, &C, 0.5, 1.5, true),
+                                 lf("beta", 1, &C, -0.5, 0.5, true)));
+        }
 }
 
 /* ---- the target a gradient node inherits ------------------------------------------------- */
@@ -1561,6 +1762,9 @@ static const test_case cases[] = {
     {"gather_mask", test_gather_mask},
     {"losses", test_losses},
     {"composite", test_composite},
+    {"conv2d", test_conv2d},
+    {"pooling", test_pooling},
+    {"batchnorm", test_batchnorm},
     {"grad_target", test_grad_target},
     {"dropout", test_dropout},
     {"threads", test_threads},

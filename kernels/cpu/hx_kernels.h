@@ -112,6 +112,69 @@ void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
                    const float *B, int64_t ldb, int64_t stride_b, float beta, float *C,
                    int64_t ldc, int64_t stride_c, int nthreads);
 
+/* ---- convolutional networks (conv.c, pool.c, batchnorm.c) ----------------- */
+
+/* A 2-D window over NCHW images: x (N, C, H, W) -> (N, C, OH, OW) windows of
+ * (kh, kw) taps at strides (sh, sw), zero padding (ph, pw), dilations (dh, dw). */
+typedef struct hx_k_window {
+    int64_t N, C, H, W, OH, OW;
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+} hx_k_window;
+
+/* cols (N, C*kh*kw, OH*OW): row (c*kh + i)*kw + j holds the input pixel
+ * under tap (i, j) of channel c for each output position, 0 in the padding. */
+void hx_k_im2col_f32(float *cols, const float *x, const hx_k_window *w, int nthreads);
+/* dx (N, C, H, W) = every column entry of dcols added back to its pixel
+ * (the adjoint of im2col), in a fixed order. */
+void hx_k_col2im_f32(float *dx, const float *dcols, const hx_k_window *w, int nthreads);
+
+/* A grouped convolution as GEMMs over im2col columns: per image n and
+ * group g, y[n, g] (Cog, P) = W_g (Cog, Kg) cols[n, g] (Kg, P), with
+ * W (G*Cog, Kg) and cols (N, G*Kg, P). */
+typedef struct hx_k_conv_gemm {
+    int64_t N, G, Cog, Kg, P;
+} hx_k_conv_gemm;
+void hx_k_conv_gemm_forward_f32(float *y, const float *w, const float *cols,
+                                const hx_k_conv_gemm *c, int nthreads);
+/* dcols[n, g] = W_g^T dy[n, g] */
+void hx_k_conv_gemm_backward_cols_f32(float *dcols, const float *dy, const float *w,
+                                      const hx_k_conv_gemm *c, int nthreads);
+/* dW_g = sum over n of dy[n, g] cols[n, g]^T, summed in an order fixed by
+ * the shape; returns -1 (nothing written) when its scratch cannot be had. */
+int hx_k_conv_gemm_backward_w_f32(float *dw, const float *dy, const float *cols,
+                                  const hx_k_conv_gemm *c, int nthreads);
+
+/* Max pooling skips padding (a window has at least one pixel: ph <= kh/2);
+ * its gradient goes to the first maximum of each window. Average pooling
+ * divides by kh*kw, padding included. Window dilations are 1. */
+void hx_k_max_pool_forward_f32(float *y, const float *x, const hx_k_window *w, int nthreads);
+void hx_k_max_pool_backward_f32(float *dx, const float *dy, const float *x,
+                                const hx_k_window *w, int nthreads);
+void hx_k_avg_pool_forward_f32(float *y, const float *x, const hx_k_window *w, int nthreads);
+void hx_k_avg_pool_backward_f32(float *dx, const float *dy, const hx_k_window *w, int nthreads);
+
+/* Batch norm over x (N, C, S) per channel c. train: the batch's mean and
+ * biased variance normalise, and the running statistics move toward them
+ * by momentum (the variance unbiased); else the running ones normalise.
+ * Per-channel sums in double, one channel per thread: the same bits at any
+ * thread count. */
+typedef struct hx_k_bn {
+    int64_t N, C, S;
+    float eps, momentum;
+    int train;
+} hx_k_bn;
+void hx_k_batchnorm_forward_f32(float *y, const float *x, const float *gamma, const float *beta,
+                                float *running_mean, float *running_var, const hx_k_bn *b,
+                                int nthreads);
+/* dx of the forward above (batch statistics recomputed from x when train) */
+void hx_k_batchnorm_backward_x_f32(float *dx, const float *dy, const float *x,
+                                   const float *gamma, const float *running_mean,
+                                   const float *running_var, const hx_k_bn *b, int nthreads);
+/* dgamma (C) = sum of dy * xhat over N and S */
+void hx_k_batchnorm_backward_gamma_f32(float *dgamma, const float *dy, const float *x,
+                                       const float *running_mean, const float *running_var,
+                                       const hx_k_bn *b, int nthreads);
+
 /* ---- rows by id ---------------------------------------------------------- */
 
 /* out (n, row_bytes) = table[ids[i]] ; ids are i32 or i64. */

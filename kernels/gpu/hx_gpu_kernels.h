@@ -181,6 +181,40 @@ hx_gk_status hx_gk_bce_logits_backward(const hx_gk_ctx *c, hx_kdtype dt, void *d
 size_t hx_gk_sumsq_scratch_bytes(void);
 hx_gk_status hx_gk_sumsq(const hx_gk_ctx *c, hx_kdtype dt, double *out, const void *x, int64_t n);
 
+/* ---- convolutional networks (conv.cu) ---------------------------------------------------------
+ * The CPU kernels' formulas (hx_kernels.h: hx_k_window, hx_k_conv_gemm,
+ * hx_k_bn), storage dt, arithmetic f32 (batch norm's channel sums f64).
+ * No atomics: col2im and the pools' backward gather per input pixel, the
+ * weight gradient and batch norm sum in one block per output (fixed tree).
+ * The running statistics are f32 whatever dt. The conv GEMMs are cuBLAS
+ * (hx_gk_gemm) per group; the weight gradient is a direct reduction. */
+hx_gk_status hx_gk_im2col(const hx_gk_ctx *c, hx_kdtype dt, void *cols, const void *x,
+                          const hx_k_window *w);
+hx_gk_status hx_gk_col2im(const hx_gk_ctx *c, hx_kdtype dt, void *dx, const void *dcols,
+                          const hx_k_window *w);
+hx_gk_status hx_gk_conv_gemm(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *w,
+                             const void *cols, const hx_k_conv_gemm *g);
+hx_gk_status hx_gk_conv_gemm_backward_cols(const hx_gk_ctx *c, hx_kdtype dt, void *dcols,
+                                           const void *dy, const void *w, const hx_k_conv_gemm *g);
+hx_gk_status hx_gk_conv_gemm_backward_w(const hx_gk_ctx *c, hx_kdtype dt, void *dw,
+                                        const void *dy, const void *cols, const hx_k_conv_gemm *g);
+/* max: 1 max pooling, 0 average pooling; the backward's x is read by max only */
+hx_gk_status hx_gk_pool(const hx_gk_ctx *c, hx_kdtype dt, int max, void *y, const void *x,
+                        const hx_k_window *w);
+hx_gk_status hx_gk_pool_backward(const hx_gk_ctx *c, hx_kdtype dt, int max, void *dx,
+                                 const void *dy, const void *x, const hx_k_window *w);
+hx_gk_status hx_gk_batchnorm(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x,
+                             const void *gamma, const void *beta, float *running_mean,
+                             float *running_var, const hx_k_bn *b);
+hx_gk_status hx_gk_batchnorm_backward_x(const hx_gk_ctx *c, hx_kdtype dt, void *dx,
+                                        const void *dy, const void *x, const void *gamma,
+                                        const float *running_mean, const float *running_var,
+                                        const hx_k_bn *b);
+hx_gk_status hx_gk_batchnorm_backward_gamma(const hx_gk_ctx *c, hx_kdtype dt, void *dgamma,
+                                            const void *dy, const void *x,
+                                            const float *running_mean, const float *running_var,
+                                            const hx_k_bn *b);
+
 /* ---- optimizer updates ------------------------------------------------------------------------ */
 
 /* One dense update of n f32 params in place, with the plan's kind, scalars,

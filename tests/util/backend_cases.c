@@ -530,6 +530,110 @@ static hx_tensor *b_update(bs_ctx *c, hx_dtype dt, int v, int arg)
     return hx_graph_apply_optimizer(c->g, p, &oc) ? NULL : p;
 }
 
+/* ---- convolutional networks ------------------------------------------------------------------------ */
+
+static const struct {
+    int64_t x[4], w[4];
+    hx_conv2d_params p;
+} convs[3] = {
+    {{2, 3, 7, 6}, {4, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}},
+    {{2, 4, 9, 11}, {6, 2, 3, 2}, {{2, 3}, {1, 0}, {1, 2}, 2}},
+    {{1, 5, 6, 7}, {5, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 5}}, /* depthwise */
+};
+
+static void conv_desc(bs_ctx *c, int v, const char *what)
+{
+    const hx_conv2d_params *p = &convs[v].p;
+    vdesc(c, "%sx [%lld,%lld,%lld,%lld] w [%lld,%lld,%lld,%lld] stride (%d,%d) pad (%d,%d) "
+          "dilation (%d,%d) groups %d", what, (long long)rows(c, convs[v].x[0]),
+          (long long)convs[v].x[1], (long long)convs[v].x[2], (long long)convs[v].x[3],
+          (long long)convs[v].w[0], (long long)convs[v].w[1], (long long)convs[v].w[2],
+          (long long)convs[v].w[3], p->stride[0], p->stride[1], p->padding[0], p->padding[1],
+          p->dilation[0], p->dilation[1], p->groups);
+}
+
+#define CONV_X(c, v) (int64_t[]){rows(c, convs[v].x[0]), convs[v].x[1], convs[v].x[2], convs[v].x[3]}
+
+static hx_tensor *b_conv2d(bs_ctx *c, hx_dtype dt, int v, int arg)
+{
+    hx_tensor *x = make_leaf(c, c->perf, dt, 4, CONV_X(c, v), BS_UNIFORM, 0);
+    hx_tensor *w = make_leaf(c, c->perf, dt, 4, convs[v].w, BS_UNIFORM, 0);
+    conv_desc(c, v, "");
+    return hx_conv2d(c->g, x, w, &convs[v].p);
+}
+
+/* arg 0: d/dx (conv_gemm_backward_cols, col2im), 1: d/dw (conv_gemm_backward_w) */
+static hx_tensor *b_grad_conv2d(bs_ctx *c, hx_dtype dt, int v, int arg)
+{
+    hx_tensor *x = make_leaf(c, !arg, HX_DTYPE_F32, 4, CONV_X(c, v), BS_UNIFORM, 0);
+    hx_tensor *w = make_leaf(c, arg, HX_DTYPE_F32, 4, convs[v].w, BS_UNIFORM, 0);
+    conv_desc(c, v, arg ? "d/dw, " : "d/dx, ");
+    return grad_of(c, hx_conv2d(c->g, in_dt(c, x, dt), in_dt(c, w, dt), &convs[v].p), arg ? w : x);
+}
+
+static const struct { int64_t x[4]; int k[2], s[2], p[2]; } pools[3] = {
+    {{2, 3, 6, 7}, {2, 2}, {0, 0}, {0, 0}},
+    {{2, 2, 7, 8}, {3, 3}, {2, 2}, {1, 1}},
+    {{1, 3, 9, 10}, {2, 3}, {3, 1}, {0, 1}}, /* stride 3 > kernel 2 */
+};
+
+/* arg 0: max, 1: average */
+static hx_tensor *pool_of(bs_ctx *c, hx_tensor *x, int v, int arg)
+{
+    char sx[64];
+    vdesc(c, "%s %s kernel (%d,%d) stride (%d,%d) pad (%d,%d)", arg ? "avg" : "max",
+          shape_str(x, sx, sizeof sx), pools[v].k[0], pools[v].k[1], pools[v].s[0], pools[v].s[1],
+          pools[v].p[0], pools[v].p[1]);
+    return (arg ? hx_avg_pool2d : hx_max_pool2d)(c->g, x, pools[v].k[0], pools[v].k[1],
+                                                 pools[v].s[0], pools[v].s[1], pools[v].p[0],
+                                                 pools[v].p[1]);
+}
+
+#define POOL_X(c, v) (int64_t[]){rows(c, pools[v].x[0]), pools[v].x[1], pools[v].x[2], pools[v].x[3]}
+
+static hx_tensor *b_pool(bs_ctx *c, hx_dtype dt, int v, int arg)
+{
+    hx_tensor *x = make_leaf(c, c->perf, dt, 4, POOL_X(c, v), BS_WIDE, 0);
+    return x ? pool_of(c, x, v, arg) : NULL;
+}
+
+static hx_tensor *b_grad_pool(bs_ctx *c, hx_dtype dt, int v, int arg)
+{
+    hx_tensor *x = make_leaf(c, true, HX_DTYPE_F32, 4, POOL_X(c, v), BS_WIDE, 0);
+    hx_tensor *xd = in_dt(c, x, dt);
+    return grad_of(c, xd ? pool_of(c, xd, v, arg) : NULL, x);
+}
+
+static const int64_t bn_shapes[2][4] = {{4, 3, 5, 6}, {7, 5, 0, 0}};
+
+/* The case's train flag picks batch or running statistics. */
+static hx_tensor *b_batchnorm(bs_ctx *c, hx_dtype dt, int v, int arg)
+{
+    int nd = bn_shapes[v][2] ? 4 : 2;
+    int64_t s[4] = {rows(c, bn_shapes[v][0]), bn_shapes[v][1], bn_shapes[v][2], bn_shapes[v][3]};
+    hx_tensor *x = make_leaf(c, c->perf, dt, nd, s, BS_WIDE, 0);
+    hx_tensor *gamma = make_leaf(c, c->perf, dt, 1, &s[1], BS_POSITIVE, 0);
+    hx_tensor *beta = make_leaf(c, c->perf, dt, 1, &s[1], BS_UNIFORM, 0);
+    char sx[64];
+    vdesc(c, "%s", shape_str(x, sx, sizeof sx));
+    return hx_batchnorm(c->g, x, gamma, beta, 0.1f, 1e-5f);
+}
+
+/* arg 0: d/dx (batchnorm_backward_x), 1: d/dgamma (batchnorm_backward_gamma) */
+static hx_tensor *b_grad_batchnorm(bs_ctx *c, hx_dtype dt, int v, int arg)
+{
+    int nd = bn_shapes[v][2] ? 4 : 2;
+    int64_t s[4] = {rows(c, bn_shapes[v][0]), bn_shapes[v][1], bn_shapes[v][2], bn_shapes[v][3]};
+    hx_tensor *x = make_leaf(c, !arg, arg ? dt : HX_DTYPE_F32, nd, s, BS_WIDE, 0);
+    hx_tensor *gamma = make_leaf(c, arg, arg ? HX_DTYPE_F32 : dt, 1, &s[1], BS_POSITIVE, 0);
+    hx_tensor *beta = make_leaf(c, false, dt, 1, &s[1], BS_UNIFORM, 0);
+    char sx[64];
+    vdesc(c, "d/d%s of %s", arg ? "gamma" : "x", shape_str(x, sx, sizeof sx));
+    hx_tensor *y = hx_batchnorm(c->g, arg ? x : in_dt(c, x, dt), arg ? in_dt(c, gamma, dt) : gamma,
+                                beta, 0.1f, 1e-5f);
+    return grad_of(c, y, arg ? gamma : x);
+}
+
 /* ---- the table ------------------------------------------------------------------------------------- */
 
 const bs_case bs_cases[] = {
@@ -576,6 +680,21 @@ const bs_case bs_cases[] = {
     {"scatter_add", b_grad_scatter_add, 0, 2, FLOATS, false},
     {"cross_entropy_backward", b_grad_loss, 0, 2, FLOATS, false},
     {"bce_with_logits_backward", b_grad_loss, 1, 2, FLOATS, false},
+    {"im2col", b_conv2d, 0, 3, FLOATS, false},
+    {"conv_gemm", b_conv2d, 0, 3, FLOATS, false},
+    {"col2im", b_grad_conv2d, 0, 3, FLOATS, false},
+    {"conv_gemm_backward_cols", b_grad_conv2d, 0, 3, FLOATS, false},
+    {"conv_gemm_backward_w", b_grad_conv2d, 1, 3, FLOATS, false},
+    {"max_pool", b_pool, 0, 3, FLOATS, false},
+    {"avg_pool", b_pool, 1, 3, FLOATS, false},
+    {"max_pool_backward", b_grad_pool, 0, 3, FLOATS, false},
+    {"avg_pool_backward", b_grad_pool, 1, 3, FLOATS, false},
+    {"batchnorm", b_batchnorm, 0, 2, FLOATS, true},
+    {"batchnorm", b_batchnorm, 0, 2, FLOATS, false},
+    {"batchnorm_backward_x", b_grad_batchnorm, 0, 2, FLOATS, true},
+    {"batchnorm_backward_x", b_grad_batchnorm, 0, 2, FLOATS, false},
+    {"batchnorm_backward_gamma", b_grad_batchnorm, 1, 2, FLOATS, true},
+    {"batchnorm_backward_gamma", b_grad_batchnorm, 1, 2, FLOATS, false},
     {"sgd_update", b_update, 0, 2, F32, true},
     {"sgd_update", b_update, 1, 2, F32, true},
     {"sgd_update", b_update, 2, 2, F32, true},
