@@ -14,6 +14,7 @@ static const struct {
     {"memreplay", hx_cmd_memreplay, "replay a memory trace through hetex's pools and a PyTorch-style allocator"},
     {"widedeep", wd_main, "train wide & deep on UCI Adult (examples/widedeep): host embeddings, device MLP"},
     {"gpt", gpt_main, "train a character-level GPT (examples/gpt) and report validation loss"},
+    {"resnet", resnet_main, "train a small ResNet on Fashion-MNIST (examples/resnet) and report test accuracy"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

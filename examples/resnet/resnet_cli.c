@@ -1,0 +1,220 @@
+/* hetex resnet: trains the ResNet of resnet_model.c on Fashion-MNIST and
+ * reports the test accuracy after every epoch. */
+#include "resnet.h"
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct options {
+    resnet_config model;
+    resnet_optim optim;
+    const char *data;
+    int epochs, threads;
+    int64_t train_limit, test_limit;
+    uint64_t seed;
+    bool no_flip, quiet;
+    double progress_interval; /* seconds between progress lines off a terminal */
+    hx_accelerator accelerator;
+    size_t max_device_memory;
+    const char *offload_config; /* hx_offload_config_parse's key=value,... */
+} options;
+
+static const char usage[] =
+    "usage: hetex resnet [options]\n"
+    "  --data DIR              Fashion-MNIST's four IDX files (data/fashion-mnist)\n"
+    "  --width N --blocks N    first-stage channels, basic blocks per stage (16 3: ResNet-20)\n"
+    "  --batch N --epochs N    (128 3)\n"
+    "  --lr X --momentum X --weight-decay X   SGD, Nesterov (0.1 0.9 5e-4)\n"
+    "  --warmup N              linear warmup steps, then cosine decay to 0 (200)\n"
+    "  --no-flip               no random left-right flips of training images\n"
+    "  --dtype f32|bf16|f16    activations and parameter copies on the device (f32);\n"
+    "                          f16 turns on dynamic loss scaling\n"
+    "  --accelerator auto|cuda|emu|none   where DEVICE ops run (auto)\n"
+    "  --max-device-memory N[K|M|G]   accelerator memory cap\n"
+    "  --offload-config K=V,...  parameter offload (offload_param=cpu, auto_offload=true,\n"
+    "                          chunk_size=, prefetch_depth=, ...)\n"
+    "  --train-limit N --test-limit N   use the first N images only (0: all)\n"
+    "  --threads N --seed N\n"
+    "  --quiet                 no progress output\n"
+    "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n";
+
+/* The flags, their ranges and where each goes. */
+static int parse(int argc, char **argv, options *o)
+{
+    int dtype = 0, accel = (int)o->accelerator;
+    const cli_flag flags[] = {
+        CLI_FLAG_TEXT("--data", &o->data),
+        CLI_FLAG_NUM("--width", CLI_INT, &o->model.width, 1, 1024),
+        CLI_FLAG_NUM("--blocks", CLI_INT, &o->model.blocks, 1, 20),
+        CLI_FLAG_NUM("--batch", CLI_INT, &o->model.batch, 1, 65536),
+        CLI_FLAG_NUM("--epochs", CLI_INT, &o->epochs, 1, 100000),
+        CLI_FLAG_ABOVE("--lr", &o->optim.lr, 0, 10),
+        CLI_FLAG_NUM("--momentum", CLI_DOUBLE, &o->optim.momentum, 0, 0.999),
+        CLI_FLAG_NUM("--weight-decay", CLI_DOUBLE, &o->optim.weight_decay, 0, 1),
+        CLI_FLAG_NUM("--warmup", CLI_INT, &o->optim.warmup, 0, 1000000000),
+        CLI_FLAG_SWITCH("--no-flip", &o->no_flip),
+        CLI_FLAG_CHOICE("--dtype", &dtype, "f32|bf16|f16"),
+        CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
+        CLI_FLAG_NUM("--max-device-memory", CLI_BYTES, &o->max_device_memory, 1 << 20, 0x1p44),
+        CLI_FLAG_TEXT("--offload-config", &o->offload_config),
+        CLI_FLAG_NUM("--train-limit", CLI_INT64, &o->train_limit, 0, 1e12),
+        CLI_FLAG_NUM("--test-limit", CLI_INT64, &o->test_limit, 0, 1e12),
+        CLI_FLAG_NUM("--threads", CLI_INT, &o->threads, 0, 1024),
+        CLI_FLAG_U64("--seed", &o->seed),
+        CLI_FLAG_SWITCH("--quiet", &o->quiet),
+        CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
+    };
+    const cli_command c = {.name = "resnet", .usage = usage, .flags = flags,
+                           .n_flags = CLI_COUNT(flags)};
+    int rc = cli_parse(&c, argc, argv);
+    if (rc) return rc;
+    static const hx_dtype dtypes[3] = {HX_DTYPE_F32, HX_DTYPE_BF16, HX_DTYPE_F16};
+    o->model.dtype = dtypes[dtype];
+    o->accelerator = (hx_accelerator)accel;
+    return CLI_OK;
+}
+
+static int load(const options *o, const char *images, const char *labels, int64_t limit,
+                resnet_set *s)
+{
+    char ip[512], lp[512], msg[1024];
+    snprintf(ip, sizeof ip, "%s/%s", o->data, images);
+    snprintf(lp, sizeof lp, "%s/%s", o->data, labels);
+    if (!resnet_set_load(ip, lp, limit, s, msg, sizeof msg)) return 0;
+    fprintf(stderr, "hetex resnet: %s\n", msg);
+    return -1;
+}
+
+static const char *accelerator_name(hx_accelerator a)
+{
+    return a == HX_ACCELERATOR_CUDA ? "cuda" : a == HX_ACCELERATOR_EMU ? "emu"
+         : a == HX_ACCELERATOR_NONE ? "none" : "auto";
+}
+
+/* One epoch of training over `order`, reshuffled first; progress as it goes. */
+static int train_epoch(resnet_run *r, const options *o, const resnet_set *train, int64_t *order,
+                       int epoch, int64_t *step, int64_t total, float *x, int32_t *y,
+                       double *mean_loss)
+{
+    int B = o->model.batch;
+    int64_t steps = train->n / B;
+    uint64_t z = o->seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch + 1;
+    for (int64_t i = train->n - 1; i > 0; i--) { /* Fisher-Yates, xorshift64 */
+        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+        int64_t j = (int64_t)(z % (uint64_t)(i + 1)), t = order[i];
+        order[i] = order[j], order[j] = t;
+    }
+    char label[32];
+    snprintf(label, sizeof label, "epoch %d", epoch);
+    cli_progress bar;
+    cli_progress_start(&bar, stdout, o->quiet, o->progress_interval, label, "images",
+                       (double)steps * B);
+    double loss_sum = 0;
+    for (int64_t k = 0; k < steps; k++, (*step)++) {
+        resnet_batch(train, order, k * B, B, o->no_flip ? 0 : z + (uint64_t)*step, x, y);
+        float loss;
+        hx_feed feeds[2] = {{NULL, r->m.images, x, sizeof *x * (size_t)B * RESNET_PIXELS},
+                            {NULL, r->m.labels, y, sizeof *y * (size_t)B}};
+        hx_fetch f = {NULL, r->m.loss, &loss, sizeof loss};
+        if (hx_session_set_lr_scale(r->s, resnet_lr_scale(&o->optim, *step, total)) ||
+            hx_session_run(r->s, feeds, 2, &f, 1, HX_RUN_TRAIN)) {
+            cli_progress_end(&bar);
+            char what[64];
+            snprintf(what, sizeof what, "epoch %d step %lld", epoch, (long long)k + 1);
+            cli_error("resnet", what, hx_last_error());
+            return -1;
+        }
+        loss_sum += loss;
+        cli_progress_update(&bar, (double)(k + 1) * B, loss_sum / (double)(k + 1));
+    }
+    cli_progress_end(&bar);
+    *mean_loss = steps ? loss_sum / (double)steps : 0;
+    return 0;
+}
+
+int resnet_main(int argc, char **argv)
+{
+    options o = {.model = {.width = 16, .blocks = 3, .batch = 128, .dtype = HX_DTYPE_F32},
+                 .optim = {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4, .warmup = 200},
+                 .data = "data/fashion-mnist", .epochs = 3, .seed = 1,
+                 .accelerator = HX_ACCELERATOR_AUTO, .progress_interval = 10};
+    int prc = parse(argc, argv, &o);
+    if (prc) return prc == CLI_HELP ? 0 : prc;
+
+    hx_session_config cfg = hx_session_config_default();
+    cfg.n_threads = o.threads;
+    cfg.seed = o.seed;
+    cfg.accelerator = o.accelerator;
+    cfg.max_device_memory = o.max_device_memory;
+    cfg.loss_scale.enabled = o.model.dtype == HX_DTYPE_F16;
+    if (o.offload_config && hx_offload_config_parse(o.offload_config, &cfg.offload)) {
+        cli_error("resnet", "--offload-config", hx_last_error());
+        return 2;
+    }
+    resnet_set train = {0}, test = {0};
+    if (load(&o, "train-images-idx3-ubyte", "train-labels-idx1-ubyte", o.train_limit, &train) ||
+        load(&o, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", o.test_limit, &test)) {
+        resnet_set_free(&train);
+        return 1;
+    }
+    int B = o.model.batch, rc = 1;
+    if (train.n < B) {
+        cli_flag_error("resnet", "--batch %d is more than the %lld training images", B,
+                       (long long)train.n);
+        resnet_set_free(&train);
+        resnet_set_free(&test);
+        return 2;
+    }
+    float *x = malloc(sizeof *x * (size_t)B * RESNET_PIXELS);
+    int32_t *y = malloc(sizeof *y * (size_t)B);
+    int64_t *order = malloc(sizeof *order * (size_t)train.n);
+    resnet_run r = {0};
+    if (!x || !y || !order) {
+        fprintf(stderr, "hetex resnet: out of host memory\n");
+        goto out;
+    }
+    for (int64_t i = 0; i < train.n; i++) order[i] = i;
+    char cap[64] = "";
+    if (o.max_device_memory)
+        snprintf(cap, sizeof cap, ", device memory cap %.1f MiB", o.max_device_memory / 1048576.0);
+    printf("hetex resnet: accelerator %s%s; ResNet-%d (width %d), batch %d, %s; %lld training, "
+           "%lld test images from %s\n", accelerator_name(o.accelerator), cap,
+           6 * o.model.blocks + 2, o.model.width, B, hx_dtype_name(o.model.dtype),
+           (long long)train.n, (long long)test.n, o.data);
+    if (resnet_run_create(&o.model, &o.optim, &cfg, &r)) {
+        cli_error("resnet", NULL, hx_last_error());
+        goto out;
+    }
+    printf("%lld parameters; SGD lr %g (warmup %d, cosine), momentum %g, weight decay %g; "
+           "%d epochs\n", (long long)r.m.n_params, o.optim.lr, o.optim.warmup, o.optim.momentum,
+           o.optim.weight_decay, o.epochs);
+    fflush(stdout);
+    int64_t step = 0, total = (int64_t)o.epochs * (train.n / B);
+    double t0 = cli_now();
+    for (int e = 1; e <= o.epochs; e++) {
+        double loss, acc, t_epoch = cli_now();
+        if (train_epoch(&r, &o, &train, order, e, &step, total, x, y, &loss)) goto out;
+        double train_s = cli_now() - t_epoch;
+        if (resnet_accuracy(&r, B, &test, test.n, x, y, &acc)) {
+            cli_error("resnet", "evaluation", hx_last_error());
+            goto out;
+        }
+        char took[32];
+        cli_duration(cli_now() - t0, took, sizeof took);
+        printf("epoch %d  train loss %.4f  %.1f images/s  test accuracy %.2f%% (%lld images)  "
+               "%s\n", e, loss, (double)(train.n / B) * B / train_s, 100 * acc,
+               (long long)test.n, took);
+        fflush(stdout);
+    }
+    rc = 0;
+out:
+    resnet_run_free(&r);
+    resnet_set_free(&train);
+    resnet_set_free(&test);
+    free(x);
+    free(y);
+    free(order);
+    return rc;
+}
