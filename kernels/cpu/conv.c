@@ -8,6 +8,16 @@
 
 #include "hx_kinternal.h"
 
+/* The output columns [*lo, *hi) of a row whose tap reads input column
+ * ow * s + off, off = j * d - p, inside [0, W): the rest read padding. */
+static void valid_cols(int64_t OW, int64_t W, int64_t s, int64_t off, int64_t *lo, int64_t *hi)
+{
+    *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+    *hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / s + 1;
+    if (*hi > OW) *hi = OW;
+    if (*lo > *hi) *lo = *hi;
+}
+
 // cols (kh*kw, OH*OW) of one channel plane x (H, W)
 static void im2col_channel(float *cols, const float *x, const hx_k_window *w)
 {
@@ -15,6 +25,8 @@ static void im2col_channel(float *cols, const float *x, const hx_k_window *w)
     for (int64_t i = 0; i < w->kh; i++)
         for (int64_t j = 0; j < w->kw; j++) {
             float *row = cols + (i * w->kw + j) * P;
+            int64_t off = j * w->dw - w->pw, lo, hi;
+            valid_cols(w->OW, w->W, w->sw, off, &lo, &hi);
             for (int64_t oh = 0; oh < w->OH; oh++) {
                 int64_t ih = oh * w->sh - w->ph + i * w->dh;
                 float *out = row + oh * w->OW;
@@ -23,10 +35,11 @@ static void im2col_channel(float *cols, const float *x, const hx_k_window *w)
                     continue;
                 }
                 const float *in = x + ih * w->W;
-                for (int64_t ow = 0; ow < w->OW; ow++) {
-                    int64_t iw = ow * w->sw - w->pw + j * w->dw;
-                    out[ow] = iw >= 0 && iw < w->W ? in[iw] : 0.0f;
-                }
+                for (int64_t ow = 0; ow < lo; ow++) out[ow] = 0.0f;
+                if (w->sw == 1) memcpy(out + lo, in + lo + off, sizeof(float) * (size_t)(hi - lo));
+                else
+                    for (int64_t ow = lo; ow < hi; ow++) out[ow] = in[ow * w->sw + off];
+                for (int64_t ow = hi; ow < w->OW; ow++) out[ow] = 0.0f;
             }
         }
 }
@@ -39,13 +52,14 @@ static void col2im_channel(float *dx, const float *cols, const hx_k_window *w)
     for (int64_t i = 0; i < w->kh; i++)
         for (int64_t j = 0; j < w->kw; j++) {
             const float *row = cols + (i * w->kw + j) * P;
+            int64_t off = j * w->dw - w->pw, lo, hi;
+            valid_cols(w->OW, w->W, w->sw, off, &lo, &hi);
             for (int64_t oh = 0; oh < w->OH; oh++) {
                 int64_t ih = oh * w->sh - w->ph + i * w->dh;
                 if (ih < 0 || ih >= w->H) continue;
-                for (int64_t ow = 0; ow < w->OW; ow++) {
-                    int64_t iw = ow * w->sw - w->pw + j * w->dw;
-                    if (iw >= 0 && iw < w->W) dx[ih * w->W + iw] += row[oh * w->OW + ow];
-                }
+                float *out = dx + ih * w->W;
+                const float *in = row + oh * w->OW;
+                for (int64_t ow = lo; ow < hi; ow++) out[ow * w->sw + off] += in[ow];
             }
         }
 }
