@@ -412,7 +412,7 @@ hx_status hx_emb_idmap_serial_read(const hx_emb_idmap_config *cfg, const int64_t
         else used[r / 8] |= (uint8_t)(1u << (r % 8));
     }
     int64_t ne = bad ? 0 : w[k++];
-    if (!bad && (ne < 0 || (nw - k) != 4 * ne)) bad = "bad entry count";
+    if (!bad && (ne < 0 || ne > (nw - k) / 4 || (nw - k) != 4 * ne)) bad = "bad entry count";
     if (!bad && rehash(m, 2 * ne + MIN_SLOTS)) bad = "out of memory";
     for (int64_t e = 0; e < ne && !bad; e++, k += 4) {
         int64_t key = w[k], row = w[k + 1], count = w[k + 2], last = w[k + 3];

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -203,14 +204,15 @@ typedef struct reader {
     FILE *f;
     const char *path;
     char *buf;
+    uint64_t size; /* the file's bytes */
 } reader;
 
-/* Reads one section, checking its header against `want` (count taken from
- * the file for SEC_EXTRA) and every block's checksum. With `to` set, copies
- * the bytes there; `again` marks the second pass, where a mismatch means the
- * file changed under us. *count_out: the section's element count. */
-static hx_status read_section(reader *rd, const sec *want, const place *to, int again,
-                              uint64_t *count_out, hx_emb_err *err)
+/* Reads the header of the next section and checks it against `want`
+ * (count taken from the file for SEC_EXTRA), then that the file holds
+ * the section's bytes and block checksums: every count is bounded by the
+ * bytes left before anything is allocated or read for it. *count: the
+ * section's element count. */
+static hx_status read_section_header(reader *rd, const sec *want, uint64_t *count, hx_emb_err *err)
 {
     sheader sh;
     const char *name = sec_name(want->kind);
@@ -220,16 +222,32 @@ static hx_status read_section(reader *rd, const sec *want, const place *to, int 
     if (sh.check != XXH3_64bits(&sh, offsetof(sheader, check)))
         return hx_emb_fail(err, HX_ERR_CORRUPT, "embedding load: %s is corrupt: bad checksum of the %s section header",
                            rd->path, name);
-    if (sh.kind != want->kind || sh.elem != want->elem ||
-        (want->kind != SEC_EXTRA && sh.count != want->count) ||
-        (want->kind == SEC_EXTRA && sh.count > ((uint64_t)1 << 40)))
+    if (sh.kind != want->kind || sh.elem != want->elem || (want->kind != SEC_EXTRA && sh.count != want->count))
         return hx_emb_fail(err, HX_ERR_CORRUPT,
                            "embedding load: %s is corrupt: found section %u (%s) of %llu x %u bytes where %s of "
                            "%llu x %u bytes was expected",
                            rd->path, sh.kind, sec_name(sh.kind), (unsigned long long)sh.count, sh.elem, name,
                            (unsigned long long)want->count, want->elem);
-    *count_out = sh.count;
-    uint64_t total = sh.count * sh.elem, off = 0, block = 0;
+    long at = ftell(rd->f);
+    uint64_t left = at >= 0 && (uint64_t)at <= rd->size ? rd->size - (uint64_t)at : 0;
+    /* count x elem bytes in blocks of BLOCK, each followed by its 8-byte checksum */
+    if (sh.count > left / sh.elem || sh.count * sh.elem + 8 * ((sh.count * sh.elem + BLOCK - 1) / BLOCK) > left)
+        return hx_emb_fail(err, HX_ERR_CORRUPT,
+                           "embedding load: %s is truncated or corrupt: its %s section of %llu x %u bytes does "
+                           "not fit in the %llu bytes left",
+                           rd->path, name, (unsigned long long)sh.count, sh.elem, (unsigned long long)left);
+    *count = sh.count;
+    return HX_OK;
+}
+
+/* Reads the count elements of a section whose header was read, checking
+ * every block's checksum. With `to` set, copies the bytes there; `again`
+ * marks the second pass, where a mismatch means the file changed under us. */
+static hx_status read_section_body(reader *rd, const sec *want, uint64_t count, const place *to, int again,
+                                   hx_emb_err *err)
+{
+    const char *name = sec_name(want->kind);
+    uint64_t total = count * want->elem, off = 0, block = 0;
     while (off < total) {
         size_t len = total - off < BLOCK ? (size_t)(total - off) : BLOCK;
         uint64_t c;
@@ -252,6 +270,13 @@ static hx_status read_section(reader *rd, const sec *want, const place *to, int 
     return HX_OK;
 }
 
+static hx_status read_section(reader *rd, const sec *want, const place *to, int again, hx_emb_err *err)
+{
+    uint64_t count;
+    hx_status st = read_section_header(rd, want, &count, err);
+    return st ? st : read_section_body(rd, want, count, to, again, err);
+}
+
 static hx_status check_header(const hx_emb_local *t, const fheader *h, const char *path,
                               int has_check, hx_emb_err *err)
 {
@@ -265,6 +290,11 @@ static hx_status check_header(const hx_emb_local *t, const fheader *h, const cha
     if (h->block != BLOCK || h->optim > HX_EMB_OPTIM_FTRL || (h->flags & ~(FLAG_READY | FLAG_EXTRA)) ||
         h->init_kind > HX_EMB_INIT_NORMAL)
         return hx_emb_fail(err, HX_ERR_CORRUPT, "embedding load: %s is corrupt: bad header fields", path);
+    /* the initialiser a load adopts passes the check a table's config passes */
+    hx_emb_init init = {(hx_emb_init_kind)h->init_kind, h->init_a, h->init_b, h->init_seed};
+    hx_emb_err why;
+    if (hx_emb_init_check(&init, "the header's initialiser", &why))
+        return hx_emb_fail(err, HX_ERR_CORRUPT, "embedding load: %s is corrupt: %s", path, why.msg);
     if (h->dtype != (uint32_t)t->dtype || h->rows != t->base.rows || h->dim != t->base.dim)
         return hx_emb_fail(err, HX_ERR_SHAPE, "embedding load: %s holds a %lld x %lld %s table; this table is %lld x %lld %s",
                            path, (long long)h->rows, (long long)h->dim,
@@ -285,14 +315,16 @@ static hx_status check_header(const hx_emb_local *t, const fheader *h, const cha
 hx_status hx_emb_local_load_with(hx_emb_local *t, const char *path, hx_emb_extra_check check,
                                  void *ctx, hx_emb_err *err)
 {
-    reader rd = {fopen(path, "rb"), path, malloc(BLOCK)};
-    if (!rd.f || !rd.buf) {
-        hx_status st = !rd.f ? hx_emb_fail(err, HX_ERR_IO, "embedding load: cannot open %s: %s", path, strerror(errno))
-                             : hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding load: out of memory");
+    reader rd = {fopen(path, "rb"), path, malloc(BLOCK), 0};
+    struct stat fs;
+    if (!rd.f || !rd.buf || fstat(fileno(rd.f), &fs) != 0) {
+        hx_status st = !rd.buf ? hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding load: out of memory")
+                               : hx_emb_fail(err, HX_ERR_IO, "embedding load: cannot open %s: %s", path, strerror(errno));
         if (rd.f) fclose(rd.f);
         free(rd.buf);
         return st;
     }
+    rd.size = (uint64_t)fs.st_size;
     fheader h;
     hx_status st = HX_OK;
     int64_t *extra = NULL;
@@ -311,24 +343,18 @@ hx_status hx_emb_local_load_with(hx_emb_local *t, const char *path, hx_emb_extra
     }
     /* Pass 1: verify everything, keep the extra words. */
     for (int s = 0; s < nsec && !st; s++) {
-        uint64_t cnt;
         if (secs[s].kind != SEC_EXTRA) {
-            st = read_section(&rd, &secs[s], NULL, 0, &cnt, err);
+            st = read_section(&rd, &secs[s], NULL, 0, err);
             continue;
         }
-        long at = ftell(rd.f);
-        sheader sh;
-        if (fread(&sh, 1, sizeof sh, rd.f) == sizeof sh && sh.count <= ((uint64_t)1 << 40))
-            extra = malloc((size_t)(sh.count ? sh.count : 1) * 8);
-        fseek(rd.f, at, SEEK_SET);
+        st = read_section_header(&rd, &secs[s], &n_extra, err); /* n_extra: within the file */
+        if (!st && !(extra = malloc((size_t)(n_extra ? n_extra : 1) * 8)))
+            st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding load: out of memory for the id map");
         place p = {(char *)extra, 8, 8};
-        st = read_section(&rd, &secs[s], extra ? &p : NULL, 0, &cnt, err);
-        n_extra = cnt;
+        if (!st) st = read_section_body(&rd, &secs[s], n_extra, &p, 0, err);
     }
     if (!st && fgetc(rd.f) != EOF)
         st = hx_emb_fail(err, HX_ERR_CORRUPT, "embedding load: %s is corrupt: bytes after the last section", path);
-    if (!st && (h.flags & FLAG_EXTRA) && !extra)
-        st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding load: out of memory for the id map");
     if (!st && check) st = check(ctx, extra, (int64_t)n_extra, err);
     if (!st && (h.flags & FLAG_READY) && !(ready = malloc((size_t)words * 8)))
         st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding load: out of memory");
@@ -336,7 +362,6 @@ hx_status hx_emb_local_load_with(hx_emb_local *t, const char *path, hx_emb_extra
     if (!st && fseek(rd.f, (long)sizeof h, SEEK_SET) != 0)
         st = hx_emb_fail(err, HX_ERR_IO, "embedding load: cannot seek in %s: %s", path, strerror(errno));
     for (int s = 0; s < nsec && !st; s++) {
-        uint64_t cnt;
         place p = {NULL, 0, 0};
         const place *to = NULL;
         if (secs[s].kind == SEC_PARAM || ((secs[s].kind == SEC_STATE0 || secs[s].kind == SEC_STATE1) &&
@@ -347,7 +372,7 @@ hx_status hx_emb_local_load_with(hx_emb_local *t, const char *path, hx_emb_extra
             p = (place){(char *)ready, 8, 8};
             to = &p;
         }
-        st = read_section(&rd, &secs[s], to, 1, &cnt, err);
+        st = read_section(&rd, &secs[s], to, 1, err);
     }
     if (!st) {
         t->init = (hx_emb_init){(hx_emb_init_kind)h.init_kind, h.init_a, h.init_b, h.init_seed};

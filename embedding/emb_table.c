@@ -97,6 +97,19 @@ hx_emb_optim hx_emb_optim_default(hx_emb_optim_kind kind)
 
 /* ---- initialisers ------------------------------------------------------------ */
 
+hx_status hx_emb_init_check(const hx_emb_init *in, const char *who, hx_emb_err *err)
+{
+    if (in->kind != HX_EMB_INIT_ZEROS && in->kind != HX_EMB_INIT_UNIFORM && in->kind != HX_EMB_INIT_NORMAL)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "%s: unknown initialiser %d", who, (int)in->kind);
+    if (in->kind == HX_EMB_INIT_UNIFORM && !(in->a <= in->b))
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "%s: uniform initialiser needs a <= b (got %g, %g)", who,
+                           in->a, in->b);
+    if (in->kind == HX_EMB_INIT_NORMAL && !(in->b >= 0))
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "%s: normal initialiser needs std >= 0 (got %g)", who,
+                           in->b);
+    return HX_OK;
+}
+
 static inline uint64_t mix64(uint64_t z)
 {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -463,22 +476,14 @@ hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_emb_table **out
     if (cfg->dtype != HX_DTYPE_F32 && cfg->dtype != HX_DTYPE_F16 && cfg->dtype != HX_DTYPE_BF16)
         return hx_emb_fail(err, HX_ERR_DTYPE, "embedding table: storage dtype %s is not f32, f16 or bf16",
                            hx_emb_dtype_name(cfg->dtype));
-    if (cfg->init.kind != HX_EMB_INIT_ZEROS && cfg->init.kind != HX_EMB_INIT_UNIFORM &&
-        cfg->init.kind != HX_EMB_INIT_NORMAL)
-        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding table: unknown initialiser %d",
-                           (int)cfg->init.kind);
-    if (cfg->init.kind == HX_EMB_INIT_UNIFORM && !(cfg->init.a <= cfg->init.b))
-        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding table: uniform initialiser needs a <= b (got %g, %g)",
-                           cfg->init.a, cfg->init.b);
-    if (cfg->init.kind == HX_EMB_INIT_NORMAL && !(cfg->init.b >= 0))
-        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding table: normal initialiser needs std >= 0 (got %g)",
-                           cfg->init.b);
+    hx_status st = hx_emb_init_check(&cfg->init, "embedding table", err);
+    if (st) return st;
     if (cfg->oob != HX_EMB_OOB_ERROR && cfg->oob != HX_EMB_OOB_ZERO)
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding table: unknown out-of-range policy %d",
                            (int)cfg->oob);
     if (cfg->nthreads < 1)
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding table: nthreads %d < 1", cfg->nthreads);
-    hx_status st = optim_check(&cfg->optim, err);
+    st = optim_check(&cfg->optim, err);
     if (st) return st;
 
     hx_emb_local *t = calloc(1, sizeof *t);

@@ -442,6 +442,10 @@ hx_status hx_emb_fail(hx_emb_err *err, hx_status st, const char *fmt, ...)
 /* The initial value of row r (dim floats; dst has room for `stride`
  * floats, padding set to zero). */
 void hx_emb_init_row(const hx_emb_init *in, int64_t r, int64_t dim, int64_t stride, float *dst);
+/* HX_ERR_INVALID_ARGUMENT unless in is a valid initialiser (a known kind,
+ * uniform a <= b, normal std b >= 0): a table's config and a loaded file's
+ * header pass the same check. who starts the message. */
+hx_status hx_emb_init_check(const hx_emb_init *in, const char *who, hx_emb_err *err);
 
 /* Reads a table row as f32 into dst (dim floats): storage, or the initial
  * value of a lazy row not yet written (dst then needs gstride floats). */

@@ -171,6 +171,27 @@ hx_status hx_embedding_table_free(hx_embedding_table *t)
 
 void hx__embedding_use(hx_embedding_table *t, int delta) { atomic_fetch_add(&t->graphs, delta); }
 
+hx_status hx__embedding_hold(hx_embedding_table *t, bool alone, const char *fn)
+{
+    int n = atomic_load(&t->users);
+    do {
+        if (n < 0 || (alone && n > 0))
+            return hx__error(HX_ERR_STATE,
+                             "%s: embedding table '%s' is in use by another thread (%s); a run "
+                             "that trains the table, hx_embedding_table_write_rows, _load and "
+                             "_set_optimizer need it alone, runs that only read it may overlap: "
+                             "wait for the other call to return", fn, t->name,
+                             n < 0 ? "a call that holds it alone" : "runs that read it");
+    } while (!atomic_compare_exchange_weak(&t->users, &n, alone ? -1 : n + 1));
+    return HX_OK;
+}
+
+void hx__embedding_release(hx_embedding_table *t, bool alone)
+{
+    if (alone) atomic_store(&t->users, 0);
+    else atomic_fetch_sub(&t->users, 1);
+}
+
 hx_status hx__embedding_padding(const hx_embedding_table *t, int64_t padding_id, const char *op,
                                 int64_t *out)
 {
@@ -198,10 +219,12 @@ hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t, const hx_embed
     hx_emb_optim o;
     hx_status st = to_optim(opt, fn, &o);
     if (st) return st;
+    if ((st = hx__embedding_hold(t, true, fn))) return st;
     hx_emb_err err;
     pthread_mutex_lock(&t->lock);
     st = hx_emb_local_set_optim(&t->local->base, &o, omp_get_num_procs(), &err);
     pthread_mutex_unlock(&t->lock);
+    hx__embedding_release(t, true);
     return st ? hx__emb_error(st, &err, "%s '%s'", fn, t->name) : HX_OK;
 }
 
@@ -275,10 +298,12 @@ hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *id
                                         const float *data)
 {
     const char *fn = "hx_embedding_table_write_rows";
-    int64_t *rows;
-    float *tmp;
+    int64_t *rows = NULL;
+    float *tmp = NULL;
+    hx_status st = t ? hx__embedding_hold(t, true, fn) : HX_OK;
+    if (st) return st;
     if (t) pthread_mutex_lock(&t->lock);
-    hx_status st = rows_args(t, fn, ids, n, data, &rows, &tmp);
+    st = rows_args(t, fn, ids, n, data, &rows, &tmp);
     for (int64_t i = 0; i < n && !st; i++)
         if (rows[i] < 0)
             st = hx__error(HX_ERR_NOT_FOUND,
@@ -287,7 +312,10 @@ hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *id
                            (long long)ids[i], (long long)i);
     for (int64_t i = 0; i < n && !st; i++)
         hx_emb_local_write_row(t->local, rows[i], data + i * t->impl->dim, tmp);
-    if (t) pthread_mutex_unlock(&t->lock);
+    if (t) {
+        pthread_mutex_unlock(&t->lock);
+        hx__embedding_release(t, true);
+    }
     free(rows);
     free(tmp);
     return st;
@@ -348,10 +376,13 @@ hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path)
     if (!t || !path)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_embedding_table_load: %s is NULL",
                          t ? "path" : "table");
+    hx_status st = hx__embedding_hold(t, true, "hx_embedding_table_load");
+    if (st) return st;
     hx_emb_err err;
     pthread_mutex_lock(&t->lock);
-    hx_status st = hx_emb_table_load(t->impl, path, &err);
+    st = hx_emb_table_load(t->impl, path, &err);
     pthread_mutex_unlock(&t->lock);
+    hx__embedding_release(t, true);
     return st ? hx__emb_error(st, &err, "hx_embedding_table_load '%s' from %s", t->name, path)
               : HX_OK;
 }

@@ -19,6 +19,7 @@ struct hx_embedding_table {
     hx_embedding_ids ids;
     int64_t expire_after;
     _Atomic int graphs;   /* graphs using the table */
+    _Atomic int users;    /* runs reading it (> 0), or -1: one call holds it alone */
     _Atomic int64_t updates;
     _Atomic int64_t last_step; /* t of the last update applied; 0 before any */
     /* Held by updates and by training lookups of a DYNAMIC table (they assign
@@ -42,6 +43,14 @@ hx_status hx__embedding_padding(const hx_embedding_table *t, int64_t padding_id,
 
 /* A graph starts (+1) or stops (-1) using t. */
 void hx__embedding_use(hx_embedding_table *t, int delta);
+
+/* The rule for a table shared by sessions (hetex.h, the tables' Threads):
+ * runs that only read it share it; a training run, a write of rows, a load
+ * or a new optimizer holds it alone. hold fails with HX_ERR_STATE, naming
+ * fn and the table, when the table is held in a way that excludes this
+ * use; release ends a hold that succeeded. */
+hx_status hx__embedding_hold(hx_embedding_table *t, bool alone, const char *fn);
+void hx__embedding_release(hx_embedding_table *t, bool alone);
 
 /* Rows of query q into out (hx_emb_query_out_rows(q), dim), and in MAX mode
  * the argmax (may be NULL): ids are mapped as the table says (MODULO), a

@@ -79,6 +79,13 @@ hx_status hx_graph_backward(hx_graph *g, hx_tensor *loss)
                          "hx_graph_backward: loss '%s' is %s %s; it must be an f32 scalar "
                          "(reduce it with hx_reduce_mean or hx_reduce_sum)", loss->name,
                          hx_dtype_name(loss->dtype), hx__shape_str(loss, sl, sizeof sl));
+    if (is_leaf(loss)) /* its gradient would be the seed itself, which no op writes */
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "hx_graph_backward: loss '%s' is %s, not computed by an op; pass "
+                         "the op that computes the loss (a parameter alone: hx_reduce_sum of it)",
+                         loss->name, loss->op == HX_OP_PARAM ? "a parameter"
+                                     : loss->op == HX_OP_INPUT ? "an input"
+                                     : loss->op == HX_OP_CONSTANT ? "a constant" : "optimizer state");
 
     int n0 = g->n;
     bool *req = calloc(n0, sizeof *req);

@@ -22,6 +22,17 @@ int64_t hx__numel(int ndim, const int64_t *shape)
     return n;
 }
 
+bool hx__numel_checked(int ndim, const int64_t *shape, int64_t *out)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] > HX_MAX_ELEMENTS / n) return false;
+        n *= shape[i];
+    }
+    *out = n;
+    return true;
+}
+
 bool hx__same_shape(const hx_tensor *a, const hx_tensor *b)
 {
     return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim);
@@ -275,8 +286,21 @@ static hx_status graph_add(hx_graph *g, hx_tensor *t, const char *name)
     return HX_OK;
 }
 
-static hx_tensor *tensor_alloc(hx_op op, hx_dtype dt, int ndim, const int64_t *shape)
+/* A tensor of op's with this shape (dims positive); name: a leaf's, for
+ * the message. NULL with HX_ERR_SHAPE past HX_MAX_ELEMENTS. */
+static hx_tensor *tensor_alloc(hx_op op, const char *name, hx_dtype dt, int ndim,
+                               const int64_t *shape)
 {
+    int64_t numel;
+    if (!hx__numel_checked(ndim, shape, &numel)) {
+        hx_tensor big = {.ndim = ndim};
+        memcpy(big.shape, shape, sizeof(int64_t) * ndim);
+        char sh[HX_SHAPE_STR_LEN];
+        hx__error(HX_ERR_SHAPE, "%s%s%s%s: shape %s holds more than 2^56 elements (HX_MAX_ELEMENTS)",
+                  hx__ops[op].name, name ? " '" : "", name ? name : "", name ? "'" : "",
+                  hx__shape_str(&big, sh, sizeof sh));
+        return NULL;
+    }
     hx_tensor *t = calloc(1, sizeof *t);
     if (!t) {
         hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", hx__ops[op].name);
@@ -292,7 +316,7 @@ static hx_tensor *tensor_alloc(hx_op op, hx_dtype dt, int ndim, const int64_t *s
 hx_tensor *hx__node_new(hx_graph *g, hx_op op, int n_src, hx_tensor *const *srcs,
                         hx_dtype dt, int ndim, const int64_t *shape, const hx_attrs *attr)
 {
-    hx_tensor *t = tensor_alloc(op, dt, ndim, shape);
+    hx_tensor *t = tensor_alloc(op, NULL, dt, ndim, shape);
     if (!t) return NULL;
     t->kind = op >= HX_OP_SGD_UPDATE ? HX_TENSOR_UPDATE : HX_TENSOR_INTERMEDIATE;
     t->src = malloc(sizeof *t->src * (n_src ? n_src : 1));
@@ -339,7 +363,7 @@ static hx_tensor *leaf_new(hx_graph *g, const char *what, hx_op op, hx_tensor_ki
                       name, i, (long long)shape[i]);
             return NULL;
         }
-    hx_tensor *t = tensor_alloc(op, dt, ndim, shape);
+    hx_tensor *t = tensor_alloc(op, name, dt, ndim, shape);
     if (!t) return NULL;
     t->kind = kind;
     if (graph_add(g, t, name)) {

@@ -212,6 +212,10 @@ hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *
 void hx__partition_free(hx_partition *p);
 
 int64_t hx__numel(int ndim, const int64_t *shape);
+/* The element count of ndim positive dims into *out; false (and *out
+ * unset) when it passes HX_MAX_ELEMENTS. The one check of a shape's size:
+ * every tensor's shape passes it where the tensor is made. */
+bool hx__numel_checked(int ndim, const int64_t *shape, int64_t *out);
 /* An optimizer update of a dense parameter (not an embedding table's). */
 bool hx__is_dense_update(const hx_tensor *t);
 bool hx__same_shape(const hx_tensor *a, const hx_tensor *b);

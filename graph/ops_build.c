@@ -222,10 +222,12 @@ hx_tensor *hx_reshape(hx_graph *g, hx_tensor *x, int ndim, const int64_t *shape)
                       "reshape '%s': dim %d is %lld; dims must be positive, with at most one -1",
                       x->name, i, (long long)shape[i]);
             return NULL;
-        } else known *= shape[i];
+        }
     }
-    if (infer >= 0) out[infer] = known && numel % known == 0 ? numel / known : -1;
-    if (infer >= 0 ? out[infer] <= 0 : known != numel) {
+    if (infer >= 0) out[infer] = 1; /* known: the product of the other dims, checked */
+    bool fits = hx__numel_checked(ndim, out, &known);
+    if (infer >= 0) out[infer] = fits && numel % known == 0 ? numel / known : -1;
+    if (!fits || (infer >= 0 ? out[infer] <= 0 : known != numel)) {
         hx_tensor want = {.ndim = ndim};
         memcpy(want.shape, shape, sizeof(int64_t) * ndim);
         char sw[HX_SHAPE_STR_LEN];

@@ -45,8 +45,10 @@
  *   Ownership:  who owns what is passed in and what comes back.
  *   Threads:    which calls may run at the same time, on which objects.
  * "One thread per X" means: calls on one X (and on what belongs to it, such
- * as a graph's tensors) must not overlap, and nothing detects it if they
- * do; calls on different X may run on different threads at once. hetex has
+ * as a graph's tensors) must not overlap; calls on different X may run on
+ * different threads at once. Sessions and embedding tables detect a
+ * breach (HX_ERR_STATE, see hx_session_run and the tables' section); for
+ * other objects nothing detects it. hetex has
  * no global state besides the thread-local error message, so "any thread"
  * calls may run anywhere at any time. .ci/check_contracts.sh checks that
  * every function has its block. Long explanations live in docs/
@@ -141,6 +143,11 @@ typedef enum hx_target { HX_TARGET_DEFAULT = 0, HX_TARGET_CPU, HX_TARGET_DEVICE 
 HX_API const char *hx_target_name(hx_target t);
 
 #define HX_MAX_DIMS 8
+/* The most elements a tensor may hold (2^56: its bytes, and those of its
+ * f32 gradient and optimizer state, stay far inside int64 and size_t).
+ * A leaf, an op's output or a reshape whose shape holds more is refused
+ * with HX_ERR_SHAPE where it is made. */
+#define HX_MAX_ELEMENTS ((int64_t)1 << 56)
 
 /* ---- graph and tensors ------------------------------------------------ */
 
@@ -209,7 +216,8 @@ HX_API hx_init hx_init_xavier_normal(double gain);
  *               taken, a bad initialiser, constant data NULL); HX_ERR_STATE
  *               (a session freezes g); HX_ERR_DTYPE (an invalid dtype, an
  *               integer parameter); HX_ERR_SHAPE (ndim outside 0..8, shape
- *               NULL with ndim > 0, a dim <= 0); HX_ERR_OUT_OF_MEMORY.
+ *               NULL with ndim > 0, a dim <= 0, more than HX_MAX_ELEMENTS
+ *               elements); HX_ERR_OUT_OF_MEMORY.
  *   On failure: g is unchanged.
  *   Ownership:  name, shape and data are copied; the tensor belongs to g.
  *   Threads:    one thread per graph.
@@ -313,7 +321,8 @@ HX_API hx_status hx_graph_pop_target(hx_graph *g);
  *               first one's), an input belongs to another graph or is an
  *               optimizer update; HX_ERR_STATE when a session freezes g;
  *               HX_ERR_DTYPE for a float input that is not f32, f16 or
- *               bf16, or float inputs of different dtypes;
+ *               bf16, or float inputs of different dtypes; HX_ERR_SHAPE
+ *               for an output of more than HX_MAX_ELEMENTS elements;
  *               HX_ERR_OUT_OF_MEMORY.
  *   On failure: g is unchanged (an op built of several, such as mse, adds
  *               none of them).
@@ -574,7 +583,8 @@ HX_API hx_tensor *hx_batchnorm(hx_graph *g, hx_tensor *x, hx_tensor *gamma, hx_t
  * consumers are summed; a gradient node inherits the target of its forward
  * op. Once per graph.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (g or loss NULL, loss of another
- *               graph, or depending on no parameter or table); HX_ERR_STATE
+ *               graph, a leaf (a parameter, input, constant) rather than
+ *               an op's output, or depending on no parameter or table); HX_ERR_STATE
  *               (a session freezes g, or g has gradients already);
  *               HX_ERR_SHAPE (loss is not an f32 scalar); HX_ERR_UNSUPPORTED
  *               (an op on the path has no gradient rule);
@@ -702,9 +712,11 @@ HX_API hx_status hx_graph_apply_optimizer(hx_graph *g, hx_tensor *param,
  * Threads, for every table call below: the table's own calls take a lock
  * in the table, so they may come from several threads at once, and runs
  * that only read a table (no HX_RUN_TRAIN) may overlap each other and
- * those calls. What changes rows must not overlap a run that uses the
- * table: a run that trains it, hx_embedding_table_write_rows and
- * hx_embedding_table_load. */
+ * those calls. A run with HX_RUN_TRAIN, hx_embedding_table_write_rows,
+ * hx_embedding_table_load and hx_embedding_table_set_optimizer hold the
+ * table alone: one that starts while a run uses the table (or another of
+ * them holds it) fails with HX_ERR_STATE naming the table, and so does a
+ * run that starts while one of them holds it. */
 
 typedef struct hx_embedding_table hx_embedding_table;
 
@@ -819,7 +831,8 @@ HX_API int64_t hx_embedding_table_dim(const hx_embedding_table *t);
  * have one.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t or opt NULL, an unknown kind,
  *               hyper-parameters out of range); HX_ERR_OUT_OF_MEMORY or
- *               HX_ERR_IO (no room for another kind's state).
+ *               HX_ERR_IO (no room for another kind's state); HX_ERR_STATE
+ *               (a run uses the table: see the section's header).
  *   On failure: the optimizer and its state are as they were.
  *   Ownership:  opt is copied.
  *   Threads:    see the section's header.
@@ -843,7 +856,8 @@ HX_API hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64
 /* Sets rows from rows (n, dim) f32, rounded to the storage dtype; their
  * optimizer state stays. An id named twice ends with its last row.
  *   Fails:      as hx_embedding_table_read_rows, and HX_ERR_NOT_FOUND
- *               (DYNAMIC: an id that holds no row).
+ *               (DYNAMIC: an id that holds no row); HX_ERR_STATE (a run
+ *               uses the table: see the section's header).
  *   On failure: nothing was written: every id is checked first.
  *   Ownership:  the caller's buffers; nothing is kept.
  *   Threads:    see the section's header.
@@ -883,9 +897,12 @@ HX_API hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, con
  *               table's map for another kind of table); HX_ERR_STATE (save:
  *               another saver is writing path now); HX_ERR_IO (the file
  *               cannot be written or read); HX_ERR_CORRUPT (load: a bad
- *               checksum, a truncated or foreign file); HX_ERR_SHAPE (load:
- *               another rows, dim or dtype); HX_ERR_UNSUPPORTED (load:
- *               another format version); HX_ERR_OUT_OF_MEMORY.
+ *               checksum, a truncated or foreign file, a count or header
+ *               value the file cannot hold or a table cannot take,
+ *               checksum or not); HX_ERR_SHAPE (load: another rows, dim or
+ *               dtype); HX_ERR_UNSUPPORTED (load: another format version);
+ *               HX_ERR_STATE (load: a run uses the table: see the
+ *               section's header); HX_ERR_OUT_OF_MEMORY.
  *   On failure: save leaves the file at path as it was (only its stage
  *               file is written, and removed); load leaves the table as it was.
  *   Ownership:  path is not kept.
@@ -1283,7 +1300,9 @@ enum { HX_RUN_TRAIN = 1 }; /* run optimizer updates; dropout active */
  *               (this run's plan does not fit the device);
  *               HX_ERR_OUT_OF_MEMORY (host memory; a full DYNAMIC table
  *               without evict_when_full); HX_ERR_IO, HX_ERR_CORRUPT (the
- *               disk tier).
+ *               disk tier); HX_ERR_STATE (another thread's call on s has
+ *               not returned; an embedding table of the graph is held by
+ *               another thread as the tables' rule below forbids).
  *   On failure: parameters, optimizer state, embedding rows and the step
  *               count are as before for every failure found before the
  *               updates run, which is all of the above but out-of-memory
@@ -1294,9 +1313,15 @@ enum { HX_RUN_TRAIN = 1 }; /* run optimizer updates; dropout active */
  *               it already had.
  *   Ownership:  feeds are read during the call only (device feeds: see
  *               above); fetch buffers are the caller's.
- *   Threads:    one thread per session; runs of different sessions may
- *               overlap, within the embedding section's rules for tables
- *               they share.
+ *   Threads:    one thread per session, enforced: hx_session_run,
+ *               _save, _load, _read, _write, _memory_stats,
+ *               _set_lr_scale, _device_alloc and _device_upload fail with
+ *               HX_ERR_STATE, changing nothing, while another of them is
+ *               in progress on the same session (the other calls on a
+ *               session are not checked: keep them to one thread too).
+ *               Runs of different sessions may overlap, within the
+ *               embedding section's rule for tables they share, which a
+ *               run checks as it starts.
  */
 HX_API hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                                 const hx_fetch *fetches, int n_fetches, unsigned flags);
@@ -1478,8 +1503,10 @@ HX_API hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out
  *               now: the message names its stage file); HX_ERR_IO (the file
  *               cannot be created, written, renamed or read, or changed
  *               while it was loaded); HX_ERR_CORRUPT (load: a truncated or
- *               damaged file, or one that does not fit the graph: the
- *               message names the tensor); HX_ERR_OUT_OF_MEMORY.
+ *               damaged file, one that does not fit the graph: the
+ *               message names the tensor, or a header a session cannot run
+ *               with, checksum or not: a count past int64, a loss scale
+ *               that is not finite and > 0); HX_ERR_OUT_OF_MEMORY.
  *   On failure: save leaves the file at path as it was; load leaves the
  *               session as it was, unless the file changed between its
  *               check and its reading (HX_ERR_IO), when tensors in memory

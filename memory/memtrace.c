@@ -169,25 +169,77 @@ hx_status hx_memtrace_write(const char *path, const hx_mem_event *ev, size_t n, 
     return st;
 }
 
-/* Parses one event line; false when malformed. */
+/* The next word of *s (separated by spaces, tabs, CR, LF) into [*w, *w +
+ * *len); false when none is left. */
+static bool next_word(const char **s, const char **w, size_t *len)
+{
+    const char *p = *s + strspn(*s, " \t\r\n");
+    size_t n = strcspn(p, " \t\r\n");
+    *s = p + n;
+    *w = p;
+    *len = n;
+    return n > 0;
+}
+
+static bool word_is(const char *w, size_t len, const char *want)
+{
+    return len == strlen(want) && !memcmp(w, want, len);
+}
+
+/* A decimal number of digits only that fits 64 bits: no sign, no wrap,
+ * no saturation. */
+static bool parse_u64(const char *w, size_t len, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned d = (unsigned)(w[i] - '0');
+        if (d > 9 || v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return len > 0;
+}
+
+/* Parses one event line, "a <id> <bytes> [p|t]" or "f <id>"; false when
+ * malformed. */
 static bool parse_event(const char *line, hx_mem_event *e)
 {
-    char kind, flag = 't', extra;
-    unsigned long long id, bytes;
+    const char *w;
+    size_t len;
+    uint64_t id, bytes;
     memset(e, 0, sizeof *e);
-    if (sscanf(line, " %c", &kind) != 1) return false;
-    if (kind == 'a') {
-        int k = sscanf(line, " a %llu %llu %c %c", &id, &bytes, &flag, &extra);
-        if (k < 2 || k > 3 || (flag != 'p' && flag != 't') || strchr(line, '-')) return false;
-        *e = (hx_mem_event){.id = id, .bytes = (size_t)bytes, .alloc = true, .persistent = flag == 'p'};
-        return bytes <= SIZE_MAX;
+    if (!next_word(&line, &w, &len)) return false;
+    bool alloc = word_is(w, len, "a");
+    if (!alloc && !word_is(w, len, "f")) return false;
+    if (!next_word(&line, &w, &len) || !parse_u64(w, len, &id)) return false;
+    e->id = id;
+    if (!alloc) return !next_word(&line, &w, &len);
+    if (!next_word(&line, &w, &len) || !parse_u64(w, len, &bytes) || bytes > SIZE_MAX) return false;
+    bool persistent = false;
+    if (next_word(&line, &w, &len)) {
+        persistent = word_is(w, len, "p");
+        if (!persistent && !word_is(w, len, "t")) return false;
+        if (next_word(&line, &w, &len)) return false;
     }
-    if (kind == 'f') {
-        if (sscanf(line, " f %llu %c", &id, &extra) != 1 || strchr(line, '-')) return false;
-        e->id = id;
-        return true;
+    *e = (hx_mem_event){.id = id, .bytes = (size_t)bytes, .alloc = true, .persistent = persistent};
+    return true;
+}
+
+/* One line of f into line (cap bytes, NUL-terminated, its newline kept). */
+typedef enum { LINE_OK, LINE_END, LINE_TOO_LONG, LINE_NUL } line_read;
+
+static line_read read_line(FILE *f, char *line, size_t cap)
+{
+    size_t n = 0;
+    int c = EOF;
+    while (n + 1 < cap && (c = getc(f)) != EOF) {
+        if (c == 0) return LINE_NUL;
+        line[n++] = (char)c;
+        if (c == '\n') break;
     }
-    return false;
+    line[n] = 0;
+    if (n == 0) return LINE_END;
+    return n + 1 == cap && line[n - 1] != '\n' ? LINE_TOO_LONG : LINE_OK;
 }
 
 hx_status hx_memtrace_load(const char *path, hx_mem_event **out, size_t *n, hx_mem_err *err)
@@ -204,18 +256,22 @@ hx_status hx_memtrace_load(const char *path, hx_mem_event **out, size_t *n, hx_m
     hx_status st = HX_OK;
     bool header = false;
     char line[256];
-    for (long ln = 1; fgets(line, sizeof line, f); ln++) {
-        size_t len = strlen(line);
-        if (len == sizeof line - 1 && line[len - 1] != '\n') {
-            st = hx__mem_fail(err, HX_ERR_CORRUPT, "memtrace '%s' line %ld: line too long", path, ln);
+    line_read lr;
+    for (long ln = 1; (lr = read_line(f, line, sizeof line)) != LINE_END; ln++) {
+        if (lr != LINE_OK) {
+            st = hx__mem_fail(err, HX_ERR_CORRUPT, "memtrace '%s' line %ld: %s", path, ln,
+                              lr == LINE_NUL ? "a NUL byte (not a text file?)" : "line too long");
             break;
         }
         const char *s = line + strspn(line, " \t");
         if (*s == '#' || *s == '\n' || *s == '\r' || !*s) continue;
         if (!header) {
-            unsigned v;
-            char extra;
-            if (sscanf(s, "hxmemtrace %u %c", &v, &extra) != 1 || v != 1) {
+            const char *w, *rest = s;
+            size_t len;
+            uint64_t v;
+            if (!next_word(&rest, &w, &len) || !word_is(w, len, "hxmemtrace") ||
+                !next_word(&rest, &w, &len) || !parse_u64(w, len, &v) || v != 1 ||
+                next_word(&rest, &w, &len)) {
                 st = hx__mem_fail(err, HX_ERR_CORRUPT,
                                   "memtrace '%s' line %ld: expected the header 'hxmemtrace 1' "
                                   "(a hetex memory trace, version 1)", path, ln);

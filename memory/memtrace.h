@@ -51,8 +51,9 @@ hx_status hx_memtrace_close(hx_memtrace *t, hx_mem_err *err);
 hx_status hx_memtrace_write(const char *path, const hx_mem_event *ev, size_t n,
                             hx_mem_err *err);
 /* Reads and checks a trace: HX_ERR_IO when it cannot be read,
- * HX_ERR_CORRUPT naming the line for a bad header, a malformed line, an
- * alloc of a live id or a free of an id that is not live. *out is malloc'd. */
+ * HX_ERR_CORRUPT naming the line for a bad header, a malformed line (a
+ * number that is not digits within 64 bits, a NUL byte), an alloc of a
+ * live id or a free of an id that is not live. *out is malloc'd. */
 hx_status hx_memtrace_load(const char *path, hx_mem_event **out, size_t *n, hx_mem_err *err);
 
 /* ---- replay ------------------------------------------------------------------------------ */

@@ -21,6 +21,8 @@
 #include "scheduler/scheduler.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,11 +127,8 @@ static hx_status write_all(writer *w)
     return st;
 }
 
-hx_status hx_session_save(hx_session *s, const char *path)
+static hx_status save_held(hx_session *s, const char *path)
 {
-    if (!s || !path)
-        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_save: %s is NULL",
-                         s ? "path" : "session");
     hx_status st = hx__dpu_settle(&s->e); /* a delayed update lands first */
     if (st) return st;
     writer w = {.s = s, .total = XXH3_createState()};
@@ -152,6 +151,16 @@ hx_status hx_session_save(hx_session *s, const char *path)
         else st = hx__stage_commit("hx_session_save", &stage);
     }
     XXH3_freeState(w.total);
+    return st;
+}
+
+hx_status hx_session_save(hx_session *s, const char *path)
+{
+    if (s && !path) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_save: path is NULL");
+    hx_status st = hx__session_enter(s, "hx_session_save");
+    if (st) return st;
+    st = save_held(s, path);
+    hx__session_leave(s);
     return st;
 }
 
@@ -219,6 +228,11 @@ static hx_status verify(const hx_session *s, reader *r, XXH3_state_t *h, int64_t
     if (!TAKE(r, hd->step) || !TAKE(r, hd->skipped) || !TAKE(r, hd->good) || !TAKE(r, hd->scale) ||
         !TAKE(r, count))
         return corrupt(path, "truncated header");
+    /* what the session will run with, held to hx_session_create's rules */
+    if (hd->step > INT64_MAX || hd->skipped > INT64_MAX || hd->good > INT_MAX)
+        return corrupt(path, "its step, skipped-step or good-step count is past what a session counts");
+    if (!(hd->scale > 0 && isfinite(hd->scale)))
+        return corrupt(path, "its loss scale is not finite and > 0");
     uint32_t expected = 0;
     for (int i = 0; i < g->n; i++) expected += saved(g->tensors[i]);
     if (count != expected) {
@@ -304,11 +318,8 @@ static hx_status apply(hx_session *s, applier *a)
     return st;
 }
 
-hx_status hx_session_load(hx_session *s, const char *path)
+static hx_status load_held(hx_session *s, const char *path)
 {
-    if (!s || !path)
-        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_load: %s is NULL",
-                         s ? "path" : "session");
     hx_status st = hx__dpu_settle(&s->e); /* a delayed update lands first */
     if (st) return st;
     reader r = {.f = fopen(path, "rb"), .path = path};
@@ -344,5 +355,15 @@ hx_status hx_session_load(hx_session *s, const char *path)
     free(sums);
     free(r.piece);
     XXH3_freeState(h);
+    return st;
+}
+
+hx_status hx_session_load(hx_session *s, const char *path)
+{
+    if (s && !path) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_load: path is NULL");
+    hx_status st = hx__session_enter(s, "hx_session_load");
+    if (st) return st;
+    st = load_held(s, path);
+    hx__session_leave(s);
     return st;
 }

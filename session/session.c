@@ -5,6 +5,7 @@
  * bookkeeping. */
 #include "session/session.h"
 #include "backend/backend.h"
+#include "embedding/embedding.h"
 #include "scheduler/scheduler.h"
 #include "offload/offload.h"
 
@@ -218,8 +219,46 @@ hx_status hx_session_set_lr_scale(hx_session *s, double scale)
     if (!(scale >= 0 && isfinite(scale)))
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_set_lr_scale: scale %g must be "
                          "finite and >= 0", scale);
+    hx_status st = hx__session_enter(s, "hx_session_set_lr_scale");
+    if (st) return st;
     s->lr_scale = scale;
+    hx__session_leave(s);
     return HX_OK;
+}
+
+/* ---- the thread rule ------------------------------------------------------------ */
+
+hx_status hx__session_enter(hx_session *s, const char *fn)
+{
+    if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
+    if (atomic_exchange(&s->in_use, true))
+        return hx__error(HX_ERR_STATE,
+                         "%s: another thread is using this session (a call on it has not "
+                         "returned); a session is used by one thread at a time: wait for that "
+                         "call, or give each thread its own session", fn);
+    return HX_OK;
+}
+
+void hx__session_leave(hx_session *s) { atomic_store(&s->in_use, false); }
+
+/* The embedding tables of the graph, held for a run as the table rule
+ * says: a training run alone, others shared. */
+static hx_status hold_tables(hx_session *s, bool train)
+{
+    const hx_graph *g = s->e.g;
+    for (int i = 0; i < g->n_tables; i++) {
+        hx_status st = hx__embedding_hold(g->tables[i].table, train, "hx_session_run");
+        if (st) {
+            while (i--) hx__embedding_release(g->tables[i].table, train);
+            return st;
+        }
+    }
+    return HX_OK;
+}
+
+static void release_tables(hx_session *s, bool train)
+{
+    for (int i = 0; i < s->e.g->n_tables; i++) hx__embedding_release(s->e.g->tables[i].table, train);
 }
 
 /* ---- feeds and fetches -------------------------------------------------------- */
@@ -322,7 +361,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     else st = hx__exec_phase(&s->e, p, 1, &ex[1][0], &ex[1][1]);
     if (st) return st;
     s->stats.step++;
-    if (scaling && ++s->good_steps == ls->growth_interval) {
+    if (scaling && ++s->good_steps >= ls->growth_interval) { /* >=: a loaded count may be past it */
         s->stats.loss_scale *= ls->growth_factor;
         s->good_steps = 0;
     }
@@ -354,10 +393,10 @@ static hx_status check_device_feed(const hx_session *s, int i, const hx_tensor *
     return HX_OK;
 }
 
-hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
-                         const hx_fetch *fetches, int n_fetches, unsigned flags)
+/* hx_session_run, its caller holding the session. */
+static hx_status run(hx_session *s, const hx_feed *feeds, int n_feeds, const hx_fetch *fetches,
+                     int n_fetches, unsigned flags)
 {
-    if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_run: session is NULL");
     if (n_feeds < 0 || n_fetches < 0 || (n_feeds && !feeds) || (n_fetches && !fetches))
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "hx_session_run: %d feeds at %p, %d fetches at %p", n_feeds,
@@ -375,6 +414,7 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     int *ids = n_fetches <= SMALL ? id_small : malloc(sizeof *ids * n_fetches);
     hx_residency *res = s->e.residency;
     hx_status st = HX_OK;
+    bool tables_held = false;
     if (!feed_t || !on_dev || !fetch_t || !ids) {
         st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
         goto out;
@@ -409,6 +449,8 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     if (st) goto out;
 
     bool train = flags & HX_RUN_TRAIN;
+    if ((st = hold_tables(s, train))) goto out;
+    tables_held = true;
     hx_plan *p = NULL;
     if ((st = hx__engine_plan(&s->e, ids, n_fetches, train, &p))) goto out;
     if (res && (st = res->run_begin(res, p, train))) goto out; /* its reads overlap phase 0 */
@@ -435,10 +477,21 @@ hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
     }
 out:
     if (res) res->run_end(res);
+    if (tables_held) release_tables(s, flags & HX_RUN_TRAIN);
     if (feed_t != feed_small) free(feed_t);
     if (on_dev != on_dev_small) free(on_dev);
     if (fetch_t != fetch_small) free(fetch_t);
     if (ids != id_small) free(ids);
+    return st;
+}
+
+hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
+                         const hx_fetch *fetches, int n_fetches, unsigned flags)
+{
+    hx_status st = hx__session_enter(s, "hx_session_run");
+    if (st) return st;
+    st = run(s, feeds, n_feeds, fetches, n_fetches, flags);
+    hx__session_leave(s);
     return st;
 }
 
@@ -474,7 +527,7 @@ static bool held(const hx_session *s, const hx_tensor *t)
     return false;
 }
 
-hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t bytes)
+static hx_status read_held(hx_session *s, const hx_tensor *t, void *data, size_t bytes)
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
@@ -484,7 +537,7 @@ hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t 
     return st;
 }
 
-hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, size_t bytes)
+static hx_status write_held(hx_session *s, const hx_tensor *t, const void *data, size_t bytes)
 {
     void *p = NULL;
     hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
@@ -495,11 +548,26 @@ hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, 
     return st;
 }
 
-hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
+hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, size_t bytes)
 {
-    if (!s || !out)
-        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_memory_stats: %s is NULL",
-                         s ? "out" : "session");
+    hx_status st = hx__session_enter(s, "hx_session_read");
+    if (st) return st;
+    st = read_held(s, t, data, bytes);
+    hx__session_leave(s);
+    return st;
+}
+
+hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data, size_t bytes)
+{
+    hx_status st = hx__session_enter(s, "hx_session_write");
+    if (st) return st;
+    st = write_held(s, t, data, bytes);
+    hx__session_leave(s);
+    return st;
+}
+
+static hx_status memory_stats_held(hx_session *s, hx_memory_stats *out)
+{
     if (!s->e.n_plans) { /* plan the training step without running it */
         hx_plan *p = NULL;
         int no_fetch[1];
@@ -508,6 +576,16 @@ hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
     }
     hx__engine_memory_stats(&s->e, out);
     return HX_OK;
+}
+
+hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
+{
+    if (!out) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_memory_stats: out is NULL");
+    hx_status st = hx__session_enter(s, "hx_session_memory_stats");
+    if (st) return st;
+    st = memory_stats_held(s, out);
+    hx__session_leave(s);
+    return st;
 }
 
 /* ---- device memory for feeds, trace ---------------------------------------------- */
@@ -521,10 +599,9 @@ static hx_status need_accel(const hx_session *s, const char *fn)
     return HX_OK;
 }
 
-hx_status hx_session_device_alloc(hx_session *s, size_t bytes, void **out)
+static hx_status device_alloc_held(hx_session *s, size_t bytes, void **out)
 {
     const char *fn = "hx_session_device_alloc";
-    if (out) *out = NULL;
     hx_status st = need_accel(s, fn);
     if (st) return st;
     if (!out) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
@@ -537,6 +614,16 @@ hx_status hx_session_device_alloc(hx_session *s, size_t bytes, void **out)
     s->dev_blocks[s->n_dev_blocks++] = (struct hx_device_block){p, bytes};
     *out = p;
     return HX_OK;
+}
+
+hx_status hx_session_device_alloc(hx_session *s, size_t bytes, void **out)
+{
+    if (out) *out = NULL;
+    hx_status st = hx__session_enter(s, "hx_session_device_alloc");
+    if (st) return st;
+    st = device_alloc_held(s, bytes, out);
+    hx__session_leave(s);
+    return st;
 }
 
 void hx_session_device_free(hx_session *s, void *p)
@@ -556,10 +643,13 @@ hx_status hx_session_device_upload(hx_session *s, void *dst, const void *src, si
     hx_status st = need_accel(s, fn);
     if (st) return st;
     if (!dst || !src) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, dst ? "src" : "dst");
+    if ((st = hx__session_enter(s, fn))) return st;
     if (!device_block(s, dst, bytes, true))
-        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %zu bytes at %p are not inside one "
-                         "allocation of hx_session_device_alloc of this session", fn, bytes, dst);
-    return hx__engine_copy_in(&s->e, HX_DEV_ACCEL, dst, src, bytes);
+        st = hx__error(HX_ERR_INVALID_ARGUMENT, "%s: %zu bytes at %p are not inside one "
+                       "allocation of hx_session_device_alloc of this session", fn, bytes, dst);
+    else st = hx__engine_copy_in(&s->e, HX_DEV_ACCEL, dst, src, bytes);
+    hx__session_leave(s);
+    return st;
 }
 
 hx_status hx_session_trace_flush(hx_session *s)

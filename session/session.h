@@ -10,6 +10,8 @@
 #include "offload/offload.h"
 #include "scheduler/scheduler.h"
 
+#include <stdatomic.h>
+
 struct hx_session {
     hx_engine e;
     /* device memory handed out by hx_session_device_alloc */
@@ -23,7 +25,15 @@ struct hx_session {
     hx_train_stats stats;
     int good_steps;  /* in a row, for loss-scale growth */
     double lr_scale; /* hx_session_set_lr_scale */
+    atomic_bool in_use; /* a call that runs or changes the session is in progress */
 };
+
+/* The thread rule, enforced: the public calls that run or change the
+ * session (or read what a run changes) run between these two. enter fails
+ * with HX_ERR_STATE, naming fn, while another such call is in progress;
+ * HX_ERR_INVALID_ARGUMENT for a NULL session. */
+hx_status hx__session_enter(hx_session *s, const char *fn);
+void hx__session_leave(hx_session *s);
 
 /* report.c: HX_DEBUG=placement lines. */
 void hx__debug_placement(const hx_session *s);

@@ -323,6 +323,31 @@ static void dynamic_table(void)
     hx_emb_table_free(fixed);
 }
 
+/* Saved words whose entry count is crafted so that 4 x count wraps to the
+ * words that follow: refused by the count, never read past the words. */
+static void serial_hostile_counts(void)
+{
+    hx_emb_idmap_config c = {8, 0, 0, HX_EMB_FULL_ERROR, 77};
+    /* next row 1, no free rows, then count, then one entry of 4 words */
+    int64_t w[8] = {1, 0, 1, 42, 0, 1, 1};
+    hx_emb_idmap *m = NULL;
+    hx_emb_err err;
+    CHECK(hx_emb_idmap_serial_read(&c, w, 7, &m, &err) == HX_OK && m, "one valid entry: %s", err.msg);
+    hx_emb_idmap_free(m);
+    const int64_t counts[] = {((int64_t)1 << 62) + 1, INT64_MAX, ((int64_t)1 << 61) + 1, -1, 2};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+        w[2] = counts[i];
+        m = NULL;
+        hx_status st = hx_emb_idmap_serial_read(&c, w, 7, &m, &err);
+        CHECK(st == HX_ERR_CORRUPT && !m && strstr(err.msg, "entry count"), "entry count %lld: %d %s",
+              (long long)counts[i], (int)st, err.msg);
+    }
+    /* free-row counts near the limits */
+    int64_t f[4] = {2, INT64_MAX, 0, 0};
+    m = NULL;
+    CHECK(hx_emb_idmap_serial_read(&c, f, 4, &m, &err) == HX_ERR_CORRUPT && !m, "free count INT64_MAX: %s", err.msg);
+}
+
 static const test_case cases[] = {
     {"insertion", insertion},
     {"frequency", frequency},
@@ -331,6 +356,7 @@ static const test_case cases[] = {
     {"growth", growth},
     {"hashing", hashing},
     {"dynamic_table", dynamic_table},
+    {"serial_hostile_counts", serial_hostile_counts},
 };
 
 int main(int argc, char **argv)

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "embedding/embedding.h"
 #include "tests/util/testutil.h"
 #include "tests/util/tmpdir.h"
@@ -259,6 +261,98 @@ static void bad_files(void)
     hx_emb_table_free(other);
 }
 
+/* A dynamic table's file whose id-map section is rewritten with every
+ * checksum recomputed (a checksum is not a bounds check): a count larger
+ * than the bytes left is refused before anything is allocated for it, and
+ * an entry count that wraps 4 x count is refused by the map. */
+enum { FILE_HEADER = 96, SECTION_HEADER = 32, EXTRA_KIND = 5 };
+
+static void reseal_section_header(unsigned char *sh)
+{
+    uint64_t check = XXH3_64bits(sh, 24);
+    memcpy(sh + 24, &check, 8);
+}
+
+static void hostile_counts(void)
+{
+    hx_emb_table_config c = hx_emb_table_config_default(64, 4);
+    c.optim = hx_emb_optim_default(HX_EMB_OPTIM_ADAGRAD);
+    hx_emb_idmap_config mc = {64, 0, 0, HX_EMB_FULL_ERROR, 3};
+    hx_emb_table *t = NULL, *u = NULL;
+    hx_emb_err err;
+    CHECK(hx_emb_dynamic_create(&c, &mc, &t, &err) == HX_OK && hx_emb_dynamic_create(&c, &mc, &u, &err) == HX_OK,
+          "dynamic tables: %s", err.msg);
+    if (!t || !u) return;
+    int64_t keys[5] = {11, -7, 1000003, INT64_MAX, 11};
+    hx_emb_query q = hx_emb_query_rows(keys, 5);
+    q.train = 1;
+    q.step = 1;
+    float out[5 * 4];
+    CHECK(hx_emb_table_lookup(t, &q, out, NULL, &err) == HX_OK, "lookup: %s", err.msg);
+    const char *good = path_of("dyn_good.bin"), *bad = path_of("dyn_bad.bin");
+    CHECK(hx_emb_table_save(t, good, &err) == HX_OK, "save: %s", err.msg);
+    long n = 0;
+    unsigned char *bytes = slurp(good, &n);
+    if (!bytes || n < FILE_HEADER + SECTION_HEADER + 16) return;
+    /* The id map is the last section: its header, count x 8 bytes, one block checksum. */
+    uint64_t count = 0;
+    long at = -1;
+    for (long p = n - 8 - SECTION_HEADER - 8; p >= FILE_HEADER; p -= 8) {
+        uint32_t kind;
+        memcpy(&kind, bytes + p, 4);
+        memcpy(&count, bytes + p + 8, 8);
+        if (kind == EXTRA_KIND && p + SECTION_HEADER + (long)count * 8 + 8 == n) {
+            at = p;
+            break;
+        }
+    }
+    CHECK(at > 0, "found the id map section");
+    if (at <= 0) return;
+    float before[5 * 4];
+    q.train = 0;
+    CHECK(hx_emb_table_lookup(u, &q, before, NULL, &err) == HX_OK, "lookup: %s", err.msg);
+
+    /* Counts the file cannot hold: 2^36 words (512 GiB), 2^40 (the old limit), just one too many. */
+    const uint64_t too_many[] = {(uint64_t)1 << 36, (uint64_t)1 << 40, count + 1, UINT64_MAX / 8 + 2};
+    for (size_t i = 0; i < sizeof too_many / sizeof *too_many; i++) {
+        memcpy(bytes + at + 8, &too_many[i], 8);
+        reseal_section_header(bytes + at);
+        spit(bad, bytes, n);
+        hx_status st = hx_emb_table_load(u, bad, &err);
+        CHECK(st == HX_ERR_CORRUPT && strstr(err.msg, "bytes left"), "id map of %llu words: %d %s",
+              (unsigned long long)too_many[i], (int)st, err.msg);
+    }
+    memcpy(bytes + at + 8, &count, 8);
+    reseal_section_header(bytes + at);
+
+    /* The map's entry count (word 3 with no free rows) wrapped by 2^62: 4 x count == the words left. */
+    int64_t *w = malloc(count * 8);
+    memcpy(w, bytes + at + SECTION_HEADER, count * 8);
+    CHECK(w[1] == 0 && w[2] == 4 && (int64_t)count == 3 + 4 * w[2], "the map: %lld free, %lld keys",
+          (long long)w[1], (long long)w[2]);
+    w[2] += (int64_t)1 << 62;
+    memcpy(bytes + at + SECTION_HEADER, w, count * 8);
+    uint64_t block = XXH3_64bits_withSeed(w, count * 8, (uint64_t)EXTRA_KIND << 40);
+    memcpy(bytes + at + SECTION_HEADER + count * 8, &block, 8);
+    spit(bad, bytes, n);
+    hx_status st = hx_emb_table_load(u, bad, &err);
+    CHECK(st == HX_ERR_CORRUPT && strstr(err.msg, "entry count"), "entry count + 2^62: %d %s", (int)st, err.msg);
+    free(w);
+
+    float after[5 * 4];
+    CHECK(hx_emb_table_lookup(u, &q, after, NULL, &err) == HX_OK && !memcmp(before, after, sizeof after),
+          "refused loads left the table as it was");
+    CHECK(hx_emb_table_load(u, good, &err) == HX_OK, "the good file loads: %s", err.msg);
+    CHECK(hx_emb_table_lookup(t, &q, before, NULL, &err) == HX_OK &&
+              hx_emb_table_lookup(u, &q, after, NULL, &err) == HX_OK && !memcmp(before, after, sizeof after),
+          "and looks up as the saved table");
+    free(bytes);
+    remove(good);
+    remove(bad);
+    hx_emb_table_free(t);
+    hx_emb_table_free(u);
+}
+
 static void backing_file(void)
 {
     const char *bp = path_of("backing.dat");
@@ -301,6 +395,7 @@ static void teardown(void) { test_remove_tree(dir); }
 static const test_case cases[] = {
     {"round_trips", round_trips},
     {"bad_files", bad_files},
+    {"hostile_counts", hostile_counts},
     {"backing_file", backing_file},
 };
 

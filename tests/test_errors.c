@@ -757,6 +757,73 @@ static void test_last_error_before_any_failure(void)
     report(__LINE__, hx_last_error() && hx_last_error()[0] == 0, "hx_last_error before any failure");
 }
 
+/* ---- extreme shapes and losses ----------------------------------------------------- */
+
+/* Element counts past the limit (2^56) are refused where the shape is made:
+ * by a leaf, an op's output, or a reshape, never wrapped or overflowed. */
+static void test_shape_overflow(void)
+{
+    hx_graph *g = hx_graph_create();
+    int n0 = hx_graph_tensor_count(g);
+    hx_tensor *t = hx_graph_input(g, "wide", HX_DTYPE_F32, 3, S(2, INT64_MAX, 1));
+    EXPECT_NULL(g, n0, t, "input {2, INT64_MAX, 1}", "wide", "elements");
+    t = hx_graph_param(g, "square", HX_DTYPE_F32, 2, S((int64_t)1 << 32, (int64_t)1 << 32), hx_init_zeros());
+    EXPECT_NULL(g, n0, t, "param {2^32, 2^32}", "square", "elements");
+    t = hx_graph_param(g, "wraps", HX_DTYPE_F32, 2, S((int64_t)1 << 62, 4), hx_init_zeros());
+    EXPECT_NULL(g, n0, t, "param {2^62, 4} (wraps to 0)", "wraps", "elements");
+    t = hx_graph_input(g, "limit", HX_DTYPE_F32, 2, S((int64_t)1 << 28, ((int64_t)1 << 28) + 1));
+    EXPECT_NULL(g, n0, t, "input of 2^56 + 2^28 elements", "limit", "elements");
+
+    /* an op whose output would be too big: [2^30, 1] x [1, 2^30] */
+    hx_tensor *a = hx_graph_input(g, "a", HX_DTYPE_F32, 2, S((int64_t)1 << 30, 1));
+    hx_tensor *b = hx_graph_input(g, "b", HX_DTYPE_F32, 2, S(1, (int64_t)1 << 30));
+    report(__LINE__, a && b, "inputs of 2^30 elements: %s", hx_last_error());
+    n0 = hx_graph_tensor_count(g);
+    t = hx_matmul(g, a, b, false, false);
+    EXPECT_NULL(g, n0, t, "matmul to 2^60 elements", "elements");
+
+    /* reshape: the known dims' product must not overflow into a match */
+    hx_tensor *x = hx_graph_input(g, "x", HX_DTYPE_F32, 1, S(4));
+    n0 = hx_graph_tensor_count(g);
+    t = hx_reshape(g, x, 3, S((int64_t)1 << 62, 4, 4)); /* 2^66 wraps to 0 */
+    EXPECT_NULL(g, n0, t, "reshape to {2^62, 4, 4}", "x");
+    t = hx_reshape(g, x, 3, S(INT64_MAX, INT64_MAX, -1));
+    EXPECT_NULL(g, n0, t, "reshape to {INT64_MAX, INT64_MAX, -1}", "x");
+    t = hx_reshape(g, x, 2, S(2, 2));
+    report(__LINE__, t != NULL, "reshape to {2, 2}: %s", hx_last_error());
+    USABLE(g, x, "after the shape errors");
+    hx_graph_free(g);
+}
+
+/* A loss must be computed by an op: a parameter (or any leaf) given as the
+ * loss is refused with a message, and the graph stays usable. */
+static void test_loss_is_a_leaf(void)
+{
+    hx_graph *g = hx_graph_create();
+    hx_tensor *w = hx_graph_param(g, "w", HX_DTYPE_F32, 1, S(1), hx_init_uniform(-1, 1));
+    hx_tensor *c = hx_graph_constant(g, "c", HX_DTYPE_F32, 1, S(1), (const float[]){2.5f});
+    int n0 = hx_graph_tensor_count(g);
+    EXPECT_ST(hx_graph_backward(g, w), HX_ERR_INVALID_ARGUMENT, "backward of a parameter", "'w'", "parameter");
+    EXPECT_ST(hx_graph_backward(g, c), HX_ERR_INVALID_ARGUMENT, "backward of a constant", "'c'");
+    report(__LINE__, hx_graph_tensor_count(g) == n0, "failed backward added tensors");
+    /* the same parameter through an op trains */
+    hx_tensor *loss = hx_mul(g, w, c);
+    report(__LINE__, hx_graph_backward(g, loss) == HX_OK, "backward of w * c: %s", hx_last_error());
+    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    report(__LINE__, hx_graph_apply_optimizer(g, NULL, &oc) == HX_OK, "optimizer: %s", hx_last_error());
+    hx_session *s = session(g);
+    if (s) {
+        float w0, w1, lv;
+        hx_fetch fl = {NULL, loss, &lv, sizeof lv};
+        OK(hx_session_read(s, w, &w0, sizeof w0));
+        OK(hx_session_run(s, NULL, 0, &fl, 1, HX_RUN_TRAIN));
+        OK(hx_session_read(s, w, &w1, sizeof w1));
+        report(__LINE__, fabsf(w1 - (w0 - (float)oc.lr * 2.5f)) < 1e-6f, "w %g -> %g", w0, w1);
+        hx_session_free(s);
+    }
+    hx_graph_free(g);
+}
+
 static const test_case cases[] = {
     {"last_error_before_any_failure", test_last_error_before_any_failure},
     {"messages", test_messages},
@@ -764,6 +831,8 @@ static const test_case cases[] = {
     {"backward_errors", test_backward_errors},
     {"run_errors", test_run_errors},
     {"failed_train_step", test_failed_train_step},
+    {"shape_overflow", test_shape_overflow},
+    {"loss_is_a_leaf", test_loss_is_a_leaf},
 };
 
 int main(int argc, char **argv)

@@ -91,6 +91,11 @@ static void test_format_errors(void)
         {"hxmemtrace 1\na 1 100 t\na 1 5 t\n", "allocated while live", HX_ERR_CORRUPT},
         {"hxmemtrace 1\na 1 100 t\nf 2\n", "not live", HX_ERR_CORRUPT},
         {"hxmemtrace 1\na 1 100 t\nf 1\nf 1\n", "line 4", HX_ERR_CORRUPT},
+        /* numbers past 64 bits are refused, not saturated */
+        {"hxmemtrace 1\na 1 100000000000000000000000 t\n", "line 2", HX_ERR_CORRUPT},
+        {"hxmemtrace 1\na 18446744073709551616 1 t\n", "line 2", HX_ERR_CORRUPT},
+        {"hxmemtrace 1\na 1 100 t\nf 18446744073709551617\n", "line 3", HX_ERR_CORRUPT},
+        {"hxmemtrace 1\na +1 100 t\n", "line 2", HX_ERR_CORRUPT},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_text(path, bad[i].text);
@@ -100,6 +105,14 @@ static void test_format_errors(void)
               strstr(hx_last_error(), "hx_memreplay"),
               "bad trace %zu: %s: %s", i, hx_status_name(st), hx_last_error());
     }
+    /* a NUL byte hides nothing: what follows it on the line is read too */
+    static const char with_nul[] = "hxmemtrace 1\na 1 100 t\0 garbage\nf 1\n";
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(with_nul, 1, sizeof with_nul - 1, f) == sizeof with_nul - 1, "write %s", path);
+    if (f) fclose(f);
+    hx_status nul_st = hx_memreplay(path, 0, &r);
+    CHECK(nul_st == HX_ERR_CORRUPT && strstr(hx_last_error(), "line 2") && strstr(hx_last_error(), "NUL"),
+          "a NUL byte in line 2: %s: %s", hx_status_name(nul_st), hx_last_error());
     CHECK(hx_memreplay(tmp_path("missing.trace"), 0, &r) == HX_ERR_IO &&
           strstr(hx_last_error(), "missing.trace"), "a missing file: %s", hx_last_error());
     CHECK(hx_memreplay(NULL, 0, &r) == HX_ERR_INVALID_ARGUMENT, "NULL path");

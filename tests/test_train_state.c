@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 enum { N = 37 };
 
@@ -261,6 +262,90 @@ static void test_checkpoint(void)
     drop(&other);
 }
 
+/* Header values a checksum-valid file may still hold are validated as
+ * hx_session_create validates its config: an impossible step, loss scale
+ * (0, negative, NaN, Inf) or count is refused and nothing changes. The
+ * file's total checksum is recomputed after each edit. */
+static void rewrite_header(const char *from, const char *to, long at, const void *v, size_t n)
+{
+    FILE *f = fopen(from, "rb");
+    if (!f) return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    unsigned char *b = malloc((size_t)size);
+    fseek(f, 0, SEEK_SET);
+    bool read = b && fread(b, 1, (size_t)size, f) == (size_t)size;
+    fclose(f);
+    if (read && (f = fopen(to, "wb"))) {
+        memcpy(b + at, v, n);
+        uint64_t total = XXH3_64bits(b, (size_t)size - 8);
+        memcpy(b + size - 8, &total, 8);
+        fwrite(b, 1, (size_t)size, f);
+        fclose(f);
+    }
+    free(b);
+}
+
+static void test_checkpoint_header_values(void)
+{
+    char path[64], edited[64];
+    snprintf(path, sizeof path, "/tmp/hx_ckpt_hdr_%d.bin", (int)getpid());
+    snprintf(edited, sizeof edited, "/tmp/hx_ckpt_hdr_%d.edit", (int)getpid());
+    hx_optimizer_config c = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
+    hx_loss_scale_config ls = {true, 64.0, 4, 2.0, 0.5};
+    model a = make(&c, ls), b = make(&c, ls);
+    if (!a.s || !b.s) return;
+    float x[N], wb[N], wb2[N];
+    for (int t = 1; t <= 2; t++) {
+        grads(t, x);
+        OK(step(&a, x));
+    }
+    OK(hx_session_save(a.s, path));
+    OK(hx_session_read(b.s, b.w, wb, sizeof wb));
+    /* "HXCKPT01", then u64 step, skipped, good, f64 scale */
+    enum { STEP = 8, SKIPPED = 16, GOOD = 24, SCALE = 32 };
+    const uint64_t steps[] = {((uint64_t)1 << 63) + 5, UINT64_MAX};
+    const double scales[] = {0.0, -1.0, NAN, INFINITY, -INFINITY};
+    struct { long at; uint64_t v; const char *what; } ints[] = {
+        {STEP, steps[0], "step"}, {STEP, steps[1], "step"}, {SKIPPED, steps[0], "skipped"},
+        {GOOD, (uint64_t)1 << 40, "good"}};
+    for (size_t i = 0; i < sizeof ints / sizeof *ints + sizeof scales / sizeof *scales; i++) {
+        char what[64];
+        if (i < sizeof ints / sizeof *ints) {
+            rewrite_header(path, edited, ints[i].at, &ints[i].v, 8);
+            snprintf(what, sizeof what, "%s %llu", ints[i].what, (unsigned long long)ints[i].v);
+        } else {
+            double v = scales[i - sizeof ints / sizeof *ints];
+            rewrite_header(path, edited, SCALE, &v, 8);
+            snprintf(what, sizeof what, "loss scale %g", v);
+        }
+        hx_status st = hx_session_load(b.s, edited);
+        CHECK(st == HX_ERR_CORRUPT && strstr(hx_last_error(), edited), "%s: %s: %s", what, hx_status_name(st),
+              hx_last_error());
+        OK(hx_session_read(b.s, b.w, wb2, sizeof wb2));
+        hx_train_stats ts;
+        OK(hx_session_train_stats(b.s, &ts));
+        CHECK(!memcmp(wb, wb2, sizeof wb) && ts.step == 0 && ts.loss_scale == 64.0, "%s: the session changed", what);
+    }
+    /* A valid edit loads, and the next step trains with finite parameters. */
+    double half = 32.0;
+    rewrite_header(path, path, SCALE, &half, 8);
+    OK(hx_session_load(b.s, path));
+    hx_train_stats ts;
+    OK(hx_session_train_stats(b.s, &ts));
+    CHECK(ts.step == 2 && ts.loss_scale == 32.0, "loaded: step %lld scale %g", (long long)ts.step, ts.loss_scale);
+    grads(3, x);
+    OK(step(&b, x));
+    OK(hx_session_read(b.s, b.w, wb2, sizeof wb2));
+    bool finite = true;
+    for (int i = 0; i < N; i++) finite = finite && isfinite(wb2[i]);
+    CHECK(finite, "parameters finite after a step");
+    remove(path);
+    remove(edited);
+    drop(&a);
+    drop(&b);
+}
+
 /* Names: empty names are refused like NULL ones. */
 static void test_names(void)
 {
@@ -280,6 +365,7 @@ static const test_case cases[] = {
     {"nonfinite", test_nonfinite},
     {"loss_scaling", test_loss_scaling},
     {"checkpoint", test_checkpoint},
+    {"checkpoint_header_values", test_checkpoint_header_values},
 };
 
 int main(int argc, char **argv)
