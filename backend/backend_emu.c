@@ -16,6 +16,7 @@
  * and, with simulated costs set, last at least their simulated time (the
  * rest is slept without holding cores). */
 #include "backend/backend.h"
+#include "core/core.h" /* HX_ASAN */
 #include "kernels/cpu/hx_kernels.h"
 
 #include <errno.h>
@@ -78,7 +79,7 @@ struct hx_event {
  * host memory, capped at the session's max_device_memory. Under ASan the
  * bytes of a segment that no live block covers are poisoned, so a kernel
  * that runs past its buffer is caught although buffers share segments. */
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(HX_ASAN)
 #include <sanitizer/asan_interface.h>
 #define POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
 #define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)

@@ -1,5 +1,6 @@
 /* What every folder of the library shares: the thread-local error message
- * behind hx_last_error(), dtype facts, the HX_DEBUG switches and the clock.
+ * behind hx_last_error(), dtype facts, the HX_DEBUG switches, the clock and
+ * which sanitizer a build has.
  * This is core/'s one internal header; it knows nothing but the public
  * header. */
 #ifndef HX_CORE_H
@@ -40,5 +41,23 @@ typedef struct hx_stage {
 hx_status hx__stage_open(const char *who, const char *path, hx_stage *s);
 hx_status hx__stage_commit(const char *who, hx_stage *s);
 void hx__stage_abort(hx_stage *s);
+
+/* The sanitizer this file is built with, one test for both compilers: GCC
+ * defines __SANITIZE_ADDRESS__ / __SANITIZE_THREAD__, clang answers
+ * __has_feature. HX_ASAN and HX_TSAN are 1 under it, else undefined. */
+#if defined(__SANITIZE_ADDRESS__)
+#define HX_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define HX_TSAN 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) && !defined(HX_ASAN)
+#define HX_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer) && !defined(HX_TSAN)
+#define HX_TSAN 1
+#endif
+#endif
 
 #endif

@@ -42,6 +42,7 @@
 #include <stdint.h>
 
 #include "hetex.h"
+#include "core/core.h" /* HX_TSAN */
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -52,7 +53,7 @@
  * yet when ifunc resolvers run (the process would crash at start), and not
  * under clang: clang 14 needs the attribute on every declaration, and its
  * clones gave wrong table updates (NaN adagrad rows in test_numerics). */
-#if defined(__SANITIZE_THREAD__) || defined(__clang__)
+#if defined(HX_TSAN) || defined(__clang__)
 #define HX_EMB_CLONES
 #else
 #define HX_EMB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))

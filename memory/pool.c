@@ -240,17 +240,24 @@ static hx_status oom_report(hx_mem_pools *p, size_t bytes, hx_mem_lifetime lt, c
             ? "; the pools hold enough free bytes but in pieces too small (fragmented): "
               "free long-lived tensors from the transient pool or allocate them as persistent"
             : "";
+    /* The options that would lower what occupies the device: persistent
+     * bytes are parameters and optimizer state, transient ones activations
+     * (which scale with the batch). */
+    bool params = s.persistent.allocated > 0 || lt == HX_MEM_PERSISTENT;
+    bool acts = s.transient.allocated > 0 || lt == HX_MEM_TRANSIENT;
     return hx__mem_fail(
         err, HX_ERR_DEVICE_OOM,
         "%s: out of memory allocating %zu bytes (%s) for %s (%s): capacity %s; reserved %zu "
         "(persistent %zu, transient %zu); in use %zu (persistent %zu, transient %zu); free in "
-        "the pools %zu, largest free block %zu, fragmentation %.1f%%%s; try: offload params or "
-        "optimizer state to the host (offload_param=cpu), a smaller batch, or a larger cap "
+        "the pools %zu, largest free block %zu, fragmentation %.1f%%%s" HX_MEM_OOM_ADVICE
+        "%s%sauto_offload=true (offload planned to fit the cap), or a larger cap "
         "(max_device_memory)",
         p->name, bytes, lifetime_name(lt), what ? what : "an allocation", why, cap,
         s.total.reserved, s.persistent.reserved, s.transient.reserved, s.total.allocated,
         s.persistent.allocated, s.transient.allocated, s.total.free_bytes, s.total.largest_free,
-        100.0 * s.total.fragmentation, frag_hint);
+        100.0 * s.total.fragmentation, frag_hint,
+        params ? "parameters and optimizer state on the host (offload_param=cpu), " : "",
+        acts ? "activations on the host (offload_activations=cpu), a smaller batch, " : "");
 }
 
 /* The segment a small request of lifetime l gets: small_segment / 32

@@ -84,7 +84,12 @@ hx_status hx_mem_pools_create(const hx_mem_pools_config *cfg, hx_mem_pools **out
 void hx_mem_pools_destroy(hx_mem_pools *p);
 
 /* bytes may be 0 (a distinct block of `align` bytes). `what` names the
- * allocation in the OOM report (may be NULL). */
+ * allocation in the OOM report (may be NULL). The report ends with
+ * HX_MEM_OOM_ADVICE and the options that would lower what the pools hold
+ * (by lifetime: persistent bytes are parameters and optimizer state,
+ * transient ones activations); a caller that knows what the bytes are
+ * (a session: hx__engine_device_report) puts its own after the marker. */
+#define HX_MEM_OOM_ADVICE "; try: "
 hx_status hx_mem_pools_alloc(hx_mem_pools *p, size_t bytes, hx_mem_lifetime lt,
                              const char *what, void **out, hx_mem_err *err);
 /* Freeing NULL does nothing; a pointer the pools did not hand out is

@@ -7,22 +7,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-hx_status hx__engine_device_report(const hx_engine *e, const char *fn, hx_status st)
+hx_status hx__engine_device_report(const hx_engine *e, const char *fn, hx_status st, bool activations)
 {
     if (st != HX_ERR_DEVICE_OOM) return st;
     char msg[768];
     snprintf(msg, sizeof msg, "%s", hx_last_error());
+    char *advice = strstr(msg, HX_MEM_OOM_ADVICE);
+    if (advice) *advice = 0; /* the pools' facts; the advice is ours */
+    const hx_offload_config *o = &e->cfg.offload;
+    size_t params = e->persist_bytes[HX_DEV_ACCEL];
+    bool acts = activations || e->arena_bytes[HX_DEV_ACCEL] > 0;
     return hx__error(st,
-                     "%s: %s (the device holds %zu persistent bytes and a %zu-byte transient "
-                     "arena)",
-                     fn, msg, e->persist_bytes[HX_DEV_ACCEL], e->arena_bytes[HX_DEV_ACCEL]);
+                     "%s: %s (the device holds %zu bytes of parameters and optimizer state and "
+                     "a %zu-byte activation arena)" HX_MEM_OOM_ADVICE "%s%s%s%sa larger cap "
+                     "(max_device_memory)",
+                     fn, msg, params, e->arena_bytes[HX_DEV_ACCEL],
+                     params && o->offload_param == HX_OFFLOAD_NONE
+                         ? "parameters and optimizer state on the host (offload_param=cpu), " : "",
+                     acts && o->offload_activations == HX_OFFLOAD_NONE
+                         ? "activations on the host (offload_activations=cpu), " : "",
+                     acts ? "a smaller batch, " : "",
+                     o->auto_offload ? "" : "auto_offload=true (offload planned to fit the cap), ");
 }
 
 /* Grows device d's transient arena to `bytes` (plans rebind lazily). The
  * old arena is given back first so that a capped device can hold the new
  * one; if the new one does not fit, the old size is taken again and the
  * session stays usable for the plans it already had. */
-static hx_status grow_arena(hx_engine *e, int d, size_t bytes)
+static hx_status grow_arena(hx_engine *e, int d, size_t bytes, const char *fn)
 {
     if (bytes <= e->arena_bytes[d]) return HX_OK;
     hx_backend *b = e->be[d];
@@ -37,7 +49,7 @@ static hx_status grow_arena(hx_engine *e, int d, size_t bytes)
         e->arena_bytes[d] = bytes;
         return HX_OK;
     }
-    st = hx__engine_device_report(e, "hx_session_run", st);
+    st = hx__engine_device_report(e, fn, st, true);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", hx_last_error());
     if (old && !b->alloc(b, old, HX_MEM_TRANSIENT, "the transient (activation) arena", &mem)) {
@@ -49,7 +61,7 @@ static hx_status grow_arena(hx_engine *e, int d, size_t bytes)
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
-hx_status hx__engine_plan(hx_engine *e, int *ids, int n, bool train, hx_plan **out)
+hx_status hx__engine_plan(hx_engine *e, int *ids, int n, bool train, const char *fn, hx_plan **out)
 {
     qsort(ids, n, sizeof *ids, cmp_int);
     int m = 0;
@@ -65,12 +77,12 @@ hx_status hx__engine_plan(hx_engine *e, int *ids, int n, bool train, hx_plan **o
     hx_plan *p;
     hx_status st = hx__plan_build(e, ids, m, train, &p);
     if (st) return st;
-    for (int d = 0; d < HX_NDEV && !st; d++) st = grow_arena(e, d, p->arena_bytes[d]);
+    for (int d = 0; d < HX_NDEV && !st; d++) st = grow_arena(e, d, p->arena_bytes[d], fn);
     for (int ph = 0; ph < 2 && !st; ph++) st = hx__exec_reserve(e, p->host_lanes[ph]);
     hx_plan **plans = st ? NULL : realloc(e->plans, sizeof *plans * (e->n_plans + 1));
     if (!plans) {
         hx__plan_free(e, p);
-        return st ? st : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+        return st ? st : hx__error(HX_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     }
     e->plans = plans;
     e->plans[e->n_plans++] = p;

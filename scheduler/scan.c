@@ -18,7 +18,7 @@ hx_status hx__scan_alloc(hx_engine *e)
     if (!acc) return HX_OK;
     hx_status st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "the gradient scan's sums",
                               (void **)&e->scan_dev);
-    return st ? hx__engine_device_report(e, "hx_session_create", st) : HX_OK;
+    return st ? hx__engine_device_report(e, "hx_session_create", st, false) : HX_OK;
 }
 
 void hx__scan_free(hx_engine *e)

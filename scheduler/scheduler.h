@@ -99,8 +99,9 @@ hx_plan_sizes hx__plan_sizes(const hx_plan *p);
 
 /* run.c: the run loop's plan work on the engine. The cached plan for these
  * fetch ids (sorted and made unique in place) and flag, built on first use,
- * with the arenas grown to it and its host lanes reserved. */
-hx_status hx__engine_plan(hx_engine *e, int *ids, int n, bool train, hx_plan **out);
+ * with the arenas grown to it and its host lanes reserved; fn names the
+ * public call in a device OOM's report. */
+hx_status hx__engine_plan(hx_engine *e, int *ids, int n, bool train, const char *fn, hx_plan **out);
 /* Readies plan p for a run: binds it again if the arenas or the persistent
  * storage moved since, then puts every input where p reads it: a host feed
  * into the host arena (a copy unit takes it to the device if device ops
@@ -113,8 +114,13 @@ hx_status hx__engine_feed(hx_engine *e, hx_plan *p, const hx_feed *feeds,
 void hx__engine_memory_stats(const hx_engine *e, hx_memory_stats *out);
 void hx__engine_free_plans(hx_engine *e);
 /* A device OOM (other statuses pass through) reported with where it
- * happened (fn) and the device's persistent/transient split. */
-hx_status hx__engine_device_report(const hx_engine *e, const char *fn, hx_status st);
+ * happened (fn), the device's persistent/transient split, and in place of
+ * the pools' generic advice the options that would lower what occupies
+ * this session's device and are not on yet: parameter offload when
+ * parameters or optimizer state live there, activation offload and a
+ * smaller batch when activations do (activations: the failed request was
+ * one, the arena), auto_offload, a larger cap. */
+hx_status hx__engine_device_report(const hx_engine *e, const char *fn, hx_status st, bool activations);
 
 /* scan.c: the gradient scan between the phases. Its sums, one per update
  * node, on the host and, for device gradients, on the device. */

@@ -136,7 +136,7 @@ static hx_status alloc_persistent(hx_session *s)
         snprintf(what, sizeof what, "'%s' (%s)", t->name, hx__ops[t->op].name);
         hx_status st =
                 s->e.be[d]->alloc(s->e.be[d], bytes, HX_MEM_PERSISTENT, what, &s->e.persist[i]);
-        if (st) return hx__engine_device_report(&s->e, "hx_session_create", st);
+        if (st) return hx__engine_device_report(&s->e, "hx_session_create", st, false);
         s->e.persist_bytes[d] += bytes;
         void *host = d == HX_DEV_HOST ? s->e.persist[i] : malloc(bytes ? bytes : 1); /* staging */
         if (!host) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
@@ -148,6 +148,18 @@ static hx_status alloc_persistent(hx_session *s)
         if (st) return st;
     }
     return HX_OK;
+}
+
+/* A training step that can never fit the device is refused at creation,
+ * not at its first run: its plan is made now, with its arena. */
+static hx_status plan_training_step(hx_session *s)
+{
+    bool updates = false;
+    for (int i = 0; i < s->e.g->n && !updates; i++) updates = s->e.g->tensors[i]->kind == HX_TENSOR_UPDATE;
+    if (!updates || !s->e.be[HX_DEV_ACCEL]) return HX_OK;
+    hx_plan *p = NULL;
+    int no_fetch[1];
+    return hx__engine_plan(&s->e, no_fetch, 0, true, "hx_session_create (planning the training step)", &p);
 }
 
 hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_session **out)
@@ -194,6 +206,7 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!st && !s->e.residency) st = hx__half_copies_refresh(&s->e, NULL); /* else by its init */
     if (!st) st = hx__scan_alloc(&s->e);
     if (!st && s->e.residency) st = s->e.residency->init(s->e.residency);
+    if (!st) st = plan_training_step(s);
     if (st) {
         hx_session_free(s);
         return st;
@@ -452,7 +465,7 @@ static hx_status run(hx_session *s, const hx_feed *feeds, int n_feeds, const hx_
     if ((st = hold_tables(s, train))) goto out;
     tables_held = true;
     hx_plan *p = NULL;
-    if ((st = hx__engine_plan(&s->e, ids, n_fetches, train, &p))) goto out;
+    if ((st = hx__engine_plan(&s->e, ids, n_fetches, train, "hx_session_run", &p))) goto out;
     if (res && (st = res->run_begin(res, p, train))) goto out; /* its reads overlap phase 0 */
     if ((st = hx__engine_feed(&s->e, p, feeds, feed_t, on_dev, n_feeds))) goto out;
     s->last_plan = p;
@@ -571,7 +584,7 @@ static hx_status memory_stats_held(hx_session *s, hx_memory_stats *out)
     if (!s->e.n_plans) { /* plan the training step without running it */
         hx_plan *p = NULL;
         int no_fetch[1];
-        hx_status st = hx__engine_plan(&s->e, no_fetch, 0, true, &p);
+        hx_status st = hx__engine_plan(&s->e, no_fetch, 0, true, "hx_session_memory_stats", &p);
         if (st) return st;
     }
     hx__engine_memory_stats(&s->e, out);
@@ -610,7 +623,7 @@ static hx_status device_alloc_held(hx_session *s, size_t bytes, void **out)
     s->dev_blocks = blocks;
     hx_backend *acc = s->e.be[HX_DEV_ACCEL];
     void *p = NULL;
-    if ((st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "a device feed buffer", &p))) return hx__engine_device_report(&s->e, fn, st);
+    if ((st = acc->alloc(acc, bytes, HX_MEM_PERSISTENT, "a device feed buffer", &p))) return hx__engine_device_report(&s->e, fn, st, false);
     s->dev_blocks[s->n_dev_blocks++] = (struct hx_device_block){p, bytes};
     *out = p;
     return HX_OK;

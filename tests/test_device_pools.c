@@ -8,11 +8,16 @@
 #include "testutil.h"
 #include "session/session.h"
 #include "scheduler/scheduler.h"
+#include "backend/backend.h"
+#include "core/core.h" /* HX_ASAN */
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(HX_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
 
 enum { B = 16, D = 24, H = 32, STEPS = 4 };
 #define CAP ((size_t)1 << 20)
@@ -295,9 +300,76 @@ static void test_memtrace(void)
     hx_graph_free(m.g);
 }
 
+/* A training step that can never fit the cap is refused when the session
+ * is made, with the report and the options that would help (here only
+ * activations occupy the device: no parameter offload is offered), and a
+ * step that fits is not. */
+static void test_impossible_plan(void)
+{
+    hx_graph *g = hx_graph_create();
+    int64_t xs[2] = {512, 512}, ws[2] = {512, 8};
+    hx_tensor *x = hx_graph_input(g, "x", HX_DTYPE_F32, 2, xs);
+    hx_tensor *w = hx_graph_param(g, "w", HX_DTYPE_F32, 2, ws, hx_init_xavier_uniform(1));
+    hx_tensor *h = dev(hx_tanh(g, dev(hx_scale(g, x, 2.0f)))); /* 1 MiB activations on the device */
+    hx_tensor *loss = hx_reduce_sum(g, hx_matmul(g, h, w, false, false), 0, NULL, false);
+    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    CHECK(loss && hx_graph_backward(g, loss) == HX_OK && hx_graph_apply_optimizer(g, NULL, &oc) == HX_OK,
+          "graph: %s", hx_last_error());
+    hx_session_config c = hx_session_config_default();
+    c.accelerator = HX_ACCELERATOR_EMU;
+    c.n_threads = 1;
+    c.max_device_memory = CAP;
+    hx_session *s = NULL;
+    hx_status st = hx_session_create(g, &c, &s);
+    const char *msg = hx_last_error();
+    CHECK(st == HX_ERR_DEVICE_OOM && !s, "a step past the cap: %s: %s", hx_status_name(st), msg);
+    CHECK(strstr(msg, "hx_session_create") && strstr(msg, "offload_activations=cpu") &&
+              strstr(msg, "auto_offload") && strstr(msg, "smaller batch") && !strstr(msg, "offload_param"),
+          "the report: %s", msg);
+    hx_session_free(s);
+    c.max_device_memory = 16 * CAP;
+    st = hx_session_create(g, &c, &s);
+    CHECK(st == HX_OK, "under a 16 MiB cap: %s", hx_last_error());
+    if (s) {
+        float *xv = calloc(512 * 512, sizeof *xv);
+        hx_feed f = {NULL, x, xv, 512 * 512 * sizeof *xv};
+        CHECK(hx_session_run(s, &f, 1, NULL, 0, HX_RUN_TRAIN) == HX_OK, "a step: %s", hx_last_error());
+        free(xv);
+    }
+    hx_session_free(s);
+    hx_graph_free(g);
+}
+
+/* Under ASan (GCC's or clang's: core.h's HX_ASAN) the emu device poisons
+ * the bytes of its segments that no live block covers: the bytes past a
+ * block are poisoned, its own are not, and freeing it poisons them. */
+static void test_asan_poisoning(void)
+{
+#if defined(HX_ASAN)
+    hx_backend *emu = NULL;
+    hx_emu_options o = {0};
+    CHECK(hx__backend_emu_create(CAP, &o, &emu) == HX_OK, "emu: %s", hx_last_error());
+    if (!emu) return;
+    void *p = NULL;
+    CHECK(emu->alloc(emu, 100, HX_MEM_TRANSIENT, "a test block", &p) == HX_OK, "alloc: %s", hx_last_error());
+    if (p) {
+        char *c = p;
+        CHECK(!__asan_region_is_poisoned(c, 100), "a live block's bytes are addressable");
+        CHECK(__asan_address_is_poisoned(c + 100), "the byte past the block is poisoned");
+        emu->free(emu, p);
+        CHECK(__asan_address_is_poisoned(c), "a freed block is poisoned");
+    }
+    emu->destroy(emu);
+#else
+    test_skip("not an ASan build");
+#endif
+}
+
 static const test_case cases[] = {
     {"stats_segments_oom", test_stats_segments_oom},
     {"memtrace", test_memtrace},
+    {"impossible_plan", test_impossible_plan},
+    {"asan_poisoning", test_asan_poisoning},
 };
 
 int main(int argc, char **argv)

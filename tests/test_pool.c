@@ -358,6 +358,37 @@ static void test_oom_report(void)
           "align must be a power of 2: %s", err.msg);
 }
 
+/* The report's options follow what occupies the device: activations only
+ * (no parameters on it) name activation offload, auto_offload and a
+ * smaller batch, never parameter offload; parameters only name parameter
+ * offload and auto_offload, not the batch. */
+static void test_oom_options(void)
+{
+    counting_src c;
+    hx_mem_err err;
+    void *a, *q = NULL;
+    hx_mem_pools *p = make_pools_with(&c, 8 * HX_MIB, HX_MIB, 8 * HX_MIB);
+    CHECK(!hx_mem_pools_alloc(p, 6 * HX_MIB, HX_MEM_TRANSIENT, "'h' (relu)", &a, &err), "%s", err.msg);
+    CHECK(hx_mem_pools_alloc(p, 4 * HX_MIB, HX_MEM_TRANSIENT, "the transient (activation) arena", &q, &err) ==
+              HX_ERR_DEVICE_OOM, "activations past the cap");
+    CHECK(strstr(err.msg, "offload_activations=cpu") && strstr(err.msg, "auto_offload") &&
+              strstr(err.msg, "smaller batch") && strstr(err.msg, "max_device_memory") &&
+              !strstr(err.msg, "offload_param"),
+          "activations only: %s", err.msg);
+    hx_mem_pools_free(p, a, &err);
+    hx_mem_pools_destroy(p);
+
+    p = make_pools_with(&c, 8 * HX_MIB, HX_MIB, 8 * HX_MIB);
+    CHECK(!hx_mem_pools_alloc(p, 6 * HX_MIB, HX_MEM_PERSISTENT, "'w' (param)", &a, &err), "%s", err.msg);
+    CHECK(hx_mem_pools_alloc(p, 4 * HX_MIB, HX_MEM_PERSISTENT, "'w2' (param)", &q, &err) == HX_ERR_DEVICE_OOM,
+          "parameters past the cap");
+    CHECK(strstr(err.msg, "offload_param=cpu") && strstr(err.msg, "auto_offload") &&
+              !strstr(err.msg, "offload_activations") && !strstr(err.msg, "batch"),
+          "parameters only: %s", err.msg);
+    hx_mem_pools_free(p, a, &err);
+    hx_mem_pools_destroy(p);
+}
+
 static void test_device_refuses(void)
 {
     /* the device holds less than the cap: cached segments are given back and
@@ -875,6 +906,7 @@ static const test_case cases[] = {
     {"plan_layout", plan_layout},
     {"segregation", test_segregation},
     {"oom_report", test_oom_report},
+    {"oom_options", test_oom_options},
     {"device_refuses", test_device_refuses},
     {"threads", test_threads},
     {"baseline", test_baseline},
