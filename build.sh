@@ -10,6 +10,15 @@
 #                              build (thread: the tests labelled sched)
 #   ./build.sh arrows          check the includes against docs/arrows.txt and redraw
 #                              docs/architecture.dot (and .svg where Graphviz is)
+#   ./build.sh fuzz NAME|all SECONDS   run fuzz target tests/fuzz/fuzz_NAME.c (all: each
+#                              in turn) for SECONDS under libFuzzer with ASan+UBSan
+#                              (clang, build-fuzz/); a finding fails with its input
+#                              in build-fuzz/artifacts/
+#   ./build.sh fuzz-seeds      rewrite the seed corpora tests/fuzz/corpus/ (files hetex
+#                              writes for the targets' models)
+# CC picks the compiler (cmake's default: cc); with another one than cc or gcc
+# the build folders are named after it (CC=clang: build-clang/,
+# build-clang-address-undefined/), so both builds live side by side.
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$PWD
@@ -27,12 +36,19 @@ need_pkgs() {
   [ -e /usr/include/liburing.h ] || missing+=(liburing-dev)
   [ -e /usr/include/libaio.h ] || missing+=(libaio-dev)
   [ -e /usr/lib/x86_64-linux-gnu/libgomp.so.1 ] || missing+=(libgomp1)
+  if [[ "$cc_name" == clang* ]] || [ "${1:-}" = fuzz ]; then
+    command -v clang >/dev/null || missing+=(clang)
+    # clang's OpenMP runtime and, for the fuzz targets, libFuzzer
+    [ -e /usr/lib/llvm-14/lib/libomp.so ] || missing+=(libomp-14-dev)
+    [ "${1:-}" != fuzz ] || ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
+      missing+=(libclang-rt-14-dev)
+  fi
   echo "${missing[@]:-}"
 }
 
-ensure_deps() {
+ensure_deps() { # [fuzz]
   local missing
-  missing=$(need_pkgs)
+  missing=$(need_pkgs "${1:-}")
   [ -z "$missing" ] && return 0
   echo "build.sh: installing missing Debian packages: $missing" >&2
   local sudo=""
@@ -73,16 +89,55 @@ tests_labelled() { (cd "$1" && ctest -N -L "$2") | sed -n 's/^ *Test *#[0-9]*: /
 # target_clones resolvers run before TSan starts and would crash in that
 # instrumentation.
 
+# The fuzz targets' build (clang, ASan+UBSan, libFuzzer coverage) and a run
+# of target $1 for $2 seconds: new inputs go to build-fuzz/corpus/$1 (the
+# seeds in tests/fuzz/corpus/$1 are read, not written), a finding to
+# build-fuzz/artifacts/. libFuzzer's last lines give execs, cov and ft.
+fuzz_build() {
+  ensure_deps fuzz
+  CC=clang configure build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DHX_SANITIZE=address,undefined -DHX_FUZZ=ON -DHX_CUDA=OFF
+  cmake --build build-fuzz -j "$jobs" --target "$@"
+}
+
+fuzz_run() { # name seconds
+  local name=$1 secs=$2 work=build-fuzz/corpus/$1
+  mkdir -p "$work" build-fuzz/artifacts build-fuzz/tmp
+  echo "build.sh fuzz: fuzz_$name for $secs s" >&2
+  # OMP_NUM_THREADS=1: one core per target; detect_leaks: as ./build.sh sanitize
+  OMP_NUM_THREADS=1 TMPDIR=$root/build-fuzz/tmp ASAN_OPTIONS=detect_leaks=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "build-fuzz/fuzz_$name" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \
+    -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/$name-" "$work" "tests/fuzz/corpus/$name"
+}
+
+# Build folders: build/ for cc or gcc, build-<compiler>/ for another CC.
+cc_name=$(basename "${CC:-cc}")
+case "$cc_name" in cc|gcc) bdir=build ;; *) bdir=build-$cc_name ;; esac
+
 cmd=${1:-build}
 [ $# -gt 0 ] && shift
 case "$cmd" in
-  build) build build -DCMAKE_BUILD_TYPE=Release ;;
+  build) build "$bdir" -DCMAKE_BUILD_TYPE=Release ;;
   test)
-    build build -DCMAKE_BUILD_TYPE=Release
-    cd build && ctest --output-on-failure -j "$jobs" -LE gpu "$@" ;;
+    build "$bdir" -DCMAKE_BUILD_TYPE=Release
+    cd "$bdir" && ctest --output-on-failure -j "$jobs" -LE gpu "$@" ;;
+  fuzz)
+    name=${1:?usage: ./build.sh fuzz NAME|all SECONDS}
+    secs=${2:?usage: ./build.sh fuzz NAME|all SECONDS}
+    names=$name
+    [ "$name" = all ] && names=$(ls tests/fuzz/fuzz_*.c | sed -n 's|.*/fuzz_\(.*\)\.c$|\1|p' | grep -vx common)
+    for n in $names; do
+      [ -e "tests/fuzz/fuzz_$n.c" ] || { echo "build.sh: no fuzz target '$n' (tests/fuzz/fuzz_$n.c)" >&2; exit 2; }
+    done
+    fuzz_build $(for n in $names; do echo "fuzz_$n"; done)
+    for n in $names; do fuzz_run "$n" "$secs"; done ;;
+  fuzz-seeds)
+    fuzz_build fuzz_seeds
+    ASAN_OPTIONS=detect_leaks=1 TMPDIR=$root/build-fuzz/tmp build-fuzz/fuzz_seeds ;;
   sanitize)
     san=${1:-address,undefined}
-    dir=build-$(echo "$san" | tr ',' '-')
+    dir=$bdir-$(echo "$san" | tr ',' '-')
     shift || true
     if [ "$san" = thread ]; then
       ensure_deps
@@ -102,14 +157,14 @@ case "$cmd" in
       TSAN_OPTIONS="halt_on_error=1 suppressions=$root/tests/tsan.supp" \
       HX_TEST_SANITIZER="$san" ctest --output-on-failure -j "$jobs" -LE 'gpu|install' "$@" ;;
   run) # wide & deep on UCI Adult: host embeddings beside a device MLP
-    build build -DCMAKE_BUILD_TYPE=Release >/dev/null
-    exec build/hetex widedeep --data data/adult "$@" ;;
+    build "$bdir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    exec "$bdir/hetex" widedeep --data data/adult "$@" ;;
   bench)
     name=${1:?usage: ./build.sh bench NAME}
     shift
-    build build -DCMAKE_BUILD_TYPE=Release >/dev/null
-    [ -x "build/bench_$name" ] || { echo "build.sh: no benchmark '$name' (bench/bench_$name.c)" >&2; exit 2; }
-    exec "build/bench_$name" "$@" ;;
+    build "$bdir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    [ -x "$bdir/bench_$name" ] || { echo "build.sh: no benchmark '$name' (bench/bench_$name.c)" >&2; exit 2; }
+    exec "$bdir/bench_$name" "$@" ;;
   install)
     prefix=""
     while [ $# -gt 0 ]; do
@@ -120,8 +175,8 @@ case "$cmd" in
       esac
     done
     [ -n "$prefix" ] || { echo "usage: ./build.sh install --prefix DIR" >&2; exit 2; }
-    build build -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --install build --prefix "$prefix" ;;
+    build "$bdir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --install "$bdir" --prefix "$prefix" ;;
   arrows) # the picture from the code first: it shows a breach in red
     .ci/check_arrows.sh --dot >docs/architecture.dot
     if command -v dot >/dev/null; then
@@ -130,5 +185,5 @@ case "$cmd" in
       echo "build.sh: no Graphviz 'dot' (apt-get install graphviz): docs/architecture.svg not redrawn" >&2
     fi
     exec .ci/check_arrows.sh ;;
-  *) echo "usage: ./build.sh [build|test|run|bench NAME|install --prefix DIR|sanitize [KIND]|arrows]" >&2; exit 2 ;;
+  *) echo "usage: ./build.sh [build|test|run|bench NAME|install --prefix DIR|sanitize [KIND]|arrows|fuzz NAME|all SECONDS|fuzz-seeds]" >&2; exit 2 ;;
 esac
