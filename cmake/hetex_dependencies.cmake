@@ -56,9 +56,15 @@ if(LibAIO_FOUND)
 endif()
 
 # After the libraries that need them: OpenMP's runtime, threads, libm.
-foreach(lib ${OpenMP_C_LIB_NAMES})
-  string(APPEND HX_PC_LIBS " -l${lib}")
-endforeach()
+if(CMAKE_C_COMPILER_ID MATCHES "Clang")
+  # clang's libomp lives in clang's own folder (Debian: /usr/lib/llvm-14/lib),
+  # which its driver finds for -fopenmp and the linker alone does not
+  string(APPEND HX_PC_LIBS " ${OpenMP_C_FLAGS}")
+else()
+  foreach(lib ${OpenMP_C_LIB_NAMES})
+    string(APPEND HX_PC_LIBS " -l${lib}")
+  endforeach()
+endif()
 if(CMAKE_THREAD_LIBS_INIT)
   string(APPEND HX_PC_LIBS " ${CMAKE_THREAD_LIBS_INIT}")
 endif()
