@@ -107,12 +107,20 @@ hx_status hx_graph_backward(hx_graph *g, hx_tensor *loss)
     char seed_name[512];
     snprintf(seed_name, sizeof seed_name, "%s/grad_seed", loss->name);
     const float one = 1.0f;
-    grad[loss->id] = hx_graph_constant(g, seed_name, HX_DTYPE_F32, loss->ndim, loss->shape, &one);
-    st = grad[loss->id] ? HX_OK : HX_ERR_INTERNAL;
+    int open_block = g->open_block; /* gradients belong to no recompute block */
+    g->open_block = 0;
+    hx_recompute *rc = hx__recompute_begin(g, n0, loss);
+    if (rc) grad[loss->id] = hx_graph_constant(g, seed_name, HX_DTYPE_F32, loss->ndim, loss->shape,
+                                               &one);
+    st = !rc ? HX_ERR_OUT_OF_MEMORY : grad[loss->id] ? HX_OK : HX_ERR_INTERNAL;
     for (int i = loss->id; !st && i >= 0; i--) {
         hx_tensor *t = g->tensors[i];
-        if (grad[i] && !is_leaf(t)) st = backprop_node(g, t, grad, req);
+        if (!grad[i] || is_leaf(t)) continue;
+        st = hx__recompute_before(g, rc, t);
+        if (!st) st = backprop_node(g, t, grad, req);
     }
+    hx__recompute_end(g, rc, st != HX_OK);
+    g->open_block = open_block;
     if (st) {
         hx__graph_truncate(g, n0);
         goto out;

@@ -329,6 +329,7 @@ hx_tensor *hx__node_new(hx_graph *g, hx_op op, int n_src, hx_tensor *const *srcs
     t->n_src = n_src;
     if (attr) t->attr = *attr;
     t->target = g->target_depth ? g->target_stack[g->target_depth - 1] : HX_TARGET_DEFAULT;
+    t->block = g->open_block;
     if (graph_add(g, t, NULL)) {
         tensor_free(t);
         return NULL;

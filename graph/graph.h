@@ -70,6 +70,11 @@ struct hx_tensor {
     hx_tensor *param; /* update nodes and state: the parameter they serve (an embedding
                          update: itself, named after its table) */
     hx_embedding_table *table; /* embedding lookups and updates: their table */
+    /* Activation recomputation (recompute.c): the block whose scope made
+     * this op (0: none), and the op autodiff emitted again in backward to
+     * recompute this value (NULL: none; readers choose by hx__src). */
+    int block;
+    hx_tensor *recomputed;
 };
 
 /* What an embedding update node reads: per lookup of its table, the
@@ -105,6 +110,8 @@ struct hx_graph {
     hx_name_map names;
     hx_target target_stack[16];
     int target_depth;
+    int open_block; /* the open recompute scope's block (0: none) */
+    int n_blocks;   /* recompute blocks so far */
     /* The user (until hx_graph_free) and each session hold the graph; a
      * session freezes it, and the last holder to let go frees it. */
     atomic_int holders;
@@ -196,6 +203,32 @@ typedef struct hx_place_opts {
 hx_status hx__place(const hx_graph *g, const hx_place_opts *o, hx_target *target,
                     hx_place_why *why);
 
+/* ---- recompute (recompute.c) ------------------------------------------------
+ * A node whose source was recomputed reads the recomputed value when it was
+ * made after it (a gradient) and the session recomputes (its switch); every
+ * other reader, and every session that does not, reads the original. */
+static inline hx_tensor *hx__src(const hx_tensor *t, int j, bool recompute)
+{
+    hx_tensor *s = t->src[j];
+    return recompute && s->recomputed && s->recomputed->id < t->id ? s->recomputed : s;
+}
+/* What autodiff keeps while it emits recomputed blocks. */
+typedef struct hx_recompute hx_recompute;
+/* Finds, among the first n0 tensors of g, the values of each block worth
+ * recomputing: op outputs that depend on an activation (not only on
+ * leaves) and that no op outside their block, nor the loss, reads. NULL
+ * with the error set when out of memory. */
+hx_recompute *hx__recompute_begin(const hx_graph *g, int n0, const hx_tensor *loss);
+/* Before the gradient of forward node t is built: emits its block's
+ * recomputed values again (once per block, in creation order, each with
+ * its original's op, attributes and target, reading the block's other
+ * recomputed values where its original read their originals) and sets
+ * their `recomputed`. */
+hx_status hx__recompute_before(hx_graph *g, hx_recompute *r, const hx_tensor *t);
+/* Frees r; with failed set, also forgets every `recomputed` it set (the
+ * nodes themselves are rolled back by hx__graph_truncate). */
+void hx__recompute_end(hx_graph *g, hx_recompute *r, bool failed);
+
 /* ---- partition (partition.c) ------------------------------------------------
  * Maximal same-target subgraphs of a set of op nodes whose subgraph DAG has
  * no cycle (greedy in topological order). */
@@ -206,9 +239,10 @@ typedef struct hx_partition {
     int *sub_ops;         /* per subgraph: number of ops */
     bool *dep;            /* n_sub * n_sub: dep[a * n_sub + b]: a reads an output of b */
 } hx_partition;
-/* in_set: per tensor id, the op nodes to partition. */
+/* in_set: per tensor id, the op nodes to partition; recompute: the
+ * session's switch (hx__src). */
 hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *target,
-                        hx_partition *out);
+                        bool recompute, hx_partition *out);
 void hx__partition_free(hx_partition *p);
 
 int64_t hx__numel(int ndim, const int64_t *shape);

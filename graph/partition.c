@@ -19,7 +19,7 @@ void hx__partition_free(hx_partition *p)
 }
 
 hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *target,
-                        hx_partition *out)
+                        bool recompute, hx_partition *out)
 {
     int n = g->n, cap = 0;
     size_t nz = n > 0 ? (size_t)n : 1;
@@ -43,7 +43,7 @@ hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *
         const hx_tensor *t = g->tensors[v];
         int np = 0;
         for (int k = 0; k < t->n_src; k++) {
-            int s = out->sub_of[t->src[k]->id];
+            int s = out->sub_of[hx__src(t, k, recompute)->id];
             bool dup = s < 0;
             for (int j = 0; j < np && !dup; j++) dup = preds[j] == s;
             if (!dup) preds[np++] = s;
@@ -88,7 +88,7 @@ hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *
         int a = out->sub_of[v];
         if (a < 0) continue;
         for (int k = 0; k < g->tensors[v]->n_src; k++) {
-            int b = out->sub_of[g->tensors[v]->src[k]->id];
+            int b = out->sub_of[hx__src(g->tensors[v], k, recompute)->id];
             if (b >= 0 && b != a) out->dep[(size_t)a * ns + b] = true;
         }
     }

@@ -306,6 +306,28 @@ HX_API hx_target hx_tensor_target(const hx_tensor *t);
 HX_API hx_status hx_graph_push_target(hx_graph *g, hx_target target);
 HX_API hx_status hx_graph_pop_target(hx_graph *g);
 
+/* ---- activation recomputation -------------------------------------------------
+ * Ops added between a push and its pop form one checkpointed block. A block
+ * keeps its inputs and outputs (the values ops outside it read); its other
+ * values that depend on an activation (not those made from parameters,
+ * constants and inputs alone, such as a weight's cast) are emitted a second
+ * time by hx_graph_backward, just before the block's gradients, as ops named
+ * "<name>/recompute" with the original's attributes and target. A session
+ * whose offload config sets `recompute` runs them and has the gradients
+ * read them, so the block's internal activations are freed once the forward
+ * has read them; other sessions of the graph skip them. Dropout emitted
+ * again draws the same mask (its seed and stream are the op's): results
+ * are bitwise those without recomputation. Embedding ops are never
+ * recomputed. Each push opens a new block; scopes do not nest.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (g NULL); HX_ERR_STATE (push with a
+ *               scope open, pop with none open).
+ *   On failure: nothing changes.
+ *   Ownership:  nothing changes hands.
+ *   Threads:    one thread per graph.
+ */
+HX_API hx_status hx_graph_push_recompute(hx_graph *g);
+HX_API hx_status hx_graph_pop_recompute(hx_graph *g);
+
 /* ---- ops ------------------------------------------------------------------
  * Float ops take f32, f16 or bf16: the float inputs of one op must share a
  * dtype (else HX_ERR_DTYPE naming both: hx_cast one), which is the output's
@@ -1105,8 +1127,8 @@ typedef struct hx_emu_cost {
  *   (offload_param=cpu,chunk_size=64MB,...); sizes take an optional
  *   KB/MB/GB suffix (powers of 1024), booleans true/false/1/0. A session
  *   whose config leaves offload at its default (offload_param and
- *   offload_activations NONE, auto_offload false) reads $HX_OFFLOAD in that
- *   syntax, as trace_path does $HX_TRACE. */
+ *   offload_activations NONE, auto_offload and recompute false) reads
+ *   $HX_OFFLOAD in that syntax, as trace_path does $HX_TRACE. */
 typedef enum hx_offload_target {
     HX_OFFLOAD_NONE, /* parameters where placement puts them */
     HX_OFFLOAD_CPU,  /* parameters, state and updates in host memory */
@@ -1134,6 +1156,8 @@ typedef struct hx_offload_config {
                                     also device op output bytes per segment): 0: 32 MiB */
     int prefetch_depth;          /* chunks copied ahead of the one in use: 1 */
     hx_offload_target offload_activations; /* "none" | "cpu" (not DISK): NONE */
+    bool recompute;              /* recompute the blocks the graph marks
+                                    (hx_graph_push_recompute) in backward: false */
 } hx_offload_config;
 /* Every field at the default noted above: no offload.
  *   Fails:      never.

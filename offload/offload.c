@@ -88,6 +88,8 @@ static bool set_key(hx_offload_config *c, const char *k, const char *v)
         if (!parse_bool(v, &c->enable_aio)) takes = "true or false";
     } else if (!strcmp(k, "enable_pinned_mem")) {
         if (!parse_bool(v, &c->enable_pinned_mem)) takes = "true or false";
+    } else if (!strcmp(k, "recompute")) {
+        if (!parse_bool(v, &c->recompute)) takes = "true or false";
     } else if (!strcmp(k, "auto_offload")) {
         if (!parse_bool(v, &c->auto_offload)) takes = "true or false";
     } else if (!strcmp(k, "prefetch_depth")) {
@@ -100,7 +102,7 @@ static bool set_key(hx_offload_config *c, const char *k, const char *v)
                   "hx_offload_config_parse: unknown key '%s'; the keys are offload_param, "
                   "offload_path, offload_cpu_size, offload_disk_size, host_mem_block_size, "
                   "enable_aio, enable_pinned_mem, auto_offload, chunk_size, prefetch_depth, "
-                  "offload_activations", k);
+                  "offload_activations, recompute", k);
         return false;
     }
     if (takes)
@@ -147,7 +149,7 @@ hx_status hx__offload_resolve(hx_offload_config *cfg)
 {
     const char *env = getenv("HX_OFFLOAD");
     if (cfg->offload_param == HX_OFFLOAD_NONE && cfg->offload_activations == HX_OFFLOAD_NONE &&
-        !cfg->auto_offload && env && *env) {
+        !cfg->auto_offload && !cfg->recompute && env && *env) {
         hx_offload_config c = hx_offload_config_default();
         if (hx_offload_config_parse(env, &c)) {
             char msg[640];

@@ -109,9 +109,10 @@ void hx__plan_free(const hx_engine *e, hx_plan *p)
 
 /* Marks what the fetches (and with train, the updates) need; returns the
  * number of op nodes. */
-static int mark_needed(const hx_graph *g, const int *fetch_ids, int n_fetch, bool train,
+static int mark_needed(const hx_engine *e, const int *fetch_ids, int n_fetch, bool train,
                        bool *need)
 {
+    const hx_graph *g = e->g;
     for (int k = 0; k < n_fetch; k++) need[fetch_ids[k]] = true;
     for (int i = 0; train && i < g->n; i++)
         if (g->tensors[i]->kind == HX_TENSOR_UPDATE) need[i] = true;
@@ -119,7 +120,7 @@ static int mark_needed(const hx_graph *g, const int *fetch_ids, int n_fetch, boo
     for (int i = g->n - 1; i >= 0; i--) {
         if (!need[i]) continue;
         const hx_tensor *t = g->tensors[i];
-        for (int k = 0; k < t->n_src; k++) need[t->src[k]->id] = true;
+        for (int k = 0; k < t->n_src; k++) need[hx__read(e, t, k)->id] = true;
         n_ops += t->op > HX_OP_STATE;
     }
     return n_ops;
@@ -284,12 +285,13 @@ static hx_status order_steps(builder *b, const bool *need)
             int dev = hx__dev_of(e, i);
             if (b->act && !pass && dev == HX_DEV_ACCEL) count_output(b, t);
             for (int j = 0; j < t->n_src; j++) {
-                int from = hx__dev_of(e, t->src[j]->id);
+                const hx_tensor *s = hx__read(e, t, j);
+                int from = hx__dev_of(e, s->id);
                 char role;
-                if (comes_back(b, t->src[j], i, dev)) from = HX_DEV_HOST, role = HX_ROLE_ACT_IN;
-                else if (!needs_copy(b, t->src[j], dev, from, &role)) continue;
+                if (comes_back(b, s, i, dev)) from = HX_DEV_HOST, role = HX_ROLE_ACT_IN;
+                else if (!needs_copy(b, s, dev, from, &role)) continue;
                 b->slot_of[k] = slot++;
-                add_copy(b, k++, t->src[j], dev, from, role);
+                add_copy(b, k++, s, dev, from, role);
             }
             hx_launch_fn fn = e->be[dev]->kernel(e->be[dev], t->op, t->dtype);
             if (!fn)
@@ -300,7 +302,7 @@ static hx_status order_steps(builder *b, const bool *need)
                                  e->be[dev]->name);
             b->slot_of[k] = slot;
             for (int j = 0; j < t->n_src; j++) { /* a copy at dev, if any (-1: the home's value) */
-                int u = t->src[j]->id;
+                int u = hx__read(e, t, j)->id;
                 p->src_step[slot++] = b->copy_step[dev * b->n + u];
                 if (b->offload && dev == HX_DEV_ACCEL) b->last_use[u] = b->streamed;
             }
@@ -345,7 +347,7 @@ static void lifetimes(builder *b, const bool *need, const int *fetch_ids, int n_
         for (int j = 0; j < t->n_src; j++) {
             int c = p->src_step[b->slot_of[k] + j];
             if (c >= 0) extend_lt(b, sp->dev, b->copy_lt[c], q, u);
-            else extend(b, sp->dev, t->src[j]->id, q, u);
+            else extend(b, sp->dev, hx__read(b->e, t, j)->id, q, u);
         }
         if (t->kind != HX_TENSOR_UPDATE) add_lifetime(b, sp->dev, t->id, q, u, -1);
     }
@@ -552,7 +554,8 @@ static int act_decide(builder *b, const bool *need, const int *fetch_ids, int n_
         b->act_back[i] = -1;
         prev[i] = b->op_chunk[i];
         bool far_side = t->kind == HX_TENSOR_UPDATE || hx__dev_of(b->e, i) != HX_DEV_ACCEL;
-        for (int j = 0; need[i] && far_side && j < t->n_src; j++) pinned[t->src[j]->id] = true;
+        for (int j = 0; need[i] && far_side && j < t->n_src; j++)
+            pinned[hx__read(b->e, t, j)->id] = true;
     }
     for (int i = 0; i < n; i++) { /* device ops of forward and backward, in step order */
         const hx_tensor *t = g->tensors[i];
@@ -560,7 +563,7 @@ static int act_decide(builder *b, const bool *need, const int *fetch_ids, int n_
             hx__dev_of(b->e, i) != HX_DEV_ACCEL)
             continue;
         for (int j = 0; j < t->n_src; j++) {
-            int u = t->src[j]->id;
+            int u = hx__read(b->e, t, j)->id;
             if (!movable(b, need, pinned, u) || b->act_back[u] >= 0) continue;
             if (b->op_chunk[i] - prev[u] >= b->gap) b->act_back[u] = b->op_chunk[i], moved++;
             else prev[u] = b->op_chunk[i];
@@ -610,7 +613,7 @@ hx_status hx__plan_build(hx_engine *e, const int *fetch_ids, int n_fetch, bool t
     memcpy(p->key, fetch_ids, sizeof *p->key * n_fetch);
     p->key[n_fetch] = train;
 
-    int n_ops = mark_needed(g, fetch_ids, n_fetch, train, need);
+    int n_ops = mark_needed(e, fetch_ids, n_fetch, train, need);
     size_t n_in = 0;
     for (int i = 0; i < n; i++)
         if (need[i]) n_in += g->tensors[i]->n_src;
@@ -650,7 +653,7 @@ hx_status hx__plan_build(hx_engine *e, const int *fetch_ids, int n_fetch, bool t
     bool *ops = calloc(n ? n : 1, sizeof *ops); /* the partition covers the plan's op nodes */
     if (!ops) goto oom;
     for (int i = 0; i < n; i++) ops[i] = need[i] && g->tensors[i]->op > HX_OP_STATE;
-    st = hx__partition(g, ops, e->target, &p->part);
+    st = hx__partition(g, ops, e->target, hx__recompute_on(e), &p->part);
     free(ops);
     if (st || (st = hx__plan_units(e, p, &b.reach))) goto fail;
     b.words = hx__reach_words(p->n_units);
@@ -725,7 +728,7 @@ void hx__plan_bind(hx_engine *e, hx_plan *p)
             }
             int c = p->src_step[pool - p->in_pool];
             *pool++ = c >= 0 ? e->arena[st->dev] + p->step_offset[c]
-                             : hx__plan_locate(e, p, st->dev, t->src[j]->id);
+                             : hx__plan_locate(e, p, st->dev, hx__read(e, t, j)->id);
         }
     }
     for (int i = 0; i < p->n_scan; i++) { /* a gradient copied out early: its host copy */

@@ -14,7 +14,7 @@ static void dev_names(const hx_engine *e, const char *names[HX_NDEV])
 
 /* The first step after k that reads the copy made at step k (an
  * activation out: the copy back). */
-static const hx_tensor *copy_reader(const hx_plan *p, int k)
+static const hx_tensor *copy_reader(const hx_engine *e, const hx_plan *p, int k)
 {
     const hx_step *c = &p->steps[k];
     for (int j = k + 1; p->step_role[k] == HX_ROLE_ACT_OUT && j < p->n_steps; j++)
@@ -25,7 +25,7 @@ static const hx_tensor *copy_reader(const hx_plan *p, int k)
     for (int j = k + 1; j < p->n_steps; j++) {
         const hx_step *sp = &p->steps[j];
         for (int i = 0; sp->fn && sp->dev == c->dev && i < sp->node->n_src; i++)
-            if (sp->node->src[i] == c->node) return sp->node;
+            if (hx__read(e, sp->node, i) == c->node) return sp->node;
     }
     return c->node;
 }
@@ -69,7 +69,7 @@ void hx__plan_debug_copies(const hx_engine *e, const hx_plan *p)
     for (int k = 0; k < p->n_steps; k++) {
         const hx_step *sp = &p->steps[k];
         if (sp->fn) continue;
-        const hx_tensor *r = copy_reader(p, k);
+        const hx_tensor *r = copy_reader(e, p, k);
         char cause[160];
         copy_cause(p, k, cause, sizeof cause);
         fprintf(stderr, "hetex copy: '%s' %s -> %s (%zu bytes): read by '%s' (%s) on %s; %s\n",
@@ -120,7 +120,7 @@ void hx__plan_write_dot(FILE *f, const hx_engine *e, const hx_plan *p)
             continue;
         }
         for (int j = 0; j < t->n_src; j++) {
-            const hx_tensor *u = t->src[j];
+            const hx_tensor *u = hx__read(e, t, j);
             if (u->op <= HX_OP_STATE && p->part.sub_of[u->id] < 0)
                 fprintf(f, "  t%d [label=\"%s\\n%s\", shape=ellipse, fillcolor=%s];\n", u->id,
                         u->name, hx__ops[u->op].name,

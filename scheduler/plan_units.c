@@ -154,7 +154,7 @@ static int make_edges(const hx_engine *eng, const hx_plan *p, const int *unit_of
             if (q >= 0) e[ne++] = (edge){unit_of[q], unit_of[k], k};
         }
         for (int j = 0; sp->fn && j < t->n_src; j++) {
-            int q = prod[sp->dev * n + t->src[j]->id];
+            int q = prod[sp->dev * n + hx__read(eng, t, j)->id];
             if (q >= 0 && unit_of[q] != unit_of[k]) e[ne++] = (edge){unit_of[q], unit_of[k], k};
         }
         prod[sp->dev * n + t->id] = k;

@@ -196,6 +196,15 @@ static inline bool hx__offload_activations_on(const hx_engine *e)
     return e->cfg.offload.offload_activations != HX_OFFLOAD_NONE && e->be[HX_DEV_ACCEL];
 }
 
+/* Whether the session's plans recompute the blocks the graph marks
+ * (offload.recompute): gradients then read the recomputed values. */
+static inline bool hx__recompute_on(const hx_engine *e) { return e->cfg.offload.recompute; }
+/* The value node t reads as its source j in this session's plans. */
+static inline const hx_tensor *hx__read(const hx_engine *e, const hx_tensor *t, int j)
+{
+    return hx__src(t, j, hx__recompute_on(e));
+}
+
 /* A tensor that lives across steps on the host (param, state, constant):
  * what the offload streams to the device in chunks. */
 static inline bool hx__offload_streamed(const hx_tensor *t)

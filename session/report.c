@@ -14,8 +14,11 @@ void hx__debug_placement(const hx_session *s)
     for (int i = 0; i < g->n; i++) {
         const hx_tensor *t = g->tensors[i];
         if (t->kind == HX_TENSOR_INPUT || t->kind == HX_TENSOR_CONSTANT) continue;
-        fprintf(stderr, "hetex placement: '%s' (%s) -> %s: %s\n", t->name, hx__ops[t->op].name,
-                hx_target_name(s->e.target[i]), hx__place_why_str(s->e.why[i]));
+        bool again = t->recomputed && hx__recompute_on(&s->e);
+        fprintf(stderr, "hetex placement: '%s' (%s) -> %s: %s%s%s%s\n", t->name,
+                hx__ops[t->op].name, hx_target_name(s->e.target[i]), hx__place_why_str(s->e.why[i]),
+                again ? "; freed after forward, recomputed in backward as '" : "",
+                again ? t->recomputed->name : "", again ? "'" : "");
     }
 }
 
