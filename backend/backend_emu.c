@@ -124,17 +124,6 @@ static void emu_free(hx_backend *b, void *p)
 
 /* ---- simulated cost ------------------------------------------------------------ */
 
-/* Floating-point work of a launch: 2mnk for matmul, one per output element
- * otherwise (the non-finite scan: one per gradient element). */
-static double launch_flops(const hx_tensor *y)
-{
-    double n = (double)hx_tensor_numel(y);
-    if (y->op != HX_OP_MATMUL || y->n_src < 1) return n;
-    const hx_tensor *a = y->src[0];
-    double k = (double)a->shape[a->ndim - (y->attr.i[0] ? 2 : 1)];
-    return 2.0 * n * k;
-}
-
 /* Sleeps until t0 + want (hx__now seconds); returns the end time. */
 static double hold_until(double t0, double want)
 {
@@ -191,7 +180,7 @@ static hx_status run_op(hx_stream *s, const emu_op *op)
         double t0 = timed ? hx__now() : 0;
         hx_status st = op->fn(op->ex, op->node, op->out, op->in);
         give_cores(e, cores);
-        double want = c->launch_latency_s + (c->flops_per_s > 0 ? launch_flops(op->node) / c->flops_per_s : 0);
+        double want = c->launch_latency_s + (c->flops_per_s > 0 ? hx__op_flops(op->node) / c->flops_per_s : 0);
         double t1 = timed ? hold_until(t0, want) : 0;
         record(e, s->lane, (hx_device_span){.name = op->fn == scan_sumsq ? "gradient_scan"
                                                                       : hx__ops[op->node->op].name,

@@ -75,6 +75,7 @@ struct hx_tensor {
      * recompute this value (NULL: none; readers choose by hx__src). */
     int block;
     hx_tensor *recomputed;
+    hx_tensor *recompute_of; /* a recomputed op: the value it recomputes */
 };
 
 /* What an embedding update node reads: per lookup of its table, the
@@ -244,6 +245,10 @@ typedef struct hx_partition {
 hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *target,
                         bool recompute, hx_partition *out);
 void hx__partition_free(hx_partition *p);
+
+/* Floating-point work of op node y (flops.c): 2mnk for a matmul, one per
+ * output element otherwise. */
+double hx__op_flops(const hx_tensor *y);
 
 int64_t hx__numel(int ndim, const int64_t *shape);
 /* The element count of ndim positive dims into *out; false (and *out

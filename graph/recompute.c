@@ -105,6 +105,7 @@ static hx_status emit_block(hx_graph *g, hx_recompute *r, int block)
         c->target_set = t->target_set;
         name_recomputed(c, t);
         t->recomputed = c;
+        c->recompute_of = t;
     }
     return HX_OK;
 }

@@ -1109,11 +1109,16 @@ typedef struct hx_emu_cost {
  *   least). offload_activations CPU copies device activations that are
  *   read again much later (the backward reading what the forward saved)
  *   to the host and back. Results are bitwise those without offload.
- * - auto_offload picks the policy, chunk_size and prefetch_depth at session
+ * - recompute (with blocks marked by hx_graph_push_recompute) drops the
+ *   blocks' internal activations after forward and recomputes them in
+ *   backward; results are bitwise those without.
+ * - auto_offload picks the policy (parameters, activations, recomputation
+ *   of the marked blocks), chunk_size and prefetch_depth at session
  *   creation so that the device's predicted peak stays under its cap
- *   (max_device_memory, or the device's memory), taking the choice that
- *   copies the fewest bytes per step; hx_session_offload_report says what
- *   it chose and predicted.
+ *   (max_device_memory, or the device's memory), taking of the policies
+ *   that fit the one the cost model (hx_offload_report) says adds the
+ *   least time per step; hx_session_offload_report says what it chose,
+ *   why, and what it predicted.
  * - Session creation fails with HX_ERR_DEVICE_OOM (auto_offload: no policy
  *   fits; it names the smallest peak found and the cap it needs) and with
  *   HX_ERR_OUT_OF_MEMORY (offload_cpu_size holds neither the parameters and
@@ -1198,6 +1203,16 @@ typedef struct hx_offload_report {
     size_t predicted_peak, predicted_persistent, predicted_arena;
     /* hx_session_pool_stats' total.peak_reserved and peak_allocated now */
     size_t measured_peak_reserved, measured_peak_allocated;
+    bool recompute;                  /* in force: the marked blocks are recomputed */
+    int recomputed_ops;              /* ops the training step runs again */
+    double recompute_flops;          /* their work per step (2mnk per matmul, one per
+                                        output element otherwise) */
+    /* The cost model auto_offload ranks the policies that fit by: the
+     * training step's copies at link_bytes_per_s plus its recomputed work
+     * at device_flops_per_s (emu: its hx_emu_cost where set; else nominal
+     * rates, 16 GB/s and 50 TFLOP/s), in seconds per step. */
+    double link_bytes_per_s, device_flops_per_s, modeled_cost_s;
+    char reason[512];                /* auto_offload: why it chose this policy */
 } hx_offload_report;
 
 typedef struct hx_session_config {

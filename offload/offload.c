@@ -204,6 +204,8 @@ typedef struct prediction {
     size_t peak, persistent, arena;
     size_t copy_bytes, act_bytes; /* per step: all copies; activations, each way */
     int n_act;
+    int n_recomputed;             /* recomputed ops per step, and their work */
+    double recompute_flops;
 } prediction;
 
 /* The device's peak for the session's placement and offload config, as its
@@ -222,7 +224,8 @@ static hx_status predict(hx_engine *e, size_t base, prediction *out)
     if (st) return st;
     hx_plan_sizes ps = hx__plan_sizes(p);
     *out = (prediction){.arena = ps.arena_bytes, .copy_bytes = ps.copy_bytes,
-                        .act_bytes = ps.act_bytes, .n_act = ps.n_act};
+                        .act_bytes = ps.act_bytes, .n_act = ps.n_act,
+                        .n_recomputed = ps.n_recomputed, .recompute_flops = ps.recompute_flops};
     size_t *arena = &out->arena, *persistent = &out->persistent;
     hx__plan_free(e, p);
     hx_mem_pools_config c = *hx_mem_pools_config_of(acc->pools);
@@ -285,28 +288,55 @@ static size_t suggest_cap(size_t peak)
 
 typedef struct candidate {
     hx_offload_target where, acts; /* parameters, activations */
+    bool recompute;                /* the marked blocks */
     size_t chunk;
     int depth;
     prediction pr;
+    double cost_s; /* the cost model's seconds per step (rates_of) */
 } candidate;
 
-/* "offload_param=cpu offload_activations=none chunk_size=... prefetch_depth=..." */
+/* "offload_param=cpu offload_activations=none recompute=false chunk_size=...
+ * prefetch_depth=..." */
 static void describe(const candidate *c, char *buf, size_t n)
 {
-    int k = snprintf(buf, n, "offload_param=%s offload_activations=%s",
-                     hx_offload_target_name(c->where), hx_offload_target_name(c->acts));
+    int k = snprintf(buf, n, "offload_param=%s offload_activations=%s recompute=%s",
+                     hx_offload_target_name(c->where), hx_offload_target_name(c->acts),
+                     c->recompute ? "true" : "false");
     if ((c->where || c->acts) && k > 0 && (size_t)k < n)
         snprintf(buf + k, n - k, " chunk_size=%zu prefetch_depth=%d", c->chunk, c->depth);
 }
 
 static void debug_candidate(const candidate *c, size_t limit)
 {
-    char how[160];
+    char how[192];
     describe(c, how, sizeof how);
     fprintf(stderr, "hetex offload: candidate %s: peak %zu B (persistent %zu, arena %zu) %s the "
-            "limit %zu B; copies %zu B per step (%d activations, %zu B each way)\n", how,
-            c->pr.peak, c->pr.persistent, c->pr.arena, c->pr.peak <= limit ? "within" : "over",
-            limit, c->pr.copy_bytes, c->pr.n_act, c->pr.act_bytes);
+            "limit %zu B; copies %zu B per step (%d activations, %zu B each way), recomputes "
+            "%d ops (%.3g FLOP); modeled cost %.3g s per step\n", how, c->pr.peak,
+            c->pr.persistent, c->pr.arena, c->pr.peak <= limit ? "within" : "over", limit,
+            c->pr.copy_bytes, c->pr.n_act, c->pr.act_bytes, c->pr.n_recomputed,
+            c->pr.recompute_flops, c->cost_s);
+}
+
+/* The cost model's rates: emu's simulated copy bandwidth and compute rate
+ * where its config sets them, else nominal ones (a PCIe 4.0 x16 link, a
+ * data-centre GPU's sustained rate). */
+#define NOMINAL_LINK_BYTES_PER_S 16e9
+#define NOMINAL_DEVICE_FLOPS_PER_S 50e12
+static void rates_of(const hx_engine *e, double *link, double *flops)
+{
+    const hx_emu_cost *c = &e->cfg.emu_cost;
+    bool emu = e->be[HX_DEV_ACCEL] && !strcmp(e->be[HX_DEV_ACCEL]->name, "emu");
+    *link = emu && c->copy_bytes_per_s > 0 ? c->copy_bytes_per_s : NOMINAL_LINK_BYTES_PER_S;
+    *flops = emu && c->flops_per_s > 0 ? c->flops_per_s : NOMINAL_DEVICE_FLOPS_PER_S;
+}
+
+/* Seconds per step the policy's copies and recomputed work take. */
+static double cost_of(const hx_engine *e, const prediction *pr)
+{
+    double link, flops;
+    rates_of(e, &link, &flops);
+    return (double)pr->copy_bytes / link + pr->recompute_flops / flops;
 }
 
 /* Plans the step under candidate c (its config set on the session, whose
@@ -317,11 +347,13 @@ static hx_status try_candidate(hx_engine *e, size_t base, candidate *c, size_t l
     e->cfg.offload.chunk_size = c->chunk;
     e->cfg.offload.prefetch_depth = c->depth;
     e->cfg.offload.offload_activations = c->acts;
+    e->cfg.offload.recompute = c->recompute;
     hx_offload_target *op = &e->cfg.offload.offload_param; /* DISK stays DISK */
     if (c->where == HX_OFFLOAD_NONE) *op = HX_OFFLOAD_NONE;
     else if (*op == HX_OFFLOAD_NONE) *op = HX_OFFLOAD_CPU;
     hx_status st = predict(e, base, &c->pr);
     if (st) return st;
+    c->cost_s = cost_of(e, &c->pr);
     e->offload_report.candidates++;
     if (!smallest->pr.peak || c->pr.peak < smallest->pr.peak) *smallest = *c;
     if (hx__debug("offload")) debug_candidate(c, limit);
@@ -416,15 +448,83 @@ static hx_status family(hx_engine *e, size_t base, candidate proto, const size_t
     return HX_OK;
 }
 
-/* Keeps in *best the policy that fits and copies the fewest bytes per step
- * (ties: better()). */
-static void least_copies(candidate *best, bool *found, const candidate *c, bool fits)
+/* Whether a costs less time per step than b by the cost model (ties:
+ * fewer bytes copied, then better()). */
+static bool cheaper(const candidate *a, const candidate *b)
 {
-    if (!fits) return;
-    if (!*found || c->pr.copy_bytes < best->pr.copy_bytes ||
-        (c->pr.copy_bytes == best->pr.copy_bytes && better(c, best)))
-        *best = *c;
-    *found = true;
+    if (a->cost_s != b->cost_s) return a->cost_s < b->cost_s;
+    if (a->pr.copy_bytes != b->pr.copy_bytes) return a->pr.copy_bytes < b->pr.copy_bytes;
+    return better(a, b);
+}
+
+/* The choices of the families that fit, and the cheapest of them. */
+typedef struct choices {
+    candidate fit[8];
+    int n;
+} choices;
+
+static void keep(choices *ch, const candidate *c, bool fits)
+{
+    if (fits && ch->n < (int)(sizeof ch->fit / sizeof ch->fit[0])) ch->fit[ch->n++] = *c;
+}
+
+/* The cheapest choice (-1: none fits) and, in *runner_up, the next (-1). */
+static int cheapest(const choices *ch, int *runner_up)
+{
+    int best = -1, next = -1;
+    for (int i = 0; i < ch->n; i++) {
+        if (best < 0 || cheaper(&ch->fit[i], &ch->fit[best])) next = best, best = i;
+        else if (next < 0 || cheaper(&ch->fit[i], &ch->fit[next])) next = i;
+    }
+    *runner_up = next;
+    return best;
+}
+
+/* Plans family proto (family()) and keeps its choice if one fits. */
+static hx_status add_family(hx_engine *e, size_t base, candidate proto, const size_t *sizes, int n,
+                            size_t limit, candidate *smallest, choices *ch)
+{
+    candidate fam;
+    bool fits;
+    hx_status st = family(e, base, proto, sizes, n, limit, smallest, &fam, &fits);
+    if (!st) keep(ch, &fam, fits);
+    return st;
+}
+
+/* Whether hx_graph_backward emitted recomputed ops (blocks are marked). */
+static bool has_recomputed(const hx_graph *g)
+{
+    for (int i = 0; i < g->n; i++)
+        if (g->tensors[i]->recompute_of) return true;
+    return false;
+}
+
+/* Why auto_offload chose c: in r->reason. */
+static void explain(const hx_engine *e, hx_offload_report *r, const candidate *c,
+                    const candidate *runner_up, int n_fit, size_t limit)
+{
+    char how[192], alt[192] = "";
+    describe(c, how, sizeof how);
+    double link, flops;
+    rates_of(e, &link, &flops);
+    if (!c->where && !c->acts && !c->recompute) {
+        snprintf(r->reason, sizeof r->reason, "everything fits on the device: a predicted peak "
+                 "of %zu B within the limit of %zu B", c->pr.peak, limit);
+        return;
+    }
+    if (runner_up) {
+        describe(runner_up, alt, sizeof alt);
+        char *end = alt + strlen(alt);
+        snprintf(end, sizeof alt - (size_t)(end - alt), " (%.3g s)", runner_up->cost_s);
+    }
+    int k = snprintf(r->reason, sizeof r->reason, "everything on the device peaks at %zu B, "
+                     "over the limit of %zu B; of %d families of policies that fit, %s adds "
+                     "the least time by the cost model: %.3g s per step (%zu B copied at %.3g "
+                     "B/s, %.3g FLOP recomputed at %.3g FLOP/s)%s%s", r->predicted_no_offload,
+                     limit, n_fit, how, c->cost_s, c->pr.copy_bytes, link,
+                     c->pr.recompute_flops, flops, runner_up ? "; next: " : "", alt);
+    if (k >= (int)sizeof r->reason) /* cut at the end of the alternative */
+        memcpy(r->reason + sizeof r->reason - 4, "...", 4);
 }
 
 /* The host tier of a policy that offloads parameters (best->where CPU),
@@ -485,12 +585,15 @@ static hx_status host_tier(hx_engine *e, candidate *best)
 
 /* auto_offload: everything where placement put it if the step's predicted
  * peak stays under the cap less the margin; else, of the families that
- * fit (activations offloaded with the parameters on the device; parameters
- * offloaded; both, planned only when neither of the others fits), each
- * family's choice (family()), the one that copies the fewest bytes per
- * step; else a device OOM naming the smallest peak found. offload_param
- * CPU keeps the families that offload parameters, offload_activations CPU
- * those that offload activations. */
+ * fit, each family's choice (family()), the one that costs the least time
+ * per step by the cost model (cost_of); else a device OOM naming the
+ * smallest peak found. The families: recomputation of the marked blocks
+ * (when the graph marks any); activations offloaded with the parameters on
+ * the device, and with recomputation when neither alone fits; parameters
+ * offloaded; both, planned only when nothing else fits; and each of those
+ * two with recomputation when still nothing fits. offload_param CPU keeps
+ * the families that offload parameters, offload_activations CPU those
+ * that offload activations, recompute those that recompute. */
 static hx_status auto_place(hx_engine *e)
 {
     hx_offload_config *oc = &e->cfg.offload;
@@ -505,9 +608,12 @@ static hx_status auto_place(hx_engine *e)
     *r = (hx_offload_report){.automatic = true, .capacity = bs.capacity, .margin = margin};
     bool need_params = oc->offload_param != HX_OFFLOAD_NONE; /* the config asks for them */
     bool need_acts = oc->offload_activations != HX_OFFLOAD_NONE;
-    candidate none = {.chunk = oc->chunk_size, .depth = oc->prefetch_depth}, smallest = {0},
-              best = {0}, fam;
-    bool found = false, fits;
+    bool need_rc = oc->recompute;
+    bool try_rc = !need_rc && has_recomputed(e->g); /* recomputation as a family of its own */
+    candidate none = {.chunk = oc->chunk_size, .depth = oc->prefetch_depth, .recompute = need_rc},
+              smallest = {0}, best = {0};
+    choices ch = {.n = 0};
+    bool on_host = false; /* place_on_host() ran */
     hx_status st = HX_OK;
     int n = e->g->n ? e->g->n : 1;
     hx_target *target = malloc(sizeof *target * n);
@@ -519,36 +625,49 @@ static hx_status auto_place(hx_engine *e)
     if (!need_params && !need_acts) {
         if ((st = try_candidate(e, base, &none, limit, &smallest))) goto out;
         r->predicted_no_offload = none.pr.peak;
-        best = none;
-        found = none.pr.peak <= limit;
+        keep(&ch, &none, none.pr.peak <= limit);
     }
-    if (!found) {
+    if (!ch.n) {
         size_t sizes[48];
         int n_sizes = 0;
-        if (!need_params) { /* activations only, parameters where placement put them */
+        if (!need_params && !need_acts && try_rc) { /* recomputation alone */
+            candidate rc = none;
+            rc.recompute = true;
+            if ((st = try_candidate(e, base, &rc, limit, &smallest))) goto out;
+            keep(&ch, &rc, rc.pr.peak <= limit);
+        }
+        if (!need_params) { /* activations, parameters where placement put them */
             n_sizes = segment_sizes(e, sizes, 48);
-            candidate a = {.where = HX_OFFLOAD_NONE, .acts = HX_OFFLOAD_CPU};
-            st = family(e, base, a, sizes, n_sizes, limit, &smallest, &fam, &fits);
-            if (st) goto out;
-            least_copies(&best, &found, &fam, fits);
+            candidate a = {.where = HX_OFFLOAD_NONE, .acts = HX_OFFLOAD_CPU, .recompute = need_rc};
+            int before = ch.n;
+            if ((st = add_family(e, base, a, sizes, n_sizes, limit, &smallest, &ch))) goto out;
+            a.recompute = true; /* with recomputation, when neither alone fits */
+            if (ch.n == before && !ch.n && try_rc &&
+                (st = add_family(e, base, a, sizes, n_sizes, limit, &smallest, &ch)))
+                goto out;
         }
         memcpy(target, e->target, sizeof *target * e->g->n);
         memcpy(why, e->why, sizeof *why * e->g->n);
+        on_host = true;
         if ((st = place_on_host(e)) || (st = chunk_sizes(e, sizes, 48, &n_sizes))) goto out;
-        if (!need_acts) { /* parameters */
-            candidate pc = {.where = HX_OFFLOAD_CPU, .acts = HX_OFFLOAD_NONE};
-            if ((st = family(e, base, pc, sizes, n_sizes, limit, &smallest, &fam, &fits))) goto out;
-            least_copies(&best, &found, &fam, fits);
+        candidate pc = {.where = HX_OFFLOAD_CPU, .acts = HX_OFFLOAD_NONE, .recompute = need_rc};
+        for (int rc = 0; rc < 2 && !st; rc++) { /* with recomputation when nothing fits */
+            if (rc && (ch.n || !try_rc)) break;
+            pc.recompute = need_rc || rc;
+            pc.acts = HX_OFFLOAD_NONE; /* parameters */
+            if (!need_acts && (st = add_family(e, base, pc, sizes, n_sizes, limit, &smallest, &ch)))
+                goto out;
+            pc.acts = HX_OFFLOAD_CPU; /* both, when nothing else fits */
+            if (!ch.n && (st = add_family(e, base, pc, sizes, n_sizes, limit, &smallest, &ch)))
+                goto out;
         }
-        if (!found) { /* both */
-            candidate pa = {.where = HX_OFFLOAD_CPU, .acts = HX_OFFLOAD_CPU};
-            if ((st = family(e, base, pa, sizes, n_sizes, limit, &smallest, &fam, &fits))) goto out;
-            least_copies(&best, &found, &fam, fits);
-        }
-        if (found && best.where == HX_OFFLOAD_NONE) { /* parameters back where placement put them */
-            memcpy(e->target, target, sizeof *target * e->g->n);
-            memcpy(e->why, why, sizeof *why * e->g->n);
-        }
+    }
+    int runner_up = -1, b = cheapest(&ch, &runner_up);
+    bool found = b >= 0;
+    if (found) best = ch.fit[b];
+    if (found && on_host && best.where == HX_OFFLOAD_NONE) { /* parameters back where placement put them */
+        memcpy(e->target, target, sizeof *target * e->g->n);
+        memcpy(e->why, why, sizeof *why * e->g->n);
     }
     if (!found) {
         size_t need = suggest_cap(smallest.pr.peak);
@@ -570,6 +689,7 @@ static hx_status auto_place(hx_engine *e)
     else if (best.where == HX_OFFLOAD_DISK) oc->offload_param = HX_OFFLOAD_DISK;
     else if (oc->offload_param == HX_OFFLOAD_NONE) oc->offload_param = HX_OFFLOAD_CPU;
     oc->offload_activations = best.acts;
+    oc->recompute = best.recompute;
     oc->chunk_size = best.chunk;
     oc->prefetch_depth = best.depth;
     r->predicted_peak = best.pr.peak;
@@ -578,18 +698,16 @@ static hx_status auto_place(hx_engine *e)
     r->activations_offloaded = best.pr.n_act;
     r->activation_bytes = best.pr.act_bytes;
     r->copy_bytes = best.pr.copy_bytes;
+    r->recomputed_ops = best.pr.n_recomputed;
+    r->recompute_flops = best.pr.recompute_flops;
+    r->modeled_cost_s = best.cost_s;
+    explain(e, r, &best, runner_up >= 0 ? &ch.fit[runner_up] : NULL, ch.n, limit);
     if (hx__debug("offload")) {
-        char how[160];
+        char how[192];
         describe(&best, how, sizeof how);
-        fprintf(stderr, "hetex offload: auto_offload chose %s: predicted device peak %zu B of a "
-                "%zu-B cap (margin %zu B; everything on the device: %zu B%s); %s; copies %zu B "
-                "per step, %d activations out and back (%zu B each way); %d policies planned\n",
-                how, best.pr.peak, bs.capacity, margin, r->predicted_no_offload,
-                best.where || best.acts ? ", over the limit" : "",
-                best.where || best.acts ? "of the families of policies that fit, it copies the "
-                                          "fewest bytes per step"
-                                        : "everything fits",
-                best.pr.copy_bytes, best.pr.n_act, best.pr.act_bytes, r->candidates);
+        fprintf(stderr, "hetex offload: auto_offload chose %s after %d policies: predicted "
+                "device peak %zu B of a %zu-B cap (margin %zu B); %s\n", how, r->candidates,
+                best.pr.peak, bs.capacity, margin, r->reason);
     }
 out:
     free(target);
@@ -610,6 +728,8 @@ hx_status hx__offload_report(hx_engine *e, hx_offload_report *out)
     r->offload_activations = hx__offload_activations_on(e) ? HX_OFFLOAD_CPU : HX_OFFLOAD_NONE;
     r->chunk_size = e->cfg.offload.chunk_size;
     r->prefetch_depth = e->cfg.offload.prefetch_depth;
+    r->recompute = hx__recompute_on(e);
+    if (e->be[HX_DEV_ACCEL]) rates_of(e, &r->link_bytes_per_s, &r->device_flops_per_s);
     if (e->be[HX_DEV_ACCEL] && !r->automatic && !r->predicted_peak) { /* a manual policy */
         prediction pr;
         hx_status st = predict(e, 0, &pr);
@@ -620,6 +740,10 @@ hx_status hx__offload_report(hx_engine *e, hx_offload_report *out)
         r->activations_offloaded = pr.n_act;
         r->activation_bytes = pr.act_bytes;
         r->copy_bytes = pr.copy_bytes;
+        r->recomputed_ops = pr.n_recomputed;
+        r->recompute_flops = pr.recompute_flops;
+        r->modeled_cost_s = cost_of(e, &pr);
+        snprintf(r->reason, sizeof r->reason, "the config's policy (auto_offload is off)");
     }
     *out = *r;
     if (!e->be[HX_DEV_ACCEL]) return HX_OK;

@@ -309,6 +309,7 @@ static hx_status order_steps(builder *b, const bool *need)
             if (p->step_chunk) p->step_chunk[k] = b->chunk;
             if (b->op_chunk) b->op_chunk[i] = b->chunk;
             p->steps[k++] = (hx_step){fn, t, NULL, NULL, dev, -1};
+            if (t->recompute_of) p->n_recomputed++, p->recompute_flops += hx__op_flops(t);
             if (b->grad_out && b->grad_out[i] && !pass) {
                 b->slot_of[k] = slot++;
                 add_copy(b, k++, t, HX_DEV_HOST, dev, HX_ROLE_GRAD_OUT);
@@ -512,6 +513,8 @@ static void reset_order(builder *b, int max_steps)
     memset(b->last_use, 0, sizeof *b->last_use * b->n);
     p->n_copies = p->n_h2d = p->n_d2h = p->n_act = 0;
     p->copy_bytes = p->streamed_bytes = p->act_bytes = 0;
+    p->n_recomputed = 0;
+    p->recompute_flops = 0;
     b->chunk = 0;
     b->fill = b->act_fill = b->streamed = 0;
 }

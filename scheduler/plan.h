@@ -86,6 +86,8 @@ struct hx_plan {
     size_t streamed_bytes; /* parameter bytes copied to the device per run */
     int n_act;           /* activations copied to the host and back per run */
     size_t act_bytes;    /* their bytes, each way */
+    int n_recomputed;    /* steps that run a recomputed op (offload.recompute) */
+    double recompute_flops; /* their work (hx__op_flops) */
 };
 
 /* What a step is to the offload: a parameter (state, constant) copied to

@@ -94,6 +94,8 @@ typedef struct hx_plan_sizes {
     size_t copy_bytes;  /* every copy, per run */
     int n_act;          /* activations copied to the host and back per run */
     size_t act_bytes;   /* their bytes, each way */
+    int n_recomputed;   /* recomputed ops it runs (offload.recompute) */
+    double recompute_flops; /* their work (hx__op_flops), per run */
 } hx_plan_sizes;
 hx_plan_sizes hx__plan_sizes(const hx_plan *p);
 

@@ -282,6 +282,53 @@ static void test_parse(void)
     hx_graph_free(m.g);
 }
 
+/* auto_offload under a cap that both recomputation and activation offload
+ * meet (and keeping everything does not): with a slow simulated link it
+ * chooses recomputation, which trains bitwise like the uncapped run; with
+ * a fast link and a slow device, activation offload. */
+#define AUTO_CAP ((size_t)600000)
+
+static void test_auto(void)
+{
+    model m;
+    OK(build(&m, HX_DTYPE_F32, true));
+    hx_session_config ref_c = config(HX_ACCELERATOR_EMU, false);
+    hx_session *ref = train(&m, &ref_c, NULL, "uncapped");
+    hx_session_config c = ref_c;
+    c.max_device_memory = AUTO_CAP;
+    c.offload.auto_offload = true;
+    c.emu_cost = (hx_emu_cost){.copy_bytes_per_s = 1e8, .flops_per_s = 1e11};
+    hx_session *s = train(&m, &c, NULL, "auto, slow link");
+    if (s && ref) {
+        hx_offload_report r = report_of(s, "auto, slow link");
+        printf("why: %s\n", r.reason);
+        CHECK(r.automatic && r.recompute && !r.offload_activations && !r.offload_param &&
+                  r.recomputed_ops == 5 * L && r.link_bytes_per_s == 1e8 &&
+                  r.device_flops_per_s == 1e11 && strstr(r.reason, "recompute=true adds"),
+              "slow link: recompute %d, activations %d: %s", r.recompute,
+              (int)r.offload_activations, r.reason);
+        CHECK(r.measured_peak_reserved <= AUTO_CAP && r.predicted_peak == r.measured_peak_reserved,
+              "slow link: measured %zu, predicted %zu", r.measured_peak_reserved, r.predicted_peak);
+        check_same_params(s, &m, ref, &m, "auto, slow link");
+    }
+    hx_session_free(s);
+    c.emu_cost = (hx_emu_cost){.copy_bytes_per_s = 1e13, .flops_per_s = 1e6};
+    s = test_session_with(m.g, &c, "auto, fast link");
+    if (s) {
+        hx_offload_report r = report_of(s, "auto, fast link");
+        printf("why: %s\n", r.reason);
+        CHECK(r.automatic && !r.recompute && r.offload_activations == HX_OFFLOAD_CPU &&
+                  r.activations_offloaded > 0 && strstr(r.reason, "next: offload_param=none "
+                                                              "offload_activations=none recompute=true") &&
+                  r.predicted_peak + r.margin <= AUTO_CAP,
+              "fast link: recompute %d, activations %d: %s", r.recompute,
+              (int)r.offload_activations, r.reason);
+    }
+    hx_session_free(s);
+    hx_session_free(ref);
+    hx_graph_free(m.g);
+}
+
 static int setup(void)
 {
     test_rng r = test_rng_make(23);
@@ -301,6 +348,7 @@ static const test_case cases[] = {
     {"bitwise_bf16_none", test_bitwise_bf16_none},
     {"peak", test_peak},
     {"parse", test_parse},
+    {"auto", test_auto},
 };
 
 int main(int argc, char **argv)
