@@ -4,7 +4,8 @@
  * to it); a device cap under which offload none runs out of memory and
  * offload optimizer trains; parameters streamed from the host in chunks
  * (offload_param=cpu) against the same run without, bit for bit; the
- * learning-rate schedule. A tiny model on random tokens keeps it fast. */
+ * learning-rate schedule; recomputation under a cap that only it makes
+ * fit. A tiny model on random tokens keeps it fast. */
 #include "examples/gpt/gpt.h"
 #include "testutil.h"
 #include "hetex_checks.h"
@@ -326,6 +327,78 @@ static void test_lr_schedule(void)
         CHECK(gpt_lr_scale(&o, t, 110) <= gpt_lr_scale(&o, t - 1, 110), "decay rises at %d", t);
 }
 
+/* Blocks recomputed (--recompute, or auto_offload's choice): a long
+ * context under a cap where neither keeping nor offloading activations
+ * (nor parameters) fits: auto_offload on the unmarked model fails, on the
+ * marked one it chooses a policy with recomputation, which trains bitwise
+ * like the uncapped unmarked model (bf16, dropout). */
+static const gpt_config LONG = {.vocab = 32, .layers = 4, .heads = 2, .width = 32,
+                                .context = 128, .batch = 2, .dropout = 0.1f, .seed = 1,
+                                .dtype = HX_DTYPE_BF16};
+enum { LONG_STEPS = 2, LONG_TOKENS = 2 * 128 };
+/* everything on the device peaks at 2.36 MB; activation offload alone at
+ * over 575 kB, with recomputation at 549 kB */
+#define LONG_CAP ((size_t)590000)
+
+static hx_status long_run(bool marked, size_t cap, gpt_run *r)
+{
+    gpt_config c = LONG;
+    c.recompute = marked;
+    gpt_optim o = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1,
+                   .offload = GPT_OFFLOAD_OPTIMIZER, .warmup = 0, .min_lr_ratio = 1};
+    hx_session_config sc = hx_session_config_default();
+    sc.n_threads = 2;
+    sc.accelerator = HX_ACCELERATOR_EMU;
+    sc.max_device_memory = cap;
+    sc.offload.auto_offload = cap > 0;
+    return gpt_run_create(&c, &o, &sc, r);
+}
+
+static void long_train(gpt_run *r, float *losses)
+{
+    int32_t tok[LONG_TOKENS], tgt[LONG_TOKENS];
+    for (int t = 0; t < LONG_STEPS; t++) {
+        test_rng g = test_rng_make(500 + t);
+        for (int i = 0; i < LONG_TOKENS; i++) tok[i] = (int32_t)(test_rng_u64(&g) % LONG.vocab);
+        for (int i = 0; i < LONG_TOKENS; i++) tgt[i] = (tok[i] * 5 + 1) % LONG.vocab;
+        hx_feed feeds[2] = {{NULL, r->m.tokens, tok, sizeof tok},
+                            {NULL, r->m.targets, tgt, sizeof tgt}};
+        hx_fetch fetch = {NULL, r->m.loss, &losses[t], sizeof losses[t]};
+        OK(hx_session_run(r->s, feeds, 2, &fetch, 1, HX_RUN_TRAIN));
+    }
+}
+
+static void test_recompute_cap(void)
+{
+    gpt_run plain, capped;
+    hx_status st = long_run(false, LONG_CAP, &plain);
+    CHECK(st == HX_ERR_DEVICE_OOM, "unmarked, auto_offload under %zu B: %s (%s)", LONG_CAP,
+          hx_status_name(st), hx_last_error());
+    if (!st) gpt_run_free(&plain);
+    OK(long_run(false, 0, &plain));
+    st = long_run(true, LONG_CAP, &capped);
+    CHECK(st == HX_OK, "marked, auto_offload under %zu B: %s", LONG_CAP, hx_last_error());
+    if (!st) {
+        hx_offload_report r;
+        OK(hx_session_offload_report(capped.s, &r));
+        printf("recompute_cap: %s\n", r.reason);
+        CHECK(r.automatic && r.recompute && r.recomputed_ops > 0 && r.recompute_flops > 0 &&
+                  strstr(r.reason, "recompute=true"),
+              "auto_offload chose recompute %d (%d ops): %s", r.recompute, r.recomputed_ops,
+              r.reason);
+        float want[LONG_STEPS], got[LONG_STEPS];
+        long_train(&plain, want);
+        long_train(&capped, got);
+        CHECK(!memcmp(want, got, sizeof got), "losses %.9g %.9g vs uncapped %.9g %.9g", got[0],
+              got[LONG_STEPS - 1], want[0], want[LONG_STEPS - 1]);
+        OK(hx_session_offload_report(capped.s, &r));
+        CHECK(r.measured_peak_reserved <= LONG_CAP && isfinite(got[LONG_STEPS - 1]),
+              "measured peak %zu B under the cap %zu B", r.measured_peak_reserved, LONG_CAP);
+        gpt_run_free(&capped);
+    }
+    gpt_run_free(&plain);
+}
+
 static const test_case cases[] = {
     {"lr_schedule", test_lr_schedule},
     {"offload_bitwise_f32", test_offload_bitwise_f32},
@@ -333,6 +406,7 @@ static const test_case cases[] = {
     {"param_offload_bitwise", test_param_offload_bitwise},
     {"dpu", test_dpu},
     {"cap", test_cap},
+    {"recompute_cap", test_recompute_cap},
 };
 
 int main(int argc, char **argv)

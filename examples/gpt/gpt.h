@@ -16,6 +16,10 @@ typedef struct gpt_config {
     uint64_t seed;   /* dropout masks */
     hx_dtype dtype;  /* params (as used) and activations: F32, or BF16/F16 copies of
                         f32 masters (mixed precision; the loss is computed in f32) */
+    bool recompute;  /* mark each block for recomputation (hx_graph_push_recompute): a
+                        session whose offload config sets recompute (`--recompute`), or
+                        whose auto_offload picks it, keeps only the blocks' inputs from
+                        forward and recomputes attention and MLP in backward */
 } gpt_config;
 
 /* The graph's handles a training loop needs. */
@@ -84,7 +88,7 @@ hx_status gpt_run_create(const gpt_config *c, const gpt_optim *o, const hx_sessi
 void gpt_run_free(gpt_run *r);
 
 /* The model's size knobs the planner searches over. */
-typedef enum gpt_knob { GPT_KNOB_LAYERS, GPT_KNOB_WIDTH } gpt_knob;
+typedef enum gpt_knob { GPT_KNOB_LAYERS, GPT_KNOB_WIDTH, GPT_KNOB_CONTEXT } gpt_knob;
 
 /* The largest multiple v of step in [step, limit] at which c with knob k set
  * to v fits a device capped at sc->max_device_memory: its session can be
@@ -94,9 +98,10 @@ int gpt_plan_largest(const gpt_config *c, gpt_knob k, int step, int limit, const
                      const hx_session_config *sc, int64_t *n_params);
 
 /* With the device capped at sc->max_device_memory, prints for each offload
- * mode the largest model that fits with its parameters on the device: the
- * most layers at c's width and the widest at c's layers (widths in steps of
- * 8 * heads), without training. sc must not offload parameters (nor leave
+ * mode, with activations kept and with every block recomputed, the largest
+ * model that fits with its parameters on the device: the most layers at
+ * c's width, the widest at c's layers (widths in steps of 8 * heads) and
+ * the longest context at c's size (steps of 8), without training. sc must not offload parameters (nor leave
  * $HX_OFFLOAD to do it): every size would "fit" until the host ran out, and
  * the doubling would build models of thousands of layers. */
 void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc);

@@ -18,6 +18,7 @@ typedef struct options {
     double clip;
     int dpu; /* delayed parameter update after this many steps; -1: off */
     const char *offload_config; /* hx_offload_config_parse's key=value,... */
+    bool recompute; /* recompute every block in backward (offload.recompute) */
     bool quiet;                 /* no progress output */
     double progress_interval;   /* seconds between progress lines off a terminal */
 } options;
@@ -37,6 +38,9 @@ static const char usage[] =
     "                          offload optimizer with bf16/f16 only); -1: off (-1)\n"
     "  --offload-config K=V,...  parameter offload (MindSpore's offload_config keys:\n"
     "                          offload_param=cpu, chunk_size=, prefetch_depth=, ...)\n"
+    "  --recompute             keep only each block's input from forward and recompute its\n"
+    "                          attention and MLP in backward (activation checkpointing:\n"
+    "                          about a third more FLOPs, a block's activations instead of all)\n"
     "  --eval-every N --eval-iters N   validation loss every N steps over M batches (250 20)\n"
     "  --accelerator auto|cuda|emu|none   where DEVICE ops run (auto)\n"
     "  --offload none|optimizer   optimizer on the device, or AdamW on the host (optimizer)\n"
@@ -79,6 +83,7 @@ static int parse(int argc, char **argv, options *o)
         CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
         CLI_FLAG_CHOICE("--offload", &offload, "none|optimizer"), /* gpt_offload's order */
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
+        CLI_FLAG_SWITCH("--recompute", &o->recompute),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
     };
     const cli_command c = {.name = "gpt", .usage = usage, .flags = flags,
@@ -123,12 +128,15 @@ static void print_offload(hx_session *s)
     hx_offload_report r;
     if (hx_session_offload_report(s, &r)) return;
     printf("offload: %s parameters %s%s, activations %s (%d tensors, %zu B each way per step), "
-           "chunk %zu B, prefetch depth %d; device peak %zu B reserved, predicted %zu B, cap "
-           "%zu B\n", r.automatic ? "auto_offload chose" : "manual:",
+           "chunk %zu B, prefetch depth %d, recompute %s (%d ops, %.3g FLOP per step); device "
+           "peak %zu B reserved, predicted %zu B, cap %zu B\n",
+           r.automatic ? "auto_offload chose" : "manual:",
            r.offload_param ? "to " : "", r.offload_param ? hx_offload_target_name(r.offload_param) : "kept",
            r.offload_activations ? "offloaded" : "kept",
            r.activations_offloaded, r.activation_bytes, r.chunk_size, r.prefetch_depth,
+           r.recompute ? "on" : "off", r.recomputed_ops, r.recompute_flops,
            r.measured_peak_reserved, r.predicted_peak, r.capacity);
+    if (r.automatic) printf("offload: why: %s\n", r.reason);
 }
 
 /* Device bytes per parameter: what each offload mode keeps there by
@@ -156,7 +164,7 @@ static void print_memory(hx_session *s, const gpt_model *m, hx_dtype dt)
 int gpt_main(int argc, char **argv)
 {
     options o = {.model = {.layers = 2, .heads = 4, .width = 128, .context = 64, .batch = 32,
-                           .dropout = 0, .seed = 1, .dtype = HX_DTYPE_BF16},
+                           .dropout = 0, .seed = 1, .dtype = HX_DTYPE_BF16, .recompute = true},
                  .optim = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1,
                            .offload = GPT_OFFLOAD_OPTIMIZER, .warmup = 100,
                            .min_lr_ratio = 0.1},
@@ -197,6 +205,7 @@ int gpt_main(int argc, char **argv)
         gpt_text_free(&text);
         return 2;
     }
+    cfg.offload.recompute |= o.recompute;
     /* The report assumes parameters on the device (gpt.h). */
     const char *env_offload = getenv("HX_OFFLOAD");
     if (o.max_device_memory && !o.offload_config && !(env_offload && *env_offload))
@@ -221,11 +230,12 @@ int gpt_main(int argc, char **argv)
         goto out;
     }
     printf("hetex gpt: %d layers, %d heads, width %d, context %d, batch %d, vocab %d, %s; "
-           "AdamW lr %g (warmup %d, cosine to x%g), clip %g; offload %s%s\n", o.model.layers,
+           "AdamW lr %g (warmup %d, cosine to x%g), clip %g; offload %s%s%s\n", o.model.layers,
            o.model.heads, o.model.width, o.model.context, o.model.batch, o.model.vocab,
            hx_dtype_name(o.model.dtype), o.optim.lr, o.optim.warmup, o.optim.min_lr_ratio,
            o.clip, o.optim.offload == GPT_OFFLOAD_NONE ? "none" : "optimizer",
-           o.dpu >= 0 ? ", delayed parameter update" : "");
+           o.dpu >= 0 ? ", delayed parameter update" : "",
+           cfg.offload.recompute ? ", blocks recomputed in backward" : "");
     print_memory(r.s, &r.m, o.model.dtype);
 
     uint64_t rng = o.model.seed;
@@ -274,7 +284,7 @@ int gpt_main(int argc, char **argv)
     printf("summary: %d steps, %.0f tokens in %s (%.0f tokens/s); final val loss %.4f\n",
            o.steps, (double)o.steps * (double)n_tok, took,
            (double)o.steps * (double)n_tok / (cli_now() - bar.t0), last_val);
-    if (cfg.max_device_memory || o.offload_config) print_offload(r.s);
+    if (cfg.max_device_memory || o.offload_config || cfg.offload.recompute) print_offload(r.s);
     rc = 0;
 out:
     gpt_run_free(&r);

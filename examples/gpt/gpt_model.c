@@ -128,10 +128,15 @@ hx_status gpt_build(hx_graph *g, const gpt_config *c, gpt_model *m)
     for (int l = 0; l < c->layers; l++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "h%d", l);
+        /* each block one checkpoint: a session with offload.recompute keeps
+         * its input and recomputes its attention and MLP in backward */
+        hx_status st = c->recompute ? hx_graph_push_recompute(g) : HX_OK;
+        if (st) return st;
         x = hx_add(g, x, dropout(&b, attention(&b, layernorm(&b, x, prefix, "ln1"), prefix, l),
                                  2 * (uint64_t)l + 1));
         x = hx_add(g, x, dropout(&b, mlp(&b, layernorm(&b, x, prefix, "ln2"), prefix),
                                  (1u << 16) + (uint64_t)l));
+        if (c->recompute && (st = hx_graph_pop_recompute(g))) return st;
     }
     x = layernorm(&b, x, "final", "ln");
     hx_tensor *logits = hx_matmul(g, x, wte, false, true); /* (B,T,V), tied head */

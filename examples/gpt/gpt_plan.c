@@ -1,4 +1,5 @@
-/* The largest GPT that fits a capped device, per offload mode. A model
+/* The largest GPT (and context) that fits a capped device, per offload
+ * mode, without and with recomputation. A model
  * fits when its session can be created (persistent tensors placed) and its
  * training step planned (transient arena allocated) under the cap. */
 #include "gpt.h"
@@ -20,7 +21,8 @@ static gpt_config with(const gpt_config *c, gpt_knob k, int v)
 {
     gpt_config p = *c;
     if (k == GPT_KNOB_LAYERS) p.layers = v;
-    else p.width = v;
+    else if (k == GPT_KNOB_WIDTH) p.width = v;
+    else p.context = v;
     return p;
 }
 
@@ -53,25 +55,52 @@ int gpt_plan_largest(const gpt_config *c, gpt_knob k, int step, int limit, const
 
 void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc)
 {
-    static const char *mode[] = {"none", "optimizer"};
-    printf("plan: the largest model per offload mode under a %.1f MiB device cap, parameters "
-           "on the device (%s, context %d, batch %d):\n", sc->max_device_memory / 1048576.0,
-           hx_dtype_name(c->dtype), c->context, c->batch);
-    int64_t by_layers[2] = {0, 0}, by_width[2] = {0, 0};
-    for (int m = GPT_OFFLOAD_NONE; m <= GPT_OFFLOAD_OPTIMIZER; m++) {
-        gpt_optim om = *o;
-        om.offload = (gpt_offload)m;
-        int layers = gpt_plan_largest(c, GPT_KNOB_LAYERS, 1, 4096, &om, sc, &by_layers[m]);
-        if (layers) printf("  offload %-9s  width %d: up to %d layers (%lld params)\n", mode[m],
-                           c->width, layers, (long long)by_layers[m]);
-        else printf("  offload %-9s  width %d: not even 1 layer fits\n", mode[m], c->width);
-        int width = gpt_plan_largest(c, GPT_KNOB_WIDTH, 8 * c->heads, 1 << 16, &om, sc, &by_width[m]);
-        if (width) printf("  offload %-9s  %d layers: up to width %d (%lld params)\n", mode[m],
-                          c->layers, width, (long long)by_width[m]);
-        else printf("  offload %-9s  %d layers: not even width %d fits\n", mode[m], c->layers,
-                    8 * c->heads);
-    }
-    if (by_layers[0] && by_width[0])
+    static const char *mode[] = {"none", "optimizer"}, *rc_name[] = {"keep", "recompute"};
+    printf("plan: the largest model and context per offload mode, activations kept or blocks "
+           "recomputed, under a %.1f MiB device cap, parameters on the device (%s, context %d, "
+           "batch %d):\n", sc->max_device_memory / 1048576.0, hx_dtype_name(c->dtype),
+           c->context, c->batch);
+    int64_t np = 0, by_layers[2][2] = {{0}}, contexts[2][2] = {{0}};
+    int64_t deep_params[2] = {0, 0}, wide_params[2] = {0, 0}; /* activations kept */
+    for (int m = GPT_OFFLOAD_NONE; m <= GPT_OFFLOAD_OPTIMIZER; m++)
+        for (int rc = 0; rc < 2; rc++) {
+            gpt_optim om = *o;
+            om.offload = (gpt_offload)m;
+            hx_session_config s = *sc;
+            s.offload.recompute = rc;
+            gpt_config cc = *c;
+            cc.recompute = cc.recompute || rc;
+            const char *how = rc_name[rc];
+            int layers = gpt_plan_largest(&cc, GPT_KNOB_LAYERS, 1, 4096, &om, &s, &np);
+            by_layers[m][rc] = layers;
+            if (!rc) deep_params[m] = layers ? np : 0;
+            if (layers) printf("  offload %-9s %-9s width %d: up to %d layers (%lld params)\n",
+                               mode[m], how, c->width, layers, (long long)np);
+            else printf("  offload %-9s %-9s width %d: not even 1 layer fits\n", mode[m], how,
+                        c->width);
+            /* the width is bound by parameters (w^2) more than activations (w):
+             * recomputation does not search it */
+            int width = rc ? 0 : gpt_plan_largest(&cc, GPT_KNOB_WIDTH, 8 * c->heads, 1 << 16, &om,
+                                                  &s, &np);
+            if (!rc) wide_params[m] = width ? np : 0;
+            if (width) printf("  offload %-9s %-9s %d layers: up to width %d (%lld params)\n",
+                              mode[m], how, c->layers, width, (long long)np);
+            else if (!rc) printf("  offload %-9s %-9s %d layers: not even width %d fits\n",
+                                 mode[m], how, c->layers, 8 * c->heads);
+            int ctx = gpt_plan_largest(&cc, GPT_KNOB_CONTEXT, 8, 1 << 16, &om, &s, &np);
+            contexts[m][rc] = ctx;
+            if (ctx) printf("  offload %-9s %-9s %d layers, width %d: up to context %d\n",
+                            mode[m], how, c->layers, c->width, ctx);
+            else printf("  offload %-9s %-9s %d layers, width %d: not even context 8 fits\n",
+                        mode[m], how, c->layers, c->width);
+        }
+    if (deep_params[0] && wide_params[0])
         printf("  offload optimizer trains %.1fx the params of offload none (deeper), %.1fx "
-               "(wider)\n", (double)by_layers[1] / by_layers[0], (double)by_width[1] / by_width[0]);
+               "(wider)\n", (double)deep_params[1] / deep_params[0],
+               (double)wide_params[1] / wide_params[0]);
+    for (int m = GPT_OFFLOAD_NONE; m <= GPT_OFFLOAD_OPTIMIZER; m++)
+        if (by_layers[m][0] && contexts[m][0])
+            printf("  offload %s: recomputation fits %.1fx the layers and %.1fx the context\n",
+                   mode[m], (double)by_layers[m][1] / by_layers[m][0],
+                   (double)contexts[m][1] / contexts[m][0]);
 }
