@@ -29,9 +29,19 @@
  * model. Widths are searched up to what --host-mib of host memory holds
  * (the host keeps up to HOST_BYTES_PER_PARAM per parameter; default:
  * MemAvailable less the cap, emu's memory, and 2 GiB); `limited_by` says
- * which bound stopped the search. */
+ * which bound stopped the search.
+ *
+ * Then recomputation (gpt_recompute lines): with AdamW on the host and
+ * activations kept, offloaded to the host (offload_activations=cpu, 1 MiB
+ * segments, depth 1) or the blocks recomputed, the longest context (steps
+ * of 8) at the given model and the most layers at its width that fit the
+ * cap; and the step time of the given model uncapped with and without
+ * recomputation: the overhead (time with / without - 1) against the FLOP
+ * ratio (recomputed FLOPs over the step's, both counted as emu counts them:
+ * 2mnk per matmul, one per output element otherwise). */
 #include "examples/gpt/gpt.h"
 #include "kernels/cpu/hx_kernels.h"
+#include "session/session.h" /* the last run's steps, for its FLOPs */
 
 #include <math.h>
 #include <stdio.h>
@@ -205,6 +215,76 @@ static int capacity(gpt_config c, size_t cap, int64_t host_bytes, int steps, int
     return 0;
 }
 
+/* FLOPs of the last run's forward and backward, as emu counts them. */
+static double run_flops(const gpt_run *run)
+{
+    int n;
+    const hx_step *st = hx__plan_steps(run->s->last_plan, 0, &n);
+    double f = 0;
+    for (int k = 0; k < n; k++)
+        if (st[k].fn) f += hx__op_flops(st[k].node);
+    return f;
+}
+
+static int recompute_modes(gpt_config c, size_t cap, int steps, int threads, const int32_t *tok,
+                           const int32_t *tgt)
+{
+    static const struct {
+        const char *name, *offload;
+    } modes[] = {
+        {"keep", ""},
+        {"activation_offload", "offload_activations=cpu,chunk_size=1MB,prefetch_depth=1"},
+        {"recompute", "recompute=true"},
+    };
+    c.dtype = HX_DTYPE_BF16;
+    c.recompute = true;
+    gpt_optim o = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1,
+                   .offload = GPT_OFFLOAD_OPTIMIZER};
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        hx_session_config sc = hx_session_config_default();
+        sc.n_threads = threads;
+        sc.accelerator = HX_ACCELERATOR_EMU;
+        sc.max_device_memory = cap;
+        if (hx_offload_config_parse(modes[k].offload, &sc.offload)) return 1;
+        int64_t np_ctx = 0, np_layers = 0;
+        double t = now();
+        int ctx = gpt_plan_largest(&c, GPT_KNOB_CONTEXT, 8, 1 << 16, &o, &sc, &np_ctx);
+        int layers = gpt_plan_largest(&c, GPT_KNOB_LAYERS, 1, 4096, &o, &sc, &np_layers);
+        printf("{\"bench\":\"gpt_recompute\",\"case\":\"capacity\",\"mode\":\"%s\","
+               "\"capacity_mib\":%.0f,\"layers\":%d,\"width\":%d,\"heads\":%d,\"context\":%d,"
+               "\"batch\":%d,\"dtype\":\"bf16\",\"largest_context\":%d,\"largest_layers\":%d,"
+               "\"params_at_largest_layers\":%lld,\"search_s\":%.1f}\n",
+               modes[k].name, cap / 1048576.0, c.layers, c.width, c.heads, c.context, c.batch, ctx,
+               layers, (long long)np_layers, now() - t);
+        fflush(stdout);
+    }
+    double dt[2], flops[2];
+    hx_offload_report rep = {0};
+    for (int rc = 0; rc < 2; rc++) {
+        hx_session_config sc = hx_session_config_default();
+        sc.n_threads = threads;
+        sc.accelerator = HX_ACCELERATOR_EMU;
+        sc.offload.recompute = rc;
+        gpt_run run;
+        if (gpt_run_create(&c, &o, &sc, &run)) return 1;
+        dt[rc] = step_seconds(&run, &c, tok, tgt, 2, steps);
+        flops[rc] = run_flops(&run);
+        if (rc) hx_session_offload_report(run.s, &rep);
+        gpt_run_free(&run);
+        if (dt[rc] < 0) return 1;
+    }
+    double overhead = dt[1] / dt[0] - 1, flop_ratio = rep.recompute_flops / flops[0];
+    printf("{\"bench\":\"gpt_recompute\",\"case\":\"step_time\",\"layers\":%d,\"width\":%d,"
+           "\"heads\":%d,\"context\":%d,\"batch\":%d,\"dtype\":\"bf16\",\"steps\":%d,"
+           "\"step_s_keep\":%.4f,\"step_s_recompute\":%.4f,\"overhead\":%.3f,"
+           "\"step_flops\":%.4g,\"step_flops_recompute\":%.4g,\"recomputed_flops\":%.4g,"
+           "\"recomputed_ops\":%d,\"flop_ratio\":%.3f,\"overhead_over_flop_ratio\":%.2f}\n",
+           c.layers, c.width, c.heads, c.context, c.batch, steps, dt[0], dt[1], overhead,
+           flops[0], flops[1], rep.recompute_flops, rep.recomputed_ops, flop_ratio,
+           overhead / flop_ratio);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     gpt_config c = {.vocab = 65, .layers = 2, .heads = 4, .width = 128, .context = 64,
@@ -244,6 +324,7 @@ int main(int argc, char **argv)
     if (capacity_mib) {
         if (host_mib < 0) host_mib = mem_available() / 1048576 - (int64_t)capacity_mib - 2048;
         int rc = capacity(c, capacity_mib << 20, host_mib << 20, steps, threads, tok, tgt);
+        if (!rc) rc = recompute_modes(c, capacity_mib << 20, steps, threads, tok, tgt);
         free(tok);
         free(tgt);
         return rc;

@@ -329,6 +329,59 @@ static void test_auto(void)
     hx_graph_free(m.g);
 }
 
+/* Copies of parameter p's device value (its fused bf16 copy) streamed in
+ * by plan pl. */
+static int streamed_copies(const hx_plan *pl, const hx_tensor *p)
+{
+    int n = 0;
+    for (int k = 0; k < pl->n_steps; k++)
+        n += pl->step_role[k] == HX_ROLE_STREAM_IN && pl->steps[k].node->param == p;
+    return n;
+}
+
+/* With parameter offload in chunks of a block's parameters (depth 0, so
+ * the backward copies them again): recomputation reads a weight while the
+ * copy that its block's gradients read is on the device, so the weights
+ * (w1, w2) are copied as often as without recomputation; a parameter that
+ * only the forward reads (b1, beta; gamma of the first block, whose input
+ * needs no gradient) comes once more. Both train to the same bits. */
+static void test_param_chunks(void)
+{
+    model m;
+    OK(build(&m, HX_DTYPE_BF16, true));
+    size_t block = 0; /* a block's bf16 parameters as streamed (5 per block) */
+    for (int i = 0; i < 5; i++) block += hx_tensor_nbytes(m.p[i]) / 2;
+    hx_session *s[2];
+    for (int rc = 0; rc < 2; rc++) {
+        hx_session_config c = config(HX_ACCELERATOR_EMU, rc);
+        c.offload.offload_param = HX_OFFLOAD_CPU;
+        c.offload.chunk_size = block;
+        c.offload.prefetch_depth = 0;
+        s[rc] = train(&m, &c, NULL, rc ? "param offload, recompute" : "param offload");
+    }
+    if (s[0] && s[1]) {
+        const hx_plan *p0 = s[0]->last_plan, *p1 = s[1]->last_plan;
+        printf("parameter bytes streamed per step: %zu without recomputation, %zu with; copies to "
+               "the device %d and %d\n", p0->streamed_bytes, p1->streamed_bytes, p0->n_h2d,
+               p1->n_h2d);
+        int again = 0;
+        for (int i = 0; i < m.np; i++) {
+            const char *name = hx_tensor_name(m.p[i]);
+            int n0 = streamed_copies(p0, m.p[i]), n1 = streamed_copies(p1, m.p[i]);
+            bool weight = !strncmp(name, "w1_", 3) || !strncmp(name, "w2_", 3);
+            CHECK(n0 >= 1 && (weight ? n1 == n0 : n1 <= n0 + 1),
+                  "'%s' copied %d times with recomputation, %d without", name, n1, n0);
+            again += n1 - n0;
+        }
+        CHECK(again < m.np && p0->streamed_bytes < p1->streamed_bytes + block,
+              "%d more copies", again);
+        check_same_params(s[1], &m, s[0], &m, "param offload");
+    }
+    hx_session_free(s[0]);
+    hx_session_free(s[1]);
+    hx_graph_free(m.g);
+}
+
 static int setup(void)
 {
     test_rng r = test_rng_make(23);
@@ -349,6 +402,7 @@ static const test_case cases[] = {
     {"peak", test_peak},
     {"parse", test_parse},
     {"auto", test_auto},
+    {"param_chunks", test_param_chunks},
 };
 
 int main(int argc, char **argv)
