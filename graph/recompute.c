@@ -43,20 +43,24 @@ hx_status hx_graph_pop_recompute(hx_graph *g)
 
 static bool is_op(const hx_tensor *t) { return t->op > HX_OP_STATE; }
 
-/* Ops that may run twice with the same result and no side effect. */
+/* Ops that may run twice with the same result and no side effect: not a
+ * batchnorm, which updates its running statistics as it runs. */
 static bool replayable(const hx_tensor *t)
 {
-    return is_op(t) && t->kind != HX_TENSOR_UPDATE && !t->table && !hx__ops[t->op].host_only;
+    return is_op(t) && t->kind != HX_TENSOR_UPDATE && !t->table && !hx__ops[t->op].host_only &&
+           t->op != HX_OP_BATCHNORM;
 }
 
 hx_recompute *hx__recompute_begin(const hx_graph *g, int n0, const hx_tensor *loss)
 {
     hx_recompute *r = calloc(1, sizeof *r);
     bool *outside = calloc(n0 ? n0 : 1, sizeof *outside); /* read by an op outside its block */
+    bool *act = calloc(n0 ? n0 : 1, sizeof *act);         /* depends on an activation */
     if (r) r->redo = calloc(n0 ? n0 : 1, sizeof *r->redo);
     if (r) r->emitted = calloc((size_t)g->n_blocks + 1, sizeof *r->emitted);
-    if (!r || !outside || !r->redo || !r->emitted) {
+    if (!r || !outside || !act || !r->redo || !r->emitted) {
         free(outside);
+        free(act);
         if (r) free(r->redo), free(r->emitted), free(r);
         hx__error(HX_ERR_OUT_OF_MEMORY, "hx_graph_backward: out of host memory");
         return NULL;
@@ -68,17 +72,18 @@ hx_recompute *hx__recompute_begin(const hx_graph *g, int n0, const hx_tensor *lo
         for (int k = 0; k < t->n_src; k++)
             if (t->src[k]->block != t->block) outside[t->src[k]->id] = true;
     }
-    /* an activation: an op output outside the block (one of its inputs), or
-     * a recomputed value; a value made from leaves alone is kept */
+    /* a block's activations: what depends on an op output from outside the
+     * block (one of its inputs); a value made from leaves alone is kept */
     for (int i = 0; i < n0; i++) {
         const hx_tensor *t = g->tensors[i];
-        if (!t->block || outside[i] || !replayable(t)) continue;
-        for (int k = 0; k < t->n_src && !r->redo[i]; k++) {
+        for (int k = 0; k < t->n_src && is_op(t) && !act[i]; k++) {
             const hx_tensor *s = t->src[k];
-            r->redo[i] = is_op(s) && (s->block != t->block || r->redo[s->id]);
+            act[i] = is_op(s) && (s->block != t->block || act[s->id]);
         }
+        r->redo[i] = t->block && act[i] && !outside[i] && replayable(t);
     }
     free(outside);
+    free(act);
     return r;
 }
 

@@ -317,8 +317,9 @@ HX_API hx_status hx_graph_pop_target(hx_graph *g);
  * read them, so the block's internal activations are freed once the forward
  * has read them; other sessions of the graph skip them. Dropout emitted
  * again draws the same mask (its seed and stream are the op's): results
- * are bitwise those without recomputation. Embedding ops are never
- * recomputed. Each push opens a new block; scopes do not nest.
+ * are bitwise those without recomputation. Embedding ops and batchnorm
+ * (its running statistics) are never recomputed: their outputs are kept.
+ * Each push opens a new block; scopes do not nest.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (g NULL); HX_ERR_STATE (push with a
  *               scope open, pop with none open).
  *   On failure: nothing changes.
@@ -584,9 +585,9 @@ HX_API hx_tensor *hx_global_avg_pool2d(hx_graph *g, hx_tensor *x);
  * running statistics are f32 persistent state named "<gamma>/running_mean"
  * (starts at 0) and "<gamma>/running_var" (starts at 1): not trained,
  * saved in checkpoints, read and written with hx_session_read/write; they
- * live where the op runs. One batchnorm per gamma. Not for sessions whose
- * recomputation runs a forward op twice in a step (the statistics would be
- * updated twice).
+ * live where the op runs. One batchnorm per gamma. A recompute block keeps
+ * its output instead of running it twice in a step (the statistics would
+ * be updated twice).
  *   Fails:      as every op; HX_ERR_SHAPE when x is not 2-D or 4-D, or gamma
  *               or beta is not (C); HX_ERR_INVALID_ARGUMENT when eps is not
  *               positive and finite, momentum outside [0, 1], or gamma

@@ -382,6 +382,70 @@ static void test_param_chunks(void)
     hx_graph_free(m.g);
 }
 
+/* A batchnorm in a block is kept (recomputing it would update its running
+ * statistics twice), while the ops around it are recomputed: parameters
+ * and running statistics after 5 steps are bitwise those without. */
+static void test_batchnorm_kept(void)
+{
+    hx_graph *g = hx_graph_create();
+    int64_t xs[2] = {B, W}, ws[2] = {W, W}, cs[1] = {W};
+    hx_tensor *x = hx_graph_input(g, "x", HX_DTYPE_F32, 2, xs);
+    hx_tensor *y = hx_graph_input(g, "y", HX_DTYPE_F32, 2, xs);
+    hx_tensor *w[3];
+    for (int i = 0; i < 3; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "w%d", i);
+        w[i] = hx_graph_param(g, name, HX_DTYPE_F32, 2, ws, hx_init_xavier_uniform(1.0));
+    }
+    hx_tensor *gam = hx_graph_param(g, "bn_gamma", HX_DTYPE_F32, 1, cs, hx_init_uniform(0.8, 1.2));
+    hx_tensor *bet = hx_graph_param(g, "bn_beta", HX_DTYPE_F32, 1, cs, hx_init_uniform(-0.1, 0.1));
+    hx_graph_push_target(g, HX_TARGET_DEVICE);
+    hx_tensor *h = hx_relu(g, hx_matmul(g, x, w[0], false, false));
+    OK(hx_graph_push_recompute(g));
+    hx_tensor *a = hx_matmul(g, h, w[1], false, false);
+    hx_tensor *bn = hx_batchnorm(g, a, gam, bet, 0.1f, 1e-5f);
+    hx_tensor *c = hx_relu(g, bn);
+    hx_tensor *d = hx_matmul(g, c, w[2], false, false);
+    OK(hx_graph_pop_recompute(g));
+    hx_tensor *loss = hx_mse(g, d, y);
+    hx_graph_pop_target(g);
+    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_ADAMW);
+    OK(loss ? hx_graph_backward(g, loss) : HX_ERR_INVALID_ARGUMENT);
+    OK(hx_graph_apply_optimizer(g, NULL, &oc));
+    const hx_tensor *want[3] = {a, bn, c};
+    for (int i = 0; i < 3; i++) {
+        char name[256];
+        snprintf(name, sizeof name, "%s/recompute", hx_tensor_name(want[i]));
+        bool again = hx_graph_find(g, name) != NULL;
+        CHECK(again == (want[i] != bn), "'%s' recomputed: %d", hx_tensor_name(want[i]), again);
+    }
+    hx__clear_error();
+    hx_session *s[2];
+    for (int rc = 0; rc < 2; rc++) {
+        hx_session_config cfg = config(HX_ACCELERATOR_EMU, rc);
+        s[rc] = test_session_with(g, &cfg, "batchnorm");
+        for (int k = 0; s[rc] && k < STEPS; k++) {
+            hx_feed f[2] = {{NULL, x, xv[k], sizeof xv[k]}, {NULL, y, yv[k], sizeof yv[k]}};
+            OK(hx_session_run(s[rc], f, 2, NULL, 0, HX_RUN_TRAIN));
+        }
+    }
+    const char *names[] = {"w0", "w1", "w2", "bn_gamma", "bn_beta", "bn_gamma/running_mean",
+                           "bn_gamma/running_var"};
+    for (size_t i = 0; s[0] && s[1] && i < sizeof names / sizeof *names; i++) {
+        const hx_tensor *t = hx_graph_find(g, names[i]);
+        size_t n = t ? hx_tensor_nbytes(t) : 0;
+        char *p0 = malloc(n ? n : 1), *p1 = malloc(n ? n : 1);
+        CHECK(t && hx_session_read(s[0], t, p0, n) == HX_OK &&
+                  hx_session_read(s[1], t, p1, n) == HX_OK && !memcmp(p0, p1, n),
+              "'%s' differs with recomputation (%s)", names[i], hx_last_error());
+        free(p0);
+        free(p1);
+    }
+    hx_session_free(s[0]);
+    hx_session_free(s[1]);
+    hx_graph_free(g);
+}
+
 static int setup(void)
 {
     test_rng r = test_rng_make(23);
@@ -403,6 +467,7 @@ static const test_case cases[] = {
     {"parse", test_parse},
     {"auto", test_auto},
     {"param_chunks", test_param_chunks},
+    {"batchnorm_kept", test_batchnorm_kept},
 };
 
 int main(int argc, char **argv)
