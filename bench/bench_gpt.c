@@ -17,7 +17,7 @@
  * on the text.
  *
  *   bench_gpt --capacity MiB [--host-mib N] [--layers N] [--heads N]
- *             [--context N] [--batch N] [--steps N] [--threads N]
+ *             [--context N] [--batch N] [--steps N] [--threads N] [--recompute-only 1]
  *
  * Capacity instead: per offload mode (none; AdamW on the host; that and
  * auto_offload, which streams the parameters from the host in chunks, of
@@ -38,7 +38,8 @@
  * cap; and the step time of the given model uncapped with and without
  * recomputation: the overhead (time with / without - 1) against the FLOP
  * ratio (recomputed FLOPs over the step's, both counted as emu counts them:
- * 2mnk per matmul, one per output element otherwise). */
+ * 2mnk per matmul, one per output element otherwise). --recompute-only 1
+ * runs these lines only. */
 #include "examples/gpt/gpt.h"
 #include "kernels/cpu/hx_kernels.h"
 #include "session/session.h" /* the last run's steps, for its FLOPs */
@@ -292,6 +293,7 @@ int main(int argc, char **argv)
     int steps = 20, threads = 2;
     size_t capacity_mib = 0;
     int64_t host_mib = -1;
+    bool recompute_only = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--steps")) steps = v;
@@ -303,6 +305,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--threads")) threads = v;
         else if (!strcmp(argv[i], "--capacity")) capacity_mib = (size_t)atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--host-mib")) host_mib = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--recompute-only")) recompute_only = v != 0;
         else {
             fprintf(stderr, "bench_gpt: unknown option %s\n", argv[i]);
             return 2;
@@ -323,7 +326,9 @@ int main(int argc, char **argv)
     }
     if (capacity_mib) {
         if (host_mib < 0) host_mib = mem_available() / 1048576 - (int64_t)capacity_mib - 2048;
-        int rc = capacity(c, capacity_mib << 20, host_mib << 20, steps, threads, tok, tgt);
+        int rc = recompute_only ? 0
+                                : capacity(c, capacity_mib << 20, host_mib << 20, steps, threads,
+                                           tok, tgt);
         if (!rc) rc = recompute_modes(c, capacity_mib << 20, steps, threads, tok, tgt);
         free(tok);
         free(tgt);

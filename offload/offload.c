@@ -639,10 +639,9 @@ static hx_status auto_place(hx_engine *e)
         if (!need_params) { /* activations, parameters where placement put them */
             n_sizes = segment_sizes(e, sizes, 48);
             candidate a = {.where = HX_OFFLOAD_NONE, .acts = HX_OFFLOAD_CPU, .recompute = need_rc};
-            int before = ch.n;
             if ((st = add_family(e, base, a, sizes, n_sizes, limit, &smallest, &ch))) goto out;
             a.recompute = true; /* with recomputation, when neither alone fits */
-            if (ch.n == before && !ch.n && try_rc &&
+            if (!ch.n && try_rc &&
                 (st = add_family(e, base, a, sizes, n_sizes, limit, &smallest, &ch)))
                 goto out;
         }
