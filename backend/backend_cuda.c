@@ -533,7 +533,7 @@ int hx__cuda_device_count(const char **why)
 }
 
 static hx_status create(const hx_session_config *cfg, hx_trace_hooks tracing, int n_devices,
-                        hx_backend **out)
+                        hx_backend **out, hx_cuda_choice *choice)
 {
     cuda_backend *c = calloc(1, sizeof *c);
     if (!c) return hx__error(HX_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory");
@@ -551,6 +551,10 @@ static hx_status create(const hx_session_config *cfg, hx_trace_hooks tracing, in
         return st;
     }
     snprintf(c->name, sizeof c->name, "%s", prop.name);
+    if (choice) {
+        snprintf(choice->device, sizeof choice->device, "%.127s", prop.name);
+        choice->memory = total;
+    }
     c->sm_count = prop.multiProcessorCount;
     c->st.capacity = cfg->max_device_memory && cfg->max_device_memory < total
                          ? cfg->max_device_memory : total;
@@ -584,9 +588,12 @@ static hx_status create(const hx_session_config *cfg, hx_trace_hooks tracing, in
 }
 
 hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_trace_hooks tracing,
-                               hx_backend **out)
+                               hx_backend **out, hx_cuda_choice *choice)
 {
     *out = NULL;
+    hx_cuda_choice none;
+    if (!choice) choice = &none;
+    memset(choice, 0, sizeof *choice);
     if (cfg->accelerator != HX_ACCELERATOR_CUDA && cfg->accelerator != HX_ACCELERATOR_AUTO)
         return HX_OK;
     bool auto_ = cfg->accelerator == HX_ACCELERATOR_AUTO;
@@ -596,6 +603,7 @@ hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_trace_hooks trac
     const char *why = NULL;
     int n = hx__cuda_device_count(&why);
     if (n == 0) {
+        snprintf(choice->why, sizeof choice->why, "no CUDA device found (CUDA says: %s)", why);
         if (auto_) {
             if (hx__debug("placement"))
                 fprintf(stderr, "hetex: accelerator AUTO: no CUDA device (%s): using emu\n", why);
@@ -609,8 +617,13 @@ hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_trace_hooks trac
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "hx_session_create: cuda_device %d, but this machine has %d CUDA "
                          "device%s (0..%d)", cfg->cuda_device, n, n == 1 ? "" : "s", n - 1);
-    hx_status st = create(cfg, tracing, n, out);
+    hx_status st = create(cfg, tracing, n, out, choice);
+    if (!st)
+        snprintf(choice->why, sizeof choice->why, "%s: CUDA device %d of %d",
+                 auto_ ? "a CUDA device was found" : "asked for", cfg->cuda_device, n);
     if (st && auto_) {
+        snprintf(choice->why, sizeof choice->why, "CUDA device %d is unusable (%.120s)",
+                 cfg->cuda_device, hx_last_error());
         if (hx__debug("placement"))
             fprintf(stderr, "hetex: accelerator AUTO: cuda device %d unusable (%s): using emu\n",
                     cfg->cuda_device, hx_last_error());

@@ -12,10 +12,12 @@ int hx__cuda_device_count(const char **why)
 }
 
 hx_status hx__backend_cuda_for(const hx_session_config *cfg, hx_trace_hooks tracing,
-                               hx_backend **out)
+                               hx_backend **out, hx_cuda_choice *choice)
 {
     (void)tracing;
     *out = NULL;
+    if (choice)
+        *choice = (hx_cuda_choice){.why = "this hetex was built without CUDA (nvcc was not found)"};
     if (cfg->accelerator == HX_ACCELERATOR_CUDA)
         return hx__error(HX_ERR_UNSUPPORTED,
                          "hx_session_create: accelerator CUDA: this hetex was built without CUDA "

@@ -161,7 +161,7 @@ static void copy_cases(size_t n)
     cfg.accelerator = HX_ACCELERATOR_CUDA;
     hx_backend *b;
     hx_stream *s;
-    TRY(hx__backend_cuda_for(&cfg, (hx_trace_hooks){0}, &b));
+    TRY(hx__backend_cuda_for(&cfg, (hx_trace_hooks){0}, &b, NULL));
     TRY(b->stream_create(b, &s));
     void *d, *pinned, *pageable = malloc(n);
     TRY(b->alloc(b, n, HX_MEM_TRANSIENT, "bench", &d));

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "hetex.h"
+
 /* ---- flags ----------------------------------------------------------------------- */
 
 typedef enum cli_kind {
@@ -83,6 +85,26 @@ int cli_flag_error(const char *cmd, const char *fmt, ...)
  * names of settings (HX_ACCELERATOR_EMU, trace_path, max_device_memory,
  * ...) replaced by the CLI flags that set them. */
 void cli_error(const char *cmd, const char *what, const char *library_message);
+
+/* "hetex CMD: TEXT" to out, with the library's words replaced as above. */
+void cli_say(FILE *out, const char *cmd, const char *library_text);
+
+/* The first lines' "hetex CMD: accelerator: ..." of session s: which
+ * accelerator (a GPU's name and memory, or emu on the host's cores), why
+ * (asked for, found, or why not CUDA), and the device memory cap. */
+void cli_print_accelerator(FILE *out, const char *cmd, const hx_session *s);
+
+/* ---- host memory ---------------------------------------------------------------------- */
+
+/* Bytes the machine has available now (/proc/meminfo's MemAvailable; 0
+ * when unknown). */
+size_t cli_host_available(void);
+/* true when the host memory that session s's planned step (ms, from
+ * hx_session_memory_stats) will still allocate fits what is available;
+ * else false after printing the estimate, the bytes available and hint
+ * (the flags to lower). */
+bool cli_check_host_memory(const char *cmd, const hx_memory_stats *ms, const hx_session *s,
+                           const char *hint);
 
 /* ---- output paths ------------------------------------------------------------------- */
 

@@ -20,18 +20,32 @@ static const struct {
     {"n_threads", "--threads"},
 };
 
-void cli_error(const char *cmd, const char *what, const char *library_message)
+/* text to f with the library's words replaced. */
+static void translated(FILE *f, const char *text)
 {
-    fprintf(stderr, "hetex %s: %s%s", cmd, what ? what : "", what ? ": " : "");
-    for (const char *p = library_message; *p;) {
+    for (const char *p = text; *p;) {
         size_t i = 0, n = sizeof words / sizeof words[0];
         while (i < n && strncmp(p, words[i].library, strlen(words[i].library))) i++;
         if (i < n) {
-            fputs(words[i].cli, stderr);
+            fputs(words[i].cli, f);
             p += strlen(words[i].library);
         } else {
-            fputc(*p++, stderr);
+            fputc(*p++, f);
         }
     }
+}
+
+void cli_error(const char *cmd, const char *what, const char *library_message)
+{
+    fprintf(stderr, "hetex %s: %s%s", cmd, what ? what : "", what ? ": " : "");
+    translated(stderr, library_message);
     fputc('\n', stderr);
+}
+
+void cli_say(FILE *out, const char *cmd, const char *library_text)
+{
+    fprintf(out, "hetex %s: ", cmd);
+    translated(out, library_text);
+    fputc('\n', out);
+    fflush(out);
 }

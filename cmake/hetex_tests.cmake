@@ -24,7 +24,9 @@ endfunction()
 
 # Release times on 2 shared cores (ctest -j1, 2026-11-26): test_optim 33 s,
 # test_offload_disk 25 s, test_backend_ops 16 s, test_random_graphs 14 s,
-# test_offload 13 s, test_gpt 5 s, install 42 s, every other under 3.5 s.
+# test_offload 13 s, test_gpt 5 s, install 42 s, test_cli_checkpoint 8 s,
+# test_cli_runs 8 s, test_cli 6 s (a few dozen runs of the hetex binary
+# each, 0.15-0.5 s apiece), every other under 3.5 s.
 # tests/gpu: 120 s, tests/gpu/run_on_gpu.sh's limit per program.
 #       name                     timeout  labels
 hx_test(test_harness             30       unit)
@@ -38,7 +40,8 @@ hx_test(test_auto_disk           30       sched io)
 hx_test(test_backend_ops         120      slow)
 hx_test(test_chunks              30       unit)
 hx_test(test_cli                 60       io)
-hx_test(test_cli_checkpoint      60       io)
+hx_test(test_cli_checkpoint      90       io)
+hx_test(test_cli_runs            90       io)
 hx_test(test_concurrency         30       sched)
 hx_test(test_conv                30       unit io)
 hx_test(test_cuda_absent         30       unit)

@@ -1432,6 +1432,25 @@ HX_API hx_status hx_session_read(hx_session *s, const hx_tensor *t, void *data, 
 HX_API hx_status hx_session_write(hx_session *s, const hx_tensor *t, const void *data,
                                   size_t bytes);
 
+/* Which accelerator a session uses and why, for a program's first lines. */
+typedef struct hx_accelerator_info {
+    hx_accelerator in_use;   /* CUDA, EMU or NONE (AUTO resolved) */
+    char device[128];        /* CUDA: the GPU's name; EMU: "emulated accelerator on the
+                                host's cores"; NONE: "" */
+    size_t device_memory;    /* CUDA: the GPU's memory in bytes; else 0 */
+    size_t capacity;         /* the device memory cap in force (bytes); 0 for NONE */
+    char why[256];           /* why this one: it was asked for, a CUDA device was
+                                found, or why AUTO did not take CUDA ("no CUDA device
+                                found (CUDA says: ...)", "built without CUDA") */
+} hx_accelerator_info;
+/* The session's accelerator, resolved at hx_session_create.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or out NULL).
+ *   On failure: *out is not written.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    one thread per session.
+ */
+HX_API hx_status hx_session_accelerator_info(const hx_session *s, hx_accelerator_info *out);
+
 typedef struct hx_memory_stats {
     size_t persistent_bytes;       /* host: params, constants, optimizer state */
     size_t transient_planned_bytes;/* host: the arena the plan needs (largest plan so far) */

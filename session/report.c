@@ -22,6 +22,36 @@ void hx__debug_placement(const hx_session *s)
     }
 }
 
+hx_status hx_session_accelerator_info(const hx_session *s, hx_accelerator_info *out)
+{
+    if (!s || !out)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_accelerator_info: %s is NULL",
+                         s ? "out" : "session");
+    hx_accelerator_info a = {.in_use = HX_ACCELERATOR_NONE};
+    const hx_backend *b = s->e.be[HX_DEV_ACCEL];
+    hx_accelerator asked = s->e.cfg.accelerator;
+    if (b) {
+        hx_backend_stats bs;
+        b->stats(b, &bs);
+        a.capacity = bs.capacity;
+    }
+    if (b && !s->e.accel_on_host) {
+        a.in_use = HX_ACCELERATOR_CUDA;
+        snprintf(a.device, sizeof a.device, "%s", s->cuda.device);
+        a.device_memory = s->cuda.memory;
+        snprintf(a.why, sizeof a.why, "%s", s->cuda.why);
+    } else if (b) {
+        a.in_use = HX_ACCELERATOR_EMU;
+        snprintf(a.device, sizeof a.device, "emulated accelerator on the host's cores");
+        snprintf(a.why, sizeof a.why, "%s", asked == HX_ACCELERATOR_EMU
+                 ? "asked for (HX_ACCELERATOR_EMU)" : s->cuda.why);
+    } else {
+        snprintf(a.why, sizeof a.why, "asked for (HX_ACCELERATOR_NONE): every op on the host");
+    }
+    *out = a;
+    return HX_OK;
+}
+
 /* The last run's plan, or the training step's before any run. */
 static hx_status report_plan(hx_session *s, const char *fn, const hx_plan **out)
 {

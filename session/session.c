@@ -91,7 +91,7 @@ static hx_status setup_devices(hx_session *s)
     hx_status st = hx__backend_cpu_create(&s->e.be[HX_DEV_HOST]);
     if (!st)
         st = hx__backend_cuda_for(&s->e.cfg, hx__trace_hooks(s->e.trace),
-                                  &s->e.be[HX_DEV_ACCEL]); /* CUDA, AUTO with a GPU */
+                                  &s->e.be[HX_DEV_ACCEL], &s->cuda); /* CUDA, AUTO with a GPU */
     if (!st && s->e.cfg.accelerator != HX_ACCELERATOR_NONE && !s->e.be[HX_DEV_ACCEL]) {
         size_t cap = s->e.cfg.max_device_memory ? s->e.cfg.max_device_memory : (size_t)8 << 30;
         hx_emu_options o = {hx__emu_hooks(s->e.budget, s->e.trace), s->e.cfg.emu_cost};

@@ -9,6 +9,7 @@
 
 #include "offload/offload.h"
 #include "scheduler/scheduler.h"
+#include "backend/backend.h"
 
 #include <stdatomic.h>
 
@@ -26,6 +27,7 @@ struct hx_session {
     int good_steps;  /* in a row, for loss-scale growth */
     double lr_scale; /* hx_session_set_lr_scale */
     atomic_bool in_use; /* a call that runs or changes the session is in progress */
+    hx_cuda_choice cuda; /* what the cuda backend found (hx_session_accelerator_info) */
 };
 
 /* The thread rule, enforced: the public calls that run or change the

@@ -80,6 +80,46 @@ static void check_choice(void)
     hx_graph_free(g);
 }
 
+/* hx_session_accelerator_info says which accelerator and why, and the cap. */
+static void check_info(void)
+{
+    hx_graph *g = small_graph();
+    static const struct {
+        hx_accelerator asked, in_use;
+        size_t cap;
+        const char *why;
+    } cases[] = {
+#ifdef HX_HAVE_CUDA
+        {HX_ACCELERATOR_AUTO, HX_ACCELERATOR_EMU, 0, "no CUDA device found (CUDA says: "},
+#else
+        {HX_ACCELERATOR_AUTO, HX_ACCELERATOR_EMU, 0, "built without CUDA"},
+#endif
+        {HX_ACCELERATOR_EMU, HX_ACCELERATOR_EMU, (size_t)48 << 20, "asked for (HX_ACCELERATOR_EMU)"},
+        {HX_ACCELERATOR_NONE, HX_ACCELERATOR_NONE, 0, "asked for (HX_ACCELERATOR_NONE)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hx_session_config cfg = hx_session_config_default();
+        cfg.accelerator = cases[i].asked;
+        cfg.max_device_memory = cases[i].cap;
+        cfg.n_threads = 1;
+        hx_session *s = NULL;
+        hx_accelerator_info a;
+        CHECK(hx_session_create(g, &cfg, &s) == HX_OK && hx_session_accelerator_info(s, &a) == HX_OK,
+              "case %zu: %s", i, hx_last_error());
+        if (!s) continue;
+        size_t want_cap = cases[i].in_use == HX_ACCELERATOR_NONE ? 0
+                        : cases[i].cap ? cases[i].cap : (size_t)8 << 30;
+        CHECK(a.in_use == cases[i].in_use && strstr(a.why, cases[i].why) && a.capacity == want_cap &&
+              a.device_memory == 0 &&
+              (a.in_use != HX_ACCELERATOR_EMU || strstr(a.device, "emulated accelerator")),
+              "case %zu: in use %d, device '%s', cap %zu (want %zu), why '%s'", i, (int)a.in_use,
+              a.device, a.capacity, want_cap, a.why);
+        hx_session_free(s);
+    }
+    CHECK(hx_session_accelerator_info(NULL, NULL) == HX_ERR_INVALID_ARGUMENT, "NULL refused");
+    hx_graph_free(g);
+}
+
 #ifdef HX_HAVE_CUDA
 /* Every op the CPU runs has a cuda kernel for f32 unless the op table keeps
  * it on the host; float ops take f16/bf16 too; integers only move. */
@@ -196,6 +236,7 @@ static int setup(void)
 
 static const test_case cases[] = {
     {"choice", check_choice},
+    {"info", check_info},
 #ifdef HX_HAVE_CUDA
     {"kernel_table", check_kernel_table},
     {"kernels_fail_cleanly", check_kernels_fail_cleanly},

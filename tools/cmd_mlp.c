@@ -148,6 +148,7 @@ int hx_cmd_mlp(int argc, char **argv)
     teacher_init(&t, &r);
     printf("hetex mlp: %d-%d-%d MLP, batch %d, SGD lr %g momentum %g, %d steps\n", IN, o.hidden,
            CLASSES, o.batch, o.lr, o.momentum, o.steps);
+    cli_print_accelerator(stdout, "mlp", s);
     double window = 0;
     int in_window = 0;
     for (int step = 1; step <= o.steps; step++) {

@@ -106,6 +106,14 @@ int gpt_plan_largest(const gpt_config *c, gpt_knob k, int step, int limit, const
  * the doubling would build models of thousands of layers. */
 void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc);
 
+/* The settings that would make c fit a device capped at
+ * sc->max_device_memory when o and sc do not: offload optimizer,
+ * auto_offload, parameters on the host (each tried by creating its session
+ * and planning its step). Writes them as CLI flags into out ("; "
+ * between), returns how many fit. */
+int gpt_plan_alternatives(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc,
+                          char *out, size_t n);
+
 /* `hetex gpt ...` */
 int gpt_main(int argc, char **argv);
 

@@ -161,6 +161,37 @@ static void print_memory(hx_session *s, const gpt_model *m, hx_dtype dt)
            ms.persistent_bytes * mib, ms.persistent_bytes / n, ms.transient_planned_bytes * mib);
 }
 
+/* Plans the training step before any training: a model that does not fit
+ * the device cap is refused, naming the settings that would fit; one whose
+ * host memory exceeds what the machine has available is refused with the
+ * estimate. */
+static bool fits_or_says_what_would(const options *o, const hx_session_config *cfg, gpt_run *r)
+{
+    hx_memory_stats ms;
+    hx_status st = hx_session_memory_stats(r->s, &ms);
+    if (st == HX_ERR_DEVICE_OOM) {
+        char cap[32], alternatives[512];
+        snprintf(cap, sizeof cap, "%.1f MiB", cfg->max_device_memory / 1048576.0);
+        gpt_run_free(r); /* its device memory, before the planner tries others */
+        int n = gpt_plan_alternatives(&o->model, &o->optim, cfg, alternatives, sizeof alternatives);
+        if (n)
+            fprintf(stderr, "hetex gpt: the model does not fit the device memory cap "
+                    "(--max-device-memory %s): its training step was planned before any training. "
+                    "These would fit: %s\n", cap, alternatives);
+        else
+            fprintf(stderr, "hetex gpt: the model does not fit the device memory cap "
+                    "(--max-device-memory %s), nor with its optimizer or parameters offloaded "
+                    "to the host: raise --max-device-memory, or lower --batch, --context, "
+                    "--width or --layers\n", cap);
+        return false;
+    }
+    if (st) {
+        cli_error("gpt", "planning the training step", hx_last_error());
+        return false;
+    }
+    return cli_check_host_memory("gpt", &ms, r->s, "lower --batch or --context");
+}
+
 int gpt_main(int argc, char **argv)
 {
     options o = {.model = {.layers = 2, .heads = 4, .width = 128, .context = 64, .batch = 32,
@@ -236,6 +267,8 @@ int gpt_main(int argc, char **argv)
            o.clip, o.optim.offload == GPT_OFFLOAD_NONE ? "none" : "optimizer",
            o.dpu >= 0 ? ", delayed parameter update" : "",
            cfg.offload.recompute ? ", blocks recomputed in backward" : "");
+    cli_print_accelerator(stdout, "gpt", r.s);
+    if (!fits_or_says_what_would(&o, &cfg, &r)) goto out;
     print_memory(r.s, &r.m, o.model.dtype);
 
     uint64_t rng = o.model.seed;

@@ -104,3 +104,38 @@ void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_c
                    mode[m], (double)by_layers[m][1] / by_layers[m][0],
                    (double)contexts[m][1] / contexts[m][0]);
 }
+
+int gpt_plan_alternatives(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc,
+                          char *out, size_t n)
+{
+    static const struct {
+        const char *flags;
+        int offload;             /* -1: o's */
+        const char *offload_config; /* NULL: sc's */
+    } tries[] = {
+        {"--offload optimizer", GPT_OFFLOAD_OPTIMIZER, NULL},
+        {"--offload-config auto_offload=true", -1, "auto_offload=true"},
+        {"--offload optimizer --offload-config auto_offload=true", GPT_OFFLOAD_OPTIMIZER,
+         "auto_offload=true"},
+        {"--offload-config offload_param=cpu", -1, "offload_param=cpu"},
+    };
+    int found = 0;
+    size_t k = 0;
+    *out = 0;
+    for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+        gpt_optim om = *o;
+        hx_session_config scm = *sc;
+        if (tries[i].offload >= 0) {
+            if ((int)o->offload == tries[i].offload) continue; /* that is the setting that failed */
+            om.offload = (gpt_offload)tries[i].offload;
+        }
+        if (tries[i].offload_config && hx_offload_config_parse(tries[i].offload_config, &scm.offload))
+            continue;
+        hx_memory_stats ms;
+        int64_t np;
+        if (!fits(c, &om, &scm, &ms, &np)) continue;
+        if (k < n) k += (size_t)snprintf(out + k, n - k, "%s%s", found ? "; " : "", tries[i].flags);
+        found++;
+    }
+    return found;
+}

@@ -311,6 +311,13 @@ int wd_main(int argc, char **argv)
     if (curve && !j.epochs_done) fprintf(curve, "epoch,train_loss,test_loss,test_auc,test_accuracy\n");
     printf("hetex widedeep: %s, batch %lld, %d epochs%s\n", o->data, (long long)o->batch, o->epochs,
            j.epochs_done ? " (resumed)" : "");
+    cli_print_accelerator(stdout, "widedeep", j.s);
+    hx_memory_stats ms;
+    if (hx_session_memory_stats(j.s, &ms)) {
+        cli_error("widedeep", "planning the training step", hx_last_error());
+        goto out;
+    }
+    if (!cli_check_host_memory("widedeep", &ms, j.s, "lower --batch")) goto out;
     wd_metrics m = {0};
     for (int e = j.epochs_done + 1; e <= o->epochs; e++) {
         double loss, rate;

@@ -26,7 +26,7 @@ static hx_backend *cuda_backend(size_t cap)
     cfg.accelerator = HX_ACCELERATOR_CUDA;
     cfg.max_device_memory = cap;
     hx_backend *b = NULL;
-    hx_status st = hx__backend_cuda_for(&cfg, (hx_trace_hooks){0}, &b);
+    hx_status st = hx__backend_cuda_for(&cfg, (hx_trace_hooks){0}, &b, NULL);
     CHECK(st == HX_OK && b, "cuda backend: %s", hx_last_error());
     return st == HX_OK ? b : NULL;
 }

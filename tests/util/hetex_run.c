@@ -1,4 +1,5 @@
 #include "hetex_run.h"
+#include "testutil.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -92,4 +93,38 @@ bool test_same_file(const char *a, const char *b)
     if (fa) fclose(fa);
     if (fb) fclose(fb);
     return same;
+}
+
+const char *test_hetex_expand(const char *a, const test_hetex_var *vars, int n_vars, char *buf,
+                              size_t n)
+{
+    for (int i = 0; i < n_vars; i++) {
+        size_t len = strlen(vars[i].name);
+        if (!strncmp(a, vars[i].name, len)) {
+            snprintf(buf, n, "%s%s", vars[i].value, a + len);
+            return buf;
+        }
+    }
+    return a;
+}
+
+void test_hetex_table(const test_hetex_case *cases, int n, const test_hetex_var *vars,
+                      int n_vars, const char *log)
+{
+    static char out[1 << 16];
+    for (int i = 0; i < n; i++) {
+        const char *args[17] = {0};
+        char shown[1024] = "", bufs[16][512], want[512];
+        size_t k = 0;
+        for (int j = 0; j < 16 && cases[i].args[j]; j++) {
+            args[j] = test_hetex_expand(cases[i].args[j], vars, n_vars, bufs[j], sizeof bufs[j]);
+            k += (size_t)snprintf(shown + k, sizeof shown - k, " %s", args[j]);
+            if (k >= sizeof shown) k = sizeof shown - 1;
+        }
+        int rc = test_hetex_run(args, NULL, log, out, sizeof out);
+        bool ok = rc == cases[i].rc;
+        for (int w = 0; w < 4 && cases[i].want[w]; w++)
+            ok = ok && strstr(out, test_hetex_expand(cases[i].want[w], vars, n_vars, want, sizeof want));
+        CHECK(ok, "hetex%s: exit %d (want %d), output:\n%s", shown, rc, cases[i].rc, out);
+    }
 }

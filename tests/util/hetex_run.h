@@ -29,6 +29,25 @@ bool test_copy_rows(const char *src, const char *dst, int n, const char *only);
 bool test_adult_folder(const char *dst, const char *src_dir, const char *train_text,
                       int train_rows, int test_rows, const char *test_label);
 
+/* One row of a table of command lines: the arguments (up to 15; an
+ * argument or wanted text starting with a variable's name has it replaced
+ * by its value), the exit code, and texts the output must hold (up to 4). */
+typedef struct test_hetex_case {
+    const char *args[16];
+    int rc;
+    const char *want[4];
+} test_hetex_case;
+typedef struct test_hetex_var {
+    const char *name, *value; /* "$DATA", "/tmp/x/data" */
+} test_hetex_var;
+/* Runs each row (output through the file log) and CHECKs its exit code and
+ * texts, naming the command line and showing the output when they differ. */
+void test_hetex_table(const test_hetex_case *cases, int n, const test_hetex_var *vars,
+                      int n_vars, const char *log);
+/* a with a leading variable's name replaced by its value (into buf). */
+const char *test_hetex_expand(const char *a, const test_hetex_var *vars, int n_vars, char *buf,
+                              size_t n);
+
 /* Files a and b hold the same bytes. */
 bool test_same_file(const char *a, const char *b);
 
