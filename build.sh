@@ -4,7 +4,7 @@
 #   ./build.sh test [ARGS]     build and run the test suite but the gpu tests (ctest
 #                              ARGS: -L sched, -R NAME, ...; labels: docs/testing.md)
 #   ./build.sh run             the main job: wide & deep on data/adult (hetex widedeep)
-#   ./build.sh bench NAME      run one benchmark (JSON lines on stdout)
+#   ./build.sh bench [NAME]    run one benchmark (JSON lines on stdout); no NAME: list them
 #   ./build.sh install --prefix DIR
 #   ./build.sh sanitize [address,undefined|thread] [ARGS]   test suite in a sanitizer
 #                              build (thread: the tests labelled sched)
@@ -115,6 +115,20 @@ fuzz_run() { # name seconds
 cc_name=$(basename "${CC:-cc}")
 case "$cc_name" in cc|gcc) bdir=build ;; *) bdir=build-$cc_name ;; esac
 
+# The benchmarks, one line each: the first sentence (up to a '.', ':' or
+# ';') of bench/bench_NAME.c's opening comment.
+list_benches() {
+  echo "benchmarks: ./build.sh bench NAME [ARGS] (JSON lines on stdout; recorded in bench/results/)"
+  local f name line
+  for f in bench/bench_*.c; do
+    name=${f#bench/bench_}
+    name=${name%.c}
+    line=$(awk 'NR > 4 { exit } { sub(/^\/\* */, ""); sub(/^ *\* */, ""); sub(/ *\*\/.*/, "");
+                 printf "%s ", $0 }' "$f" | sed 's/[.:;] .*//; s/ *$//')
+    printf '  %-10s %.100s\n' "$name" "$line"
+  done
+}
+
 cmd=${1:-build}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -160,10 +174,15 @@ case "$cmd" in
     build "$bdir" -DCMAKE_BUILD_TYPE=Release >/dev/null
     exec "$bdir/hetex" widedeep --data data/adult "$@" ;;
   bench)
-    name=${1:?usage: ./build.sh bench NAME}
+    if [ $# -eq 0 ]; then list_benches; exit 0; fi
+    name=$1
     shift
+    if [ ! -f "bench/bench_$name.c" ]; then
+      echo "build.sh: no benchmark '$name' (no bench/bench_$name.c)" >&2
+      list_benches >&2
+      exit 2
+    fi
     build "$bdir" -DCMAKE_BUILD_TYPE=Release >/dev/null
-    [ -x "$bdir/bench_$name" ] || { echo "build.sh: no benchmark '$name' (bench/bench_$name.c)" >&2; exit 2; }
     exec "$bdir/bench_$name" "$@" ;;
   install)
     prefix=""
@@ -185,5 +204,5 @@ case "$cmd" in
       echo "build.sh: no Graphviz 'dot' (apt-get install graphviz): docs/architecture.svg not redrawn" >&2
     fi
     exec .ci/check_arrows.sh ;;
-  *) echo "usage: ./build.sh [build|test|run|bench NAME|install --prefix DIR|sanitize [KIND]|arrows|fuzz NAME|all SECONDS|fuzz-seeds]" >&2; exit 2 ;;
+  *) echo "usage: ./build.sh [build|test|run|bench [NAME]|install --prefix DIR|sanitize [KIND]|arrows|fuzz NAME|all SECONDS|fuzz-seeds]" >&2; exit 2 ;;
 esac

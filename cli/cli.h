@@ -94,6 +94,15 @@ void cli_say(FILE *out, const char *cmd, const char *library_text);
  * (asked for, found, or why not CUDA), and the device memory cap. */
 void cli_print_accelerator(FILE *out, const char *cmd, const hx_session *s);
 
+/* ---- bundled data ---------------------------------------------------------------------- */
+
+/* The path of bundled data rel ("data/adult"): rel itself where it exists
+ * (the current folder is a source tree), else beside the binary's tree
+ * (BINDIR/../share/hetex/rel after an install, BINDIR/../rel for build/),
+ * written into buf; rel when none exists (the command's error then names
+ * it and its --data flag). */
+const char *cli_data_path(const char *rel, char *buf, size_t n);
+
 /* ---- host memory ---------------------------------------------------------------------- */
 
 /* Bytes the machine has available now (/proc/meminfo's MemAvailable; 0

@@ -28,7 +28,7 @@ void cli_progress_start(cli_progress *p, FILE *out, bool quiet, double interval,
     *p = (cli_progress){.out = out, .tty = isatty(fileno(out)), .quiet = quiet,
                         .interval = interval > 0 ? interval : 10, .label = label, .unit = unit,
                         .total = total, .t0 = cli_now()};
-    p->last = p->t0;
+    p->last = p->tty ? p->t0 - 1 : p->t0; /* a bar from the first update; lines after an interval */
 }
 
 /* "epoch 3 [#####.....]  45%  12000/32561 examples  3.2s, ETA 4.1s  3700 examples/s  loss 0.4123" */

@@ -10,6 +10,10 @@ install(TARGETS hetex hetex_static EXPORT hetexTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS hetex_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/include/hetex.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The bundled data the commands read by default (cli/data.c finds it from
+# the installed binary), with its sources and licences; and the licence.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/data DESTINATION ${CMAKE_INSTALL_DATADIR}/hetex)
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/hetex)
 
 file(RELATIVE_PATH HX_PC_PREFIX /${CMAKE_INSTALL_LIBDIR}/pkgconfig /) # ../.. for lib/pkgconfig
 string(REGEX REPLACE "/$" "" HX_PC_PREFIX "${HX_PC_PREFIX}")

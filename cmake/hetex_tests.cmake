@@ -34,6 +34,7 @@ hx_test(test_arrows              30       unit)
 hx_test(contracts                30       unit)
 hx_test(install                  300      install)
 hx_test(symbols                  30       install)
+hx_test(readme                   60       install)
 
 hx_test(test_activation_offload  30       sched)
 hx_test(test_auto_disk           30       sched io)

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define GPT_DATA "data/tinyshakespeare/input.txt" /* the bundled corpus */
+
 typedef struct options {
     gpt_config model;
     const char *data;
@@ -25,7 +27,8 @@ typedef struct options {
 
 static const char usage[] =
     "usage: hetex gpt [options]\n"
-    "  --data PATH             character corpus (data/tinyshakespeare/input.txt)\n"
+    "  --data PATH             character corpus (data/tinyshakespeare/input.txt: the source\n"
+    "                          tree's, else the installed PREFIX/share/hetex/data/...)\n"
     "  --layers N --heads N --width N --context N --batch N   model and batch (2 4 128 64 32)\n"
     "  --dropout P             dropout after attention and MLP (0)\n"
     "  --steps N               training steps (2000)\n"
@@ -94,6 +97,8 @@ static int parse(int argc, char **argv, options *o)
     m->dtype = dtypes[dtype];
     m->dropout = (float)dropout;
     o->accelerator = (hx_accelerator)accel;
+    static char data[4096];
+    if (!strcmp(o->data, GPT_DATA)) o->data = cli_data_path(o->data, data, sizeof data);
     o->optim.offload = (gpt_offload)offload;
     if (m->width % m->heads)
         return cli_flag_error("gpt", "--width %d is not a multiple of --heads %d", m->width,
@@ -200,7 +205,7 @@ int gpt_main(int argc, char **argv)
                            .offload = GPT_OFFLOAD_OPTIMIZER, .warmup = 100,
                            .min_lr_ratio = 0.1},
                  .clip = 1.0, .dpu = -1,
-                 .data = "data/tinyshakespeare/input.txt", .steps = 2000, .eval_every = 250,
+                 .data = GPT_DATA, .steps = 2000, .eval_every = 250,
                  .eval_iters = 20, .accelerator = HX_ACCELERATOR_AUTO,
                  .progress_interval = 10};
     int prc = parse(argc, argv, &o);

@@ -20,7 +20,8 @@ wd_options wd_options_default(void)
 
 static const char usage[] =
     "usage: hetex widedeep [options]\n"
-    "  --data DIR              folder with adult.data and adult.test (data/adult)\n"
+    "  --data DIR              folder with adult.data and adult.test (data/adult: the\n"
+    "                          source tree's, else the installed PREFIX/share/hetex/data/adult)\n"
     "  --epochs N --batch N    (10, 256)\n"
     "  --accelerator auto|cuda|emu|none   where the MLP runs (auto)\n"
     "  --threads N             session threads, 0: all cores (0)\n"
@@ -71,6 +72,8 @@ static int parse(int argc, char **argv, wd_options *o)
     int rc = cli_parse(&c, argc, argv);
     if (rc) return rc;
     o->accelerator = (hx_accelerator)accel;
+    static char data[4096];
+    if (!strcmp(o->data, wd_options_default().data)) o->data = cli_data_path(o->data, data, sizeof data);
     o->embedding_optimizer = emb ? HX_EMBEDDING_OPTIMIZER_LAZY_ADAM : HX_EMBEDDING_OPTIMIZER_ADAGRAD;
     if (o->save && !cli_check_output("widedeep", "--save", o->save, CLI_PATH_DIR)) return 2;
     if (o->trace && !cli_check_output("widedeep", "--trace", o->trace, CLI_PATH_FILE)) return 2;
