@@ -166,28 +166,34 @@ static void print_memory(hx_session *s, const gpt_model *m, hx_dtype dt)
            ms.persistent_bytes * mib, ms.persistent_bytes / n, ms.transient_planned_bytes * mib);
 }
 
-/* Plans the training step before any training: a model that does not fit
- * the device cap is refused, naming the settings that would fit; one whose
+/* The training step is planned before any training (at session creation,
+ * or here): a model that does not fit the device cap is refused, naming
+ * the settings that would fit; one whose
  * host memory exceeds what the machine has available is refused with the
  * estimate. */
+static void say_what_would_fit(const options *o, const hx_session_config *cfg)
+{
+    char cap[32], alternatives[512];
+    snprintf(cap, sizeof cap, "%.1f MiB", cfg->max_device_memory / 1048576.0);
+    int n = gpt_plan_alternatives(&o->model, &o->optim, cfg, alternatives, sizeof alternatives);
+    if (n)
+        fprintf(stderr, "hetex gpt: the model does not fit the device memory cap "
+                "(--max-device-memory %s): its training step was planned before any training. "
+                "These would fit: %s\n", cap, alternatives);
+    else
+        fprintf(stderr, "hetex gpt: the model does not fit the device memory cap "
+                "(--max-device-memory %s), nor with its optimizer or parameters offloaded "
+                "to the host: raise --max-device-memory, or lower --batch, --context, "
+                "--width or --layers\n", cap);
+}
+
 static bool fits_or_says_what_would(const options *o, const hx_session_config *cfg, gpt_run *r)
 {
     hx_memory_stats ms;
     hx_status st = hx_session_memory_stats(r->s, &ms);
     if (st == HX_ERR_DEVICE_OOM) {
-        char cap[32], alternatives[512];
-        snprintf(cap, sizeof cap, "%.1f MiB", cfg->max_device_memory / 1048576.0);
         gpt_run_free(r); /* its device memory, before the planner tries others */
-        int n = gpt_plan_alternatives(&o->model, &o->optim, cfg, alternatives, sizeof alternatives);
-        if (n)
-            fprintf(stderr, "hetex gpt: the model does not fit the device memory cap "
-                    "(--max-device-memory %s): its training step was planned before any training. "
-                    "These would fit: %s\n", cap, alternatives);
-        else
-            fprintf(stderr, "hetex gpt: the model does not fit the device memory cap "
-                    "(--max-device-memory %s), nor with its optimizer or parameters offloaded "
-                    "to the host: raise --max-device-memory, or lower --batch, --context, "
-                    "--width or --layers\n", cap);
+        say_what_would_fit(o, cfg);
         return false;
     }
     if (st) {
@@ -261,7 +267,12 @@ int gpt_main(int argc, char **argv)
         gpt_text_free(&text);
         return 1;
     }
-    if (gpt_run_create(&o.model, &o.optim, &cfg, &r)) {
+    hx_status created = gpt_run_create(&o.model, &o.optim, &cfg, &r);
+    if (created == HX_ERR_DEVICE_OOM) { /* the session refused a step that cannot fit */
+        say_what_would_fit(&o, &cfg);
+        goto out;
+    }
+    if (created) {
         cli_error("gpt", NULL, hx_last_error());
         goto out;
     }
