@@ -167,7 +167,7 @@ static void test_progress_tty(void)
     size_t k = f ? fread(out, 1, sizeof out - 1, f) : 0;
     out[k] = 0;
     if (f) fclose(f);
-    CHECK(rc == 0 && strstr(out, "\r") && strstr(out, "[#") && strstr(out, "ETA") &&
+    CHECK(rc == 0 && strstr(out, "\r") && strstr(out, "steps [") && strstr(out, "ETA") &&
           !strstr(out, "progress:"), "a bar on a pty (exit %d):\n%s", rc, out);
 }
 
