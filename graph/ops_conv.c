@@ -120,6 +120,15 @@ hx_tensor *hx_conv2d(hx_graph *g, hx_tensor *x, hx_tensor *w, const hx_conv2d_pa
     hx_attrs wat = {0};
     if (!window("conv2d", x, &w->shape[2], s, q.padding, d, &wat, out)) return NULL;
 
+    /* OH OW is a dim of the columns: padding up to INT_MAX can take it past
+     * int64 before a shape check could see it (C KH KW is bounded by w's size). */
+    if (out[0] > HX_MAX_ELEMENTS / out[1]) {
+        hx__error(HX_ERR_SHAPE,
+                  "conv2d: x '%s' %s with padding (%d, %d): the output's %lld x %lld pixels pass "
+                  "HX_MAX_ELEMENTS (2^56); use less padding or a smaller input", x->name,
+                  SHAPE(x, sx), q.padding[0], q.padding[1], (long long)out[0], (long long)out[1]);
+        return NULL;
+    }
     int n0 = g->n;
     int64_t cols_shape[3] = {x->shape[0], C * w->shape[2] * w->shape[3], out[0] * out[1]};
     hx_tensor *cols = hx__node_new(g, HX_OP_IM2COL, 1, &x, x->dtype, 3, cols_shape, &wat);

@@ -8,6 +8,7 @@
 #include "testutil.h"
 #include "tmpdir.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +193,13 @@ static void test_build_errors(void)
     EXPECT_FAIL(g, "one dtype", hx_conv2d(g, xh, w, NULL));
     EXPECT_FAIL(g, "f32, f16 or bf16", hx_conv2d(g, xi, w, NULL));
     EXPECT_FAIL(g, "must not be negative", hx_conv2d(g, x, w, &neg));
+    /* (2^27 + 2 INT_MAX) x (2^28 + 2 INT_MAX) output pixels: past int64 unchecked */
+    int64_t huge_s[4] = {1, 1, (int64_t)1 << 27, (int64_t)1 << 28}, w1s[4] = {1, 1, 1, 1};
+    hx_tensor *huge = hx_graph_input(g, "huge", HX_DTYPE_F32, 4, huge_s);
+    hx_tensor *w1 = hx_graph_param(g, "w1", HX_DTYPE_F32, 4, w1s, hx_init_normal(0, 1));
+    hx_conv2d_params maxpad = {.padding = {INT_MAX, INT_MAX}};
+    CHECK(huge && w1, "a 2^55-element input and a 1x1 kernel: %s", hx_last_error());
+    EXPECT_FAIL(g, "pass HX_MAX_ELEMENTS", hx_conv2d(g, huge, w1, &maxpad));
     EXPECT_FAIL(g, "conv2d", hx_conv2d(g, NULL, w, NULL));
     EXPECT_FAIL(g, "must be 4-D", hx_max_pool2d(g, x3d, 2, 2, 0, 0, 0, 0));
     EXPECT_FAIL(g, "paddings in [0, kernel / 2]", hx_max_pool2d(g, x, 2, 2, 0, 0, 2, 0)); /* pad > k/2 */
