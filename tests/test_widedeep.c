@@ -1,6 +1,7 @@
 /* The wide & deep example: its AUC against a pairwise reference (with
  * ties), a short deterministic training run on Adult, checkpoint resume
  * equality, and a corrupt checkpoint refused. */
+#include "hetex_run.h"
 #include "testutil.h"
 #include "tmpdir.h"
 #include "examples/widedeep/wd.h"
@@ -66,20 +67,6 @@ static int run(const char *data, const char *extra[], int n_extra)
     return wd_main(argc, (char **)argv);
 }
 
-static bool same_file(const char *a, const char *b)
-{
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    bool same = fa && fb;
-    while (same) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) same = false;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 static void test_training(const char *data, const char *dir)
 {
     char a[512], b[512], csv[512], fa[600], fb[600];
@@ -111,7 +98,7 @@ static void test_training(const char *data, const char *dir)
     for (int k = 0; k < 4; k++) {
         snprintf(fa, sizeof fa, "%s/%s", a, parts[k]);
         snprintf(fb, sizeof fb, "%s/%s", b, parts[k]);
-        CHECK(same_file(fa, fb), "resumed run's %s equals the straight run's", parts[k]);
+        CHECK(test_same_file(fa, fb), "resumed run's %s equals the straight run's", parts[k]);
     }
 
     /* A flipped byte in the session checkpoint: refused, nothing trained. */
