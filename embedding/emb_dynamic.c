@@ -1,4 +1,4 @@
-/* The dynamic table: a local table behind an id map. Its queries and
+/* The dynamic table: a local table (or one on disk) behind an id map. Its queries and
  * sparse gradients carry keys; they are mapped to rows (keys without a row
  * become -2, read as zero rows and dropped from updates; padding becomes
  * -1, the padding id of the mapped query) and handed to the local table. */
@@ -28,6 +28,37 @@ hx_emb_table *hx_emb_dynamic_local(hx_emb_table *t)
 {
     dyn *d = as_dyn(t);
     return d ? d->local : NULL;
+}
+
+/* The inner table's calls: a local table, or one on disk (ssd.h). Keys
+ * without a row (-2) read as zero rows and get no update, uncounted. */
+static hx_status inner_lookup(dyn *d, const hx_emb_query *q, float *out, int64_t *argmax, hx_emb_err *err)
+{
+    hx_emb_ssd *s = hx_emb_as_ssd(d->local);
+    if (s) return hx_emb_ssd_lookup(s, q, HX_EMB_OOB_ZERO, NULL, out, argmax, err);
+    return hx_emb_local_lookup(hx_emb_as_local(d->local), q, HX_EMB_OOB_ZERO, NULL, out, argmax, err);
+}
+
+static hx_status inner_update(dyn *d, const hx_emb_query *q, const hx_emb_grad_input *gi, int64_t step,
+                              hx_emb_workspace *ws, hx_emb_err *err)
+{
+    hx_emb_ssd *s = hx_emb_as_ssd(d->local);
+    if (s) return hx_emb_ssd_backward_update(s, q, gi, step, HX_EMB_OOB_ZERO, ws, err);
+    return hx_emb_local_backward_update(hx_emb_as_local(d->local), q, gi, step, HX_EMB_OOB_ZERO, ws, err);
+}
+
+static hx_status inner_apply(dyn *d, const hx_emb_sparse_grad *g, int64_t step, int nthreads, hx_emb_err *err)
+{
+    hx_emb_ssd *s = hx_emb_as_ssd(d->local);
+    if (s) return hx_emb_ssd_apply(s, g, step, nthreads, HX_EMB_OOB_ZERO, err);
+    return hx_emb_local_apply(hx_emb_as_local(d->local), g, step, nthreads, HX_EMB_OOB_ZERO, err);
+}
+
+static void inner_reset(dyn *d, const int64_t *rows, int64_t n)
+{
+    hx_emb_ssd *s = hx_emb_as_ssd(d->local);
+    if (s) hx_emb_ssd_reset_rows(s, rows, n);
+    else hx_emb_local_reset_rows(d->local, rows, n);
 }
 
 /* Row ids of a query's keys; the buffers come from ws, or are allocated
@@ -79,7 +110,7 @@ static hx_status map_query(dyn *d, const hx_emb_query *q, int train, hx_emb_work
         mapped_free(mp);
         return st;
     }
-    hx_emb_local_reset_rows(d->local, fresh, nf);
+    inner_reset(d, fresh, nf);
     for (int64_t j = n - 1; j >= 0; j--) {
         int64_t key = hx_emb_id_at(q->ids, q->id_dtype, j);
         if (q->has_padding && key == q->padding_id) rows[j] = -1;
@@ -105,7 +136,7 @@ static hx_status dyn_lookup(hx_emb_table *t, const hx_emb_query *q, float *out,
     mapped mp;
     hx_status st = map_query(d, q, q && q->train, NULL, &mp, err);
     if (st) return st;
-    st = hx_emb_local_lookup(hx_emb_as_local(d->local), &mp.q, HX_EMB_OOB_ZERO, NULL, out, argmax, err);
+    st = inner_lookup(d, &mp.q, out, argmax, err);
     mapped_free(&mp);
     return st;
 }
@@ -118,7 +149,7 @@ static hx_status dyn_backward_update(hx_emb_table *t, const hx_emb_query *q,
     mapped mp;
     hx_status st = map_query(d, q, 0, ws, &mp, err);
     if (st) return st;
-    st = hx_emb_local_backward_update(hx_emb_as_local(d->local), &mp.q, gi, step, HX_EMB_OOB_ZERO, ws, err);
+    st = inner_update(d, &mp.q, gi, step, ws, err);
     mapped_free(&mp);
     return st;
 }
@@ -137,7 +168,7 @@ static hx_status dyn_apply(hx_emb_table *t, const hx_emb_sparse_grad *g, int64_t
             if (rows[i] < 0) rows[i] = -2;
         hx_emb_sparse_grad g2 = *g;
         g2.ids = rows;
-        st = hx_emb_local_apply(hx_emb_as_local(d->local), &g2, step, nthreads, HX_EMB_OOB_ZERO, err);
+        st = inner_apply(d, &g2, step, nthreads, err);
     }
     free(rows);
     return st;
@@ -150,7 +181,9 @@ static hx_status dyn_save(hx_emb_table *t, const char *path, hx_emb_err *err)
     int64_t *w = malloc((size_t)n * 8);
     if (!w) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding save: out of memory for the id map");
     hx_emb_idmap_serial_write(d->map, w);
-    hx_status st = hx_emb_local_save_with(hx_emb_as_local(d->local), path, w, n, err);
+    hx_emb_ssd *s = hx_emb_as_ssd(d->local);
+    hx_status st = s ? hx_emb_ssd_save_with(s, path, w, n, err)
+                     : hx_emb_local_save_with(hx_emb_as_local(d->local), path, w, n, err);
     free(w);
     return st;
 }
@@ -173,7 +206,9 @@ static hx_status dyn_load(hx_emb_table *t, const char *path, hx_emb_err *err)
 {
     dyn *d = (dyn *)t;
     load_ctx c = {d, NULL};
-    hx_status st = hx_emb_local_load_with(hx_emb_as_local(d->local), path, take_map, &c, err);
+    hx_emb_ssd *s = hx_emb_as_ssd(d->local);
+    hx_status st = s ? hx_emb_ssd_load_with(s, path, take_map, &c, err)
+                     : hx_emb_local_load_with(hx_emb_as_local(d->local), path, take_map, &c, err);
     if (st) {
         hx_emb_idmap_free(c.map);
         return st;
@@ -208,7 +243,7 @@ hx_status hx_emb_dynamic_create(const hx_emb_table_config *cfg,
                            (long long)mcfg->capacity, (long long)cfg->rows);
     dyn *d = calloc(1, sizeof *d);
     if (!d) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding dynamic table: out of memory");
-    hx_status st = hx_emb_local_create(cfg, &d->local, err);
+    hx_status st = hx_emb_fixed_create(cfg, &d->local, err);
     if (!st) st = hx_emb_idmap_create(mcfg, &d->map, err);
     if (st) {
         hx_emb_table_free(d->local);

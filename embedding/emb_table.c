@@ -249,6 +249,13 @@ static void write_initial_row(hx_emb_local *t, int64_t r, float *tmp)
     reset_state_row(t, r);
 }
 
+void hx_emb_local_init_row_as(hx_emb_local *t, int64_t r, int64_t as_row, float *tmp)
+{
+    hx_emb_init_row(&t->init, as_row, t->base.dim, t->gstride, tmp);
+    write_param_row(t, r, tmp);
+    reset_state_row(t, r);
+}
+
 void hx_emb_local_materialise(hx_emb_local *t, int64_t r, float *tmp)
 {
     if (!t->lazy || row_ready(t, r)) return;

@@ -140,6 +140,9 @@ typedef struct hx_emb_table_config {
     hx_emb_optim optim;       /* may be set later with hx_emb_local_set_optim */
     hx_emb_oob oob;
     int nthreads;             /* for eager initialisation */
+    const char *ssd_path;     /* NULL: a local table; else rows and state live in this row
+                                 store file behind a host cache (ssd.h; rows are lazy) */
+    size_t cache_bytes;       /* the cache's budget for rows and state (ssd_path only) */
 } hx_emb_table_config;
 
 /* f32, uniform(-0.05, 0.05) seed 0, eager, huge pages auto, anonymous
@@ -462,6 +465,10 @@ void hx_emb_local_materialise(hx_emb_local *t, int64_t r, float *tmp);
  * a lazy row not yet written gets its start state first (tmp: gstride
  * floats). */
 void hx_emb_local_write_row(hx_emb_local *t, int64_t r, const float *src, float *tmp);
+/* Row r gets the initial value of row as_row (rounded to the storage
+ * dtype) and the optimizer's start state (tmp: gstride floats): the row
+ * cache puts row as_row of a larger table into slot r. */
+void hx_emb_local_init_row_as(hx_emb_local *t, int64_t r, int64_t as_row, float *tmp);
 /* After a load into an eager table: rows whose bit is clear in the file's
  * ready bitmap get their initial value and start state. */
 void hx_emb_local_init_unready(hx_emb_local *t, const uint64_t *file_ready, int nthreads);
@@ -591,6 +598,9 @@ enum {
 /* Buffer `slot` with room for `bytes` (its contents are kept only while
  * it does not grow), NULL if out of memory. */
 void *hx_emb_ws_get(hx_emb_workspace *ws, int slot, size_t bytes);
+
+/* Tables larger than memory: a row store with a host cache. */
+#include "embedding/ssd.h"
 
 /* The public table object over these (hetex.h's hx_embedding_table). */
 #include "embedding/table.h"

@@ -104,6 +104,8 @@ static hx_status to_configs(const hx_embedding_config *c, hx_emb_table_config *t
                              c->init.a, c->init.b, c->seed};
     tc->lazy_init = c->lazy_init;
     tc->backing_file = c->backing_file;
+    tc->ssd_path = c->ssd_path;
+    tc->cache_bytes = c->cache_bytes ? c->cache_bytes : HX_EMBEDDING_CACHE_DEFAULT;
     tc->oob = c->out_of_range == HX_EMBEDDING_OUT_OF_RANGE_ZERO ? HX_EMB_OOB_ZERO : HX_EMB_OOB_ERROR;
     tc->nthreads = c->n_threads ? c->n_threads : omp_get_num_procs();
     hx_status st = to_optim(&c->optimizer, fn, &tc->optim);
@@ -137,15 +139,16 @@ hx_status hx_embedding_table_create(const hx_embedding_config *cfg, hx_embedding
     }
     hx_emb_err err;
     st = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_create(&tc, &mc, &t->impl, &err)
-                                              : hx_emb_local_create(&tc, &t->impl, &err);
+                                              : hx_emb_fixed_create(&tc, &t->impl, &err);
     if (st) {
         hx_emb_workspace_free(t->ws);
         free(t->name);
         free(t);
         return hx__emb_error(st, &err, "hx_embedding_table_create '%s'", name);
     }
-    t->local = hx_emb_as_local(cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_local(t->impl)
-                                                                    : t->impl);
+    hx_emb_table *inner = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_local(t->impl) : t->impl;
+    t->local = hx_emb_as_local(inner);
+    t->ssd = hx_emb_as_ssd(inner);
     t->ids = cfg->ids;
     t->expire_after = cfg->expire_after;
     pthread_mutex_init(&t->lock, NULL);
@@ -167,6 +170,11 @@ hx_status hx_embedding_table_free(hx_embedding_table *t)
     free(t->name);
     free(t);
     return HX_OK;
+}
+
+hx_emb_optim_kind hx__embedding_optim_kind(const hx_embedding_table *t)
+{
+    return t->ssd ? hx_emb_ssd_cache(t->ssd)->optim.kind : t->local->optim.kind;
 }
 
 void hx__embedding_use(hx_embedding_table *t, int delta) { atomic_fetch_add(&t->graphs, delta); }
@@ -222,7 +230,8 @@ hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t, const hx_embed
     if ((st = hx__embedding_hold(t, true, fn))) return st;
     hx_emb_err err;
     pthread_mutex_lock(&t->lock);
-    st = hx_emb_local_set_optim(&t->local->base, &o, omp_get_num_procs(), &err);
+    st = t->ssd ? hx_emb_ssd_set_optim(t->ssd, &o, &err)
+                : hx_emb_local_set_optim(&t->local->base, &o, omp_get_num_procs(), &err);
     pthread_mutex_unlock(&t->lock);
     hx__embedding_release(t, true);
     return st ? hx__emb_error(st, &err, "%s '%s'", fn, t->name) : HX_OK;
@@ -266,7 +275,7 @@ static hx_status rows_args(hx_embedding_table *t, const char *fn, const int64_t 
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: table %p, %lld ids at %p, rows at %p", fn,
                          (void *)t, (long long)n, (const void *)ids, data);
     *rows = malloc((size_t)(n ? n : 1) * sizeof **rows);
-    *tmp = malloc((size_t)t->local->gstride * sizeof **tmp);
+    *tmp = malloc((size_t)hx_emb_row_stride(t->impl->dim, HX_DTYPE_F32) * sizeof **tmp);
     if (!*rows || !*tmp)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "%s '%s': out of host memory", fn, t->name);
     return rows_of(t, fn, ids, n, *rows);
@@ -280,7 +289,10 @@ hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64_t *ids
     if (t) pthread_mutex_lock(&t->lock); /* a training lookup may be changing the id map */
     hx_status st = rows_args(t, "hx_embedding_table_read_rows", ids, n, out, &rows, &tmp);
     int64_t dim = st ? 0 : t->impl->dim;
-    for (int64_t i = 0; i < n && !st; i++) {
+    hx_emb_err err;
+    if (!st && t->ssd && (st = hx_emb_ssd_read_rows(t->ssd, rows, n, out, &err)))
+        st = hx__emb_error(st, &err, "hx_embedding_table_read_rows '%s'", t->name);
+    for (int64_t i = 0; i < n && !st && !t->ssd; i++) {
         if (rows[i] < 0) {
             memset(out + i * dim, 0, (size_t)dim * sizeof *out);
             continue;
@@ -310,7 +322,10 @@ hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *id
                            "%s '%s': id %lld at position %lld holds no row yet (a DYNAMIC table "
                            "gives ids rows in training runs); nothing was written", fn, t->name,
                            (long long)ids[i], (long long)i);
-    for (int64_t i = 0; i < n && !st; i++)
+    hx_emb_err err;
+    if (!st && t->ssd && (st = hx_emb_ssd_write_rows(t->ssd, rows, n, data, &err)))
+        st = hx__emb_error(st, &err, "%s '%s'", fn, t->name);
+    for (int64_t i = 0; i < n && !st && !t->ssd; i++)
         hx_emb_local_write_row(t->local, rows[i], data + i * t->impl->dim, tmp);
     if (t) {
         pthread_mutex_unlock(&t->lock);
@@ -341,7 +356,7 @@ hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, const int6
     int64_t *rows = NULL;
     float *tmp = NULL;
     if (t) pthread_mutex_lock(&t->lock); /* as read_rows; the optimizer may be changing too */
-    hx_emb_optim_kind kind = t ? t->local->optim.kind : HX_EMB_OPTIM_NONE;
+    hx_emb_optim_kind kind = t ? hx__embedding_optim_kind(t) : HX_EMB_OPTIM_NONE;
     int ns = hx_emb_optim_nstate(kind);
     hx_status st = HX_OK;
     if (t && (k < 0 || k >= ns))
@@ -350,7 +365,10 @@ hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, const int6
                        t->name, k, hx_emb_optim_name(kind), ns, state_arrays(kind));
     if (!st) st = rows_args(t, fn, ids, n, out, &rows, &tmp);
     int64_t w = st ? 0 : kind == HX_EMB_OPTIM_ROW_ADAGRAD ? 1 : t->impl->dim;
-    for (int64_t i = 0; i < n && !st; i++) hx_emb_local_read_state(t->local, k, rows[i], out + i * w);
+    hx_emb_err err;
+    if (!st && t->ssd && (st = hx_emb_ssd_read_state(t->ssd, k, rows, n, out, &err)))
+        st = hx__emb_error(st, &err, "%s '%s'", fn, t->name);
+    for (int64_t i = 0; i < n && !st && !t->ssd; i++) hx_emb_local_read_state(t->local, k, rows[i], out + i * w);
     if (t) pthread_mutex_unlock(&t->lock);
     free(rows);
     free(tmp);
@@ -394,13 +412,30 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
                          t ? "out" : "table");
     hx_emb_local_stats ls;
     hx_emb_err err;
-    hx_status st = hx_emb_local_stats_get(&t->local->base, &ls, &err);
+    hx_emb_ssd_stats ss = {0};
+    if (t->ssd) {
+        pthread_mutex_lock((pthread_mutex_t *)&t->lock);
+        hx_emb_ssd_stats_get(t->ssd, &ss);
+        pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
+    }
+    hx_status st = hx_emb_local_stats_get(t->ssd ? &hx_emb_ssd_cache(t->ssd)->base : &t->local->base, &ls, &err);
     if (st) return hx__emb_error(st, &err, "hx_embedding_table_stats '%s'", t->name);
+    if (t->ssd) {
+        ls.oob_ids = atomic_load(hx_emb_ssd_oob_counter(t->ssd));
+        ls.rows_ready = ss.store.rows_on_disk;
+    }
     *out = (hx_embedding_stats){.rows = t->impl->rows, .dim = t->impl->dim,
                                 .rows_assigned = ls.rows_ready, .out_of_range = ls.oob_ids,
                                 .updates = atomic_load(&t->updates),
                                 .last_step = atomic_load(&t->last_step), .bytes = ls.bytes,
-                                .graphs = atomic_load(&t->graphs)};
+                                .graphs = atomic_load(&t->graphs),
+                                .cache_rows = ss.cache_rows, .cache_lookups = (int64_t)ss.lookups,
+                                .cache_hits = (int64_t)ss.hits,
+                                .disk_rows_read = (int64_t)ss.store.rows_read,
+                                .disk_rows_written = (int64_t)ss.store.rows_written,
+                                .disk_bytes_read = (int64_t)ss.store.bytes_read,
+                                .disk_bytes_written = (int64_t)ss.store.bytes_written,
+                                .io_wait_s = ss.store.io_wait_s};
     const hx_emb_idmap *map = hx_emb_dynamic_idmap(t->impl);
     if (map) {
         hx_emb_idmap_stats ms;
@@ -455,10 +490,10 @@ hx_status hx__embedding_query(hx_embedding_table *t, const hx_emb_query *q, floa
     int64_t *own;
     hx_status st = map_query(t, q, &mq, &own, where);
     if (st) return st;
-    bool lock = t->ids == HX_EMBEDDING_IDS_DYNAMIC && q->train;
+    bool lock = (t->ids == HX_EMBEDDING_IDS_DYNAMIC && q->train) || t->ssd; /* a cache changes */
     hx_emb_err err;
     if (lock) pthread_mutex_lock(&t->lock);
-    if (!forward && t->impl == &t->local->base) /* a re-read: its bad ids were counted */
+    if (!forward && t->local && t->impl == &t->local->base) /* a re-read: its bad ids were counted */
         st = hx_emb_local_lookup(t->local, &mq, t->local->oob, NULL, out, argmax, &err);
     else
         st = hx_emb_table_lookup(t->impl, &mq, out, argmax, &err);
@@ -491,5 +526,29 @@ hx_status hx__embedding_update(hx_embedding_table *t, const hx_emb_query *qs,
     for (int k = 0; own && k < nq; k++) free(own[k]);
     free(own);
     free(mq);
+    return st;
+}
+
+hx_status hx_embedding_table_prefetch(hx_embedding_table *t, const int64_t *ids, int64_t n)
+{
+    if (!t || n < 0 || (n && !ids))
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_embedding_table_prefetch: table %p, %lld ids at %p",
+                         (void *)t, (long long)n, (const void *)ids);
+    if (!t->ssd || !n) return HX_OK;
+    int64_t *rows = malloc((size_t)n * sizeof *rows);
+    if (!rows)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_embedding_table_prefetch '%s': out of host memory", t->name);
+    pthread_mutex_lock(&t->lock);
+    hx_status st = HX_OK;
+    if (t->ids == HX_EMBEDDING_IDS_MODULO) hx_emb_keys_mod(ids, n, t->impl->rows, rows);
+    else if (t->ids == HX_EMBEDDING_IDS_ROWS) memcpy(rows, ids, (size_t)n * sizeof *rows);
+    else {
+        hx_emb_err err;
+        st = hx_emb_idmap_map(hx_emb_dynamic_idmap(t->impl), ids, n, 0, 0, rows, NULL, NULL, &err);
+        if (st) st = hx__emb_error(st, &err, "hx_embedding_table_prefetch '%s'", t->name);
+    }
+    if (!st) hx_emb_ssd_prefetch(t->ssd, rows, n); /* ids outside the table are skipped */
+    pthread_mutex_unlock(&t->lock);
+    free(rows);
     return st;
 }

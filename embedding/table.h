@@ -14,7 +14,9 @@
 
 struct hx_embedding_table {
     hx_emb_table *impl;   /* what lookups and updates call: local or dynamic */
-    hx_emb_local *local;  /* its storage (a DYNAMIC table's map: hx_emb_dynamic_idmap) */
+    hx_emb_local *local;  /* its storage (a DYNAMIC table's map: hx_emb_dynamic_idmap);
+                             NULL for a table on disk: */
+    hx_emb_ssd *ssd;      /* a table on disk (ssd_path), else NULL */
     char *name;
     hx_embedding_ids ids;
     int64_t expire_after;
@@ -40,6 +42,9 @@ hx_status hx__emb_error(hx_status st, const hx_emb_err *e, const char *where_fmt
  * and the range otherwise; op names the caller in the message. */
 hx_status hx__embedding_padding(const hx_embedding_table *t, int64_t padding_id, const char *op,
                                 int64_t *out);
+
+/* The table's optimizer kind (a table on disk: its cache's). */
+hx_emb_optim_kind hx__embedding_optim_kind(const hx_embedding_table *t);
 
 /* A graph starts (+1) or stops (-1) using t. */
 void hx__embedding_use(hx_embedding_table *t, int delta);

@@ -360,7 +360,7 @@ static hx_status add_table_updates(hx_graph *g, int n0, int *added)
     hx_status st = HX_OK;
     for (int i = 0; i < g->n_tables && !st; i++) {
         hx_embedding_table *t = g->tables[i].table;
-        if (t->local->optim.kind == HX_EMB_OPTIM_NONE || table_has_update(g, t)) continue;
+        if (hx__embedding_optim_kind(t) == HX_EMB_OPTIM_NONE || table_has_update(g, t)) continue;
         int before = g->n;
         st = add_table_update(g, t, n0);
         *added += g->n > before;

@@ -807,7 +807,18 @@ typedef struct hx_embedding_config {
                                  false: the run fails with HX_ERR_OUT_OF_MEMORY */
     hx_embedding_optimizer optimizer; /* NONE */
     int n_threads;            /* threads that initialise the table; 0: all cores */
+    /* Tables larger than host memory (README, "Tables on disk"). */
+    const char *ssd_path;     /* NULL: rows live in memory (or backing_file); else a row
+                                 store file (created, or reused when it holds a table of
+                                 this shape, so that its checkpoints load after a crash)
+                                 holds each row with its optimizer state, and a host cache
+                                 of cache_bytes works on the rows in use; rows are lazy.
+                                 The file stays when the table is freed. */
+    size_t cache_bytes;       /* ssd_path: host memory for cached rows and their state;
+                                 0: HX_EMBEDDING_CACHE_DEFAULT. One step may touch at most
+                                 as many distinct rows of a table as its cache holds */
 } hx_embedding_config;
+#define HX_EMBEDDING_CACHE_DEFAULT ((size_t)256 << 20)
 /* Everything above at its stated default; rows and dim are 0 and must be set.
  *   Fails:      never.
  *   Ownership:  a value (its strings are NULL).
@@ -944,8 +955,14 @@ typedef struct hx_embedding_stats {
     int64_t last_step;       /* the step t of the last of them (the session's step + 1,
                                 LazyAdam's bias correction, Adagrad's lr decay); 0 before
                                 any */
-    size_t bytes;            /* rows and state */
+    size_t bytes;            /* rows and state (a table on disk: those of its cache) */
     int graphs;              /* graphs using the table */
+    /* A table on disk (ssd_path), totals since creation (0 for others): */
+    int64_t cache_rows;      /* rows the cache holds */
+    int64_t cache_lookups, cache_hits; /* distinct rows asked for by each call, found cached */
+    int64_t disk_rows_read, disk_rows_written;
+    int64_t disk_bytes_read, disk_bytes_written;
+    double io_wait_s;        /* time spent waiting for the disk */
 } hx_embedding_stats;
 /* The table's counts and sizes now.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t or out NULL).
@@ -954,6 +971,21 @@ typedef struct hx_embedding_stats {
  *   Threads:    see the section's header.
  */
 HX_API hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_stats *out);
+
+/* Starts reading from disk the rows that ids name (as the ops name them) of
+ * a table on disk (ssd_path), and returns without waiting: a reader that
+ * knows the next batch hands its ids over while the current step runs, and
+ * the next step finds those rows read. Ids outside the table, rows already
+ * cached and (DYNAMIC) ids without a row are skipped; up to 1024 rows are
+ * read ahead at a time. Other tables: nothing to do.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (t NULL, n < 0, ids NULL with n > 0);
+ *               HX_ERR_OUT_OF_MEMORY.
+ *   On failure: nothing was started; the table never changes (a read-ahead
+ *               that fails is read again by the step that needs the row).
+ *   Ownership:  ids is the caller's; nothing is kept.
+ *   Threads:    any thread; takes the table's lock (waits for an update).
+ */
+HX_API hx_status hx_embedding_table_prefetch(hx_embedding_table *t, const int64_t *ids, int64_t n);
 
 /* keys[i] = XXH3-64 of strs[i] (lens[i] bytes) with seed, as i64: feature
  * strings to ids for MODULO or DYNAMIC tables.

@@ -23,6 +23,8 @@ struct hx_aio {
     io_context_t ctx;
     struct iocb *cbs;  /* depth control blocks */
     int *free_cb, n_free_cb;
+    struct iocb **queued; /* queued, not yet submitted */
+    int n_queued;
 #endif
     /* sync: completions done at submit time, waiting to be collected */
     unsigned *done_tag;
@@ -57,7 +59,8 @@ static int start(hx_aio *a, hx_disk_engine e)
 #ifdef HX_HAVE_LIBAIO
         a->cbs = calloc((size_t)a->depth, sizeof *a->cbs);
         a->free_cb = malloc((size_t)a->depth * sizeof *a->free_cb);
-        if (!a->cbs || !a->free_cb) return -ENOMEM;
+        a->queued = malloc((size_t)a->depth * sizeof *a->queued);
+        if (!a->cbs || !a->free_cb || !a->queued) return -ENOMEM;
         for (int i = 0; i < a->depth; i++) a->free_cb[i] = i;
         a->n_free_cb = a->depth;
         a->ctx = 0;
@@ -131,13 +134,14 @@ void hx__aio_close(hx_aio *a)
     if (a->ctx) io_destroy(a->ctx);
     free(a->cbs);
     free(a->free_cb);
+    free(a->queued);
 #endif
     free(a->done_tag);
     free(a->done_res);
     free(a);
 }
 
-int hx__aio_submit(hx_aio *a, int fd, bool write, void *buf, size_t len, off_t off, unsigned tag)
+int hx__aio_queue(hx_aio *a, int fd, bool write, void *buf, size_t len, off_t off, unsigned tag)
 {
     switch (a->kind) {
 #ifdef HX_HAVE_LIBURING
@@ -147,8 +151,7 @@ int hx__aio_submit(hx_aio *a, int fd, bool write, void *buf, size_t len, off_t o
         if (write) io_uring_prep_write(sqe, fd, buf, (unsigned)len, (uint64_t)off);
         else io_uring_prep_read(sqe, fd, buf, (unsigned)len, (uint64_t)off);
         io_uring_sqe_set_data64(sqe, tag);
-        int r = io_uring_submit(&a->ring);
-        return r < 0 ? r : 0;
+        return 0;
     }
 #endif
 #ifdef HX_HAVE_LIBAIO
@@ -159,11 +162,7 @@ int hx__aio_submit(hx_aio *a, int fd, bool write, void *buf, size_t len, off_t o
         if (write) io_prep_pwrite(cb, fd, buf, len, off);
         else io_prep_pread(cb, fd, buf, len, off);
         cb->data = (void *)(uintptr_t)tag;
-        int r = io_submit(a->ctx, 1, &cb);
-        if (r != 1) {
-            a->free_cb[a->n_free_cb++] = k;
-            return r < 0 ? r : -EAGAIN;
-        }
+        a->queued[a->n_queued++] = cb;
         return 0;
     }
 #endif
@@ -187,6 +186,43 @@ int hx__aio_submit(hx_aio *a, int fd, bool write, void *buf, size_t len, off_t o
         return 0;
     }
     }
+}
+
+int hx__aio_flush(hx_aio *a)
+{
+    switch (a->kind) {
+#ifdef HX_HAVE_LIBURING
+    case HX_DISK_ENGINE_URING: {
+        int r = io_uring_submit(&a->ring);
+        return r < 0 ? r : 0;
+    }
+#endif
+#ifdef HX_HAVE_LIBAIO
+    case HX_DISK_ENGINE_AIO: {
+        int done = 0;
+        while (done < a->n_queued) {
+            int r = io_submit(a->ctx, a->n_queued - done, a->queued + done);
+            if (r <= 0) { /* the rest never started: their control blocks are free again */
+                for (int i = done; i < a->n_queued; i++)
+                    a->free_cb[a->n_free_cb++] = (int)(a->queued[i] - a->cbs);
+                a->n_queued = 0;
+                return r < 0 ? r : -EAGAIN;
+            }
+            done += r;
+        }
+        a->n_queued = 0;
+        return 0;
+    }
+#endif
+    default:
+        return 0;
+    }
+}
+
+int hx__aio_submit(hx_aio *a, int fd, bool write, void *buf, size_t len, off_t off, unsigned tag)
+{
+    int e = hx__aio_queue(a, fd, write, buf, len, off, tag);
+    return e ? e : hx__aio_flush(a);
 }
 
 int hx__aio_wait(hx_aio *a, unsigned *tag, long *res)

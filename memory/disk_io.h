@@ -27,8 +27,15 @@ hx_status hx__aio_open(hx_disk_engine want, int depth, hx_aio **out, char *reaso
 void hx__aio_close(hx_aio *a);
 hx_disk_engine hx__aio_kind(const hx_aio *a);
 const char *hx__aio_name(hx_disk_engine e);
-/* Queues one read or write of len bytes at off; 0 or -errno. */
+/* Queues one read or write of len bytes at off and submits it; 0 or -errno. */
 int hx__aio_submit(hx_aio *a, int fd, bool write, void *buf, size_t len, off_t off, unsigned tag);
+/* Queues one request without submitting it (the sync engine does it at
+ * once); hx__aio_flush submits every queued request in one system call
+ * (io_uring_submit, io_submit). At most depth requests queued or in
+ * flight. 0 or -errno (the failed request is not queued; after a failed
+ * flush none of the queued requests are in flight). */
+int hx__aio_queue(hx_aio *a, int fd, bool write, void *buf, size_t len, off_t off, unsigned tag);
+int hx__aio_flush(hx_aio *a);
 /* Waits for one completion: its tag, and bytes done or -errno. 0 or -errno. */
 int hx__aio_wait(hx_aio *a, unsigned *tag, long *res);
 

@@ -123,6 +123,33 @@ static void test_training(const char *data, const char *dir)
           "a missing data folder is named: %s", hx_last_error());
 }
 
+/* The deep table in a row store behind a cache smaller than it: the same
+ * curve as in memory (the cache moves rows, never changes them), and a
+ * resumed run loads the table's checkpoint from the same store. */
+static void test_on_disk(const char *data, const char *dir)
+{
+    char mem[512], disk[512], rows[512], ck[512], resumed[512];
+    snprintf(mem, sizeof mem, "%s/mem.csv", dir);
+    snprintf(disk, sizeof disk, "%s/disk.csv", dir);
+    snprintf(resumed, sizeof resumed, "%s/resumed.csv", dir);
+    snprintf(rows, sizeof rows, "%s/deep.rows", dir);
+    snprintf(ck, sizeof ck, "%s/disk-ckpt", dir);
+    const char *in_memory[] = {"--epochs", "2", "--curve", mem};
+    const char *on_disk[] = {"--epochs", "2", "--curve", disk, "--deep-table-on-disk", rows,
+                             "--deep-cache-bytes", "24K"};
+    CHECK(run(data, in_memory, 4) == 0 && run(data, on_disk, 8) == 0, "2 epochs in memory and on disk: %s",
+          hx_last_error());
+    CHECK(test_same_file(mem, disk), "the curve with the deep table on disk equals memory's");
+    unlink(rows);
+    const char *first[] = {"--epochs", "1", "--save", ck, "--curve", resumed, "--deep-table-on-disk", rows,
+                           "--deep-cache-bytes", "24K"};
+    const char *second[] = {"--epochs", "2", "--resume", ck, "--curve", resumed, "--deep-table-on-disk", rows,
+                            "--deep-cache-bytes", "24K"};
+    CHECK(run(data, first, 10) == 0 && run(data, second, 10) == 0, "on disk: 1 epoch, then resume: %s",
+          hx_last_error());
+    CHECK(test_same_file(mem, resumed), "resumed from the table's checkpoint: the same curve");
+}
+
 static char data_dir[512], out_dir[64];
 
 static int setup(void)
@@ -135,10 +162,12 @@ static int setup(void)
 static void teardown(void) { test_remove_tree(out_dir); }
 
 static void training(void) { test_training(data_dir, out_dir); }
+static void on_disk(void) { test_on_disk(data_dir, out_dir); }
 
 static const test_case cases[] = {
     {"metrics", test_metrics},
     {"training", training},
+    {"on_disk", on_disk},
 };
 
 int main(int argc, char **argv)

@@ -15,6 +15,7 @@ wd_options wd_options_default(void)
                         .lr_embedding = 1e-2,
                         .embedding_optimizer = HX_EMBEDDING_OPTIMIZER_ADAGRAD, .lr_wide = 0.05,
                         .l1_wide = 0.001, .l2_wide = 0.001, .cross_buckets = 1000,
+                        .deep_cache_bytes = (size_t)64 << 20,
                         .progress_interval = 10};
 }
 
@@ -32,6 +33,10 @@ static const char usage[] =
     "  --embedding-optimizer adagrad|lazy-adam --lr-embedding X   deep tables (adagrad, 1e-2)\n"
     "  --lr-wide X --l1 X --l2 X   FTRL on the wide part (0.05, 0.001, 0.001)\n"
     "  --cross-buckets N       hash buckets per crossed column (1000)\n"
+    "  --deep-table-on-disk PATH   keep the deep table in a row store file behind a host\n"
+    "                          cache (for tables larger than memory); prints its cache\n"
+    "                          and disk statistics per epoch\n"
+    "  --deep-cache-bytes N    that cache's size, K/M/G suffixes (64M)\n"
     "  --trace PATH            Chrome trace of the run (chrome://tracing, Perfetto)\n"
     "  --save DIR              checkpoint folder, replaced as a whole after every epoch\n"
     "  --resume DIR            continue from a checkpoint folder (the same --seed, --batch)\n"
@@ -62,6 +67,8 @@ static int parse(int argc, char **argv, wd_options *o)
         CLI_FLAG_TEXT("--save", &o->save),
         CLI_FLAG_TEXT("--resume", &o->resume),
         CLI_FLAG_TEXT("--curve", &o->curve),
+        CLI_FLAG_TEXT("--deep-table-on-disk", &o->deep_on_disk),
+        CLI_FLAG_NUM("--deep-cache-bytes", CLI_BYTES, &o->deep_cache_bytes, 4096, 1ull << 40),
         CLI_FLAG_CHOICE("--embedding-optimizer", &emb, "adagrad|lazy-adam"),
         CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
@@ -78,6 +85,9 @@ static int parse(int argc, char **argv, wd_options *o)
     if (o->save && !cli_check_output("widedeep", "--save", o->save, CLI_PATH_DIR)) return 2;
     if (o->trace && !cli_check_output("widedeep", "--trace", o->trace, CLI_PATH_FILE)) return 2;
     if (o->curve && !cli_check_output("widedeep", "--curve", o->curve, CLI_PATH_FILE)) return 2;
+    if (o->deep_on_disk &&
+        !cli_check_output("widedeep", "--deep-table-on-disk", o->deep_on_disk, CLI_PATH_FILE))
+        return 2;
     return CLI_OK;
 }
 
@@ -90,15 +100,32 @@ typedef struct job {
     wd_features wf;
     wd_model m;
     hx_session *s;
-    wd_feed fd;
+    wd_feed fd, fd_next; /* this step's batch and the next one's (read ahead) */
     float *probs, *labels; /* the test set's, grown as read */
     int64_t scored_cap;
     int epochs_done;
     char msg[1200];      /* the example's own errors (else hx_last_error()) */
 } job;
 
-/* One pass over the training file: full batches only. */
-static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examples_per_s)
+/* The next full batch of the training file into fd; *got false at its end. */
+static hx_status next_full(job *j, wd_feed *fd, bool *got)
+{
+    const hx_batch *b;
+    hx_status st;
+    *got = false;
+    while (!(st = hx_reader_next(j->train, &b)) && b) {
+        if (b->n < j->o.batch) continue; /* the partial last batch */
+        *got = true;
+        return wd_feed_fill(&j->wf, b, j->o.batch, fd);
+    }
+    return st;
+}
+
+/* One pass over the training file: full batches only. The next batch is
+ * read before the step runs, and its deep ids handed to the deep table,
+ * which reads their rows from disk meanwhile when it lives there. */
+static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examples_per_s,
+                             int64_t *steps)
 {
     const wd_options *o = &j->o;
     hx_feed feeds[WD_N_FEEDS];
@@ -109,25 +136,49 @@ static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examp
                        (double)(j->train_rows / o->batch * o->batch));
     double sum = 0;
     int64_t rows = 0, batches = 0;
-    const hx_batch *b;
-    hx_status st;
-    while (!(st = hx_reader_next(j->train, &b)) && b) {
-        if (b->n < o->batch) continue; /* the partial last batch */
-        if ((st = wd_feed_fill(&j->wf, b, o->batch, &j->fd))) return st;
-        wd_feeds(&j->m, &j->fd, o->batch, &j->wf, feeds);
+    wd_feed *cur = &j->fd, *next = &j->fd_next;
+    bool got, got_next;
+    hx_status st = next_full(j, cur, &got);
+    while (!st && got) {
+        if ((st = next_full(j, next, &got_next))) return st;
+        if (got_next &&
+            (st = hx_embedding_table_prefetch(j->m.deep, next->deep_ids, o->batch * j->wf.n_deep)))
+            return st;
+        wd_feeds(&j->m, cur, o->batch, &j->wf, feeds);
         float loss;
         hx_fetch fetch = {NULL, j->m.loss, &loss, sizeof loss};
         if ((st = hx_session_run(j->s, feeds, WD_N_FEEDS, &fetch, 1, HX_RUN_TRAIN))) return st;
         sum += loss;
-        rows += b->n;
+        rows += cur->n;
         batches++;
         cli_progress_update(&bar, (double)rows, sum / (double)batches);
+        wd_feed *t = cur;
+        cur = next;
+        next = t;
+        got = got_next;
     }
     cli_progress_end(&bar);
     if (st) return st;
     *mean_loss = sum / (double)batches; /* the input check saw at least one batch */
     *examples_per_s = (double)rows / (cli_now() - bar.t0);
+    *steps = batches;
     return hx_reader_rewind(j->train);
+}
+
+/* The deep table's cache and disk traffic per step of an epoch (a table on disk). */
+static void disk_stats(const hx_embedding_stats *a, const hx_embedding_stats *b, int64_t steps)
+{
+    double n = (double)(steps ? steps : 1);
+    int64_t lookups = b->cache_lookups - a->cache_lookups;
+    printf("          deep table on disk: cache %lld rows, hit rate %.1f%%; per step %.0f rows read, "
+           "%.0f written, %.2f MB read, %.2f MB written, I/O wait %.2f ms\n",
+           (long long)b->cache_rows,
+           lookups ? 100.0 * (double)(b->cache_hits - a->cache_hits) / (double)lookups : 100.0,
+           (double)(b->disk_rows_read - a->disk_rows_read) / n,
+           (double)(b->disk_rows_written - a->disk_rows_written) / n,
+           (double)(b->disk_bytes_read - a->disk_bytes_read) / n / 1e6,
+           (double)(b->disk_bytes_written - a->disk_bytes_written) / n / 1e6,
+           (b->io_wait_s - a->io_wait_s) / n * 1e3);
 }
 
 static hx_status evaluate(job *j, wd_metrics *out)
@@ -272,6 +323,7 @@ static hx_status setup(job *j)
     if (!st) st = wd_features_fit(j->train, &j->train_cfg, o->cross_buckets, &j->wf);
     if (!st) st = wd_model_build(o, &j->wf, &j->m);
     if (!st) st = wd_feed_alloc(&j->wf, o->batch, &j->fd);
+    if (!st) st = wd_feed_alloc(&j->wf, o->batch, &j->fd_next);
     hx_session_config sc = hx_session_config_default();
     sc.n_threads = o->threads;
     sc.seed = o->seed;
@@ -287,6 +339,7 @@ static void teardown(job *j)
     hx_session_free(j->s);
     wd_model_free(&j->m);
     wd_feed_free(&j->fd);
+    wd_feed_free(&j->fd_next);
     wd_features_free(&j->wf);
     hx_reader_close(j->train);
     hx_reader_close(j->test);
@@ -324,7 +377,10 @@ int wd_main(int argc, char **argv)
     wd_metrics m = {0};
     for (int e = j.epochs_done + 1; e <= o->epochs; e++) {
         double loss, rate;
-        if (train_epoch(&j, e, &loss, &rate) || evaluate(&j, &m)) {
+        int64_t steps = 0;
+        hx_embedding_stats before, after;
+        if (hx_embedding_table_stats(j.m.deep, &before) || train_epoch(&j, e, &loss, &rate, &steps) ||
+            hx_embedding_table_stats(j.m.deep, &after) || evaluate(&j, &m)) {
             char what[32];
             snprintf(what, sizeof what, "epoch %d", e);
             cli_error("widedeep", what, hx_last_error());
@@ -332,6 +388,7 @@ int wd_main(int argc, char **argv)
         }
         printf("epoch %2d  train loss %.4f  test loss %.4f  AUC %.4f  accuracy %.4f  "
                "%.0f examples/s\n", e, loss, m.log_loss, m.auc, m.accuracy, rate);
+        if (o->deep_on_disk) disk_stats(&before, &after, steps);
         fflush(stdout);
         if (curve) fprintf(curve, "%d,%.6f,%.6f,%.6f,%.6f\n", e, loss, m.log_loss, m.auc, m.accuracy);
         if (o->save && save(&j, e)) {

@@ -44,6 +44,8 @@ static hx_status tables(const wd_options *o, const wd_features *wf, wd_model *m)
     ec.n_threads = o->threads;
     ec.optimizer = hx_embedding_optimizer_default(o->embedding_optimizer);
     ec.optimizer.lr = o->lr_embedding;
+    ec.ssd_path = o->deep_on_disk;
+    ec.cache_bytes = o->deep_cache_bytes;
     hx_status st = hx_embedding_table_create(&ec, &m->deep);
     if (st) return st;
     ec = hx_embedding_config_default();

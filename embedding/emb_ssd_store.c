@@ -1,0 +1,664 @@
+/* The row store of tables larger than memory (see ssd.h). */
+#define _GNU_SOURCE /* O_DIRECT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "embedding/embedding.h"
+#include "memory/memory.h"
+
+#define HDR_BYTES 4096
+#define MAGIC "HXSSDROW"
+#define VERSION 1u
+#define HEAD 16 /* row, checksum */
+#define STAGED (1u << 31) /* tag bit of a read-ahead request */
+#define MERGE 512         /* records at most in one write request */
+#define GROW ((off_t)64 << 20) /* the file grows by fallocate in steps of this */
+
+typedef struct fheader {
+    char magic[8];
+    uint32_t version, rec;
+    int64_t rows;
+    uint64_t payload, shape, file_id, gen, check;
+} fheader;
+
+typedef struct u32vec {
+    uint32_t *v;
+    int64_t n, cap;
+} u32vec;
+
+static bool vec_reserve(u32vec *a, int64_t n)
+{
+    if (n <= a->cap) return true;
+    int64_t cap = a->cap ? a->cap : 1024;
+    while (cap < n) cap *= 2;
+    uint32_t *p = realloc(a->v, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    a->v = p;
+    a->cap = cap;
+    return true;
+}
+
+/* A read-ahead buffer: 0 free, 1 in flight, 2 read and verified, 3 failed. */
+typedef struct stage {
+    int64_t row;
+    int state;
+} stage;
+
+struct hx_emb_store {
+    hx_emb_store_config cfg;
+    char *path;
+    int fd;
+    hx_aio *io;
+    size_t rec;
+    uint32_t first;        /* first data slot */
+    uint64_t file_id, gen;
+    uint32_t *idx;         /* rows: slot + 0, 0 = no record */
+    uint32_t n_slots;      /* slots [first, n_slots) exist in the file */
+    off_t allocated;       /* the file's size: writes inside it do not extend it */
+    bool no_fallocate;     /* the filesystem refused it: writes extend the file */
+    u32vec free_slots, deferred; /* deferred: held by the last checkpoint, replaced since */
+    uint64_t *ckpt;        /* bit per slot: held by the last checkpoint */
+    int64_t ckpt_words;
+    stage *stages;
+    char *stage_buf;
+    int n_stages, inflight;
+    hx_emb_rowmap staged;  /* row -> stage */
+    hx_emb_store_faults faults;
+    int64_t crash_at, write_batches; /* $HX_EMB_SSD_CRASH_AT=K: SIGKILL in the K-th write-back
+                                        after this store's first checkpoint (the crash test) */
+    bool armed;
+    hx_emb_store_stats st;
+};
+
+static uint64_t record_sum(const hx_emb_store *s, int64_t row, const char *payload)
+{
+    return XXH3_64bits_withSeed(payload, s->cfg.payload, (uint64_t)row ^ s->file_id);
+}
+
+static uint64_t header_sum(const fheader *h) { return XXH3_64bits(h, offsetof(fheader, check)); }
+
+static hx_status write_header(hx_emb_store *s, hx_emb_err *err)
+{
+    char *buf = aligned_alloc(4096, HDR_BYTES);
+    if (!buf) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory");
+    memset(buf, 0, HDR_BYTES);
+    fheader h = {.version = VERSION, .rec = (uint32_t)s->rec, .rows = s->cfg.rows,
+                 .payload = s->cfg.payload, .shape = s->cfg.shape, .file_id = s->file_id,
+                 .gen = s->gen};
+    memcpy(h.magic, MAGIC, 8);
+    h.check = header_sum(&h);
+    memcpy(buf, &h, sizeof h);
+    ssize_t k = pwrite(s->fd, buf, HDR_BYTES, 0);
+    int e = errno;
+    free(buf);
+    if (k != HDR_BYTES || fdatasync(s->fd) != 0)
+        return hx_emb_fail(err, HX_ERR_IO, "embedding store '%s': cannot write its header: %s",
+                           s->path, k < 0 ? strerror(e) : k != HDR_BYTES ? "short write" : strerror(errno));
+    return HX_OK;
+}
+
+/* Reads and checks the header of a reused file. */
+static hx_status read_header(hx_emb_store *s, hx_emb_err *err)
+{
+    char *buf = aligned_alloc(4096, HDR_BYTES);
+    if (!buf) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory");
+    ssize_t k = pread(s->fd, buf, HDR_BYTES, 0);
+    fheader h;
+    memcpy(&h, buf, sizeof h);
+    free(buf);
+    if (k != HDR_BYTES || memcmp(h.magic, MAGIC, 8) || h.check != header_sum(&h))
+        return hx_emb_fail(err, HX_ERR_CORRUPT,
+                           "embedding store '%s': the file exists and is not a row store (or its "
+                           "header is corrupt); remove it or name another ssd_path", s->path);
+    if (h.version != VERSION)
+        return hx_emb_fail(err, HX_ERR_UNSUPPORTED, "embedding store '%s': format version %u, this "
+                           "build reads %u", s->path, h.version, VERSION);
+    if (h.rec != s->rec || h.rows != s->cfg.rows || h.payload != s->cfg.payload || h.shape != s->cfg.shape)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
+                           "embedding store '%s': the file holds a table of %" PRId64 " rows with "
+                           "%" PRIu64 "-byte rows of another dim, dtype or optimizer than this "
+                           "one (%" PRId64 " rows, %zu bytes); remove it or name another ssd_path",
+                           s->path, h.rows, h.payload, s->cfg.rows, s->cfg.payload);
+    s->file_id = h.file_id;
+    s->gen = h.gen;
+    return HX_OK;
+}
+
+/* Opens the file (O_DIRECT when asked and taken: tried with a record-sized
+ * write at the end, truncated away after) and reads or writes its header. */
+static hx_status open_file(hx_emb_store *s, hx_emb_err *err)
+{
+    bool direct = s->cfg.direct;
+    for (;;) {
+        s->fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC | (direct ? O_DIRECT : 0), 0600);
+        if (s->fd < 0 && direct && errno == EINVAL) {
+            snprintf(s->st.reason, sizeof s->st.reason, "O_DIRECT refused at open: buffered I/O");
+            direct = false;
+            continue;
+        }
+        if (s->fd < 0)
+            return hx_emb_fail(err, HX_ERR_IO, "embedding store: cannot open '%s': %s; ssd_path must "
+                               "name a file in an existing, writable directory", s->path, strerror(errno));
+        struct stat sb;
+        if (fstat(s->fd, &sb) != 0)
+            return hx_emb_fail(err, HX_ERR_IO, "embedding store '%s': %s", s->path, strerror(errno));
+        hx_status st = sb.st_size > 0 ? read_header(s, err) : write_header(s, err);
+        if (st) return st;
+        off_t size = sb.st_size > HDR_BYTES ? sb.st_size : HDR_BYTES;
+        uint64_t n = (uint64_t)size / s->rec;
+        if (n < s->first) n = s->first;
+        if (n > UINT32_MAX - 1)
+            return hx_emb_fail(err, HX_ERR_CORRUPT, "embedding store '%s': %" PRIu64 " records is "
+                               "more than a store holds", s->path, n);
+        s->n_slots = (uint32_t)n;
+        s->allocated = size;
+        if (!direct) break;
+        char *probe = aligned_alloc(4096, hx__mem_round(s->rec, 4096));
+        if (!probe) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory");
+        memset(probe, 0, s->rec);
+        ssize_t k = pwrite(s->fd, probe, s->rec, (off_t)s->n_slots * (off_t)s->rec);
+        int e = errno;
+        free(probe);
+        if (ftruncate(s->fd, size) != 0)
+            return hx_emb_fail(err, HX_ERR_IO, "embedding store '%s': %s", s->path, strerror(errno));
+        if (k == (ssize_t)s->rec) break;
+        if (k >= 0 || e != EINVAL)
+            return hx_emb_fail(err, HX_ERR_IO, "embedding store '%s': a test write failed: %s", s->path,
+                               k < 0 ? strerror(e) : "short write");
+        snprintf(s->st.reason, sizeof s->st.reason, "O_DIRECT refused a %zu-byte record write "
+                 "(EINVAL): buffered I/O", s->rec);
+        close(s->fd);
+        direct = false;
+    }
+    s->st.direct = direct;
+    return HX_OK;
+}
+
+hx_status hx_emb_store_open(const hx_emb_store_config *cfg, hx_emb_store **out, hx_emb_err *err)
+{
+    *out = NULL;
+    if (!cfg || !cfg->path || !cfg->path[0] || cfg->rows < 1 || cfg->rows > (int64_t)UINT32_MAX - 2 ||
+        !cfg->payload || cfg->payload > ((size_t)1 << 30) || cfg->queue_depth < 1 || cfg->queue_depth > 4096)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
+                           "embedding store: needs a path, rows in [1, 2^32 - 2] (got %lld), a row "
+                           "payload up to 1 GiB and a queue depth in 1..4096",
+                           cfg ? (long long)cfg->rows : 0LL);
+    hx_emb_store *s = calloc(1, sizeof *s);
+    if (!s) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory");
+    s->cfg = *cfg;
+    s->fd = -1;
+    s->faults = (hx_emb_store_faults){-1, -1};
+    s->rec = hx__mem_round(HEAD + cfg->payload, 512);
+    s->first = (uint32_t)((HDR_BYTES + s->rec - 1) / s->rec);
+    s->path = strdup(cfg->path);
+    s->cfg.path = s->path;
+    s->n_stages = cfg->queue_depth;
+    s->idx = calloc((size_t)cfg->rows, sizeof *s->idx);
+    s->stages = calloc((size_t)s->n_stages, sizeof *s->stages);
+    s->stage_buf = aligned_alloc(4096, hx__mem_round((size_t)s->n_stages * s->rec, 4096));
+    const char *crash = getenv("HX_EMB_SSD_CRASH_AT");
+    s->crash_at = crash ? strtoll(crash, NULL, 10) : 0;
+    uint64_t seed[3] = {(uint64_t)time(NULL), (uint64_t)getpid(), (uint64_t)(uintptr_t)s};
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    seed[0] ^= (uint64_t)ts.tv_nsec << 20;
+    s->file_id = XXH3_64bits(seed, sizeof seed);
+    hx_status st = s->path && s->idx && s->stages && s->stage_buf && !hx_emb_rowmap_init(&s->staged, s->n_stages)
+                       ? HX_OK : hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory "
+                                             "for the index of %lld rows", (long long)cfg->rows);
+    if (!st) {
+        hx_mem_err me;
+        char why[192];
+        if (hx__aio_open(HX_DISK_ENGINE_AUTO, cfg->queue_depth, &s->io, why, sizeof why, &me))
+            st = hx_emb_fail(err, HX_ERR_IO, "embedding store: %s", me.msg);
+        else if (why[0])
+            snprintf(s->st.reason, sizeof s->st.reason, "%s", why);
+    }
+    if (!st) st = open_file(s, err);
+    if (st) {
+        hx_emb_store_close(s);
+        return st;
+    }
+    s->st.engine = hx__aio_name(hx__aio_kind(s->io));
+    s->st.rec = s->rec;
+    *out = s;
+    return HX_OK;
+}
+
+/* Waits for every read-ahead in flight (verifying what arrived). */
+static void drain(hx_emb_store *s);
+
+void hx_emb_store_close(hx_emb_store *s)
+{
+    if (!s) return;
+    if (s->io && s->fd >= 0) drain(s);
+    if (s->fd >= 0) close(s->fd);
+    hx__aio_close(s->io);
+    free(s->idx);
+    free(s->free_slots.v);
+    free(s->deferred.v);
+    free(s->ckpt);
+    free(s->stages);
+    free(s->stage_buf);
+    hx_emb_rowmap_free(&s->staged);
+    free(s->path);
+    free(s);
+}
+
+size_t hx_emb_store_rec(const hx_emb_store *s) { return s->rec; }
+bool hx_emb_store_has(const hx_emb_store *s, int64_t row) { return s->idx[row] != 0; }
+const char *hx_emb_store_path(const hx_emb_store *s) { return s->path; }
+int64_t hx_emb_store_offset(const hx_emb_store *s, int64_t row)
+{
+    return s->idx[row] ? (int64_t)s->idx[row] * (int64_t)s->rec : -1;
+}
+void hx_emb_store_set_faults(hx_emb_store *s, const hx_emb_store_faults *f)
+{
+    s->faults = f ? *f : (hx_emb_store_faults){-1, -1};
+}
+
+void hx_emb_store_stats_get(const hx_emb_store *s, hx_emb_store_stats *out)
+{
+    *out = s->st;
+    out->slots = s->n_slots - s->first;
+    out->generation = s->gen;
+}
+
+static bool ckpt_holds(const hx_emb_store *s, uint32_t slot)
+{
+    int64_t w = slot >> 6;
+    return w < s->ckpt_words && (s->ckpt[w] >> (slot & 63) & 1);
+}
+
+/* Row r's record moved (or went): its old slot is free, or waits for the next checkpoint. */
+static void release_slot(hx_emb_store *s, uint32_t old)
+{
+    if (!old) return;
+    u32vec *to = ckpt_holds(s, old) ? &s->deferred : &s->free_slots;
+    to->v[to->n++] = old;
+}
+
+static void unstage(hx_emb_store *s, int64_t row)
+{
+    int32_t k = hx_emb_rowmap_get(&s->staged, row);
+    if (k < 0) return;
+    s->stages[k].state = 0; /* one in flight is collected by drain and dropped then */
+    hx_emb_rowmap_del(&s->staged, row);
+}
+
+void hx_emb_store_forget(hx_emb_store *s, const int64_t *rows, int64_t n)
+{
+    if (!vec_reserve(&s->free_slots, s->free_slots.n + n) || !vec_reserve(&s->deferred, s->deferred.n + n))
+        return; /* out of memory: the records stay (they are only read again if still indexed) */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = rows[i];
+        if (r < 0 || r >= s->cfg.rows || !s->idx[r]) continue;
+        unstage(s, r);
+        release_slot(s, s->idx[r]);
+        s->idx[r] = 0;
+        s->st.rows_on_disk--;
+    }
+}
+
+/* Checks a record that arrived for row: its head names the row and its checksum matches. */
+static bool record_ok(const hx_emb_store *s, int64_t row, const char *recbuf)
+{
+    uint64_t head[2];
+    memcpy(head, recbuf, sizeof head);
+    return head[0] == (uint64_t)row && head[1] == record_sum(s, row, recbuf + HEAD);
+}
+
+static void maybe_flip(const hx_emb_store *s, int64_t row, char *recbuf)
+{
+    if (row == s->faults.flip_read_row) recbuf[HEAD + s->cfg.payload / 2] ^= 0x10;
+}
+
+static int wait_one(hx_emb_store *s, unsigned *tag, long *res)
+{
+    double t0 = hx__now();
+    int e = hx__aio_wait(s->io, tag, res);
+    s->st.io_wait_s += hx__now() - t0;
+    return e;
+}
+
+/* A read-ahead completion. */
+static void staged_done(hx_emb_store *s, unsigned k, long res)
+{
+    stage *g = &s->stages[k];
+    s->inflight--;
+    if (g->state != 1) { /* dropped while in flight */
+        g->state = 0;
+        return;
+    }
+    char *b = s->stage_buf + (size_t)k * s->rec;
+    if (res == (long)s->rec) maybe_flip(s, g->row, b);
+    g->state = res == (long)s->rec && record_ok(s, g->row, b) ? 2 : 3;
+    if (g->state == 2) {
+        s->st.bytes_read += s->rec;
+        s->st.prefetched++;
+    }
+}
+
+static void drain(hx_emb_store *s)
+{
+    while (s->inflight > 0) {
+        unsigned tag;
+        long res;
+        if (wait_one(s, &tag, &res)) { /* the engine failed: forget every read-ahead */
+            for (int k = 0; k < s->n_stages; k++) s->stages[k].state = 0;
+            hx_emb_rowmap_clear(&s->staged);
+            s->inflight = 0;
+            return;
+        }
+        staged_done(s, tag & ~STAGED, res);
+    }
+}
+
+void hx_emb_store_prefetch(hx_emb_store *s, const int64_t *rows, int64_t n)
+{
+    int k = 0, queued = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = rows[i];
+        if (r < 0 || r >= s->cfg.rows || !s->idx[r] || hx_emb_rowmap_get(&s->staged, r) >= 0) continue;
+        while (k < s->n_stages && s->stages[k].state != 0) k++;
+        if (k == s->n_stages) break;
+        char *b = s->stage_buf + (size_t)k * s->rec;
+        if (hx__aio_queue(s->io, s->fd, false, b, s->rec, (off_t)s->idx[r] * (off_t)s->rec,
+                          STAGED | (unsigned)k))
+            break;
+        s->stages[k] = (stage){r, 1};
+        hx_emb_rowmap_put(&s->staged, r, k);
+        s->inflight++;
+        queued++;
+    }
+    if (queued && hx__aio_flush(s->io)) { /* none started: forget them */
+        for (int j = 0; j < s->n_stages; j++)
+            if (s->stages[j].state == 1) {
+                hx_emb_rowmap_del(&s->staged, s->stages[j].row);
+                s->stages[j].state = 0;
+                s->inflight--;
+            }
+    }
+}
+
+/* ---- batches ---------------------------------------------------------------------------- */
+
+typedef struct req {
+    bool write;
+    int64_t row;    /* the first row */
+    uint32_t slot;  /* the first slot */
+    char *buf;
+    int count;      /* records: a write of consecutive slots is one request */
+} req;
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Makes the file hold slots below `end` before they are written: writes
+ * that extend a file are synchronous under O_DIRECT (ext4, xfs), writes
+ * into allocated space are not. */
+static void allocate(hx_emb_store *s, uint32_t end)
+{
+    off_t need = (off_t)end * (off_t)s->rec;
+    if (s->no_fallocate || need <= s->allocated) return;
+    off_t step = (off_t)s->cfg.rows * (off_t)s->rec / 64; /* a 64th of the table, 1-64 MiB */
+    step = step < ((off_t)1 << 20) ? (off_t)1 << 20 : step > GROW ? GROW : step;
+    off_t len = need - s->allocated < step ? step : need - s->allocated;
+    if (fallocate(s->fd, 0, s->allocated, len) == 0) s->allocated += len;
+    else s->no_fallocate = true;
+}
+
+static hx_status req_fail(hx_emb_store *s, const req *q, hx_status st, const char *what, hx_emb_err *err)
+{
+    return hx_emb_fail(err, st, "embedding store '%s': %s of row %" PRId64 "%s (slot %" PRIu32 ", file "
+                       "offset %" PRId64 ", %zu bytes) failed: %s; %s", s->path,
+                       q->write ? "write" : "read", q->row, q->count > 1 ? " and the next records" : "",
+                       q->slot, (int64_t)q->slot * (int64_t)s->rec, (size_t)q->count * s->rec, what,
+                       q->write ? "nothing of this batch is applied: each row keeps its previous record"
+                                : "the stored record is unchanged");
+}
+
+hx_status hx_emb_store_batch(hx_emb_store *s, const int64_t *wrows, char *wbuf, int64_t nw,
+                             const int64_t *rrows, char *rbuf, int64_t nr, hx_emb_err *err)
+{
+    drain(s);
+    int64_t n = nw + nr;
+    if (!n) return HX_OK;
+    if ((uint64_t)s->n_slots + (uint64_t)nw > UINT32_MAX - 1)
+        return hx_emb_fail(err, HX_ERR_IO, "embedding store '%s': the file holds the most records a "
+                           "store can (2^32 - 2 slots); checkpoint to free the replaced ones", s->path);
+    req *qs = malloc((size_t)n * sizeof *qs);
+    if (!qs || !vec_reserve(&s->free_slots, s->free_slots.n + nw) ||
+        !vec_reserve(&s->deferred, s->deferred.n + nw)) {
+        free(qs);
+        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory for a batch of "
+                           "%" PRId64 " records", n);
+    }
+    int64_t m = 0;
+    uint32_t n_slots0 = s->n_slots;
+    int64_t free0 = s->free_slots.n;
+    /* Fresh slots in ascending order, so that writes of consecutive slots
+     * (the file's tail above all) go out as one request. */
+    uint32_t *slots = nw ? malloc((size_t)nw * sizeof *slots) : NULL;
+    if (nw && !slots) {
+        free(qs);
+        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory");
+    }
+    for (int64_t i = 0; i < nw; i++) slots[i] = s->free_slots.n ? s->free_slots.v[--s->free_slots.n] : s->n_slots++;
+    if (nw) qsort(slots, (size_t)nw, sizeof *slots, cmp_u32);
+    allocate(s, s->n_slots);
+    for (int64_t i = 0; i < nw; i++) {
+        char *b = wbuf + (size_t)i * s->rec;
+        uint64_t head[2] = {(uint64_t)wrows[i], record_sum(s, wrows[i], b + HEAD)};
+        memcpy(b, head, sizeof head);
+        unstage(s, wrows[i]);
+        req *last = m ? &qs[m - 1] : NULL;
+        if (last && last->slot + (uint32_t)last->count == slots[i] && last->count < MERGE) last->count++;
+        else qs[m++] = (req){true, wrows[i], slots[i], b, 1};
+    }
+    int64_t nwreq = m;
+    int64_t nread = 0;
+    for (int64_t i = 0; i < nr; i++) {
+        char *b = rbuf + (size_t)i * s->rec;
+        int32_t k = hx_emb_rowmap_get(&s->staged, rrows[i]);
+        if (k >= 0 && s->stages[k].state == 2) { /* read ahead: no I/O */
+            memcpy(b, s->stage_buf + (size_t)k * s->rec, s->rec);
+            unstage(s, rrows[i]);
+            s->st.rows_read++;
+            continue;
+        }
+        if (k >= 0) unstage(s, rrows[i]);
+        qs[m++] = (req){false, rrows[i], s->idx[rrows[i]], b, 1};
+        nread++;
+    }
+    bool crash = nw > 0 && s->armed && ++s->write_batches == s->crash_at;
+    hx_status st = HX_OK;
+    int64_t next = 0, done = 0, wdone = 0, inflight = 0;
+    int depth = s->cfg.queue_depth;
+    while (done < m) {
+        int64_t queued = 0;
+        while (!st && next < m && inflight < depth) {
+            req *q = &qs[next];
+            int e = hx__aio_queue(s->io, s->fd, q->write, q->buf, (size_t)q->count * s->rec,
+                                  (off_t)q->slot * (off_t)s->rec, (unsigned)next);
+            if (e) {
+                st = req_fail(s, q, HX_ERR_IO, strerror(-e), err);
+                break;
+            }
+            next++;
+            inflight++;
+            queued++;
+        }
+        if (queued) {
+            int e = hx__aio_flush(s->io);
+            if (e) { /* none of those started */
+                inflight -= queued;
+                done += queued;
+                if (!st) st = req_fail(s, &qs[next - 1], HX_ERR_IO, strerror(-e), err);
+            }
+        }
+        if (st && !inflight) break;
+        if (!inflight) continue;
+        unsigned tag;
+        long res;
+        int e = wait_one(s, &tag, &res);
+        if (e) {
+            st = st ? st : hx_emb_fail(err, HX_ERR_IO, "embedding store '%s': waiting for I/O failed: "
+                                       "%s; nothing of this batch is applied", s->path, strerror(-e));
+            break; /* the engine cannot give back the rest */
+        }
+        inflight--;
+        done++;
+        req *q = &qs[tag];
+        long len = (long)((size_t)q->count * s->rec);
+        for (int c = 0; q->write && c < q->count && res == len; c++) /* the injected short write */
+            if (wrows[(q->buf - wbuf) / (ptrdiff_t)s->rec + c] == s->faults.short_write_row) res = len / 2;
+        if (!q->write && res == (long)s->rec) maybe_flip(s, q->row, q->buf);
+        char what[160];
+        if (res < 0) {
+            if (!st) st = req_fail(s, q, HX_ERR_IO, strerror((int)-res), err);
+        } else if (res < len) {
+            snprintf(what, sizeof what, "short %s: %ld of %ld bytes", q->write ? "write" : "read", res, len);
+            if (!st) st = req_fail(s, q, HX_ERR_IO, what, err);
+        } else if (!q->write && !record_ok(s, q->row, q->buf)) {
+            if (!st) st = req_fail(s, q, HX_ERR_CORRUPT, "the record's checksum or row does not match: "
+                                   "the data on disk is corrupt", err);
+        } else if (q->write && crash && ++wdone * 2 >= nwreq) {
+            raise(SIGKILL); /* the crash test: half of this write-back is on disk */
+        }
+    }
+    if (st) { /* the new slots go back; the index is as it was */
+        s->free_slots.n = free0; /* the slots taken are still there, above n */
+        s->n_slots = n_slots0;
+        free(qs);
+        free(slots);
+        return st;
+    }
+    for (int64_t i = 0; i < nw; i++) {
+        int64_t r = wrows[i];
+        if (!s->idx[r]) s->st.rows_on_disk++;
+        release_slot(s, s->idx[r]);
+        s->idx[r] = slots[i];
+    }
+    free(slots);
+    s->st.rows_written += (uint64_t)nw;
+    s->st.bytes_written += (uint64_t)nw * s->rec;
+    s->st.rows_read += (uint64_t)nread;
+    s->st.bytes_read += (uint64_t)nread * s->rec;
+    free(qs);
+    return HX_OK;
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------------- */
+
+hx_status hx_emb_store_ckpt_begin(hx_emb_store *s, const uint32_t **idx, uint64_t *file_id,
+                                  uint64_t *gen, hx_emb_err *err)
+{
+    drain(s);
+    if (fdatasync(s->fd) != 0)
+        return hx_emb_fail(err, HX_ERR_IO, "embedding store '%s': cannot flush it to disk: %s", s->path,
+                           strerror(errno));
+    *idx = s->idx;
+    *file_id = s->file_id;
+    *gen = s->gen + 1;
+    return HX_OK;
+}
+
+/* Marks the slots idx holds as the checkpoint's. */
+static hx_status mark_ckpt(hx_emb_store *s, const uint32_t *idx, bool check, hx_emb_err *err)
+{
+    int64_t words = ((int64_t)s->n_slots + 63) / 64;
+    uint64_t *bits = calloc((size_t)words, sizeof *bits);
+    if (!bits) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory");
+    for (int64_t r = 0; r < s->cfg.rows; r++) {
+        uint32_t v = idx[r];
+        if (!v) continue;
+        if (check && (v < s->first || v >= s->n_slots || (bits[v >> 6] >> (v & 63) & 1))) {
+            free(bits);
+            return hx_emb_fail(err, HX_ERR_CORRUPT,
+                               "embedding store '%s': the checkpoint gives row %" PRId64 " slot %" PRIu32
+                               ", %s", s->path, r, v,
+                               v < s->first || v >= s->n_slots ? "which the file does not hold"
+                                                                : "which another row holds too");
+        }
+        bits[v >> 6] |= 1ull << (v & 63);
+    }
+    free(s->ckpt);
+    s->ckpt = bits;
+    s->ckpt_words = words;
+    return HX_OK;
+}
+
+hx_status hx_emb_store_ckpt_end(hx_emb_store *s, uint64_t gen, hx_emb_err *err)
+{
+    uint64_t old = s->gen;
+    s->gen = gen;
+    hx_status st = write_header(s, err);
+    if (st) {
+        s->gen = old;
+        return st;
+    }
+    s->armed = s->crash_at > 0;
+    if (mark_ckpt(s, s->idx, false, err)) return HX_OK; /* keeps the old marks: nothing freed */
+    if (!vec_reserve(&s->free_slots, s->free_slots.n + s->deferred.n)) return HX_OK;
+    for (int64_t i = 0; i < s->deferred.n; i++) s->free_slots.v[s->free_slots.n++] = s->deferred.v[i];
+    s->deferred.n = 0;
+    return HX_OK;
+}
+
+hx_status hx_emb_store_adopt(hx_emb_store *s, const uint32_t *idx, uint64_t file_id, uint64_t gen,
+                             hx_emb_err *err)
+{
+    drain(s);
+    if (file_id != s->file_id)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
+                           "embedding store '%s': the checkpoint belongs to another row store "
+                           "(file id %016" PRIx64 ", this one %016" PRIx64 "); load it into a table "
+                           "over the ssd_path it was saved from", s->path, file_id, s->file_id);
+    if (gen < s->gen)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
+                           "embedding store '%s': the checkpoint is generation %" PRIu64 " but %" PRIu64
+                           " was committed since, which reused its records; load the latest one",
+                           s->path, gen, s->gen);
+    uint64_t *old_bits = s->ckpt;
+    int64_t old_words = s->ckpt_words;
+    s->ckpt = NULL;
+    hx_status st = mark_ckpt(s, idx, true, err);
+    u32vec fresh = {0};
+    if (!st && !vec_reserve(&fresh, (int64_t)s->n_slots))
+        st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory");
+    if (st) {
+        free(s->ckpt);
+        s->ckpt = old_bits;
+        s->ckpt_words = old_words;
+        return st;
+    }
+    free(old_bits);
+    for (uint32_t v = s->n_slots; v-- > s->first;)
+        if (!ckpt_holds(s, v)) fresh.v[fresh.n++] = v;
+    free(s->free_slots.v);
+    s->free_slots = fresh;
+    s->deferred.n = 0;
+    memcpy(s->idx, idx, (size_t)s->cfg.rows * sizeof *idx);
+    int64_t on = 0;
+    for (int64_t r = 0; r < s->cfg.rows; r++) on += idx[r] != 0;
+    s->st.rows_on_disk = on;
+    for (int k = 0; k < s->n_stages; k++) s->stages[k].state = 0;
+    hx_emb_rowmap_clear(&s->staged);
+    s->gen = gen;
+    return HX_OK;
+}
