@@ -86,6 +86,7 @@ hx_test(test_train_schedule      30       unit)
 hx_test(test_train_state         30       sched io)
 hx_test(test_update_status       30       unit)
 hx_test(test_update_trace        30       sched io)
+hx_test(test_vmath               60       unit)
 hx_test(test_widedeep            30       io embedding)
 
 hx_test(test_gpu_backend         120      gpu)

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "hx_kinternal.h"
+#include "vmath.h"
 
 /* ---- binary ------------------------------------------------------------- */
 
@@ -128,37 +129,21 @@ void hx_k_binary_f32(hx_binary_op op, float *out, const float *a, const int64_t 
 
 /* ---- unary forward ------------------------------------------------------ */
 
-#define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrt(2 / pi) */
-
 // y (n) = f(x (n)), one function per op
 static void relu_forward(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-static void gelu_forward(float *y, const float *x, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        float xi = x[i];
-        float cube = 0.044715f * xi * xi * xi;
-        y[i] = 0.5f * xi * (1.0f + tanhf(GELU_SCALING_FACTOR * (xi + cube)));
-    }
-}
+/* gelu (tanh form), sigmoid, tanh and exp: kernels/cpu/vmath.h, which
+ * states their error bounds */
+static void gelu_forward(float *y, const float *x, int64_t n) { hx__vmath()->gelu(y, x, n); }
 
-static void sigmoid_forward(float *y, const float *x, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
-}
+static void sigmoid_forward(float *y, const float *x, int64_t n) { hx__vmath()->sigmoid(y, x, n); }
 
-static void tanh_forward(float *y, const float *x, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
-}
+static void tanh_forward(float *y, const float *x, int64_t n) { hx__vmath()->tanh(y, x, n); }
 
-static void exp_forward(float *y, const float *x, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
-}
+static void exp_forward(float *y, const float *x, int64_t n) { hx__vmath()->exp(y, x, n); }
 
 static void log_forward(float *y, const float *x, int64_t n)
 {
@@ -208,15 +193,7 @@ static void relu_backward(float *dx, const float *dy, const float *x, int64_t n)
 
 static void gelu_backward(float *dx, const float *dy, const float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float xi = x[i];
-        float cube = 0.044715f * xi * xi * xi;
-        float tanh_out = tanhf(GELU_SCALING_FACTOR * (xi + cube));
-        float sech2 = 1.0f - tanh_out * tanh_out;
-        float local_grad = 0.5f * (1.0f + tanh_out) +
-                           0.5f * xi * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * xi * xi);
-        dx[i] = dy[i] * local_grad;
-    }
+    hx__vmath()->gelu_backward(dx, dy, x, n);
 }
 
 static void sigmoid_backward(float *dx, const float *dy, const float *y, int64_t n)

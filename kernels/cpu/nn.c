@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "hx_kinternal.h"
+#include "vmath.h"
 
 /* ---- causal mask ---------------------------------------------------------- */
 
@@ -74,12 +75,16 @@ void hx_k_dropout_f32(float *y, const float *x, float p, uint64_t seed, uint64_t
  * any thread count. */
 #define LOSS_SPLIT 64
 
-// loss of one row x (C): logsumexp(x) - x[label]
+// loss of one row x (C): logsumexp(x) - x[label]; the exponentials go
+// through a stack buffer, a block at a time, block sums added in order
 static double cross_entropy_row(const float *x, int64_t C, int64_t label)
 {
+    enum { BLOCK = 512 };
+    float e[BLOCK];
     float maxv = hx_k_max_f32(x, C);
     float sum = 0.0f;
-    for (int64_t j = 0; j < C; j++) sum += expf(x[j] - maxv);
+    for (int64_t j = 0; j < C; j += BLOCK)
+        sum += hx__vmath()->exp_shift_sum(e, x + j, maxv, C - j < BLOCK ? C - j : BLOCK);
     return (double)maxv + log((double)sum) - (double)x[label];
 }
 
@@ -120,11 +125,7 @@ static void cross_entropy_backward(float *dx, const float *x, int64_t C, int64_t
                                    float scale)
 {
     float maxv = hx_k_max_f32(x, C);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < C; j++) {
-        dx[j] = expf(x[j] - maxv);
-        sum += dx[j];
-    }
+    float sum = hx__vmath()->exp_shift_sum(dx, x, maxv, C);
     float inv = 1.0f / sum;
     for (int64_t j = 0; j < C; j++) dx[j] = scale * (dx[j] * inv - (j == label ? 1.0f : 0.0f));
 }

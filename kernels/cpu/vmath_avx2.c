@@ -1,0 +1,58 @@
+/* Vector math, AVX2 + FMA path: 8 floats at a time, the same roundings as
+ * the scalar path. Run only where hx_k_isa() says the CPU has AVX2. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma STDC FP_CONTRACT OFF
+#else
+#pragma GCC target("avx2,fma")
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#define W 8
+typedef __m256 V;
+typedef __m256 M;
+
+static inline V pow2_avx2(V n)
+{
+    __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
+
+static inline V copysign_avx2(V m, V s)
+{
+    const V sign = _mm256_set1_ps(-0.0f);
+    return _mm256_or_ps(_mm256_andnot_ps(sign, m), _mm256_and_ps(sign, s));
+}
+
+#define V_LOAD(p) _mm256_loadu_ps(p)
+#define V_STORE(p, x) _mm256_storeu_ps(p, x)
+#define V_SET1(x) _mm256_set1_ps(x)
+#define V_ADD(a, b) _mm256_add_ps(a, b)
+#define V_SUB(a, b) _mm256_sub_ps(a, b)
+#define V_MUL(a, b) _mm256_mul_ps(a, b)
+#define V_DIV(a, b) _mm256_div_ps(a, b)
+#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+/* vmaxps/vminps return the second operand when either is NaN; as written
+ * here (a > b ? a : b) a NaN in a gives b */
+#define V_MAX(a, b) _mm256_max_ps(a, b)
+#define V_MIN(a, b) _mm256_min_ps(a, b)
+#define V_ABS(x) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)
+#define V_COPYSIGN(m, s) copysign_avx2(m, s)
+#define V_FLOOR(x) _mm256_round_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+#define V_RINT(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define V_POW2(n) pow2_avx2(n)
+#define V_LT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
+#define V_GE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
+#define V_EQ(a, b) _mm256_cmp_ps(a, b, _CMP_EQ_OQ)
+#define V_ISNAN(x) _mm256_cmp_ps(x, x, _CMP_UNORD_Q)
+#define V_SEL(m, a, b) _mm256_blendv_ps(b, a, m)
+#define PATH hx__vmath_avx2
+
+#include "vmath_body.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

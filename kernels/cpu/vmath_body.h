@@ -1,0 +1,201 @@
+/* Vector transcendentals (exp, tanh, sigmoid, tanh-form GELU and its
+ * derivative), written once over a small vector vocabulary. Each path's file
+ * (vmath_scalar.c, vmath_avx2.c, vmath_avx512.c) defines the vocabulary,
+ * turns off fp-contract and includes this file once, so that every path
+ * takes the same roundings and all three give the same bits for every input
+ * (tests/test_vmath.c checks it). The maximum errors, measured against a
+ * double reference by test_vmath over the whole f32 range, are stated in
+ * vmath.h.
+ *
+ *   W, V                         lanes, vector of W floats
+ *   V_LOAD(p) V_STORE(p, x)      f32, any alignment
+ *   V_SET1(x) V_ADD V_SUB V_MUL V_DIV
+ *   V_FMA(a, b, c)               a*b + c with one rounding
+ *   V_MAX(a, b) V_MIN(a, b)      a > b ? a : b and a < b ? a : b: a NaN in
+ *                                a gives b
+ *   V_ABS(x) V_COPYSIGN(m, s)    |x|; |m| with the sign of s
+ *   V_FLOOR(x) V_RINT(x)         to an integer, down / to nearest even
+ *   V_POW2(n)                    2^n for integer-valued n in [-126, 127]
+ *   M, V_LT(a, b) V_GE(a, b) V_EQ(a, b) V_ISNAN(x)
+ *                                lane masks (false for NaN except V_ISNAN)
+ *   V_SEL(m, a, b)               m ? a : b, per lane
+ *   PATH                         the hx_vmath_path this file defines */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "vmath.h"
+
+#define VM_INLINE static inline __attribute__((always_inline))
+
+/* A NaN input comes out as itself, quiet: which operand's NaN an operation
+ * on two NaNs returns depends on the order the compiler gives its
+ * operands, so every function ends with this rather than letting a NaN
+ * flow through. */
+VM_INLINE V vm_nan_in(V x, V y) { return V_SEL(V_ISNAN(x), V_ADD(x, x), y); }
+
+/* dy * g with dy's NaN first, then x's (g is x's function). */
+VM_INLINE V vm_times_grad(V dy, V x, V g)
+{
+    return vm_nan_in(dy, vm_nan_in(x, V_MUL(dy, g)));
+}
+
+/* e^x: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, the low part of ln2
+ * through an FMA), e^r by its Taylor polynomial of degree 7 (truncation
+ * below 2^-27 relative), 2^n applied as two factors so that results down in
+ * the denormals are rounded once. x is clamped to [-104, 89] first (beyond
+ * that the result is 0 or inf anyway, and n stays small); a NaN returns
+ * quiet. */
+VM_INLINE V vm_exp(V x)
+{
+    V xc = V_MIN(V_MAX(x, V_SET1(-104.0f)), V_SET1(89.0f));
+    V n = V_RINT(V_MUL(xc, V_SET1(1.44269504088896341f)));
+    V r = V_FMA(n, V_SET1(-0.693145751953125f), xc); /* ln2's high part, 16 bits */
+    r = V_FMA(n, V_SET1(-1.42860682030941723e-6f), r);
+    V p = V_SET1(1.0f / 5040.0f);
+    p = V_FMA(p, r, V_SET1(1.0f / 720.0f));
+    p = V_FMA(p, r, V_SET1(1.0f / 120.0f));
+    p = V_FMA(p, r, V_SET1(1.0f / 24.0f));
+    p = V_FMA(p, r, V_SET1(1.0f / 6.0f));
+    p = V_FMA(p, r, V_SET1(0.5f));
+    p = V_FMA(p, r, V_SET1(1.0f));
+    p = V_FMA(p, r, V_SET1(1.0f));
+    V n1 = V_FLOOR(V_MUL(n, V_SET1(0.5f)));
+    V y = V_MUL(V_MUL(p, V_POW2(n1)), V_POW2(V_SUB(n, n1)));
+    return vm_nan_in(x, y);
+}
+
+/* tanh: below |x| = 0.625 an odd polynomial x + x^3 P(x^2) (P fitted by
+ * weighted least squares for relative error on [0, 0.625]); above it
+ * (1 - e) / (1 + e) with e = e^(-2|x|), where the subtraction loses at most
+ * a factor of 2.2. The sign is x's (tanh(-0) = -0). */
+VM_INLINE V vm_tanh(V x)
+{
+    V a = V_ABS(x);
+    V x2 = V_MUL(x, x);
+    V p = V_SET1(-0.005731194745749235f);
+    p = V_FMA(p, x2, V_SET1(0.020664723590016365f));
+    p = V_FMA(p, x2, V_SET1(-0.053748443722724915f));
+    p = V_FMA(p, x2, V_SET1(0.13331560790538788f));
+    p = V_FMA(p, x2, V_SET1(-0.3333328664302826f));
+    V small = V_FMA(V_MUL(a, x2), p, a);
+    V e = vm_exp(V_MUL(a, V_SET1(-2.0f)));
+    V large = V_DIV(V_SUB(V_SET1(1.0f), e), V_ADD(V_SET1(1.0f), e));
+    return vm_nan_in(x, V_COPYSIGN(V_SEL(V_LT(a, V_SET1(0.625f)), small, large), x));
+}
+
+/* sigma(z) = 1 / (1 + e^-z) from e = e^(-|z|) <= 1, so that nothing
+ * overflows: z >= 0: 1 / (1 + e), z < 0: e / (1 + e). With one_minus (not
+ * NULL), also 1 - sigma(z) the same way, without the cancellation of 1 - s. */
+VM_INLINE V vm_sigma(V z, V *one_minus)
+{
+    V e = vm_exp(V_MUL(V_ABS(z), V_SET1(-1.0f)));
+    V d = V_ADD(V_SET1(1.0f), e);
+    M pos = V_GE(z, V_SET1(0.0f));
+    if (one_minus) *one_minus = V_DIV(V_SEL(pos, e, V_SET1(1.0f)), d);
+    return V_DIV(V_SEL(pos, V_SET1(1.0f), e), d);
+}
+
+VM_INLINE V vm_sigmoid(V x) { return vm_nan_in(x, vm_sigma(x, NULL)); }
+
+#define VM_GELU_C 0.7978845608028654f /* sqrt(2 / pi) */
+#define VM_GELU_K 0.044715f
+
+/* 2u = 2 sqrt(2/pi) (x + 0.044715 x^3), the argument of GELU's sigmoid. */
+VM_INLINE V vm_gelu_arg(V x, V x2)
+{
+    return V_MUL(V_MUL(V_SET1(2.0f * VM_GELU_C), x), V_FMA(V_SET1(VM_GELU_K), x2, V_SET1(1.0f)));
+}
+
+/* GELU, tanh form: 0.5 x (1 + tanh(u)) = x sigma(2u), which does not cancel
+ * for negative x as 1 + tanh(u) does. sigma(2u) = 0 (x -> -inf) gives -0,
+ * not -inf * 0. */
+VM_INLINE V vm_gelu(V x)
+{
+    V s = vm_sigma(vm_gelu_arg(x, V_MUL(x, x)), NULL);
+    return vm_nan_in(x, V_SEL(V_EQ(s, V_SET1(0.0f)), V_SET1(-0.0f), V_MUL(x, s)));
+}
+
+/* d/dx x sigma(2u) = s + x s (1 - s) 2u'(x), u' = sqrt(2/pi) (1 + 3k x^2).
+ * Where s (1 - s) is 0 the second term's limit is 0 (x -> +-inf), not
+ * inf * 0. */
+VM_INLINE V vm_gelu_grad(V x)
+{
+    V x2 = V_MUL(x, x);
+    V sc;
+    V s = vm_sigma(vm_gelu_arg(x, x2), &sc);
+    V ss = V_MUL(s, sc);
+    V du = V_MUL(V_SET1(2.0f * VM_GELU_C), V_FMA(V_SET1(3.0f * VM_GELU_K), x2, V_SET1(1.0f)));
+    V g = V_FMA(V_MUL(x, du), ss, s);
+    return vm_nan_in(x, V_SEL(V_EQ(ss, V_SET1(0.0f)), s, g));
+}
+
+/* The loops: whole vectors, then the tail through a W-element staging copy,
+ * so every element takes the same operations. */
+#define VM_MAP1(name, fn)                                                                \
+    static void name(float *y, const float *x, int64_t n)                                \
+    {                                                                                    \
+        int64_t i = 0;                                                                   \
+        for (; i + W <= n; i += W) V_STORE(y + i, fn(V_LOAD(x + i)));                    \
+        if (i < n) {                                                                     \
+            float t[W] = {0};                                                            \
+            memcpy(t, x + i, (size_t)(n - i) * sizeof(float));                           \
+            V_STORE(t, fn(V_LOAD(t)));                                                   \
+            memcpy(y + i, t, (size_t)(n - i) * sizeof(float));                           \
+        }                                                                                \
+    }
+
+VM_MAP1(vm_exp_n, vm_exp)
+VM_MAP1(vm_tanh_n, vm_tanh)
+VM_MAP1(vm_sigmoid_n, vm_sigmoid)
+VM_MAP1(vm_gelu_n, vm_gelu)
+
+// dx (n) = dy (n) * gelu'(x (n))
+static void vm_gelu_backward_n(float *dx, const float *dy, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + W <= n; i += W) {
+        V xv = V_LOAD(x + i), dyv = V_LOAD(dy + i);
+        V_STORE(dx + i, vm_times_grad(dyv, xv, vm_gelu_grad(xv)));
+    }
+    if (i < n) {
+        float tx[W] = {0}, tdy[W] = {0};
+        memcpy(tx, x + i, (size_t)(n - i) * sizeof(float));
+        memcpy(tdy, dy + i, (size_t)(n - i) * sizeof(float));
+        V xv = V_LOAD(tx), dyv = V_LOAD(tdy);
+        V_STORE(tx, vm_times_grad(dyv, xv, vm_gelu_grad(xv)));
+        memcpy(dx + i, tx, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+/* y (n) = e^(x (n) - shift), returning the sum of y in the order of
+ * hx_k_sum_f32 (16 partial sums, fixed tree) so softmax needs one pass. */
+static float vm_exp_shift_sum_n(float *y, const float *x, float shift, int64_t n)
+{
+    V sh = V_SET1(shift);
+    int64_t i = 0;
+    for (; i + W <= n; i += W) V_STORE(y + i, vm_exp(V_SUB(V_LOAD(x + i), sh)));
+    if (i < n) {
+        float t[W] = {0};
+        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+        V_STORE(t, vm_exp(V_SUB(V_LOAD(t), sh)));
+        memcpy(y + i, t, (size_t)(n - i) * sizeof(float));
+    }
+    float acc[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) acc[k] += y[j + k];
+    for (int k = 0; j + k < n; k++) acc[k] += y[j + k];
+    for (int w = 8; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) acc[k] += acc[k + w];
+    return acc[0];
+}
+
+const hx_vmath_path PATH = {
+    .exp = vm_exp_n,
+    .tanh = vm_tanh_n,
+    .sigmoid = vm_sigmoid_n,
+    .gelu = vm_gelu_n,
+    .gelu_backward = vm_gelu_backward_n,
+    .exp_shift_sum = vm_exp_shift_sum_n,
+};

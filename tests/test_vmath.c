@@ -1,0 +1,227 @@
+/* test_vmath: the vector transcendentals of kernels/cpu/vmath.h against a
+ * double reference, over a sweep of the whole f32 range (every 4099th bit
+ * pattern: both signs, denormals, normals, +-inf, NaNs), random inputs where
+ * the functions bend, and the edges (0, +-0, the overflow and underflow
+ * thresholds, the branch points); every path the CPU has (scalar, AVX2,
+ * AVX-512) gives the same bits as the scalar one for every input.
+ *
+ * Error in ulp: |y - ref| / ulp(ref), ulp of the f32 format at |ref| (2^-149
+ * in the denormals). Bounds asserted:
+ *   exp, tanh, sigmoid   vmath.h's figures, everywhere;
+ *   gelu, gelu'          vmath.h's figure at x >= 0; at x < 0, gelu(x) =
+ *                        x sigma(2u(x)) with |2u| up to 88, and the f32
+ *                        rounding of u alone (a few ulp of u) moves the
+ *                        result by about |2u| times that, and gelu' has a
+ *                        root at x = -0.75: there the error is bounded in
+ *                        ulp times max(1, |d log f / d log x|), the
+ *                        function's condition number (from the reference,
+ *                        by a central difference). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/hx_kernels.h"
+#include "kernels/cpu/vmath.h"
+#include "tests/util/testutil.h"
+
+enum { F_EXP, F_TANH, F_SIGMOID, F_GELU, F_GELU_GRAD, F_N };
+static const char *const FNAMES[F_N] = {"exp", "tanh", "sigmoid", "gelu", "gelu'"};
+/* vmath.h's stated maximum errors, in ulp; for gelu and gelu' at x < 0, in
+ * ulp times max(1, condition number) */
+static const double BOUND[F_N] = {1.0, 2.0, 2.5, 3.0, 3.0};
+static const double BOUND_NEG[F_N] = {0, 0, 0, 6.0, 10.0};
+
+#define C_GELU 0.79788456080286535588 /* sqrt(2/pi) */
+
+static double sigma_ref(double z) { return z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z)); }
+
+static double ref(int f, double x)
+{
+    switch (f) {
+    case F_EXP: return exp(x);
+    case F_TANH: return tanh(x);
+    case F_SIGMOID: return sigma_ref(x);
+    case F_GELU:
+        if (isinf(x)) return x > 0 ? x : -0.0;
+        return x * sigma_ref(2 * C_GELU * (x + 0.044715 * x * x * x));
+    case F_GELU_GRAD: {
+        if (isinf(x)) return x > 0 ? 1 : 0;
+        double z = 2 * C_GELU * (x + 0.044715 * x * x * x);
+        double s = sigma_ref(z), sc = sigma_ref(-z);
+        return s + x * s * sc * 2 * C_GELU * (1 + 3 * 0.044715 * x * x);
+    }
+    }
+    return NAN;
+}
+
+/* |d log f / d log x| at x, by a central difference of the reference. */
+static double condition(int f, double x)
+{
+    double h = fabs(x) * 1e-7, y = ref(f, x);
+    if (h == 0 || y == 0 || !isfinite(y)) return 0;
+    return fabs((ref(f, x + h) - ref(f, x - h)) / (2 * h) * x / y);
+}
+
+static void run_path(const hx_vmath_path *p, int f, float *y, const float *x, int64_t n)
+{
+    switch (f) {
+    case F_EXP: p->exp(y, x, n); break;
+    case F_TANH: p->tanh(y, x, n); break;
+    case F_SIGMOID: p->sigmoid(y, x, n); break;
+    case F_GELU: p->gelu(y, x, n); break;
+    case F_GELU_GRAD: {
+        float *one = malloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) one[i] = 1.0f;
+        p->gelu_backward(y, one, x, n);
+        free(one);
+        break;
+    }
+    }
+}
+
+/* Error of y against r in ulp of the f32 format at |r|; r beyond the f32
+ * range must give inf of its sign; NaN must give NaN. */
+static double ulp_err(float y, double r)
+{
+    if (isnan(r)) return isnan(y) ? 0 : INFINITY;
+    if (isnan(y)) return INFINITY;
+    if (fabs(r) > 3.4028234663852886e38) {
+        /* rounds to inf unless within half an ulp of FLT_MAX */
+        double lim = (double)3.4028235677973366e38 + ldexp(1, 103);
+        if (fabs(r) >= lim) return (isinf(y) && (y > 0) == (r > 0)) ? 0 : INFINITY;
+    }
+    if (isinf(y)) return fabs(r) > 3.4028234e38 ? 0.5 : INFINITY;
+    double a = fabs(r);
+    int e;
+    frexp(a < 0x1p-126 ? 0x1p-126 : a, &e);
+    double ulp = ldexp(1, e - 24);
+    return fabs((double)y - r) / ulp;
+}
+
+static const hx_vmath_path *const PATHS[] = {&hx__vmath_scalar, &hx__vmath_avx2, &hx__vmath_avx512};
+static const char *const PATH_NAMES[] = {"scalar", "avx2", "avx512"};
+
+/* The inputs: the sweep, the edges, and random values in [-20, 20]. */
+static float *make_inputs(int64_t *count)
+{
+    const uint64_t stride = 4099;
+    int64_t nsweep = (int64_t)((1ull << 32) / stride) + 1, nrand = 200000;
+    static const float edges[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-38f, -1e-38f, 1e-20f, -1e-20f,
+                                  0.625f, -0.625f, 0.62499994f, 88.72283f, 88.72284f, 89.0f,
+                                  -87.33654f, -103.27893f, -103.97208f, -104.0f, -105.0f,
+                                  88.0f, -88.0f, 1e30f, -1e30f, 3.4e38f, -3.4e38f, 9.0f, -9.0f,
+                                  INFINITY, -INFINITY, NAN, -NAN};
+    int64_t nedges = (int64_t)(sizeof(edges) / sizeof(edges[0]));
+    *count = nsweep + nrand + nedges;
+    float *x = malloc((size_t)*count * sizeof(float));
+    int64_t k = 0;
+    for (uint64_t u = 0; u < (1ull << 32); u += stride) {
+        uint32_t b = (uint32_t)u;
+        memcpy(&x[k++], &b, 4);
+    }
+    test_rng r = test_rng_make(25);
+    for (int64_t i = 0; i < nrand; i++) x[k++] = (float)test_rng_uniform(&r, -20.0, 20.0);
+    for (int64_t i = 0; i < nedges; i++) x[k++] = edges[i];
+    *count = k;
+    return x;
+}
+
+static int path_available(int k)
+{
+    return (int)hx_k_isa() >= k; /* HX_ISA_SCALAR=0, AVX2=1, AVX512=2 */
+}
+
+static void accuracy_and_paths(void)
+{
+    int64_t n;
+    float *x = make_inputs(&n);
+    float *y = malloc((size_t)n * sizeof(float)), *yv = malloc((size_t)n * sizeof(float));
+    for (int f = 0; f < F_N; f++) {
+        run_path(&hx__vmath_scalar, f, y, x, n);
+        double worst = 0, worst_tail = 0;
+        float at = 0, at_tail = 0;
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double r = ref(f, (double)x[i]);
+            double e = ulp_err(y[i], r);
+            int tail = (f == F_GELU || f == F_GELU_GRAD) && x[i] < 0.0f;
+            double c = tail ? condition(f, (double)x[i]) : 0;
+            double lim = tail ? BOUND_NEG[f] : BOUND[f];
+            if (tail) e /= c > 1 ? c : 1;
+            if (e > lim && bad++ < 5)
+                CHECK(0, "%s(%a) = %a, reference %a: %.2f ulp > %.2f", FNAMES[f], (double)x[i],
+                      (double)y[i], r, e, lim);
+            if (tail ? e > worst_tail : e > worst) {
+                if (tail) worst_tail = e, at_tail = x[i];
+                else worst = e, at = x[i];
+            }
+        }
+        CHECK(bad == 0, "%s: %lld inputs over the bound", FNAMES[f], (long long)bad);
+        printf("%-8s max %.2f ulp (at %a) over %lld inputs", FNAMES[f], worst, (double)at,
+               (long long)n);
+        if (f == F_GELU || f == F_GELU_GRAD)
+            printf("; x < 0: max %.2f ulp / max(1, condition) (at %a)", worst_tail,
+                   (double)at_tail);
+        printf("\n");
+        for (int k = 1; k < 3; k++) {
+            if (!path_available(k)) {
+                printf("%s: no %s on this CPU\n", FNAMES[f], PATH_NAMES[k]);
+                continue;
+            }
+            run_path(PATHS[k], f, yv, x, n);
+            int64_t diff = 0, first = -1;
+            for (int64_t i = 0; i < n; i++)
+                if (memcmp(&y[i], &yv[i], 4) != 0 && diff++ == 0) first = i;
+            CHECK(diff == 0, "%s: %s differs from scalar on %lld inputs (first %a: %a vs %a)",
+                  FNAMES[f], PATH_NAMES[k], (long long)diff, first >= 0 ? (double)x[first] : 0.0,
+                  first >= 0 ? (double)yv[first] : 0.0, first >= 0 ? (double)y[first] : 0.0);
+        }
+    }
+    free(x);
+    free(y);
+    free(yv);
+}
+
+/* Softmax's helper: e^(x - shift) elementwise as exp, and the sum in
+ * hx_k_sum_f32's order, at lengths around the vector widths. */
+static void exp_shift_sum(void)
+{
+    const hx_vmath_path *p = hx__vmath();
+    test_rng r = test_rng_make(7);
+    static const int64_t lens[] = {1, 7, 15, 16, 17, 33, 100, 1027};
+    for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+        int64_t n = lens[l];
+        float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *e = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) x[i] = (float)test_rng_uniform(&r, -30.0, 5.0);
+        float shift = 2.5f;
+        float sum = p->exp_shift_sum(y, x, shift, n);
+        for (int64_t i = 0; i < n; i++) e[i] = x[i] - shift;
+        p->exp(e, e, n);
+        CHECK(memcmp(e, y, (size_t)n * 4) == 0, "n=%lld: exp_shift_sum's values differ from exp",
+              (long long)n);
+        float acc[16] = {0};
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            for (int k = 0; k < 16; k++) acc[k] += e[i + k];
+        for (int k = 0; i + k < n; k++) acc[k] += e[i + k];
+        for (int w = 8; w > 0; w /= 2)
+            for (int k = 0; k < w; k++) acc[k] += acc[k + w];
+        CHECK(memcmp(&acc[0], &sum, 4) == 0, "n=%lld: sum %a, expected %a", (long long)n,
+              (double)sum, (double)acc[0]);
+        free(x);
+        free(y);
+        free(e);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case cases[] = {
+        {"accuracy_and_paths", accuracy_and_paths},
+        {"exp_shift_sum", exp_shift_sum},
+    };
+    return test_main(argc, argv, "test_vmath", cases, TEST_COUNT(cases));
+}
