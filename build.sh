@@ -36,6 +36,9 @@ need_pkgs() {
   [ -e /usr/include/liburing.h ] || missing+=(liburing-dev)
   [ -e /usr/include/libaio.h ] || missing+=(libaio-dev)
   [ -e /usr/lib/x86_64-linux-gnu/libgomp.so.1 ] || missing+=(libgomp1)
+  # Open MPI: the communicators (dist/) and the tests labelled mpi
+  command -v mpirun >/dev/null || missing+=(openmpi-bin)
+  [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || missing+=(libopenmpi-dev)
   if [[ "$cc_name" == clang* ]] || [ "${1:-}" = fuzz ]; then
     command -v clang >/dev/null || missing+=(clang)
     # clang's OpenMP runtime and, for the fuzz targets, libFuzzer

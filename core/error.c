@@ -26,7 +26,7 @@ const char *hx_status_name(hx_status st)
         "HX_OK", "HX_ERR_INVALID_ARGUMENT", "HX_ERR_SHAPE", "HX_ERR_DTYPE", "HX_ERR_NOT_FOUND",
         "HX_ERR_INDEX", "HX_ERR_OUT_OF_MEMORY", "HX_ERR_DEVICE_OOM", "HX_ERR_NO_KERNEL",
         "HX_ERR_NUMERIC", "HX_ERR_IO", "HX_ERR_CORRUPT", "HX_ERR_STATE", "HX_ERR_UNSUPPORTED",
-        "HX_ERR_INTERNAL"};
+        "HX_ERR_INTERNAL", "HX_ERR_COMM"};
     if ((unsigned)st >= sizeof names / sizeof names[0]) return "HX_ERR_(unknown)";
     return names[st];
 }

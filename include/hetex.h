@@ -101,7 +101,9 @@ typedef enum hx_status {
     HX_ERR_CORRUPT,          /* checksum or format mismatch */
     HX_ERR_STATE,            /* call not valid now (e.g. graph frozen by a session) */
     HX_ERR_UNSUPPORTED,      /* valid request this build cannot serve */
-    HX_ERR_INTERNAL
+    HX_ERR_INTERNAL,
+    HX_ERR_COMM              /* a collective failed: MPI's or NCCL's error, a peer that
+                                did not answer within the communicator's timeout */
 } hx_status;
 
 /* The message of the last failure on this thread ("" if none yet): what
@@ -1059,6 +1061,71 @@ HX_API hx_tensor *hx_embedding_bag(hx_graph *g, hx_embedding_table *t, hx_tensor
  * NaN fails the run with HX_ERR_NUMERIC naming the table (the update node
  * carries its name) and leaves the table as it was. Set the table's
  * optimizer before calling hx_graph_apply_optimizer. */
+
+/* ---- communicators (data parallel over MPI) --------------------------------
+ *
+ * A communicator is hetex's own duplicate of an MPI communicator (Open MPI):
+ * of MPI_COMM_WORLD, or of one the program made itself. This header does
+ * not include mpi.h: the caller's communicator comes in by the address of
+ * its MPI_Comm handle (C: &comm; mpi4py: MPI._addressof(comm)). hetex
+ * initialises MPI only when the first communicator is created and MPI is
+ * not yet initialised (MPI_Init_thread, MPI_THREAD_SERIALIZED asked for;
+ * hetex serialises its own MPI calls), and then finalises it when the last
+ * communicator is freed; MPI the program initialised is the program's to
+ * finalise. MPI cannot start twice in one process: after hetex finalised
+ * it, hx_comm_create fails. The collectives move data in rank order and
+ * reduce in rank order, so their results do not depend on the transport
+ * (shared memory or TCP). Builds without MPI (CMake found none) keep these
+ * calls, which then fail with HX_ERR_UNSUPPORTED. */
+typedef struct hx_comm hx_comm;
+
+typedef struct hx_comm_config {
+    const void *mpi_comm; /* address of the caller's MPI_Comm; NULL: MPI_COMM_WORLD */
+    double timeout_s;     /* a collective not complete after this long fails,
+                             naming the ranks it still waits for: 300 */
+} hx_comm_config;
+/* Every field at the default noted above.
+ *   Fails:      never.
+ *   Ownership:  a value.
+ *   Threads:    any thread.
+ */
+HX_API hx_comm_config hx_comm_config_default(void);
+/* Creates a communicator over cfg->mpi_comm (MPI_Comm_dup: every rank of
+ * it must call this, in the same order as its other collective calls),
+ * initialising MPI first where nobody has. Its errors return to hetex
+ * (MPI_ERRORS_RETURN on the duplicate). cfg NULL: the default.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (out NULL, timeout_s not finite or
+ *               <= 0); HX_ERR_UNSUPPORTED (a build without MPI: the message
+ *               says how to get it); HX_ERR_STATE (hetex finalised MPI in
+ *               this process before); HX_ERR_COMM (MPI failed to start or to
+ *               duplicate the communicator: MPI's error text);
+ *               HX_ERR_OUT_OF_MEMORY.
+ *   On failure: *out is NULL (unless out is NULL); MPI started by this
+ *               call is finalised again only if it got that far.
+ *   Ownership:  the communicator is the caller's (hx_comm_free); the
+ *               caller's MPI_Comm is not kept and may be freed after.
+ *   Threads:    any thread; MPI's and hetex's calls on MPI are serialised
+ *               by hetex (one process-wide lock). One thread per hx_comm.
+ */
+HX_API hx_status hx_comm_create(const hx_comm_config *cfg, hx_comm **out);
+/* Frees the communicator; the last one freed finalises MPI if hetex
+ * initialised it. Of a communicator a collective failed on (a timeout, an
+ * MPI error) hetex frees its own memory but not the MPI communicator, on
+ * which abandoned messages may still arrive; MPI_Finalize may then block
+ * if a peer died: a program should end after such a failure (exit
+ * non-zero: mpirun then ends the job).
+ *   Fails:      never (NULL: no-op).
+ *   Ownership:  c becomes invalid.
+ *   Threads:    any thread, one thread per hx_comm.
+ */
+HX_API void hx_comm_free(hx_comm *c);
+/* This process's rank in c and the number of ranks.
+ *   Fails:      never: NULL gives -1.
+ *   Ownership:  nothing changes hands.
+ *   Threads:    any thread.
+ */
+HX_API int hx_comm_rank(const hx_comm *c);
+HX_API int hx_comm_size(const hx_comm *c);
 
 /* ---- sessions -------------------------------------------------------------- */
 

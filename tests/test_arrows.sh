@@ -38,12 +38,12 @@ plants=(
   'tools/hetex.c|#include "scheduler/scheduler.h"|tools may not include scheduler'
   'examples/gpt/gpt_run.c|#include "../../graph/graph.h"|examples may not include graph'
   'scheduler/plan.c|#include "memory/pool.h"|memory offers only memory/memory.h'
-  'session/init.c|#include "dist/comm.h"|folder dist is not in docs/arrows.txt'
+  'session/init.c|#include "ps/server.h"|folder ps is not in docs/arrows.txt'
   'offload/dpu.c|#include "scheduler/plan.h"|scheduler/plan.h is private to scheduler'
   'scheduler/trace.h|#include "scheduler/plan.h"|scheduler/plan.h is private to scheduler, and scheduler/scheduler.h, the header scheduler offers, includes it through scheduler/trace.h'
 )
-mkdir -p "$copy/dist"
-echo '/* a folder docs/arrows.txt does not list */' >"$copy/dist/comm.h"
+mkdir -p "$copy/ps"
+echo '/* a folder docs/arrows.txt does not list */' >"$copy/ps/server.h"
 for p in "${plants[@]}"; do
   IFS='|' read -r file inc rule <<<"$p"
   sed -i "2i $inc" "$copy/$file"
@@ -58,7 +58,7 @@ for p in "${plants[@]}"; do
     has "$tmp/after.txt" "$file:2: $inc: $rule"
 done
 expect "the checker names the unlisted folder's own file" \
-  has "$tmp/after.txt" "dist/comm.h: its folder dist is not in docs/arrows.txt"
+  has "$tmp/after.txt" "ps/server.h: its folder ps is not in docs/arrows.txt"
 
 "$check" --dot "$copy" >"$tmp/copy.dot"
 expect "the picture draws a planted arrow red" \
@@ -67,10 +67,11 @@ expect "the picture draws a planted arrow red" \
 # ---- a small tree that keeps the rules ----------------------------------------
 mini=$tmp/mini
 mkdir -p "$mini/docs" "$mini/include" "$mini/core" "$mini/graph" "$mini/kernels/cpu" \
-  "$mini/memory" "$mini/scheduler" "$mini/examples/ex" "$mini/tools" "$mini/tests" "$mini/build"
+  "$mini/memory" "$mini/scheduler" "$mini/examples/ex" "$mini/tools" "$mini/tests" "$mini/build" \
+  "$mini/dist"
 cp "$src/docs/arrows.txt" "$mini/docs/"
 touch "$mini/include/hetex.h" "$mini/kernels/cpu/optim.h" "$mini/memory/pool.h" \
-  "$mini/scheduler/scheduler.h"
+  "$mini/scheduler/scheduler.h" "$mini/dist/dist.h" "$mini/dist/comm_state.h"
 printf '#include "scheduler/scheduler.h"\n' >"$mini/scheduler/plan.h"
 printf '#include "plan.h"\n' >"$mini/scheduler/plan.c"
 printf '#include "hetex.h"\n' >"$mini/core/core.h"

@@ -1,0 +1,52 @@
+# dist/: communicators over MPI and NCCL between GPUs, included by
+# CMakeLists.txt after the CUDA backend (cmake/hetex_cuda.cmake).
+#
+# MPI (Open MPI: apt-get install openmpi-bin libopenmpi-dev) is built in
+# when CMake finds it (HX_HAVE_MPI); without it dist/comm_none.c answers
+# hx_comm_create with HX_ERR_UNSUPPORTED. NCCL is built in (HX_HAVE_NCCL)
+# with MPI and the CUDA backend where nccl.h and libnccl are found.
+set(HX_MPI AUTO CACHE STRING "Build the MPI communicators: AUTO (when MPI is found), ON, OFF")
+set_property(CACHE HX_MPI PROPERTY STRINGS AUTO ON OFF)
+set(HX_HAVE_MPI OFF)
+if(NOT HX_MPI STREQUAL "OFF")
+  find_package(MPI COMPONENTS C QUIET)
+  if(MPI_C_FOUND)
+    set(HX_HAVE_MPI ON)
+  elseif(HX_MPI STREQUAL "ON")
+    message(FATAL_ERROR "HX_MPI=ON but no MPI was found: apt-get install openmpi-bin libopenmpi-dev")
+  endif()
+endif()
+
+if(HX_HAVE_MPI)
+  message(STATUS "hetex: MPI communicators on (MPI ${MPI_C_VERSION})")
+  target_compile_definitions(hetex_objects PRIVATE HX_HAVE_MPI)
+  target_link_libraries(hetex_objects PUBLIC MPI::MPI_C)
+  target_link_libraries(hetex PRIVATE MPI::MPI_C)
+  target_link_libraries(hetex_static PRIVATE MPI::MPI_C)
+  string(APPEND HX_CONFIG_DEPENDENCIES "find_dependency(MPI COMPONENTS C)\n")
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(HX_PC_ompi QUIET ompi-c)
+  endif()
+  if(HX_PC_ompi_FOUND)
+    string(APPEND HX_PC_REQUIRES " ompi-c")
+  else()
+    string(APPEND HX_PC_LIBS " -lmpi")
+  endif()
+endif()
+
+set(HX_HAVE_NCCL OFF)
+if(HX_HAVE_MPI AND HX_HAVE_CUDA)
+  find_path(HX_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(HX_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(HX_NCCL_INCLUDE_DIR AND HX_NCCL_LIBRARY)
+    set(HX_HAVE_NCCL ON)
+    message(STATUS "hetex: NCCL on (${HX_NCCL_LIBRARY})")
+    target_compile_definitions(hetex_objects PRIVATE HX_HAVE_NCCL)
+    target_include_directories(hetex_objects PRIVATE ${HX_NCCL_INCLUDE_DIR})
+    target_link_libraries(hetex_objects PUBLIC ${HX_NCCL_LIBRARY})
+    # by name, as -lnccl: the installed package names no path of this machine
+    target_link_libraries(hetex PRIVATE ${HX_NCCL_LIBRARY})
+    target_link_libraries(hetex_static PRIVATE nccl)
+    string(APPEND HX_PC_LIBS " -lnccl")
+  endif()
+endif()

@@ -1,0 +1,33 @@
+# MPI tests (tests/mpi/), included by CMakeLists.txt after the tests are
+# defined; built where MPI is (cmake/hetex_dist.cmake). Each runs a program
+# under mpirun --oversubscribe (CI's 2 cores take 4 ranks), as root where
+# CI is root (OMPI_ALLOW_RUN_AS_ROOT); cmake/hetex_tests.cmake gives them
+# the label mpi and their timeouts.
+set(HX_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+# Under ASan: what Open MPI keeps past MPI_Finalize is not ours to find
+# (tests/mpi/lsan.supp); its components stay loaded and the slow unwinder
+# runs, so that the leaks' stacks reach the libraries named there.
+if(HX_SANITIZE MATCHES "address")
+  list(APPEND HX_MPI_ENV "OMPI_MCA_mca_base_component_disable_dlclose=1"
+       "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
+       "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/mpi/lsan.supp")
+endif()
+# tests/test_dist.c: a communicator outside mpirun, or the no-MPI error
+set_property(TEST test_dist APPEND PROPERTY ENVIRONMENT "HX_TEST_MPI=${HX_HAVE_MPI};${HX_MPI_ENV}")
+if(HX_HAVE_MPI)
+  add_executable(mpi_collectives ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_collectives.c)
+  target_link_libraries(mpi_collectives PRIVATE hx_testlib MPI::MPI_C)
+  foreach(np 1 2 4)
+    add_test(NAME mpi_collectives_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:mpi_collectives>)
+  endforeach()
+  # the program's own MPI and a communicator it split (ranks reversed)
+  add_test(NAME mpi_collectives_user
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 3 $<TARGET_FILE:mpi_collectives> --user-mpi)
+  # the same results over shared memory and over TCP
+  add_test(NAME mpi_transports COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/same_over_tcp.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_collectives> 3)
+  foreach(name mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports)
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  endforeach()
+endif()

@@ -1,0 +1,84 @@
+/* dist/'s one header for the rest of the library: the communicator
+ * (struct hx_comm, public as an opaque handle) and its non-blocking
+ * collectives, which hetex drives itself: Open MPI here has no progress
+ * thread, so a collective moves only while hx__coll_test or hx__coll_wait
+ * is called.
+ *
+ * The collectives are built from point-to-point messages between every
+ * pair of ranks, so that
+ * - a reduction sums the ranks' values in rank order (0, 1, ..., N-1) in
+ *   f32 and rounds once: its result is the same on every rank, for every
+ *   transport, and bitwise the serial sum in that order;
+ * - a wait that runs out of time names the ranks whose messages are
+ *   missing;
+ * - each rank sends (N-1)/N of the buffer for a reduce-scatter or an
+ *   all-gather, twice that for an all-reduce: what a ring sends.
+ * Every rank must start the same collectives in the same order (the tag
+ * carries their sequence number). Every failure is HX_ERR_COMM naming the
+ * collective, this rank, the peer where one is known, and MPI's text; the
+ * communicator is then broken and refuses further collectives. */
+#ifndef HX_DIST_H
+#define HX_DIST_H
+
+#include "core/core.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A collective in flight. */
+typedef struct hx_coll hx_coll;
+
+/* Sum, in rank order, of the ranks' `count` elements (f32 or bf16;
+ * bf16 summed in f32 and rounded once, to nearest even). send == recv is
+ * in place. */
+hx_status hx__comm_all_reduce(hx_comm *c, const void *send, void *recv, int64_t count,
+                              hx_dtype dt, hx_coll **out);
+/* send holds size*count elements, block j = [j*count, (j+1)*count); rank r
+ * receives into recv (count elements) the rank-order sum of every rank's
+ * block r (f32 or bf16). recv == send + r*count is in place. */
+hx_status hx__comm_reduce_scatter(hx_comm *c, const void *send, void *recv, int64_t count,
+                                  hx_dtype dt, hx_coll **out);
+/* Every rank's `count` elements of send, to recv's block of that rank
+ * (recv holds size*count). send == recv + r*count is in place. Any dtype. */
+hx_status hx__comm_all_gather(hx_comm *c, const void *send, void *recv, int64_t count,
+                              hx_dtype dt, hx_coll **out);
+/* Rank r sends send_counts[j] elements from send + send_displs[j] to rank
+ * j, and receives recv_counts[j] from rank j into recv + recv_displs[j]
+ * (in elements; the arrays have size entries and are copied). */
+hx_status hx__comm_all_to_all_v(hx_comm *c, const void *send, const int64_t *send_counts,
+                                const int64_t *send_displs, void *recv,
+                                const int64_t *recv_counts, const int64_t *recv_displs,
+                                hx_dtype dt, hx_coll **out);
+/* root's `count` elements of buf to every rank's buf. */
+hx_status hx__comm_broadcast(hx_comm *c, void *buf, int64_t count, hx_dtype dt, int root,
+                             hx_coll **out);
+
+/* Moves q on without blocking; *done once it is complete (q stays to be
+ * waited for). */
+hx_status hx__coll_test(hx_coll *q, bool *done);
+/* Drives q until it completes or the communicator's timeout passes, and
+ * frees q (also on failure; NULL: HX_OK). */
+hx_status hx__coll_wait(hx_coll *q);
+
+/* The largest message, in elements, a collective sends in one piece
+ * (larger blocks go in several; default 2^28): tests make it small. */
+void hx__comm_set_max_message(hx_comm *c, int64_t elems);
+/* Bytes this rank has sent to other ranks since c was created. */
+uint64_t hx__comm_bytes_sent(const hx_comm *c);
+
+/* NCCL between GPU ranks (built with CUDA where nccl.h is found; the other
+ * builds answer HX_ERR_UNSUPPORTED): a clique over c's ranks, bootstrapped
+ * by broadcasting rank 0's unique id over c. Buffers are device memory of
+ * cuda_device, stream a cudaStream_t (NULL: the default stream); the calls
+ * enqueue and return, and hx__nccl_sync waits for the stream and reports
+ * an asynchronous NCCL error. Reduce-scatter and all-gather work in place
+ * on buf (size*count elements; rank r's block at r*count). */
+typedef struct hx_nccl hx_nccl;
+hx_status hx__nccl_create(hx_comm *c, int cuda_device, hx_nccl **out);
+void hx__nccl_free(hx_nccl *n);
+hx_status hx__nccl_all_reduce(hx_nccl *n, void *buf, int64_t count, hx_dtype dt, void *stream);
+hx_status hx__nccl_reduce_scatter(hx_nccl *n, void *buf, int64_t count, hx_dtype dt, void *stream);
+hx_status hx__nccl_all_gather(hx_nccl *n, void *buf, int64_t count, hx_dtype dt, void *stream);
+hx_status hx__nccl_sync(hx_nccl *n, void *stream);
+
+#endif
