@@ -27,7 +27,15 @@ if(HX_HAVE_MPI)
   # the same results over shared memory and over TCP
   add_test(NAME mpi_transports COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/same_over_tcp.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_collectives> 3)
-  foreach(name mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports)
+  # data parallel (ZeRO stage 0) against one rank alone; the same bits over
+  # shared memory, again, and over TCP
+  add_executable(mpi_ddp ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_ddp.c)
+  target_link_libraries(mpi_ddp PRIVATE hx_testlib)
+  add_test(NAME mpi_ddp_np2 COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 2 $<TARGET_FILE:mpi_ddp>)
+  add_test(NAME mpi_ddp_transports COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/same_over_tcp.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_ddp> 3)
+  foreach(name mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
+          mpi_ddp_np2 mpi_ddp_transports)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   endforeach()
 endif()

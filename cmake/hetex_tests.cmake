@@ -101,6 +101,8 @@ hx_test(mpi_collectives_np2      30       mpi)
 hx_test(mpi_collectives_np4      60       mpi)
 hx_test(mpi_collectives_user     60       mpi)
 hx_test(mpi_transports           60       mpi)
+hx_test(mpi_ddp_np2              60       mpi)
+hx_test(mpi_ddp_transports       90       mpi)
 
 get_property(hx_all_tests DIRECTORY PROPERTY TESTS)
 foreach(name ${hx_all_tests})

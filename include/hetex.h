@@ -1350,6 +1350,16 @@ typedef struct hx_session_config {
      * while backward goes on. */
     size_t grad_bucket_bytes;
     hx_offload_config offload;    /* hx_offload_config_default(): no offload; see above */
+    /* Data parallel over comm's ranks (NULL: none), ZeRO stage 0 (PyTorch's
+     * DDP): every rank creates its session from the same graph and seed
+     * and feeds its share of the global batch (a loss that is a mean over
+     * its share); before the updates every dense gradient is summed over
+     * the ranks in rank order, moved in whole chunks of offload.chunk_size
+     * (the same layout on every rank), and divided by the number of ranks,
+     * so every rank takes the same update (and skips the same steps). The
+     * communicator stays the caller's and must outlive the session. Not
+     * with embedding tables, f16/bf16 gradients or CUDA (HX_ERR_UNSUPPORTED). */
+    hx_comm *comm;
 } hx_session_config;
 /* Every field at the default noted above (seed 42, all cores, the AUTO
  * accelerator, 8 GiB for emu, no loss scaling, no offload).
@@ -1370,7 +1380,8 @@ HX_API hx_session_config hx_session_config_default(void);
  *               range, an offload field out of range, a malformed
  *               $HX_OFFLOAD); HX_ERR_UNSUPPORTED (CUDA asked for in a build
  *               or on a machine without it, the disk tier with
- *               delayed_param_update); HX_ERR_NO_KERNEL (an op without a
+ *               delayed_param_update, data parallel that comm cannot
+ *               serve: see there); HX_ERR_NO_KERNEL (an op without a
  *               kernel on its target under HX_FALLBACK_ERROR, naming it);
  *               HX_ERR_DEVICE_OOM (the persistent tensors placed on the
  *               device exceed its cap, or no offload policy fits: see
@@ -1441,7 +1452,9 @@ enum { HX_RUN_TRAIN = 1 }; /* run optimizer updates; dropout active */
  *               without evict_when_full); HX_ERR_IO, HX_ERR_CORRUPT (the
  *               disk tier); HX_ERR_STATE (another thread's call on s has
  *               not returned; an embedding table of the graph is held by
- *               another thread as the tables' rule below forbids).
+ *               another thread as the tables' rule below forbids);
+ *               HX_ERR_COMM (data parallel: summing the gradients over the
+ *               ranks failed, naming the collective and the rank).
  *   On failure: parameters, optimizer state, embedding rows and the step
  *               count are as before for every failure found before the
  *               updates run, which is all of the above but out-of-memory

@@ -77,3 +77,12 @@ hx_status hx__scan_grads(hx_engine *e, const hx_plan *p, const hx_exec ex[2],
     }
     return HX_OK;
 }
+
+int hx__plan_grad_count(const hx_plan *p) { return p->n_scan; }
+
+const hx_tensor *hx__plan_grad(const hx_plan *p, int i, void **at, int *home)
+{
+    *at = p->scan_at[i];
+    *home = p->scan_home[i];
+    return p->scan_update[i];
+}

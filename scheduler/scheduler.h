@@ -128,6 +128,12 @@ hx_status hx__engine_device_report(const hx_engine *e, const char *fn, hx_status
  * node, on the host and, for device gradients, on the device. */
 hx_status hx__scan_alloc(hx_engine *e);
 void hx__scan_free(hx_engine *e);
+/* The gradients p's updates read, one per scan entry (plan order, i <
+ * hx__plan_grad_count): the update node, and where the gradient's value is
+ * (*at, on device *home), which data parallel sums over the ranks before
+ * the scan. */
+int hx__plan_grad_count(const hx_plan *p);
+const hx_tensor *hx__plan_grad(const hx_plan *p, int i, void **at, int *home);
 /* Scans the gradient of every update of p (plan order) in one pass: its
  * sum of squares, device gradients on the device by HX_KERNEL_SUMSQ (the
  * sums copied back) while host gradients are summed here, with ex, phase

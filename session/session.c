@@ -8,6 +8,7 @@
 #include "embedding/embedding.h"
 #include "scheduler/scheduler.h"
 #include "offload/offload.h"
+#include "dist/dist.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +31,8 @@ void hx_session_free(hx_session *s)
     if (!s) return;
     hx__dpu_free(&s->e);
     hx__exec_free(&s->e);
+    hx__dp_free(s->dp);
+    free(s->dp_index);
     /* before the loop below: the residency's host copies are its own */
     if (s->e.residency) s->e.residency->destroy(s->e.residency);
     hx__engine_free_plans(&s->e);
@@ -207,6 +210,7 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!st) st = hx__scan_alloc(&s->e);
     if (!st && s->e.residency) st = s->e.residency->init(s->e.residency);
     if (!st) st = plan_training_step(s);
+    if (!st) st = hx__session_dp_setup(s);
     if (st) {
         hx_session_free(s);
         return st;
@@ -334,7 +338,9 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
         if ((st = hx__engine_copy_in(&s->e, hx__dev_of(&s->e, id), s->e.persist[id], &v, sizeof v)))
             return st;
     }
-    double unscale = scaling ? 1.0 / s->stats.loss_scale : 1.0;
+    /* data parallel: the ranks' summed gradients averaged, with the unscaling */
+    double unscale = (scaling ? 1.0 / s->stats.loss_scale : 1.0) /
+                     (s->dp ? hx_comm_size(s->e.cfg.comm) : 1);
     hx_exec run = {.step = s->stats.step, .train = train, .grad_unscale = (float)unscale,
                    .grad_clip = 1.0f, .lr_scale = s->lr_scale};
     hx_exec ex[2][2]; /* [phase][host lanes, device] */
@@ -349,6 +355,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
         return HX_OK;
     }
 
+    if (s->dp && (st = hx__session_dp_grads(s, p))) return st;
     const hx_tensor *bad;
     double sumsq;
     if ((st = hx__scan_grads(&s->e, p, ex[1], &bad, &sumsq))) return st;

@@ -28,6 +28,11 @@ struct hx_session {
     double lr_scale; /* hx_session_set_lr_scale */
     atomic_bool in_use; /* a call that runs or changes the session is in progress */
     hx_cuda_choice cuda; /* what the cuda backend found (hx_session_accelerator_info) */
+    /* data parallel (cfg.comm): the gradient chunks, and each tensor's
+     * gradient number in them (-1: none), dp_n gradients */
+    struct hx_dp *dp;
+    int *dp_index;
+    int64_t dp_n;
 };
 
 /* The thread rule, enforced: the public calls that run or change the
@@ -36,6 +41,11 @@ struct hx_session {
  * HX_ERR_INVALID_ARGUMENT for a NULL session. */
 hx_status hx__session_enter(hx_session *s, const char *fn);
 void hx__session_leave(hx_session *s);
+
+/* data_parallel.c: the gradient chunks of cfg.comm (none without one),
+ * and a training run's sum of every dense gradient over the ranks. */
+hx_status hx__session_dp_setup(hx_session *s);
+hx_status hx__session_dp_grads(hx_session *s, const hx_plan *p);
 
 /* report.c: HX_DEBUG=placement lines. */
 void hx__debug_placement(const hx_session *s);
