@@ -130,6 +130,7 @@ list_benches() {
                  printf "%s ", $0 }' "$f" | sed 's/[.:;] .*//; s/ *$//')
     printf '  %-10s %.100s\n' "$name" "$line"
   done
+  echo "  gpt-peer   hetex gpt against the same model in PyTorch on the CPU, interleaved (bench/gpt_peer.sh)"
 }
 
 cmd=${1:-build}
@@ -180,12 +181,14 @@ case "$cmd" in
     if [ $# -eq 0 ]; then list_benches; exit 0; fi
     name=$1
     shift
-    if [ ! -f "bench/bench_$name.c" ]; then
+    script=bench/${name//-/_}.sh # a peer benchmark: a script around the CLI
+    if [ ! -f "bench/bench_$name.c" ] && { [[ $name != *-* ]] || [ ! -f "$script" ]; }; then
       echo "build.sh: no benchmark '$name' (no bench/bench_$name.c)" >&2
       list_benches >&2
       exit 2
     fi
     build "$bdir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    [ -f "bench/bench_$name.c" ] || HETEX="$bdir/hetex" exec bash "$script" "$@"
     exec "$bdir/bench_$name" "$@" ;;
   install)
     prefix=""

@@ -1,10 +1,10 @@
-/* bench_vmath: the vector transcendentals (kernels/cpu/vmath.h) on one
- * thread, against the scalar libm loops they replaced (tanhf / expf per
- * element, the formulas the kernels had before) and against a copy of the
- * same bytes (read x, write y: the ceiling of any elementwise op), timed
- * interleaved so that all three meet the same background load. One JSON
- * object per function and size; "speedup" is libm time / vmath time,
- * "ratio_to_copy" vmath's bytes/s over the copy's.
+/* Vector transcendentals (kernels/cpu/vmath.h) against libm's loops, one
+ * thread: the vmath kernels against the scalar libm loops they replaced
+ * (tanhf / expf per element, the formulas the kernels had before) and
+ * against a copy of the same bytes (read x, write y: the ceiling of any
+ * elementwise op), timed interleaved so that all three meet the same
+ * background load. One JSON object per function and size; "speedup" is
+ * libm time / vmath time, "ratio_to_copy" vmath's bytes/s over the copy's.
  *
  *   bench_vmath [N...]     element counts (default 65536 and 16M) */
 #include <math.h>

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """The GPT of examples/gpt in PyTorch, as a peer to measure `hetex gpt` against
-on the same GPU: the same model (pre-LayerNorm blocks, tanh GELU, tied head,
+on the same GPU, or on the CPU (--device cpu, --threads N): the same model (pre-LayerNorm blocks, tanh GELU, tied head,
 the same initialisation), the same corpus split and batches (the splitmix64
 windows of gpt_data.c), AdamW with decay on matrices only, linear warmup then
 cosine decay, global-norm clipping. Prints the lines `hetex gpt` prints, then
 one JSON object: {"case": "gpt_torch", ...}.
 
     python3 bench/gpt_torch.py --steps 500 --dtype bf16 [--compile]
+    python3 bench/gpt_torch.py --device cpu --threads 2 --dtype f32
+
+On the CPU, bf16 is torch's CPU autocast (matmuls in bf16, f32 weights),
+AdamW is torch's default (foreach) implementation, and f16 is refused.
 """
 import argparse
 import json
@@ -18,6 +22,17 @@ import torch
 import torch.nn.functional as F
 
 MASK = (1 << 64) - 1
+
+
+def attention(q, k, v):  # (B,H,T,D) each
+    """Causal attention: torch's fused kernel where it has one (2.0 on),
+    else softmax(q k^T / sqrt(D) + causal mask) v, as hetex computes it."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    T = q.shape[-2]
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    return F.softmax(att.masked_fill(mask, float("-inf")), dim=-1) @ v
 
 
 class Windows:
@@ -61,7 +76,7 @@ class Block(torch.nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B,H,T,D)
+        y = attention(q, k, v)  # (B,H,T,D)
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
@@ -91,6 +106,13 @@ def lr_scale(step, steps, warmup, min_ratio):  # gpt_lr_scale
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * p))
 
 
+def cpu_name():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "cpu"
+
+
 def main():
     a = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     a.add_argument("--data", default="data/tinyshakespeare/input.txt")
@@ -103,7 +125,13 @@ def main():
         a.add_argument("--" + k, type=float, default=v)
     a.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="bf16")
     a.add_argument("--compile", action="store_true", help="torch.compile the model")
+    a.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    a.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     o = a.parse_args()
+    if o.device == "cpu" and o.dtype == "f16":
+        a.error("--dtype f16 needs --device cuda (no f16 autocast on the CPU)")
+    if o.threads > 0:
+        torch.set_num_threads(o.threads)
 
     raw = open(o.data, "rb").read()
     chars = sorted(set(raw))
@@ -112,7 +140,10 @@ def main():
     ids = lut[np.frombuffer(raw, np.uint8)]
     text = Windows(ids, len(ids) * 9 // 10)
 
-    dev = torch.device("cuda")
+    dev = torch.device(o.device)
+    on_gpu = o.device == "cuda"
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    dev_name = torch.cuda.get_device_name() if on_gpu else cpu_name()
     torch.manual_seed(o.seed)
     model = GPT(len(chars), o.context, o.width, o.heads, o.layers).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
@@ -120,15 +151,15 @@ def main():
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay},
                              {"params": rest, "weight_decay": 0.0}], lr=o.lr,
-                            betas=(o.beta1, o.beta2), fused=True)
+                            betas=(o.beta1, o.beta2), **({"fused": True} if on_gpu else {}))
     amp = {"f32": None, "bf16": torch.bfloat16, "f16": torch.float16}[o.dtype]
-    scaler = torch.amp.GradScaler(enabled=o.dtype == "f16")
+    scaler = torch.cuda.amp.GradScaler(enabled=o.dtype == "f16")
     fwd = torch.compile(model) if o.compile else model
 
     def loss_of(tok, tgt):
         t = torch.from_numpy(tok).to(dev, non_blocking=True)
         g = torch.from_numpy(tgt).to(dev, non_blocking=True)
-        with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+        with torch.autocast(o.device, dtype=amp, enabled=amp is not None):
             return fwd(t, g)
 
     def val_loss():
@@ -140,10 +171,10 @@ def main():
 
     print(f"torch gpt: {o.layers} layers, {o.heads} heads, width {o.width}, context {o.context}, "
           f"batch {o.batch}, vocab {len(chars)}, {o.dtype}; {n_params} params; "
-          f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+          f"{dev_name}, torch {torch.__version__}, {torch.get_num_threads()} threads"
           f"{', compiled' if o.compile else ''}", flush=True)
     state, window, n_window, last_val = [o.seed], 0.0, 0, None
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     for step in range(1, o.steps + 1):
         for gr in opt.param_groups:
@@ -164,12 +195,14 @@ def main():
                   f"{step / (time.perf_counter() - t0):.2f} steps/s", flush=True)
             window, n_window = 0.0, 0
     elapsed = time.perf_counter() - t0
-    print(json.dumps({"case": "gpt_torch", "device": torch.cuda.get_device_name(),
+    print(json.dumps({"case": "gpt_torch", "device": dev_name, "threads": torch.get_num_threads(),
                       "torch": torch.__version__, "compiled": o.compile, "dtype": o.dtype,
                       "layers": o.layers, "heads": o.heads, "width": o.width,
                       "context": o.context, "batch": o.batch, "params": n_params,
                       "steps": o.steps, "seconds": round(elapsed, 3),
-                      "steps_per_s": round(o.steps / elapsed, 2), "final_val_loss": last_val}))
+                      "steps_per_s": round(o.steps / elapsed, 2),
+                      "tokens_per_s": round(o.steps * o.batch * o.context / elapsed),
+                      "final_val_loss": last_val}))
 
 
 if __name__ == "__main__":

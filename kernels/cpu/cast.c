@@ -154,6 +154,40 @@ static void f32_from_bf16(float *y, const void *xv, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] = bf16_to_f32(x[i]);
 }
 
+/* bf16_to_f32, 8 lanes: u << 16, NaN lanes made quiet. */
+__attribute__((target("avx2"))) static void f32_from_bf16_avx2(float *y, const void *xv, int64_t n)
+{
+    const uint16_t *x = xv;
+    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+    const __m256i quiet = _mm256_set1_epi32(0x400000);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i))), 16);
+        __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+        u = _mm256_or_si256(u, _mm256_and_si256(is_nan, quiet));
+        _mm256_storeu_ps(y + i, _mm256_castsi256_ps(u));
+    }
+    _mm256_zeroupper();
+    f32_from_bf16(y + i, x + i, n - i);
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void f32_from_bf16_avx512(float *y, const void *xv,
+                                                                             int64_t n)
+{
+    const uint16_t *x = xv;
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i quiet = _mm512_set1_epi32(0x400000);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + i))), 16);
+        __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
+        u = _mm512_mask_or_epi32(u, is_nan, u, quiet);
+        _mm512_storeu_ps(y + i, _mm512_castsi512_ps(u));
+    }
+    _mm256_zeroupper();
+    f32_from_bf16(y + i, x + i, n - i);
+}
+
 static void f32_from_i32(float *y, const void *xv, int64_t n)
 {
     const int32_t *x = xv;
@@ -306,7 +340,10 @@ static to_f32_fn pick_to_f32(hx_kdtype xdt, hx_isa isa)
         return isa == HX_ISA_AVX512 ? f32_from_f16_avx512
                : isa == HX_ISA_AVX2 ? f32_from_f16_avx2
                                     : f32_from_f16;
-    case HX_K_BF16: return f32_from_bf16;
+    case HX_K_BF16:
+        return isa == HX_ISA_AVX512 ? f32_from_bf16_avx512
+               : isa == HX_ISA_AVX2 ? f32_from_bf16_avx2
+                                    : f32_from_bf16;
     case HX_K_I32: return f32_from_i32;
     case HX_K_I64: return f32_from_i64;
     }
