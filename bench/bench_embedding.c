@@ -26,6 +26,7 @@
 
 #include <omp.h>
 
+#include "bench/bench_ids.h"
 #include "embedding/embedding.h"
 #include "kernels/cpu/hx_kernels.h"
 
@@ -51,58 +52,6 @@ static void die(const char *what, const hx_emb_err *err)
 }
 
 /* ---- ids ------------------------------------------------------------------------------ */
-
-static uint64_t rng_state = 0x853C49E6748FEA9Bull;
-
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(void) { return (double)(rng_next() >> 11) * 0x1.0p-53; }
-
-/* Zipf(s) over [1, n] by rejection-inversion (Hormann and Derflinger 1996). */
-typedef struct zipf {
-    double s, n, hx1, hn, snum;
-} zipf;
-
-static double helper1(double x) { return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x / 2; }
-static double helper2(double x) { return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x / 2; }
-static double zh(const zipf *z, double x) { return exp(-z->s * log(x)); }
-static double zH(const zipf *z, double x)
-{
-    double lx = log(x);
-    return helper2((1 - z->s) * lx) * lx;
-}
-static double zHinv(const zipf *z, double x)
-{
-    double t = x * (1 - z->s);
-    if (t < -1) t = -1;
-    return exp(helper1(t) * x);
-}
-
-static zipf zipf_make(double s, double n)
-{
-    zipf z = {s, n, 0, 0, 0};
-    z.hx1 = zH(&z, 1.5) - 1;
-    z.hn = zH(&z, n + 0.5);
-    z.snum = 2 - zHinv(&z, zH(&z, 2.5) - zh(&z, 2));
-    return z;
-}
-
-static int64_t zipf_draw(const zipf *z)
-{
-    for (;;) {
-        double u = z->hn + rng_unit() * (z->hx1 - z->hn), x = zHinv(z, u);
-        double k = floor(x + 0.5);
-        if (k < 1) k = 1;
-        if (k > z->n) k = z->n;
-        if (k - x <= z->snum || u >= zH(z, k + 0.5) - zh(z, k)) return (int64_t)k;
-    }
-}
 
 /* NBATCH batches of NIDS ids; Zipf ranks are scattered over the table by
  * multiplying with 7919 modulo the row count (coprime: a bijection). */
@@ -266,27 +215,6 @@ static void emit(const char *name, const char *dist, int threads, timing tm, dou
     if (unique >= 0) printf(",\"unique_ids\":%lld", (long long)unique);
     printf(",\"samples_per_s\":%.0f}\n", SAMPLES / (tm.median * 1e-3));
     fflush(stdout);
-}
-
-/* The CPU's model name and the 1-minute load average, for the record. */
-static void machine(char *model, size_t len, double *load)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[256];
-    snprintf(model, len, "unknown");
-    while (f && fgets(line, sizeof line, f)) {
-        char *c = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && c) {
-            snprintf(model, len, "%s", c + 2);
-            model[strcspn(model, "\n\"")] = 0;
-            break;
-        }
-    }
-    if (f) fclose(f);
-    *load = -1;
-    f = fopen("/proc/loadavg", "r");
-    if (f && fscanf(f, "%lf", load) != 1) *load = -1;
-    if (f) fclose(f);
 }
 
 static long anon_huge_kb(void)

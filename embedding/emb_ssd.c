@@ -12,6 +12,9 @@
 #define FREQ_MAX 15   /* LFU counters saturate here: a hand halves them in 4 passes */
 #define META_BYTES 48 /* per slot: its row, counters, stamp, two map entries */
 #define FLUSH_CHUNK 4096
+/* Requests in flight, and rows read ahead at a time: a step's misses
+ * beyond it are read when the step needs them. */
+#define HX_EMB_SSD_DEPTH 4096
 
 struct hx_emb_ssd {
     hx_emb_table base;
@@ -40,7 +43,7 @@ struct hx_emb_ssd {
     hx_emb_rowmap missmap;
     int64_t missmap_cap;
     float *tmp;
-    uint64_t lookups, hits, evictions, writebacks;
+    uint64_t lookups, hits, cold, evictions, writebacks;
 };
 
 static const hx_emb_ops ssd_ops;
@@ -184,8 +187,12 @@ static hx_status fill(hx_emb_ssd *t, int64_t nmiss, hx_emb_err *err)
     for (int64_t m = 0; m < nmiss; m++) {
         int64_t k = m < nfree ? t->free_slots[--t->n_free] : t->victim[m - nfree];
         int64_t r = t->miss[m];
-        if (read < nr && t->rrows[read] == r) unpack(t, k, rbuf + (size_t)read++ * t->rec);
-        else hx_emb_local_init_row_as(t->cache, k, r, t->tmp);
+        if (read < nr && t->rrows[read] == r) {
+            unpack(t, k, rbuf + (size_t)read++ * t->rec);
+        } else {
+            hx_emb_local_init_row_as(t->cache, k, r, t->tmp);
+            t->cold++;
+        }
         t->slot_row[k] = r;
         t->freq[k] = 1;
         t->stamp[k] = t->call;
@@ -200,9 +207,11 @@ static hx_status fill(hx_emb_ssd *t, int64_t nmiss, hx_emb_err *err)
 static int64_t id_at(const void *ids, hx_dtype dt, int64_t j) { return hx_emb_id_at(ids, dt, j); }
 
 /* Makes the rows of n ids resident and writes their slots to out: -1 for
- * the padding id (when has_padding), -2 for ids outside [0, rows). */
+ * the padding id (when has_padding), -2 for ids outside [0, rows). A
+ * lookup counts its rows and hits; other calls (an update after its
+ * lookup, reads and writes of rows) count only the rows they miss. */
 static hx_status ensure(hx_emb_ssd *t, const void *ids, hx_dtype dt, int64_t n, int has_padding,
-                        int64_t padding_id, int64_t *out, hx_emb_err *err)
+                        int64_t padding_id, bool lookup, int64_t *out, hx_emb_err *err)
 {
     hx_status st = scratch(t, n, err);
     if (st) return st;
@@ -224,8 +233,8 @@ static hx_status ensure(hx_emb_ssd *t, const void *ids, hx_dtype dt, int64_t n, 
             if (t->stamp[k] != t->call) {
                 t->stamp[k] = t->call;
                 t->freq[k] += t->freq[k] < FREQ_MAX;
-                t->hits++;
-                t->lookups++;
+                t->hits += lookup;
+                t->lookups += lookup;
                 used++;
             }
             out[j] = k;
@@ -267,10 +276,11 @@ static hx_status remap_room(hx_emb_ssd *t, int64_t n, hx_emb_err *err)
 }
 
 /* q's rows made resident, and q over their slots in *mq (ids in t->remap). */
-static hx_status map_query(hx_emb_ssd *t, const hx_emb_query *q, hx_emb_query *mq, hx_emb_err *err)
+static hx_status map_query(hx_emb_ssd *t, const hx_emb_query *q, bool lookup, hx_emb_query *mq,
+                           hx_emb_err *err)
 {
     hx_status st = remap_room(t, q->n, err);
-    if (!st) st = ensure(t, q->ids, q->id_dtype, q->n, q->has_padding, q->padding_id, t->remap, err);
+    if (!st) st = ensure(t, q->ids, q->id_dtype, q->n, q->has_padding, q->padding_id, lookup, t->remap, err);
     if (st) return st;
     *mq = *q;
     mq->ids = t->remap;
@@ -297,7 +307,7 @@ hx_status hx_emb_ssd_lookup(hx_emb_ssd *t, const hx_emb_query *q, hx_emb_oob oob
     if (!st && !out && nbags > 0) st = hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding lookup: out is NULL");
     if (!st) st = hx_emb_check_ids(q, t->base.rows, oob, oob_count, "embedding lookup", err);
     hx_emb_query mq;
-    if (!st) st = map_query(t, q, &mq, err);
+    if (!st) st = map_query(t, q, true, &mq, err);
     if (!st) st = hx_emb_local_lookup(t->cache, &mq, HX_EMB_OOB_ZERO, NULL, out, argmax, err);
     return st;
 }
@@ -316,7 +326,7 @@ hx_status hx_emb_ssd_backward_update(hx_emb_ssd *t, const hx_emb_query *q, const
     hx_status st = hx_emb_query_check(q, &nbags, err);
     if (!st) st = hx_emb_check_ids(q, t->base.rows, oob, NULL, "embedding update", err);
     hx_emb_query mq;
-    if (!st) st = map_query(t, q, &mq, err);
+    if (!st) st = map_query(t, q, false, &mq, err);
     if (!st) st = hx_emb_local_backward_update(t->cache, &mq, gi, step, HX_EMB_OOB_ZERO, ws, err);
     if (!st) mark_dirty(t, t->remap, q->n);
     return st;
@@ -333,7 +343,7 @@ hx_status hx_emb_ssd_apply(hx_emb_ssd *t, const hx_emb_sparse_grad *g, int64_t s
                                "the table's rows [0, %lld)", (long long)g->ids[i], (long long)i,
                                (long long)t->base.rows);
     hx_status st = remap_room(t, g->n, err);
-    if (!st) st = ensure(t, g->ids, HX_DTYPE_I64, g->n, 0, 0, t->remap, err);
+    if (!st) st = ensure(t, g->ids, HX_DTYPE_I64, g->n, 0, 0, false, t->remap, err);
     if (st) return st;
     hx_emb_sparse_grad g2 = *g;
     g2.ids = t->remap;
@@ -374,7 +384,7 @@ static hx_status in_chunks(hx_emb_ssd *t, const int64_t *rows, int64_t n, slot_f
     for (int64_t i0 = 0; i0 < n;) {
         int64_t len = n - i0 < t->C ? n - i0 : t->C;
         hx_status st = remap_room(t, len, err);
-        if (!st) st = ensure(t, rows + i0, HX_DTYPE_I64, len, 0, 0, t->remap, err);
+        if (!st) st = ensure(t, rows + i0, HX_DTYPE_I64, len, 0, 0, false, t->remap, err);
         if (st) return st;
         fn(t, t->remap, i0, len, ctx);
         i0 += len;
@@ -486,7 +496,7 @@ void hx_emb_ssd_drop_cache(hx_emb_ssd *t)
 
 void hx_emb_ssd_stats_get(const hx_emb_ssd *t, hx_emb_ssd_stats *out)
 {
-    *out = (hx_emb_ssd_stats){.lookups = t->lookups, .hits = t->hits, .evictions = t->evictions,
+    *out = (hx_emb_ssd_stats){.lookups = t->lookups, .hits = t->hits, .cold = t->cold, .evictions = t->evictions,
                               .writebacks = t->writebacks, .cache_rows = t->C};
     for (int64_t k = 0; k < t->C; k++) {
         out->resident += t->slot_row[k] >= 0;
@@ -621,7 +631,7 @@ hx_status hx_emb_ssd_create(const hx_emb_table_config *cfg, hx_emb_table **out, 
                            "cache of %lld rows", (long long)C);
     }
     hx_emb_ssd_drop_cache(t);
-    hx_emb_store_config sc = {cfg->ssd_path, cfg->rows, t->payload, shape_of(cfg), 1024, true};
+    hx_emb_store_config sc = {cfg->ssd_path, cfg->rows, t->payload, shape_of(cfg), HX_EMB_SSD_DEPTH, true};
     st = hx_emb_store_open(&sc, &t->store, err);
     if (st) {
         ops_free(&t->base);

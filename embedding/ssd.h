@@ -124,7 +124,9 @@ hx_status hx_emb_store_adopt(hx_emb_store *s, const uint32_t *idx, uint64_t file
  * as many distinct rows as the cache holds. */
 
 typedef struct hx_emb_ssd_stats {
-    uint64_t lookups, hits;        /* rows asked for by calls (distinct per call), found */
+    uint64_t lookups, hits;        /* rows asked for (distinct per lookup; an update or a
+                                      read of rows adds only the rows it misses), found */
+    uint64_t cold;                 /* misses of rows without a record: initialised, no I/O */
     uint64_t evictions, writebacks;
     int64_t cache_rows, resident, dirty;
     hx_emb_store_stats store;

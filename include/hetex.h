@@ -961,7 +961,9 @@ typedef struct hx_embedding_stats {
     int graphs;              /* graphs using the table */
     /* A table on disk (ssd_path), totals since creation (0 for others): */
     int64_t cache_rows;      /* rows the cache holds */
-    int64_t cache_lookups, cache_hits; /* distinct rows asked for by each call, found cached */
+    int64_t cache_lookups, cache_hits; /* distinct rows each lookup asked for (plus those an
+                                          update or a read of rows found missing), and how
+                                          many of them were cached */
     int64_t disk_rows_read, disk_rows_written;
     int64_t disk_bytes_read, disk_bytes_written;
     double io_wait_s;        /* time spent waiting for the disk */
@@ -978,7 +980,7 @@ HX_API hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedd
  * a table on disk (ssd_path), and returns without waiting: a reader that
  * knows the next batch hands its ids over while the current step runs, and
  * the next step finds those rows read. Ids outside the table, rows already
- * cached and (DYNAMIC) ids without a row are skipped; up to 1024 rows are
+ * cached and (DYNAMIC) ids without a row are skipped; up to 4096 rows are
  * read ahead at a time. Other tables: nothing to do.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t NULL, n < 0, ids NULL with n > 0);
  *               HX_ERR_OUT_OF_MEMORY.

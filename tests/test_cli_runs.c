@@ -189,6 +189,27 @@ static int setup(void)
     return ok ? 0 : 1;
 }
 
+/* The deep table on disk: its cache and disk statistics after every
+ * epoch; a cache size the strict parser refuses names the flag. */
+static void test_table_on_disk(void)
+{
+    static char out[1 << 16];
+    char rows[300];
+    snprintf(rows, sizeof rows, "%s/deep.rows", dir);
+    const char *args[] = {"widedeep", "--data", d_few, "--batch", "4", "--epochs", "2", "--quiet",
+                          "--deep-table-on-disk", rows, "--deep-cache-bytes", "16K", NULL};
+    int rc = run(args, out, sizeof out);
+    const char *first = strstr(out, "deep table on disk: cache ");
+    CHECK(rc == 0 && first && strstr(first + 1, "deep table on disk: cache ") && strstr(out, "hit rate ") &&
+              strstr(out, "rows read, ") && strstr(out, "MB written, I/O wait "),
+          "one line of cache and disk statistics per epoch (exit %d):\n%s", rc, out);
+    const char *bad[] = {"widedeep", "--data", d_few, "--deep-table-on-disk", rows, "--deep-cache-bytes",
+                         "12", NULL};
+    rc = run(bad, out, sizeof out);
+    CHECK(rc == 2 && strstr(out, "--deep-cache-bytes"), "a cache of 12 bytes is refused naming the flag (exit "
+          "%d):\n%s", rc, out);
+}
+
 static void teardown(void) { test_remove_tree(dir); }
 
 static const test_case cases[] = {
@@ -198,6 +219,7 @@ static const test_case cases[] = {
     {"guards", test_guards},
     {"progress_pipe", test_progress_pipe},
     {"progress_tty", test_progress_tty},
+    {"table_on_disk", test_table_on_disk},
 };
 
 int main(int argc, char **argv)

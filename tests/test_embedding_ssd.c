@@ -549,7 +549,46 @@ out:
     unlink(p);
 }
 
+/* Hit counting: a lookup counts its distinct rows; the update after it
+ * finds them cached and adds nothing; a row read back after eviction is a
+ * miss read from disk, one never written a cold miss (no I/O). */
+static void hit_counting(void)
+{
+    spec s = {HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_OPTIMIZER_ADAGRAD, HX_DTYPE_F32, 30, 3};
+    char p[512];
+    path_in(p, sizeof p, "hits");
+    hx_embedding_table *t = make(&s, p);
+    if (!t) return;
+    int64_t ids[4] = {4, 5, 4, 6};
+    float out[4 * DIM], dout[4 * DIM];
+    test_rng r = test_rng_make(2);
+    test_fill_uniform(&r, dout, 4 * DIM, -1, 1);
+    hx_emb_query q = hx_emb_query_rows(ids, 4);
+    q.train = 1;
+    hx_emb_grad_input gi = {dout, NULL, DIM, HX_EMB_DEDUP_AUTO};
+    hx_emb_ssd_stats a, b, c;
+    CHECK(hx__embedding_query(t, &q, out, NULL, true, "t") == HX_OK && hx__embedding_update(t, &q, &gi, 1, 1, "t") == HX_OK,
+          "a step: %s", hx_last_error());
+    hx_emb_ssd_stats_get(t->ssd, &a);
+    CHECK(a.lookups == 3 && a.hits == 0 && a.cold == 3, "3 distinct rows, all cold misses (%llu %llu %llu)",
+          (unsigned long long)a.lookups, (unsigned long long)a.hits, (unsigned long long)a.cold);
+    int64_t other[3] = {7, 8, 9};
+    hx_emb_query q2 = hx_emb_query_rows(other, 3);
+    CHECK(hx__embedding_query(t, &q2, out, NULL, true, "t") == HX_OK, "evict them");
+    CHECK(hx__embedding_query(t, &q, out, NULL, true, "t") == HX_OK, "look them up again");
+    hx_emb_ssd_stats_get(t->ssd, &b);
+    CHECK(b.lookups == 9 && b.hits == 0 && b.cold == 6 && b.store.rows_read == 3,
+          "read back from disk: 3 misses with I/O (%llu lookups, %llu cold, %llu read)", (unsigned long long)b.lookups,
+          (unsigned long long)b.cold, (unsigned long long)b.store.rows_read);
+    CHECK(hx__embedding_query(t, &q, out, NULL, true, "t") == HX_OK, "and once more");
+    hx_emb_ssd_stats_get(t->ssd, &c);
+    CHECK(c.lookups == 12 && c.hits == 3, "now cached: 3 hits");
+    hx_embedding_table_free(t);
+    unlink(p);
+}
+
 static const test_case cases[] = {
+    {"hit_counting", hit_counting},
     {"bitwise_rows", bitwise_rows},
     {"bitwise_modulo", bitwise_modulo},
     {"bitwise_dynamic", bitwise_dynamic},
