@@ -5,10 +5,12 @@
  * Save: every dirty cached row is written back, the store's file is
  * flushed, then the file below is staged (core.h: synced, renamed over the
  * path, the folder synced), and only then does the store record the new
- * generation in its header and free the records only the previous
- * checkpoint held. A crash at any instant leaves the previous checkpoint
- * or the new one loadable: the store never reuses a record of the last
- * committed checkpoint, and a new process over the file appends.
+ * generation in its header and free the records that only the checkpoint
+ * before the previous one held. A crash at any instant leaves the previous
+ * checkpoint or the new one loadable, and so does a crash before a folder
+ * holding the new one is committed (hetex's --save): the store never
+ * reuses a record of the last two committed checkpoints, and a new process
+ * over the file appends.
  *
  * File: a 128-byte header (magic "HXSSDCKP", version, dtype, rows, dim,
  * optimizer kind, initialiser, the store's file id and generation, count

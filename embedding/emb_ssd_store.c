@@ -67,8 +67,12 @@ struct hx_emb_store {
     uint32_t n_slots;      /* slots [first, n_slots) exist in the file */
     off_t allocated;       /* the file's size: writes inside it do not extend it */
     bool no_fallocate;     /* the filesystem refused it: writes extend the file */
-    u32vec free_slots, deferred; /* deferred: held by the last checkpoint, replaced since */
-    uint64_t *ckpt;        /* bit per slot: held by the last checkpoint */
+    /* Records the last two checkpoints hold are kept: a checkpoint folder
+     * committed after its table (hetex's --save) may crash in between and
+     * leave the one before as the last. deferred: held, replaced since the
+     * last commit; older: those of the commit before, free at the next. */
+    u32vec free_slots, deferred, older;
+    uint64_t *ckpt;        /* bit per slot: held by one of the last two checkpoints */
     int64_t ckpt_words;
     stage *stages;
     char *stage_buf;
@@ -248,6 +252,7 @@ void hx_emb_store_close(hx_emb_store *s)
     free(s->idx);
     free(s->free_slots.v);
     free(s->deferred.v);
+    free(s->older.v);
     free(s->ckpt);
     free(s->stages);
     free(s->stage_buf);
@@ -578,8 +583,10 @@ hx_status hx_emb_store_ckpt_begin(hx_emb_store *s, const uint32_t **idx, uint64_
     return HX_OK;
 }
 
-/* Marks the slots idx holds as the checkpoint's. */
-static hx_status mark_ckpt(hx_emb_store *s, const uint32_t *idx, bool check, hx_emb_err *err)
+/* A bitmap of n_slots bits: the slots idx holds (check: each in the file
+ * and held once, else HX_ERR_CORRUPT) and those of list. */
+static hx_status held_bits(hx_emb_store *s, const uint32_t *idx, const u32vec *list, bool check,
+                           uint64_t **out, hx_emb_err *err)
 {
     int64_t words = ((int64_t)s->n_slots + 63) / 64;
     uint64_t *bits = calloc((size_t)words, sizeof *bits);
@@ -597,10 +604,16 @@ static hx_status mark_ckpt(hx_emb_store *s, const uint32_t *idx, bool check, hx_
         }
         bits[v >> 6] |= 1ull << (v & 63);
     }
+    for (int64_t i = 0; list && i < list->n; i++) bits[list->v[i] >> 6] |= 1ull << (list->v[i] & 63);
+    *out = bits;
+    return HX_OK;
+}
+
+static void set_held(hx_emb_store *s, uint64_t *bits)
+{
     free(s->ckpt);
     s->ckpt = bits;
-    s->ckpt_words = words;
-    return HX_OK;
+    s->ckpt_words = ((int64_t)s->n_slots + 63) / 64;
 }
 
 hx_status hx_emb_store_ckpt_end(hx_emb_store *s, uint64_t gen, hx_emb_err *err)
@@ -613,11 +626,29 @@ hx_status hx_emb_store_ckpt_end(hx_emb_store *s, uint64_t gen, hx_emb_err *err)
         return st;
     }
     s->armed = s->crash_at > 0;
-    if (mark_ckpt(s, s->idx, false, err)) return HX_OK; /* keeps the old marks: nothing freed */
-    if (!vec_reserve(&s->free_slots, s->free_slots.n + s->deferred.n)) return HX_OK;
-    for (int64_t i = 0; i < s->deferred.n; i++) s->free_slots.v[s->free_slots.n++] = s->deferred.v[i];
+    /* Now held: this checkpoint's records and those only the previous one
+     * holds (deferred); the ones only the checkpoint before held are free.
+     * Out of memory: the old marks stay and nothing is freed. */
+    uint64_t *bits;
+    if (!vec_reserve(&s->free_slots, s->free_slots.n + s->older.n) ||
+        held_bits(s, s->idx, &s->deferred, false, &bits, NULL))
+        return HX_OK;
+    set_held(s, bits);
+    for (int64_t i = 0; i < s->older.n; i++) s->free_slots.v[s->free_slots.n++] = s->older.v[i];
+    u32vec t = s->older;
+    s->older = s->deferred;
+    s->deferred = t;
     s->deferred.n = 0;
     return HX_OK;
+}
+
+/* Drops the slots of bits from list. */
+static void drop_held(u32vec *list, const uint64_t *bits)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < list->n; i++)
+        if (!(bits[list->v[i] >> 6] >> (list->v[i] & 63) & 1)) list->v[k++] = list->v[i];
+    list->n = k;
 }
 
 hx_status hx_emb_store_adopt(hx_emb_store *s, const uint32_t *idx, uint64_t file_id, uint64_t gen,
@@ -629,36 +660,34 @@ hx_status hx_emb_store_adopt(hx_emb_store *s, const uint32_t *idx, uint64_t file
                            "embedding store '%s': the checkpoint belongs to another row store "
                            "(file id %016" PRIx64 ", this one %016" PRIx64 "); load it into a table "
                            "over the ssd_path it was saved from", s->path, file_id, s->file_id);
-    if (gen < s->gen)
+    if (gen + 1 < s->gen)
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
                            "embedding store '%s': the checkpoint is generation %" PRIu64 " but %" PRIu64
-                           " was committed since, which reused its records; load the latest one",
-                           s->path, gen, s->gen);
-    uint64_t *old_bits = s->ckpt;
-    int64_t old_words = s->ckpt_words;
-    s->ckpt = NULL;
-    hx_status st = mark_ckpt(s, idx, true, err);
-    u32vec fresh = {0};
-    if (!st && !vec_reserve(&fresh, (int64_t)s->n_slots))
+                           " were committed since, which reuse its records; load one of the last two",
+                           s->path, gen, s->gen - gen);
+    uint64_t *mine;
+    hx_status st = held_bits(s, idx, NULL, true, &mine, err);
+    if (!st && !vec_reserve(&s->free_slots, s->free_slots.n + s->cfg.rows)) {
+        free(mine);
         st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory");
-    if (st) {
-        free(s->ckpt);
-        s->ckpt = old_bits;
-        s->ckpt_words = old_words;
-        return st;
     }
-    free(old_bits);
-    for (uint32_t v = s->n_slots; v-- > s->first;)
-        if (!ckpt_holds(s, v)) fresh.v[fresh.n++] = v;
-    free(s->free_slots.v);
-    s->free_slots = fresh;
-    s->deferred.n = 0;
+    if (st) return st;
+    /* Live records no checkpoint holds are free; the records of the other
+     * checkpoints stay held; the adopted ones are never freed by a commit. */
+    for (int64_t r = 0; r < s->cfg.rows; r++) {
+        uint32_t v = s->idx[r];
+        if (v && !ckpt_holds(s, v) && !(mine[v >> 6] >> (v & 63) & 1)) s->free_slots.v[s->free_slots.n++] = v;
+    }
+    drop_held(&s->deferred, mine);
+    drop_held(&s->older, mine);
+    for (int64_t w = 0; w < s->ckpt_words; w++) mine[w] |= s->ckpt[w];
+    set_held(s, mine);
     memcpy(s->idx, idx, (size_t)s->cfg.rows * sizeof *idx);
     int64_t on = 0;
     for (int64_t r = 0; r < s->cfg.rows; r++) on += idx[r] != 0;
     s->st.rows_on_disk = on;
     for (int k = 0; k < s->n_stages; k++) s->stages[k].state = 0;
     hx_emb_rowmap_clear(&s->staged);
-    s->gen = gen;
+    if (gen > s->gen) s->gen = gen;
     return HX_OK;
 }

@@ -9,9 +9,8 @@
  * the row, so one read brings a row and its state. Writes never overwrite:
  * a row goes to a free slot and the index (one u32 per row, in memory)
  * moves to it once the write succeeded, so a failed or torn write leaves
- * the previous copy. The slots of the last checkpoint are not reused until
- * the next one is committed, so a checkpoint is its index alone (4 bytes a
- * row) plus the file. I/O goes through memory/'s engines (io_uring, else
+ * the previous copy. The slots of the last two checkpoints are not reused,
+ * so a checkpoint is its index alone (4 bytes a row) plus the file. I/O goes through memory/'s engines (io_uring, else
  * libaio; O_DIRECT where the filesystem takes it): a batch queues all its
  * requests and submits them with one system call per queue-depth of them.
  *
@@ -101,11 +100,11 @@ int64_t hx_emb_store_offset(const hx_emb_store *s, int64_t row);
 /* Checkpoints. begin: flushes the file's data to disk and gives the index
  * to save (rows u32 slots, 0: no record), the file's id and the next
  * generation. end: after the checkpoint file is in place, records its
- * generation in the file's header and frees the slots only the previous
- * checkpoint held. adopt: takes a verified checkpoint's index (HX_ERR_CORRUPT
- * if it names slots the file does not hold or one slot twice;
- * HX_ERR_INVALID_ARGUMENT if it belongs to another file or an older
- * generation than the file's last committed one); nothing changes on
+ * generation in the file's header and frees the slots that only the
+ * checkpoint before the previous one held. adopt: takes a verified
+ * checkpoint's index (HX_ERR_CORRUPT if it names slots the file does not
+ * hold or one slot twice; HX_ERR_INVALID_ARGUMENT if it belongs to another
+ * file or is older than the last two committed to it); nothing changes on
  * failure. */
 hx_status hx_emb_store_ckpt_begin(hx_emb_store *s, const uint32_t **idx, uint64_t *file_id,
                                   uint64_t *gen, hx_emb_err *err);

@@ -73,6 +73,46 @@ static void test_kill_during_save(void)
     CHECK(points >= 7, "a save has at least 7 steps (4 files, the mark, sync, swap): %d", points);
 }
 
+/* The run's "final: accuracy ... test rows" into buf. */
+static const char *final_line(const char *text, char *buf, size_t n)
+{
+    const char *a = strstr(text, "final: accuracy"), *b = a ? strstr(a, " test rows") : NULL;
+    snprintf(buf, n, "%.*s", a && b ? (int)(b - a) : 0, a ? a : "");
+    return buf;
+}
+
+/* The same with the deep table on disk: its save commits the row store's
+ * checkpoint before the folder is swapped in, so a kill between them
+ * leaves the folder of the epoch before as the last; the store keeps the
+ * records of its last two checkpoints and the resumed run ends where the
+ * run in memory never killed ends. */
+static void test_kill_during_save_on_disk(void)
+{
+    char ck[300], rows[300], want[256], got[256];
+    snprintf(ck, sizeof ck, "%s/ck-disk", dir);
+    snprintf(rows, sizeof rows, "%s/deep.rows", dir);
+    const char *two[] = {WD, "--epochs", "2", NULL};
+    const char *one[] = {WD, "--epochs", "1", "--save", ck, "--deep-table-on-disk", rows, NULL};
+    const char *again[] = {WD, "--epochs", "2", "--resume", ck, "--save", ck, "--deep-table-on-disk", rows, NULL};
+    CHECK(run(two, NULL) == 0 && *final_line(out, want, sizeof want), "two epochs in memory: %s", out);
+    CHECK(run(one, NULL) == 0, "one epoch on disk: %s", out);
+    int points = 0;
+    char k_text[16];
+    for (int k = 1; k <= 20; k++) {
+        snprintf(k_text, sizeof k_text, "%d", k);
+        int rc = run(again, k_text);
+        if (rc == 0) break;
+        points++;
+        CHECK(rc == -9, "on disk, crash at step %d: killed (exit %d): %s", k, rc, out);
+        rc = run(again, NULL);
+        CHECK(rc == 0 && !strcmp(final_line(out, got, sizeof got), want),
+              "on disk, crash at step %d, then resumed: exit %d, '%s' (the run never killed: '%s')", k, rc, got,
+              want);
+        CHECK(run(one, NULL) == 0, "on disk: one epoch again: %s", out);
+    }
+    CHECK(points >= 7, "killed at each of the %d steps of a save", points);
+}
+
 /* A folder with files and no hetex-checkpoint mark is not replaced, nor is
  * a file; a damaged checkpoint is refused on resume. */
 static void test_foreign_folder(void)
@@ -138,6 +178,7 @@ static void teardown(void) { test_remove_tree(dir); }
 
 static const test_case cases[] = {
     {"kill_during_save", test_kill_during_save},
+    {"kill_during_save_on_disk", test_kill_during_save_on_disk},
     {"foreign_folder", test_foreign_folder},
     {"busy_folder", test_busy_folder},
 };
