@@ -818,7 +818,11 @@ typedef struct hx_embedding_config {
                                  The file stays when the table is freed. */
     size_t cache_bytes;       /* ssd_path: host memory for cached rows and their state;
                                  0: HX_EMBEDDING_CACHE_DEFAULT. One step may touch at most
-                                 as many distinct rows of a table as its cache holds */
+                                 as many distinct rows of a table as its cache holds
+                                 (else the run fails with HX_ERR_OUT_OF_MEMORY saying how
+                                 much it needs); runs, reads and writes of rows may fail
+                                 with HX_ERR_IO or HX_ERR_CORRUPT from the file, losing
+                                 nothing */
 } hx_embedding_config;
 #define HX_EMBEDDING_CACHE_DEFAULT ((size_t)256 << 20)
 /* Everything above at its stated default; rows and dim are 0 and must be set.
@@ -836,8 +840,12 @@ HX_API hx_embedding_config hx_embedding_config_default(void);
  *               expire_after, DYNAMIC-only fields on another table,
  *               optimizer hyper-parameters out of range); HX_ERR_SHAPE
  *               (rows or dim out of range); HX_ERR_DTYPE (storage not f32,
- *               f16 or bf16); HX_ERR_IO (backing_file cannot be created or
- *               sized); HX_ERR_OUT_OF_MEMORY.
+ *               f16 or bf16); HX_ERR_IO (backing_file or ssd_path cannot be
+ *               created or sized); HX_ERR_OUT_OF_MEMORY. ssd_path also:
+ *               HX_ERR_INVALID_ARGUMENT (cache_bytes holds no row, with
+ *               backing_file, a store of another shape at ssd_path);
+ *               HX_ERR_CORRUPT (ssd_path holds something else or a damaged
+ *               header); HX_ERR_SHAPE (more than 2^32 - 2 rows).
  *   On failure: *out is NULL (unless out is NULL) and nothing is kept.
  *   Ownership:  cfg and its strings are copied; the table is the caller's:
  *               free it with hx_embedding_table_free.
@@ -845,7 +853,8 @@ HX_API hx_embedding_config hx_embedding_config_default(void);
  */
 HX_API hx_status hx_embedding_table_create(const hx_embedding_config *cfg,
                                            hx_embedding_table **out);
-/* Frees the table, its rows and state (a backing_file stays on disk).
+/* Frees the table, its rows and state (a backing_file or an ssd_path row
+ * store stays on disk).
  *   Fails:      HX_ERR_STATE while a graph uses t: free those graphs (and
  *               their sessions) first. NULL: no-op.
  *   On failure: t is unchanged and still the caller's.
@@ -868,7 +877,9 @@ HX_API int64_t hx_embedding_table_dim(const hx_embedding_table *t);
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t or opt NULL, an unknown kind,
  *               hyper-parameters out of range); HX_ERR_OUT_OF_MEMORY or
  *               HX_ERR_IO (no room for another kind's state); HX_ERR_STATE
- *               (a run uses the table: see the section's header).
+ *               (a run uses the table: see the section's header);
+ *               HX_ERR_UNSUPPORTED (a table on disk given another kind:
+ *               its records hold the creation kind's state).
  *   On failure: the optimizer and its state are as they were.
  *   Ownership:  opt is copied.
  *   Threads:    see the section's header.
@@ -927,7 +938,10 @@ HX_API hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, con
  * path as hx_session_save does (the same stage files, the same
  * HX_ERR_STATE while another saver writes path).
  * Load verifies the whole file first and then replaces the rows and state
- * (a table without an optimizer loads the rows only).
+ * (a table without an optimizer loads the rows only). A table on disk
+ * (ssd_path) writes its dirty cached rows back and saves its row store's
+ * index (4 bytes a row), not the rows; it loads into a table over the same
+ * ssd_path (after a crash too), from either of the last two saves.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t or path NULL; load: the file has
  *               another optimizer's state than the table's, or a DYNAMIC
  *               table's map for another kind of table); HX_ERR_STATE (save:
@@ -938,7 +952,10 @@ HX_API hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, con
  *               checksum or not); HX_ERR_SHAPE (load: another rows, dim or
  *               dtype); HX_ERR_UNSUPPORTED (load: another format version);
  *               HX_ERR_STATE (load: a run uses the table: see the
- *               section's header); HX_ERR_OUT_OF_MEMORY.
+ *               section's header); HX_ERR_OUT_OF_MEMORY. A table on disk
+ *               also: HX_ERR_INVALID_ARGUMENT (load: a checkpoint of
+ *               another row store, or older than its last two);
+ *               HX_ERR_IO, HX_ERR_CORRUPT (its row store's file).
  *   On failure: save leaves the file at path as it was (only its stage
  *               file is written, and removed); load leaves the table as it was.
  *   Ownership:  path is not kept.
