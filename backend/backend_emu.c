@@ -19,7 +19,6 @@
 #include "core/core.h" /* HX_ASAN */
 #include "kernels/cpu/hx_kernels.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,14 +126,7 @@ static void emu_free(hx_backend *b, void *p)
 /* Sleeps until t0 + want (hx__now seconds); returns the end time. */
 static double hold_until(double t0, double want)
 {
-    double end = t0 + want, now = hx__now();
-    if (want <= 0 || now >= end) return now;
-    struct timespec ts;
-    double whole = (double)(long long)end;
-    ts.tv_sec = (time_t)whole;
-    ts.tv_nsec = (long)((end - whole) * 1e9);
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {}
-    return end;
+    return want <= 0 ? hx__now() : hx__sleep_until(t0 + want);
 }
 
 /* ---- the gradient scan kernel ---------------------------------------------------- */

@@ -93,6 +93,10 @@ void cli_say(FILE *out, const char *cmd, const char *library_text);
  * accelerator (a GPU's name and memory, or emu on the host's cores), why
  * (asked for, found, or why not CUDA), and the device memory cap. */
 void cli_print_accelerator(FILE *out, const char *cmd, const hx_session *s);
+/* "hetex CMD: placement auto: ..." lines of session s (nothing when no node
+ * was AUTO): what the planner chose and predicted, and the measured step
+ * once training ran. */
+void cli_print_placement(FILE *out, const char *cmd, const hx_session *s);
 
 /* ---- bundled data ---------------------------------------------------------------------- */
 

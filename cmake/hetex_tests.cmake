@@ -38,6 +38,7 @@ hx_test(readme                   60       install)
 
 hx_test(test_activation_offload  30       sched)
 hx_test(test_auto_disk           30       sched io)
+hx_test(test_autoplace           60       sched)
 hx_test(test_backend_ops         120      slow)
 hx_test(test_chunks              30       unit)
 hx_test(test_cli                 60       io)

@@ -25,6 +25,9 @@ bool hx__debug(const char *what);
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC): the time base of the
  * trace and of the emu device's simulated costs. */
 double hx__now(void);
+/* Sleeps until hx__now() reaches end (at once if it has); returns the later
+ * of the two. */
+double hx__sleep_until(double end);
 
 /* Staged files: a file replaced as a whole or not at all. hx__stage_open
  * removes the stages of path that dead writers left behind and creates

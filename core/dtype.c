@@ -29,6 +29,7 @@ const char *hx_target_name(hx_target t)
     case HX_TARGET_DEFAULT: return "default";
     case HX_TARGET_CPU: return "cpu";
     case HX_TARGET_DEVICE: return "device";
+    case HX_TARGET_AUTO: return "auto";
     }
     return "(invalid target)";
 }

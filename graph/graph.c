@@ -485,7 +485,7 @@ int64_t hx_tensor_dim(const hx_tensor *t, int i)
 
 /* ---- targets ---------------------------------------------------------------------- */
 
-static bool target_valid(hx_target t) { return (unsigned)t <= HX_TARGET_DEVICE; }
+static bool target_valid(hx_target t) { return (unsigned)t <= HX_TARGET_AUTO; }
 
 hx_status hx_tensor_set_target(hx_tensor *t, hx_target target)
 {

@@ -186,7 +186,10 @@ typedef enum hx_place_why {
     HX_WHY_FOLLOWS_PARAM, /* an update (or optimizer state) runs where its parameter lives */
     HX_WHY_HOST_LEAF,     /* inputs and constants are host data */
     HX_WHY_OFFLOAD,       /* the session offloads parameters (hx_offload_config) to the host */
-    HX_WHY_FOLLOWS_OP     /* state an op updates in place (batchnorm's running statistics) */
+    HX_WHY_FOLLOWS_OP,    /* state an op updates in place (batchnorm's running statistics) */
+    HX_WHY_AUTO,          /* AUTO: the planner's choice (autoplace.c) */
+    HX_WHY_AUTO_HOST_ONLY,/* AUTO, but it works on a host table */
+    HX_WHY_AUTO_NO_KERNEL /* AUTO, but only one target has a kernel for it */
 } hx_place_why;
 const char *hx__place_why_str(hx_place_why w);
 
@@ -197,12 +200,63 @@ typedef struct hx_place_opts {
     bool fallback_cpu; /* an op with no kernel on its target moves to the CPU */
     hx_has_kernel_fn has_kernel;
     void *ctx;
+    bool auto_default; /* ops and parameters left at DEFAULT are AUTO */
+    /* The planner's choice (CPU or DEVICE) per tensor id for the nodes it
+     * places (why HX_WHY_AUTO); NULL: they are left HX_TARGET_AUTO. */
+    const hx_target *decided;
 } hx_place_opts;
-/* Fills target[] (CPU or DEVICE) and why[] for every tensor of g. Fails
- * with HX_ERR_NO_KERNEL naming the op when an op has no kernel on its
- * target and the fallback is off. */
+/* Fills target[] (CPU or DEVICE, or AUTO for the planner's nodes while
+ * o->decided is NULL) and why[] for every tensor of g. Fails with
+ * HX_ERR_NO_KERNEL naming the op when an op has no kernel on its target
+ * and the fallback is off. */
 hx_status hx__place(const hx_graph *g, const hx_place_opts *o, hx_target *target,
                     hx_place_why *why);
+/* Whether op node t is left to the planner (AUTO after the rules). */
+bool hx__place_pending(const hx_tensor *t, const hx_place_opts *o);
+
+/* ---- the placement planner (autoplace.c, autoplace_plan.c) --------------------
+ * Its abstract problem: nodes in a topological order, each on the host (0)
+ * or the device (1), fixed or by its group's decision. */
+typedef struct hx_ap_node {
+    double cost[2];   /* seconds on the host and on the device (INFINITY: never there) */
+    int group;        /* the decision it shares; -1: fixed at `side` */
+    int8_t side;
+    bool leaf;        /* an input, parameter, constant or state: ready at the start, no lane */
+    bool persistent;  /* a parameter, constant or state: held for the whole step */
+    bool phase1;      /* an optimizer update: starts after phase 0 */
+    size_t bytes;     /* its value (copies, device memory) */
+    int first_src, n_src;
+} hx_ap_node;
+typedef struct hx_ap_problem {
+    int n, n_groups;
+    hx_ap_node *node;
+    int *src;         /* node[i]'s sources: src[first_src .. first_src + n_src) */
+    double lat[2], bw[2]; /* copies: [0] host to device, [1] device to host */
+    size_t cap;       /* device bytes */
+} hx_ap_problem;
+typedef struct hx_ap_work hx_ap_work;
+hx_status hx__ap_work_new(const hx_ap_problem *p, hx_ap_work **out);
+void hx__ap_work_free(hx_ap_work *w);
+/* The predicted step (seconds) with group g on side gside[g] (INFINITY: the
+ * device cap is passed, or a node is where it cannot run); the device
+ * bytes at the peak into *dev_bytes (NULL: not wanted). */
+double hx__ap_eval(const hx_ap_problem *p, hx_ap_work *w, const int8_t *gside, size_t *dev_bytes);
+/* The heuristic: the list schedule, then single moves (also from all-host
+ * and all-device); the best into gside[] and *step. */
+hx_status hx__ap_plan(const hx_ap_problem *p, int8_t *gside, double *step);
+/* Every assignment of at most 20 groups (HX_ERR_INVALID_ARGUMENT past that). */
+hx_status hx__ap_exact(const hx_ap_problem *p, int8_t *gside, double *step);
+
+/* The problem of graph g after a first hx__place (decided NULL): nodes are
+ * g's tensors, groups the AUTO nodes' decisions (a parameter with its
+ * update and state, batchnorm with its statistics); cost(ctx, t, target)
+ * is op t's seconds there (asked only for targets it may run on). group_of
+ * gets each tensor's group (-1: fixed). */
+typedef double (*hx_ap_cost_fn)(void *ctx, const hx_tensor *t, hx_target target);
+hx_status hx__ap_build(const hx_graph *g, const hx_target *target, const hx_place_why *why,
+                       const hx_place_opts *o, hx_ap_cost_fn cost, void *ctx,
+                       hx_ap_problem *out, int *group_of);
+void hx__ap_problem_free(hx_ap_problem *p);
 
 /* ---- recompute (recompute.c) ------------------------------------------------
  * A node whose source was recomputed reads the recomputed value when it was

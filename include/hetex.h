@@ -135,9 +135,14 @@ HX_API size_t hx_dtype_size(hx_dtype dt);
 HX_API const char *hx_dtype_name(hx_dtype dt);
 
 /* Where an op runs. DEFAULT defers to the graph's scoped default, then to
- * the op's own default. */
-typedef enum hx_target { HX_TARGET_DEFAULT = 0, HX_TARGET_CPU, HX_TARGET_DEVICE } hx_target;
-/* "default", "cpu" or "device".
+ * the op's own default (or, with hx_session_config.auto_placement, to
+ * AUTO). AUTO leaves the choice to the session's placement planner, which
+ * measures each op on both targets and the copies between them (see
+ * "Automatic placement" below); CPU and DEVICE are binding. */
+typedef enum hx_target {
+    HX_TARGET_DEFAULT = 0, HX_TARGET_CPU, HX_TARGET_DEVICE, HX_TARGET_AUTO
+} hx_target;
+/* "default", "cpu", "device" or "auto".
  *   Fails:      never: an invalid target gives "(invalid target)".
  *   Ownership:  a static string.
  *   Threads:    any thread.
@@ -1193,6 +1198,15 @@ typedef struct hx_emu_cost {
     double launch_latency_s;  /* per launch and per copy */
     double flops_per_s;       /* compute rate */
 } hx_emu_cost;
+/* The host side of the simulated machine (only with the emu accelerator):
+ * every host kernel lasts at least launch_latency_s + flops / flops_per_s
+ * (flops as above), and the host's kernels take their turns on one
+ * simulated host (concurrent host lanes share its rate), so that a test can
+ * declare, say, a device 20x faster than the host. All 0: no floor. */
+typedef struct hx_emu_host_cost {
+    double flops_per_s;
+    double launch_latency_s;
+} hx_emu_host_cost;
 
 /* Execution. A run's plan is split into units: each CPU subgraph, each
  * device subgraph and each copy (see hx_session_placement_stats). A unit
@@ -1334,6 +1348,34 @@ typedef struct hx_offload_report {
     char reason[512];                /* auto_offload: why it chose this policy */
 } hx_offload_report;
 
+/* Automatic placement. Ops whose target is AUTO (their attribute, a
+ * scope's, or DEFAULT with auto_placement) are placed by the session at
+ * creation; CPU and DEVICE attributes stay binding. Rules come first: a
+ * parameter, its optimizer update and state are placed together; ops that
+ * work on host tables (embedding lookups and updates) stay on the host;
+ * an op with no kernel on a target never goes there. Then the planner:
+ * - costs are measured: each distinct op signature (op, dtype, shapes,
+ *   attributes) is run a few times per target with zeroed inputs, the
+ *   fastest run kept (the emu device
+ *   runs the host's kernels, so its time is the host's, raised to its
+ *   simulated floor), and the link's latency and bandwidth per direction
+ *   are timed with two copies. Times are cached in placement_cache, one
+ *   line per (machine, signature), so a second session of the same shapes
+ *   profiles nothing; the file holds at most 8192 entries (the newest)
+ *   and one it cannot read in full is ignored and rewritten;
+ * - a list schedule (ops in order, each where it finishes first given the
+ *   copies that choice implies, the host and device lanes and a copy lane
+ *   per direction running concurrently, as the executor runs them) under
+ *   the device cap (parameters, state and the live device values of the
+ *   step), then single moves that shorten the predicted step while any do
+ *   (also from all-host and all-device, and pairs on small graphs); the
+ *   mixed placement it finds is kept only when its predicted step is at
+ *   least 10% under the better of all-host and all-device (the model
+ *   leaves out the executor's per-unit overhead), else that side is;
+ * - the device cap is max_device_memory (less 10% for the pools' rounding).
+ * Results are bitwise those of any other placement. HX_DEBUG=placement
+ * prints every automatic decision with its predicted time on both targets;
+ * hx_session_placement_report compares the prediction with the runs. */
 typedef struct hx_session_config {
     int n_threads;                /* host threads for kernels; 0: all cores */
     uint64_t seed;                /* parameter init and dropout */
@@ -1379,6 +1421,11 @@ typedef struct hx_session_config {
      * communicator stays the caller's and must outlive the session. Not
      * with embedding tables, f16/bf16 gradients or CUDA (HX_ERR_UNSUPPORTED). */
     hx_comm *comm;
+    hx_emu_host_cost emu_host_cost; /* all 0: host kernels at host speed */
+    /* Automatic placement (see below) */
+    bool auto_placement;          /* ops and parameters left at DEFAULT are AUTO: false */
+    const char *placement_cache;  /* op cost cache file; NULL: $HX_PLACEMENT_CACHE, else
+                                     $HOME/.cache/hetex/op_costs; "": no cache */
 } hx_session_config;
 /* Every field at the default noted above (seed 42, all cores, the AUTO
  * accelerator, 8 GiB for emu, no loss scaling, no offload).
@@ -1397,7 +1444,8 @@ HX_API hx_session_config hx_session_config_default(void);
  *   Fails:      HX_ERR_INVALID_ARGUMENT (g or out NULL; n_threads < 0, an
  *               unknown enum value, a loss scale or clip_grad_norm out of
  *               range, an offload field out of range, a malformed
- *               $HX_OFFLOAD); HX_ERR_UNSUPPORTED (CUDA asked for in a build
+ *               $HX_OFFLOAD, emu_host_cost out of range);
+ *               HX_ERR_UNSUPPORTED (CUDA asked for in a build
  *               or on a machine without it, the disk tier with
  *               delayed_param_update, data parallel that comm cannot
  *               serve: see there); HX_ERR_NO_KERNEL (an op without a
@@ -1408,7 +1456,8 @@ HX_API hx_session_config hx_session_config_default(void);
  *               HX_ERR_OUT_OF_MEMORY.
  *   On failure: *out is NULL (unless out is NULL); g is as before and not
  *               frozen; nothing is allocated.
- *   Ownership:  cfg and trace_path are copied; the session is the
+ *   Ownership:  cfg and trace_path are copied (placement_cache is read
+ *               during the call only); the session is the
  *               caller's (free it with hx_session_free); it holds g, and
  *               keeps pointers to the embedding tables g uses.
  *   Threads:    counts as a call on g: one thread per graph. Sessions of
@@ -1629,6 +1678,35 @@ typedef struct hx_placement_stats {
  *   Threads:    one thread per session.
  */
 HX_API hx_status hx_session_placement_stats(hx_session *s, hx_placement_stats *out);
+/* What automatic placement decided and predicted, beside what the training
+ * runs measured. */
+typedef struct hx_placement_report {
+    int n_auto;               /* graph nodes the planner placed (0: no AUTO op) */
+    int n_auto_device;        /* of them, on the device */
+    int n_signatures;         /* distinct op signatures it needed costs for */
+    int n_cache_hits;         /* of them, found in the cache file */
+    double profile_s;         /* seconds spent measuring at creation */
+    double plan_s;            /* seconds spent planning at creation */
+    /* The predicted training step (seconds) of the chosen placement and of
+     * the same graph with every AUTO node on the host / on the device
+     * (INFINITY: it does not fit the cap or an op has no device kernel). */
+    double predicted_step_s, predicted_all_host_s, predicted_all_device_s;
+    double mixed_step_s;      /* the planner's mixed placement's, kept only when it is at
+                                 least 10% under the better single side's */
+    double h2d_latency_s, h2d_bytes_per_s, d2h_latency_s, d2h_bytes_per_s; /* the link */
+    size_t device_cap;        /* what the planner kept device memory under */
+    size_t predicted_device_bytes; /* its estimate for the chosen placement */
+    int measured_steps;       /* training runs timed so far */
+    double measured_step_s;   /* the fastest of them (wall seconds; 0: none) */
+    bool off;                 /* measured_step_s is more than 20% off predicted_step_s */
+} hx_placement_report;
+/* The report of s (all zero but device_cap when no node was AUTO).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or out NULL).
+ *   On failure: *out is unchanged.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    one thread per session.
+ */
+HX_API hx_status hx_session_placement_report(const hx_session *s, hx_placement_report *out);
 /* Writes that plan as Graphviz DOT (ops coloured by target, clustered by
  * subgraph, copies drawn as their own nodes) / as a text summary
  * (subgraphs, ops per subgraph, copies and bytes per step) to path

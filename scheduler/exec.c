@@ -189,7 +189,7 @@ static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
         if (st) break;
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
         if ((st = hx__residency_step_ready(e, sp))) break; /* its inputs in host memory */
-        st = hx__host_launch(e, stream, lane, r->ex_host, sp, sp->in);
+        st = hx__host_launch(e, stream, lane, r->ex_host, sp, sp->in, &cores);
     }
     hx__budget_give(e->budget, cores);
     return st;

@@ -71,6 +71,8 @@ typedef struct hx_engine {
      * squares (scan_dev: written there for device gradients) */
     double *scan_dev, *scan_host;
     int n_scan;
+    /* emu's simulated host (hx_emu_host_cost): when it is next free */
+    _Atomic double sim_host_free;
 } hx_engine;
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */
@@ -162,9 +164,14 @@ hx_trace_lane *hx__exec_lane(const hx_engine *e);
 /* update.c: runs plan step sp (a host kernel) with inputs in (sp->in, or
  * the caller's in their place) on the calling thread, through the host
  * backend's launch on stream (counted in its launches), recorded on lane
- * (NULL: not traced) with its op and node name. */
+ * (NULL: not traced) with its op and node name. *cores: what the caller
+ * took from the budget (hx__budget_take); with emu's simulated host costs
+ * they are handed back while the kernel sleeps the rest of its floor, and
+ * *cores is what was taken again after. */
 hx_status hx__host_launch(hx_engine *e, hx_stream *stream, hx_trace_lane *lane, const hx_exec *ex,
-                          const hx_step *sp, void *const *in);
+                          const hx_step *sp, void *const *in, int *cores);
+/* The simulated host time of node under emu's hx_emu_host_cost (0: none). */
+double hx__sim_host_floor(const hx_engine *e, const hx_tensor *node);
 /* An update step outside the executor (the delayed update, the disk
  * tier's): hx__host_launch with ex->nthreads cores taken from the
  * session's budget around it. */

@@ -8,15 +8,42 @@
  * and into the trace with its op and node name, on the lane of the thread
  * that runs it; device steps go through the accelerator's backend, which
  * traces its own. So every optimizer launch of a run, synchronous, delayed
- * or disk-streamed, is counted and traced, and returns its status. */
+ * or disk-streamed, is counted and traced, and returns its status. With
+ * emu's simulated host costs (hx_emu_host_cost) set, each host launch lasts its floor. */
 #include "scheduler/scheduler.h"
 
+double hx__sim_host_floor(const hx_engine *e, const hx_tensor *node)
+{
+    const hx_emu_host_cost *c = &e->cfg.emu_host_cost;
+    if (!e->accel_on_host) return 0;
+    return c->launch_latency_s + (c->flops_per_s > 0 ? hx__op_flops(node) / c->flops_per_s : 0);
+}
+
+/* emu's simulated host: a kernel that began at t0 ends no earlier than its
+ * floor after the later of t0 and the end of the simulated host's previous
+ * kernel (one host, whichever lane runs it); sleeps the rest without the
+ * caller's *cores (handed back to the budget meanwhile, as emu's streams
+ * sleep theirs). */
+static void sim_host_hold(hx_engine *e, const hx_tensor *node, double t0, int nthreads, int *cores)
+{
+    double want = hx__sim_host_floor(e, node);
+    if (want <= 0) return;
+    double free_at = atomic_load(&e->sim_host_free), end;
+    do end = (free_at > t0 ? free_at : t0) + want;
+    while (!atomic_compare_exchange_weak(&e->sim_host_free, &free_at, end));
+    if (hx__now() >= end) return;
+    hx__budget_give(e->budget, *cores);
+    hx__sleep_until(end);
+    *cores = hx__budget_take(e->budget, nthreads);
+}
+
 hx_status hx__host_launch(hx_engine *e, hx_stream *stream, hx_trace_lane *lane, const hx_exec *ex,
-                          const hx_step *sp, void *const *in)
+                          const hx_step *sp, void *const *in, int *cores)
 {
     hx_backend *host = e->be[HX_DEV_HOST];
-    double t0 = lane ? hx__now() : 0;
+    double t0 = hx__now();
     hx_status st = host->launch(host, stream, sp->fn, ex, sp->node, sp->out, in);
+    if (!st) sim_host_hold(e, sp->node, t0, ex->nthreads, cores);
     if (lane) hx__trace_event(lane, hx__ops[sp->node->op].name, sp->node->name, 0, t0, hx__now());
     return st;
 }
@@ -25,7 +52,7 @@ hx_status hx__update_step(hx_engine *e, hx_stream *stream, hx_trace_lane *lane, 
                           const hx_step *sp, void *const *in)
 {
     int cores = hx__budget_take(e->budget, ex->nthreads);
-    hx_status st = hx__host_launch(e, stream, lane, ex, sp, in);
+    hx_status st = hx__host_launch(e, stream, lane, ex, sp, in, &cores);
     hx__budget_give(e->budget, cores);
     return st;
 }

@@ -15,9 +15,13 @@ void hx__debug_placement(const hx_session *s)
         const hx_tensor *t = g->tensors[i];
         if (t->kind == HX_TENSOR_INPUT || t->kind == HX_TENSOR_CONSTANT) continue;
         bool again = t->recomputed && hx__recompute_on(&s->e);
-        fprintf(stderr, "hetex placement: '%s' (%s) -> %s: %s%s%s%s\n", t->name,
+        char costs[96] = "";
+        if (s->e.why[i] == HX_WHY_AUTO && s->auto_cost && t->op > HX_OP_STATE && !t->recompute_of)
+            snprintf(costs, sizeof costs, " (predicted: host %.4f ms, device %.4f ms)",
+                     1e3 * s->auto_cost[2 * i], 1e3 * s->auto_cost[2 * i + 1]);
+        fprintf(stderr, "hetex placement: '%s' (%s) -> %s: %s%s%s%s%s\n", t->name,
                 hx__ops[t->op].name, hx_target_name(s->e.target[i]), hx__place_why_str(s->e.why[i]),
-                again ? "; freed after forward, recomputed in backward as '" : "",
+                costs, again ? "; freed after forward, recomputed in backward as '" : "",
                 again ? t->recomputed->name : "", again ? "'" : "");
     }
 }

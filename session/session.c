@@ -61,6 +61,7 @@ void hx_session_free(hx_session *s)
     free(s->e.budget);
     free(s->e.target);
     free(s->e.why);
+    free(s->auto_cost);
     hx__graph_release(s->e.g); /* frees a graph whose hx_graph_free came first */
     free(s);
 }
@@ -112,15 +113,28 @@ static hx_status setup_devices(hx_session *s)
     if (!s->e.target || !s->e.why)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     hx_place_opts o = {s->e.be[HX_DEV_ACCEL] != NULL, s->e.cfg.fallback == HX_FALLBACK_CPU,
-                       has_kernel, s};
-    if ((st = hx__place(s->e.g, &o, s->e.target, s->e.why))) {
+                       has_kernel, s, s->e.cfg.auto_placement, NULL};
+    st = hx__place(s->e.g, &o, s->e.target, s->e.why);
+    bool pending = false;
+    for (int i = 0; i < s->e.g->n && !st; i++) pending |= s->e.why[i] == HX_WHY_AUTO;
+    hx_target *decided = pending ? malloc(sizeof *decided * n) : NULL;
+    if (pending && !decided) st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    if (pending && !st && !(st = hx__autoplace(s, &o, decided))) {
+        o.decided = decided;
+        st = hx__place(s->e.g, &o, s->e.target, s->e.why);
+    }
+    free(decided);
+    if (st) {
         char msg[768];
         snprintf(msg, sizeof msg, "%s", hx_last_error());
         return hx__error(st, "hx_session_create: %s", msg);
     }
     if ((st = hx__offload_place(&s->e))) return st;
     for (int i = 0; i < s->e.g->n; i++) s->n_fallbacks += s->e.why[i] == HX_WHY_FALLBACK;
-    if (hx__debug("placement")) hx__debug_placement(s);
+    if (hx__debug("placement")) {
+        hx__debug_placement(s);
+        hx__autoplace_debug(s);
+    }
     return HX_OK;
 }
 
@@ -188,6 +202,12 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!(c.clip_grad_norm >= 0 && isfinite(c.clip_grad_norm)))
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: clip_grad_norm %g must be "
                          "finite and >= 0 (0: no clipping)", c.clip_grad_norm);
+    const hx_emu_host_cost *hc = &c.emu_host_cost;
+    if (!(hc->flops_per_s >= 0 && isfinite(hc->flops_per_s) && hc->launch_latency_s >= 0 &&
+          hc->launch_latency_s < 1))
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: emu_host_cost needs a "
+                         "finite flops_per_s >= 0 and 0 <= launch_latency_s < 1 (all 0: no "
+                         "simulated host), not %g and %g", hc->flops_per_s, hc->launch_latency_s);
     hx_status st = hx__offload_resolve(&c.offload);
     if (st) return st;
     hx_session *s = calloc(1, sizeof *s);
@@ -479,7 +499,9 @@ static hx_status run(hx_session *s, const hx_feed *feeds, int n_feeds, const hx_
 
     hx_train_stats stats0 = s->stats;
     int good0 = s->good_steps;
+    double t0 = hx__now();
     st = execute(s, p, train);
+    if (!st && train) hx__autoplace_record_step(s, hx__now() - t0);
     if (!st && train && res) st = res->run_commit(res);
     if (st && res) { /* nothing applied: the step did not happen */
         s->stats = stats0;

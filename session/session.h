@@ -33,6 +33,9 @@ struct hx_session {
     struct hx_dp *dp;
     int *dp_index;
     int64_t dp_n;
+    hx_placement_report place_report; /* automatic placement (autoplace.c) */
+    double *auto_cost; /* per tensor id: predicted seconds on the host, on the device */
+    char auto_why[160]; /* why the planner kept one side ("": its mixed placement) */
 };
 
 /* The thread rule, enforced: the public calls that run or change the
@@ -49,5 +52,29 @@ hx_status hx__session_dp_grads(hx_session *s, const hx_plan *p);
 
 /* report.c: HX_DEBUG=placement lines. */
 void hx__debug_placement(const hx_session *s);
+
+/* A mixed placement is kept only when it predicts a step this much shorter
+ * than the better single side (the model leaves out per-unit overhead). */
+#define HX_AUTO_MIXED_MARGIN 0.10
+/* autoplace.c: decides the nodes the first hx__place left AUTO (the
+ * session's target and why) into decided[] (per tensor id), filling
+ * s->place_report and s->auto_cost. */
+hx_status hx__autoplace(hx_session *s, const hx_place_opts *o, hx_target *decided);
+/* Its summary line (HX_DEBUG=placement), and a training run's measured step. */
+void hx__autoplace_debug(const hx_session *s);
+void hx__autoplace_record_step(hx_session *s, double seconds);
+
+/* op_costs.c: the op cost cache file (see there). FNV-1a of n bytes onto h. */
+uint64_t hx__hash(uint64_t h, const void *p, size_t n);
+typedef struct hx_op_costs hx_op_costs;
+/* path NULL: $HX_PLACEMENT_CACHE, else $HOME/.cache/hetex/op_costs; "": none.
+ * An unreadable or invalid file is ignored. Fails only out of memory. */
+hx_status hx__op_costs_open(const char *path, uint64_t machine, hx_op_costs **out);
+/* The seconds cached for sig on this machine; *from_file: read from the file. */
+bool hx__op_costs_get(const hx_op_costs *c, uint64_t sig, double *seconds, bool *from_file);
+hx_status hx__op_costs_put(hx_op_costs *c, uint64_t sig, double seconds, const char *what);
+/* Writes the file if anything was added (HX_ERR_IO when it cannot). */
+hx_status hx__op_costs_save(hx_op_costs *c);
+void hx__op_costs_free(hx_op_costs *c);
 
 #endif

@@ -5,6 +5,7 @@
 #include "testutil.h"
 #include "tmpdir.h"
 #include "examples/widedeep/wd.h"
+#include "session/session.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -164,10 +165,91 @@ static void teardown(void) { test_remove_tree(out_dir); }
 static void training(void) { test_training(data_dir, out_dir); }
 static void on_disk(void) { test_on_disk(data_dir, out_dir); }
 
+/* The example's graph with every op AUTO on emu simulating a device 20x
+ * faster than the host and an 8 GB/s link: the lookups and sparse updates
+ * stay on the host, the MLP goes to the device, and the predicted step is
+ * no worse than the best manual split's (all-host, or the expert's, which
+ * is auto's all-device here: the lookups cannot move). Measured steps are
+ * compared by ./build.sh bench placement. */
+static void auto_placement(void)
+{
+    wd_options o = wd_options_default();
+    o.batch = 256;
+    o.threads = 2;
+    o.placement = HX_TARGET_AUTO;
+    hx_reader_config rc = hx_reader_config_adult(false);
+    rc.batch_size = o.batch;
+    char path[600], cache[600];
+    snprintf(path, sizeof path, "%s/adult.data", data_dir);
+    snprintf(cache, sizeof cache, "%s/op_costs", out_dir);
+    hx_reader *r = NULL;
+    wd_features wf = {0};
+    wd_model m = {0};
+    hx_session *s = NULL;
+    hx_status st = hx_reader_open(path, &rc, &r);
+    if (!st) st = wd_features_fit(r, &rc, o.cross_buckets, &wf);
+    if (!st) st = wd_model_build(&o, &wf, &m);
+    hx_session_config c = hx_session_config_default();
+    c.accelerator = HX_ACCELERATOR_EMU;
+    c.n_threads = 2;
+    c.auto_placement = true;
+    c.emu_cost = (hx_emu_cost){.copy_bytes_per_s = 8e9, .launch_latency_s = 10e-6, .flops_per_s = 2e9};
+    c.emu_host_cost = (hx_emu_host_cost){.flops_per_s = 1e8, .launch_latency_s = 2e-6};
+    c.placement_cache = cache;
+    if (!st) st = hx_session_create(m.g, &c, &s);
+    CHECK(st == HX_OK, "auto session: %s", hx_last_error());
+    hx_placement_report rep;
+    if (!st && !hx_session_placement_report(s, &rep)) {
+        CHECK(rep.n_auto > 0 && rep.predicted_step_s <= rep.predicted_all_host_s &&
+              rep.predicted_step_s <= rep.predicted_all_device_s * 1.0000001,
+              "auto %g s, all-host %g s, expert %g s", rep.predicted_step_s,
+              rep.predicted_all_host_s, rep.predicted_all_device_s);
+        printf("wide & deep auto: %d nodes placed, %d on the device; predicted step %.3f ms, "
+               "all-host %.3f ms, expert %.3f ms\n", rep.n_auto, rep.n_auto_device,
+               1e3 * rep.predicted_step_s, 1e3 * rep.predicted_all_host_s,
+               1e3 * rep.predicted_all_device_s);
+    }
+    /* lookups and sparse updates on the host; the MLP's weights (those of
+     * 1000 values or more: mlp1.w, mlp2.w), their updates, its forward
+     * matmuls and (by FLOPs) its gradients' on the device. A tiny op (a
+     * bias, the 50x1 output layer, a small gradient matmul) may run on the
+     * idle host lane when the model predicts that is faster. */
+    int host_emb = 0, dev_emb = 0, host_param = 0, host_fwd_mm = 0;
+    double mm_flops = 0, dev_mm_flops = 0;
+    for (int i = 0; !st && i < m.g->n; i++) {
+        const hx_tensor *t = m.g->tensors[i];
+        bool dev = s->e.target[i] == HX_TARGET_DEVICE;
+        if (t->op == HX_OP_EMBEDDING_LOOKUP || t->op == HX_OP_EMBEDDING_BAG ||
+            t->op == HX_OP_EMBEDDING_UPDATE) {
+            host_emb += !dev;
+            dev_emb += dev;
+        }
+        const hx_tensor *p = t->kind == HX_TENSOR_UPDATE ? t->param : t;
+        bool weight = (t->kind == HX_TENSOR_PARAMETER || t->kind == HX_TENSOR_UPDATE) &&
+                      t->op != HX_OP_EMBEDDING_UPDATE && hx_tensor_numel(p) >= 1000;
+        host_param += weight && !dev;
+        if (t->op != HX_OP_MATMUL) continue;
+        host_fwd_mm += t->id < m.loss->id && hx__op_flops(t) >= 1e5 && !dev; /* layers 1 and 2 */
+        mm_flops += hx__op_flops(t);
+        dev_mm_flops += dev ? hx__op_flops(t) : 0;
+    }
+    CHECK(!st && host_emb == 4 && dev_emb == 0, "2 lookups, 2 sparse updates on the host (%d host, "
+          "%d device)", host_emb, dev_emb);
+    CHECK(!st && host_param == 0 && host_fwd_mm == 0 && dev_mm_flops >= 0.95 * mm_flops,
+          "the MLP on the device: %d large weights or their updates and %d forward matmuls on the host, "
+          "%.1f%% of the matmul FLOPs on the device", host_param, host_fwd_mm,
+          100 * dev_mm_flops / mm_flops);
+    hx_session_free(s);
+    wd_model_free(&m);
+    wd_features_free(&wf);
+    hx_reader_close(r);
+}
+
 static const test_case cases[] = {
     {"metrics", test_metrics},
     {"training", training},
     {"on_disk", on_disk},
+    {"auto_placement", auto_placement},
 };
 
 int main(int argc, char **argv)

@@ -20,6 +20,8 @@ typedef struct gpt_config {
                         session whose offload config sets recompute (`--recompute`), or
                         whose auto_offload picks it, keeps only the blocks' inputs from
                         forward and recomputes attention and MLP in backward */
+    hx_target placement; /* every op and parameter's target: DEVICE (DEFAULT means it), AUTO
+                            (placed by the session's planner) or CPU */
 } gpt_config;
 
 /* The graph's handles a training loop needs. */

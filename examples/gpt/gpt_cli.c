@@ -46,6 +46,8 @@ static const char usage[] =
     "                          about a third more FLOPs, a block's activations instead of all)\n"
     "  --eval-every N --eval-iters N   validation loss every N steps over M batches (250 20)\n"
     "  --accelerator auto|cuda|emu|none   where DEVICE ops run (auto)\n"
+    "  --placement device|auto|host   every op on the device, placed by the measured\n"
+    "                          cost model, or on the host (device)\n"
     "  --offload none|optimizer   optimizer on the device, or AdamW on the host (optimizer)\n"
     "  --max-device-memory N[K|M|G]   accelerator memory cap\n"
     "  --threads N --seed N\n"
@@ -58,6 +60,8 @@ static int parse(int argc, char **argv, options *o)
     gpt_config *m = &o->model;
     double dropout = m->dropout;
     int dtype = m->dtype == HX_DTYPE_F32 ? 0 : m->dtype == HX_DTYPE_BF16 ? 1 : 2;
+    static const hx_target places[] = {HX_TARGET_DEVICE, HX_TARGET_AUTO, HX_TARGET_CPU};
+    int place = m->placement == HX_TARGET_AUTO ? 1 : m->placement == HX_TARGET_CPU ? 2 : 0;
     int accel = (int)o->accelerator, offload = (int)o->optim.offload;
     const cli_flag flags[] = {
         CLI_FLAG_TEXT("--data", &o->data),
@@ -84,6 +88,7 @@ static int parse(int argc, char **argv, options *o)
         CLI_FLAG_U64("--seed", &m->seed),
         CLI_FLAG_NUM("--max-device-memory", CLI_BYTES, &o->max_device_memory, 1 << 20, 0x1p44),
         CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
+        CLI_FLAG_CHOICE("--placement", &place, "device|auto|host"),
         CLI_FLAG_CHOICE("--offload", &offload, "none|optimizer"), /* gpt_offload's order */
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
         CLI_FLAG_SWITCH("--recompute", &o->recompute),
@@ -97,6 +102,7 @@ static int parse(int argc, char **argv, options *o)
     m->dtype = dtypes[dtype];
     m->dropout = (float)dropout;
     o->accelerator = (hx_accelerator)accel;
+    m->placement = places[place];
     static char data[4096];
     if (!strcmp(o->data, GPT_DATA)) o->data = cli_data_path(o->data, data, sizeof data);
     o->optim.offload = (gpt_offload)offload;
@@ -248,6 +254,7 @@ int gpt_main(int argc, char **argv)
         return 2;
     }
     cfg.offload.recompute |= o.recompute;
+    cfg.auto_placement = o.model.placement == HX_TARGET_AUTO;
     /* The report assumes parameters on the device (gpt.h). */
     const char *env_offload = getenv("HX_OFFLOAD");
     if (o.max_device_memory && !o.offload_config && !(env_offload && *env_offload))
@@ -284,6 +291,7 @@ int gpt_main(int argc, char **argv)
            o.dpu >= 0 ? ", delayed parameter update" : "",
            cfg.offload.recompute ? ", blocks recomputed in backward" : "");
     cli_print_accelerator(stdout, "gpt", r.s);
+    cli_print_placement(stdout, "gpt", r.s);
     if (!fits_or_says_what_would(&o, &cfg, &r)) goto out;
     print_memory(r.s, &r.m, o.model.dtype);
 
@@ -334,6 +342,7 @@ int gpt_main(int argc, char **argv)
            o.steps, (double)o.steps * (double)n_tok, took,
            (double)o.steps * (double)n_tok / (cli_now() - bar.t0), last_val);
     if (cfg.max_device_memory || o.offload_config || cfg.offload.recompute) print_offload(r.s);
+    cli_print_placement(stdout, "gpt", r.s);
     rc = 0;
 out:
     gpt_run_free(&r);

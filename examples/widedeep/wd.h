@@ -3,7 +3,8 @@
  * FTRL on the host, a deep part of host embeddings (LazyAdam or Adagrad)
  * and numeric features feeding an MLP on the device trained with Adam;
  * their logits summed, sigmoid cross-entropy. Placement is by target
- * attributes only, so the host and device branches run concurrently.
+ * attributes (or, with placement AUTO, by the session's planner), so the
+ * host and device branches run concurrently.
  * Used by `hetex widedeep` and example_widedeep. */
 #ifndef HX_EXAMPLE_WD_H
 #define HX_EXAMPLE_WD_H
@@ -18,6 +19,10 @@ typedef struct wd_options {
     int reader_threads;
     uint64_t seed;
     hx_accelerator accelerator;
+    /* Where the MLP and the loss run: DEVICE (the expert split, the
+     * default), CPU (all on the host), or AUTO (every op and parameter
+     * left to automatic placement: hx_session_config.auto_placement). */
+    hx_target placement;
     int deep_dim;              /* embedding width per categorical column */
     int hidden[2];             /* MLP widths */
     double lr_dense;           /* Adam on the MLP */

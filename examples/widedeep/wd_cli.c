@@ -11,6 +11,7 @@ wd_options wd_options_default(void)
 {
     return (wd_options){.data = "data/adult", .epochs = 10, .batch = 256, .threads = 0,
                         .reader_threads = 2, .seed = 1, .accelerator = HX_ACCELERATOR_AUTO,
+                        .placement = HX_TARGET_DEVICE,
                         .deep_dim = 8, .hidden = {100, 50}, .lr_dense = 1e-3,
                         .lr_embedding = 1e-2,
                         .embedding_optimizer = HX_EMBEDDING_OPTIMIZER_ADAGRAD, .lr_wide = 0.05,
@@ -25,6 +26,8 @@ static const char usage[] =
     "                          source tree's, else the installed PREFIX/share/hetex/data/adult)\n"
     "  --epochs N --batch N    (10, 256)\n"
     "  --accelerator auto|cuda|emu|none   where the MLP runs (auto)\n"
+    "  --placement expert|auto|host   the MLP on the device; every op placed by the\n"
+    "                          measured cost model; or all on the host (expert)\n"
     "  --threads N             session threads, 0: all cores (0)\n"
     "  --reader-threads N      parser threads (2)\n"
     "  --seed N                initialisation and shuffling (1)\n"
@@ -48,6 +51,8 @@ static const char usage[] =
 static int parse(int argc, char **argv, wd_options *o)
 {
     int accel = (int)o->accelerator, emb = o->embedding_optimizer == HX_EMBEDDING_OPTIMIZER_LAZY_ADAM;
+    static const hx_target places[] = {HX_TARGET_DEVICE, HX_TARGET_AUTO, HX_TARGET_CPU};
+    int place = o->placement == HX_TARGET_AUTO ? 1 : o->placement == HX_TARGET_CPU ? 2 : 0;
     const cli_flag flags[] = {
         CLI_FLAG_TEXT("--data", &o->data),
         CLI_FLAG_NUM("--epochs", CLI_INT, &o->epochs, 1, 100000),
@@ -71,6 +76,7 @@ static int parse(int argc, char **argv, wd_options *o)
         CLI_FLAG_NUM("--deep-cache-bytes", CLI_BYTES, &o->deep_cache_bytes, 4096, 1ull << 40),
         CLI_FLAG_CHOICE("--embedding-optimizer", &emb, "adagrad|lazy-adam"),
         CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
+        CLI_FLAG_CHOICE("--placement", &place, "expert|auto|host"),
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
     };
@@ -79,6 +85,7 @@ static int parse(int argc, char **argv, wd_options *o)
     int rc = cli_parse(&c, argc, argv);
     if (rc) return rc;
     o->accelerator = (hx_accelerator)accel;
+    o->placement = places[place];
     static char data[4096];
     if (!strcmp(o->data, wd_options_default().data)) o->data = cli_data_path(o->data, data, sizeof data);
     o->embedding_optimizer = emb ? HX_EMBEDDING_OPTIMIZER_LAZY_ADAM : HX_EMBEDDING_OPTIMIZER_ADAGRAD;
@@ -294,6 +301,7 @@ static void summary(job *j, const wd_metrics *m, double seconds)
            "device); %d copies per step (%d to the device, %d back), %zu bytes\n",
            ps.n_ops, ps.n_device_ops, ps.n_ops - ps.n_device_ops, ps.n_subgraphs,
            ps.n_device_subgraphs, ps.n_copies, ps.n_h2d, ps.n_d2h, ps.copy_bytes);
+    cli_print_placement(stdout, "widedeep", j->s);
 }
 
 static hx_status setup(job *j)
@@ -328,6 +336,7 @@ static hx_status setup(job *j)
     sc.n_threads = o->threads;
     sc.seed = o->seed;
     sc.accelerator = o->accelerator;
+    sc.auto_placement = o->placement == HX_TARGET_AUTO;
     if (o->trace) setenv("HX_TRACE", o->trace, 1);
     if (!st) st = hx_session_create(j->m.g, &sc, &j->s);
     if (!st && o->resume) st = resume(j);
@@ -368,6 +377,7 @@ int wd_main(int argc, char **argv)
     printf("hetex widedeep: %s, batch %lld, %d epochs%s\n", o->data, (long long)o->batch, o->epochs,
            j.epochs_done ? " (resumed)" : "");
     cli_print_accelerator(stdout, "widedeep", j.s);
+    cli_print_placement(stdout, "widedeep", j.s);
     hx_memory_stats ms;
     if (hx_session_memory_stats(j.s, &ms)) {
         cli_error("widedeep", "planning the training step", hx_last_error());

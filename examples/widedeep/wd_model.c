@@ -13,23 +13,24 @@
 #include <stdio.h>
 #include <string.h>
 
-static hx_tensor *device_param(hx_graph *g, const char *name, int ndim, const int64_t *shape,
-                               hx_init init)
+static hx_tensor *mlp_param(hx_graph *g, hx_target where, const char *name, int ndim,
+                            const int64_t *shape, hx_init init)
 {
     hx_tensor *p = hx_graph_param(g, name, HX_DTYPE_F32, ndim, shape, init);
-    if (p && hx_tensor_set_target(p, HX_TARGET_DEVICE)) return NULL;
+    if (p && hx_tensor_set_target(p, where)) return NULL;
     return p;
 }
 
 /* x (B,in) W (in,out) + b (out) */
-static hx_tensor *dense_layer(hx_graph *g, hx_tensor *x, int64_t in, int64_t out, int layer)
+static hx_tensor *dense_layer(hx_graph *g, hx_target where, hx_tensor *x, int64_t in, int64_t out,
+                              int layer)
 {
     char w[16], b[16];
     snprintf(w, sizeof w, "mlp%d.w", layer);
     snprintf(b, sizeof b, "mlp%d.b", layer);
     int64_t ws[2] = {in, out};
-    hx_tensor *W = device_param(g, w, 2, ws, hx_init_xavier_uniform(1.0));
-    hx_tensor *bias = device_param(g, b, 1, &out, hx_init_zeros());
+    hx_tensor *W = mlp_param(g, where, w, 2, ws, hx_init_xavier_uniform(1.0));
+    hx_tensor *bias = mlp_param(g, where, b, 1, &out, hx_init_zeros());
     return hx_bias_add(g, hx_matmul(g, x, W, false, false), bias);
 }
 
@@ -82,14 +83,15 @@ hx_status wd_model_build(const wd_options *o, const wd_features *wf, wd_model *m
     hx_tensor *emb = hx_embedding_lookup(g, m->deep, m->deep_ids); /* (B,K,E) host */
     hx_tensor *wide = hx_embedding_bag(g, m->wide, m->wide_ids, m->wide_offsets, NULL,
                                        HX_EMBEDDING_BAG_SUM, 0, 0); /* (B,1) host */
-    st = hx_graph_push_target(g, HX_TARGET_DEVICE);
+    hx_target where = o->placement ? o->placement : HX_TARGET_DEVICE;
+    st = hx_graph_push_target(g, where);
     if (st) goto fail;
     int64_t flat_s[2] = {B, K * E};
     hx_tensor *parts[2] = {m->dense, hx_reshape(g, emb, 2, flat_s)};
     hx_tensor *x = hx_concat(g, 2, parts, 1); /* (B, D + K*E) */
-    x = hx_relu(g, dense_layer(g, x, D + K * E, o->hidden[0], 1));
-    x = hx_relu(g, dense_layer(g, x, o->hidden[0], o->hidden[1], 2));
-    hx_tensor *logit = hx_add(g, dense_layer(g, x, o->hidden[1], 1, 3), wide); /* (B,1) */
+    x = hx_relu(g, dense_layer(g, where, x, D + K * E, o->hidden[0], 1));
+    x = hx_relu(g, dense_layer(g, where, x, o->hidden[0], o->hidden[1], 2));
+    hx_tensor *logit = hx_add(g, dense_layer(g, where, x, o->hidden[1], 1, 3), wide); /* (B,1) */
     logit = hx_reshape(g, logit, 1, row_s);
     m->prob = hx_sigmoid(g, logit);
     m->loss = hx_bce_with_logits(g, logit, m->labels);
