@@ -13,7 +13,8 @@
 # instructions (no AVX512-BF16 / AMX), torch's CPU autocast crawls, and
 # f32 is the peer that matters.
 #
-#   ./build.sh bench gpt-peer      (HETEX=path, STEPS=60, REPS=2, THREADS=2)
+#   ./build.sh bench gpt-peer      (HETEX=path, STEPS=60, REPS=2, THREADS=2,
+#                                   TORCH_BF16_STEPS=6)
 # Skipped, with a message, where python3 has no torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,15 +43,18 @@ for cfg in "${configs[@]}"; do
       out=$("$hetex" gpt $flags $common --accelerator none --threads "$threads" --quiet 2>&1)
       tok_h=$(echo "$out" | sed -n 's/.*(\([0-9]*\) tokens\/s).*/\1/p' | tail -1)
       l1=$(load)
-      js=$("$py" bench/gpt_torch.py $flags $common --device cpu --threads "$threads" 2>&1 | tail -1)
+      tsteps=$steps # torch's CPU bf16 can be ~60x slower than its f32: fewer steps (a rate)
+      [ "$dt" = bf16 ] && tsteps=${TORCH_BF16_STEPS:-6}
+      js=$("$py" bench/gpt_torch.py $flags ${common/--steps $steps --eval-every $steps/--steps $tsteps --eval-every $tsteps} \
+           --device cpu --threads "$threads" 2>&1 | tail -1)
       tok_t=$(echo "$js" | sed -n 's/.*"tokens_per_s": \([0-9]*\).*/\1/p')
       params=$(echo "$js" | sed -n 's/.*"params": \([0-9]*\).*/\1/p')
       if [ -z "$tok_h" ] || [ -z "$tok_t" ]; then
         echo "bench gpt-peer: a run failed ($name $dt): hetex: ${out: -300} torch: ${js: -300}" >&2
         exit 1
       fi
-      printf '{"bench":"gpt-peer","case":"run","config":"%s","dtype":"%s","rep":%d,"hetex_tokens_per_s":%s,"torch_tokens_per_s":%s,"load_before_hetex":%s,"load_before_torch":%s}\n' \
-        "$name" "$dt" "$r" "$tok_h" "$tok_t" "$l0" "$l1"
+      printf '{"bench":"gpt-peer","case":"run","config":"%s","dtype":"%s","rep":%d,"hetex_tokens_per_s":%s,"torch_tokens_per_s":%s,"torch_steps":%d,"load_before_hetex":%s,"load_before_torch":%s}\n' \
+        "$name" "$dt" "$r" "$tok_h" "$tok_t" "$tsteps" "$l0" "$l1"
       ((tok_h > best_h)) && best_h=$tok_h
       ((tok_t > best_t)) && best_t=$tok_t
     done
