@@ -34,7 +34,15 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_ddp_np2 COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 2 $<TARGET_FILE:mpi_ddp>)
   add_test(NAME mpi_ddp_transports COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/same_over_tcp.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_ddp> 3)
-  foreach(name mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
+  # a rank SIGKILLed mid-training: the others end within the timeout naming it
+  add_executable(mpi_killed ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_killed.c)
+  target_link_libraries(mpi_killed PRIVATE hx_testlib)
+  add_test(NAME mpi_killed_rank COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/killed_rank.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_killed> 3)
+  # mpirun -np 2 hetex gpt --zero 0
+  add_test(NAME mpi_gpt_zero COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/gpt_zero.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
+  foreach(name mpi_gpt_zero mpi_killed_rank mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
           mpi_ddp_np2 mpi_ddp_transports)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   endforeach()

@@ -104,6 +104,8 @@ hx_test(mpi_collectives_user     60       mpi)
 hx_test(mpi_transports           60       mpi)
 hx_test(mpi_ddp_np2              60       mpi)
 hx_test(mpi_ddp_transports       90       mpi)
+hx_test(mpi_killed_rank          90       mpi)
+hx_test(mpi_gpt_zero             90       mpi io)
 
 get_property(hx_all_tests DIRECTORY PROPERTY TESTS)
 foreach(name ${hx_all_tests})

@@ -120,6 +120,7 @@ void hx_comm_free(hx_comm *c)
 
 int hx_comm_rank(const hx_comm *c) { return c ? c->rank : -1; }
 int hx_comm_size(const hx_comm *c) { return c ? c->size : -1; }
+uint64_t hx_comm_bytes_sent(const hx_comm *c) { return c ? c->bytes_sent : 0; }
 
 void hx__comm_set_max_message(hx_comm *c, int64_t elems) { c->max_msg = elems > 0 ? elems : 1; }
 uint64_t hx__comm_bytes_sent(const hx_comm *c) { return c->bytes_sent; }

@@ -22,6 +22,7 @@ hx_status hx_comm_create(const hx_comm_config *cfg, hx_comm **out)
 void hx_comm_free(hx_comm *c) { (void)c; }
 int hx_comm_rank(const hx_comm *c) { return -1; }
 int hx_comm_size(const hx_comm *c) { return -1; }
+uint64_t hx_comm_bytes_sent(const hx_comm *c) { return 0; }
 
 static hx_status no_mpi(const char *what) { return hx__error(HX_ERR_UNSUPPORTED, "hetex dist: %s: %s", what, NO_MPI); }
 

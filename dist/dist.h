@@ -66,12 +66,15 @@ void hx__comm_set_max_message(hx_comm *c, int64_t elems);
 /* Bytes this rank has sent to other ranks since c was created. */
 uint64_t hx__comm_bytes_sent(const hx_comm *c);
 
-/* Data parallel, stage 0 (DDP): n f32 gradients of bytes[i] bytes, laid
- * out in chunks of chunk_size (0: 32 MiB) by memory/chunks.h's layout, in
+/* Data parallel, stage 0 (DDP): n gradients of dtype dt (f32 or bf16) of
+ * bytes[i] bytes, laid
+ * out in chunks of chunk_size (0: 32 MiB; at most all the gradients'
+ * bytes) by memory/chunks.h's layout, in
  * the order given (the same on every rank), and summed over the ranks one
  * all-reduce per chunk, all chunks in flight together. */
 typedef struct hx_dp hx_dp;
-hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk_size, hx_dp **out);
+hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk_size, hx_dtype dt,
+                        hx_dp **out);
 void hx__dp_free(hx_dp *d);
 /* grads[i]: gradient i's host-addressable values, summed in place. */
 hx_status hx__dp_all_reduce(hx_dp *d, void *const *grads);

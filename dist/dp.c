@@ -1,4 +1,4 @@
-/* Data parallel, stage 0: the ranks' f32 gradients summed in place, moved
+/* Data parallel, stage 0: the ranks' gradients (f32 or bf16) summed in place, moved
  * as whole chunks of the chunk layout (memory/chunks.h) over the
  * gradients in a fixed order, the same on every rank. */
 #include "dist/dist.h"
@@ -9,6 +9,7 @@
 
 struct hx_dp {
     hx_comm *c;
+    hx_dtype dt;          /* of every gradient here */
     int64_t n;            /* gradients */
     size_t *bytes;        /* each one's */
     size_t *at;           /* each one's offset in stage */
@@ -29,15 +30,23 @@ void hx__dp_free(hx_dp *d)
     free(d);
 }
 
-hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk_size, hx_dp **out)
+hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk_size, hx_dtype dt,
+                        hx_dp **out)
 {
     *out = NULL;
-    chunk_size = hx__mem_round(chunk_size ? chunk_size : 32 * HX_MIB, sizeof(float));
+    size_t esz = hx_dtype_size(dt);
+    /* no chunk larger than all the gradients: a small model sends no empty tail */
+    size_t total = 0;
+    for (int64_t i = 0; i < n; i++) total += hx__mem_round(bytes[i], esz);
+    if (!chunk_size) chunk_size = 32 * HX_MIB;
+    if (chunk_size > total) chunk_size = total;
+    chunk_size = hx__mem_round(chunk_size ? chunk_size : esz, esz);
     hx_dp *d = calloc(1, sizeof *d);
     int64_t *chunk_of = calloc((size_t)(n ? n : 1), sizeof *chunk_of);
     size_t *offset_of = calloc((size_t)(n ? n : 1), sizeof *offset_of);
     if (d) {
         d->c = c;
+        d->dt = dt;
         d->n = n;
         d->bytes = malloc((size_t)(n ? n : 1) * sizeof *d->bytes);
         d->at = malloc((size_t)(n ? n : 1) * sizeof *d->at);
@@ -47,7 +56,7 @@ hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk
     hx_status st = !d || !chunk_of || !offset_of || !d->bytes || !d->at
                            ? hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory")
                            : HX_OK;
-    if (!st && hx_chunk_layout(bytes, n, chunk_size, sizeof(float), sizeof(float), &plan, chunk_of,
+    if (!st && hx_chunk_layout(bytes, n, chunk_size, esz, esz, &plan, chunk_of,
                                offset_of, &err))
         st = hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: data parallel: %s", err.msg);
     if (!st) {
@@ -61,7 +70,7 @@ hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk
         /* a chunk of its own holds one gradient larger than chunk_size */
         for (int64_t k = 0; k < d->n_chunks; k++) d->chunk_lo[k + 1] = chunk_size;
         for (int64_t i = 0; i < n; i++)
-            if (bytes[i] > chunk_size) d->chunk_lo[chunk_of[i] + 1] = hx__mem_round(bytes[i], sizeof(float));
+            if (bytes[i] > chunk_size) d->chunk_lo[chunk_of[i] + 1] = hx__mem_round(bytes[i], esz);
         for (int64_t k = 0; k < d->n_chunks; k++) d->chunk_lo[k + 1] += d->chunk_lo[k];
         for (int64_t i = 0; i < n; i++) d->at[i] = d->chunk_lo[chunk_of[i]] + offset_of[i];
         d->stage = calloc(d->chunk_lo[d->n_chunks] ? d->chunk_lo[d->n_chunks] : 1, 1);
@@ -89,8 +98,8 @@ hx_status hx__dp_all_reduce(hx_dp *d, void *const *grads)
     int64_t started = 0;
     for (; started < d->n_chunks && !st; started++) {
         char *lo = d->stage + d->chunk_lo[started];
-        int64_t count = (int64_t)((d->chunk_lo[started + 1] - d->chunk_lo[started]) / sizeof(float));
-        st = hx__comm_all_reduce(d->c, lo, lo, count, HX_DTYPE_F32, &d->q[started]);
+        int64_t count = (int64_t)((d->chunk_lo[started + 1] - d->chunk_lo[started]) / hx_dtype_size(d->dt));
+        st = hx__comm_all_reduce(d->c, lo, lo, count, d->dt, &d->q[started]);
         if (st) d->q[started] = NULL;
     }
     /* every chunk started is waited for (and freed), also after a failure */

@@ -1150,6 +1150,13 @@ HX_API void hx_comm_free(hx_comm *c);
  */
 HX_API int hx_comm_rank(const hx_comm *c);
 HX_API int hx_comm_size(const hx_comm *c);
+/* Bytes this rank has sent to the other ranks over c since its creation
+ * (collectives started by hetex: a session's gradient sums among them).
+ *   Fails:      never: NULL gives 0.
+ *   Ownership:  nothing changes hands.
+ *   Threads:    one thread per hx_comm.
+ */
+HX_API uint64_t hx_comm_bytes_sent(const hx_comm *c);
 
 /* ---- sessions -------------------------------------------------------------- */
 
@@ -1417,9 +1424,13 @@ typedef struct hx_session_config {
      * its share); before the updates every dense gradient is summed over
      * the ranks in rank order, moved in whole chunks of offload.chunk_size
      * (the same layout on every rank), and divided by the number of ranks,
-     * so every rank takes the same update (and skips the same steps). The
-     * communicator stays the caller's and must outlive the session. Not
-     * with embedding tables, f16/bf16 gradients or CUDA (HX_ERR_UNSUPPORTED). */
+     * so every rank takes the same update (and skips the same steps); bf16
+     * gradients are summed in f32 and rounded once. Every rank's graph,
+     * seed and chunk_size are compared at creation: a difference fails it
+     * on every rank (HX_ERR_INVALID_ARGUMENT naming the first differing
+     * tensor as each rank has it). The communicator stays the caller's and
+     * must outlive the session. Not with embedding tables, f16 gradients
+     * or CUDA (HX_ERR_UNSUPPORTED). */
     hx_comm *comm;
     hx_emu_host_cost emu_host_cost; /* all 0: host kernels at host speed */
     /* Automatic placement (see below) */
@@ -1444,11 +1455,13 @@ HX_API hx_session_config hx_session_config_default(void);
  *   Fails:      HX_ERR_INVALID_ARGUMENT (g or out NULL; n_threads < 0, an
  *               unknown enum value, a loss scale or clip_grad_norm out of
  *               range, an offload field out of range, a malformed
- *               $HX_OFFLOAD, emu_host_cost out of range);
+ *               $HX_OFFLOAD, emu_host_cost out of range; data parallel:
+ *               the ranks' graphs, seeds or chunk sizes differ);
  *               HX_ERR_UNSUPPORTED (CUDA asked for in a build
  *               or on a machine without it, the disk tier with
  *               delayed_param_update, data parallel that comm cannot
- *               serve: see there); HX_ERR_NO_KERNEL (an op without a
+ *               serve: see there); HX_ERR_COMM (comm's collectives);
+ *               HX_ERR_NO_KERNEL (an op without a
  *               kernel on its target under HX_FALLBACK_ERROR, naming it);
  *               HX_ERR_DEVICE_OOM (the persistent tensors placed on the
  *               device exceed its cap, or no offload policy fits: see
@@ -1640,6 +1653,8 @@ typedef struct hx_memory_stats {
     size_t device_persistent_bytes;
     size_t device_transient_planned_bytes;
     size_t device_used_bytes, device_peak_bytes;
+    size_t dp_chunk_bytes;         /* data parallel (config.comm): the host chunks the
+                                      gradients are summed in; 0 without */
 } hx_memory_stats;
 /* Memory now, planning the training step (all update nodes) first if no
  * run has been planned yet. The device pools in detail:

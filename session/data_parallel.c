@@ -1,17 +1,22 @@
 /* Data parallel (hx_session_config.comm), ZeRO stage 0: before the
  * gradient scan, every dense gradient is summed over the ranks, chunk by
- * chunk (dist/dp.c), in the graph's order of update nodes so that every
- * rank lays them out alike; the average's 1/N goes with the loss scale's
- * unscaling into the updates (session.c). */
+ * chunk (dist/dp.c), f32 and bf16 gradients in chunks of their own dtype,
+ * in the graph's order of update nodes so that every rank lays them out
+ * alike; the average's 1/N goes with the loss scale's unscaling into the
+ * updates (session.c). */
 #include "session/session.h"
 #include "dist/dist.h"
 
 #include <stdlib.h>
 
+static const hx_dtype group_dtype[2] = {HX_DTYPE_F32, HX_DTYPE_BF16};
+
 hx_status hx__session_dp_setup(hx_session *s)
 {
     hx_comm *c = s->e.cfg.comm;
     if (!c) return HX_OK;
+    hx_status st = hx__session_dp_check(s);
+    if (st) return st;
     const hx_graph *g = s->e.g;
     if (g->n_tables)
         return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: data parallel (config.comm) takes no "
@@ -26,44 +31,54 @@ hx_status hx__session_dp_setup(hx_session *s)
         free(bytes);
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     }
-    int64_t n = 0;
-    for (int i = 0; i < g->n; i++) {
-        const hx_tensor *u = g->tensors[i];
-        s->dp_index[i] = -1;
-        if (u->kind != HX_TENSOR_UPDATE || u->op == HX_OP_EMBEDDING_UPDATE) continue;
-        const hx_tensor *grad = u->src[1];
-        if (grad->dtype != HX_DTYPE_F32) {
-            free(bytes);
-            return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: data parallel (config.comm) sums "
-                             "f32 gradients; the gradient of '%s' is %s", u->param->name,
-                             hx_dtype_name(grad->dtype));
+    for (int grp = 0; grp < 2 && !st; grp++) {
+        int64_t n = 0;
+        for (int i = 0; i < g->n && !st; i++) {
+            const hx_tensor *u = g->tensors[i];
+            if (grp == 0) s->dp_index[i] = -1;
+            if (u->kind != HX_TENSOR_UPDATE || u->op == HX_OP_EMBEDDING_UPDATE) continue;
+            hx_dtype dt = u->src[1]->dtype;
+            if (dt != HX_DTYPE_F32 && dt != HX_DTYPE_BF16)
+                st = hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: data parallel (config.comm) "
+                               "sums f32 or bf16 gradients; the gradient of '%s' is %s",
+                               u->param->name, hx_dtype_name(dt));
+            if (st || dt != group_dtype[grp]) continue;
+            s->dp_index[i] = (int)(2 * n + grp);
+            bytes[n++] = hx_tensor_nbytes(u->src[1]);
         }
-        s->dp_index[i] = (int)n;
-        bytes[n++] = hx_tensor_nbytes(grad);
+        s->dp_n[grp] = n;
+        if (!st && n) st = hx__dp_create(c, bytes, n, s->e.cfg.offload.chunk_size, group_dtype[grp], &s->dp[grp]);
     }
-    s->dp_n = n;
-    hx_status st = hx__dp_create(c, bytes, n, s->e.cfg.offload.chunk_size, &s->dp);
     free(bytes);
     return st;
 }
 
 hx_status hx__session_dp_grads(hx_session *s, const hx_plan *p)
 {
-    void **at = calloc((size_t)(s->dp_n ? s->dp_n : 1), sizeof *at);
-    if (!at) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
-    for (int i = 0; i < hx__plan_grad_count(p); i++) {
+    void **at[2] = {calloc((size_t)(s->dp_n[0] + 1), sizeof(void *)), calloc((size_t)(s->dp_n[1] + 1), sizeof(void *))};
+    hx_status st = at[0] && at[1] ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    for (int i = 0; i < hx__plan_grad_count(p) && !st; i++) {
         void *v;
         int home;
         const hx_tensor *u = hx__plan_grad(p, i, &v, &home);
-        if (s->dp_index[u->id] >= 0) at[s->dp_index[u->id]] = v;
+        int k = s->dp_index[u->id];
+        if (k >= 0) at[k % 2][k / 2] = v;
     }
-    for (int64_t k = 0; k < s->dp_n; k++)
-        if (!at[k]) { /* every rank must sum the same chunks */
-            free(at);
-            return hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: data parallel sums every dense "
-                             "gradient of the graph each training run; this run updates only some");
-        }
-    hx_status st = hx__dp_all_reduce(s->dp, at);
-    free(at);
+    for (int grp = 0; grp < 2 && !st; grp++)
+        for (int64_t k = 0; k < s->dp_n[grp] && !st; k++)
+            if (!at[grp][k]) /* every rank must sum the same chunks */
+                st = hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: data parallel sums every dense "
+                               "gradient of the graph each training run; this run updates only some");
+    for (int grp = 0; grp < 2 && !st; grp++)
+        if (s->dp[grp]) st = hx__dp_all_reduce(s->dp[grp], at[grp]);
+    free(at[0]);
+    free(at[1]);
     return st;
+}
+
+bool hx__session_dp_on(const hx_session *s) { return s->dp[0] || s->dp[1]; }
+
+size_t hx__session_dp_chunk_bytes(const hx_session *s)
+{
+    return (s->dp[0] ? hx__dp_chunk_bytes(s->dp[0]) : 0) + (s->dp[1] ? hx__dp_chunk_bytes(s->dp[1]) : 0);
 }

@@ -31,7 +31,8 @@ void hx_session_free(hx_session *s)
     if (!s) return;
     hx__dpu_free(&s->e);
     hx__exec_free(&s->e);
-    hx__dp_free(s->dp);
+    hx__dp_free(s->dp[0]);
+    hx__dp_free(s->dp[1]);
     free(s->dp_index);
     /* before the loop below: the residency's host copies are its own */
     if (s->e.residency) s->e.residency->destroy(s->e.residency);
@@ -360,7 +361,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     }
     /* data parallel: the ranks' summed gradients averaged, with the unscaling */
     double unscale = (scaling ? 1.0 / s->stats.loss_scale : 1.0) /
-                     (s->dp ? hx_comm_size(s->e.cfg.comm) : 1);
+                     (hx__session_dp_on(s) ? hx_comm_size(s->e.cfg.comm) : 1);
     hx_exec run = {.step = s->stats.step, .train = train, .grad_unscale = (float)unscale,
                    .grad_clip = 1.0f, .lr_scale = s->lr_scale};
     hx_exec ex[2][2]; /* [phase][host lanes, device] */
@@ -375,7 +376,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
         return HX_OK;
     }
 
-    if (s->dp && (st = hx__session_dp_grads(s, p))) return st;
+    if (hx__session_dp_on(s) && (st = hx__session_dp_grads(s, p))) return st;
     const hx_tensor *bad;
     double sumsq;
     if ((st = hx__scan_grads(&s->e, p, ex[1], &bad, &sumsq))) return st;
@@ -626,6 +627,7 @@ hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
     hx_status st = hx__session_enter(s, "hx_session_memory_stats");
     if (st) return st;
     st = memory_stats_held(s, out);
+    if (!st) out->dp_chunk_bytes = hx__session_dp_chunk_bytes(s);
     hx__session_leave(s);
     return st;
 }

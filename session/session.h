@@ -28,11 +28,12 @@ struct hx_session {
     double lr_scale; /* hx_session_set_lr_scale */
     atomic_bool in_use; /* a call that runs or changes the session is in progress */
     hx_cuda_choice cuda; /* what the cuda backend found (hx_session_accelerator_info) */
-    /* data parallel (cfg.comm): the gradient chunks, and each tensor's
-     * gradient number in them (-1: none), dp_n gradients */
-    struct hx_dp *dp;
+    /* data parallel (cfg.comm): the gradient chunks of f32 [0] and bf16 [1]
+     * gradients (NULL: none), each dp_n[] gradients, and each tensor's
+     * gradient among them: 2 * its number + the group (-1: none) */
+    struct hx_dp *dp[2];
     int *dp_index;
-    int64_t dp_n;
+    int64_t dp_n[2];
     hx_placement_report place_report; /* automatic placement (autoplace.c) */
     double *auto_cost; /* per tensor id: predicted seconds on the host, on the device */
     char auto_why[160]; /* why the planner kept one side ("": its mixed placement) */
@@ -49,6 +50,11 @@ void hx__session_leave(hx_session *s);
  * and a training run's sum of every dense gradient over the ranks. */
 hx_status hx__session_dp_setup(hx_session *s);
 hx_status hx__session_dp_grads(hx_session *s, const hx_plan *p);
+bool hx__session_dp_on(const hx_session *s);
+size_t hx__session_dp_chunk_bytes(const hx_session *s); /* all groups' chunks */
+/* dp_check.c: the ranks run the same graph, seed and chunk size, else
+ * HX_ERR_INVALID_ARGUMENT on every rank naming the first difference. */
+hx_status hx__session_dp_check(hx_session *s);
 
 /* report.c: HX_DEBUG=placement lines. */
 void hx__debug_placement(const hx_session *s);

@@ -116,6 +116,15 @@ void gpt_plan_report(const gpt_config *c, const gpt_optim *o, const hx_session_c
 int gpt_plan_alternatives(const gpt_config *c, const gpt_optim *o, const hx_session_config *sc,
                           char *out, size_t n);
 
+/* gpt_zero.c, `--zero S` under mpirun: the communicator over every rank
+ * and this rank's share of global_batch (0; else the exit code, with the
+ * reason printed: a stage not built, a batch the ranks do not divide, no
+ * MPI); this rank's model-state memory against the ZeRO formula; the
+ * bytes it sent over `steps` steps against a ring all-reduce's. */
+int gpt_zero_start(int stage, int global_batch, hx_comm **comm, int *local_batch);
+void gpt_zero_print_memory(hx_session *s, const gpt_model *m, hx_comm *comm, int stage, hx_dtype dt);
+void gpt_zero_print_comm(hx_session *s, hx_comm *comm, uint64_t sent, int steps);
+
 /* `hetex gpt ...` */
 int gpt_main(int argc, char **argv);
 

@@ -23,6 +23,7 @@ typedef struct options {
     bool recompute; /* recompute every block in backward (offload.recompute) */
     bool quiet;                 /* no progress output */
     double progress_interval;   /* seconds between progress lines off a terminal */
+    int zero;                   /* data parallel under mpirun: the ZeRO stage; -1: off */
 } options;
 
 static const char usage[] =
@@ -52,7 +53,10 @@ static const char usage[] =
     "  --max-device-memory N[K|M|G]   accelerator memory cap\n"
     "  --threads N --seed N\n"
     "  --quiet                 no progress output\n"
-    "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n";
+    "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n"
+    "  --zero S                data parallel over mpirun's ranks, ZeRO stage S (0: gradients\n"
+    "                          summed over the ranks); --batch is the global batch, each rank\n"
+    "                          trains on its share; rank 0 reports (off)\n";
 
 /* The flags, their ranges and where each goes; then the checks between flags. */
 static int parse(int argc, char **argv, options *o)
@@ -93,6 +97,7 @@ static int parse(int argc, char **argv, options *o)
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
         CLI_FLAG_SWITCH("--recompute", &o->recompute),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
+        CLI_FLAG_NUM("--zero", CLI_INT, &o->zero, 0, 3),
     };
     const cli_command c = {.name = "gpt", .usage = usage, .flags = flags,
                            .n_flags = CLI_COUNT(flags)};
@@ -219,14 +224,24 @@ int gpt_main(int argc, char **argv)
                  .clip = 1.0, .dpu = -1,
                  .data = GPT_DATA, .steps = 2000, .eval_every = 250,
                  .eval_iters = 20, .accelerator = HX_ACCELERATOR_AUTO,
-                 .progress_interval = 10};
+                 .progress_interval = 10, .zero = -1};
     int prc = parse(argc, argv, &o);
     if (prc) return prc == CLI_HELP ? 0 : prc;
+    hx_comm *comm = NULL;
+    int rank = 0;
+    if (o.zero >= 0) {
+        int zrc = gpt_zero_start(o.zero, o.model.batch, &comm, &o.model.batch);
+        if (zrc) return zrc;
+        rank = hx_comm_rank(comm);
+        o.quiet |= rank != 0; /* rank 0 reports; each rank its memory and bytes */
+    }
+    bool lead = rank == 0;
 
     char msg[512];
     gpt_text text;
     if (gpt_text_load(o.data, &text, msg, sizeof msg)) {
         fprintf(stderr, "hetex gpt: %s\n", msg);
+        hx_comm_free(comm);
         return 1;
     }
     o.model.vocab = text.vocab;
@@ -236,6 +251,7 @@ int gpt_main(int argc, char **argv)
                 "characters)\n", o.data, o.model.context, (long long)text.n_train,
                 (long long)val_len);
         gpt_text_free(&text);
+        hx_comm_free(comm);
         return 1;
     }
 
@@ -251,15 +267,17 @@ int gpt_main(int argc, char **argv)
     if (o.offload_config && hx_offload_config_parse(o.offload_config, &cfg.offload)) {
         cli_error("gpt", "--offload-config", hx_last_error());
         gpt_text_free(&text);
+        hx_comm_free(comm);
         return 2;
     }
     cfg.offload.recompute |= o.recompute;
     cfg.auto_placement = o.model.placement == HX_TARGET_AUTO;
+    cfg.comm = comm;
     /* The report assumes parameters on the device (gpt.h). */
     const char *env_offload = getenv("HX_OFFLOAD");
-    if (o.max_device_memory && !o.offload_config && !(env_offload && *env_offload))
+    if (o.max_device_memory && !o.offload_config && !(env_offload && *env_offload) && !comm)
         gpt_plan_report(&o.model, &o.optim, &cfg);
-    else if (o.max_device_memory)
+    else if (o.max_device_memory && lead)
         printf("plan: no report of the largest model per offload mode: it assumes parameters "
                "on the device, and parameter offload is configured\n");
 
@@ -272,6 +290,7 @@ int gpt_main(int argc, char **argv)
         free(tok);
         free(tgt);
         gpt_text_free(&text);
+        hx_comm_free(comm);
         return 1;
     }
     hx_status created = gpt_run_create(&o.model, &o.optim, &cfg, &r);
@@ -283,19 +302,30 @@ int gpt_main(int argc, char **argv)
         cli_error("gpt", NULL, hx_last_error());
         goto out;
     }
-    printf("hetex gpt: %d layers, %d heads, width %d, context %d, batch %d, vocab %d, %s; "
-           "AdamW lr %g (warmup %d, cosine to x%g), clip %g; offload %s%s%s\n", o.model.layers,
-           o.model.heads, o.model.width, o.model.context, o.model.batch, o.model.vocab,
-           hx_dtype_name(o.model.dtype), o.optim.lr, o.optim.warmup, o.optim.min_lr_ratio,
-           o.clip, o.optim.offload == GPT_OFFLOAD_NONE ? "none" : "optimizer",
-           o.dpu >= 0 ? ", delayed parameter update" : "",
-           cfg.offload.recompute ? ", blocks recomputed in backward" : "");
-    cli_print_accelerator(stdout, "gpt", r.s);
-    cli_print_placement(stdout, "gpt", r.s);
+    if (lead) {
+        printf("hetex gpt: %d layers, %d heads, width %d, context %d, batch %d, vocab %d, %s; "
+               "AdamW lr %g (warmup %d, cosine to x%g), clip %g; offload %s%s%s\n", o.model.layers,
+               o.model.heads, o.model.width, o.model.context, o.model.batch, o.model.vocab,
+               hx_dtype_name(o.model.dtype), o.optim.lr, o.optim.warmup, o.optim.min_lr_ratio,
+               o.clip, o.optim.offload == GPT_OFFLOAD_NONE ? "none" : "optimizer",
+               o.dpu >= 0 ? ", delayed parameter update" : "",
+               cfg.offload.recompute ? ", blocks recomputed in backward" : "");
+        cli_print_accelerator(stdout, "gpt", r.s);
+        cli_print_placement(stdout, "gpt", r.s);
+    }
     if (!fits_or_says_what_would(&o, &cfg, &r)) goto out;
-    print_memory(r.s, &r.m, o.model.dtype);
+    if (lead) print_memory(r.s, &r.m, o.model.dtype);
+    if (comm) {
+        if (lead)
+            printf("zero: %d ranks, stage %d, global batch %d (%d per rank)\n", hx_comm_size(comm),
+                   o.zero, o.model.batch * hx_comm_size(comm), o.model.batch);
+        fflush(stdout);
+        gpt_zero_print_memory(r.s, &r.m, comm, o.zero, o.model.dtype);
+    }
+    uint64_t sent0 = hx_comm_bytes_sent(comm);
 
-    uint64_t rng = o.model.seed;
+    /* each rank its own draws of the corpus */
+    uint64_t rng = o.model.seed + (uint64_t)rank * 0x9E3779B97F4A7C15ull;
     double window = 0, last_val = NAN;
     int in_window = 0;
     cli_progress bar;
@@ -327,9 +357,11 @@ int gpt_main(int argc, char **argv)
                 goto out;
             }
             double elapsed = cli_now() - bar.t0;
-            printf("step %5d  train loss %.4f  val loss %.4f  lr %.3g  %.2f steps/s  %.0f "
-                   "tokens/s\n", step, window / in_window, vl, lr, step / elapsed,
-                   (double)step * (double)n_tok / elapsed);
+            if (lead) {
+                printf("step %5d  train loss %.4f  val loss %.4f  lr %.3g  %.2f steps/s  %.0f "
+                       "tokens/s\n", step, window / in_window, vl, lr, step / elapsed,
+                       (double)step * (double)n_tok / elapsed);
+            }
             fflush(stdout);
             last_val = vl;
             window = 0;
@@ -338,14 +370,21 @@ int gpt_main(int argc, char **argv)
     }
     char took[16];
     cli_duration(cli_now() - bar.t0, took, sizeof took);
-    printf("summary: %d steps, %.0f tokens in %s (%.0f tokens/s); final val loss %.4f\n",
-           o.steps, (double)o.steps * (double)n_tok, took,
-           (double)o.steps * (double)n_tok / (cli_now() - bar.t0), last_val);
-    if (cfg.max_device_memory || o.offload_config || cfg.offload.recompute) print_offload(r.s);
-    cli_print_placement(stdout, "gpt", r.s);
+    if (lead) {
+        printf("summary: %d steps, %.0f tokens in %s (%.0f tokens/s); final val loss %.4f\n",
+               o.steps, (double)o.steps * (double)n_tok, took,
+               (double)o.steps * (double)n_tok / (cli_now() - bar.t0), last_val);
+    }
+    if (lead && (cfg.max_device_memory || o.offload_config || cfg.offload.recompute)) print_offload(r.s);
+    if (lead) cli_print_placement(stdout, "gpt", r.s);
+    if (comm) {
+        fflush(stdout);
+        gpt_zero_print_comm(r.s, comm, hx_comm_bytes_sent(comm) - sent0, o.steps);
+    }
     rc = 0;
 out:
     gpt_run_free(&r);
+    hx_comm_free(comm);
     gpt_text_free(&text);
     free(tok);
     free(tgt);

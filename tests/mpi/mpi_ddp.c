@@ -12,7 +12,8 @@
  * transports the N-rank run is bitwise the same: the sum is in rank
  * order; tests/mpi/same_over_tcp.sh compares the "hx-digest" lines.
  * Also: a NaN fed on one rank skips the step on every rank (loss
- * scaling), and the data-parallel refusals. */
+ * scaling), the data-parallel refusals, and ranks whose graphs or seeds
+ * differ refused at session creation, naming the first difference. */
 #include "dist/dist.h"
 #include "deep_mlp.h"
 #include "hetex_checks.h"
@@ -192,6 +193,46 @@ static void test_refusals(void)
     hx_embedding_table_free(t);
 }
 
+/* The last rank builds a wider model: every rank's session creation fails,
+ * naming the first tensor that differs as each rank has it. */
+static void test_mismatched_graphs(void)
+{
+    if (size < 2) {
+        test_skip("needs 2 ranks");
+        return;
+    }
+    deep_mlp m;
+    int width = rank == size - 1 ? W + 1 : W;
+    if (deep_mlp_build(B / size, width, 1, &m)) {
+        CHECK(false, "deep_mlp_build: %s", hx_last_error());
+        return;
+    }
+    hx_session_config cfg = config(0, comm);
+    hx_session *s = (hx_session *)m.g;
+    hx_status st = hx_session_create(m.g, &cfg, &s);
+    char want[96];
+    snprintf(want, sizeof want, "rank 0 has #0 'x' input f32 [%d,%d]", B / size, W);
+    CHECK(st == HX_ERR_INVALID_ARGUMENT && !s && strstr(hx_last_error(), "graphs differ") &&
+              strstr(hx_last_error(), "tensor #0") && strstr(hx_last_error(), want),
+          "rank %d: %s: %s", rank, hx_status_name(st), hx_last_error());
+    snprintf(want, sizeof want, "rank %d has #0 'x' input f32 [%d,%d]", size - 1, B / size, W + 1);
+    CHECK(strstr(hx_last_error(), want), "rank %d: the other rank's tensor: %s", rank, hx_last_error());
+    hx_session_free(s);
+    /* the same graph but another seed on the last rank */
+    deep_mlp_free(&m);
+    if (deep_mlp_build(B / size, W, 1, &m)) return;
+    cfg.seed = rank == size - 1 ? 43 : 42;
+    st = hx_session_create(m.g, &cfg, &s);
+    CHECK(st == HX_ERR_INVALID_ARGUMENT && !s && strstr(hx_last_error(), "configs differ") &&
+              strstr(hx_last_error(), "seed 43"),
+          "rank %d: %s: %s", rank, hx_status_name(st), hx_last_error());
+    /* the communicator still works: the same graphs then train */
+    cfg.seed = 42;
+    OK(hx_session_create(m.g, &cfg, &s));
+    hx_session_free(s);
+    deep_mlp_free(&m);
+}
+
 static int setup(void)
 {
     hx_comm_config cfg = hx_comm_config_default();
@@ -221,6 +262,7 @@ int main(int argc, char **argv)
     static const test_case cases[] = {
         {"cpu", test_cpu}, {"emu", test_emu}, {"offload_cpu", test_offload_cpu},
         {"nan_on_one_rank", test_nan_on_one_rank}, {"refusals", test_refusals},
+        {"mismatched_graphs", test_mismatched_graphs},
     };
     test_options o = {.setup = setup, .teardown = teardown};
     return test_main_with(argc, argv, "mpi_ddp", cases, TEST_COUNT(cases), &o);
