@@ -48,9 +48,11 @@
  * as a graph's tensors) must not overlap; calls on different X may run on
  * different threads at once. Sessions and embedding tables detect a
  * breach (HX_ERR_STATE, see hx_session_run and the tables' section); for
- * other objects nothing detects it. hetex has
- * no global state besides the thread-local error message, so "any thread"
- * calls may run anywhere at any time. .ci/check_contracts.sh checks that
+ * other objects nothing detects it. hetex's process-wide state is the
+ * thread-local error message and the count of live communicators that
+ * starts and stops MPI (locked; see hx_comm_create); automatic placement's
+ * op-cost cache is a file, replaced atomically. So "any thread" calls may
+ * run anywhere at any time. .ci/check_contracts.sh checks that
  * every function has its block. Long explanations live in docs/
  * (docs/offload.md, docs/numerics.md); the header keeps the contract and
  * points there.
