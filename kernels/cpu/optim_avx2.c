@@ -16,12 +16,6 @@
 
 #include "optim_internal.h"
 
-static inline __m256 copysign8(__m256 mag, __m256 sgn)
-{
-    const __m256 s = _mm256_set1_ps(-0.0f);
-    return _mm256_or_ps(_mm256_andnot_ps(s, mag), _mm256_and_ps(s, sgn));
-}
-
 static inline __m256 load_bf16x8(const uint16_t *p)
 {
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -67,19 +61,8 @@ static uint32_t max_abs(const void *g, hx_kdtype dt, int64_t n)
     return m;
 }
 
-#define W 8
-typedef __m256 V;
-#define V_LOAD(p) _mm256_loadu_ps(p)
-#define V_STORE(p, x) _mm256_storeu_ps(p, x)
-#define V_SET1(x) _mm256_set1_ps(x)
-#define V_ADD(a, b) _mm256_add_ps(a, b)
-#define V_SUB(a, b) _mm256_sub_ps(a, b)
-#define V_MUL(a, b) _mm256_mul_ps(a, b)
-#define V_DIV(a, b) _mm256_div_ps(a, b)
-#define V_SQRT(x) _mm256_sqrt_ps(x)
-#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define V_ABS(x) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)
-#define V_COPYSIGN(m, s) copysign8(m, s)
+#include "vec_avx2.h"
+
 #define V_GT_OR0(a, b, x) _mm256_and_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ), x)
 #define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define V_LOAD_BF16(p) load_bf16x8(p)

@@ -17,14 +17,6 @@
 
 #include "optim_internal.h"
 
-static inline __m512 copysign16(__m512 mag, __m512 sgn)
-{
-    const __m512i s = _mm512_set1_epi32((int)0x80000000u);
-    __m512i r = _mm512_or_si512(_mm512_andnot_si512(s, _mm512_castps_si512(mag)),
-                                _mm512_and_si512(s, _mm512_castps_si512(sgn)));
-    return _mm512_castsi512_ps(r);
-}
-
 static inline __m512 load_bf16x16(const uint16_t *p)
 {
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
@@ -102,19 +94,8 @@ static uint32_t max_abs(const void *g, hx_kdtype dt, int64_t n)
     return m;
 }
 
-#define W 16
-typedef __m512 V;
-#define V_LOAD(p) _mm512_loadu_ps(p)
-#define V_STORE(p, x) _mm512_storeu_ps(p, x)
-#define V_SET1(x) _mm512_set1_ps(x)
-#define V_ADD(a, b) _mm512_add_ps(a, b)
-#define V_SUB(a, b) _mm512_sub_ps(a, b)
-#define V_MUL(a, b) _mm512_mul_ps(a, b)
-#define V_DIV(a, b) _mm512_div_ps(a, b)
-#define V_SQRT(x) _mm512_sqrt_ps(x)
-#define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define V_ABS(x) _mm512_abs_ps(x)
-#define V_COPYSIGN(m, s) copysign16(m, s)
+#include "vec_avx512.h"
+
 #define V_GT_OR0(a, b, x) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), x)
 #define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define V_LOAD_BF16(p) load_bf16x16(p)

@@ -1,6 +1,7 @@
 /* The optimizer loops, written once over a small vector vocabulary. Each
  * path's file (optim_scalar.c, optim_avx2.c, optim_avx512.c) defines the
- * vocabulary and includes this file once; everything here is static.
+ * vocabulary (the float words from vec_<path>.h, shared with vmath_*.c; the
+ * rest itself) and includes this file once; everything here is static.
  *
  *   W, V                        lanes, vector of W floats
  *   V_LOAD(p) V_STORE(p, x)     f32, any alignment

@@ -69,19 +69,8 @@ static uint32_t max_abs(const void *g, hx_kdtype dt, int64_t n)
     return m;
 }
 
-#define W 1
-typedef float V;
-#define V_LOAD(p) (*(p))
-#define V_STORE(p, x) (*(p) = (x))
-#define V_SET1(x) (x)
-#define V_ADD(a, b) ((a) + (b))
-#define V_SUB(a, b) ((a) - (b))
-#define V_MUL(a, b) ((a) * (b))
-#define V_DIV(a, b) ((a) / (b))
-#define V_SQRT(x) sqrtf(x)
-#define V_FMA(a, b, c) fmaf(a, b, c)
-#define V_ABS(x) fabsf(x)
-#define V_COPYSIGN(m, s) copysignf(m, s)
+#include "vec_scalar.h"
+
 #define V_GT_OR0(a, b, x) ((a) > (b) ? (x) : 0.0f)
 #define V_LOAD_F16(p) hx_optim_f16_to_f32(*(p))
 #define V_LOAD_BF16(p) f32_from_bits((uint32_t)*(p) << 16)

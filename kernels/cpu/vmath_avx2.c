@@ -8,11 +8,10 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include <immintrin.h>
 #include <stdint.h>
 
-#define W 8
-typedef __m256 V;
+#include "vec_avx2.h"
+
 typedef __m256 M;
 
 static inline V pow2_avx2(V n)
@@ -21,26 +20,10 @@ static inline V pow2_avx2(V n)
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 }
 
-static inline V copysign_avx2(V m, V s)
-{
-    const V sign = _mm256_set1_ps(-0.0f);
-    return _mm256_or_ps(_mm256_andnot_ps(sign, m), _mm256_and_ps(sign, s));
-}
-
-#define V_LOAD(p) _mm256_loadu_ps(p)
-#define V_STORE(p, x) _mm256_storeu_ps(p, x)
-#define V_SET1(x) _mm256_set1_ps(x)
-#define V_ADD(a, b) _mm256_add_ps(a, b)
-#define V_SUB(a, b) _mm256_sub_ps(a, b)
-#define V_MUL(a, b) _mm256_mul_ps(a, b)
-#define V_DIV(a, b) _mm256_div_ps(a, b)
-#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 /* vmaxps/vminps return the second operand when either is NaN; as written
  * here (a > b ? a : b) a NaN in a gives b */
 #define V_MAX(a, b) _mm256_max_ps(a, b)
 #define V_MIN(a, b) _mm256_min_ps(a, b)
-#define V_ABS(x) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)
-#define V_COPYSIGN(m, s) copysign_avx2(m, s)
 #define V_FLOOR(x) _mm256_round_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
 #define V_RINT(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define V_POW2(n) pow2_avx2(n)

@@ -9,11 +9,10 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include <immintrin.h>
 #include <stdint.h>
 
-#define W 16
-typedef __m512 V;
+#include "vec_avx512.h"
+
 typedef __mmask16 M;
 
 static inline V pow2_avx512(V n)
@@ -22,25 +21,8 @@ static inline V pow2_avx512(V n)
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
 }
 
-static inline V copysign_avx512(V m, V s)
-{
-    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_andnot_si512(sign, _mm512_castps_si512(m)),
-                                               _mm512_and_si512(sign, _mm512_castps_si512(s))));
-}
-
-#define V_LOAD(p) _mm512_loadu_ps(p)
-#define V_STORE(p, x) _mm512_storeu_ps(p, x)
-#define V_SET1(x) _mm512_set1_ps(x)
-#define V_ADD(a, b) _mm512_add_ps(a, b)
-#define V_SUB(a, b) _mm512_sub_ps(a, b)
-#define V_MUL(a, b) _mm512_mul_ps(a, b)
-#define V_DIV(a, b) _mm512_div_ps(a, b)
-#define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define V_MAX(a, b) _mm512_max_ps(a, b) /* a NaN in a gives b, as vmaxps does */
 #define V_MIN(a, b) _mm512_min_ps(a, b)
-#define V_ABS(x) _mm512_abs_ps(x)
-#define V_COPYSIGN(m, s) copysign_avx512(m, s)
 #define V_FLOOR(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
 #define V_RINT(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define V_POW2(n) pow2_avx512(n)

@@ -1,6 +1,7 @@
 /* Vector transcendentals (exp, tanh, sigmoid, tanh-form GELU and its
  * derivative), written once over a small vector vocabulary. Each path's file
- * (vmath_scalar.c, vmath_avx2.c, vmath_avx512.c) defines the vocabulary,
+ * (vmath_scalar.c, vmath_avx2.c, vmath_avx512.c) defines the vocabulary
+ * (the float words from vec_<path>.h, shared with optim_*.c; the rest itself),
  * turns off fp-contract and includes this file once, so that every path
  * takes the same roundings and all three give the same bits for every input
  * (tests/test_vmath.c checks it). The maximum errors, measured against a

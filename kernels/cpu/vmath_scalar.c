@@ -11,8 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define W 1
-typedef float V;
+#include "vec_scalar.h"
+
 typedef int M;
 
 static inline V pow2_scalar(V n)
@@ -23,18 +23,8 @@ static inline V pow2_scalar(V n)
     return f;
 }
 
-#define V_LOAD(p) (*(p))
-#define V_STORE(p, x) (*(p) = (x))
-#define V_SET1(x) (x)
-#define V_ADD(a, b) ((a) + (b))
-#define V_SUB(a, b) ((a) - (b))
-#define V_MUL(a, b) ((a) * (b))
-#define V_DIV(a, b) ((a) / (b))
-#define V_FMA(a, b, c) fmaf(a, b, c)
 #define V_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define V_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define V_ABS(x) fabsf(x)
-#define V_COPYSIGN(m, s) copysignf(m, s)
 #define V_FLOOR(x) floorf(x)
 #define V_RINT(x) nearbyintf(x)
 #define V_POW2(n) pow2_scalar(n)
