@@ -29,6 +29,7 @@
 
 #include "kernels/cpu/hx_kinternal.h"
 #include "kernels/cpu/optim_internal.h"
+#include "cpu_model.h"
 
 #define ROW_DIM 64
 
@@ -366,20 +367,8 @@ static int cmp_double(const void *a, const void *b)
 /* One line naming the machine: /proc/cpuinfo's model name, the CPUs, the path. */
 static void print_machine(hx_isa isa)
 {
-    char model[128] = "unknown", line[256];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        while (fgets(line, sizeof line, f)) {
-            char *c = strchr(line, ':');
-            if (strncmp(line, "model name", 10) == 0 && c) {
-                size_t k = 0;
-                for (c += 2; *c && *c != '\n' && *c != '"' && k + 1 < sizeof model; c++) model[k++] = *c;
-                model[k] = 0;
-                break;
-            }
-        }
-        fclose(f);
-    }
+    char model[128];
+    bench_cpu_model(model, sizeof model);
     printf("{\"bench\":\"optim\",\"case\":\"machine\",\"cpu\":\"%s\",\"cpus\":%d,\"isa\":\"%s\"}\n",
            model, omp_get_num_procs(), hx_k_isa_name(isa));
 }

@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/hx_kernels.h"
 #include "kernels/cpu/vmath.h"
+#include "cpu_model.h"
 
 #define GELU_C 0.7978845608028654f
 
@@ -78,18 +79,8 @@ static double now(void) { return omp_get_wtime(); }
 
 static void print_machine(void)
 {
-    char model[128] = "unknown", line[256];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        char *c = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && c) {
-            size_t k = 0;
-            for (c += 2; *c && *c != '\n' && *c != '"' && k + 1 < sizeof model; c++) model[k++] = *c;
-            model[k] = 0;
-            break;
-        }
-    }
-    if (f) fclose(f);
+    char model[128];
+    bench_cpu_model(model, sizeof model);
     double load[1] = {0};
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) {
