@@ -75,16 +75,11 @@ void hx_k_dropout_f32(float *y, const float *x, float p, uint64_t seed, uint64_t
  * any thread count. */
 #define LOSS_SPLIT 64
 
-// loss of one row x (C): logsumexp(x) - x[label]; the exponentials go
-// through a stack buffer, a block at a time, block sums added in order
+// loss of one row x (C): logsumexp(x) - x[label]
 static double cross_entropy_row(const float *x, int64_t C, int64_t label)
 {
-    enum { BLOCK = 512 };
-    float e[BLOCK];
     float maxv = hx_k_max_f32(x, C);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < C; j += BLOCK)
-        sum += hx__vmath()->exp_shift_sum(e, x + j, maxv, C - j < BLOCK ? C - j : BLOCK);
+    float sum = hx__vmath_sum_exp(x, maxv, C);
     return (double)maxv + log((double)sum) - (double)x[label];
 }
 

@@ -14,9 +14,6 @@ static int rows_go_parallel(int64_t rows, int64_t n, int nthreads)
     return rows > 1 && hx_k_go_parallel(rows * n, nthreads);
 }
 
-/* Exponentials of a row go through a stack buffer this many at a time. */
-#define ROW_BLOCK 512
-
 /* ---- softmax ------------------------------------------------------------ */
 
 // y (n) = exp(x - max) / sum(exp(x - max)), one row
@@ -62,9 +59,7 @@ void hx_k_softmax_backward_f32(float *dx, const float *dy, const float *y, int64
 static void log_softmax_forward(float *y, const float *x, int64_t n)
 {
     float maxv = hx_k_max_f32(x, n);
-    float sum = 0.0f, e[ROW_BLOCK]; /* not y: it may be x's buffer */
-    for (int64_t i = 0; i < n; i += ROW_BLOCK)
-        sum += hx__vmath()->exp_shift_sum(e, x + i, maxv, n - i < ROW_BLOCK ? n - i : ROW_BLOCK);
+    float sum = hx__vmath_sum_exp(x, maxv, n); /* not into y: it may be x's buffer */
     /* (x - max) first: folding max and log(sum) into one shift rounds to
      * max's ulp, which for large logits swamps small outputs. */
     float lse = logf(sum);
@@ -75,9 +70,9 @@ static void log_softmax_forward(float *y, const float *x, int64_t n)
 static void log_softmax_backward(float *dx, const float *dy, const float *y, int64_t n)
 {
     float sum = hx_k_sum_f32(dy, n);
-    float e[ROW_BLOCK]; /* not dx: it may be dy's buffer */
-    for (int64_t i = 0; i < n; i += ROW_BLOCK) {
-        int64_t m = n - i < ROW_BLOCK ? n - i : ROW_BLOCK;
+    float e[HX_VMATH_BLOCK]; /* not dx: it may be dy's buffer */
+    for (int64_t i = 0; i < n; i += HX_VMATH_BLOCK) {
+        int64_t m = n - i < HX_VMATH_BLOCK ? n - i : HX_VMATH_BLOCK;
         hx__vmath()->exp(e, y + i, m);
         for (int64_t j = 0; j < m; j++) dx[i + j] = dy[i + j] - e[j] * sum;
     }

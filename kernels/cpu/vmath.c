@@ -1,4 +1,5 @@
-/* Picks the vector-math path for the CPU hx_k_isa() reports. */
+/* Picks the vector-math path for the CPU hx_k_isa() reports; the blocked
+ * sum of exponentials that log-softmax and cross-entropy share. */
 #include "hx_kernels.h"
 #include "vmath.h"
 
@@ -10,4 +11,13 @@ const hx_vmath_path *hx__vmath(void)
     case HX_ISA_SCALAR: break;
     }
     return &hx__vmath_scalar;
+}
+
+float hx__vmath_sum_exp(const float *x, float shift, int64_t n)
+{
+    const hx_vmath_path *p = hx__vmath();
+    float sum = 0.0f, e[HX_VMATH_BLOCK];
+    for (int64_t i = 0; i < n; i += HX_VMATH_BLOCK)
+        sum += p->exp_shift_sum(e, x + i, shift, n - i < HX_VMATH_BLOCK ? n - i : HX_VMATH_BLOCK);
+    return sum;
 }

@@ -38,4 +38,13 @@ extern const hx_vmath_path hx__vmath_scalar, hx__vmath_avx2, hx__vmath_avx512;
 /* The path for hx_k_isa() (HX_ISA lowers it). */
 const hx_vmath_path *hx__vmath(void);
 
+/* Exponentials of a row go through a stack buffer this many at a time
+ * where the output may not hold them (it may be the input's buffer). */
+#define HX_VMATH_BLOCK 512
+
+/* sum of e^(x (n) - shift), HX_VMATH_BLOCK elements at a time (each
+ * block's sum in exp_shift_sum's order, the blocks' sums added in order);
+ * stores nothing. */
+float hx__vmath_sum_exp(const float *x, float shift, int64_t n);
+
 #endif

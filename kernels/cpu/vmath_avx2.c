@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "hx_kinternal.h" /* before the vocabulary: hx_kernels.h has a field W */
 #include "vec_avx2.h"
 
 typedef __m256 M;

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "hx_kinternal.h" /* before the vocabulary: hx_kernels.h has a field W */
 #include "vec_avx512.h"
 
 typedef __mmask16 M;

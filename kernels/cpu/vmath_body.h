@@ -20,23 +20,22 @@
  *   M, V_LT(a, b) V_GE(a, b) V_EQ(a, b) V_ISNAN(x)
  *                                lane masks (false for NaN except V_ISNAN)
  *   V_SEL(m, a, b)               m ? a : b, per lane
- *   PATH                         the hx_vmath_path this file defines */
+ *   PATH                         the hx_vmath_path this file defines
+ * and hx_kinternal.h (HX_INLINE, hx_k_sum_f32), included before them. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "vmath.h"
 
-#define VM_INLINE static inline __attribute__((always_inline))
-
 /* A NaN input comes out as itself, quiet: which operand's NaN an operation
  * on two NaNs returns depends on the order the compiler gives its
  * operands, so every function ends with this rather than letting a NaN
  * flow through. */
-VM_INLINE V vm_nan_in(V x, V y) { return V_SEL(V_ISNAN(x), V_ADD(x, x), y); }
+HX_INLINE V vm_nan_in(V x, V y) { return V_SEL(V_ISNAN(x), V_ADD(x, x), y); }
 
 /* dy * g with dy's NaN first, then x's (g is x's function). */
-VM_INLINE V vm_times_grad(V dy, V x, V g)
+HX_INLINE V vm_times_grad(V dy, V x, V g)
 {
     return vm_nan_in(dy, vm_nan_in(x, V_MUL(dy, g)));
 }
@@ -47,7 +46,7 @@ VM_INLINE V vm_times_grad(V dy, V x, V g)
  * the denormals are rounded once. x is clamped to [-104, 89] first (beyond
  * that the result is 0 or inf anyway, and n stays small); a NaN returns
  * quiet. */
-VM_INLINE V vm_exp(V x)
+HX_INLINE V vm_exp(V x)
 {
     V xc = V_MIN(V_MAX(x, V_SET1(-104.0f)), V_SET1(89.0f));
     V n = V_RINT(V_MUL(xc, V_SET1(1.44269504088896341f)));
@@ -70,7 +69,7 @@ VM_INLINE V vm_exp(V x)
  * weighted least squares for relative error on [0, 0.625]); above it
  * (1 - e) / (1 + e) with e = e^(-2|x|), where the subtraction loses at most
  * a factor of 2.2. The sign is x's (tanh(-0) = -0). */
-VM_INLINE V vm_tanh(V x)
+HX_INLINE V vm_tanh(V x)
 {
     V a = V_ABS(x);
     V x2 = V_MUL(x, x);
@@ -88,7 +87,7 @@ VM_INLINE V vm_tanh(V x)
 /* sigma(z) = 1 / (1 + e^-z) from e = e^(-|z|) <= 1, so that nothing
  * overflows: z >= 0: 1 / (1 + e), z < 0: e / (1 + e). With one_minus (not
  * NULL), also 1 - sigma(z) the same way, without the cancellation of 1 - s. */
-VM_INLINE V vm_sigma(V z, V *one_minus)
+HX_INLINE V vm_sigma(V z, V *one_minus)
 {
     V e = vm_exp(V_MUL(V_ABS(z), V_SET1(-1.0f)));
     V d = V_ADD(V_SET1(1.0f), e);
@@ -97,13 +96,13 @@ VM_INLINE V vm_sigma(V z, V *one_minus)
     return V_DIV(V_SEL(pos, V_SET1(1.0f), e), d);
 }
 
-VM_INLINE V vm_sigmoid(V x) { return vm_nan_in(x, vm_sigma(x, NULL)); }
+HX_INLINE V vm_sigmoid(V x) { return vm_nan_in(x, vm_sigma(x, NULL)); }
 
 #define VM_GELU_C 0.7978845608028654f /* sqrt(2 / pi) */
 #define VM_GELU_K 0.044715f
 
 /* 2u = 2 sqrt(2/pi) (x + 0.044715 x^3), the argument of GELU's sigmoid. */
-VM_INLINE V vm_gelu_arg(V x, V x2)
+HX_INLINE V vm_gelu_arg(V x, V x2)
 {
     return V_MUL(V_MUL(V_SET1(2.0f * VM_GELU_C), x), V_FMA(V_SET1(VM_GELU_K), x2, V_SET1(1.0f)));
 }
@@ -111,7 +110,7 @@ VM_INLINE V vm_gelu_arg(V x, V x2)
 /* GELU, tanh form: 0.5 x (1 + tanh(u)) = x sigma(2u), which does not cancel
  * for negative x as 1 + tanh(u) does. sigma(2u) = 0 (x -> -inf) gives -0,
  * not -inf * 0. */
-VM_INLINE V vm_gelu(V x)
+HX_INLINE V vm_gelu(V x)
 {
     V s = vm_sigma(vm_gelu_arg(x, V_MUL(x, x)), NULL);
     return vm_nan_in(x, V_SEL(V_EQ(s, V_SET1(0.0f)), V_SET1(-0.0f), V_MUL(x, s)));
@@ -120,7 +119,7 @@ VM_INLINE V vm_gelu(V x)
 /* d/dx x sigma(2u) = s + x s (1 - s) 2u'(x), u' = sqrt(2/pi) (1 + 3k x^2).
  * Where s (1 - s) is 0 the second term's limit is 0 (x -> +-inf), not
  * inf * 0. */
-VM_INLINE V vm_gelu_grad(V x)
+HX_INLINE V vm_gelu_grad(V x)
 {
     V x2 = V_MUL(x, x);
     V sc;
@@ -182,14 +181,7 @@ static float vm_exp_shift_sum_n(float *y, const float *x, float shift, int64_t n
         V_STORE(t, vm_exp(V_SUB(V_LOAD(t), sh)));
         memcpy(y + i, t, (size_t)(n - i) * sizeof(float));
     }
-    float acc[16] = {0};
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int k = 0; k < 16; k++) acc[k] += y[j + k];
-    for (int k = 0; j + k < n; k++) acc[k] += y[j + k];
-    for (int w = 8; w > 0; w /= 2)
-        for (int k = 0; k < w; k++) acc[k] += acc[k + w];
-    return acc[0];
+    return hx_k_sum_f32(y, n);
 }
 
 const hx_vmath_path PATH = {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "hx_kinternal.h" /* before the vocabulary: hx_kernels.h has a field W */
 #include "vec_scalar.h"
 
 typedef int M;
