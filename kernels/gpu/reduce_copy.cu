@@ -337,22 +337,44 @@ __global__ void scatter_keys_kernel(unsigned long long *keys, unsigned *pos, con
     }
 }
 
-/* A warp per sorted position; the first position of each id's run sums
- * that run's gradient rows in order (lanes over the columns). */
+/* One thread per (sorted position, column); the threads of each id's first
+ * position sum that id's run of gradient rows in order, so the sum is the
+ * CPU's sequential one. The run's end is found by binary search, and its
+ * rows are read eight at a time with all eight loads issued before the
+ * adds: the run of a frequent id (a space in text: a sixth of all tokens)
+ * is long, and one dependent load per row made it the slowest kernel of
+ * a GPT step. */
+__device__ int64_t run_end(const unsigned long long *keys, int64_t k, int64_t n)
+{
+    unsigned long long key = keys[k];
+    int64_t lo = k + 1, hi = n; /* the first q >= lo with keys[q] != key lies in [lo, hi] */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] == key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 template <typename T>
 __global__ void scatter_rows_kernel(T *dtable, const T *dy, const unsigned long long *keys,
                                     const unsigned *pos, int64_t rows, int64_t dim, int64_t n)
 {
-    int lane = threadIdx.x & 31;
-    int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
-    for (int64_t k = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; k < n; k += warps) {
+    GRID_STRIDE(e, n * dim) {
+        int64_t k = e / dim, j = e % dim;
         unsigned long long key = keys[k];
         if (key >= (unsigned long long)rows || (k > 0 && keys[k - 1] == key)) continue;
-        for (int64_t j = lane; j < dim; j += 32) {
-            float acc = 0.0f;
-            for (int64_t q = k; q < n && keys[q] == key; q++) acc += ld(dy + (int64_t)pos[q] * dim + j);
-            st(dtable + (int64_t)key * dim + j, acc);
+        int64_t end = run_end(keys, k, n), q = k;
+        float acc = 0.0f;
+        for (; q + 8 <= end; q += 8) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = ld(dy + (int64_t)pos[q + u] * dim + j);
+#pragma unroll
+            for (int u = 0; u < 8; u++) acc += v[u];
         }
+        for (; q < end; q++) acc += ld(dy + (int64_t)pos[q] * dim + j);
+        st(dtable + (int64_t)key * dim + j, acc);
     }
 }
 
@@ -383,7 +405,7 @@ hx_gk_status hx_gk_scatter_add_rows(const hx_gk_ctx *c, hx_kdtype dt, void *dtab
     GK_TRY(hx_gk_cuda(cub::DeviceRadixSort::SortPairs(s, temp, keys_in, keys_out, pos_in, pos_out,
                                                       (int)n, 0, key_bits(rows), c->stream)));
     HX_GK_FLOAT_TYPES(dt, T,
-        scatter_rows_kernel<T><<<hx_gk_blocks(n * 32, HX_GK_THREADS), HX_GK_THREADS, 0, c->stream>>>(
+        scatter_rows_kernel<T><<<hx_gk_blocks(n * dim, HX_GK_THREADS), HX_GK_THREADS, 0, c->stream>>>(
             (T *)dtable, (const T *)dy, keys_out, pos_out, rows, dim, n));
     GK_TRY(hx_gk_launched());
     return hx_gk_fill_bad_id(c, bad, ids, i64);

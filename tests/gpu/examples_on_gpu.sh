@@ -9,7 +9,15 @@
 #   - GPT under a device cap that auto_offload must plan for (the activations
 #     alone exceed it);
 #   - GPT in f16 with dynamic loss scaling, and with the delayed parameter update;
-#   - wide & deep on cuda and on the host alone.
+#   - wide & deep on cuda and on the host alone;
+#   - the large GPT with every block recomputed (its losses must equal the
+#     "offload none" run; the steps/s against it is the overhead), and placed
+#     by the measured cost model on the real device (--placement auto);
+#   - ResNet-20 on Fashion-MNIST on cuda, one epoch (the conv kernels). The
+#     tree with the 45 MB training images does not fit beside .gpu-libs in
+#     the 64 MiB a device call carries; where they were left behind, it
+#     trains on the 10k test images (an accuracy that means nothing: this
+#     checks and times the kernels).
 # LIMIT seconds per run (60), HETEX (the binary; .gpu-libs/bin/hetex).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,4 +41,14 @@ run "$hetex" gpt $small --dtype f16 --accelerator cuda --offload none
 run "$hetex" gpt $small --dtype bf16 --accelerator cuda --offload optimizer --dpu 20
 run "$hetex" widedeep --epochs 2 --accelerator cuda --trace "$out/widedeep-cuda-trace.json"
 run "$hetex" widedeep --epochs 2 --accelerator none
+run "$hetex" gpt $large --dtype bf16 --accelerator cuda --offload none --recompute
+run "$hetex" gpt $large --dtype bf16 --accelerator cuda --offload none --placement auto
+fm=data/fashion-mnist
+if [ ! -f $fm/train-images-idx3-ubyte ]; then
+  fm=$out/fm-stand-in && mkdir -p $fm && cp data/fashion-mnist/t10k-* $fm/
+  cp $fm/t10k-images-idx3-ubyte $fm/train-images-idx3-ubyte
+  cp $fm/t10k-labels-idx1-ubyte $fm/train-labels-idx1-ubyte
+fi
+LIMIT=$((2 * ${LIMIT:-60})) run "$hetex" resnet --data $fm --epochs 1 --dtype bf16 --accelerator cuda
+rm -rf "$out/fm-stand-in"
 grep -vE '^\s*$' "$log" | grep -vE '^(plan:|  offload )' | cut -c1-400

@@ -24,7 +24,9 @@ mkdir -p "$dest/debs" "$dest/bin" "$dest/cuda"
 (cd "$dest/debs" && apt-get download libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev \
     libxxhash0 libxxhash-dev libgomp1 liburing2 liburing-dev libaio1 libaio-dev >/dev/null)
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DHX_CUDA=ON \
+# MPI off: the GPU image has no Open MPI to load libmpi from (and NCCL needs
+# MPI here), so these programs are the single-process ones.
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DHX_CUDA=ON -DHX_MPI=OFF \
   -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" >/dev/null
 cmake --build "$build" -j "$(nproc)" --target test_gpu_kernels test_gpu_backend test_gpu_backend_ops bench_cuda \
   hetex_cli
@@ -37,4 +39,8 @@ if [ "${1:-}" = "--with-cublas" ]; then
   cp -L /usr/local/cuda/lib64/libcublas.so.13 "$dest/cuda/"
 fi
 du -sh "$dest" "$dest"/*
-echo "carry: .gpu-libs   then run: bash tests/gpu/run_on_gpu.sh"
+echo "carry: .gpu-libs   then run: bash tests/gpu/run_on_gpu.sh (or all_on_gpu.sh)"
+# The tracked tree (66 MB, 45 of them Fashion-MNIST's training images) and
+# .gpu-libs together pass the 64 MiB a device call carries.
+echo "move data/fashion-mnist/train-images-idx3-ubyte out of the tree for the call (examples_on_gpu.sh then"
+echo "trains ResNet on the test images), and back after it"
