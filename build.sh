@@ -152,6 +152,7 @@ case "$cmd" in
     for n in $names; do fuzz_run "$n" "$secs"; done ;;
   fuzz-seeds)
     fuzz_build fuzz_seeds
+    mkdir -p build-fuzz/tmp
     ASAN_OPTIONS=detect_leaks=1 TMPDIR=$root/build-fuzz/tmp build-fuzz/fuzz_seeds ;;
   sanitize)
     san=${1:-address,undefined}

@@ -160,7 +160,8 @@ hx_status hx__op_costs_put(hx_op_costs *c, uint64_t sig, double seconds, const c
 {
     if (!(seconds > 0 && seconds < 1000)) seconds = seconds > 0 ? 999 : 1e-9;
     c->dirty = true;
-    for (int i = 0; i < c->n; i++)
+    /* the newest entry, the one hx__op_costs_get gives (a file may repeat one) */
+    for (int i = c->n - 1; i >= 0; i--)
         if (c->e[i].sig == sig && c->e[i].machine == c->machine) {
             c->e[i].seconds = seconds;
             return HX_OK;

@@ -435,6 +435,28 @@ static void test_cache(void)
         CHECK(r.n_cache_hits == r.n_signatures, "bad file %zu rewritten: %d of %d hits", k,
               r.n_cache_hits, r.n_signatures);
     }
+    /* a file that repeats an entry: the newest counts, for a get and for a
+     * put (a put once changed the oldest, so a get kept answering the newest;
+     * found by tests/fuzz/fuzz_op_costs.c) */
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "write %s", path);
+    if (f) {
+        fputs("hetex-op-costs 1\n00000000000000aa 00000000000000bb 1e-3 matmul\n"
+              "00000000000000aa 00000000000000bb 2e-3 matmul\n", f);
+        fclose(f);
+    }
+    hx_op_costs *oc = NULL;
+    double sec = 0;
+    CHECK(hx__op_costs_open(path, 0xaa, &oc) == HX_OK, "open: %s", hx_last_error());
+    CHECK(oc && hx__op_costs_get(oc, 0xbb, &sec, NULL) && sec == 2e-3, "get gives the newest: %g", sec);
+    CHECK(oc && hx__op_costs_put(oc, 0xbb, 5e-3, "matmul") == HX_OK && hx__op_costs_save(oc) == HX_OK,
+          "put and save: %s", hx_last_error());
+    CHECK(oc && hx__op_costs_get(oc, 0xbb, &sec, NULL) && sec == 5e-3, "get after put: %g", sec);
+    hx__op_costs_free(oc);
+    oc = NULL;
+    CHECK(hx__op_costs_open(path, 0xaa, &oc) == HX_OK && hx__op_costs_get(oc, 0xbb, &sec, NULL) &&
+          sec == 5e-3, "the saved file gives the put: %g", sec);
+    hx__op_costs_free(oc);
     c.placement_cache = "";
     s = test_session_with(g, &c, "no cache");
     CHECK(s && report(s).n_cache_hits == 0, "no cache file");

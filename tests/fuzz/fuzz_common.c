@@ -97,3 +97,21 @@ hx_embedding_table *fuzz_table_make(int kind)
     if (hx_embedding_table_create(&c, &t)) die("table");
     return t;
 }
+
+hx_embedding_table *fuzz_ssd_table_make(const char *ssd_path, hx_status *st)
+{
+    hx_embedding_config c = hx_embedding_config_default();
+    c.name = "on_disk";
+    c.rows = FUZZ_TABLE_ROWS;
+    c.dim = FUZZ_TABLE_DIM;
+    c.n_threads = 1;
+    c.seed = 7;
+    c.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_LAZY_ADAM);
+    c.ssd_path = ssd_path;
+    /* a slot: the row and its two moments, each padded to 64 bytes, and 48
+     * bytes of the cache's bookkeeping (embedding/emb_ssd.c) */
+    c.cache_bytes = FUZZ_SSD_CACHE_ROWS * (3 * 64 + 48);
+    hx_embedding_table *t = NULL;
+    *st = hx_embedding_table_create(&c, &t);
+    return t;
+}

@@ -38,4 +38,16 @@ void fuzz_session_model_free(fuzz_session_model *m);
 enum { FUZZ_TABLE_KINDS = 3, FUZZ_TABLE_ROWS = 16, FUZZ_TABLE_DIM = 4 };
 hx_embedding_table *fuzz_table_make(int kind);
 
+/* The table of fuzz_ssd_load: FUZZ_TABLE_ROWS x FUZZ_TABLE_DIM f32 rows with
+ * LazyAdam on disk at ssd_path (a row store: created when the file is
+ * empty, reused when it holds one), a cache of FUZZ_SSD_CACHE_ROWS rows, so
+ * that reading more rows evicts and writes back. NULL (the status in *st) when the
+ * store is refused. */
+enum { FUZZ_SSD_CACHE_ROWS = 4 };
+hx_embedding_table *fuzz_ssd_table_make(const char *ssd_path, hx_status *st);
+
+/* fuzz_op_costs' machine and its i-th signature (the seeds hold 0..7). */
+#define FUZZ_OP_COSTS_MACHINE 0x0123456789abcdefull
+static inline uint64_t fuzz_op_costs_sig(int i) { return 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1); }
+
 #endif

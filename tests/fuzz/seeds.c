@@ -5,6 +5,7 @@
  * `./build.sh fuzz-seeds` from the source root; the corpora are kept in
  * the tree, so this runs again only when a format or a model changes. */
 #include "fuzz_common.h"
+#include "session/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,71 @@ static void table_seeds(void)
         unsigned char kind = (unsigned char)k;
         seed_file("table_load", names[k], &kind, 1, p);
         if (hx_embedding_table_free(t)) die("table free");
+    }
+}
+
+/* A table on disk after three training runs of a lookup: its row store
+ * (its unused tail cut, up to a record's end: the store grows its file in
+ * 64 MiB steps) behind its length, then its checkpoint. */
+static void ssd_seeds(void)
+{
+    const char *store = fuzz_file("seed_ssd_store", NULL, 0);
+    hx_status st;
+    hx_embedding_table *t = fuzz_ssd_table_make(store, &st);
+    if (!t) die("ssd table");
+    hx_graph *g = hx_graph_create();
+    int64_t n = 3;
+    hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
+    hx_tensor *loss = hx_reduce_sum(g, hx_embedding_lookup(g, t, ids), 0, NULL, false);
+    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    hx_session *s = NULL;
+    if (!loss || hx_graph_backward(g, loss) || hx_graph_apply_optimizer(g, NULL, &oc) ||
+        hx_session_create(g, NULL, &s))
+        die("ssd graph");
+    const int64_t rows[3][3] = {{1, 3, 9}, {15, 0, 3}, {4, 6, 8}};
+    for (int step = 0; step < 3; step++) {
+        hx_feed f = {NULL, ids, rows[step], sizeof rows[step]};
+        if (hx_session_run(s, &f, 1, NULL, 0, HX_RUN_TRAIN)) die("ssd step");
+    }
+    hx_session_free(s);
+    hx_graph_free(g);
+    const char *ckpt = fuzz_file("seed_ssd_ckpt", NULL, 0);
+    if (hx_embedding_table_save(t, ckpt) || hx_embedding_table_free(t)) die("ssd save");
+    size_t ns, nc;
+    unsigned char *sb = slurp(store, &ns), *cb = slurp(ckpt, &nc);
+    size_t used = ns;
+    while (used > 0 && sb[used - 1] == 0) used--;
+    ns = (used + 511) / 512 * 512 < ns ? (used + 511) / 512 * 512 : ns; /* 512-byte records */
+    unsigned char *body = malloc(ns + nc + 1);
+    if (!body) die("ssd seed");
+    memcpy(body, sb, ns);
+    memcpy(body + ns, cb, nc);
+    const unsigned char len[4] = {ns & 255, ns >> 8 & 255, ns >> 16 & 255, ns >> 24 & 255};
+    seed("ssd_load", "after_three_steps", len, 4, body, ns + nc);
+    free(sb), free(cb), free(body);
+}
+
+/* Op cost caches: eight entries of the fuzz machine, and those beside
+ * entries of another machine. */
+static void op_costs_seeds(void)
+{
+    for (int k = 0; k < 2; k++) {
+        const char *p = fuzz_file("seed_op_costs", NULL, 0);
+        remove(p);
+        hx_op_costs *c = NULL;
+        if (hx__op_costs_open(p, FUZZ_OP_COSTS_MACHINE, &c)) die("op costs");
+        for (int i = 0; i < 8; i++)
+            if (hx__op_costs_put(c, fuzz_op_costs_sig(i), 1e-6 * (i + 1) * (i + 3), i % 2 ? "matmul" : "gelu"))
+                die("op costs put");
+        if (hx__op_costs_save(c)) die("op costs save");
+        hx__op_costs_free(c);
+        if (k) {
+            if (hx__op_costs_open(p, 42, &c) || hx__op_costs_put(c, fuzz_op_costs_sig(0), 0.5, "softmax") ||
+                hx__op_costs_save(c))
+                die("op costs, another machine");
+            hx__op_costs_free(c);
+        }
+        seed_file("op_costs", k ? "two_machines" : "eight_entries", NULL, 0, p);
     }
 }
 
@@ -216,5 +282,7 @@ int main(void)
     reader_seeds();
     graph_seeds();
     offload_seeds();
+    ssd_seeds();
+    op_costs_seeds();
     return 0;
 }
