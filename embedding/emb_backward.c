@@ -6,7 +6,11 @@
  * shares as they come free and never wait for each other inside (on a
  * loaded machine a thread that waits for a preempted one loses a time
  * slice). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

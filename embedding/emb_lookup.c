@@ -2,7 +2,11 @@
  * local table, with a prefetching gather. Threads take blocks of positions
  * (lookup) or of bags (cut by position) as they come free, and each output
  * row is computed by one thread in order of position. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,11 @@
  * fused path the thread that takes the id's share (hx_emb_group_share), in
  * the sparse-gradient path the thread a hash of the id names. One parallel
  * region per call, no barriers inside. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -46,13 +46,20 @@ static inline float hx_k_lanes_total(float *acc)
     return acc[0];
 }
 
-// max of x (n); exact, so any order gives the same result
+// max of x (n), NaNs passed over; exact, so any order gives the same
+// result: HX_K_LANES running maxima, which both compilers vectorise (clang
+// did not vectorise an omp simd max reduction of this select)
 static inline float hx_k_max_f32(const float *x, int64_t n)
 {
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
+    float acc[HX_K_LANES];
+    for (int k = 0; k < HX_K_LANES; k++) acc[k] = -INFINITY;
+    int64_t i = 0;
+    for (; i + HX_K_LANES <= n; i += HX_K_LANES)
+        for (int k = 0; k < HX_K_LANES; k++) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+    for (int k = 0; i + k < n; k++) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+    for (int w = HX_K_LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) acc[k] = acc[k + w] > acc[k] ? acc[k + w] : acc[k];
+    return acc[0];
 }
 
 // sum of x (n)
