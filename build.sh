@@ -5,6 +5,8 @@
 #                              ARGS: -L sched, -R NAME, ...; labels: docs/testing.md)
 #   ./build.sh run             the main job: wide & deep on data/adult (hetex widedeep)
 #   ./build.sh bench [NAME]    run one benchmark (JSON lines on stdout); no NAME: list them
+#   ./build.sh plot METRICS... draw each --metrics file of a training run as METRICS.png
+#                              (hetex plot, through gnuplot)
 #   ./build.sh install --prefix DIR
 #   ./build.sh sanitize [address,undefined|thread] [ARGS]   test suite in a sanitizer
 #                              build (thread: the tests labelled sched)
@@ -39,6 +41,11 @@ need_pkgs() {
   # Open MPI: the communicators (dist/) and the tests labelled mpi
   command -v mpirun >/dev/null || missing+=(openmpi-bin)
   [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || missing+=(libopenmpi-dev)
+  # hetex plot and widedeep --curve draw PNGs through gnuplot
+  command -v gnuplot >/dev/null || missing+=(gnuplot-nox)
+  # --tensorboard's event files: protobuf-c encodes them
+  [ -e /usr/include/protobuf-c/protobuf-c.h ] || missing+=(libprotobuf-c-dev)
+  command -v protoc-c >/dev/null || missing+=(protobuf-c-compiler)
   if [[ "$cc_name" == clang* ]] || [ "${1:-}" = fuzz ]; then
     command -v clang >/dev/null || missing+=(clang)
     # clang's OpenMP runtime and, for the fuzz targets, libFuzzer
@@ -191,6 +198,10 @@ case "$cmd" in
     build "$bdir" -DCMAKE_BUILD_TYPE=Release >/dev/null
     [ -f "bench/bench_$name.c" ] || HETEX="$bdir/hetex" exec bash "$script" "$@"
     exec "$bdir/bench_$name" "$@" ;;
+  plot)
+    [ $# -gt 0 ] || { echo "usage: ./build.sh plot METRICS... (files of hetex gpt|widedeep|resnet|mlp --metrics)" >&2; exit 2; }
+    build "$bdir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    for f in "$@"; do "$bdir/hetex" plot "$f"; done ;;
   install)
     prefix=""
     while [ $# -gt 0 ]; do
@@ -211,5 +222,5 @@ case "$cmd" in
       echo "build.sh: no Graphviz 'dot' (apt-get install graphviz): docs/architecture.svg not redrawn" >&2
     fi
     exec .ci/check_arrows.sh ;;
-  *) echo "usage: ./build.sh [build|test|run|bench [NAME]|install --prefix DIR|sanitize [KIND]|arrows|fuzz NAME|all SECONDS|fuzz-seeds]" >&2; exit 2 ;;
+  *) echo "usage: ./build.sh [build|test|run|bench [NAME]|plot METRICS...|install --prefix DIR|sanitize [KIND]|arrows|fuzz NAME|all SECONDS|fuzz-seeds]" >&2; exit 2 ;;
 esac

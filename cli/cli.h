@@ -191,4 +191,70 @@ double cli_now(void);
 /* "1h02m", "3m05s", "12.3s" */
 void cli_duration(double seconds, char *buf, size_t n);
 
+/* ---- metrics: JSON lines --------------------------------------------------------------- */
+
+/* --metrics PATH: one JSON object a line, {"event":"step","time_s":1.25,...},
+ * flushed as written, for plots and scripts (`hetex plot` draws them).
+ * Numbers round-trip (%.17g); a NaN or infinity is null. --tensorboard
+ * DIR: the same numbers as TensorBoard scalars tagged "EVENT/KEY" at the
+ * line's "step", in an event file of the run's own in DIR. Every call is a
+ * no-op when neither is open, so commands call them unconditionally. */
+enum { CLI_METRICS_MAX_NUMBERS = 32 };
+typedef struct cli_metrics {
+    FILE *f, *tb;
+    const char *cmd, *path;
+    char tb_path[4400];
+    char line[16384];
+    size_t len;
+    char event[32];
+    char keys[CLI_METRICS_MAX_NUMBERS][80]; /* this line's scalars: "event/key" */
+    double values[CLI_METRICS_MAX_NUMBERS];
+    int n_values;
+    int64_t step;
+    double t0;
+    bool failed; /* a write failed: said once, every later call is a no-op */
+} cli_metrics;
+
+/* Opens path (NULL: no JSON lines) for writing, or appending for a resumed
+ * run, and a new event file in tensorboard_dir (NULL: none; the folder is
+ * made when its parent exists). false after printing why, naming the flag
+ * and path. */
+bool cli_metrics_open(cli_metrics *m, const char *cmd, const char *path,
+                      const char *tensorboard_dir, bool append);
+/* Starts a line: {"event":EVENT,"time_s":seconds since open. */
+void cli_metrics_begin(cli_metrics *m, const char *event);
+void cli_metrics_int(cli_metrics *m, const char *key, int64_t value);
+void cli_metrics_num(cli_metrics *m, const char *key, double value);
+void cli_metrics_text(cli_metrics *m, const char *key, const char *value, size_t len);
+/* Ends and writes the line. false after printing why (a full disk), naming
+ * --metrics and the file; the command then stops with exit 1. */
+bool cli_metrics_end(cli_metrics *m);
+/* Closes the file; false when a write or the close failed (said). */
+bool cli_metrics_close(cli_metrics *m);
+
+/* cli/tensorboard.c, TensorBoard's event files (records framed with
+ * masked CRC32C, Events encoded by protobuf-c): a new file in dir, its
+ * first Event the file version; NULL after printing why (or that this
+ * build has no protobuf-c). path gets the file's name. */
+FILE *cli_tb_open(const char *cmd, const char *dir, char *path, size_t n);
+/* One Event at step with n scalars (tags[i], values[i]); false when the
+ * write failed (errno says why). */
+bool cli_tb_write(FILE *f, int64_t step, char (*tags)[80], const double *values, int n);
+/* CRC-32C (Castagnoli) of n bytes: the records' checksums. */
+uint32_t cli_crc32c(const void *p, size_t n);
+
+/* ---- interrupts ---------------------------------------------------------------------- */
+
+/* Ctrl-C (SIGINT) and SIGTERM during training: cli_interrupt_arm makes the
+ * first one set a flag the training loop reads between steps (it then saves
+ * what it was asked to and exits with CLI_EXIT_INTERRUPTED); a second one
+ * kills as usual. $HX_CLI_INTERRUPT_AT=K raises SIGINT at the K-th
+ * cli_interrupt_tick (the tests' way to interrupt at a known step). */
+enum { CLI_EXIT_INTERRUPTED = 130 };
+void cli_interrupt_arm(void);
+/* The signal received (SIGINT, SIGTERM), or 0. */
+int cli_interrupted(void);
+/* One unit of work done (a step): the fault hook above. */
+void cli_interrupt_tick(void);
+
 #endif

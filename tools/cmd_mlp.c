@@ -61,6 +61,8 @@ typedef struct {
     int steps, batch, hidden, threads, every;
     double lr, momentum;
     uint64_t seed;
+    const char *metrics; /* JSON lines of every step's loss, or NULL */
+    const char *tensorboard; /* a folder for TensorBoard event files of the same, or NULL */
 } options;
 
 static const char usage[] =
@@ -70,7 +72,10 @@ static const char usage[] =
     "  --lr X --momentum X     SGD (0.02 0.9)\n"
     "  --threads N             session threads, 0: all cores (0)\n"
     "  --seed N                data and initialisation (1)\n"
-    "  --every N               print the mean loss every N steps (200)\n";
+    "  --every N               print the mean loss every N steps (200)\n"
+    "  --metrics PATH          JSON lines: every step's loss ('hetex plot PATH' draws them)\n"
+    "  --tensorboard DIR       the same numbers as TensorBoard scalars (a new event file in\n"
+    "                          DIR, made if missing: tensorboard --logdir DIR)\n";
 
 static int parse(int argc, char **argv, options *o)
 {
@@ -83,10 +88,15 @@ static int parse(int argc, char **argv, options *o)
         CLI_FLAG_NUM("--threads", CLI_INT, &o->threads, 0, 1024),
         CLI_FLAG_U64("--seed", &o->seed),
         CLI_FLAG_NUM("--every", CLI_INT, &o->every, 1, 1000000000),
+        CLI_FLAG_TEXT("--metrics", &o->metrics),
+        CLI_FLAG_TEXT("--tensorboard", &o->tensorboard),
     };
     const cli_command c = {.name = "mlp", .usage = usage, .flags = flags,
                            .n_flags = CLI_COUNT(flags)};
-    return cli_parse(&c, argc, argv);
+    int rc = cli_parse(&c, argc, argv);
+    if (!rc && o->metrics && !cli_check_output("mlp", "--metrics", o->metrics, CLI_PATH_FILE))
+        return CLI_EXIT_USAGE;
+    return rc;
 }
 
 /* x (B,IN) -> relu(x W1 + b1) (B,H) -> W2 + b2 (B,C) -> cross-entropy */
@@ -137,6 +147,7 @@ int hx_cmd_mlp(int argc, char **argv)
     cfg.n_threads = o.threads;
     cfg.seed = o.seed;
     int rc = 1;
+    cli_metrics metrics = {0};
     if (!loss || hx_graph_backward(g, loss) || hx_graph_apply_optimizer(g, NULL, &opt) ||
         hx_session_create(g, &cfg, &s)) {
         cli_error("mlp", NULL, hx_last_error());
@@ -149,6 +160,7 @@ int hx_cmd_mlp(int argc, char **argv)
     printf("hetex mlp: %d-%d-%d MLP, batch %d, SGD lr %g momentum %g, %d steps\n", IN, o.hidden,
            CLASSES, o.batch, o.lr, o.momentum, o.steps);
     cli_print_accelerator(stdout, "mlp", s);
+    if (!cli_metrics_open(&metrics, "mlp", o.metrics, o.tensorboard, false)) goto out;
     double window = 0;
     int in_window = 0;
     for (int step = 1; step <= o.steps; step++) {
@@ -163,6 +175,10 @@ int hx_cmd_mlp(int argc, char **argv)
             cli_error("mlp", what, hx_last_error());
             goto out;
         }
+        cli_metrics_begin(&metrics, "step");
+        cli_metrics_int(&metrics, "step", step);
+        cli_metrics_num(&metrics, "loss", l);
+        if (!cli_metrics_end(&metrics)) goto out;
         window += l;
         if (++in_window == o.every || step == o.steps) {
             printf("step %5d  loss %.4f\n", step, window / in_window);
@@ -179,8 +195,9 @@ int hx_cmd_mlp(int argc, char **argv)
         goto out;
     }
     printf("held-out accuracy %.3f (chance %.3f)\n", accuracy(logits, y, o.batch), 1.0 / CLASSES);
-    rc = 0;
+    rc = cli_metrics_close(&metrics) ? 0 : 1;
 out:
+    cli_metrics_close(&metrics);
     hx_session_free(s);
     hx_graph_free(g);
     free(x);

@@ -5,6 +5,7 @@
 
 int hx_cmd_mlp(int argc, char **argv);
 int hx_cmd_memreplay(int argc, char **argv);
+int hx_cmd_plot(int argc, char **argv);
 /* The examples the CLI runs (examples/<name>/, built into the CLI). */
 int gpt_main(int argc, char **argv);
 int resnet_main(int argc, char **argv);

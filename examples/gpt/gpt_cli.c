@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,10 @@ typedef struct options {
     bool quiet;                 /* no progress output */
     double progress_interval;   /* seconds between progress lines off a terminal */
     int zero;                   /* data parallel under mpirun: the ZeRO stage; -1: off */
+    const char *save, *resume;  /* checkpoint folders */
+    const char *metrics;        /* JSON lines */
+    const char *tensorboard;    /* a folder for TensorBoard event files */
+    int sample;                 /* characters of generated text at each evaluation */
 } options;
 
 static const char usage[] =
@@ -54,6 +59,17 @@ static const char usage[] =
     "  --threads N --seed N\n"
     "  --quiet                 no progress output\n"
     "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n"
+    "  --save DIR              checkpoint folder, replaced as a whole at every evaluation,\n"
+    "                          at the end and on Ctrl-C (then the run stops, exit 130)\n"
+    "  --resume DIR            continue from a checkpoint folder, bitwise as if never\n"
+    "                          stopped (the same flags as the run that saved it)\n"
+    "  --metrics PATH          JSON lines: every step's loss, lr and tokens/s, every\n"
+    "                          evaluation, the samples; appended to on --resume\n"
+    "                          ('hetex plot PATH' draws them)\n"
+    "  --tensorboard DIR       the same numbers as TensorBoard scalars (a new event file in\n"
+    "                          DIR, made if missing: tensorboard --logdir DIR)\n"
+    "  --sample N              N characters of generated text at each evaluation and at\n"
+    "                          the end, drawn with --seed (100; 0: none)\n"
     "  --zero S                data parallel over mpirun's ranks, ZeRO stage S (0: gradients\n"
     "                          summed over the ranks); --batch is the global batch, each rank\n"
     "                          trains on its share; rank 0 reports (off)\n";
@@ -98,6 +114,11 @@ static int parse(int argc, char **argv, options *o)
         CLI_FLAG_SWITCH("--recompute", &o->recompute),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
         CLI_FLAG_NUM("--zero", CLI_INT, &o->zero, 0, 3),
+        CLI_FLAG_TEXT("--save", &o->save),
+        CLI_FLAG_TEXT("--resume", &o->resume),
+        CLI_FLAG_TEXT("--metrics", &o->metrics),
+        CLI_FLAG_TEXT("--tensorboard", &o->tensorboard),
+        CLI_FLAG_NUM("--sample", CLI_INT, &o->sample, 0, 2000),
     };
     const cli_command c = {.name = "gpt", .usage = usage, .flags = flags,
                            .n_flags = CLI_COUNT(flags)};
@@ -114,6 +135,12 @@ static int parse(int argc, char **argv, options *o)
     if (m->width % m->heads)
         return cli_flag_error("gpt", "--width %d is not a multiple of --heads %d", m->width,
                               m->heads);
+    if (o->zero >= 0 && (o->save || o->resume))
+        return cli_flag_error("gpt", "%s is not built with --zero (sharded checkpoints are not "
+                              "written yet): train without --zero to save", o->save ? "--save" : "--resume");
+    if (o->save && !cli_check_output("gpt", "--save", o->save, CLI_PATH_DIR)) return CLI_EXIT_USAGE;
+    if (o->metrics && !cli_check_output("gpt", "--metrics", o->metrics, CLI_PATH_FILE))
+        return CLI_EXIT_USAGE;
     return CLI_OK;
 }
 
@@ -214,6 +241,26 @@ static bool fits_or_says_what_would(const options *o, const hx_session_config *c
     return cli_check_host_memory("gpt", &ms, r->s, "lower --batch or --context");
 }
 
+/* --sample's text after an evaluation: printed and written to --metrics. */
+static bool sample(gpt_run *r, const options *o, const gpt_text *text, int step, cli_metrics *mt)
+{
+    if (!o->sample) return true;
+    char *buf = malloc((size_t)o->sample + 1);
+    if (!buf || gpt_sample(r->s, &r->m, &o->model, text, o->sample, o->model.seed + (uint64_t)step,
+                           buf)) {
+        cli_error("gpt", "--sample", buf ? hx_last_error() : "out of host memory");
+        free(buf);
+        return false;
+    }
+    printf("sample at step %d (%d characters, --seed %llu):\n%s\n", step, o->sample,
+           (unsigned long long)o->model.seed, buf);
+    cli_metrics_begin(mt, "sample");
+    cli_metrics_int(mt, "step", step);
+    cli_metrics_text(mt, "text", buf, (size_t)o->sample);
+    free(buf);
+    return cli_metrics_end(mt);
+}
+
 int gpt_main(int argc, char **argv)
 {
     options o = {.model = {.layers = 2, .heads = 4, .width = 128, .context = 64, .batch = 32,
@@ -224,7 +271,7 @@ int gpt_main(int argc, char **argv)
                  .clip = 1.0, .dpu = -1,
                  .data = GPT_DATA, .steps = 2000, .eval_every = 250,
                  .eval_iters = 20, .accelerator = HX_ACCELERATOR_AUTO,
-                 .progress_interval = 10, .zero = -1};
+                 .progress_interval = 10, .zero = -1, .sample = 100};
     int prc = parse(argc, argv, &o);
     if (prc) return prc == CLI_HELP ? 0 : prc;
     hx_comm *comm = NULL;
@@ -282,6 +329,7 @@ int gpt_main(int argc, char **argv)
                "on the device, and parameter offload is configured\n");
 
     gpt_run r;
+    cli_metrics metrics = {0};
     size_t n_tok = (size_t)o.model.batch * o.model.context;
     int32_t *tok = malloc(sizeof *tok * n_tok), *tgt = malloc(sizeof *tgt * n_tok);
     int rc = 1;
@@ -325,13 +373,22 @@ int gpt_main(int argc, char **argv)
     uint64_t sent0 = hx_comm_bytes_sent(comm);
 
     /* each rank its own draws of the corpus */
-    uint64_t rng = o.model.seed + (uint64_t)rank * 0x9E3779B97F4A7C15ull;
-    double window = 0, last_val = NAN;
-    int in_window = 0;
+    gpt_resume at = {.rng = o.model.seed + (uint64_t)rank * 0x9E3779B97F4A7C15ull, .last_val = NAN};
+    const gpt_identity id = {&o.model, &o.optim, o.clip, o.dpu, o.steps, text.n, gpt_text_hash(&text)};
+    if (o.resume) {
+        if (!gpt_checkpoint_load(o.resume, r.s, &id, &at)) goto out;
+        printf("hetex gpt: resumed from '%s' at step %d of %d\n", o.resume, at.step, o.steps);
+    }
+    if (!cli_metrics_open(&metrics, "gpt", lead ? o.metrics : NULL, lead ? o.tensorboard : NULL,
+                          o.resume != NULL)) goto out;
+    uint64_t rng = at.rng;
+    double window = at.window, last_val = at.last_val;
+    int in_window = at.in_window, first = at.step + 1;
+    cli_interrupt_arm();
     cli_progress bar;
     cli_progress_start(&bar, stdout, o.quiet, o.progress_interval, "steps", "tokens",
-                       (double)o.steps * (double)n_tok);
-    for (int step = 1; step <= o.steps; step++) {
+                       (double)(o.steps - at.step) * (double)n_tok);
+    for (int step = first; step <= o.steps; step++) {
         gpt_text_batch(&text, false, o.model.batch, o.model.context, &rng, tok, tgt);
         float l;
         hx_feed feeds[2] = {{NULL, r.m.tokens, tok, sizeof *tok * n_tok},
@@ -348,7 +405,15 @@ int gpt_main(int argc, char **argv)
         }
         window += l;
         in_window++;
-        cli_progress_update(&bar, (double)step * (double)n_tok, window / in_window);
+        cli_progress_update(&bar, (double)(step - at.step) * (double)n_tok, window / in_window);
+        cli_metrics_begin(&metrics, "step");
+        cli_metrics_int(&metrics, "step", step);
+        cli_metrics_num(&metrics, "loss", l);
+        cli_metrics_num(&metrics, "lr", lr);
+        cli_metrics_num(&metrics, "tokens_per_s", (double)(step - at.step) * (double)n_tok /
+                                                      (cli_now() - bar.t0));
+        if (!cli_metrics_end(&metrics)) goto out;
+        cli_interrupt_tick();
         if (step % o.eval_every == 0 || step == o.steps) {
             double vl;
             cli_progress_end(&bar);
@@ -356,33 +421,64 @@ int gpt_main(int argc, char **argv)
                 cli_error("gpt", "evaluation", hx_last_error());
                 goto out;
             }
-            double elapsed = cli_now() - bar.t0;
+            double elapsed = cli_now() - bar.t0, done = step - at.step;
             if (lead) {
                 printf("step %5d  train loss %.4f  val loss %.4f  lr %.3g  %.2f steps/s  %.0f "
-                       "tokens/s\n", step, window / in_window, vl, lr, step / elapsed,
-                       (double)step * (double)n_tok / elapsed);
+                       "tokens/s\n", step, window / in_window, vl, lr, done / elapsed,
+                       done * (double)n_tok / elapsed);
             }
             fflush(stdout);
+            cli_metrics_begin(&metrics, "eval");
+            cli_metrics_int(&metrics, "step", step);
+            cli_metrics_num(&metrics, "train_loss", window / in_window);
+            cli_metrics_num(&metrics, "val_loss", vl);
+            cli_metrics_num(&metrics, "lr", lr);
+            if (!cli_metrics_end(&metrics)) goto out;
             last_val = vl;
             window = 0;
             in_window = 0;
+            if (lead && !sample(&r, &o, &text, step, &metrics)) goto out;
+            gpt_resume now = {step, rng, window, in_window, last_val};
+            if (o.save && !gpt_checkpoint_save(o.save, r.s, &id, &now)) goto out;
+        }
+        if (cli_interrupted() && step < o.steps) { /* after the last step: the run is done */
+            cli_progress_end(&bar);
+            gpt_resume now = {step, rng, window, in_window, last_val};
+            bool saved = o.save && (step % o.eval_every == 0 ||
+                                    gpt_checkpoint_save(o.save, r.s, &id, &now));
+            if (o.save && !saved) goto out;
+            printf("hetex gpt: interrupted (%s) after step %d of %d; %s%s%s\n",
+                   cli_interrupted() == SIGINT ? "Ctrl-C" : "SIGTERM", step, o.steps,
+                   saved ? "saved to '" : "nothing saved (--save DIR keeps a run)",
+                   saved ? o.save : "", saved ? "': continue with the same flags and --resume "
+                   "it" : "");
+            rc = CLI_EXIT_INTERRUPTED;
+            goto out;
         }
     }
+    if (first > o.steps && lead)
+        printf("hetex gpt: the checkpoint is at the last step; nothing left to train\n");
     char took[16];
     cli_duration(cli_now() - bar.t0, took, sizeof took);
     if (lead) {
+        double run = (double)(o.steps - at.step) * (double)n_tok;
         printf("summary: %d steps, %.0f tokens in %s (%.0f tokens/s); final val loss %.4f\n",
-               o.steps, (double)o.steps * (double)n_tok, took,
-               (double)o.steps * (double)n_tok / (cli_now() - bar.t0), last_val);
+               o.steps - at.step, run, took, run / (cli_now() - bar.t0), last_val);
     }
+    cli_metrics_begin(&metrics, "summary");
+    cli_metrics_int(&metrics, "step", o.steps);
+    cli_metrics_num(&metrics, "val_loss", last_val);
+    cli_metrics_num(&metrics, "seconds", cli_now() - bar.t0);
+    if (!cli_metrics_end(&metrics)) goto out;
     if (lead && (cfg.max_device_memory || o.offload_config || cfg.offload.recompute)) print_offload(r.s);
     if (lead) cli_print_placement(stdout, "gpt", r.s);
     if (comm) {
         fflush(stdout);
         gpt_zero_print_comm(r.s, comm, hx_comm_bytes_sent(comm) - sent0, o.steps);
     }
-    rc = 0;
+    rc = cli_metrics_close(&metrics) ? 0 : 1;
 out:
+    if (rc) cli_metrics_close(&metrics);
     gpt_run_free(&r);
     hx_comm_free(comm);
     gpt_text_free(&text);

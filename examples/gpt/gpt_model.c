@@ -143,6 +143,7 @@ hx_status gpt_build(hx_graph *g, const gpt_config *c, gpt_model *m)
     int64_t flat[2] = {B * T, V};
     logits = hx_reshape(g, logits, 2, flat);
     if (c->dtype != HX_DTYPE_F32) logits = hx_cast(g, logits, HX_DTYPE_F32);
+    m->logits = logits;
     m->loss = hx_cross_entropy(g, logits, m->targets);
     if (m->loss && hx_tensor_set_name(m->loss, "loss")) return HX_ERR_INVALID_ARGUMENT;
     return m->loss ? HX_OK : HX_ERR_INVALID_ARGUMENT;

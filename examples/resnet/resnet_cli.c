@@ -15,6 +15,8 @@ typedef struct options {
     int64_t train_limit, test_limit;
     uint64_t seed;
     bool no_flip, quiet;
+    const char *metrics;      /* JSON lines of every step and epoch, or NULL */
+    const char *tensorboard;  /* a folder for TensorBoard event files of the same, or NULL */
     double progress_interval; /* seconds between progress lines off a terminal */
     hx_accelerator accelerator;
     size_t max_device_memory;
@@ -37,6 +39,10 @@ static const char usage[] =
     "                          chunk_size=, prefetch_depth=, ...)\n"
     "  --train-limit N --test-limit N   use the first N images only (0: all)\n"
     "  --threads N --seed N\n"
+    "  --metrics PATH          JSON lines: every step's loss and lr, every epoch's test\n"
+    "                          accuracy ('hetex plot PATH' draws them)\n"
+    "  --tensorboard DIR       the same numbers as TensorBoard scalars (a new event file in\n"
+    "                          DIR, made if missing: tensorboard --logdir DIR)\n"
     "  --quiet                 no progress output\n"
     "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n";
 
@@ -64,6 +70,8 @@ static int parse(int argc, char **argv, options *o)
         CLI_FLAG_NUM("--threads", CLI_INT, &o->threads, 0, 1024),
         CLI_FLAG_U64("--seed", &o->seed),
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
+        CLI_FLAG_TEXT("--metrics", &o->metrics),
+        CLI_FLAG_TEXT("--tensorboard", &o->tensorboard),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
     };
     const cli_command c = {.name = "resnet", .usage = usage, .flags = flags,
@@ -73,6 +81,8 @@ static int parse(int argc, char **argv, options *o)
     static const hx_dtype dtypes[3] = {HX_DTYPE_F32, HX_DTYPE_BF16, HX_DTYPE_F16};
     o->model.dtype = dtypes[dtype];
     o->accelerator = (hx_accelerator)accel;
+    if (o->metrics && !cli_check_output("resnet", "--metrics", o->metrics, CLI_PATH_FILE))
+        return CLI_EXIT_USAGE;
     return CLI_OK;
 }
 
@@ -87,16 +97,10 @@ static int load(const options *o, const char *images, const char *labels, int64_
     return -1;
 }
 
-static const char *accelerator_name(hx_accelerator a)
-{
-    return a == HX_ACCELERATOR_CUDA ? "cuda" : a == HX_ACCELERATOR_EMU ? "emu"
-         : a == HX_ACCELERATOR_NONE ? "none" : "auto";
-}
-
 /* One epoch of training over `order`, reshuffled first; progress as it goes. */
 static int train_epoch(resnet_run *r, const options *o, const resnet_set *train, int64_t *order,
                        int epoch, int64_t *step, int64_t total, float *x, int32_t *y,
-                       double *mean_loss)
+                       cli_metrics *mt, double *mean_loss)
 {
     int B = o->model.batch;
     int64_t steps = train->n / B;
@@ -118,7 +122,8 @@ static int train_epoch(resnet_run *r, const options *o, const resnet_set *train,
         hx_feed feeds[2] = {{NULL, r->m.images, x, sizeof *x * (size_t)B * RESNET_PIXELS},
                             {NULL, r->m.labels, y, sizeof *y * (size_t)B}};
         hx_fetch f = {NULL, r->m.loss, &loss, sizeof loss};
-        if (hx_session_set_lr_scale(r->s, resnet_lr_scale(&o->optim, *step, total)) ||
+        double scale = resnet_lr_scale(&o->optim, *step, total);
+        if (hx_session_set_lr_scale(r->s, scale) ||
             hx_session_run(r->s, feeds, 2, &f, 1, HX_RUN_TRAIN)) {
             cli_progress_end(&bar);
             char what[64];
@@ -128,6 +133,15 @@ static int train_epoch(resnet_run *r, const options *o, const resnet_set *train,
         }
         loss_sum += loss;
         cli_progress_update(&bar, (double)(k + 1) * B, loss_sum / (double)(k + 1));
+        cli_metrics_begin(mt, "step");
+        cli_metrics_int(mt, "epoch", epoch);
+        cli_metrics_int(mt, "step", *step + 1);
+        cli_metrics_num(mt, "loss", loss);
+        cli_metrics_num(mt, "lr", o->optim.lr * scale);
+        if (!cli_metrics_end(mt)) {
+            cli_progress_end(&bar);
+            return -1;
+        }
     }
     cli_progress_end(&bar);
     *mean_loss = steps ? loss_sum / (double)steps : 0;
@@ -160,6 +174,7 @@ int resnet_main(int argc, char **argv)
         return 1;
     }
     int B = o.model.batch, rc = 1;
+    cli_metrics metrics = {0};
     if (train.n < B) {
         cli_flag_error("resnet", "--batch %d is more than the %lld training images", B,
                        (long long)train.n);
@@ -176,17 +191,19 @@ int resnet_main(int argc, char **argv)
         goto out;
     }
     for (int64_t i = 0; i < train.n; i++) order[i] = i;
-    char cap[64] = "";
-    if (o.max_device_memory)
-        snprintf(cap, sizeof cap, ", device memory cap %.1f MiB", o.max_device_memory / 1048576.0);
-    printf("hetex resnet: accelerator %s%s; ResNet-%d (width %d), batch %d, %s; %lld training, "
-           "%lld test images from %s\n", accelerator_name(o.accelerator), cap,
-           6 * o.model.blocks + 2, o.model.width, B, hx_dtype_name(o.model.dtype),
+    printf("hetex resnet: ResNet-%d (width %d), batch %d, %s; %lld training, %lld test images "
+           "from %s\n", 6 * o.model.blocks + 2, o.model.width, B, hx_dtype_name(o.model.dtype),
            (long long)train.n, (long long)test.n, o.data);
     if (resnet_run_create(&o.model, &o.optim, &cfg, &r)) {
         cli_error("resnet", NULL, hx_last_error());
         goto out;
     }
+    cli_print_accelerator(stdout, "resnet", r.s);
+    if (train.n % B)
+        printf("hetex resnet: %lld full batches an epoch; the %lld images past them (a partial "
+               "batch, other images each epoch as they are shuffled) are not trained on\n",
+               (long long)(train.n / B), (long long)(train.n % B));
+    if (!cli_metrics_open(&metrics, "resnet", o.metrics, o.tensorboard, false)) goto out;
     printf("%lld parameters; SGD lr %g (warmup %d, cosine), momentum %g, weight decay %g; "
            "%d epochs\n", (long long)r.m.n_params, o.optim.lr, o.optim.warmup, o.optim.momentum,
            o.optim.weight_decay, o.epochs);
@@ -195,7 +212,7 @@ int resnet_main(int argc, char **argv)
     double t0 = cli_now();
     for (int e = 1; e <= o.epochs; e++) {
         double loss, acc, t_epoch = cli_now();
-        if (train_epoch(&r, &o, &train, order, e, &step, total, x, y, &loss)) goto out;
+        if (train_epoch(&r, &o, &train, order, e, &step, total, x, y, &metrics, &loss)) goto out;
         double train_s = cli_now() - t_epoch;
         if (resnet_accuracy(&r, B, &test, test.n, x, y, &acc)) {
             cli_error("resnet", "evaluation", hx_last_error());
@@ -207,9 +224,17 @@ int resnet_main(int argc, char **argv)
                "%s\n", e, loss, (double)(train.n / B) * B / train_s, 100 * acc,
                (long long)test.n, took);
         fflush(stdout);
+        cli_metrics_begin(&metrics, "epoch");
+        cli_metrics_int(&metrics, "epoch", e);
+        cli_metrics_int(&metrics, "step", step);
+        cli_metrics_num(&metrics, "train_loss", loss);
+        cli_metrics_num(&metrics, "test_accuracy", acc);
+        cli_metrics_num(&metrics, "images_per_s", (double)(train.n / B) * B / train_s);
+        if (!cli_metrics_end(&metrics)) goto out;
     }
-    rc = 0;
+    rc = cli_metrics_close(&metrics) ? 0 : 1;
 out:
+    cli_metrics_close(&metrics);
     resnet_run_free(&r);
     resnet_set_free(&train);
     resnet_set_free(&test);

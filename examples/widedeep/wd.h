@@ -34,6 +34,8 @@ typedef struct wd_options {
     const char *save;          /* checkpoint folder replaced after every epoch, or NULL */
     const char *resume;        /* checkpoint folder to continue from, or NULL */
     const char *curve;         /* CSV of per-epoch metrics (and a PNG with gnuplot), or NULL */
+    const char *metrics;       /* JSON lines: every step's loss, every epoch's metrics, or NULL */
+    const char *tensorboard;   /* a folder for TensorBoard event files of the same, or NULL */
     const char *deep_on_disk;  /* the deep table's row store file (a table on disk), or NULL */
     size_t deep_cache_bytes;   /* its host cache */
     bool quiet;                /* no progress output */

@@ -44,6 +44,10 @@ static const char usage[] =
     "  --save DIR              checkpoint folder, replaced as a whole after every epoch\n"
     "  --resume DIR            continue from a checkpoint folder (the same --seed, --batch)\n"
     "  --curve PATH            per-epoch metrics as CSV (and PATH.png where gnuplot exists)\n"
+    "  --metrics PATH          JSON lines: every step's loss, every epoch's test metrics\n"
+    "                          (appended to on --resume; 'hetex plot PATH' draws them)\n"
+    "  --tensorboard DIR       the same numbers as TensorBoard scalars (a new event file in\n"
+    "                          DIR, made if missing: tensorboard --logdir DIR)\n"
     "  --quiet                 no progress output\n"
     "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n";
 
@@ -72,6 +76,8 @@ static int parse(int argc, char **argv, wd_options *o)
         CLI_FLAG_TEXT("--save", &o->save),
         CLI_FLAG_TEXT("--resume", &o->resume),
         CLI_FLAG_TEXT("--curve", &o->curve),
+        CLI_FLAG_TEXT("--metrics", &o->metrics),
+        CLI_FLAG_TEXT("--tensorboard", &o->tensorboard),
         CLI_FLAG_TEXT("--deep-table-on-disk", &o->deep_on_disk),
         CLI_FLAG_NUM("--deep-cache-bytes", CLI_BYTES, &o->deep_cache_bytes, 4096, 1ull << 40),
         CLI_FLAG_CHOICE("--embedding-optimizer", &emb, "adagrad|lazy-adam"),
@@ -92,6 +98,7 @@ static int parse(int argc, char **argv, wd_options *o)
     if (o->save && !cli_check_output("widedeep", "--save", o->save, CLI_PATH_DIR)) return 2;
     if (o->trace && !cli_check_output("widedeep", "--trace", o->trace, CLI_PATH_FILE)) return 2;
     if (o->curve && !cli_check_output("widedeep", "--curve", o->curve, CLI_PATH_FILE)) return 2;
+    if (o->metrics && !cli_check_output("widedeep", "--metrics", o->metrics, CLI_PATH_FILE)) return 2;
     if (o->deep_on_disk &&
         !cli_check_output("widedeep", "--deep-table-on-disk", o->deep_on_disk, CLI_PATH_FILE))
         return 2;
@@ -111,6 +118,7 @@ typedef struct job {
     float *probs, *labels; /* the test set's, grown as read */
     int64_t scored_cap;
     int epochs_done;
+    cli_metrics metrics;
     char msg[1200];      /* the example's own errors (else hx_last_error()) */
 } job;
 
@@ -159,6 +167,11 @@ static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examp
         rows += cur->n;
         batches++;
         cli_progress_update(&bar, (double)rows, sum / (double)batches);
+        cli_metrics_begin(&j->metrics, "step");
+        cli_metrics_int(&j->metrics, "epoch", epoch);
+        cli_metrics_int(&j->metrics, "step", (epoch - 1) * (j->train_rows / o->batch) + batches);
+        cli_metrics_num(&j->metrics, "loss", loss);
+        if (!cli_metrics_end(&j->metrics)) return HX_ERR_IO;
         wd_feed *t = cur;
         cur = next;
         next = t;
@@ -374,8 +387,13 @@ int wd_main(int argc, char **argv)
         goto out;
     }
     if (curve && !j.epochs_done) fprintf(curve, "epoch,train_loss,test_loss,test_auc,test_accuracy\n");
+    if (!cli_metrics_open(&j.metrics, "widedeep", o->metrics, o->tensorboard, j.epochs_done > 0)) goto out;
     printf("hetex widedeep: %s, batch %lld, %d epochs%s\n", o->data, (long long)o->batch, o->epochs,
            j.epochs_done ? " (resumed)" : "");
+    if (j.train_rows % o->batch)
+        printf("hetex widedeep: %lld full batches an epoch; the %lld rows past them (a partial "
+               "batch, other rows each epoch as they are shuffled) are not trained on\n",
+               (long long)(j.train_rows / o->batch), (long long)(j.train_rows % o->batch));
     cli_print_accelerator(stdout, "widedeep", j.s);
     cli_print_placement(stdout, "widedeep", j.s);
     hx_memory_stats ms;
@@ -393,7 +411,7 @@ int wd_main(int argc, char **argv)
             hx_embedding_table_stats(j.m.deep, &after) || evaluate(&j, &m)) {
             char what[32];
             snprintf(what, sizeof what, "epoch %d", e);
-            cli_error("widedeep", what, hx_last_error());
+            if (!j.metrics.failed) cli_error("widedeep", what, hx_last_error()); /* else said */
             goto out;
         }
         printf("epoch %2d  train loss %.4f  test loss %.4f  AUC %.4f  accuracy %.4f  "
@@ -401,6 +419,15 @@ int wd_main(int argc, char **argv)
         if (o->deep_on_disk) disk_stats(&before, &after, steps);
         fflush(stdout);
         if (curve) fprintf(curve, "%d,%.6f,%.6f,%.6f,%.6f\n", e, loss, m.log_loss, m.auc, m.accuracy);
+        cli_metrics_begin(&j.metrics, "epoch");
+        cli_metrics_int(&j.metrics, "epoch", e);
+        cli_metrics_int(&j.metrics, "step", e * (j.train_rows / o->batch));
+        cli_metrics_num(&j.metrics, "train_loss", loss);
+        cli_metrics_num(&j.metrics, "test_loss", m.log_loss);
+        cli_metrics_num(&j.metrics, "test_auc", m.auc);
+        cli_metrics_num(&j.metrics, "test_accuracy", m.accuracy);
+        cli_metrics_num(&j.metrics, "examples_per_s", rate);
+        if (!cli_metrics_end(&j.metrics)) goto out;
         if (o->save && save(&j, e)) {
             fprintf(stderr, "hetex widedeep: epoch %d was not saved\n", e);
             goto out;
@@ -411,8 +438,9 @@ int wd_main(int argc, char **argv)
         goto out;
     }
     summary(&j, &m, cli_now() - t0);
-    rc = 0;
+    rc = cli_metrics_close(&j.metrics) ? 0 : 1;
 out:
+    cli_metrics_close(&j.metrics);
     if (curve) {
         fclose(curve);
         if (!rc) plot(o->curve);
