@@ -1,15 +1,20 @@
-/* Data parallel, ZeRO stage 0, on the GPT example (hetex gpt's model: 2
- * layers, width 128, context 64, bf16 with host AdamW, a global batch of
- * 16 split over the ranks) at 1, 2 and 4 ranks: per rank, the bytes sent
- * per step against the theoretical minimum (a ring all-reduce of the
- * gradients: 2(N-1)/N of their bytes), the model-state memory (persistent
- * device and host bytes plus the gradients) against the ZeRO formula 16Ψ
- * with the host gradient chunks as the stated fixed overhead, and the step
- * time. ./build.sh bench zero runs this program, which runs itself under
- * mpirun --oversubscribe -np N; each rank prints one JSON object. Stage 0
- * sums the gradients after backward, so no communication is hidden; the
- * other stages are not built. On a 2-core machine step times do not scale
- * with ranks: they are reported, not tuned to. */
+/* Data parallel, ZeRO stages 0, 1 and 2, on the GPT example (hetex gpt's
+ * model: 2 layers, width 128, context 64, bf16 with host AdamW, a global
+ * batch of 16 split over the ranks) at 1, 2 and 4 ranks: per rank and
+ * stage, the bytes sent per step against the theoretical minimum (a ring
+ * all-reduce of the gradients, 2(N-1)/N of their bytes: a reduce-scatter
+ * of the gradients plus an all-gather of the 16-bit parameters, which is
+ * what every stage needs), the model-state memory (persistent device and
+ * host bytes plus the gradients: all of them at stages 0 and 1, the
+ * rank's own chunks at stage 2) against the ZeRO formula of the stage
+ * (16, 4 + 12/N, 2 + 14/N bytes per parameter), the sharded optimizer
+ * state this rank holds against an even share, the host chunks the
+ * gradients go through as the stated fixed overhead, and the step time.
+ * ./build.sh bench zero runs this program, which runs itself under
+ * mpirun --oversubscribe -np N; each rank prints one JSON object per
+ * stage. The sums run after backward, so no communication is hidden. On a
+ * 2-core machine step times do not scale with ranks: they are reported,
+ * not tuned to. */
 #include "gpt.h"
 #include "hetex.h"
 
@@ -28,13 +33,8 @@ static double now(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static int rank_main(void)
+static int run_stage(hx_comm *comm, int stage)
 {
-    hx_comm *comm = NULL;
-    if (hx_comm_create(NULL, &comm)) {
-        fprintf(stderr, "bench_zero: %s\n", hx_last_error());
-        return 1;
-    }
     int rank = hx_comm_rank(comm), n = hx_comm_size(comm);
     gpt_config c = {.vocab = 65, .layers = 2, .heads = 4, .width = 128, .context = 64,
                     .batch = GLOBAL_BATCH / n, .seed = 1, .dtype = HX_DTYPE_BF16};
@@ -44,10 +44,10 @@ static int rank_main(void)
     sc.accelerator = HX_ACCELERATOR_EMU;
     sc.n_threads = 1;
     sc.comm = comm;
+    sc.zero_stage = stage;
     gpt_run r;
     if (gpt_run_create(&c, &o, &sc, &r)) {
-        fprintf(stderr, "bench_zero: rank %d: %s\n", rank, hx_last_error());
-        hx_comm_free(comm);
+        fprintf(stderr, "bench_zero: rank %d stage %d: %s\n", rank, stage, hx_last_error());
         return 1;
     }
     size_t nt = (size_t)c.batch * c.context;
@@ -68,26 +68,42 @@ static int rank_main(void)
     hx_memory_stats ms;
     if (!st) st = hx_session_memory_stats(r.s, &ms);
     if (st) {
-        fprintf(stderr, "bench_zero: rank %d: %s\n", rank, hx_last_error());
+        fprintf(stderr, "bench_zero: rank %d stage %d: %s\n", rank, stage, hx_last_error());
     } else {
         double psi = (double)r.m.n_params, grads = psi * hx_dtype_size(c.dtype);
         double minimum = 2.0 * (n - 1) / n * grads;
-        double states = (double)(ms.persistent_bytes + ms.device_persistent_bytes) + grads;
-        printf("{\"bench\": \"zero\", \"stage\": 0, \"ranks\": %d, \"rank\": %d, \"params\": %.0f, "
-               "\"bytes_per_step\": %.0f, \"min_bytes_per_step\": %.0f, \"bytes_ratio\": ", n, rank,
-               psi, per_step, minimum);
+        double persistent = (double)(ms.persistent_bytes + ms.device_persistent_bytes);
+        double states = persistent + (stage == 2 ? (double)ms.zero_grad_shard_bytes : grads);
+        double formula[3] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n};
+        printf("{\"bench\": \"zero\", \"stage\": %d, \"ranks\": %d, \"rank\": %d, \"params\": %.0f, "
+               "\"bytes_per_step\": %.0f, \"min_bytes_per_step\": %.0f, \"bytes_ratio\": ", stage, n,
+               rank, psi, per_step, minimum);
         if (minimum > 0) printf("%.4f", per_step / minimum);
         else printf("null");
         printf(", \"model_state_bytes\": %.0f, \"formula_bytes\": %.0f, \"memory_ratio\": %.4f, "
-               "\"fixed_overhead_chunk_bytes\": %zu, \"step_s\": %.4f}\n",
-               states, 16 * psi, states / (16 * psi), ms.dp_chunk_bytes, step_s);
+               "\"sharded_state_bytes_here\": %zu, \"sharded_state_bytes_all\": %zu, "
+               "\"grad_shard_bytes\": %zu, \"fixed_overhead_chunk_bytes\": %zu, \"step_s\": %.4f}\n",
+               states, formula[stage], states / formula[stage], ms.zero_owned_bytes,
+               ms.zero_sharded_bytes, ms.zero_grad_shard_bytes, ms.dp_chunk_bytes, step_s);
         fflush(stdout);
     }
     free(tok);
     free(tgt);
     gpt_run_free(&r);
-    hx_comm_free(comm);
     return st ? 1 : 0;
+}
+
+static int rank_main(void)
+{
+    hx_comm *comm = NULL;
+    if (hx_comm_create(NULL, &comm)) {
+        fprintf(stderr, "bench_zero: %s\n", hx_last_error());
+        return 1;
+    }
+    int rc = 0;
+    for (int stage = 0; stage <= 2; stage++) rc |= run_stage(comm, stage);
+    hx_comm_free(comm);
+    return rc;
 }
 
 int main(int argc, char **argv)

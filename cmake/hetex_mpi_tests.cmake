@@ -34,6 +34,13 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_ddp_np2 COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 2 $<TARGET_FILE:mpi_ddp>)
   add_test(NAME mpi_ddp_transports COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/same_over_tcp.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_ddp> 3)
+  # ZeRO stages 1 and 2 bitwise against stage 0 (tests/mpi/mpi_zero.c)
+  add_executable(mpi_zero ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_zero.c ${HX_EXAMPLE_SOURCES_gpt})
+  target_include_directories(mpi_zero PRIVATE ${PROJECT_SOURCE_DIR}/examples/gpt)
+  target_link_libraries(mpi_zero PRIVATE hx_testlib)
+  foreach(np 1 2 4)
+    add_test(NAME mpi_zero_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:mpi_zero>)
+  endforeach()
   # a rank SIGKILLed mid-training: the others end within the timeout naming it
   add_executable(mpi_killed ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_killed.c)
   target_link_libraries(mpi_killed PRIVATE hx_testlib)
@@ -43,7 +50,7 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_gpt_zero COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/gpt_zero.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
   foreach(name mpi_gpt_zero mpi_killed_rank mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
-          mpi_ddp_np2 mpi_ddp_transports)
+          mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   endforeach()
 endif()

@@ -66,20 +66,41 @@ void hx__comm_set_max_message(hx_comm *c, int64_t elems);
 /* Bytes this rank has sent to other ranks since c was created. */
 uint64_t hx__comm_bytes_sent(const hx_comm *c);
 
-/* Data parallel, stage 0 (DDP): n gradients of dtype dt (f32 or bf16) of
- * bytes[i] bytes, laid
- * out in chunks of chunk_size (0: 32 MiB; at most all the gradients'
- * bytes) by memory/chunks.h's layout, in
- * the order given (the same on every rank), and summed over the ranks one
- * all-reduce per chunk, all chunks in flight together. */
+/* Data parallel: n gradients of dtype dt (f32 or bf16) of bytes[i]
+ * bytes, laid out in chunks by memory/chunks.h's layout, in the order
+ * given (the same on every rank).
+ * Stage 0: chunks of chunk_size (0: 32 MiB; at most all the gradients'
+ * bytes), summed over the ranks one all-reduce per chunk, all chunks in
+ * flight together.
+ * ZeRO (stage 1, 2): chunks of one size, at least the largest gradient
+ * and at most chunk_size (0: 32 MiB) where that allows, chosen among
+ * the sizes that cut the gradients into k*N chunks (k = 1..16) for the
+ * fewest bytes once the chunk count is padded to a multiple of the N
+ * ranks; chunk k (and every gradient in it) belongs to rank k mod N.
+ * Stage 1 sums every chunk on every rank as stage 0 does; stage 2 keeps
+ * only this rank's chunks (hx__dp_reduce_scatter). */
 typedef struct hx_dp hx_dp;
 hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk_size, hx_dtype dt,
-                        hx_dp **out);
+                        int stage, hx_dp **out);
 void hx__dp_free(hx_dp *d);
-/* grads[i]: gradient i's host-addressable values, summed in place. */
+/* Stage 0, 1: grads[i], gradient i's host-addressable values, summed in
+ * place. */
 hx_status hx__dp_all_reduce(hx_dp *d, void *const *grads);
-int64_t hx__dp_chunks(const hx_dp *d);
-size_t hx__dp_chunk_bytes(const hx_dp *d); /* all chunks together */
+/* Stage 2: the sum of every gradient this rank owns written over it (the
+ * others' are left as they were), group after group of N chunks through
+ * one send buffer, each a reduce-scatter: rank-order sums, bitwise those
+ * of hx__dp_all_reduce. */
+hx_status hx__dp_reduce_scatter(hx_dp *d, void *const *grads);
+int64_t hx__dp_chunks(const hx_dp *d);        /* holding gradients */
+int64_t hx__dp_padded_chunks(const hx_dp *d); /* ZeRO: a multiple of N */
+size_t hx__dp_chunk_size(const hx_dp *d);     /* ZeRO: the one chunk size */
+/* The host bytes the sums go through: all chunks together (stage 2: this
+ * rank's chunks and one group's send buffer). */
+size_t hx__dp_chunk_bytes(const hx_dp *d);
+/* Stage 2: this rank's chunks of summed gradients (else 0). */
+size_t hx__dp_grad_shard_bytes(const hx_dp *d);
+/* ZeRO: the rank that owns gradient i (stage 0: -1). */
+int hx__dp_owner(const hx_dp *d, int64_t i);
 
 /* NCCL between GPU ranks (built with CUDA where nccl.h is found; the other
  * builds answer HX_ERR_UNSUPPORTED): a clique over c's ranks, bootstrapped

@@ -1434,6 +1434,29 @@ typedef struct hx_session_config {
      * must outlive the session. Not with embedding tables, f16 gradients
      * or CUDA (HX_ERR_UNSUPPORTED). */
     hx_comm *comm;
+    /* ZeRO stage with comm (0: the default above). The gradients of each
+     * dtype are laid out in chunks of one size (at least the largest
+     * gradient, at most offload.chunk_size where that allows, 0: 32 MiB;
+     * of the sizes that cut them into k*N chunks, the one that balances
+     * the ranks best), their count padded to a multiple of the N ranks;
+     * each rank owns as many chunks (the fullest first, each to the least
+     * loaded rank), and the parameters in them. Each rank holds and updates only its own parameters'
+     * optimizer state: Adam's moments (and the like) and, for an f32
+     * master used through one hx_cast (a half copy), the master itself;
+     * after the updates each owner sends its updated half copies (or f32
+     * parameters the graph reads) to every rank. 1: the gradients are
+     * summed over the ranks as at stage 0 (all-reduce). 2: each chunk's
+     * sum goes only to its owner (reduce-scatter, group by group), which
+     * keeps only its own chunks; the gradient norm (clipping) and the
+     * Inf/NaN check are the owners' per-parameter sums of squares gathered
+     * in plan order, so stages 1 and 2 give bitwise stage 0's parameters.
+     * hx_session_read of a sharded tensor works on its owner only;
+     * hx_session_write of one, checkpoints, offload_param=disk and
+     * delayed_param_update are refused (HX_ERR_UNSUPPORTED). Compared
+     * over the ranks at creation with the graph. 3 is not built
+     * (HX_ERR_UNSUPPORTED); without comm anything but 0 is
+     * HX_ERR_INVALID_ARGUMENT. */
+    int zero_stage;
     hx_emu_host_cost emu_host_cost; /* all 0: host kernels at host speed */
     /* Automatic placement (see below) */
     bool auto_placement;          /* ops and parameters left at DEFAULT are AUTO: false */
@@ -1457,12 +1480,14 @@ HX_API hx_session_config hx_session_config_default(void);
  *   Fails:      HX_ERR_INVALID_ARGUMENT (g or out NULL; n_threads < 0, an
  *               unknown enum value, a loss scale or clip_grad_norm out of
  *               range, an offload field out of range, a malformed
- *               $HX_OFFLOAD, emu_host_cost out of range; data parallel:
- *               the ranks' graphs, seeds or chunk sizes differ);
+ *               $HX_OFFLOAD, emu_host_cost out of range, zero_stage
+ *               out of 0..3 or not 0 without comm; data parallel: the
+ *               ranks' graphs, seeds, chunk sizes or zero stages differ);
  *               HX_ERR_UNSUPPORTED (CUDA asked for in a build
  *               or on a machine without it, the disk tier with
  *               delayed_param_update, data parallel that comm cannot
- *               serve: see there); HX_ERR_COMM (comm's collectives);
+ *               serve, ZeRO stage 3, stages 1-2 with the disk tier or
+ *               delayed_param_update: see there); HX_ERR_COMM (comm's collectives);
  *               HX_ERR_NO_KERNEL (an op without a
  *               kernel on its target under HX_FALLBACK_ERROR, naming it);
  *               HX_ERR_DEVICE_OOM (the persistent tensors placed on the
@@ -1615,9 +1640,12 @@ HX_API hx_status hx_session_trace_flush(hx_session *s);
  * Embedding tables are not tensors: see hx_embedding_table_read_rows.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (s, t or data NULL; t of another
  *               graph; t not persistent: inputs, op outputs and updates
- *               have no value between runs, fetch them); HX_ERR_SHAPE (bytes
- *               not t's size); HX_ERR_IO, HX_ERR_CORRUPT (the disk tier); a
- *               device copy error.
+ *               have no value between runs, fetch them; read: t sharded
+ *               at ZeRO stage 1 or 2 and held by another rank, whom the
+ *               message names); HX_ERR_UNSUPPORTED (write: t sharded at
+ *               ZeRO stage 1 or 2); HX_ERR_SHAPE (bytes not t's size);
+ *               HX_ERR_IO, HX_ERR_CORRUPT (the disk tier); a device copy
+ *               error.
  *   On failure: after a failed check nothing is read or written; a write
  *               to the disk tier applies entirely or not at all.
  *   Ownership:  data is the caller's, used during the call only.
@@ -1656,7 +1684,13 @@ typedef struct hx_memory_stats {
     size_t device_transient_planned_bytes;
     size_t device_used_bytes, device_peak_bytes;
     size_t dp_chunk_bytes;         /* data parallel (config.comm): the host chunks the
-                                      gradients are summed in; 0 without */
+                                      gradients are summed in (ZeRO stage 2: this rank's
+                                      own chunks and one group's send buffer); 0 without */
+    /* ZeRO stage >= 1: the persistent bytes of the sharded tensors (f32
+     * masters with half copies, optimizer state) this rank holds, those
+     * of all ranks together, and (stage 2) the bytes of gradients this
+     * rank keeps summed (its own chunks); 0 otherwise */
+    size_t zero_owned_bytes, zero_sharded_bytes, zero_grad_shard_bytes;
 } hx_memory_stats;
 /* Memory now, planning the training step (all update nodes) first if no
  * run has been planned yet. The device pools in detail:
@@ -1791,7 +1825,9 @@ HX_API hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out
  *               damaged file, one that does not fit the graph: the
  *               message names the tensor, or a header a session cannot run
  *               with, checksum or not: a count past int64, a loss scale
- *               that is not finite and > 0); HX_ERR_OUT_OF_MEMORY.
+ *               that is not finite and > 0); HX_ERR_UNSUPPORTED (the
+ *               session shards its state, ZeRO stage 1 or 2: sharded
+ *               checkpoints are not built); HX_ERR_OUT_OF_MEMORY.
  *   On failure: save leaves the file at path as it was; load leaves the
  *               session as it was, unless the file changed between its
  *               check and its reading (HX_ERR_IO), when tensors in memory

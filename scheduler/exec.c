@@ -70,6 +70,12 @@ static hx_stream *lane_stream(const hx_engine *e, int lane)
 
 static bool on_stream(const hx_unit *u) { return u->lane != HX_LANE_HOST; }
 
+/* A kernel step of an update that this process leaves out (ZeRO). */
+static bool skipped_update(const hx_engine *e, const hx_step *sp)
+{
+    return e->update_skip && sp->fn && e->update_skip[sp->node->id];
+}
+
 /* Records the first error; called with the lock held on the thread that
  * got the error (its message is thread-local). */
 static void fail(run *r, hx_status st)
@@ -88,6 +94,7 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
     for (int i = from; i < to && !st; i++) {
         int k = p->unit_steps[x->first + i];
         const hx_step *sp = &p->steps[k];
+        if (skipped_update(r->e, sp)) continue; /* another rank's parameter */
         if (sp->fn) {
             st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
             continue;
@@ -188,6 +195,7 @@ static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
         }
         if (st) break;
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
+        if (skipped_update(e, sp)) continue; /* another rank's parameter */
         if ((st = hx__residency_step_ready(e, sp))) break; /* its inputs in host memory */
         st = hx__host_launch(e, stream, lane, r->ex_host, sp, sp->in, &cores);
     }

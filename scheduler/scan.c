@@ -71,11 +71,16 @@ hx_status hx__scan_grads(hx_engine *e, const hx_plan *p, const hx_exec ex[2],
     if (st) return st;
     for (int i = 0; i < p->n_scan; i++) {
         const hx_tensor *u = p->scan_update[i];
-        double v = p->scan_home[i] == HX_DEV_ACCEL ? dev_sums[i] : host_sums[i];
+        double v = hx__scan_sum(e, p, i);
         if (!isfinite(v) && !*bad) *bad = u;
         if (u->op != HX_OP_EMBEDDING_UPDATE) *sumsq += v;
     }
     return HX_OK;
+}
+
+double hx__scan_sum(const hx_engine *e, const hx_plan *p, int i)
+{
+    return e->scan_host[(p->scan_home[i] == HX_DEV_ACCEL ? 0 : e->n_scan) + i];
 }
 
 int hx__plan_grad_count(const hx_plan *p) { return p->n_scan; }

@@ -73,6 +73,10 @@ typedef struct hx_engine {
     int n_scan;
     /* emu's simulated host (hx_emu_host_cost): when it is next free */
     _Atomic double sim_host_free;
+    /* per tensor id (NULL: none): an update node that phase 1 leaves out
+     * (data parallel ZeRO: another rank owns its parameter); its copies
+     * still run */
+    const bool *update_skip;
 } hx_engine;
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */
@@ -136,6 +140,8 @@ void hx__scan_free(hx_engine *e);
  * the scan. */
 int hx__plan_grad_count(const hx_plan *p);
 const hx_tensor *hx__plan_grad(const hx_plan *p, int i, void **at, int *home);
+/* Scan entry i's sum of squares in the last hx__scan_grads of p. */
+double hx__scan_sum(const hx_engine *e, const hx_plan *p, int i);
 /* Scans the gradient of every update of p (plan order) in one pass: its
  * sum of squares, device gradients on the device by HX_KERNEL_SUMSQ (the
  * sums copied back) while host gradients are summed here, with ex, phase

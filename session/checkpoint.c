@@ -154,12 +154,20 @@ static hx_status save_held(hx_session *s, const char *path)
     return st;
 }
 
+/* Checkpoints of sharded state (each rank its shard) are not built. */
+static hx_status zero_refused(const char *fn)
+{
+    return hx__error(HX_ERR_UNSUPPORTED, "%s: the session shards its optimizer state over the "
+                     "ranks (ZeRO stage 1 or 2) and sharded checkpoints are not built yet: save "
+                     "and load at zero_stage 0", fn);
+}
+
 hx_status hx_session_save(hx_session *s, const char *path)
 {
     if (s && !path) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_save: path is NULL");
     hx_status st = hx__session_enter(s, "hx_session_save");
     if (st) return st;
-    st = save_held(s, path);
+    st = s->zero_owner ? zero_refused("hx_session_save") : save_held(s, path);
     hx__session_leave(s);
     return st;
 }
@@ -363,7 +371,7 @@ hx_status hx_session_load(hx_session *s, const char *path)
     if (s && !path) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_load: path is NULL");
     hx_status st = hx__session_enter(s, "hx_session_load");
     if (st) return st;
-    st = load_held(s, path);
+    st = s->zero_owner ? zero_refused("hx_session_load") : load_held(s, path);
     hx__session_leave(s);
     return st;
 }

@@ -1,9 +1,9 @@
-/* Data parallel (hx_session_config.comm), ZeRO stage 0: before the
- * gradient scan, every dense gradient is summed over the ranks, chunk by
- * chunk (dist/dp.c), f32 and bf16 gradients in chunks of their own dtype,
- * in the graph's order of update nodes so that every rank lays them out
- * alike; the average's 1/N goes with the loss scale's unscaling into the
- * updates (session.c). */
+/* Data parallel (hx_session_config.comm): before the gradient scan, every
+ * dense gradient is summed over the ranks, chunk by chunk (dist/dp.c), f32
+ * and bf16 gradients in chunks of their own dtype, in the graph's order of
+ * update nodes so that every rank lays them out alike (ZeRO stage 2: each
+ * chunk's sum only on its owner; the owners: zero.c); the average's 1/N
+ * goes with the loss scale's unscaling into the updates (session.c). */
 #include "session/session.h"
 #include "dist/dist.h"
 
@@ -47,9 +47,12 @@ hx_status hx__session_dp_setup(hx_session *s)
             bytes[n++] = hx_tensor_nbytes(u->src[1]);
         }
         s->dp_n[grp] = n;
-        if (!st && n) st = hx__dp_create(c, bytes, n, s->e.cfg.offload.chunk_size, group_dtype[grp], &s->dp[grp]);
+        if (!st && n)
+            st = hx__dp_create(c, bytes, n, s->e.cfg.offload.chunk_size, group_dtype[grp],
+                               s->e.cfg.zero_stage, &s->dp[grp]);
     }
     free(bytes);
+    if (!st && s->e.cfg.zero_stage) st = hx__session_zero_setup(s);
     return st;
 }
 
@@ -70,7 +73,9 @@ hx_status hx__session_dp_grads(hx_session *s, const hx_plan *p)
                 st = hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: data parallel sums every dense "
                                "gradient of the graph each training run; this run updates only some");
     for (int grp = 0; grp < 2 && !st; grp++)
-        if (s->dp[grp]) st = hx__dp_all_reduce(s->dp[grp], at[grp]);
+        if (s->dp[grp])
+            st = s->e.cfg.zero_stage == 2 ? hx__dp_reduce_scatter(s->dp[grp], at[grp])
+                                          : hx__dp_all_reduce(s->dp[grp], at[grp]);
     free(at[0]);
     free(at[1]);
     return st;

@@ -1,5 +1,5 @@
 /* Data parallel's consistency check at session creation: every rank must
- * run the same graph with the same seed and chunk size, or the ranks would
+ * run the same graph with the same seed, chunk size and ZeRO stage, or the ranks would
  * train different models or start different collectives and hang. Each
  * rank hashes a description of every tensor; the hashes are compared over
  * the communicator, and where they differ the first differing tensor's
@@ -65,8 +65,10 @@ hx_status hx__session_dp_check(hx_session *s)
     hx_comm *c = s->e.cfg.comm;
     const hx_graph *g = s->e.g;
     int size = hx_comm_size(c), rank = hx_comm_rank(c);
-    /* per rank: tensor count, graph hash, seed, chunk size */
-    int64_t mine[4] = {g->n, 0, (int64_t)s->e.cfg.seed, (int64_t)s->e.cfg.offload.chunk_size};
+    /* per rank: tensor count, graph hash, seed, chunk size, ZeRO stage */
+    enum { K = 5 };
+    int64_t mine[K] = {g->n, 0, (int64_t)s->e.cfg.seed, (int64_t)s->e.cfg.offload.chunk_size,
+                       s->e.cfg.zero_stage};
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < g->n; i++) {
         uint64_t th = tensor_hash(g->tensors[i]);
@@ -75,17 +77,18 @@ hx_status hx__session_dp_check(hx_session *s)
     mine[1] = (int64_t)h;
     int64_t *all = malloc(sizeof mine * (size_t)size);
     if (!all) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    hx_status st = gather(c, mine, all, 4);
+    hx_status st = gather(c, mine, all, K);
     int diff = -1; /* a rank whose graph differs from rank 0's */
     for (int r = 1; r < size && !st && diff < 0; r++)
-        if (all[4 * r] != all[0] || all[4 * r + 1] != all[1]) diff = r;
+        if (all[K * r] != all[0] || all[K * r + 1] != all[1]) diff = r;
     for (int r = 1; r < size && !st && diff < 0; r++)
-        if (all[4 * r + 2] != all[2] || all[4 * r + 3] != all[3]) {
+        if (all[K * r + 2] != all[2] || all[K * r + 3] != all[3] || all[K * r + 4] != all[4]) {
             st = hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: data parallel: the ranks' "
-                           "configs differ: rank 0 has seed %lld and chunk_size %lld, rank %d seed "
-                           "%lld and chunk_size %lld (every rank must use the same)",
-                           (long long)all[2], (long long)all[3], r, (long long)all[4 * r + 2],
-                           (long long)all[4 * r + 3]);
+                           "configs differ: rank 0 has seed %lld, chunk_size %lld and zero_stage "
+                           "%lld, rank %d seed %lld, chunk_size %lld and zero_stage %lld (every "
+                           "rank must use the same)", (long long)all[2], (long long)all[3],
+                           (long long)all[4], r, (long long)all[K * r + 2],
+                           (long long)all[K * r + 3], (long long)all[K * r + 4]);
         }
     if (st || diff < 0) {
         free(all);
@@ -93,7 +96,7 @@ hx_status hx__session_dp_check(hx_session *s)
     }
     /* the first tensor whose hash differs between rank 0 and rank diff
      * (every rank takes part: all know diff and the counts) */
-    int64_t common = all[0] < all[4 * diff] ? all[0] : all[4 * diff];
+    int64_t common = all[0] < all[K * diff] ? all[0] : all[K * diff];
     int64_t *hashes = malloc(sizeof(int64_t) * (size_t)(common ? common : 1) * (size_t)size);
     int64_t *ours = malloc(sizeof(int64_t) * (size_t)(common ? common : 1));
     char *descs = calloc((size_t)size, DESC), mine_d[DESC] = {0};

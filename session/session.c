@@ -34,6 +34,7 @@ void hx_session_free(hx_session *s)
     hx__dp_free(s->dp[0]);
     hx__dp_free(s->dp[1]);
     free(s->dp_index);
+    hx__session_zero_free(s);
     /* before the loop below: the residency's host copies are its own */
     if (s->e.residency) s->e.residency->destroy(s->e.residency);
     hx__engine_free_plans(&s->e);
@@ -209,6 +210,12 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: emu_host_cost needs a "
                          "finite flops_per_s >= 0 and 0 <= launch_latency_s < 1 (all 0: no "
                          "simulated host), not %g and %g", hc->flops_per_s, hc->launch_latency_s);
+    if (c.zero_stage < 0 || c.zero_stage > 3 || (c.zero_stage && !c.comm))
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: zero_stage %d %s", c.zero_stage,
+                         c.zero_stage < 0 || c.zero_stage > 3
+                                 ? "is not a ZeRO stage (0, 1, 2 or 3)"
+                                 : "needs a communicator (config.comm) to shard over; without "
+                                   "one leave zero_stage 0");
     hx_status st = hx__offload_resolve(&c.offload);
     if (st) return st;
     hx_session *s = calloc(1, sizeof *s);
@@ -380,6 +387,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     const hx_tensor *bad;
     double sumsq;
     if ((st = hx__scan_grads(&s->e, p, ex[1], &bad, &sumsq))) return st;
+    if (s->e.cfg.zero_stage == 2 && (st = hx__session_zero_norm(s, p, &bad, &sumsq))) return st;
     s->stats.grad_norm = sqrt(sumsq) * unscale;
     if (bad && !scaling)
         return hx__error(HX_ERR_NUMERIC,
@@ -400,6 +408,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     if (delay) st = hx__dpu_launch(&s->e, p, &ex[1][0]);
     else if (s->e.residency) st = s->e.residency->update(s->e.residency, p, &ex[1][0]);
     else st = hx__exec_phase(&s->e, p, 1, &ex[1][0], &ex[1][1]);
+    if (!st && s->zero_owner) st = hx__session_zero_gather(s);
     if (st) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps >= ls->growth_interval) { /* >=: a loaded count may be past it */
@@ -573,7 +582,8 @@ static bool held(const hx_session *s, const hx_tensor *t)
 static hx_status read_held(hx_session *s, const hx_tensor *t, void *data, size_t bytes)
 {
     void *p = NULL;
-    hx_status st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
+    hx_status st = t ? hx__session_zero_access(s, "hx_session_read", t, false) : HX_OK;
+    if (!st) st = persistent_of(s, "hx_session_read", t, bytes, data, &p);
     if (!st && hx__residency_holds(&s->e, t->id))
         return s->e.residency->read(s->e.residency, "hx_session_read", t, data);
     if (!st) st = hx__engine_copy_out(&s->e, hx__dev_of(&s->e, t->id), data, p, bytes);
@@ -583,7 +593,8 @@ static hx_status read_held(hx_session *s, const hx_tensor *t, void *data, size_t
 static hx_status write_held(hx_session *s, const hx_tensor *t, const void *data, size_t bytes)
 {
     void *p = NULL;
-    hx_status st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
+    hx_status st = t ? hx__session_zero_access(s, "hx_session_write", t, true) : HX_OK;
+    if (!st) st = persistent_of(s, "hx_session_write", t, bytes, data, &p);
     if (!st && held(s, t))
         return s->e.residency->write(s->e.residency, "hx_session_write", t, data);
     if (!st) st = hx__engine_copy_in(&s->e, hx__dev_of(&s->e, t->id), p, data, bytes);
@@ -628,6 +639,7 @@ hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
     if (st) return st;
     st = memory_stats_held(s, out);
     if (!st) out->dp_chunk_bytes = hx__session_dp_chunk_bytes(s);
+    if (!st) hx__session_zero_stats(s, out);
     hx__session_leave(s);
     return st;
 }

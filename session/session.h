@@ -34,6 +34,14 @@ struct hx_session {
     struct hx_dp *dp[2];
     int *dp_index;
     int64_t dp_n[2];
+    /* ZeRO (cfg.zero_stage >= 1, zero.c), per tensor id: the rank that
+     * owns an update node and its sources but the gradient (-1: none),
+     * the updates this rank leaves out (engine.update_skip), the sharded
+     * tensors (kept only by their owner); their bytes here and on all
+     * ranks together */
+    int *zero_owner;
+    bool *zero_skip, *zero_sharded;
+    size_t zero_owned_bytes, zero_sharded_bytes;
     hx_placement_report place_report; /* automatic placement (autoplace.c) */
     double *auto_cost; /* per tensor id: predicted seconds on the host, on the device */
     char auto_why[160]; /* why the planner kept one side ("": its mixed placement) */
@@ -52,9 +60,26 @@ hx_status hx__session_dp_setup(hx_session *s);
 hx_status hx__session_dp_grads(hx_session *s, const hx_plan *p);
 bool hx__session_dp_on(const hx_session *s);
 size_t hx__session_dp_chunk_bytes(const hx_session *s); /* all groups' chunks */
-/* dp_check.c: the ranks run the same graph, seed and chunk size, else
+/* dp_check.c: the ranks run the same graph, seed, chunk size and ZeRO stage, else
  * HX_ERR_INVALID_ARGUMENT on every rank naming the first difference. */
 hx_status hx__session_dp_check(hx_session *s);
+
+/* zero.c: ZeRO stage 1 and 2 on top of data_parallel.c's chunks. setup
+ * (after the chunks) assigns the updates to their owners and frees what
+ * this rank does not own; refuses stage 3, the disk tier and the delayed
+ * update (HX_ERR_UNSUPPORTED). */
+hx_status hx__session_zero_setup(hx_session *s);
+void hx__session_zero_free(hx_session *s);
+/* Stage 2: the gradient norm's sum of squares and the first update whose
+ * gradient is not finite, from the owners' scan sums of p (plan order). */
+hx_status hx__session_zero_norm(hx_session *s, const hx_plan *p, const hx_tensor **bad, double *sumsq);
+/* After the updates: each owner's half copies (else f32 parameters) to every rank. */
+hx_status hx__session_zero_gather(hx_session *s);
+/* HX_OK unless t is sharded and (write) cannot be written, or (read) is
+ * held by another rank: then the error, naming fn and the owner. */
+hx_status hx__session_zero_access(const hx_session *s, const char *fn, const hx_tensor *t, bool write);
+/* The zero_* fields of hx_memory_stats. */
+void hx__session_zero_stats(const hx_session *s, hx_memory_stats *out);
 
 /* report.c: HX_DEBUG=placement lines. */
 void hx__debug_placement(const hx_session *s);

@@ -71,8 +71,9 @@ static const char usage[] =
     "  --sample N              N characters of generated text at each evaluation and at\n"
     "                          the end, drawn with --seed (100; 0: none)\n"
     "  --zero S                data parallel over mpirun's ranks, ZeRO stage S (0: gradients\n"
-    "                          summed over the ranks); --batch is the global batch, each rank\n"
-    "                          trains on its share; rank 0 reports (off)\n";
+    "                          summed over the ranks; 1: optimizer state sharded; 2: gradients\n"
+    "                          too); --batch is the global batch, each rank trains on its\n"
+    "                          share; rank 0 reports (off)\n";
 
 /* The flags, their ranges and where each goes; then the checks between flags. */
 static int parse(int argc, char **argv, options *o)
@@ -320,6 +321,7 @@ int gpt_main(int argc, char **argv)
     cfg.offload.recompute |= o.recompute;
     cfg.auto_placement = o.model.placement == HX_TARGET_AUTO;
     cfg.comm = comm;
+    cfg.zero_stage = comm ? o.zero : 0;
     /* The report assumes parameters on the device (gpt.h). */
     const char *env_offload = getenv("HX_OFFLOAD");
     if (o.max_device_memory && !o.offload_config && !(env_offload && *env_offload) && !comm)
@@ -474,7 +476,7 @@ int gpt_main(int argc, char **argv)
     if (lead) cli_print_placement(stdout, "gpt", r.s);
     if (comm) {
         fflush(stdout);
-        gpt_zero_print_comm(r.s, comm, hx_comm_bytes_sent(comm) - sent0, o.steps);
+        gpt_zero_print_comm(&r.m, comm, o.model.dtype, hx_comm_bytes_sent(comm) - sent0, o.steps);
     }
     rc = cli_metrics_close(&metrics) ? 0 : 1;
 out:

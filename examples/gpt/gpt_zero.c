@@ -1,8 +1,9 @@
 /* hetex gpt --zero S: data parallel over mpirun's ranks. Each rank trains
  * on its share of the global batch (--batch / ranks, its own draws of the
- * corpus); the session sums the gradients over the ranks (ZeRO stage 0).
- * Each rank reports its model-state memory against the ZeRO paper's
- * formula and the bytes it sends per step. */
+ * corpus); the session sums the gradients over the ranks (ZeRO stage 0),
+ * shards the optimizer state over them (1), and the summed gradients too
+ * (2). Each rank reports its model-state memory against the ZeRO paper's
+ * formula and the bytes it sends per step against the minimum. */
 #include "gpt.h"
 #include "cli/cli.h"
 
@@ -11,10 +12,9 @@
 int gpt_zero_start(int stage, int global_batch, hx_comm **comm, int *local_batch)
 {
     *comm = NULL;
-    if (stage != 0) {
-        fprintf(stderr, "hetex gpt: --zero %d: this hetex has ZeRO stage 0 only (gradients "
-                "summed over the ranks, everything else replicated); stages 1-3 are not built "
-                "yet\n", stage);
+    if (stage > 2) {
+        fprintf(stderr, "hetex gpt: --zero %d: ZeRO stage 3 (16-bit parameters sharded too) is "
+                "not built; stages 0, 1 and 2 are\n", stage);
         return 2;
     }
     if (hx_comm_create(NULL, comm)) {
@@ -34,35 +34,41 @@ int gpt_zero_start(int stage, int global_batch, hx_comm **comm, int *local_batch
 }
 
 /* Model states per rank: parameters, f32 masters and Adam's moments
- * (persistent, device and host) and the gradients (2 bytes each in
- * bf16/f16, 4 in f32), against 16 bytes per parameter replicated. */
+ * (persistent, device and host: at stage 1 and 2 only this rank's shard
+ * of masters and moments) and the gradients (2 bytes each in bf16/f16, 4
+ * in f32; at stage 2 the rank's own chunks of them), against the ZeRO
+ * formula of the stage. */
 void gpt_zero_print_memory(hx_session *s, const gpt_model *m, hx_comm *comm, int stage, hx_dtype dt)
 {
     hx_memory_stats ms;
     if (hx_session_memory_stats(s, &ms)) return;
     double psi = (double)m->n_params, n = hx_comm_size(comm), mib = 1.0 / (1 << 20);
-    double grads = psi * (double)hx_dtype_size(dt);
-    double states = (double)(ms.persistent_bytes + ms.device_persistent_bytes) + grads;
+    double grads = stage == 2 ? (double)ms.zero_grad_shard_bytes : psi * (double)hx_dtype_size(dt);
+    double persistent = (double)(ms.persistent_bytes + ms.device_persistent_bytes);
+    double states = persistent + grads;
     double formula[4] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n, 16 * psi / n};
     printf("zero: rank %d of %.0f: model states %.2f MiB = %.2f bytes/param (persistent %.2f MiB "
            "on device and host, %s gradients %.2f MiB), ZeRO stage %d formula %.2f MiB (%.2f "
-           "bytes/param); the other stages at %.0f ranks: 4+12/N %.2f, 2+14/N %.2f, 16/N %.2f MiB; "
-           "plus the host chunks the ranks sum the gradients in: %.2f MiB\n",
-           hx_comm_rank(comm), n, states * mib, states / psi,
-           (ms.persistent_bytes + ms.device_persistent_bytes) * mib, hx_dtype_name(dt), grads * mib,
-           stage, formula[stage] * mib, formula[stage] / psi, n, formula[1] * mib, formula[2] * mib,
-           formula[3] * mib, ms.dp_chunk_bytes * mib);
+           "bytes/param): ratio %.3f; the other stages at %.0f ranks: 16 %.2f, 4+12/N %.2f, "
+           "2+14/N %.2f, 16/N %.2f MiB; sharded optimizer state here %.2f of %.2f MiB; plus the "
+           "host chunks the ranks sum the gradients in: %.2f MiB\n",
+           hx_comm_rank(comm), n, states * mib, states / psi, persistent * mib, hx_dtype_name(dt),
+           grads * mib, stage, formula[stage] * mib, formula[stage] / psi, states / formula[stage],
+           n, formula[0] * mib, formula[1] * mib, formula[2] * mib, formula[3] * mib,
+           ms.zero_owned_bytes * mib, ms.zero_sharded_bytes * mib, ms.dp_chunk_bytes * mib);
 }
 
-/* Bytes sent per step against a ring all-reduce's 2(N-1)/N of the chunks. */
-void gpt_zero_print_comm(hx_session *s, hx_comm *comm, uint64_t sent, int steps)
+/* Bytes sent per step against the minimum at every stage: a ring
+ * all-reduce of the gradients, 2(N-1)/N of their bytes (= a reduce-scatter
+ * of the gradients and an all-gather of the 16-bit parameters). */
+void gpt_zero_print_comm(const gpt_model *m, hx_comm *comm, hx_dtype dt, uint64_t sent, int steps)
 {
-    hx_memory_stats ms;
-    if (hx_session_memory_stats(s, &ms) || steps <= 0) return;
+    if (steps <= 0) return;
     double n = hx_comm_size(comm), per_step = (double)sent / steps;
-    double minimum = 2 * (n - 1) / n * (double)ms.dp_chunk_bytes;
-    printf("zero: rank %d sent %.0f bytes per step (all steps: %llu); a ring all-reduce of the "
-           "%zu bytes of gradient chunks sends %.0f: ratio %.3f\n",
-           hx_comm_rank(comm), per_step, (unsigned long long)sent, ms.dp_chunk_bytes, minimum,
+    double grads = (double)m->n_params * (double)hx_dtype_size(dt);
+    double minimum = 2 * (n - 1) / n * grads;
+    printf("zero: rank %d sent %.0f bytes per step (all steps: %llu); the minimum, a ring "
+           "all-reduce of the %.0f bytes of gradients, sends %.0f: ratio %.3f\n",
+           hx_comm_rank(comm), per_step, (unsigned long long)sent, grads, minimum,
            minimum > 0 ? per_step / minimum : 0.0);
 }

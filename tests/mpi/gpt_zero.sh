@@ -1,27 +1,36 @@
 #!/bin/sh
-# gpt_zero.sh MPIRUN HETEX: `hetex gpt --zero 0` under mpirun -np 2 trains a
-# small GPT data-parallel: rank 0 reports the run once, every rank its
-# model-state memory against the ZeRO formula and the bytes it sent per
-# step against a ring all-reduce's; --zero 1 (not built) and a global batch
-# the ranks do not divide are refused with a reason.
+# gpt_zero.sh MPIRUN HETEX: `hetex gpt --zero S` under mpirun -np 2 trains a
+# small GPT data-parallel at ZeRO stages 0, 1 and 2: rank 0 reports the run
+# once, every rank its model-state memory against the stage's ZeRO formula
+# and the bytes it sent per step against the minimum; stages 1 and 2 print
+# stage 0's losses (they train bitwise alike). --zero 3 (not built) and a
+# global batch the ranks do not divide are refused with a reason.
 set -eu
 mpirun=$1 hetex=$2
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+out=$(mktemp) ref=$(mktemp)
+trap 'rm -f "$out" "$ref"' EXIT
 fail() { cat "$out" >&2; echo "gpt_zero: $*" >&2; exit 1; }
 small="--layers 1 --heads 2 --width 32 --context 16 --steps 3 --eval-every 3 --eval-iters 1 --accelerator emu --quiet"
-"$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 0 --batch 4 $small >"$out" 2>&1 || fail "the run failed"
-[ "$(grep -c '^summary: 3 steps' "$out")" = 1 ] || fail "want one summary line (rank 0's)"
-grep -q '^zero: 2 ranks, stage 0, global batch 4 (2 per rank)$' "$out" || fail "no zero: line"
-for r in 0 1; do
-  grep -q "^zero: rank $r of 2: model states .* bytes/param .*ZeRO stage 0 formula" "$out" ||
-    fail "rank $r: no memory line"
-  grep -q "^zero: rank $r sent [0-9]* bytes per step .* ratio 1\.0" "$out" || fail "rank $r: no bytes line"
+for z in 0 1 2; do
+  "$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero $z --batch 4 $small >"$out" 2>&1 || fail "--zero $z: the run failed"
+  [ "$(grep -c '^summary: 3 steps' "$out")" = 1 ] || fail "--zero $z: want one summary line (rank 0's)"
+  grep -q "^zero: 2 ranks, stage $z, global batch 4 (2 per rank)$" "$out" || fail "--zero $z: no zero: line"
+  for r in 0 1; do
+    grep -q "^zero: rank $r of 2: model states .* bytes/param .*ZeRO stage $z formula .*sharded optimizer state here" "$out" ||
+      fail "--zero $z: rank $r: no memory line"
+    grep -q "^zero: rank $r sent [0-9]* bytes per step .* ratio [0-9]" "$out" || fail "--zero $z: rank $r: no bytes line"
+    [ $z != 0 ] || grep -q "^zero: rank $r sent .* ratio 1\.0" "$out" || fail "rank $r: stage 0 sends more than a ring"
+  done
+  [ $z = 0 ] || grep -Eq "^zero: rank 0 of 2: .*sharded optimizer state here [0-9.]+ of (0\.0*[1-9]|[1-9])" "$out" ||
+    fail "--zero $z: nothing sharded"
+  grep -E '^(step|summary)' "$out" | sed 's/ [0-9.]* steps\/s.*//; s/ in [0-9.]*s (.*)//' >"$out.loss"
+  if [ $z = 0 ]; then mv "$out.loss" "$ref"
+  else cmp -s "$out.loss" "$ref" || { rm -f "$out.loss"; fail "--zero $z: losses differ from stage 0's"; }; rm -f "$out.loss"; fi
 done
 rc=0
-"$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 1 --batch 4 $small >"$out" 2>&1 || rc=$?
-[ "$rc" -ne 0 ] && grep -q "has ZeRO stage 0 only" "$out" || fail "--zero 1 not refused (rc $rc)"
+"$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 3 --batch 4 $small >"$out" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "ZeRO stage 3 .* is not built" "$out" || fail "--zero 3 not refused (rc $rc)"
 rc=0
 "$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 0 --batch 3 $small >"$out" 2>&1 || rc=$?
 [ "$rc" -ne 0 ] && grep -q "must be a multiple of the 2 ranks" "$out" || fail "--batch 3 on 2 ranks not refused (rc $rc)"
-echo "gpt_zero: hetex gpt --zero 0 ran on 2 ranks; --zero 1 and an odd batch refused"
+echo "gpt_zero: hetex gpt --zero 0, 1 and 2 ran on 2 ranks with the same losses; --zero 3 and an odd batch refused"

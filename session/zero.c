@@ -1,0 +1,195 @@
+/* Data parallel, ZeRO stages 1 and 2 (hx_session_config.zero_stage): each
+ * rank owns the parameters of its chunks of the gradient layout
+ * (dist/dp.c); it keeps and updates only their optimizer state and, where
+ * a parameter is an f32 master used through a half copy, the master; the
+ * others' storage is freed at creation and their updates are left out of
+ * phase 1 (engine.update_skip). After the updates each owner broadcasts
+ * what every rank reads of its parameters: the half copy, else the f32
+ * parameter itself. At stage 2 each rank has summed only its own
+ * gradients, so the gradient norm and the Inf/NaN check come from the
+ * owners' per-parameter sums of squares, gathered and added in plan order
+ * as the scan adds them: bitwise stage 0's norm. */
+#include "session/session.h"
+#include "dist/dist.h"
+#include "offload/offload.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Source j of update u is sharded: a state of u, or its f32 master when u
+ * writes a half copy (which the ranks read instead). */
+static bool sharded_src(const hx_tensor *u, int j)
+{
+    int half = (int)u->attr.i[0];
+    return j >= 2 ? j != half : j == 0 && half > 0;
+}
+
+/* What every rank reads of u's parameter after the update. */
+static const hx_tensor *replica(const hx_tensor *u)
+{
+    return u->attr.i[0] > 0 ? u->src[u->attr.i[0]] : u->src[0];
+}
+
+/* HX_DEBUG=zero: per dtype group, the chunks and what this rank owns. */
+static void debug_layout(const hx_session *s)
+{
+    static const char *const group[2] = {"f32", "bf16"};
+    int rank = hx_comm_rank(s->e.cfg.comm);
+    for (int k = 0; k < 2; k++) {
+        if (!s->dp[k]) continue;
+        size_t mine = 0, all = 0;
+        for (int i = 0; i < s->e.g->n; i++) {
+            int x = s->dp_index[i];
+            if (x < 0 || x % 2 != k) continue;
+            size_t b = hx_tensor_nbytes(s->e.g->tensors[i]->src[1]);
+            all += b;
+            if (s->zero_owner[i] == rank) mine += b;
+        }
+        fprintf(stderr, "hetex zero: rank %d: %s gradients: %lld of them, %zu bytes in %lld chunks "
+                "of %zu (padded to %lld); this rank owns %zu bytes of them\n", rank, group[k],
+                (long long)s->dp_n[k], all, (long long)hx__dp_chunks(s->dp[k]),
+                hx__dp_chunk_size(s->dp[k]), (long long)hx__dp_padded_chunks(s->dp[k]), mine);
+    }
+}
+
+static hx_status refuse(const char *what)
+{
+    return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO stage 1 and 2 do not combine "
+                     "with %s yet: use zero_stage 0 for it", what);
+}
+
+hx_status hx__session_zero_setup(hx_session *s)
+{
+    hx_engine *e = &s->e;
+    const hx_graph *g = e->g;
+    int stage = e->cfg.zero_stage, rank = hx_comm_rank(e->cfg.comm);
+    if (stage == 3)
+        return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO stage 3 (16-bit parameters "
+                         "sharded too) is not built; use zero_stage 1 or 2");
+    if (e->residency) return refuse("offload_param=disk (the disk tier holds every parameter)");
+    if (e->cfg.delayed_param_update) return refuse("delayed_param_update");
+    size_t n = (size_t)(g->n ? g->n : 1);
+    s->zero_owner = malloc(n * sizeof *s->zero_owner);
+    s->zero_skip = calloc(n, sizeof *s->zero_skip);
+    s->zero_sharded = calloc(n, sizeof *s->zero_sharded);
+    if (!s->zero_owner || !s->zero_skip || !s->zero_sharded)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    for (int i = 0; i < g->n; i++) s->zero_owner[i] = -1;
+    for (int i = 0; i < g->n; i++) {
+        const hx_tensor *u = g->tensors[i];
+        int k = s->dp_index[i];
+        if (k < 0) continue;
+        int owner = hx__dp_owner(s->dp[k % 2], k / 2);
+        s->zero_owner[i] = owner;
+        s->zero_skip[i] = owner != rank;
+        for (int j = 0; j < u->n_src; j++) {
+            if (j == 1) continue; /* the gradient */
+            int id = u->src[j]->id;
+            s->zero_owner[id] = owner;
+            if (!sharded_src(u, j)) continue;
+            size_t bytes = hx_tensor_nbytes(u->src[j]);
+            s->zero_sharded[id] = true;
+            s->zero_sharded_bytes += bytes;
+            if (owner == rank) {
+                s->zero_owned_bytes += bytes;
+                continue;
+            }
+            int d = hx__dev_of(e, id);
+            e->be[d]->free(e->be[d], e->persist[id]);
+            e->persist[id] = NULL;
+            e->persist_bytes[d] -= bytes;
+        }
+    }
+    e->bind_gen++; /* plans bound before now rebind: the freed storage is gone */
+    e->update_skip = s->zero_skip;
+    if (hx__debug("zero")) debug_layout(s);
+    return HX_OK;
+}
+
+void hx__session_zero_free(hx_session *s)
+{
+    free(s->zero_owner);
+    free(s->zero_skip);
+    free(s->zero_sharded);
+}
+
+hx_status hx__session_zero_norm(hx_session *s, const hx_plan *p, const hx_tensor **bad, double *sumsq)
+{
+    hx_comm *c = s->e.cfg.comm;
+    int n = hx__plan_grad_count(p), size = hx_comm_size(c), rank = hx_comm_rank(c);
+    double *mine = calloc((size_t)(n ? n : 1), sizeof *mine);
+    double *all = calloc((size_t)(n ? n : 1) * (size_t)size, sizeof *all);
+    hx_status st = mine && all ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    for (int i = 0; i < n && !st; i++) {
+        void *at;
+        int home;
+        const hx_tensor *u = hx__plan_grad(p, i, &at, &home);
+        if (s->zero_owner[u->id] == rank) mine[i] = hx__scan_sum(&s->e, p, i);
+    }
+    hx_coll *q = NULL;
+    if (!st) st = hx__comm_all_gather(c, mine, all, n, HX_DTYPE_I64, &q); /* doubles, as bytes */
+    if (!st) st = hx__coll_wait(q);
+    *bad = NULL;
+    *sumsq = 0;
+    for (int i = 0; i < n && !st; i++) {
+        void *at;
+        int home;
+        const hx_tensor *u = hx__plan_grad(p, i, &at, &home);
+        double v = all[(size_t)s->zero_owner[u->id] * (size_t)n + (size_t)i];
+        if (!isfinite(v) && !*bad) *bad = u;
+        *sumsq += v;
+    }
+    free(mine);
+    free(all);
+    return st;
+}
+
+hx_status hx__session_zero_gather(hx_session *s)
+{
+    hx_engine *e = &s->e;
+    const hx_graph *g = e->g;
+    hx_coll **q = calloc((size_t)(g->n ? g->n : 1), sizeof *q);
+    if (!q) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    hx_status st = HX_OK;
+    int started = 0;
+    /* every owner's broadcasts in flight together, in graph order on every rank */
+    for (int i = 0; i < g->n && !st; i++) {
+        if (g->tensors[i]->kind != HX_TENSOR_UPDATE || s->zero_owner[i] < 0) continue;
+        const hx_tensor *r = replica(g->tensors[i]);
+        st = hx__comm_broadcast(e->cfg.comm, e->persist[r->id], hx_tensor_numel(r), r->dtype,
+                                s->zero_owner[i], &q[started]);
+        if (!st) started++;
+    }
+    for (int k = 0; k < started; k++) {
+        hx_status w = hx__coll_wait(q[k]);
+        if (!st) st = w;
+    }
+    free(q);
+    return st;
+}
+
+hx_status hx__session_zero_access(const hx_session *s, const char *fn, const hx_tensor *t, bool write)
+{
+    if (!s->zero_sharded || t->graph != s->e.g || !s->zero_sharded[t->id]) return HX_OK;
+    int owner = s->zero_owner[t->id];
+    if (write)
+        return hx__error(HX_ERR_UNSUPPORTED, "%s: '%s' is sharded over the ranks at ZeRO stage %d "
+                         "(rank %d holds it); writing sharded state is not built: write it in a "
+                         "session at zero_stage 0", fn, t->name, s->e.cfg.zero_stage, owner);
+    if (owner != hx_comm_rank(s->e.cfg.comm))
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: '%s' is sharded over the ranks at ZeRO stage "
+                         "%d and rank %d holds it, not this rank (%d): read it there", fn, t->name,
+                         s->e.cfg.zero_stage, owner, hx_comm_rank(s->e.cfg.comm));
+    return HX_OK;
+}
+
+void hx__session_zero_stats(const hx_session *s, hx_memory_stats *out)
+{
+    out->zero_owned_bytes = s->zero_owned_bytes;
+    out->zero_sharded_bytes = s->zero_sharded_bytes;
+    out->zero_grad_shard_bytes = 0;
+    for (int k = 0; k < 2; k++)
+        if (s->dp[k]) out->zero_grad_shard_bytes += hx__dp_grad_shard_bytes(s->dp[k]);
+}

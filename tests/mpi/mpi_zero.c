@@ -1,0 +1,425 @@
+/* Data parallel, ZeRO stages 1 and 2 (hx_session_config.zero_stage),
+ * under mpirun: every case trains a session at stage 1 or 2 beside one at
+ * stage 0 over the same communicator, on the same feeds, and wants the
+ * same bits: the loss and the gradient norm of every step (clipping is on
+ * and active), every parameter each rank can read (replicated ones
+ * everywhere, sharded masters and moments on their owner), each
+ * parameter owned by exactly one rank. Why bitwise: the gradient sums are
+ * the same rank-order sums (all-reduce or reduce-scatter), each update is
+ * elementwise and runs on one rank with the same inputs, and at stage 2
+ * the norm adds the owners' per-parameter sums of squares in plan order,
+ * as the scan does. Models: the GPT example in bf16 with f32 masters
+ * (AdamW on the host, and on emu's device) and the f32 deep MLP (on the
+ * CPU, on emu, with offload_param=cpu), which is also checked against one
+ * session alone on the whole batch within 1e-6 relative (not bitwise:
+ * partial sums associate differently, see mpi_ddp.c).
+ * Memory: each rank's persistent bytes are stage 0's less the sharded
+ * bytes it does not own, the owned bytes add up to the sharded ones over
+ * the ranks, and for the GPT the sharded ones are 12 bytes per parameter
+ * (master, two moments). Also: a NaN on one rank skips the step on every
+ * rank at stage 2, and the refusals (a stage without a communicator or
+ * out of range, stage 3, stages that differ between ranks, the delayed
+ * update, checkpoints and writes of sharded state), after which the
+ * session and the communicator still work. */
+#include "dist/dist.h"
+#include "deep_mlp.h"
+#include "gpt.h"
+#include "hetex_checks.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { STEPS = 8, B = 12, W = 8, GPT_B = 4 };
+
+static hx_comm *comm;
+static int rank, size;
+
+static const gpt_config GPT = {.vocab = 32, .layers = 2, .heads = 2, .width = 32, .context = 8,
+                               .batch = GPT_B, .seed = 1, .dtype = HX_DTYPE_BF16};
+
+static int64_t sum_over_ranks(int64_t v)
+{
+    int64_t *all = calloc((size_t)size, sizeof *all), total = 0;
+    hx_coll *q = NULL;
+    hx_status st = hx__comm_all_gather(comm, &v, all, 1, HX_DTYPE_I64, &q);
+    if (st == HX_OK) st = hx__coll_wait(q);
+    CHECK(st == HX_OK, "%s", hx_last_error());
+    for (int r = 0; r < size; r++) total += all[r];
+    free(all);
+    return total;
+}
+
+static hx_session_config config(int stage, hx_accelerator acc)
+{
+    hx_session_config cfg = hx_session_config_default();
+    cfg.n_threads = 1;
+    cfg.accelerator = acc;
+    cfg.clip_grad_norm = 0.05; /* below the norms here: every step is clipped */
+    cfg.comm = comm;
+    cfg.zero_stage = stage;
+    return cfg;
+}
+
+/* Reads t in z, and its namesake in g0 in s0, where z lets this rank read
+ * it: HX_OK and the same bytes, or (a sharded tensor of another rank)
+ * HX_ERR_INVALID_ARGUMENT naming the owner. *readable: 1 when this rank
+ * could read t. */
+static void compare_tensor(hx_session *z, hx_session *s0, const hx_graph *g0, const hx_tensor *t,
+                           const char *what, int *readable)
+{
+    size_t n = hx_tensor_nbytes(t);
+    char *a = malloc(n), *b = malloc(n);
+    hx_status st = hx_session_read(z, t, a, n);
+    *readable = st == HX_OK;
+    if (st == HX_OK) {
+        OK(hx_session_read(s0, hx_graph_find(g0, hx_tensor_name(t)), b, n));
+        CHECK(!memcmp(a, b, n), "%s: rank %d: '%s' differs from stage 0's", what, rank, hx_tensor_name(t));
+    } else {
+        CHECK(st == HX_ERR_INVALID_ARGUMENT && strstr(hx_last_error(), "sharded over the ranks") &&
+                  strstr(hx_last_error(), "read it there"),
+              "%s: rank %d: '%s': %s: %s", what, rank, hx_tensor_name(t), hx_status_name(st), hx_last_error());
+    }
+    free(a);
+    free(b);
+}
+
+/* The persistent bytes of z are s0's less what this rank does not own of
+ * the sharded state, and the ranks' owned bytes add up to the sharded ones. */
+static void check_memory(hx_session *z, hx_session *s0, const char *what, size_t want_sharded)
+{
+    hx_memory_stats mz, m0;
+    OK(hx_session_memory_stats(z, &mz));
+    OK(hx_session_memory_stats(s0, &m0));
+    size_t pz = mz.persistent_bytes + mz.device_persistent_bytes;
+    size_t p0 = m0.persistent_bytes + m0.device_persistent_bytes;
+    CHECK(pz == p0 - mz.zero_sharded_bytes + mz.zero_owned_bytes,
+          "%s: rank %d: %zu persistent bytes; stage 0 has %zu, sharded %zu, owned %zu", what, rank,
+          pz, p0, mz.zero_sharded_bytes, mz.zero_owned_bytes);
+    CHECK(sum_over_ranks((int64_t)mz.zero_owned_bytes) == (int64_t)mz.zero_sharded_bytes,
+          "%s: the ranks' owned bytes do not add up to the %zu sharded", what, mz.zero_sharded_bytes);
+    if (want_sharded)
+        CHECK(mz.zero_sharded_bytes == want_sharded, "%s: %zu sharded bytes, want %zu", what,
+              mz.zero_sharded_bytes, want_sharded);
+    CHECK(m0.zero_owned_bytes == 0 && m0.zero_sharded_bytes == 0 && m0.zero_grad_shard_bytes == 0,
+          "%s: stage 0 reports sharding", what);
+}
+
+static void check_stats(hx_session *z, hx_session *s0, const char *what, int step)
+{
+    hx_train_stats a, b;
+    OK(hx_session_train_stats(z, &a));
+    OK(hx_session_train_stats(s0, &b));
+    CHECK(!memcmp(&a.grad_norm, &b.grad_norm, sizeof a.grad_norm) && a.step == b.step && a.last_skipped == b.last_skipped,
+          "%s: rank %d step %d: grad norm %.17g step %lld skipped %d; stage 0 %.17g %lld %d", what,
+          rank, step, a.grad_norm, (long long)a.step, a.last_skipped, b.grad_norm,
+          (long long)b.step, b.last_skipped);
+}
+
+/* ---- the GPT example, bf16 with f32 masters ---------------------------------- */
+
+static void gpt_batch(int step, int32_t *tok, int32_t *tgt)
+{
+    test_rng r = test_rng_make(77 + 1000 * (uint64_t)step + (uint64_t)rank);
+    int n = GPT_B / size * GPT.context;
+    for (int i = 0; i < n; i++) tok[i] = (int32_t)(test_rng_u64(&r) % GPT.vocab);
+    for (int i = 0; i < n; i++) tgt[i] = (tok[i] * 7 + 3) % GPT.vocab;
+}
+
+static void gpt_case(int stage, gpt_offload off)
+{
+    char what[64];
+    snprintf(what, sizeof what, "gpt stage %d, AdamW on the %s", stage,
+             off == GPT_OFFLOAD_OPTIMIZER ? "host" : "device");
+    gpt_config c = GPT;
+    c.batch = GPT_B / size;
+    gpt_optim o = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1, .offload = off,
+                   .warmup = 0, .min_lr_ratio = 1};
+    hx_session_config cz = config(stage, HX_ACCELERATOR_EMU), c0 = config(0, HX_ACCELERATOR_EMU);
+    gpt_run z, r0;
+    if (gpt_run_create(&c, &o, &cz, &z)) {
+        CHECK(false, "%s: %s", what, hx_last_error());
+        return;
+    }
+    if (gpt_run_create(&c, &o, &c0, &r0)) {
+        CHECK(false, "%s: stage 0: %s", what, hx_last_error());
+        gpt_run_free(&z);
+        return;
+    }
+    int n = c.batch * c.context;
+    int32_t tok[GPT_B * 8], tgt[GPT_B * 8];
+    for (int s = 0; s < STEPS; s++) {
+        gpt_batch(s, tok, tgt);
+        float lz, l0;
+        hx_feed fz[2] = {{NULL, z.m.tokens, tok, sizeof *tok * n}, {NULL, z.m.targets, tgt, sizeof *tgt * n}};
+        hx_feed f0[2] = {{NULL, r0.m.tokens, tok, sizeof *tok * n}, {NULL, r0.m.targets, tgt, sizeof *tgt * n}};
+        hx_fetch gz = {NULL, z.m.loss, &lz, sizeof lz}, g0 = {NULL, r0.m.loss, &l0, sizeof l0};
+        OK(hx_session_run(z.s, fz, 2, &gz, 1, HX_RUN_TRAIN));
+        OK(hx_session_run(r0.s, f0, 2, &g0, 1, HX_RUN_TRAIN));
+        CHECK(!memcmp(&lz, &l0, sizeof lz), "%s: rank %d step %d: loss %.9g, stage 0 %.9g", what, rank, s, lz, l0);
+        check_stats(z.s, r0.s, what, s);
+    }
+    int owned = 0;
+    size_t master_bytes = 0, largest = 0;
+    for (int i = 0; i < z.m.n_tensors; i++) {
+        const hx_tensor *p = z.m.params[i];
+        int readable;
+        compare_tensor(z.s, r0.s, r0.g, p, what, &readable);
+        owned += readable;
+        master_bytes += hx_tensor_nbytes(p);
+        if (hx_tensor_nbytes(p) > largest) largest = hx_tensor_nbytes(p);
+        char name[256];
+        static const char *const state[2] = {"exp_avg", "exp_avg_sq"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(name, sizeof name, "%s/%s", hx_tensor_name(p), state[k]);
+            const hx_tensor *t = hx_graph_find(z.g, name);
+            CHECK(t, "%s: no '%s'", what, name);
+            int r;
+            if (t) compare_tensor(z.s, r0.s, r0.g, t, what, &r);
+            if (t) CHECK(r == readable, "%s: rank %d holds '%s' but %s its master", what, rank,
+                         name, readable ? "not" : "also");
+        }
+    }
+    CHECK(sum_over_ranks(owned) == z.m.n_tensors, "%s: %lld masters owned over the ranks, want %d",
+          what, (long long)sum_over_ranks(owned), z.m.n_tensors);
+    check_memory(z.s, r0.s, what, 3 * master_bytes);
+    hx_memory_stats ms;
+    OK(hx_session_memory_stats(z.s, &ms));
+    /* balanced: an even share, give or take the largest parameter's state */
+    CHECK(ms.zero_owned_bytes <= 3 * (master_bytes / size + largest),
+          "%s: rank %d owns %zu of %zu sharded bytes", what, rank, ms.zero_owned_bytes, 3 * master_bytes);
+    if (stage == 2) CHECK(ms.zero_grad_shard_bytes > 0 || size == 1, "%s: no gradient shard", what);
+    gpt_run_free(&z);
+    gpt_run_free(&r0);
+}
+
+static void test_gpt_host_stage1(void) { gpt_case(1, GPT_OFFLOAD_OPTIMIZER); }
+static void test_gpt_host_stage2(void) { gpt_case(2, GPT_OFFLOAD_OPTIMIZER); }
+static void test_gpt_device_stage1(void) { gpt_case(1, GPT_OFFLOAD_NONE); }
+static void test_gpt_device_stage2(void) { gpt_case(2, GPT_OFFLOAD_NONE); }
+
+/* ---- the deep MLP, f32 ---------------------------------------------------------- */
+
+static void mlp_batch(int s, float *x, float *y)
+{
+    test_rng g = test_rng_make(1000 + (uint64_t)s);
+    test_fill_uniform(&g, x, B * W, -1, 1);
+    test_fill_uniform(&g, y, B * W, -1, 1);
+}
+
+static double max_rel(const float *a, const float *b, int64_t n)
+{
+    double d = 0, m = 1e-12;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return d / m;
+}
+
+static hx_session_config mlp_config(int stage, int variant)
+{
+    hx_session_config cfg = config(stage, variant == 0 ? HX_ACCELERATOR_NONE : HX_ACCELERATOR_EMU);
+    cfg.offload.chunk_size = 200;
+    if (variant == 2) cfg.offload.offload_param = HX_OFFLOAD_CPU;
+    return cfg;
+}
+
+static void mlp_case(int stage, int variant)
+{
+    static const char *const names[3] = {"cpu", "emu", "emu, offload_param=cpu"};
+    char what[64];
+    snprintf(what, sizeof what, "mlp stage %d, %s", stage, names[variant]);
+    deep_mlp mz, m0, ma;
+    if (deep_mlp_build(B / size, W, 2, &mz) || deep_mlp_build(B / size, W, 2, &m0) ||
+        deep_mlp_build(B, W, 2, &ma)) {
+        CHECK(false, "deep_mlp_build: %s", hx_last_error());
+        return;
+    }
+    hx_session_config cz = mlp_config(stage, variant), c0 = mlp_config(0, variant);
+    hx_session_config ca = mlp_config(0, variant);
+    ca.comm = NULL;
+    hx_session *z = test_session_with(mz.g, &cz, what), *s0 = test_session_with(m0.g, &c0, "stage 0");
+    hx_session *sa = test_session_with(ma.g, &ca, "alone");
+    int rows = B / size;
+    float x[B * W], y[B * W];
+    for (int s = 0; s < STEPS && z && s0 && sa; s++) {
+        mlp_batch(s, x, y);
+        hx_feed fz[2] = {{NULL, mz.x, x + rank * rows * W, sizeof(float) * rows * W},
+                         {NULL, mz.y, y + rank * rows * W, sizeof(float) * rows * W}};
+        hx_feed f0[2] = {{NULL, m0.x, fz[0].data, fz[0].bytes}, {NULL, m0.y, fz[1].data, fz[1].bytes}};
+        hx_feed fa[2] = {{NULL, ma.x, x, sizeof x}, {NULL, ma.y, y, sizeof y}};
+        OK(hx_session_run(z, fz, 2, NULL, 0, HX_RUN_TRAIN));
+        OK(hx_session_run(s0, f0, 2, NULL, 0, HX_RUN_TRAIN));
+        OK(hx_session_run(sa, fa, 2, NULL, 0, HX_RUN_TRAIN));
+        check_stats(z, s0, what, s);
+    }
+    size_t state_bytes = 0;
+    for (int l = 0; l < 2 && z && s0 && sa; l++) {
+        const hx_tensor *t[2] = {mz.w[l], mz.b[l]}, *ta[2] = {ma.w[l], ma.b[l]};
+        for (int j = 0; j < 2; j++) {
+            int readable;
+            compare_tensor(z, s0, m0.g, t[j], what, &readable); /* f32 parameters: on every rank */
+            CHECK(readable, "%s: rank %d cannot read '%s'", what, rank, hx_tensor_name(t[j]));
+            int64_t n = hx_tensor_numel(t[j]);
+            float *pz = malloc(sizeof(float) * n), *pa = malloc(sizeof(float) * n);
+            OK(hx_session_read(z, t[j], pz, sizeof(float) * n));
+            OK(hx_session_read(sa, ta[j], pa, sizeof(float) * n));
+            double e = max_rel(pz, pa, n);
+            CHECK(e <= 1e-6, "%s: '%s' after %d steps is %.3g off the lone run's", what,
+                  hx_tensor_name(t[j]), STEPS, e);
+            state_bytes += 2 * hx_tensor_nbytes(t[j]);
+            free(pz);
+            free(pa);
+        }
+    }
+    if (z && s0) check_memory(z, s0, what, state_bytes);
+    hx_session_free(z);
+    hx_session_free(s0);
+    hx_session_free(sa);
+    deep_mlp_free(&mz);
+    deep_mlp_free(&m0);
+    deep_mlp_free(&ma);
+}
+
+static void test_mlp_cpu(void) { mlp_case(1, 0), mlp_case(2, 0); }
+static void test_mlp_emu(void) { mlp_case(1, 1), mlp_case(2, 1); }
+static void test_mlp_offload_cpu(void) { mlp_case(1, 2), mlp_case(2, 2); }
+
+/* Rank 0 feeds a NaN at step 1: its reduce-scattered sums are NaN on
+ * every owner, the gathered sums of squares tell every rank, and all skip
+ * the step (loss scaling) as stage 0 does. */
+static void test_nan_on_one_rank(void)
+{
+    deep_mlp mz, m0;
+    if (deep_mlp_build(B / size, W, 1, &mz) || deep_mlp_build(B / size, W, 1, &m0)) {
+        CHECK(false, "deep_mlp_build: %s", hx_last_error());
+        return;
+    }
+    hx_session_config cz = mlp_config(2, 1), c0 = mlp_config(0, 1);
+    cz.loss_scale.enabled = c0.loss_scale.enabled = true;
+    hx_session *z = test_session_with(mz.g, &cz, "nan"), *s0 = test_session_with(m0.g, &c0, "nan, stage 0");
+    float x[B * W], y[B * W];
+    int rows = B / size;
+    for (int step = 0; step < 3 && z && s0; step++) {
+        mlp_batch(step, x, y);
+        if (step == 1 && rank == 0) x[3] = NAN;
+        hx_feed fz[2] = {{NULL, mz.x, x + rank * rows * W, sizeof(float) * rows * W},
+                         {NULL, mz.y, y + rank * rows * W, sizeof(float) * rows * W}};
+        hx_feed f0[2] = {{NULL, m0.x, fz[0].data, fz[0].bytes}, {NULL, m0.y, fz[1].data, fz[1].bytes}};
+        OK(hx_session_run(z, fz, 2, NULL, 0, HX_RUN_TRAIN));
+        OK(hx_session_run(s0, f0, 2, NULL, 0, HX_RUN_TRAIN));
+        hx_train_stats st;
+        OK(hx_session_train_stats(z, &st));
+        CHECK(st.last_skipped == (step == 1), "rank %d step %d: skipped %d", rank, step, st.last_skipped);
+        check_stats(z, s0, "nan", step);
+    }
+    int readable;
+    if (z && s0) compare_tensor(z, s0, m0.g, mz.w[0], "nan", &readable);
+    hx_session_free(z);
+    hx_session_free(s0);
+    deep_mlp_free(&mz);
+    deep_mlp_free(&m0);
+}
+
+static void refused(deep_mlp *m, hx_session_config *cfg, hx_status want, const char *text)
+{
+    hx_session *s = (hx_session *)m->g;
+    hx_status st = hx_session_create(m->g, cfg, &s);
+    CHECK(st == want && !s && strstr(hx_last_error(), text), "rank %d: want %s '%s', got %s: %s",
+          rank, hx_status_name(want), text, hx_status_name(st), hx_last_error());
+    hx_session_free(s);
+}
+
+static void test_refusals(void)
+{
+    deep_mlp m;
+    if (deep_mlp_build(B / size, W, 1, &m)) {
+        CHECK(false, "deep_mlp_build: %s", hx_last_error());
+        return;
+    }
+    hx_session_config cfg = mlp_config(1, 1);
+    cfg.comm = NULL; /* each rank alone: no collective */
+    refused(&m, &cfg, HX_ERR_INVALID_ARGUMENT, "zero_stage 1 needs a communicator");
+    cfg = mlp_config(1, 1);
+    cfg.zero_stage = 4;
+    refused(&m, &cfg, HX_ERR_INVALID_ARGUMENT, "zero_stage 4 is not a ZeRO stage");
+    cfg.zero_stage = 3;
+    refused(&m, &cfg, HX_ERR_UNSUPPORTED, "ZeRO stage 3");
+    cfg = mlp_config(1, 1);
+    cfg.delayed_param_update = true;
+    refused(&m, &cfg, HX_ERR_UNSUPPORTED, "delayed_param_update");
+    if (size > 1) { /* the last rank at stage 2, the others at 1: the fingerprint differs */
+        cfg = mlp_config(rank == size - 1 ? 2 : 1, 1);
+        refused(&m, &cfg, HX_ERR_INVALID_ARGUMENT, "configs differ");
+        char want[64];
+        snprintf(want, sizeof want, "rank %d seed 42, chunk_size 200 and zero_stage 2", size - 1);
+        CHECK(strstr(hx_last_error(), want) && strstr(hx_last_error(), "zero_stage 1, rank"),
+              "rank %d: the stages not named: %s", rank, hx_last_error());
+    }
+    /* a good config still works; its sharded state refuses checkpoints and writes */
+    cfg = mlp_config(1, 1);
+    hx_session *s = test_session_with(m.g, &cfg, "stage 1");
+    if (!s) {
+        deep_mlp_free(&m);
+        return;
+    }
+    hx_status st = hx_session_save(s, "/nonexistent/never-written");
+    CHECK(st == HX_ERR_UNSUPPORTED && strstr(hx_last_error(), "sharded checkpoints are not built"),
+          "save: %s: %s", hx_status_name(st), hx_last_error());
+    st = hx_session_load(s, "/nonexistent/never-read");
+    CHECK(st == HX_ERR_UNSUPPORTED, "load: %s: %s", hx_status_name(st), hx_last_error());
+    char name[128];
+    snprintf(name, sizeof name, "%s/exp_avg", hx_tensor_name(m.w[0]));
+    const hx_tensor *mom = hx_graph_find(m.g, name);
+    float before[W * W], after[W * W], junk[W * W];
+    for (int i = 0; i < W * W; i++) junk[i] = 5;
+    bool mine = hx_session_read(s, mom, before, sizeof before) == HX_OK;
+    st = hx_session_write(s, mom, junk, sizeof junk);
+    CHECK(st == HX_ERR_UNSUPPORTED && strstr(hx_last_error(), "sharded over the ranks"),
+          "write: %s: %s", hx_status_name(st), hx_last_error());
+    if (mine) {
+        OK(hx_session_read(s, mom, after, sizeof after));
+        CHECK(!memcmp(before, after, sizeof before), "a refused write changed '%s'", name);
+    }
+    CHECK(sum_over_ranks(mine) == 1, "'%s' is held by %lld ranks", name, (long long)sum_over_ranks(mine));
+    float x[B * W], y[B * W];
+    mlp_batch(0, x, y);
+    hx_feed f[2] = {{NULL, m.x, x, sizeof(float) * (B / size) * W}, {NULL, m.y, y, sizeof(float) * (B / size) * W}};
+    OK(hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN));
+    hx_session_free(s);
+    deep_mlp_free(&m);
+}
+
+static int setup(void)
+{
+    hx_comm_config cfg = hx_comm_config_default();
+    cfg.timeout_s = 60;
+    if (hx_comm_create(&cfg, &comm) != HX_OK) {
+        fprintf(stderr, "hx_comm_create: %s\n", hx_last_error());
+        return 1;
+    }
+    rank = hx_comm_rank(comm);
+    size = hx_comm_size(comm);
+    if (B % size || GPT_B % size) {
+        fprintf(stderr, "mpi_zero: %d ranks do not divide the batches of %d and %d\n", size, B, GPT_B);
+        return 1;
+    }
+    return 0;
+}
+
+static void teardown(void) { hx_comm_free(comm); }
+
+int main(int argc, char **argv)
+{
+    static const test_case cases[] = {
+        {"gpt_host_stage1", test_gpt_host_stage1}, {"gpt_host_stage2", test_gpt_host_stage2},
+        {"gpt_device_stage1", test_gpt_device_stage1}, {"gpt_device_stage2", test_gpt_device_stage2},
+        {"mlp_cpu", test_mlp_cpu}, {"mlp_emu", test_mlp_emu}, {"mlp_offload_cpu", test_mlp_offload_cpu},
+        {"nan_on_one_rank", test_nan_on_one_rank}, {"refusals", test_refusals},
+    };
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "mpi_zero", cases, TEST_COUNT(cases), &o);
+}
