@@ -6,7 +6,8 @@
  * kill at any instant leaves the old checkpoint or the new one under the
  * name; what it leaves beside it is a stage no one holds, which the next
  * save removes. A stage someone holds is another saver's: the save is
- * refused. */
+ * refused, when it starts and again just before the swap (of two savers
+ * alive at once, the one whose stage sorts first goes on). */
 #define _GNU_SOURCE
 #include "cli/cli.h"
 
@@ -186,6 +187,14 @@ bool cli_ckpt_commit(cli_ckpt *c)
     char parent[4096];
     const char *base;
     split(c->dir, parent, sizeof parent, &base);
+    char live[4200];
+    const char *own = strrchr(c->stage, '/');
+    if (!failed && !sweep(parent, base, own ? own + 1 : c->stage, live, sizeof live)) {
+        fprintf(stderr, "hetex %s: '%s': another process is saving there now (its stage '%s' "
+                "is locked); nothing was saved\n", c->cmd, c->dir, live);
+        cli_ckpt_abort(c);
+        return false;
+    }
     struct stat sb;
     bool first = stat(c->dir, &sb) != 0;
     if (!failed && first && rename(c->stage, c->dir)) failed = "rename", err = errno;

@@ -4,7 +4,10 @@
  * folder. The lock tells a live saver's stage from a dead one's: the next
  * save removes every stage of path that it can lock (a killed writer's,
  * whose lock went with it), and refuses to write while another saver holds
- * one. */
+ * one. Two savers that overlap go on only while neither sees a live stage
+ * that sorts before its own, checked when each starts and again just
+ * before its rename: of two savers alive at once, one commits and the
+ * other fails naming it. */
 #include "core/core.h"
 
 #include <dirent.h>
@@ -137,8 +140,15 @@ hx_status hx__stage_commit(const char *who, hx_stage *s)
 {
     int err = 0;
     if (fflush(s->f) || fsync(s->fd)) err = errno ? errno : EIO;
-    char dir[4096];
-    split(s->path, dir, sizeof dir);
+    char dir[4096], live[4200];
+    const char *base = split(s->path, dir, sizeof dir), *own = strrchr(s->tmp, '/');
+    /* A saver that began after this one's check, whose stage sorts first,
+     * went on too: one of the two must give way, and it is this one. */
+    if (!err && !sweep(dir, base, own ? own + 1 : s->tmp, true, live, sizeof live)) {
+        hx_status st = busy(who, s->path, live);
+        hx__stage_abort(s);
+        return st;
+    }
     if (!err && rename(s->tmp, s->path)) err = errno;
     if (err) {
         hx_status st = hx__error(HX_ERR_IO, "%s: writing '%s' failed: %s (disk full?); the previous "

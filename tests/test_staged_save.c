@@ -6,6 +6,7 @@
  * that get killed are this program run again with --saver (a fresh
  * process: no fork of a process whose OpenMP threads already run). */
 #include "hetex.h"
+#include "core/core.h"
 #include "hetex_checks.h"
 #include "testutil.h"
 #include "tmpdir.h"
@@ -224,6 +225,36 @@ static void test_dead_and_live_stages(void)
     remove(path);
 }
 
+/* Two savers alive at once, where the later one's stage sorts first (so
+ * both passed the check at their start): the earlier one gives way at its
+ * commit with HX_ERR_STATE naming the other's stage, and the file keeps
+ * what it held. Through core.h's staged files, to hold the overlap still. */
+static void test_overlap_at_commit(void)
+{
+    char path[128], live[200], text[16] = "";
+    snprintf(path, sizeof path, "%s/overlap.bin", dir);
+    snprintf(live, sizeof live, "%s.stage-1-0", path);
+    hx_stage s;
+    OK(hx__stage_open("test", path, &s));
+    CHECK(fputs("old", s.f) >= 0, "write the first version");
+    OK(hx__stage_commit("test", &s));
+    OK(hx__stage_open("test", path, &s));
+    CHECK(fputs("new", s.f) >= 0, "write the second version");
+    int fd = open(live, O_RDWR | O_CREAT, 0600); /* a saver that started just now */
+    CHECK(fd >= 0 && !flock(fd, LOCK_EX), "lock a stage that sorts first");
+    hx_status st = hx__stage_commit("test", &s);
+    CHECK(st == HX_ERR_STATE && strstr(hx_last_error(), live) &&
+              strstr(hx_last_error(), "another saver"),
+          "the earlier saver gives way at its commit: %s: %s", hx_status_name(st), hx_last_error());
+    FILE *f = fopen(path, "r");
+    CHECK(f && fgets(text, sizeof text, f) && !strcmp(text, "old"), "the file still holds '%s'", text);
+    if (f) fclose(f);
+    CHECK(test_stage_files_in(dir) == 1, "only the other saver's stage is left");
+    close(fd);
+    remove(live);
+    remove(path);
+}
+
 /* Two processes saving to one path, 6 times each: every save succeeds or
  * is refused with HX_ERR_STATE, and the file left is one complete
  * checkpoint. */
@@ -254,6 +285,7 @@ static void teardown(void) { test_remove_tree(dir); }
 static const test_case cases[] = {
     {"dead_and_live_stages", test_dead_and_live_stages},
     {"killed_saves", test_killed_saves},
+    {"overlap_at_commit", test_overlap_at_commit},
     {"two_savers", test_two_savers},
 };
 
