@@ -6,10 +6,17 @@
 #include <stdio.h>
 
 static _Thread_local char last_error[HX_ERROR_LEN];
+static _Thread_local hx_status last_status; /* the status last_error was set with */
 
 const char *hx_last_error(void) { return last_error; }
 
-void hx__clear_error(void) { last_error[0] = 0; }
+hx_status hx_last_status(void) { return last_status; }
+
+void hx__clear_error(void)
+{
+    last_error[0] = 0;
+    last_status = HX_OK;
+}
 
 hx_status hx__error(hx_status st, const char *fmt, ...)
 {
@@ -17,6 +24,7 @@ hx_status hx__error(hx_status st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    last_status = st;
     return st;
 }
 

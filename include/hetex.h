@@ -117,6 +117,16 @@ typedef enum hx_status {
  *   Threads:    any thread; each thread sees its own message.
  */
 HX_API const char *hx_last_error(void);
+/* The status of the failure whose message hx_last_error() holds (HX_OK
+ * if none yet on this thread): what a call that returns NULL instead of a
+ * status (an op builder, hx_graph_create) failed with. Set together with
+ * the message, so the two always describe the same failure; successful
+ * calls leave it as it is.
+ *   Fails:      never.
+ *   Ownership:  a value.
+ *   Threads:    any thread; each thread sees its own status.
+ */
+HX_API hx_status hx_last_status(void);
 /* The status's name, e.g. "HX_ERR_SHAPE"; "HX_ERR_(unknown)" for a value
  * outside the enum.
  *   Fails:      never.

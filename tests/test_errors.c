@@ -85,7 +85,19 @@ static void msg_has_dims_(int line, const char *what, int n, const int64_t *dims
         hx_status st_ = (st);                                                                  \
         report(__LINE__, st_ == (want), "%s: status %s, want %s", what, hx_status_name(st_),   \
                hx_status_name(want));                                                          \
+        report(__LINE__, st_ == HX_OK || hx_last_status() == st_,                              \
+               "%s: hx_last_status() %s, the call returned %s", what,                          \
+               hx_status_name(hx_last_status()), hx_status_name(st_));                         \
         MSG_HAS(what, __VA_ARGS__);                                                            \
+    } while (0)
+
+/* An op builder failed with status `want` (read with hx_last_status), as
+ * EXPECT_NULL checks it otherwise. */
+#define EXPECT_NULL_ST(g, before, t, want, what, ...)                                          \
+    do {                                                                                       \
+        EXPECT_NULL(g, before, t, what, __VA_ARGS__);                                          \
+        report(__LINE__, hx_last_status() == (want), "%s: hx_last_status() %s, want %s", what, \
+               hx_status_name(hx_last_status()), hx_status_name(want));                       \
     } while (0)
 
 /* After an error the graph takes a valid op. */
@@ -755,6 +767,53 @@ static void test_messages(void)
 static void test_last_error_before_any_failure(void)
 {
     report(__LINE__, hx_last_error() && hx_last_error()[0] == 0, "hx_last_error before any failure");
+    report(__LINE__, hx_last_status() == HX_OK, "hx_last_status before any failure: %s",
+           hx_status_name(hx_last_status()));
+}
+
+static void *thread_status(void *arg)
+{
+    hx_status *out = arg;
+    out[0] = hx_last_status();
+    hx_graph *g = hx_graph_create();
+    hx_graph_input(g, "x", HX_DTYPE_F32, 1, S(-1));
+    out[1] = hx_last_status();
+    hx_graph_free(g);
+    return NULL;
+}
+
+/* hx_last_status: the status of the failure hx_last_error describes, for the
+ * calls that return NULL; unchanged by successful calls; per thread. */
+static void test_last_status(void)
+{
+    hx_graph *g = hx_graph_create();
+    hx_tensor *a = hx_graph_input(g, "a", HX_DTYPE_F32, 2, S(2, 3));
+    hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_F32, 1, S(2));
+    int n0 = hx_graph_tensor_count(g);
+    EXPECT_NULL_ST(g, n0, hx_matmul(g, a, a, false, false), HX_ERR_SHAPE, "matmul [2,3]x[2,3]",
+                   "matmul");
+    EXPECT_NULL_ST(g, n0, hx_gather(g, a, ids), HX_ERR_DTYPE, "gather with f32 ids", "ids");
+    EXPECT_NULL_ST(g, n0, hx_graph_find(g, "nothing"), HX_ERR_NOT_FOUND, "find", "nothing");
+    EXPECT_NULL_ST(g, n0, hx_graph_input(g, "a", HX_DTYPE_F32, 1, S(1)), HX_ERR_INVALID_ARGUMENT,
+                   "a name taken", "a");
+    EXPECT_NULL_ST(g, n0, hx_relu(g, NULL), HX_ERR_INVALID_ARGUMENT, "relu of NULL", "relu");
+    /* a success leaves it */
+    report(__LINE__, hx_relu(g, a) != NULL, "relu: %s", hx_last_error());
+    report(__LINE__, hx_last_status() == HX_ERR_INVALID_ARGUMENT, "after a success: %s",
+           hx_status_name(hx_last_status()));
+    /* a status-returning call sets it too */
+    EXPECT_ST(hx_graph_pop_target(g), HX_ERR_STATE, "pop with an empty stack", "pop");
+    hx_status res[2] = {HX_ERR_INTERNAL, HX_ERR_INTERNAL};
+    pthread_t th;
+    if (pthread_create(&th, NULL, thread_status, res) == 0) {
+        pthread_join(th, NULL);
+        report(__LINE__, res[0] == HX_OK, "a new thread's status: %s", hx_status_name(res[0]));
+        report(__LINE__, res[1] == HX_ERR_SHAPE, "the thread's own failure: %s",
+               hx_status_name(res[1]));
+        report(__LINE__, hx_last_status() == HX_ERR_STATE, "this thread's after the other's: %s",
+               hx_status_name(hx_last_status()));
+    }
+    hx_graph_free(g);
 }
 
 /* ---- extreme shapes and losses ----------------------------------------------------- */
@@ -827,6 +886,7 @@ static void test_loss_is_a_leaf(void)
 static const test_case cases[] = {
     {"last_error_before_any_failure", test_last_error_before_any_failure},
     {"messages", test_messages},
+    {"last_status", test_last_status},
     {"build_errors", test_build_errors},
     {"backward_errors", test_backward_errors},
     {"run_errors", test_run_errors},

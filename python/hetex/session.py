@@ -1,0 +1,318 @@
+"""Session: places a graph on the CPU and the accelerator and runs it.
+
+    s = hetex.Session(g, accelerator="emu", offload_config={"offload_param": "cpu"},
+                      seed=1, n_threads=2)
+    loss = s.run({"x": xb, "y": yb}, loss_tensor, train=True)
+
+Keywords besides accelerator and offload_config are the fields of
+hx_session_config by name (n_threads, seed, max_device_memory, fallback,
+loss_scale={...}, emu_cost={...}, trace_path, clip_grad_norm,
+delayed_param_update, auto_placement, ...). offload_config takes
+MindSpore's offload_config keys as a dict (offload_param, offload_path,
+offload_cpu_size, offload_disk_size, host_mem_block_size, enable_aio,
+enable_pinned_mem, auto_offload, chunk_size, prefetch_depth; and hetex's
+offload_activations, recompute); the library's parser checks them.
+
+Zero copy: a fed numpy array that is C-contiguous, of the input's dtype and
+shape is passed to the library as it is (its own memory, read during the
+call); other array-likes are converted first (a copy). Fetched values are
+written by the library straight into the numpy array returned (or into the
+caller's `out` arrays). Dtype and shape are checked against the graph:
+a float64 array fed to an f32 input raises DtypeError rather than being
+converted silently. bf16 tensors take and give ml_dtypes.bfloat16 arrays
+when ml_dtypes is installed, else uint16 arrays of the bf16 bits (hetex.to_bf16).
+
+The GIL is released while the library runs (every cffi call releases it),
+so other Python threads go on during run(). A session is used by one thread
+at a time: a second thread's call while one is in progress raises StateError.
+"""
+import os
+import tempfile
+
+import numpy as np
+
+from . import dtypes
+from ._enums import value as _enum_value
+from ._lib import ffi, lib
+from ._structs import set_fields, to_dict
+from .errors import DtypeError, InvalidArgumentError, ShapeError, StateError, check
+from .graph import Tensor
+
+ACCELERATORS = ("auto", "cuda", "emu", "none")
+
+_from_buffer = ffi.from_buffer
+_ndarray = np.ndarray
+_empty = np.empty
+_uint16 = np.dtype(np.uint16)
+
+
+def _offload_spec(offload):
+    parts = []
+    for k, v in offload.items():
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        parts.append(f"{k}={v}")
+    return ",".join(parts)
+
+
+def _offload_struct(offload):
+    """An hx_offload_config (a cffi pointer Session's offload_config also takes)
+    from MindSpore-style keys (dict) or a "k=v,..." string, checked by the library."""
+    cfg = ffi.new("hx_offload_config *", lib.hx_offload_config_default())
+    spec = offload if isinstance(offload, str) else _offload_spec(offload)
+    check(lib.hx_offload_config_parse(spec.encode(), cfg))
+    return cfg
+
+
+offload_config = _offload_struct
+
+
+class Session:
+    """Session(graph, accelerator="auto", offload_config=None, **config); see the module."""
+
+    def __init__(self, graph, accelerator="auto", offload_config=None, **config):
+        self._ptr = None
+        cfg = ffi.new("hx_session_config *", lib.hx_session_config_default())
+        keep = []
+        conv = {
+            "accelerator": lambda v: _enum_value("HX_ACCELERATOR_", "accelerator", v, ACCELERATORS),
+            "fallback": lambda v: _enum_value("HX_FALLBACK_", "fallback", v, ("error", "cpu")),
+        }
+        if "offload" in config:
+            raise InvalidArgumentError("Session: give offload settings as offload_config={...}")
+        if "comm" in config:
+            raise InvalidArgumentError("Session: data parallel (comm) is not in the Python binding yet")
+        set_fields(cfg, dict(accelerator=accelerator, **config), "Session", conv, keep)
+        if isinstance(offload_config, ffi.CData):  # from hetex.offload_config()
+            cfg.offload = offload_config[0]
+        elif offload_config:
+            cfg.offload = _offload_struct(offload_config)[0]
+        out = ffi.new("hx_session **")
+        check(lib.hx_session_create(graph._ptr, cfg, out))
+        self._ptr = out[0]
+        self.graph = graph  # the session keeps its graph (and so its tables) alive
+        self._names = {}    # name -> Tensor, for feeds and fetches by name
+
+    # ---- lifetime
+    def close(self):
+        """Frees the session now (also done when it is collected)."""
+        if self._ptr is not None:
+            ptr, self._ptr = self._ptr, None
+            lib.hx_session_free(ptr)
+
+    def __del__(self):
+        ptr = getattr(self, "_ptr", None)
+        if ptr is not None:
+            self._ptr = None
+            lib.hx_session_free(ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _h(self):
+        p = self._ptr
+        if p is None:
+            raise StateError("the session is closed")
+        return p
+
+    def _tensor(self, key):
+        if type(key) is Tensor:
+            return key
+        t = self._names.get(key)
+        if t is None:
+            if not isinstance(key, str):
+                raise InvalidArgumentError(
+                    f"feeds and fetches are named by hetex.Tensor or str, not {type(key).__name__}")
+            t = self.graph.find(key)
+            self._names[key] = t
+        return t
+
+    # ---- running
+    def run(self, feeds=None, fetches=None, train=False, out=None):
+        """Runs what `fetches` need (and, with train=True, every optimizer update).
+
+        feeds: {Tensor or name: array}. fetches: a Tensor or name (returns one
+        array), a list or tuple of them (returns a list), or None (returns
+        None). out: arrays to fetch into instead of new ones (one per fetch, in
+        the same form as fetches), written in place and returned."""
+        h = self._h()
+        keep = []
+        nf = len(feeds) if feeds else 0
+        cfeeds = ffi.new("hx_feed[]", nf) if nf else ffi.NULL
+        if nf:
+            i = 0
+            for key, arr in feeds.items():
+                t = self._tensor(key)
+                arr = self._feed_array(t, arr)
+                keep.append(arr)
+                f = cfeeds[i]
+                f.tensor = t._ptr
+                f.data = _from_buffer(arr)
+                f.bytes = arr.nbytes
+                i += 1
+        single = fetches is not None and not isinstance(fetches, (list, tuple))
+        flist = [fetches] if single else (fetches or ())
+        olist = None
+        if out is not None:
+            olist = [out] if single else list(out)
+            if len(olist) != len(flist):
+                raise InvalidArgumentError(f"run: {len(olist)} out arrays for {len(flist)} fetches")
+        nx = len(flist)
+        cfetch = ffi.new("hx_fetch[]", nx) if nx else ffi.NULL
+        results = []
+        for i, key in enumerate(flist):
+            t = self._tensor(key)
+            if olist is None:
+                a = _empty(t.shape, t.numpy_dtype)
+            else:
+                a = self._out_array(t, olist[i])
+            results.append(a)
+            f = cfetch[i]
+            f.tensor = t._ptr
+            f.data = _from_buffer(a, require_writable=True)
+            f.bytes = a.nbytes
+        st = lib.hx_session_run(h, cfeeds, nf, cfetch, nx, 1 if train else 0)
+        if st:
+            check(st)
+        if fetches is None:
+            return None
+        return results[0] if single else results
+
+    @staticmethod
+    def _feed_array(t, arr):
+        """arr itself when it is a C-contiguous ndarray of t's dtype and shape;
+        other array-likes converted (a copy); wrong ndarray dtype or shape raise."""
+        want = t.numpy_dtype
+        if type(arr) is _ndarray:
+            dt = arr.dtype
+            if dt != want and not (dt == _uint16 and t.dtype == "bf16"):
+                raise DtypeError(
+                    f"feed '{t.name}': array of dtype {dt}, the input is {t.dtype} "
+                    f"(numpy {want}); convert it (arr.astype(...), hetex.to_bf16)")
+            if arr.shape != t.shape:
+                raise ShapeError(
+                    f"feed '{t.name}': array of shape {arr.shape}, the input is {t.shape}")
+            if not arr.flags.c_contiguous:
+                arr = np.asarray(arr, order="C")
+            return arr
+        if isinstance(arr, _ndarray):  # a subclass: as an ndarray, same rules
+            return Session._feed_array(t, arr.view(_ndarray))
+        a = np.asarray(arr)
+        if a.dtype.kind in "fiub" and t.dtype != "bf16":
+            a = np.asarray(a, dtype=want, order="C")
+        elif t.dtype == "bf16" and a.dtype.kind == "f":
+            raise DtypeError(f"feed '{t.name}': the input is bf16: give hetex.to_bf16(values)")
+        if a.shape != t.shape:
+            raise ShapeError(f"feed '{t.name}': value of shape {a.shape}, the input is {t.shape}")
+        return Session._feed_array(t, a)
+
+    @staticmethod
+    def _out_array(t, a):
+        if not isinstance(a, _ndarray):
+            raise InvalidArgumentError(f"out for '{t.name}' must be a numpy array")
+        if a.dtype != t.numpy_dtype and not (a.dtype == _uint16 and t.dtype == "bf16"):
+            raise DtypeError(f"out for '{t.name}': dtype {a.dtype}, the tensor is {t.dtype}")
+        if a.shape != t.shape:
+            raise ShapeError(f"out for '{t.name}': shape {a.shape}, the tensor is {t.shape}")
+        if not a.flags.c_contiguous or not a.flags.writeable:
+            raise InvalidArgumentError(f"out for '{t.name}' must be C-contiguous and writable")
+        return a
+
+    # ---- persistent tensors
+    def read(self, tensor):
+        """A persistent tensor's value (parameter, constant, optimizer state)."""
+        t = self._tensor(tensor)
+        a = _empty(t.shape, t.numpy_dtype)
+        check(lib.hx_session_read(self._h(), t._ptr, _from_buffer(a, require_writable=True), a.nbytes))
+        return a
+
+    def write(self, tensor, value):
+        """Sets a persistent tensor's value (dtype and shape checked as feeds are)."""
+        t = self._tensor(tensor)
+        a = self._feed_array(t, value)
+        check(lib.hx_session_write(self._h(), t._ptr, _from_buffer(a), a.nbytes))
+
+    def save(self, path):
+        """Checkpoint of parameters, optimizer state, step and loss scale (atomic)."""
+        check(lib.hx_session_save(self._h(), os.fspath(path).encode()))
+
+    def load(self, path):
+        """Loads a checkpoint, checked whole against the graph first (CorruptError)."""
+        check(lib.hx_session_load(self._h(), os.fspath(path).encode()))
+
+    # ---- state and reports
+    @property
+    def step(self):
+        return lib.hx_session_step(self._h())
+
+    def set_lr_scale(self, scale):
+        check(lib.hx_session_set_lr_scale(self._h(), float(scale)))
+
+    def _report(self, ctype, fn):
+        out = ffi.new(ctype)
+        check(fn(self._h(), out))
+        return to_dict(out)
+
+    def train_stats(self):
+        return self._report("hx_train_stats *", lib.hx_session_train_stats)
+
+    def memory_stats(self):
+        return self._report("hx_memory_stats *", lib.hx_session_memory_stats)
+
+    def offload_report(self):
+        return self._report("hx_offload_report *", lib.hx_session_offload_report)
+
+    def placement_stats(self):
+        return self._report("hx_placement_stats *", lib.hx_session_placement_stats)
+
+    def placement_report(self):
+        return self._report("hx_placement_report *", lib.hx_session_placement_report)
+
+    def pool_stats(self):
+        return self._report("hx_device_pools_stats *", lib.hx_session_pool_stats)
+
+    def accelerator_info(self):
+        d = self._report("hx_accelerator_info *", lib.hx_session_accelerator_info)
+        from ._enums import name
+        d["in_use"] = name("HX_ACCELERATOR_", d["in_use"])
+        return d
+
+    def _dump(self, fn):
+        fd, path = tempfile.mkstemp(prefix="hetex-", suffix=".txt")
+        os.close(fd)
+        try:
+            check(fn(self._h(), path.encode()))
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        finally:
+            os.unlink(path)
+
+    def placement_summary(self):
+        """Where each op runs: the plan's subgraphs (host or device), their ops
+        and the copies between them, as text (hx_session_dump_summary)."""
+        return self._dump(lib.hx_session_dump_summary)
+
+    def placement(self):
+        """Where each op of the plan runs: {tensor name: "cpu" or "device"},
+        read from placement_summary()'s subgraph lists."""
+        where = {}
+        current = None
+        for line in self.placement_summary().splitlines():
+            if line.startswith("subgraph "):
+                current = line.split(" on ", 1)[1].split(":", 1)[0]
+            elif line.startswith("  ") and current is not None:
+                where[line.strip().rsplit(" (", 1)[0]] = current
+            else:
+                current = None
+        return where
+
+    def placement_dot(self):
+        """The plan as Graphviz DOT text (hx_session_dump_dot)."""
+        return self._dump(lib.hx_session_dump_dot)
+
+    def trace_flush(self):
+        """Writes the Chrome trace recorded so far (trace_path or $HX_TRACE)."""
+        check(lib.hx_session_trace_flush(self._h()))

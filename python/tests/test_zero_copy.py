@@ -1,0 +1,105 @@
+"""Feeds and fetches without copies where the API promises it, checked by
+address: a C-contiguous array of the input's dtype and shape goes to the
+library as it is; a fetch is written by the library into the array returned
+(or the caller's out array). Other arrays are copied (a non-contiguous view,
+a list)."""
+import numpy as np
+
+import hetex
+from hetex._lib import ffi
+from conftest import cpu_session
+
+
+def _address(cdata):
+    return int(ffi.cast("uintptr_t", cdata))
+
+
+def _graph():
+    g = hetex.Graph()
+    x = g.input("x", (4, 8))
+    w = g.param("w", (8, 3), init=hetex.init.uniform(-1, 1))
+    y = x @ w
+    return g, x, w, y
+
+
+def test_feed_passes_the_array_itself():
+    g, x, w, y = _graph()
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    fed = hetex.Session._feed_array(x, a)
+    assert fed is a
+    assert _address(ffi.from_buffer(fed)) == a.ctypes.data
+    # a read-only array is fed as it is too (the library only reads feeds)
+    a.flags.writeable = False
+    assert hetex.Session._feed_array(x, a) is a
+
+
+def test_feeds_that_are_copied():
+    g, x, w, y = _graph()
+    big = np.arange(64, dtype=np.float32).reshape(4, 16)
+    view = big[:, ::2]  # (4, 8), not contiguous
+    fed = hetex.Session._feed_array(x, view)
+    assert fed.ctypes.data != view.ctypes.data and fed.flags.c_contiguous
+    np.testing.assert_array_equal(fed, view)
+    fed = hetex.Session._feed_array(x, view.tolist())
+    assert fed.dtype == np.float32
+    np.testing.assert_array_equal(fed, view)
+
+
+def test_fetch_into_out_and_new_arrays():
+    g, x, w, y = _graph()
+    s = cpu_session(g)
+    a = np.ones((4, 8), np.float32)
+    out = np.full((4, 3), np.nan, np.float32)
+    addr = out.ctypes.data
+    got = s.run({x: a}, y, out=out)
+    assert got is out and got.ctypes.data == addr
+    np.testing.assert_allclose(out, a @ s.read(w), rtol=1e-6)
+    # lists of fetches and outs
+    o2 = np.empty((4, 3), np.float32)
+    got = s.run({x: a}, [y, w], out=[o2, np.empty((8, 3), np.float32)])
+    assert got[0] is o2
+    # a new array owns its memory, which the library wrote
+    fresh = s.run({x: a}, y)
+    assert fresh.flags.owndata and fresh.flags.c_contiguous
+    np.testing.assert_array_equal(fresh, out)
+
+
+def test_out_must_fit():
+    g, x, w, y = _graph()
+    s = cpu_session(g)
+    a = np.ones((4, 8), np.float32)
+    try:
+        s.run({x: a}, y, out=np.empty((4, 3), np.float64))
+        raise AssertionError("an f64 out was taken")
+    except hetex.DtypeError:
+        pass
+    try:
+        s.run({x: a}, y, out=np.empty((3, 4), np.float32))
+        raise AssertionError("a wrongly shaped out was taken")
+    except hetex.ShapeError:
+        pass
+    ro = np.empty((4, 3), np.float32)
+    ro.flags.writeable = False
+    try:
+        s.run({x: a}, y, out=ro)
+        raise AssertionError("a read-only out was taken")
+    except hetex.InvalidArgumentError:
+        pass
+
+
+def test_bf16_as_bits_or_ml_dtypes():
+    g = hetex.Graph()
+    x = g.input("x", (3,), "bf16")
+    y = x.cast("f32")
+    s = cpu_session(g)
+    v = np.array([1.0, -2.5, 3.140625], np.float32)
+    bits = hetex.to_bf16(v)
+    assert bits.dtype == hetex.BF16_NUMPY
+    np.testing.assert_array_equal(s.run({x: bits}, y), v)
+    np.testing.assert_array_equal(s.run({x: bits.view(np.uint16)}, y), v)
+    fetched = s.run({x: bits}, x)
+    assert fetched.dtype == hetex.BF16_NUMPY
+    np.testing.assert_array_equal(hetex.from_bf16(fetched), v)
+    # round to nearest even, as hetex's casts round
+    assert hetex.to_bf16(np.float32(1 + 2 ** -8)).view(np.uint16) == 0x3F80
+    assert hetex.to_bf16(np.float32(1 + 3 * 2 ** -8)).view(np.uint16) == 0x3F82
