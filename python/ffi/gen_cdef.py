@@ -121,6 +121,25 @@ def cdef_from_header(text):
     return body + "\n"
 
 
+_CONTRACT = re.compile(r"/\*(?P<block>(?:[^*]|\*(?!/))*)\*/(?P<decls>(?:\s*HX_API[^;]*;)+)")
+_DECL_NAME = re.compile(r"\b(hx_\w+)\s*\(")
+
+
+def contracts_from_header(text):
+    """{function name: its contract block's text} for every HX_API function
+    that directly follows a comment block (the block describes the run of
+    declarations after it, as the header's conventions say)."""
+    out = {}
+    for m in _CONTRACT.finditer(text):
+        lines = [ln.strip() for ln in m.group("block").strip("\n").split("\n")]
+        body = "\n".join(ln[2:] if ln.startswith("* ") else ln.lstrip("*") for ln in lines)
+        for decl in re.split(r";", m.group("decls")):
+            n = _DECL_NAME.search(decl)
+            if n:
+                out[n.group(1)] = body.strip()
+    return out
+
+
 def main(argv):
     if len(argv) != 3:
         print("usage: gen_cdef.py HEADER OUT", file=sys.stderr)

@@ -7,6 +7,7 @@ and run it in a Session. Every failure raises a subclass of hetex.Error
 carrying the library's message.
 """
 from . import init, ops, optim
+from ._doc import contract
 from ._lib import ffi as _ffi
 from ._lib import lib as _lib
 from .data import Batch, Features, Reader, feature_column

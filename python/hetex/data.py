@@ -268,3 +268,19 @@ class Features:
             lib.hx_features_free(ptr)
 
     __del__ = close
+
+
+def _attach_contracts():
+    from ._doc import attach_methods
+    attach_methods(Reader, {"__init__": "hx_reader_open", "next": "hx_reader_next",
+                            "rewind": "hx_reader_rewind", "stats": "hx_reader_stats_get",
+                            "close": "hx_reader_close", "find": "hx_reader_config_find"})
+    attach_methods(Features, {"__init__": "hx_features_create", "fit": "hx_features_fit",
+                              "fit_batch": "hx_features_fit_batch",
+                              "fit_finish": "hx_features_fit_finish", "info": "hx_features_info",
+                              "lookup": "hx_features_lookup", "shape": "hx_features_shape_get",
+                              "embedding": "hx_features_embedding",
+                              "transform": "hx_features_transform", "close": "hx_features_free"})
+
+
+_attach_contracts()

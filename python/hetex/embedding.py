@@ -143,3 +143,19 @@ def hash_strings(strings, seed=0):
     out = np.empty(n, dtype=np.int64)
     lib.hx_embedding_hash_strings(arr, lens, n, int(seed), ffi.from_buffer("int64_t[]", out))
     return out
+
+
+def _attach_contracts():
+    from ._doc import attach, attach_methods
+    attach(hash_strings, "hx_embedding_hash_strings")
+    attach_methods(EmbeddingTable, {
+        "__init__": ("hx_embedding_table_create", "hx_embedding_config_default"),
+        "close": "hx_embedding_table_free", "rows": "hx_embedding_table_rows",
+        "dim": "hx_embedding_table_dim", "set_optimizer": "hx_embedding_table_set_optimizer",
+        "read_rows": "hx_embedding_table_read_rows", "write_rows": "hx_embedding_table_write_rows",
+        "read_state": "hx_embedding_table_read_state", "save": "hx_embedding_table_save",
+        "load": "hx_embedding_table_load", "stats": "hx_embedding_table_stats",
+        "prefetch": "hx_embedding_table_prefetch"})
+
+
+_attach_contracts()

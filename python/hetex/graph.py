@@ -287,3 +287,21 @@ class Graph:
         cfg = ffi.new("hx_optimizer_config *", optimizer.config())
         check(lib.hx_graph_apply_optimizer(self._ptr, param._ptr if param is not None else ffi.NULL,
                                            cfg))
+
+
+def _attach_contracts():
+    from ._doc import attach_methods
+    attach_methods(Tensor, {
+        "name": ("hx_tensor_name", "hx_tensor_set_name"), "shape": ("hx_tensor_ndim", "hx_tensor_dim"),
+        "dtype": "hx_tensor_dtype", "numel": "hx_tensor_numel", "nbytes": "hx_tensor_nbytes",
+        "kind": "hx_tensor_kind_of", "op": "hx_tensor_op_name",
+        "target": ("hx_tensor_target", "hx_tensor_set_target"), "grad": "hx_tensor_grad"})
+    attach_methods(Graph, {
+        "__init__": "hx_graph_create", "input": "hx_graph_input", "param": "hx_graph_param",
+        "constant": "hx_graph_constant", "find": "hx_graph_find", "__len__": "hx_graph_tensor_count",
+        "target": ("hx_graph_push_target", "hx_graph_pop_target"),
+        "recompute": ("hx_graph_push_recompute", "hx_graph_pop_recompute"),
+        "backward": "hx_graph_backward", "apply_optimizer": "hx_graph_apply_optimizer"})
+
+
+_attach_contracts()

@@ -69,6 +69,8 @@ add = _binary(lib.hx_add)
 sub = _binary(lib.hx_sub)
 mul = _binary(lib.hx_mul)
 div = _binary(lib.hx_div)
+for _n, _f in (("add", add), ("sub", sub), ("mul", mul), ("div", div)):
+    _f.__name__ = _f.__qualname__ = _n
 add.__doc__ = "a + b with numpy broadcasting."
 sub.__doc__ = "a - b with numpy broadcasting."
 mul.__doc__ = "a * b with numpy broadcasting."
@@ -112,6 +114,9 @@ softmax = _unary(lib.hx_softmax, "softmax over the last axis.")
 log_softmax = _unary(lib.hx_log_softmax, "log-softmax over the last axis.")
 causal_mask = _unary(lib.hx_causal_mask, "x (..., T, T) with -inf above the diagonal.")
 global_avg_pool2d = _unary(lib.hx_global_avg_pool2d, "(N, C, H, W) -> (N, C): mean over H, W.")
+for _n in ("relu", "gelu", "sigmoid", "tanh", "exp", "log", "sqrt", "softmax", "log_softmax",
+           "causal_mask", "global_avg_pool2d"):
+    globals()[_n].__name__ = globals()[_n].__qualname__ = _n
 
 
 def layernorm(x, gamma, beta, eps=1e-5, *, target=None, name=None):
@@ -169,6 +174,8 @@ def _reduce(fn):
 
 reduce_sum = _reduce(lib.hx_reduce_sum)
 reduce_mean = _reduce(lib.hx_reduce_mean)
+reduce_sum.__name__ = reduce_sum.__qualname__ = "reduce_sum"
+reduce_mean.__name__ = reduce_mean.__qualname__ = "reduce_mean"
 reduce_sum.__doc__ = "Sum over axes (None: all)."
 reduce_mean.__doc__ = "Mean over axes (None: all)."
 
@@ -234,6 +241,8 @@ def _pool(fn):
 
 max_pool2d = _pool(lib.hx_max_pool2d)
 avg_pool2d = _pool(lib.hx_avg_pool2d)
+max_pool2d.__name__ = max_pool2d.__qualname__ = "max_pool2d"
+avg_pool2d.__name__ = avg_pool2d.__qualname__ = "avg_pool2d"
 max_pool2d.__doc__ = "Max pooling over (kh, kw) windows (stride None: the kernel)."
 avg_pool2d.__doc__ = "Average pooling over (kh, kw) windows, padding counted."
 
@@ -286,3 +295,17 @@ METHODS = {
     "cast": cast, "causal_mask": causal_mask, "dropout": dropout, "max_pool2d": max_pool2d,
     "avg_pool2d": avg_pool2d, "global_avg_pool2d": global_avg_pool2d,
 }
+
+
+def _attach_contracts():
+    from ._doc import attach
+    names = {"reduce_sum": "hx_reduce_sum", "reduce_mean": "hx_reduce_mean"}
+    for name, fn in list(globals().items()):
+        if callable(fn) and not name.startswith("_") and getattr(fn, "__module__", "") == __name__:
+            if name in ("transpose",):
+                attach(fn, "hx_permute")
+            else:
+                attach(fn, names.get(name, "hx_" + name))
+
+
+_attach_contracts()

@@ -316,3 +316,22 @@ class Session:
     def trace_flush(self):
         """Writes the Chrome trace recorded so far (trace_path or $HX_TRACE)."""
         check(lib.hx_session_trace_flush(self._h()))
+
+
+def _attach_contracts():
+    from ._doc import attach, attach_methods
+    attach(_offload_struct, "hx_offload_config_parse")
+    attach_methods(Session, {
+        "__init__": ("hx_session_create", "hx_session_config_default"), "close": "hx_session_free",
+        "run": "hx_session_run", "read": "hx_session_read", "write": "hx_session_write",
+        "save": "hx_session_save", "load": "hx_session_load", "step": "hx_session_step",
+        "set_lr_scale": "hx_session_set_lr_scale", "train_stats": "hx_session_train_stats",
+        "memory_stats": "hx_session_memory_stats", "offload_report": "hx_session_offload_report",
+        "placement_stats": "hx_session_placement_stats",
+        "placement_report": "hx_session_placement_report", "pool_stats": "hx_session_pool_stats",
+        "accelerator_info": "hx_session_accelerator_info",
+        "placement_summary": "hx_session_dump_summary", "placement_dot": "hx_session_dump_dot",
+        "trace_flush": "hx_session_trace_flush"})
+
+
+_attach_contracts()

@@ -37,3 +37,16 @@ def test_generator_refuses_what_it_cannot_read():
     out = cdef_from_header("#define E\n#define V (1 << 2)\n#ifdef __cplusplus\nno;\n#endif\n"
                            "E int f(void); /* c */\n")
     assert out.split() == ["#define", "V", "...", "int", "f(void);"]
+
+
+def test_docstrings_carry_the_contracts():
+    assert "Fails:" in hetex.contract("hx_session_run")
+    assert "HX_ERR_INDEX" in hetex.Session.run.__doc__
+    assert "C contract (hx_matmul" in hetex.matmul.__doc__
+    assert "C contract (hx_tensor_grad" in hetex.Tensor.grad.__doc__
+    assert "hx_embedding_table_free" in hetex.EmbeddingTable.close.__doc__
+    with pytest.raises(KeyError):
+        hetex.contract("hx_nothing")
+    # every wrapper of an op names its C function
+    for name in ("add", "relu", "reduce_sum", "conv2d", "embedding_bag", "slice"):
+        assert "C contract (hx_" in getattr(hetex, name).__doc__, name
