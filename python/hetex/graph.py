@@ -44,13 +44,19 @@ class Tensor:
     `a @ b` (matmul), `-a`. The op methods (`relu()`, `reshape(...)`, ...) are
     those of hetex.ops with this tensor first."""
 
-    __slots__ = ("_ptr", "graph", "_shape", "_dtype", "__weakref__")
+    __slots__ = ("_ptr", "graph", "_shape", "_dtype", "_spec", "__weakref__")
 
     def __init__(self, graph, ptr):
         self._ptr = ptr
         self.graph = graph
         self._shape = None
         self._dtype = None
+        self._spec = None
+
+    def _make_spec(self):
+        """(pointer, shape, numpy dtype, bytes): what Session.run checks and passes."""
+        self._spec = (self._ptr, self.shape, self.numpy_dtype, self.nbytes)
+        return self._spec
 
     # ---- what it is
     @property

@@ -92,6 +92,8 @@ class Session:
         self._ptr = out[0]
         self.graph = graph  # the session keeps its graph (and so its tables) alive
         self._names = {}    # name -> Tensor, for feeds and fetches by name
+        self._arrays = {}   # (feeds, fetches) -> reused hx_feed[] and hx_fetch[]
+        self._busy = False
 
     # ---- lifetime
     def close(self):
@@ -141,40 +143,57 @@ class Session:
         h = self._h()
         keep = []
         nf = len(feeds) if feeds else 0
-        cfeeds = ffi.new("hx_feed[]", nf) if nf else ffi.NULL
+        single = fetches is not None and type(fetches) is not list and type(fetches) is not tuple
+        flist = (fetches,) if single else (fetches or ())
+        nx = len(flist)
+        olist = None
+        if out is not None:
+            olist = (out,) if single else list(out)
+            if len(olist) != nx:
+                raise InvalidArgumentError(f"run: {len(olist)} out arrays for {nx} fetches")
+        # The feed and fetch arrays are reused from run to run; a run that
+        # overlaps another (another thread: the library refuses it) gets its own.
+        arrays = self._arrays.get((nf, nx)) if not self._busy else None
+        if arrays is None:
+            arrays = (ffi.new("hx_feed[]", nf) if nf else ffi.NULL,
+                      ffi.new("hx_fetch[]", nx) if nx else ffi.NULL)
+            if not self._busy:
+                self._arrays[(nf, nx)] = arrays
+        cfeeds, cfetch = arrays
         if nf:
             i = 0
             for key, arr in feeds.items():
-                t = self._tensor(key)
-                arr = self._feed_array(t, arr)
+                t = key if type(key) is Tensor else self._tensor(key)
+                spec = t._spec or t._make_spec()
+                # the fast path: an ndarray of the input's dtype and shape, C-contiguous
+                if not (type(arr) is _ndarray and arr.dtype is spec[2] and arr.shape == spec[1]
+                        and arr.flags.c_contiguous):
+                    arr = self._feed_array(t, arr)
                 keep.append(arr)
                 f = cfeeds[i]
-                f.tensor = t._ptr
+                f.tensor = spec[0]
                 f.data = _from_buffer(arr)
                 f.bytes = arr.nbytes
                 i += 1
-        single = fetches is not None and not isinstance(fetches, (list, tuple))
-        flist = [fetches] if single else (fetches or ())
-        olist = None
-        if out is not None:
-            olist = [out] if single else list(out)
-            if len(olist) != len(flist):
-                raise InvalidArgumentError(f"run: {len(olist)} out arrays for {len(flist)} fetches")
-        nx = len(flist)
-        cfetch = ffi.new("hx_fetch[]", nx) if nx else ffi.NULL
         results = []
-        for i, key in enumerate(flist):
-            t = self._tensor(key)
+        for i in range(nx):
+            key = flist[i]
+            t = key if type(key) is Tensor else self._tensor(key)
+            spec = t._spec or t._make_spec()
             if olist is None:
-                a = _empty(t.shape, t.numpy_dtype)
+                a = _empty(spec[1], spec[2])
             else:
                 a = self._out_array(t, olist[i])
             results.append(a)
             f = cfetch[i]
-            f.tensor = t._ptr
+            f.tensor = spec[0]
             f.data = _from_buffer(a, require_writable=True)
-            f.bytes = a.nbytes
-        st = lib.hx_session_run(h, cfeeds, nf, cfetch, nx, 1 if train else 0)
+            f.bytes = spec[3]
+        self._busy = True
+        try:
+            st = lib.hx_session_run(h, cfeeds, nf, cfetch, nx, 1 if train else 0)
+        finally:
+            self._busy = False
         if st:
             check(st)
         if fetches is None:
