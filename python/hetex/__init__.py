@@ -25,3 +25,7 @@ from .ops import (add, avg_pool2d, batchnorm, bce_with_logits, bias_add, cast, c
 from .session import Session, offload_config
 
 __version__ = _ffi.string(_lib.hx_version()).decode()
+
+# `from hetex import *` leaves out IndexError and IOError, which would hide
+# the builtins of the same names (use hetex.IndexError, hetex.IOError).
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("IndexError", "IOError")]

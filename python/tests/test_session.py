@@ -125,3 +125,14 @@ def test_tensor_facts():
     assert "w1" in repr(w1)
     with pytest.raises(AttributeError):
         w1.no_such_method
+
+
+def test_trace(rng, tmp_path):
+    import json
+    g, x, y, loss = _mlp()
+    path = tmp_path / "trace.json"
+    s = hetex.Session(g, accelerator="emu", n_threads=1, trace_path=str(path))
+    s.run(_data(rng), loss, train=True)
+    s.trace_flush()
+    events = json.loads(path.read_text())["traceEvents"]
+    assert any(e.get("name") for e in events)
