@@ -78,7 +78,9 @@ uint64_t hx__comm_bytes_sent(const hx_comm *c);
  * fewest bytes once the chunk count is padded to a multiple of the N
  * ranks; chunk k (and every gradient in it) belongs to rank k mod N.
  * Stage 1 sums every chunk on every rank as stage 0 does; stage 2 keeps
- * only this rank's chunks (hx__dp_reduce_scatter). */
+ * only this rank's chunks (hx__dp_reduce_scatter). Chunks are dealt so
+ * that each rank owns as many, the fullest first, each to the least
+ * loaded rank (dp_layout.h). */
 typedef struct hx_dp hx_dp;
 hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk_size, hx_dtype dt,
                         int stage, hx_dp **out);
@@ -94,13 +96,17 @@ hx_status hx__dp_reduce_scatter(hx_dp *d, void *const *grads);
 int64_t hx__dp_chunks(const hx_dp *d);        /* holding gradients */
 int64_t hx__dp_padded_chunks(const hx_dp *d); /* ZeRO: a multiple of N */
 size_t hx__dp_chunk_size(const hx_dp *d);     /* ZeRO: the one chunk size */
-/* The host bytes the sums go through: all chunks together (stage 2: this
- * rank's chunks and one group's send buffer). */
+/* The host bytes the sums go through: all chunks together (ZeRO: and one
+ * group's buffer; stage 2: only this rank's chunks and that buffer). */
 size_t hx__dp_chunk_bytes(const hx_dp *d);
 /* Stage 2: this rank's chunks of summed gradients (else 0). */
 size_t hx__dp_grad_shard_bytes(const hx_dp *d);
 /* ZeRO: the rank that owns gradient i (stage 0: -1). */
 int hx__dp_owner(const hx_dp *d, int64_t i);
+/* ZeRO, after the updates: vals[i] (val_bytes[i] <= gradient i's bytes,
+ * host-addressable) of every gradient an owner holds to every other rank,
+ * group after group, each an all-gather through one buffer of N blocks. */
+hx_status hx__dp_all_gather(hx_dp *d, void *const *vals, const size_t *val_bytes);
 
 /* NCCL between GPU ranks (built with CUDA where nccl.h is found; the other
  * builds answer HX_ERR_UNSUPPORTED): a clique over c's ranks, bootstrapped

@@ -494,6 +494,7 @@ static hx_status run(hx_session *s, const hx_feed *feeds, int n_feeds, const hx_
                            "hx_session_run: fetch %d names '%s', an optimizer update, which has "
                            "no value; fetch the parameter instead", i, t->name);
         if (!st) st = check_bytes("fetch", i, t, fetches[i].data, fetches[i].bytes);
+        if (!st) st = hx__session_zero_access(s, "hx_session_run", t, false); /* another rank's shard */
         ids[i] = t->id;
     }
     if (st) goto out;

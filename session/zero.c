@@ -3,12 +3,13 @@
  * (dist/dp.c); it keeps and updates only their optimizer state and, where
  * a parameter is an f32 master used through a half copy, the master; the
  * others' storage is freed at creation and their updates are left out of
- * phase 1 (engine.update_skip). After the updates each owner broadcasts
- * what every rank reads of its parameters: the half copy, else the f32
- * parameter itself. At stage 2 each rank has summed only its own
- * gradients, so the gradient norm and the Inf/NaN check come from the
- * owners' per-parameter sums of squares, gathered and added in plan order
- * as the scan adds them: bitwise stage 0's norm. */
+ * phase 1 (engine.update_skip). After the updates each owner's chunks of
+ * what every rank reads of its parameters (the half copy, else the f32
+ * parameter itself) go to every rank (dist/dp.c's all-gather). At stage 2
+ * each rank has summed only its own gradients, so the gradient norm and
+ * the Inf/NaN check come from the owners' per-parameter sums of squares,
+ * gathered and added in plan order as the scan adds them: bitwise stage
+ * 0's norm. */
 #include "session/session.h"
 #include "dist/dist.h"
 #include "offload/offload.h"
@@ -82,6 +83,10 @@ hx_status hx__session_zero_setup(hx_session *s)
         int k = s->dp_index[i];
         if (k < 0) continue;
         int owner = hx__dp_owner(s->dp[k % 2], k / 2);
+        if (hx_tensor_nbytes(replica(u)) > hx_tensor_nbytes(u->src[1]))
+            return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO: '%s' (%s) is larger than "
+                             "its gradient '%s' (%s), whose chunks carry it to the ranks", replica(u)->name,
+                             hx_dtype_name(replica(u)->dtype), u->src[1]->name, hx_dtype_name(u->src[1]->dtype));
         s->zero_owner[i] = owner;
         s->zero_skip[i] = owner != rank;
         for (int j = 0; j < u->n_src; j++) {
@@ -150,23 +155,24 @@ hx_status hx__session_zero_gather(hx_session *s)
 {
     hx_engine *e = &s->e;
     const hx_graph *g = e->g;
-    hx_coll **q = calloc((size_t)(g->n ? g->n : 1), sizeof *q);
-    if (!q) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
-    hx_status st = HX_OK;
-    int started = 0;
-    /* every owner's broadcasts in flight together, in graph order on every rank */
-    for (int i = 0; i < g->n && !st; i++) {
-        if (g->tensors[i]->kind != HX_TENSOR_UPDATE || s->zero_owner[i] < 0) continue;
-        const hx_tensor *r = replica(g->tensors[i]);
-        st = hx__comm_broadcast(e->cfg.comm, e->persist[r->id], hx_tensor_numel(r), r->dtype,
-                                s->zero_owner[i], &q[started]);
-        if (!st) started++;
+    size_t n = (size_t)(g->n ? g->n : 1);
+    void **vals = malloc(n * sizeof *vals);
+    size_t *bytes = malloc(n * sizeof *bytes);
+    hx_status st = vals && bytes ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    /* per dtype group, in its gradients' order: what every rank reads of each parameter */
+    for (int grp = 0; grp < 2 && !st; grp++) {
+        if (!s->dp[grp]) continue;
+        for (int i = 0; i < g->n; i++) {
+            int k = s->dp_index[i];
+            if (k < 0 || k % 2 != grp) continue;
+            const hx_tensor *r = replica(g->tensors[i]);
+            vals[k / 2] = e->persist[r->id];
+            bytes[k / 2] = hx_tensor_nbytes(r);
+        }
+        st = hx__dp_all_gather(s->dp[grp], vals, bytes);
     }
-    for (int k = 0; k < started; k++) {
-        hx_status w = hx__coll_wait(q[k]);
-        if (!st) st = w;
-    }
-    free(q);
+    free(vals);
+    free(bytes);
     return st;
 }
 

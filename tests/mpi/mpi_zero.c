@@ -19,8 +19,9 @@
  * (master, two moments). Also: a NaN on one rank skips the step on every
  * rank at stage 2, and the refusals (a stage without a communicator or
  * out of range, stage 3, stages that differ between ranks, the delayed
- * update, checkpoints and writes of sharded state), after which the
- * session and the communicator still work. */
+ * update, checkpoints and writes of sharded state, reads and fetches of
+ * another rank's shard), after which the session and the communicator
+ * still work. */
 #include "dist/dist.h"
 #include "deep_mlp.h"
 #include "gpt.h"
@@ -388,6 +389,11 @@ static void test_refusals(void)
     float x[B * W], y[B * W];
     mlp_batch(0, x, y);
     hx_feed f[2] = {{NULL, m.x, x, sizeof(float) * (B / size) * W}, {NULL, m.y, y, sizeof(float) * (B / size) * W}};
+    hx_fetch fm = {NULL, mom, after, sizeof after}; /* a fetch of it: the same rule as a read */
+    st = hx_session_run(s, f, 2, &fm, 1, 0);
+    CHECK(mine ? st == HX_OK && !memcmp(before, after, sizeof before)
+               : st == HX_ERR_INVALID_ARGUMENT && strstr(hx_last_error(), "read it there"),
+          "rank %d: fetch of '%s': %s: %s", rank, name, hx_status_name(st), hx_last_error());
     OK(hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN));
     hx_session_free(s);
     deep_mlp_free(&m);

@@ -1,0 +1,47 @@
+/* dist/'s gradient layout for data parallel (dp.c), private to dist/: the
+ * chunks (memory/chunks.h) the gradients are summed in and, with ZeRO,
+ * which rank owns each chunk. */
+#ifndef HX_DIST_DP_LAYOUT_H
+#define HX_DIST_DP_LAYOUT_H
+
+#include "core/core.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Per gradient its chunk and offset in it; per chunk its gradient bytes
+ * (fill), its used bytes (to its last gradient's end) and (ZeRO) its owner
+ * and place among the owner's chunks. */
+typedef struct hx_dp_layout {
+    int64_t n_chunks, *chunk_of, *group_of;
+    size_t *offset_of, *fill, *used;
+    int *rank_of;
+    int64_t *placed; /* per rank: scratch */
+    size_t *load;    /* per rank: the gradient bytes it owns */
+} hx_dp_layout;
+
+/* An empty layout for n gradients over `ranks` ranks; HX_ERR_OUT_OF_MEMORY. */
+hx_status hx__dp_layout_init(hx_dp_layout *z, int64_t n, int ranks);
+void hx__dp_layout_free(hx_dp_layout *z);
+/* Lays the n gradients of bytes[i] bytes (elements of esz) out in chunks
+ * of cs (stage 0: a gradient larger gets a chunk of its own) into z; with
+ * ranks > 0 deals the chunks to the ranks (each ceil(chunks / ranks) of
+ * them, empty ones padding the count: the fullest first, each to the
+ * least loaded rank with a place left). HX_ERR_INVALID_ARGUMENT naming the
+ * layout's complaint, HX_ERR_OUT_OF_MEMORY. */
+hx_status hx__dp_layout(hx_dp_layout *z, const size_t *bytes, int64_t n, size_t cs, size_t esz,
+                        int ranks);
+/* ZeRO's chunk size for the gradients, z left laid out with it: at least
+ * the largest gradient (no chunk of its own), at most cap where that
+ * allows; of the sizes that cut the gradients into k*N chunks (k = 1..32),
+ * the one whose busiest rank owns the fewest gradient bytes, then whose
+ * groups (every rank's g-th chunk) send the fewest bytes, then the
+ * smaller. */
+hx_status hx__dp_layout_zero(hx_dp_layout *z, const size_t *bytes, int64_t n, size_t cap, size_t esz,
+                             int ranks, size_t *chunk_size);
+/* Per group of z (ceil(chunks / ranks) of them) the used bytes of its
+ * longest chunk into len; returns ranks times their sum (what a rank
+ * sends in a reduce-scatter or all-gather of every group). */
+size_t hx__dp_layout_groups(const hx_dp_layout *z, int ranks, size_t *len);
+
+#endif
