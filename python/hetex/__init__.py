@@ -10,7 +10,7 @@ from . import init, ops, optim
 from ._doc import contract
 from ._lib import ffi as _ffi
 from ._lib import lib as _lib
-from .data import Batch, Features, Reader, feature_column
+from .data import Batch, Features, Generator, Reader, feature_column
 from .dtypes import BF16_NUMPY, from_bf16, to_bf16
 from .embedding import EmbeddingTable, hash_strings
 from .errors import (CommError, CorruptError, DeviceOOMError, DtypeError, Error, IndexError,
@@ -22,7 +22,8 @@ from .ops import (add, avg_pool2d, batchnorm, bce_with_logits, bias_add, cast, c
                   gather, gelu, global_avg_pool2d, layernorm, log, log_softmax, matmul, max_pool2d,
                   mse, mul, permute, reduce_mean, reduce_sum, relu, reshape, scale, sigmoid,
                   slice, softmax, sqrt, sub, tanh, transpose)
-from .session import Session, offload_config
+from .memreplay import memreplay
+from .session import DeviceBuffer, Session, offload_config
 
 __version__ = _ffi.string(_lib.hx_version()).decode()
 

@@ -138,6 +138,68 @@ class Reader:
     __del__ = close
 
 
+class Generator:
+    """Generator(**fields): Criteo-schema rows as a pure function of (seed, row)
+    (hx_generator_config fields by name: seed, n_rows, batch_size, n_numeric,
+    n_categorical, vocab_size, zipf_exponent, missing_rate, bias,
+    weight_scale, n_threads). Iterate it for an epoch of Batches; logits()
+    gives the planted logits of the last batch; write_tsv(path, **fields)
+    writes a file the "criteo" Reader reads back."""
+
+    def __init__(self, **fields):
+        self._ptr = None
+        self._gen = 0
+        cfg = ffi.new("hx_generator_config *", lib.hx_generator_config_default())
+        set_fields(cfg, fields, "Generator")
+        out = ffi.new("hx_generator **")
+        check(lib.hx_generator_create(cfg, out))
+        self._ptr = out[0]
+        self._n = 0
+
+    def _h(self):
+        if self._ptr is None:
+            raise StateError("the generator is closed")
+        return self._ptr
+
+    def next(self):
+        out = ffi.new("const hx_batch **")
+        self._gen += 1
+        check(lib.hx_generator_next(self._h(), out))
+        if out[0] == ffi.NULL:
+            return None
+        b = Batch(self, out[0])
+        self._n = b.n
+        return b
+
+    def __iter__(self):
+        while True:
+            b = self.next()
+            if b is None:
+                return
+            yield b
+
+    def logits(self):
+        p = lib.hx_generator_logits(self._h())
+        return _array(p, "float", self._n, np.float32, (self._n,))
+
+    def rewind(self):
+        self._gen += 1
+        check(lib.hx_generator_rewind(self._h()))
+
+    def close(self):
+        if self._ptr is not None:
+            ptr, self._ptr = self._ptr, None
+            lib.hx_generator_free(ptr)
+
+    __del__ = close
+
+    @staticmethod
+    def write_tsv(path, **fields):
+        cfg = ffi.new("hx_generator_config *", lib.hx_generator_config_default())
+        set_fields(cfg, fields, "Generator.write_tsv")
+        check(lib.hx_generator_write_tsv(cfg, os.fspath(path).encode()))
+
+
 def feature_column(kind, name, source=-1, boundaries=None, crossed=None, **fields):
     """A feature column description (a dict Features takes): kind "numeric",
     "bucketized", "vocabulary", "hashed" or "crossed"; source the batch
@@ -275,6 +337,9 @@ def _attach_contracts():
     attach_methods(Reader, {"__init__": "hx_reader_open", "next": "hx_reader_next",
                             "rewind": "hx_reader_rewind", "stats": "hx_reader_stats_get",
                             "close": "hx_reader_close", "find": "hx_reader_config_find"})
+    attach_methods(Generator, {"__init__": "hx_generator_create", "next": "hx_generator_next",
+                               "logits": "hx_generator_logits", "rewind": "hx_generator_rewind",
+                               "close": "hx_generator_free", "write_tsv": "hx_generator_write_tsv"})
     attach_methods(Features, {"__init__": "hx_features_create", "fit": "hx_features_fit",
                               "fit_batch": "hx_features_fit_batch",
                               "fit_finish": "hx_features_fit_finish", "info": "hx_features_info",

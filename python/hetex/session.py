@@ -67,6 +67,34 @@ def _offload_struct(offload):
 offload_config = _offload_struct
 
 
+class DeviceBuffer:
+    """Accelerator memory of a session (Session.device_alloc): filled with
+    upload(array), then given as a feed's value, which an input that only
+    device ops read takes in place, with no copy (the header's device feeds).
+    Freed with free() or with its session."""
+
+    def __init__(self, session, nbytes):
+        self.session = session  # keeps the session (and its memory) alive
+        out = ffi.new("void **")
+        check(lib.hx_session_device_alloc(session._h(), int(nbytes), out))
+        self._ptr = out[0]
+        self.nbytes = int(nbytes)
+
+    def upload(self, array, offset=0):
+        """Copies a C-contiguous array's bytes to the buffer at offset (synchronously)."""
+        a = np.asarray(array, order="C")
+        if self._ptr is None:
+            raise StateError("the device buffer is freed")
+        check(lib.hx_session_device_upload(self.session._h(),
+                                           ffi.cast("char *", self._ptr) + int(offset),
+                                           _from_buffer(a), a.nbytes))
+
+    def free(self):
+        if self._ptr is not None and self.session._ptr is not None:
+            lib.hx_session_device_free(self.session._ptr, self._ptr)
+        self._ptr = None
+
+
 class Session:
     """Session(graph, accelerator="auto", offload_config=None, **config); see the module."""
 
@@ -165,16 +193,22 @@ class Session:
             for key, arr in feeds.items():
                 t = key if type(key) is Tensor else self._tensor(key)
                 spec = t._spec or t._make_spec()
+                f = cfeeds[i]
+                f.tensor = spec[0]
+                i += 1
+                if type(arr) is DeviceBuffer:  # a device feed: the library checks its use
+                    if arr._ptr is None:
+                        raise StateError(f"feed '{t.name}': the device buffer is freed")
+                    f.data = arr._ptr
+                    f.bytes = spec[3]
+                    continue
                 # the fast path: an ndarray of the input's dtype and shape, C-contiguous
                 if not (type(arr) is _ndarray and arr.dtype is spec[2] and arr.shape == spec[1]
                         and arr.flags.c_contiguous):
                     arr = self._feed_array(t, arr)
                 keep.append(arr)
-                f = cfeeds[i]
-                f.tensor = spec[0]
                 f.data = _from_buffer(arr)
                 f.bytes = arr.nbytes
-                i += 1
         results = []
         for i in range(nx):
             key = flist[i]
@@ -239,6 +273,10 @@ class Session:
         if not a.flags.c_contiguous or not a.flags.writeable:
             raise InvalidArgumentError(f"out for '{t.name}' must be C-contiguous and writable")
         return a
+
+    def device_alloc(self, nbytes):
+        """A DeviceBuffer of nbytes on the session's accelerator (its memory cap applies)."""
+        return DeviceBuffer(self, nbytes)
 
     # ---- persistent tensors
     def read(self, tensor):
@@ -350,7 +388,9 @@ def _attach_contracts():
         "placement_report": "hx_session_placement_report", "pool_stats": "hx_session_pool_stats",
         "accelerator_info": "hx_session_accelerator_info",
         "placement_summary": "hx_session_dump_summary", "placement_dot": "hx_session_dump_dot",
-        "trace_flush": "hx_session_trace_flush"})
+        "trace_flush": "hx_session_trace_flush", "device_alloc": "hx_session_device_alloc"})
+    attach_methods(DeviceBuffer, {"upload": "hx_session_device_upload",
+                                  "free": "hx_session_device_free"})
 
 
 _attach_contracts()

@@ -65,3 +65,30 @@ def test_reader_errors(tmp_path):
         hetex.Reader(p, columns=[{"name": "y", "kind": "sideways"}])
     with pytest.raises(hetex.InvalidArgumentError):
         hetex.Features([hetex.feature_column("numeric", "x", 5)], n_numeric=1)
+
+
+def test_generator_and_its_tsv(tmp_path):
+    gen = hetex.Generator(seed=3, n_rows=10, batch_size=4, vocab_size=50)
+    batches = list(gen)
+    assert [b.n for b in batches] == [4, 4, 2]
+    assert batches[0].numeric.shape == (4, 13) and batches[0].categorical.shape == (4, 26)
+    gen.rewind()
+    b = gen.next()
+    np.testing.assert_array_equal(b.categorical, batches[0].categorical)
+    assert gen.logits().shape == (4,)
+    path = tmp_path / "g.tsv"
+    hetex.Generator.write_tsv(path, seed=3, n_rows=10, batch_size=4, vocab_size=50)
+    r = hetex.Reader(path, "criteo", batch_size=4)
+    np.testing.assert_array_equal(r.next().labels, batches[0].labels)
+    with pytest.raises(hetex.InvalidArgumentError, match="n_rows|vocab"):
+        hetex.Generator(vocab_size=0)
+
+
+def test_memreplay(tmp_path):
+    p = tmp_path / "t.trace"
+    p.write_text("hxmemtrace 1\na 1 1000 p\na 2 4096 t\nf 2\na 3 4096 t\nf 3\nf 1\n")
+    r = hetex.memreplay(p)
+    assert r["events"] == 6 and r["allocs"] == 3 and r["peak_live"] == 5096
+    p.write_text("hxmemtrace 1\nf 9\n")
+    with pytest.raises(hetex.CorruptError, match="line 2"):
+        hetex.memreplay(p)

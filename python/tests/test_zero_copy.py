@@ -4,6 +4,7 @@ library as it is; a fetch is written by the library into the array returned
 (or the caller's out array). Other arrays are copied (a non-contiguous view,
 a list)."""
 import numpy as np
+import pytest
 
 import hetex
 from hetex._lib import ffi
@@ -103,3 +104,23 @@ def test_bf16_as_bits_or_ml_dtypes():
     # round to nearest even, as hetex's casts round
     assert hetex.to_bf16(np.float32(1 + 2 ** -8)).view(np.uint16) == 0x3F80
     assert hetex.to_bf16(np.float32(1 + 3 * 2 ** -8)).view(np.uint16) == 0x3F82
+
+
+def test_device_feed_is_taken_in_place():
+    g = hetex.Graph()
+    x = g.input("x", (4, 8))
+    w = g.param("w", (8, 3), init=hetex.init.uniform(-1, 1), target="device")
+    y = hetex.matmul(x, w, target="device")
+    s = hetex.Session(g, accelerator="emu", n_threads=1)
+    a = np.arange(32, dtype=np.float32).reshape(4, 8) / 32
+    buf = s.device_alloc(a.nbytes)
+    buf.upload(a)
+    np.testing.assert_array_equal(s.run({x: buf}, y), s.run({x: a}, y))
+    # an input the run needs on the host cannot take a device feed
+    with pytest.raises(hetex.InvalidArgumentError):
+        s.run({x: buf}, x)
+    buf.free()
+    with pytest.raises(hetex.StateError, match="freed"):
+        s.run({x: buf}, y)
+    with pytest.raises(hetex.DeviceOOMError):
+        s.device_alloc(1 << 40)
