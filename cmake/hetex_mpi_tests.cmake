@@ -49,6 +49,21 @@ if(HX_HAVE_MPI)
   # mpirun -np 2 hetex gpt --zero 0
   add_test(NAME mpi_gpt_zero COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/gpt_zero.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
+  # sharded embedding tables (collective mode) against one rank alone; the
+  # same bits over shared memory, again, and over TCP
+  add_executable(mpi_shard ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_shard.c)
+  target_link_libraries(mpi_shard PRIVATE hx_testlib)
+  foreach(np 1 2 4)
+    add_test(NAME mpi_shard_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:mpi_shard>)
+    set_tests_properties(mpi_shard_np${np} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  endforeach()
+  add_test(NAME mpi_shard_transports COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/same_over_tcp.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_shard> 2)
+  set_tests_properties(mpi_shard_transports PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  # mpirun -np 2 hetex widedeep --shards 2: Adult scored as by one process
+  add_test(NAME mpi_widedeep_shards COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_shards.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli> ${PROJECT_SOURCE_DIR}/data/adult)
+  set_tests_properties(mpi_widedeep_shards PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   foreach(name mpi_gpt_zero mpi_killed_rank mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
           mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")

@@ -53,6 +53,10 @@ hx_status hx__comm_all_to_all_v(hx_comm *c, const void *send, const int64_t *sen
 hx_status hx__comm_broadcast(hx_comm *c, void *buf, int64_t count, hx_dtype dt, int root,
                              hx_coll **out);
 
+/* A duplicate of c (collective over c: MPI_Comm_dup) with its timeout, to
+ * be freed with hx_comm_free. */
+hx_status hx__comm_dup(const hx_comm *c, hx_comm **out);
+
 /* Moves q on without blocking; *done once it is complete (q stays to be
  * waited for). */
 hx_status hx__coll_test(hx_coll *q, bool *done);

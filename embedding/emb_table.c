@@ -159,7 +159,7 @@ static void to_f32(float *dst, const void *src, hx_dtype dt, int64_t n)
 void hx_emb_local_read_row(const hx_emb_local *t, int64_t r, float *dst)
 {
     if (t->lazy && !row_ready(t, r)) {
-        hx_emb_init_row(&t->init, r, t->base.dim, t->gstride, dst);
+        hx_emb_init_row(&t->init, hx_emb_local_init_of(t, r), t->base.dim, t->gstride, dst);
         /* As the row will be stored: rounded to the storage dtype. */
         for (int64_t c = 0; c < t->base.dim && t->dtype != HX_DTYPE_F32; c += 64) {
             uint16_t half[64];
@@ -244,7 +244,7 @@ static void reset_state_row(hx_emb_local *t, int64_t r)
 /* Row r with its initial value and start state; tmp holds gstride floats. */
 static void write_initial_row(hx_emb_local *t, int64_t r, float *tmp)
 {
-    hx_emb_init_row(&t->init, r, t->base.dim, t->gstride, tmp);
+    hx_emb_init_row(&t->init, hx_emb_local_init_of(t, r), t->base.dim, t->gstride, tmp);
     write_param_row(t, r, tmp);
     reset_state_row(t, r);
 }
@@ -503,6 +503,8 @@ hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_emb_table **out
     t->stride = hx_emb_row_stride(cfg->dim, cfg->dtype);
     t->gstride = hx_emb_row_stride(cfg->dim, HX_DTYPE_F32);
     t->init = cfg->init;
+    t->row_stride = cfg->row_stride;
+    t->row_offset = cfg->row_offset;
     t->oob = cfg->oob;
     t->optim.kind = HX_EMB_OPTIM_NONE;
     t->lazy = cfg->lazy_init != 0;
@@ -538,7 +540,7 @@ hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_emb_table **out
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < rows; r++) {
                 if (!tmp) continue;
-                hx_emb_init_row(&t->init, r, t->base.dim, t->gstride, tmp);
+                hx_emb_init_row(&t->init, hx_emb_local_init_of(t, r), t->base.dim, t->gstride, tmp);
                 write_param_row(t, r, tmp);
             }
             free(tmp);

@@ -143,6 +143,9 @@ typedef struct hx_emb_table_config {
     const char *ssd_path;     /* NULL: a local table; else rows and state live in this row
                                  store file behind a host cache (ssd.h; rows are lazy) */
     size_t cache_bytes;       /* the cache's budget for rows and state (ssd_path only) */
+    int64_t row_stride;       /* > 0: row r starts as row r * row_stride + row_offset of a
+                                 whole table (a row-wise shard's rows); 0: as row r */
+    int64_t row_offset;
 } hx_emb_table_config;
 
 /* f32, uniform(-0.05, 0.05) seed 0, eager, huge pages auto, anonymous
@@ -354,7 +357,14 @@ typedef struct hx_emb_local {
     int backing_fd;        /* -1 for anonymous memory */
     char *backing_path;
     _Atomic int64_t oob_count;
+    int64_t row_stride, row_offset; /* the config's */
 } hx_emb_local;
+
+/* The row of the whole table whose initial value row r of t takes. */
+static inline int64_t hx_emb_local_init_of(const hx_emb_local *t, int64_t r)
+{
+    return t->row_stride > 0 ? r * t->row_stride + t->row_offset : r;
+}
 
 extern const hx_emb_ops hx_emb_local_ops;
 
@@ -601,6 +611,9 @@ void *hx_emb_ws_get(hx_emb_workspace *ws, int slot, size_t bytes);
 
 /* Tables larger than memory: a row store with a host cache. */
 #include "embedding/ssd.h"
+
+/* Tables sharded over the ranks of a communicator. */
+#include "embedding/shard.h"
 
 /* The public table object over these (hetex.h's hx_embedding_table). */
 #include "embedding/table.h"

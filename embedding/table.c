@@ -40,6 +40,7 @@ hx_embedding_config hx_embedding_config_default(void)
     c.ids = HX_EMBEDDING_IDS_ROWS;
     c.out_of_range = HX_EMBEDDING_OUT_OF_RANGE_ERROR;
     c.optimizer.kind = HX_EMBEDDING_OPTIMIZER_NONE;
+    c.shard_rank = -1;
     return c;
 }
 
@@ -138,14 +139,18 @@ hx_status hx_embedding_table_create(const hx_embedding_config *cfg, hx_embedding
                          name);
     }
     hx_emb_err err;
-    st = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_create(&tc, &mc, &t->impl, &err)
-                                              : hx_emb_fixed_create(&tc, &t->impl, &err);
+    if (cfg->comm)
+        st = hx__embedding_shard_create(cfg, &tc, &mc, &t->impl);
+    else if ((st = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_create(&tc, &mc, &t->impl, &err)
+                                                        : hx_emb_fixed_create(&tc, &t->impl, &err)))
+        st = hx__emb_error(st, &err, "hx_embedding_table_create '%s'", name);
     if (st) {
         hx_emb_workspace_free(t->ws);
         free(t->name);
         free(t);
-        return hx__emb_error(st, &err, "hx_embedding_table_create '%s'", name);
+        return st;
     }
+    t->shard = hx_emb_as_shard(t->impl);
     hx_emb_table *inner = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_local(t->impl) : t->impl;
     t->local = hx_emb_as_local(inner);
     t->ssd = hx_emb_as_ssd(inner);
@@ -174,6 +179,7 @@ hx_status hx_embedding_table_free(hx_embedding_table *t)
 
 hx_emb_optim_kind hx__embedding_optim_kind(const hx_embedding_table *t)
 {
+    if (t->shard) return hx_emb_shard_optim(t->shard)->kind;
     return t->ssd ? hx_emb_ssd_cache(t->ssd)->optim.kind : t->local->optim.kind;
 }
 
@@ -230,8 +236,9 @@ hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t, const hx_embed
     if ((st = hx__embedding_hold(t, true, fn))) return st;
     hx_emb_err err;
     pthread_mutex_lock(&t->lock);
-    st = t->ssd ? hx_emb_ssd_set_optim(t->ssd, &o, &err)
-                : hx_emb_local_set_optim(&t->local->base, &o, omp_get_num_procs(), &err);
+    st = t->shard ? hx_emb_shard_set_optim(t->shard, &o, omp_get_num_procs(), &err)
+         : t->ssd ? hx_emb_ssd_set_optim(t->ssd, &o, &err)
+                  : hx_emb_local_set_optim(&t->local->base, &o, omp_get_num_procs(), &err);
     pthread_mutex_unlock(&t->lock);
     hx__embedding_release(t, true);
     return st ? hx__emb_error(st, &err, "%s '%s'", fn, t->name) : HX_OK;
@@ -286,6 +293,7 @@ hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64_t *ids
 {
     int64_t *rows;
     float *tmp;
+    if (t && t->shard) return hx__embedding_shard_rows(t, "hx_embedding_table_read_rows", HX_EMB_SHARD_ROWS, ids, n, out, NULL);
     if (t) pthread_mutex_lock(&t->lock); /* a training lookup may be changing the id map */
     hx_status st = rows_args(t, "hx_embedding_table_read_rows", ids, n, out, &rows, &tmp);
     int64_t dim = st ? 0 : t->impl->dim;
@@ -314,6 +322,11 @@ hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *id
     float *tmp = NULL;
     hx_status st = t ? hx__embedding_hold(t, true, fn) : HX_OK;
     if (st) return st;
+    if (t && t->shard) {
+        st = hx__embedding_shard_rows(t, fn, HX_EMB_SHARD_ROWS, ids, n, NULL, data);
+        hx__embedding_release(t, true);
+        return st;
+    }
     if (t) pthread_mutex_lock(&t->lock);
     st = rows_args(t, fn, ids, n, data, &rows, &tmp);
     for (int64_t i = 0; i < n && !st; i++)
@@ -355,6 +368,7 @@ hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, const int6
     const char *fn = "hx_embedding_table_read_state";
     int64_t *rows = NULL;
     float *tmp = NULL;
+    if (t && t->shard) return hx__embedding_shard_rows(t, fn, k, ids, n, out, NULL);
     if (t) pthread_mutex_lock(&t->lock); /* as read_rows; the optimizer may be changing too */
     hx_emb_optim_kind kind = t ? hx__embedding_optim_kind(t) : HX_EMB_OPTIM_NONE;
     int ns = hx_emb_optim_nstate(kind);
@@ -410,6 +424,7 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
     if (!t || !out)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_embedding_table_stats: %s is NULL",
                          t ? "out" : "table");
+    if (t->shard) return hx__embedding_shard_stats(t, out);
     hx_emb_local_stats ls;
     hx_emb_err err;
     hx_emb_ssd_stats ss = {0};
@@ -517,8 +532,11 @@ hx_status hx__embedding_update(hx_embedding_table *t, const hx_emb_query *qs,
         if (!st) {
             atomic_fetch_add(&t->updates, 1);
             atomic_store(&t->last_step, step);
-            if (t->expire_after > 0 && step % t->expire_after == 0)
-                hx_emb_idmap_expire(hx_emb_dynamic_idmap(t->impl), step);
+            if (t->expire_after > 0 && step % t->expire_after == 0) {
+                /* a shard expires its own map (where it holds one) */
+                hx_emb_table *m = t->shard ? hx_emb_shard_part(t->shard) : t->impl;
+                if (m) hx_emb_idmap_expire(hx_emb_dynamic_idmap(m), step);
+            }
         }
         pthread_mutex_unlock(&t->lock);
         if (st) st = hx__emb_error(st, &err, "%s", where);

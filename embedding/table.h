@@ -17,6 +17,7 @@ struct hx_embedding_table {
     hx_emb_local *local;  /* its storage (a DYNAMIC table's map: hx_emb_dynamic_idmap);
                              NULL for a table on disk: */
     hx_emb_ssd *ssd;      /* a table on disk (ssd_path), else NULL */
+    hx_emb_shard *shard;  /* a sharded table (config.comm; impl is it, local NULL), else NULL */
     char *name;
     hx_embedding_ids ids;
     int64_t expire_after;
@@ -45,6 +46,20 @@ hx_status hx__embedding_padding(const hx_embedding_table *t, int64_t padding_id,
 
 /* The table's optimizer kind (a table on disk: its cache's). */
 hx_emb_optim_kind hx__embedding_optim_kind(const hx_embedding_table *t);
+
+/* Whether t is sharded over a communicator (config.comm). */
+bool hx__embedding_sharded(const hx_embedding_table *t);
+
+/* The sharded table cfg->comm asks for, from the embedding/ configs of cfg
+ * (embedding/table_shard.c): sharding and owner decided, collective. */
+hx_status hx__embedding_shard_create(const hx_embedding_config *cfg, const hx_emb_table_config *tc,
+                                     const hx_emb_idmap_config *mc, hx_emb_table **out);
+/* read_rows (k HX_EMB_SHARD_ROWS, into out), read_state (state array k, into out) and
+ * write_rows (from in) of a sharded table, collective; fn names the call. */
+hx_status hx__embedding_shard_rows(hx_embedding_table *t, const char *fn, int k, const int64_t *ids,
+                                   int64_t n, float *out, const float *in);
+/* Stats of this rank's share, rows and dim the whole table's. */
+hx_status hx__embedding_shard_stats(const hx_embedding_table *t, hx_embedding_stats *out);
 
 /* A graph starts (+1) or stops (-1) using t. */
 void hx__embedding_use(hx_embedding_table *t, int delta);

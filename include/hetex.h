@@ -804,6 +804,21 @@ typedef struct hx_embedding_optimizer {
  */
 HX_API hx_embedding_optimizer hx_embedding_optimizer_default(hx_embedding_optimizer_kind kind);
 
+typedef struct hx_comm hx_comm; /* a communicator: see "communicators" below */
+
+/* How a table given a communicator (hx_embedding_config.comm) spreads over
+ * its ranks. */
+typedef enum hx_embedding_sharding {
+    HX_EMBEDDING_SHARD_AUTO,  /* TABLE for tables whose rows take less than
+                                 HX_EMBEDDING_SHARD_TABLE_BYTES, else ROWS */
+    HX_EMBEDDING_SHARD_ROWS,  /* row-wise: ROWS and MODULO tables keep row r on rank
+                                 r mod N; DYNAMIC tables keep id k on rank XXH3(k) mod N,
+                                 each rank with its own id map of ceil(rows / N) rows
+                                 (frequency filter, expiry and eviction per rank) */
+    HX_EMBEDDING_SHARD_TABLE  /* the whole table on rank shard_rank */
+} hx_embedding_sharding;
+#define HX_EMBEDDING_SHARD_TABLE_BYTES ((size_t)16 << 20)
+
 typedef struct hx_embedding_config {
     const char *name;         /* in messages and as the update node's name; NULL: "embedding" */
     int64_t rows, dim;        /* required: rows in [1, 2^40], dim in [1, 2^20] */
@@ -840,6 +855,34 @@ typedef struct hx_embedding_config {
                                  much it needs); runs, reads and writes of rows may fail
                                  with HX_ERR_IO or HX_ERR_CORRUPT from the file, losing
                                  nothing */
+    /* Tables over several processes (README, "Sharded tables"). comm NULL:
+     * the table lives in this process. Else the table is sharded over
+     * comm's ranks in collective mode: every rank creates it alike (a
+     * collective call), feeds its own ids to the ops, and holds its share
+     * of the rows and their optimizer state. A lookup de-duplicates the
+     * rank's ids, sends each owner its ids, gets their rows back and pools
+     * bags here; the update sends each id's gradient, summed over this
+     * rank's positions, to its owner, which sums the ranks' gradients in
+     * rank order and applies the table's optimizer. The rows of a ROWS or
+     * MODULO table start as they would unsharded; after training they
+     * match a one-process run of the same global batch within float
+     * rounding, not bitwise (the per-rank partial sums associate
+     * differently), and are bitwise the same run to run and over any
+     * transport at one rank count. Every op on the table, training runs
+     * and hx_embedding_table_read_rows, _write_rows and _read_state are
+     * then collective: every rank of comm makes the same calls in the same
+     * order (each with its own ids), and an input one rank gets wrong
+     * (an id outside a ROWS table) fails the call on every rank before
+     * any shard changes: HX_ERR_INDEX naming the id on that rank, naming
+     * that rank on the others. A DYNAMIC shard counts an id once per rank
+     * and step towards min_count (ids arrive de-duplicated). The table
+     * keeps its own duplicate of comm (comm may be freed after); a dead
+     * peer fails the call with HX_ERR_COMM after comm's timeout. Not with
+     * backing_file or ssd_path. */
+    hx_comm *comm;
+    hx_embedding_sharding sharding; /* AUTO */
+    int shard_rank;           /* SHARD_TABLE: the rank holding the table; -1: the
+                                 table's name hashed (XXH3) mod the ranks */
 } hx_embedding_config;
 #define HX_EMBEDDING_CACHE_DEFAULT ((size_t)256 << 20)
 /* Everything above at its stated default; rows and dim are 0 and must be set.
@@ -862,16 +905,24 @@ HX_API hx_embedding_config hx_embedding_config_default(void);
  *               HX_ERR_INVALID_ARGUMENT (cache_bytes holds no row, with
  *               backing_file, a store of another shape at ssd_path);
  *               HX_ERR_CORRUPT (ssd_path holds something else or a damaged
- *               header); HX_ERR_SHAPE (more than 2^32 - 2 rows).
+ *               header); HX_ERR_SHAPE (more than 2^32 - 2 rows). comm
+ *               also: HX_ERR_INVALID_ARGUMENT (an unknown sharding,
+ *               shard_rank outside [-1, ranks), the ranks' configurations
+ *               differ: every rank fails, naming the first that differs);
+ *               HX_ERR_UNSUPPORTED (with backing_file or ssd_path; a build
+ *               without MPI); HX_ERR_COMM (the communicator's
+ *               collectives); a failure on one rank fails every rank.
  *   On failure: *out is NULL (unless out is NULL) and nothing is kept.
  *   Ownership:  cfg and its strings are copied; the table is the caller's:
  *               free it with hx_embedding_table_free.
- *   Threads:    any thread.
+ *   Threads:    any thread; with comm, every rank of comm calls it, in the
+ *               same order as its other collective calls on comm.
  */
 HX_API hx_status hx_embedding_table_create(const hx_embedding_config *cfg,
                                            hx_embedding_table **out);
 /* Frees the table, its rows and state (a backing_file or an ssd_path row
- * store stays on disk).
+ * store stays on disk). A sharded table: every rank frees it (its
+ * communicator's duplicate is freed).
  *   Fails:      HX_ERR_STATE while a graph uses t: free those graphs (and
  *               their sessions) first. NULL: no-op.
  *   On failure: t is unchanged and still the caller's.
@@ -906,7 +957,11 @@ HX_API hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t,
 
 /* Rows as f32 into rows (n, dim), named by ids as the ops name them
  * (DYNAMIC: an id without a row reads as zeros; a lazy row not yet written
- * reads as its initial value).
+ * reads as its initial value). On a sharded table (config.comm) this,
+ * hx_embedding_table_write_rows and hx_embedding_table_read_state are
+ * collective: every rank calls them, each with its own ids (n may be 0),
+ * and a failure on one rank (HX_ERR_INDEX, HX_ERR_NOT_FOUND) fails every
+ * rank; they may also fail with HX_ERR_COMM.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t NULL, n < 0, ids or rows NULL
  *               with n > 0); HX_ERR_INDEX (ROWS table: an id outside
  *               [0, rows), whatever out_of_range says, naming it and its
@@ -1002,7 +1057,10 @@ typedef struct hx_embedding_stats {
     int64_t disk_bytes_read, disk_bytes_written;
     double io_wait_s;        /* time spent waiting for the disk */
 } hx_embedding_stats;
-/* The table's counts and sizes now.
+/* The table's counts and sizes now. A sharded table: rows and dim are the
+ * whole table's, the rest this rank's share (rows_assigned: rows it holds
+ * or has written; bytes: its rows and state; updates: steps it took part
+ * in).
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t or out NULL).
  *   On failure: *out is not written.
  *   Ownership:  *out is the caller's.
@@ -1441,8 +1499,10 @@ typedef struct hx_session_config {
      * seed and chunk_size are compared at creation: a difference fails it
      * on every rank (HX_ERR_INVALID_ARGUMENT naming the first differing
      * tensor as each rank has it). The communicator stays the caller's and
-     * must outlive the session. Not with embedding tables, f16 gradients
-     * or CUDA (HX_ERR_UNSUPPORTED). */
+     * must outlive the session. Embedding tables must be sharded over the
+     * ranks (hx_embedding_config.comm): their updates go to the rows'
+     * owners. Not with tables of one process, f16 gradients or CUDA
+     * (HX_ERR_UNSUPPORTED). */
     hx_comm *comm;
     /* ZeRO stage with comm (0: the default above). The gradients of each
      * dtype are laid out in chunks of one size (at least the largest

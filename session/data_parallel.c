@@ -6,6 +6,7 @@
  * goes with the loss scale's unscaling into the updates (session.c). */
 #include "session/session.h"
 #include "dist/dist.h"
+#include "embedding/embedding.h"
 
 #include <stdlib.h>
 
@@ -18,9 +19,12 @@ hx_status hx__session_dp_setup(hx_session *s)
     hx_status st = hx__session_dp_check(s);
     if (st) return st;
     const hx_graph *g = s->e.g;
-    if (g->n_tables)
-        return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: data parallel (config.comm) takes no "
-                         "embedding tables yet: their sparse updates would stay local to each rank");
+    for (int i = 0; i < g->n_tables; i++) /* a sharded table's updates reach every rank's rows */
+        if (!hx__embedding_sharded(g->tables[i].table))
+            return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: data parallel (config.comm) takes "
+                             "sharded embedding tables only: table '%s' has no communicator, so its "
+                             "sparse updates would stay local to each rank (give it "
+                             "hx_embedding_config.comm)", g->tables[i].table->name);
     if (s->e.be[HX_DEV_ACCEL] && !s->e.accel_on_host)
         return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: data parallel (config.comm) sums "
                          "gradients in host memory; on CUDA the gradients are in GPU memory and the "

@@ -39,6 +39,9 @@ typedef struct wd_options {
     const char *deep_on_disk;  /* the deep table's row store file (a table on disk), or NULL */
     size_t deep_cache_bytes;   /* its host cache */
     bool quiet;                /* no progress output */
+    int shards;                /* > 0: tables sharded over that many MPI ranks (mpirun -np),
+                                  the MLP data parallel; 0: one process */
+    hx_comm *comm;             /* --shards: the world's communicator (wd_shards_start) */
     double progress_interval;  /* seconds between progress lines off a terminal */
 } wd_options;
 wd_options wd_options_default(void);
@@ -110,6 +113,16 @@ typedef struct wd_metrics {
  * probabilities p for 0/1 labels y. Sorts a copy; HX_ERR_OUT_OF_MEMORY or
  * HX_OK. With only one class present the AUC is NaN. */
 hx_status wd_metrics_compute(const float *p, const float *y, int64_t n, wd_metrics *out);
+
+/* --shards: the communicator into o->comm (rank 0 keeps stdout, the others
+ * print nothing), and *rank; HX_OK without --shards. msg gets the
+ * example's own errors. */
+hx_status wd_shards_start(wd_options *o, int *rank, char *msg, size_t len);
+void wd_shards_stop(wd_options *o);
+/* The feeds of slice `slice` (rows [slice * batch, (slice + 1) * batch)) of
+ * fd for a model of `batch` rows. */
+void wd_feeds_slice(const wd_model *m, const wd_feed *fd, int64_t batch, int slice,
+                    const wd_features *wf, hx_feed feeds[WD_N_FEEDS]);
 
 /* `hetex widedeep ...` */
 int wd_main(int argc, char **argv);

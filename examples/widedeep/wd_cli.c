@@ -48,6 +48,8 @@ static const char usage[] =
     "                          (appended to on --resume; 'hetex plot PATH' draws them)\n"
     "  --tensorboard DIR       the same numbers as TensorBoard scalars (a new event file in\n"
     "                          DIR, made if missing: tensorboard --logdir DIR)\n"
+    "  --shards N              under mpirun -np N: both tables sharded row-wise over the\n"
+    "                          ranks, the MLP data parallel; --batch is the global batch\n"
     "  --quiet                 no progress output\n"
     "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n";
 
@@ -84,6 +86,7 @@ static int parse(int argc, char **argv, wd_options *o)
         CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
         CLI_FLAG_CHOICE("--placement", &place, "expert|auto|host"),
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
+        CLI_FLAG_NUM("--shards", CLI_INT, &o->shards, 1, 4096),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
     };
     const cli_command c = {.name = "widedeep", .usage = usage, .flags = flags,
@@ -119,6 +122,8 @@ typedef struct job {
     int64_t scored_cap;
     int epochs_done;
     cli_metrics metrics;
+    int rank;            /* --shards: this rank, whose slice of every batch it feeds */
+    int64_t lb;          /* rows a step feeds this rank: --batch / --shards */
     char msg[1200];      /* the example's own errors (else hx_last_error()) */
 } job;
 
@@ -159,7 +164,7 @@ static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examp
         if (got_next &&
             (st = hx_embedding_table_prefetch(j->m.deep, next->deep_ids, o->batch * j->wf.n_deep)))
             return st;
-        wd_feeds(&j->m, cur, o->batch, &j->wf, feeds);
+        wd_feeds_slice(&j->m, cur, j->lb, j->rank, &j->wf, feeds);
         float loss;
         hx_fetch fetch = {NULL, j->m.loss, &loss, sizeof loss};
         if ((st = hx_session_run(j->s, feeds, WD_N_FEEDS, &fetch, 1, HX_RUN_TRAIN))) return st;
@@ -211,9 +216,12 @@ static hx_status evaluate(job *j, wd_metrics *out)
     hx_status st = probs ? HX_OK : HX_ERR_OUT_OF_MEMORY;
     while (!st && !(st = hx_reader_next(j->test, &b)) && b) {
         if ((st = wd_feed_fill(&j->wf, b, o->batch, &j->fd))) break;
-        wd_feeds(&j->m, &j->fd, o->batch, &j->wf, feeds);
-        hx_fetch fetch = {NULL, j->m.prob, probs, sizeof *probs * o->batch};
-        if ((st = hx_session_run(j->s, feeds, WD_N_FEEDS, &fetch, 1, 0))) break;
+        for (int s = 0; s < o->batch / j->lb && !st; s++) { /* every slice, on every rank */
+            wd_feeds_slice(&j->m, &j->fd, j->lb, s, &j->wf, feeds);
+            hx_fetch fetch = {NULL, j->m.prob, probs + s * j->lb, sizeof *probs * j->lb};
+            st = hx_session_run(j->s, feeds, WD_N_FEEDS, &fetch, 1, 0);
+        }
+        if (st) break;
         if (n + b->n > j->scored_cap) {
             int64_t cap = 2 * (n + b->n);
             float *p = realloc(j->probs, sizeof *p * cap), *y = p ? realloc(j->labels, sizeof *y * cap) : NULL;
@@ -333,7 +341,9 @@ static hx_status setup(job *j)
     snprintf(path, sizeof path, "%s/adult.data", o->data);
     snprintf(test_path, sizeof test_path, "%s/adult.test", o->data);
     wd_input train, test;
-    hx_status st = hx_reader_open(path, &j->train_cfg, &j->train);
+    hx_status st = wd_shards_start(&j->o, &j->rank, j->msg, sizeof j->msg);
+    j->lb = o->batch / (o->shards ? o->shards : 1);
+    if (!st) st = hx_reader_open(path, &j->train_cfg, &j->train);
     if (!st) st = hx_reader_open(test_path, &j->test_cfg, &j->test);
     if (!st) st = wd_input_check(j->train, path, o->batch, false, &train, j->msg, sizeof j->msg);
     if (!st) st = wd_input_check(j->test, test_path, o->batch, true, &test, j->msg, sizeof j->msg);
@@ -342,7 +352,9 @@ static hx_status setup(job *j)
     if (*train.malformed_text) printf("hetex widedeep: '%s': %s\n", path, train.malformed_text);
     if (*test.malformed_text) printf("hetex widedeep: '%s': %s\n", test_path, test.malformed_text);
     if (!st) st = wd_features_fit(j->train, &j->train_cfg, o->cross_buckets, &j->wf);
-    if (!st) st = wd_model_build(o, &j->wf, &j->m);
+    wd_options lo = *o; /* the graph takes this rank's slice */
+    lo.batch = j->lb;
+    if (!st) st = wd_model_build(&lo, &j->wf, &j->m);
     if (!st) st = wd_feed_alloc(&j->wf, o->batch, &j->fd);
     if (!st) st = wd_feed_alloc(&j->wf, o->batch, &j->fd_next);
     hx_session_config sc = hx_session_config_default();
@@ -350,6 +362,7 @@ static hx_status setup(job *j)
     sc.seed = o->seed;
     sc.accelerator = o->accelerator;
     sc.auto_placement = o->placement == HX_TARGET_AUTO;
+    sc.comm = o->comm;
     if (o->trace) setenv("HX_TRACE", o->trace, 1);
     if (!st) st = hx_session_create(j->m.g, &sc, &j->s);
     if (!st && o->resume) st = resume(j);
@@ -367,6 +380,7 @@ static void teardown(job *j)
     hx_reader_close(j->test);
     free(j->probs);
     free(j->labels);
+    wd_shards_stop(&j->o);
 }
 
 int wd_main(int argc, char **argv)
@@ -394,6 +408,9 @@ int wd_main(int argc, char **argv)
         printf("hetex widedeep: %lld full batches an epoch; the %lld rows past them (a partial "
                "batch, other rows each epoch as they are shuffled) are not trained on\n",
                (long long)(j.train_rows / o->batch), (long long)(j.train_rows % o->batch));
+    if (o->shards)
+        printf("hetex widedeep: %d ranks, %lld rows of each batch per rank; tables sharded row-wise, "
+               "the MLP data parallel; train loss: rank 0's rows\n", o->shards, (long long)j.lb);
     cli_print_accelerator(stdout, "widedeep", j.s);
     cli_print_placement(stdout, "widedeep", j.s);
     hx_memory_stats ms;

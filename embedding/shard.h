@@ -1,0 +1,97 @@
+/* Tables sharded over the ranks of a communicator (hetex.h's
+ * hx_embedding_config.comm), collective mode: every rank is a worker and
+ * an owner (TorchRec, HugeCTR). Included by embedding/embedding.h.
+ *
+ * Where an id lives. A fixed table (ROWS, MODULO: ids already mapped to
+ * rows r) sharded row-wise keeps row r on rank r mod N as its local row
+ * r div N, and that local row starts as global row r would (the
+ * initialiser's row_stride/row_offset); a DYNAMIC table keeps key k on
+ * rank XXH3(k) mod N, in that rank's own id map (capacity ceil(rows / N),
+ * frequency filter and expiry per shard). Table-wise, the whole table is
+ * one local table on one rank. A rank may hold no rows of a table.
+ *
+ * A lookup (the table's lookup_rows): the caller's ids, de-duplicated
+ * (first position first), grouped by owner; an exchange of counts and of
+ * each rank's verdict on its own input (an id outside a ROWS table under
+ * OUT_OF_RANGE_ERROR fails every rank before anything moves: HX_ERR_INDEX
+ * naming the id on the rank that fed it, naming that rank on the others);
+ * an all-to-all-v of the unique ids; the owners read the rows with the
+ * local table's lookup (a DYNAMIC training lookup assigns rows there); an
+ * all-to-all-v of the rows back, each block led by its owner's status; the
+ * rows pooled here by the local lookup code over the unique rows, so bags
+ * come out as a local table's would. The sparse update: each unique id's
+ * summed gradient (hx_emb_backward) to its owner, which sums the ranks'
+ * rows per id in rank order and applies the table's optimizer once (the
+ * local fused backward_update over a ROWS query of what arrived), then a
+ * status exchange. Every rank must call the same table's exchanges in the
+ * same order; a call that meets another kind of call on a peer fails with
+ * HX_ERR_STATE naming both. Each table has its own duplicate of the
+ * communicator, so tables never wait for one another.
+ *
+ * Threads: a shard's calls take its lock; its exchanges run on the
+ * calling thread. */
+#ifndef HX_EMBEDDING_SHARD_H
+#define HX_EMBEDDING_SHARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct hx_emb_shard hx_emb_shard;
+
+typedef struct hx_emb_shard_config {
+    hx_comm *comm;          /* the caller's; the shard makes its own duplicate */
+    bool table_wise;        /* false: row-wise */
+    int owner;              /* table-wise: the rank that holds the table */
+    bool dynamic;           /* ids are keys (a DYNAMIC table), else rows */
+    hx_emb_table_config tc; /* the whole table's: rows is every shard's together */
+    hx_emb_idmap_config mc; /* dynamic: the whole table's map (capacity = tc.rows) */
+} hx_emb_shard_config;
+
+/* A sharded table: collective over cfg->comm (every rank calls it with the
+ * same configuration; a rank whose configuration differs fails every rank
+ * with HX_ERR_INVALID_ARGUMENT naming the first rank that differs). */
+hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out,
+                              hx_emb_err *err);
+/* NULL unless t is a sharded table. */
+hx_emb_shard *hx_emb_as_shard(hx_emb_table *t);
+/* This rank's part: a local or dynamic table, NULL where it holds no rows. */
+hx_emb_table *hx_emb_shard_part(hx_emb_shard *s);
+/* The local table holding this rank's rows and state (a dynamic part's
+ * storage), NULL where it holds none. */
+hx_emb_local *hx_emb_shard_local(hx_emb_shard *s);
+int hx_emb_shard_rank(const hx_emb_shard *s);
+int hx_emb_shard_size(const hx_emb_shard *s);
+bool hx_emb_shard_table_wise(const hx_emb_shard *s);
+/* The optimizer every shard applies (also where this rank holds none). */
+const hx_emb_optim *hx_emb_shard_optim(const hx_emb_shard *s);
+/* Sets it on every shard (each rank calls it: a local change, no
+ * exchange). */
+hx_status hx_emb_shard_set_optim(hx_emb_shard *s, const hx_emb_optim *o, int nthreads,
+                                 hx_emb_err *err);
+
+/* Collective reads and writes of rows named as the ops name them (each
+ * rank its own ids; DYNAMIC: keys). read: k HX_EMB_SHARD_ROWS the rows
+ * (dim floats each), else optimizer state array k (width floats each: dim, or 1 for
+ * row-wise Adagrad); an id outside a ROWS table fails every rank
+ * (HX_ERR_INDEX). write: sets rows (dim floats each, the last write of an
+ * id wins, rank order across ranks); a DYNAMIC key without a row fails
+ * every rank with HX_ERR_NOT_FOUND before anything is written. */
+#define HX_EMB_SHARD_ROWS (-0x7fffffff)
+hx_status hx_emb_shard_read(hx_emb_shard *s, int k, const int64_t *ids, int64_t n, float *out,
+                            hx_emb_err *err);
+hx_status hx_emb_shard_write(hx_emb_shard *s, const int64_t *ids, int64_t n, const float *rows,
+                             hx_emb_err *err);
+
+/* What the exchanges moved, this rank, since creation. */
+typedef struct hx_emb_shard_stats {
+    int64_t lookups;          /* lookups (and updates) started */
+    int64_t ids_in;           /* positions the callers gave */
+    int64_t ids_sent;         /* ids sent to owners (unique per call unless de-dup is off) */
+    uint64_t bytes_sent;      /* to other ranks, all messages */
+    int64_t out_of_range;     /* ids this rank fed outside a fixed table (OOB_ZERO) */
+} hx_emb_shard_stats;
+void hx_emb_shard_stats_get(const hx_emb_shard *s, hx_emb_shard_stats *out);
+/* Benchmarks: de-dup off sends every position's id (and gradient row). */
+void hx_emb_shard_set_dedup(hx_emb_shard *s, bool on);
+
+#endif

@@ -1,0 +1,85 @@
+/* The sharded table's state and its exchanges, shared by embedding/shard_*.c
+ * only (the rest of the library sees embedding/shard.h). */
+#ifndef HX_EMBEDDING_SHARD_IMPL_H
+#define HX_EMBEDDING_SHARD_IMPL_H
+
+#include "embedding/embedding.h"
+#include "dist/dist.h"
+
+#include <pthread.h>
+
+struct hx_emb_shard {
+    hx_emb_table base;      /* the whole table's rows and dim */
+    hx_comm *comm;          /* the shard's own duplicate */
+    int rank, size;
+    bool table_wise, dynamic, dedup;
+    int owner;              /* table-wise */
+    uint64_t owner_seed;    /* dynamic row-wise: owner of key k = XXH3(k, seed) mod size */
+    hx_emb_oob oob;         /* fixed tables: ids outside [0, rows) */
+    hx_emb_optim optim;
+    hx_emb_table *part;     /* this rank's rows: NULL where it holds none */
+    hx_emb_local *local;    /* part's storage */
+    pthread_mutex_t lock;   /* one exchange at a time (one thread per communicator) */
+    hx_emb_workspace *ws;
+    _Atomic int64_t oob_count;
+    hx_emb_shard_stats stats;
+};
+
+/* The kinds of exchange, checked against the peers' (a mismatch is a
+ * program whose ranks call different things). */
+typedef enum hx_emb_xkind {
+    HX_EMB_X_LOOKUP = 1, HX_EMB_X_UPDATE, HX_EMB_X_READ, HX_EMB_X_WRITE
+} hx_emb_xkind;
+
+/* One call's ids routed to their owners. */
+typedef struct hx_emb_route {
+    int64_t n;          /* positions given */
+    int64_t U;          /* ids sent (unique, unless de-dup is off) */
+    int64_t *send;      /* the owners' local ids, grouped by owner in rank order */
+    int64_t *first;     /* U: a position that sent id u (its first) */
+    int64_t *inv;       /* n: position -> index into send; -1 padding or skipped, -2 a zero row */
+    int64_t *scount, *sdispl, *rcount, *rdispl; /* per rank, ids */
+    int64_t nrecv;
+    int64_t *recv;      /* ids received, rank 0's first */
+} hx_emb_route;
+
+/* The owner of (already mapped) id and its local id there. */
+void hx__shard_place(const hx_emb_shard *s, int64_t id, int *owner, int64_t *local);
+
+/* Plans the route of ids (n, i64: rows of a fixed table, keys of a dynamic
+ * one). skip[i] != 0 (skip may be NULL): position i sends nothing (inv =
+ * skip[i] < 0 ? -1 : -2). On failure (out of memory) the route holds
+ * nothing to free beyond what hx__shard_route_free frees. */
+hx_status hx__shard_route_plan(hx_emb_shard *s, const int64_t *ids, int64_t n,
+                               const signed char *skip, bool dedup, hx_emb_route *r,
+                               hx_emb_err *err);
+void hx__shard_route_free(hx_emb_route *r);
+
+/* The exchange's first round: counts, this rank's verdict on its input
+ * (verdict != HX_OK: it failed with vmsg) and the kind; then the ids. A
+ * verdict that is not HX_OK anywhere fails every rank before any id
+ * moves: this rank with its own message, the others naming the first
+ * rank that failed. */
+hx_status hx__shard_exchange_ids(hx_emb_shard *s, hx_emb_xkind kind, hx_emb_route *r,
+                                 hx_status verdict, const hx_emb_err *vmsg, hx_emb_err *err);
+/* Owners -> requesters: every owner's status st (msg its message) first,
+ * as hx__shard_agree; then owned (nrecv x width floats, in r->recv's
+ * order) goes back to the ranks that asked: out gets U x width floats in
+ * r->send's order. */
+hx_status hx__shard_reply(hx_emb_shard *s, hx_emb_xkind kind, const hx_emb_route *r, const float *owned,
+                          int64_t width, hx_status st, const hx_emb_err *msg, float *out, hx_emb_err *err);
+/* Requesters -> owners: rows (U x width floats in r->send's order) to the
+ * owners, recv_rows (nrecv x width) in r->recv's order. */
+hx_status hx__shard_push(hx_emb_shard *s, const hx_emb_route *r, const float *rows, int64_t width,
+                         float *recv_rows, hx_emb_err *err);
+/* Every rank's status after the owners' work of exchange `kind` (st, msg
+ * this rank's): the first failure fails every rank. */
+hx_status hx__shard_agree(hx_emb_shard *s, hx_emb_xkind kind, hx_status st, const hx_emb_err *msg,
+                          hx_emb_err *err);
+
+/* A sparse gradient (ids as the ops give them, rows) applied by the
+ * owners as one optimizer step. */
+hx_status hx__shard_update(hx_emb_shard *s, const hx_emb_sparse_grad *g, int64_t step,
+                           int nthreads, hx_emb_err *err);
+
+#endif

@@ -1,0 +1,85 @@
+/* The public table's sharded form (hx_embedding_config.comm): the choice
+ * of row-wise or table-wise and of the owner, and the collective reads,
+ * writes and stats that embedding/table.c hands over for such a table. */
+#include "embedding/table.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+bool hx__embedding_sharded(const hx_embedding_table *t) { return t->shard != NULL; }
+
+hx_status hx__embedding_shard_create(const hx_embedding_config *cfg, const hx_emb_table_config *tc,
+                                     const hx_emb_idmap_config *mc, hx_emb_table **out)
+{
+    const char *fn = "hx_embedding_table_create";
+    const char *name = cfg->name ? cfg->name : "embedding";
+    int N = hx_comm_size(cfg->comm);
+    if ((unsigned)cfg->sharding > HX_EMBEDDING_SHARD_TABLE || cfg->shard_rank < -1 || cfg->shard_rank >= N)
+        return hx__error(HX_ERR_INVALID_ARGUMENT,
+                         "%s '%s': sharding %d, shard_rank %d: give HX_EMBEDDING_SHARD_* and a rank in "
+                         "[0, %d) (or -1: by the table's name)", fn, name, (int)cfg->sharding,
+                         cfg->shard_rank, N);
+    if (cfg->backing_file || cfg->ssd_path)
+        return hx__error(HX_ERR_UNSUPPORTED,
+                         "%s '%s': a sharded table (comm) keeps its rows in memory; backing_file and "
+                         "ssd_path are for tables of one process", fn, name);
+    size_t bytes = (size_t)tc->rows * (size_t)hx_emb_row_stride(tc->dim, tc->dtype) *
+                   (tc->dtype == HX_DTYPE_F32 ? 4 : 2);
+    hx_emb_shard_config sc = {.comm = cfg->comm, .dynamic = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC,
+                              .tc = *tc, .mc = *mc};
+    sc.table_wise = cfg->sharding == HX_EMBEDDING_SHARD_TABLE ||
+                    (cfg->sharding == HX_EMBEDDING_SHARD_AUTO && bytes < HX_EMBEDDING_SHARD_TABLE_BYTES);
+    sc.owner = cfg->shard_rank >= 0 ? cfg->shard_rank
+                                    : (int)(XXH3_64bits(name, strlen(name)) % (uint64_t)(N > 0 ? N : 1));
+    hx_emb_err err;
+    hx_status st = hx_emb_shard_create(&sc, out, &err);
+    return st ? hx__emb_error(st, &err, "%s '%s'", fn, name) : HX_OK;
+}
+
+hx_status hx__embedding_shard_rows(hx_embedding_table *t, const char *fn, int k, const int64_t *ids,
+                                   int64_t n, float *out, const float *in)
+{
+    int64_t *rows = NULL;
+    const int64_t *use = ids;
+    if (t->ids == HX_EMBEDDING_IDS_MODULO && n > 0 && ids) {
+        rows = malloc((size_t)n * sizeof *rows);
+        if (rows) hx_emb_keys_mod(ids, n, t->impl->rows, rows);
+        use = rows; /* NULL when out of memory: refused with the other ranks told */
+    }
+    hx_emb_err err;
+    hx_status st = in ? hx_emb_shard_write(t->shard, use, n, in, &err)
+                      : hx_emb_shard_read(t->shard, k, use, n, out, &err);
+    free(rows);
+    return st ? hx__emb_error(st, &err, "%s '%s'", fn, t->name) : HX_OK;
+}
+
+hx_status hx__embedding_shard_stats(const hx_embedding_table *t, hx_embedding_stats *out)
+{
+    hx_emb_shard *s = t->shard;
+    hx_emb_local *l = hx_emb_shard_local(s);
+    hx_emb_local_stats ls = {0};
+    hx_emb_err err;
+    hx_status st = l ? hx_emb_local_stats_get(&l->base, &ls, &err) : HX_OK;
+    if (st) return hx__emb_error(st, &err, "hx_embedding_table_stats '%s'", t->name);
+    hx_emb_shard_stats ss;
+    hx_emb_shard_stats_get(s, &ss);
+    ls.oob_ids = ss.out_of_range;
+    *out = (hx_embedding_stats){.rows = t->impl->rows, .dim = t->impl->dim, .rows_assigned = ls.rows_ready,
+                                .out_of_range = ls.oob_ids, .updates = atomic_load(&t->updates),
+                                .last_step = atomic_load(&t->last_step), .bytes = ls.bytes,
+                                .graphs = atomic_load(&t->graphs)};
+    hx_emb_table *part = hx_emb_shard_part(s);
+    const hx_emb_idmap *map = part ? hx_emb_dynamic_idmap(part) : NULL;
+    if (map) {
+        hx_emb_idmap_stats ms;
+        pthread_mutex_lock((pthread_mutex_t *)&t->lock);
+        hx_emb_idmap_stats_get(map, &ms);
+        pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
+        out->rows_assigned = ms.keys;
+        out->evictions = ms.evicted;
+        out->expirations = ms.expired;
+        out->filtered = ms.filtered;
+    }
+    return HX_OK;
+}

@@ -1,0 +1,493 @@
+/* Sharded embedding tables, collective mode (hx_embedding_config.comm),
+ * under mpirun: N ranks each train a wide & deep-like model on their B/N
+ * samples of a global batch of B, with four tables sharded over the
+ * ranks (row-wise and table-wise; ROWS, MODULO; lookup and bags of sum,
+ * mean with padding, max; f32 and bf16 storage; LazyAdam, Adagrad,
+ * row-wise Adagrad, FTRL) and the dense layers data parallel; against the
+ * same model with tables of one process on this rank training the whole
+ * batch alone. After 20 steps the table rows, their optimizer state and
+ * the dense parameters agree within 1e-6 relative (not bitwise: the
+ * ranks' partial gradient sums associate differently). The "hx-digest"
+ * line (losses, rows, state, parameters) is bitwise the same run to run
+ * and over TCP (tests/mpi/same_over_tcp.sh).
+ *
+ * Also: an id outside a table fed on one rank fails the run on every rank
+ * with HX_ERR_INDEX (the feeding rank's message names the id) and leaves
+ * every shard as it was; collective reads and writes of rows; a DYNAMIC
+ * table sharded by key hash; ranks that create a table differently are
+ * refused. */
+#include "hetex_checks.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { B = 12, F = 3, D = 4, H = 6, STEPS = 20, NT = 4 };
+
+static hx_comm *comm;
+static int rank, size;
+static uint64_t digest = 1469598103934665603ull;
+
+static void fold(const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) digest = (digest ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+}
+
+typedef struct table_spec {
+    const char *name;
+    int64_t rows;
+    hx_embedding_ids ids;
+    hx_embedding_sharding sharding;
+    hx_embedding_optimizer_kind opt;
+    hx_dtype dtype;
+    int mode; /* -1: lookup, else hx_embedding_bag_mode */
+} table_spec;
+
+static const table_spec specs[NT] = {
+    {"user", 97, HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_SHARD_ROWS, HX_EMBEDDING_OPTIMIZER_LAZY_ADAM, HX_DTYPE_F32, -1},
+    {"item", 64, HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_SHARD_TABLE, HX_EMBEDDING_OPTIMIZER_ADAGRAD, HX_DTYPE_F32,
+     HX_EMBEDDING_BAG_SUM},
+    {"tag", 53, HX_EMBEDDING_IDS_MODULO, HX_EMBEDDING_SHARD_ROWS, HX_EMBEDDING_OPTIMIZER_ROW_ADAGRAD, HX_DTYPE_F32,
+     HX_EMBEDDING_BAG_MEAN},
+    {"geo", 40, HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_SHARD_AUTO, HX_EMBEDDING_OPTIMIZER_FTRL, HX_DTYPE_BF16,
+     HX_EMBEDDING_BAG_MAX},
+};
+enum { TAG_PAD = -7 }; /* the tag bag's padding id (a raw id of a MODULO table) */
+
+typedef struct model {
+    hx_embedding_table *t[NT];
+    hx_graph *g;
+    hx_tensor *ids[NT], *off[NT], *y, *loss, *w1, *w2;
+    int b; /* samples */
+} model;
+
+static hx_embedding_table *make_table(const table_spec *sp, hx_comm *c)
+{
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = sp->name;
+    ec.rows = sp->rows;
+    ec.dim = D;
+    ec.dtype = sp->dtype;
+    ec.ids = sp->ids;
+    ec.seed = 7;
+    ec.init = hx_init_uniform(-0.5, 0.5);
+    ec.optimizer = hx_embedding_optimizer_default(sp->opt);
+    ec.optimizer.lr = sp->opt == HX_EMBEDDING_OPTIMIZER_FTRL ? 0.2 : 0.05;
+    /* Adagrad's accumulators start at TF's 0.1, not torch's 0: from 0 an
+     * element whose gradients are tiny divides their rounding (which the
+     * ranks' partial sums change) by their own size, and 1e-6 would test
+     * that cancellation rather than the sharding */
+    if (sp->opt == HX_EMBEDDING_OPTIMIZER_ADAGRAD || sp->opt == HX_EMBEDDING_OPTIMIZER_ROW_ADAGRAD)
+        ec.optimizer.initial_accumulator = 0.1;
+    ec.n_threads = 1;
+    ec.comm = c;
+    ec.sharding = sp->sharding;
+    if (sp->sharding == HX_EMBEDDING_SHARD_TABLE) ec.shard_rank = size - 1;
+    hx_embedding_table *t = NULL;
+    OK(hx_embedding_table_create(&ec, &t));
+    return t;
+}
+
+static int build(model *m, int b, hx_comm *c)
+{
+    memset(m, 0, sizeof *m);
+    m->b = b;
+    for (int k = 0; k < NT; k++)
+        if (!(m->t[k] = make_table(&specs[k], c))) return -1;
+    hx_graph *g = m->g = hx_graph_create();
+    int64_t ys[2] = {b, 1}, w1s[2] = {D, H}, w2s[2] = {H, 1};
+    hx_tensor *h = NULL;
+    for (int k = 0; k < NT; k++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "ids_%s", specs[k].name);
+        int64_t n = specs[k].mode < 0 ? b : (int64_t)b * F, nb = b;
+        m->ids[k] = hx_graph_input(g, nm, HX_DTYPE_I64, 1, &n);
+        hx_tensor *e;
+        if (specs[k].mode < 0) {
+            e = hx_embedding_lookup(g, m->t[k], m->ids[k]);
+        } else {
+            snprintf(nm, sizeof nm, "off_%s", specs[k].name);
+            m->off[k] = hx_graph_input(g, nm, HX_DTYPE_I64, 1, &nb);
+            bool pad = specs[k].mode == HX_EMBEDDING_BAG_MEAN;
+            e = hx_embedding_bag(g, m->t[k], m->ids[k], m->off[k], NULL, (hx_embedding_bag_mode)specs[k].mode,
+                                 pad ? HX_EMBEDDING_BAG_PADDING : 0, pad ? TAG_PAD : 0);
+        }
+        h = h ? hx_add(g, h, e) : e;
+    }
+    m->y = hx_graph_input(g, "y", HX_DTYPE_F32, 2, ys);
+    m->w1 = hx_graph_param(g, "w1", HX_DTYPE_F32, 2, w1s, hx_init_xavier_uniform(1));
+    m->w2 = hx_graph_param(g, "w2", HX_DTYPE_F32, 2, w2s, hx_init_xavier_uniform(1));
+    hx_tensor *logits = hx_matmul(g, hx_relu(g, hx_matmul(g, h, m->w1, false, false)), m->w2, false, false);
+    m->loss = hx_bce_with_logits(g, logits, m->y);
+    if (!m->loss || hx_graph_backward(g, m->loss) != HX_OK) return -1;
+    hx_optimizer_config adam = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
+    adam.lr = 0.01;
+    return hx_graph_apply_optimizer(g, NULL, &adam) == HX_OK ? 0 : -1;
+}
+
+static void model_free(model *m)
+{
+    hx_graph_free(m->g);
+    for (int k = 0; k < NT; k++) OK(hx_embedding_table_free(m->t[k]));
+}
+
+/* The global batch of step s (the same on every rank): skewed ids, so
+ * that ranks share ids and a rank repeats them. */
+typedef struct batch {
+    int64_t ids[NT][B * F], off[B];
+    float y[B];
+} batch;
+
+static void make_batch(int s, batch *bt)
+{
+    test_rng g = test_rng_make(500 + (uint64_t)s);
+    for (int k = 0; k < NT; k++)
+        for (int i = 0; i < B * F; i++) {
+            double u = test_rng_uniform(&g, 0, 1);
+            int64_t id = (int64_t)(specs[k].rows * u * u * u);
+            if (specs[k].ids == HX_EMBEDDING_IDS_MODULO) id = id * 1000003 + 17; /* raw ids */
+            if (specs[k].mode == HX_EMBEDDING_BAG_MEAN && i % 5 == 2) id = TAG_PAD;
+            bt->ids[k][i] = id;
+        }
+    for (int b = 0; b < B; b++) {
+        bt->off[b] = (int64_t)b * F;
+        bt->y[b] = (float)(test_rng_u64(&g) & 1);
+    }
+}
+
+/* Runs samples [first, first + m->b) of bt on m; the loss into *loss. */
+static hx_status run(hx_session *s, const model *m, const batch *bt, int first, float *loss)
+{
+    hx_feed f[2 * NT + 1];
+    int nf = 0;
+    for (int k = 0; k < NT; k++) {
+        int per = specs[k].mode < 0 ? 1 : F;
+        f[nf++] = (hx_feed){NULL, m->ids[k], bt->ids[k] + (int64_t)first * per, sizeof(int64_t) * (size_t)(m->b * per)};
+        if (specs[k].mode >= 0) f[nf++] = (hx_feed){NULL, m->off[k], bt->off, sizeof(int64_t) * (size_t)m->b};
+    }
+    f[nf++] = (hx_feed){NULL, m->y, bt->y + first, sizeof(float) * (size_t)m->b};
+    hx_fetch fl = {NULL, m->loss, loss, sizeof *loss};
+    return hx_session_run(s, f, nf, &fl, 1, HX_RUN_TRAIN);
+}
+
+static hx_session_config config(hx_comm *c)
+{
+    hx_session_config cfg = hx_session_config_default();
+    cfg.n_threads = 1;
+    cfg.accelerator = HX_ACCELERATOR_NONE;
+    cfg.comm = c;
+    return cfg;
+}
+
+static double max_rel(const float *a, const float *b, int64_t n)
+{
+    double d = 0, m = 1e-12;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return d / m;
+}
+
+static int nstate(hx_embedding_optimizer_kind k)
+{
+    return k == HX_EMBEDDING_OPTIMIZER_LAZY_ADAM || k == HX_EMBEDDING_OPTIMIZER_FTRL ? 2 : 1;
+}
+
+/* Every row and state array of table k of both models (collective on the
+ * sharded one): within tol relative (tol 0: bitwise); folded into the
+ * digest. */
+static void compare_table(const model *sh, const model *lone, int k, double tol, const char *when)
+{
+    int64_t R = specs[k].rows, n = R * D;
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)R);
+    float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < R; i++) ids[i] = i;
+    for (int arr = -1; arr < nstate(specs[k].opt); arr++) {
+        int64_t w = arr >= 0 && specs[k].opt == HX_EMBEDDING_OPTIMIZER_ROW_ADAGRAD ? 1 : D;
+        if (arr < 0) {
+            OK(hx_embedding_table_read_rows(sh->t[k], ids, R, a));
+            OK(hx_embedding_table_read_rows(lone->t[k], ids, R, b));
+        } else {
+            OK(hx_embedding_table_read_state(sh->t[k], arr, ids, R, a));
+            OK(hx_embedding_table_read_state(lone->t[k], arr, ids, R, b));
+        }
+        fold(a, sizeof(float) * (size_t)(R * w));
+        double e = max_rel(a, b, R * w);
+        CHECK(tol ? e <= tol : !memcmp(a, b, sizeof(float) * (size_t)(R * w)),
+              "%s: table '%s' %s%s is %.3g off the lone run's (rank %d of %d)", when, specs[k].name,
+              arr < 0 ? "rows" : "state array ", arr < 0 ? "" : (arr ? "1" : "0"), e, rank, size);
+    }
+    free(ids);
+    free(a);
+    free(b);
+}
+
+static void compare_dense(hx_session *ss, const model *sh, hx_session *sa, const model *lone)
+{
+    const hx_tensor *ts[2] = {sh->w1, sh->w2}, *ta[2] = {lone->w1, lone->w2};
+    for (int j = 0; j < 2; j++) {
+        int64_t n = hx_tensor_numel(ts[j]);
+        float *p = malloc(sizeof(float) * (size_t)n), *q = malloc(sizeof(float) * (size_t)n);
+        OK(hx_session_read(ss, ts[j], p, sizeof(float) * (size_t)n));
+        OK(hx_session_read(sa, ta[j], q, sizeof(float) * (size_t)n));
+        fold(p, sizeof(float) * (size_t)n);
+        double e = max_rel(p, q, n);
+        CHECK(e <= 1e-6, "parameter '%s' after %d steps is %.3g off the lone run's", hx_tensor_name(ts[j]), STEPS, e);
+        free(p);
+        free(q);
+    }
+}
+
+/* Training against the lone run; before it, the sharded tables start as
+ * the lone ones (row-wise shards draw their rows as the whole table). */
+static void test_train_against_alone(void)
+{
+    model sh, lone;
+    if (build(&sh, B / size, comm) || build(&lone, B, NULL)) {
+        CHECK(false, "build: %s", hx_last_error());
+        return;
+    }
+    for (int k = 0; k < NT; k++) compare_table(&sh, &lone, k, 0, "at creation");
+    hx_session_config cs = config(comm), ca = config(NULL);
+    hx_session *ss = test_session_with(sh.g, &cs, "sharded"), *sa = test_session_with(lone.g, &ca, "alone");
+    batch bt;
+    for (int s = 0; s < STEPS && ss && sa; s++) {
+        make_batch(s, &bt);
+        float ls = 0, la = 0;
+        OK(run(ss, &sh, &bt, rank * (B / size), &ls));
+        OK(run(sa, &lone, &bt, 0, &la));
+        fold(&ls, sizeof ls); /* this rank's loss over its samples */
+    }
+    for (int k = 0; k < NT && ss && sa; k++) compare_table(&sh, &lone, k, 1e-6, "after 20 steps");
+    if (ss && sa) compare_dense(ss, &sh, sa, &lone);
+    hx_embedding_stats st;
+    OK(hx_embedding_table_stats(sh.t[0], &st));
+    CHECK(st.rows == specs[0].rows && st.updates == STEPS && st.last_step == STEPS,
+          "stats of the sharded 'user': rows %lld, %lld updates, last step %lld", (long long)st.rows,
+          (long long)st.updates, (long long)st.last_step);
+
+    /* an id outside 'user' fed on the last rank: every rank's run fails,
+     * no shard changes, and the next good step trains as the lone run */
+    int64_t R = specs[0].rows, *ids = malloc(sizeof(int64_t) * (size_t)R);
+    float *before = malloc(sizeof(float) * (size_t)(R * D)), *after = malloc(sizeof(float) * (size_t)(R * D));
+    for (int64_t i = 0; i < R; i++) ids[i] = i;
+    OK(hx_embedding_table_read_rows(sh.t[0], ids, R, before));
+    make_batch(STEPS, &bt);
+    int64_t good = bt.ids[0][B - 1];
+    if (rank == size - 1) bt.ids[0][B - 1] = R + 5;
+    float l;
+    hx_status st2 = ss ? run(ss, &sh, &bt, rank * (B / size), &l) : HX_ERR_STATE;
+    const char *msg = hx_last_error();
+    CHECK(st2 == HX_ERR_INDEX, "rank %d: an id out of range ran with %s: %s", rank, hx_status_name(st2), msg);
+    if (rank == size - 1)
+        CHECK(strstr(msg, "id 102") && strstr(msg, "user"), "the feeding rank's message: %s", msg);
+    else
+        CHECK(strstr(msg, "rank") && strstr(msg, "user"), "the other ranks' message: %s", msg);
+    OK(hx_embedding_table_read_rows(sh.t[0], ids, R, after));
+    CHECK(!memcmp(before, after, sizeof(float) * (size_t)(R * D)), "a failed run changed table 'user'");
+    for (int k = 1; k < NT && ss && sa; k++) compare_table(&sh, &lone, k, 1e-6, "after the failed run");
+    bt.ids[0][B - 1] = good;
+    if (ss && sa) {
+        OK(run(ss, &sh, &bt, rank * (B / size), &l));
+        OK(run(sa, &lone, &bt, 0, &l));
+        for (int k = 0; k < NT; k++) compare_table(&sh, &lone, k, 1e-6, "a step after the failed run");
+    }
+    free(ids);
+    free(before);
+    free(after);
+    hx_session_free(ss);
+    hx_session_free(sa);
+    model_free(&sh);
+    model_free(&lone);
+}
+
+/* Collective reads and writes of rows: each rank writes its own ids, all
+ * read them back; a bad id on one rank fails every rank, writing nothing. */
+static void test_rows_collective(void)
+{
+    table_spec sp = specs[0];
+    hx_embedding_table *t = make_table(&sp, comm);
+    if (!t) return;
+    enum { N = 5 };
+    int64_t ids[N];
+    float rows[N * D], back[N * D];
+    for (int i = 0; i < N; i++) {
+        ids[i] = (rank * 13 + i * 7) % sp.rows;
+        for (int c = 0; c < D; c++) rows[i * D + c] = (float)(rank * 100 + i * 10 + c);
+    }
+    /* ids written by two ranks end with the higher rank's row */
+    OK(hx_embedding_table_write_rows(t, ids, N, rows));
+    OK(hx_embedding_table_read_rows(t, ids, N, back));
+    CHECK(!memcmp(rows, back, sizeof rows), "rows read back differ"); /* no rank shares an id here */
+    int64_t all[N * 4];
+    for (int r = 0; r < size && r < 4; r++)
+        for (int i = 0; i < N; i++) all[r * N + i] = (r * 13 + i * 7) % sp.rows;
+    float *got = malloc(sizeof(float) * N * 4 * D);
+    int nr = size < 4 ? size : 4;
+    OK(hx_embedding_table_read_rows(t, all, N * nr, got));
+    for (int i = 0; i < N * nr; i++) {
+        int last = -1; /* the last rank that wrote this id */
+        for (int r = 0; r < nr; r++)
+            for (int j = 0; j < N; j++)
+                if (all[r * N + j] == all[i]) last = r * 1000 + j;
+        CHECK(got[i * D] == (float)((last / 1000) * 100 + (last % 1000) * 10), "id %lld reads %g",
+              (long long)all[i], (double)got[i * D]);
+    }
+    free(got);
+    float before[N * D];
+    OK(hx_embedding_table_read_rows(t, ids, N, before));
+    int64_t bad[N];
+    memcpy(bad, ids, sizeof bad);
+    if (rank == 0) bad[N - 1] = -3;
+    hx_status st = hx_embedding_table_write_rows(t, bad, N, rows);
+    CHECK(st == HX_ERR_INDEX, "a bad id in a write: %s (%s)", hx_status_name(st), hx_last_error());
+    OK(hx_embedding_table_read_rows(t, ids, N, back));
+    CHECK(!memcmp(before, back, sizeof back), "a refused write changed rows");
+    float s0[N * D];
+    OK(hx_embedding_table_read_state(t, 1, ids, N, s0));
+    st = hx_embedding_table_read_state(t, 2, ids, N, s0);
+    CHECK(st == HX_ERR_INVALID_ARGUMENT, "state array 2 of LazyAdam: %s", hx_status_name(st));
+    OK(hx_embedding_table_free(t));
+}
+
+/* A DYNAMIC table sharded by key hash: keys get rows on their owners, a
+ * training lookup assigns them, and ids the map has never seen read as
+ * zeros; reading it is the same on every rank. */
+static void test_dynamic(void)
+{
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "dyn";
+    ec.rows = 64;
+    ec.dim = D;
+    ec.ids = HX_EMBEDDING_IDS_DYNAMIC;
+    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
+    ec.comm = comm;
+    ec.sharding = HX_EMBEDDING_SHARD_ROWS;
+    ec.n_threads = 1;
+    hx_embedding_table *t = NULL;
+    OK(hx_embedding_table_create(&ec, &t));
+    if (!t) return;
+    hx_graph *g = hx_graph_create();
+    int64_t n = 6, ws[2] = {6, D};
+    hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
+    hx_tensor *x = hx_graph_input(g, "x", HX_DTYPE_F32, 2, ws);
+    hx_tensor *loss = hx_reduce_sum(g, hx_mul(g, hx_embedding_lookup(g, t, ids), x), 0, NULL, false);
+    OK(hx_graph_backward(g, loss));
+    hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    OK(hx_graph_apply_optimizer(g, NULL, &sgd));
+    hx_session_config cfg = config(comm);
+    hx_session *s = test_session_with(g, &cfg, "dynamic");
+    int64_t keys[6];
+    float xv[6 * D];
+    for (int i = 0; i < 6 * D; i++) xv[i] = 0.25f * (float)(i % 5) - 0.5f;
+    for (int step = 0; step < 4 && s; step++) {
+        for (int i = 0; i < 6; i++) keys[i] = 1000003LL * ((rank + i + step) % 9) + 11; /* 9 keys in all */
+        hx_feed f[2] = {{NULL, ids, keys, sizeof keys}, {NULL, x, xv, sizeof xv}};
+        OK(hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN));
+    }
+    int64_t all[10];
+    for (int i = 0; i < 9; i++) all[i] = 1000003LL * i + 11;
+    all[9] = 42; /* never seen */
+    float rows[10 * D];
+    OK(hx_embedding_table_read_rows(t, all, 10, rows));
+    fold(rows, sizeof rows);
+    bool zero = true, nonzero = true;
+    for (int c = 0; c < D; c++) zero &= rows[9 * D + c] == 0;
+    for (int i = 0; i < 9; i++) {
+        bool any = false;
+        for (int c = 0; c < D; c++) any |= rows[i * D + c] != 0;
+        nonzero &= any;
+    }
+    CHECK(zero && nonzero, "keys seen read as rows (%d), a key never seen as zeros (%d)", nonzero, zero);
+    hx_embedding_stats st;
+    OK(hx_embedding_table_stats(t, &st));
+    CHECK(st.rows_assigned >= 0 && st.rows_assigned <= 9, "this rank's shard holds %lld keys",
+          (long long)st.rows_assigned);
+    hx_session_free(s);
+    hx_graph_free(g);
+    OK(hx_embedding_table_free(t));
+}
+
+/* Ranks that create a table differently are all refused. */
+static void test_mismatch(void)
+{
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "odd";
+    ec.rows = 10;
+    ec.dim = rank == size - 1 && size > 1 ? 5 : 4;
+    ec.comm = comm;
+    hx_embedding_table *t = NULL;
+    hx_status st = hx_embedding_table_create(&ec, &t);
+    if (size == 1) {
+        CHECK(st == HX_OK, "one rank: %s", hx_last_error());
+    } else {
+        CHECK(st == HX_ERR_INVALID_ARGUMENT && !t && strstr(hx_last_error(), "differs"), "rank %d: %s: %s",
+              rank, hx_status_name(st), hx_last_error());
+    }
+    OK(hx_embedding_table_free(t));
+    ec.dim = 4;
+    ec.shard_rank = size;
+    ec.sharding = HX_EMBEDDING_SHARD_TABLE;
+    st = hx_embedding_table_create(&ec, &t);
+    CHECK(st == HX_ERR_INVALID_ARGUMENT && !t, "shard_rank %d of %d ranks: %s", size, size, hx_status_name(st));
+    /* a table of one process in a data-parallel session is refused */
+    ec.comm = NULL;
+    ec.shard_rank = -1;
+    OK(hx_embedding_table_create(&ec, &t));
+    hx_graph *g = hx_graph_create();
+    int64_t n = 2;
+    hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
+    hx_tensor *loss = hx_reduce_sum(g, hx_embedding_lookup(g, t, ids), 0, NULL, false);
+    hx_embedding_optimizer o = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
+    OK(hx_embedding_table_set_optimizer(t, &o));
+    OK(hx_graph_backward(g, loss));
+    hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    OK(hx_graph_apply_optimizer(g, NULL, &sgd));
+    hx_session_config cfg = config(comm);
+    hx_session *s = NULL;
+    st = hx_session_create(g, &cfg, &s);
+    CHECK(st == HX_ERR_UNSUPPORTED && strstr(hx_last_error(), "'odd'"), "a local table, data parallel: %s: %s",
+          hx_status_name(st), hx_last_error());
+    hx_session_free(s);
+    hx_graph_free(g);
+    OK(hx_embedding_table_free(t));
+}
+
+static int setup(void)
+{
+    hx_comm_config cfg = hx_comm_config_default();
+    cfg.timeout_s = 60;
+    if (hx_comm_create(&cfg, &comm) != HX_OK) {
+        fprintf(stderr, "hx_comm_create: %s\n", hx_last_error());
+        return 1;
+    }
+    rank = hx_comm_rank(comm);
+    size = hx_comm_size(comm);
+    if (B % size) {
+        fprintf(stderr, "mpi_shard: %d ranks do not divide the batch of %d\n", size, B);
+        return 1;
+    }
+    return 0;
+}
+
+static void teardown(void)
+{
+    printf("hx-digest rank %d of %d: %016llx\n", rank, size, (unsigned long long)digest);
+    fflush(stdout);
+    hx_comm_free(comm);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case cases[] = {
+        {"train_against_alone", test_train_against_alone},
+        {"rows_collective", test_rows_collective},
+        {"dynamic", test_dynamic},
+        {"mismatch", test_mismatch},
+    };
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "mpi_shard", cases, TEST_COUNT(cases), &o);
+}
