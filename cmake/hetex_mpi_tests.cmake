@@ -52,7 +52,7 @@ if(HX_HAVE_MPI)
   # sharded embedding tables (collective mode) against one rank alone; the
   # same bits over shared memory, again, and over TCP
   add_executable(mpi_shard ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_shard.c)
-  target_link_libraries(mpi_shard PRIVATE hx_testlib)
+  target_link_libraries(mpi_shard PRIVATE hx_testlib MPI::MPI_C)
   foreach(np 1 2 4)
     add_test(NAME mpi_shard_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:mpi_shard>)
     set_tests_properties(mpi_shard_np${np} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")

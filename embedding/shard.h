@@ -82,6 +82,13 @@ hx_status hx_emb_shard_read(hx_emb_shard *s, int k, const int64_t *ids, int64_t 
 hx_status hx_emb_shard_write(hx_emb_shard *s, const int64_t *ids, int64_t n, const float *rows,
                              hx_emb_err *err);
 
+/* Whether path holds a sharded table's checkpoint manifest. */
+bool hx_emb_shard_is_manifest(const char *path);
+/* A fixed table of one process loads a sharded checkpoint (any number of
+ * shards, row-wise or table-wise): every shard file checked against the
+ * manifest and read first; dst changes only once all of them were. */
+hx_status hx_emb_shard_load_local(hx_emb_local *dst, const char *path, hx_emb_err *err);
+
 /* What the exchanges moved, this rank, since creation. */
 typedef struct hx_emb_shard_stats {
     int64_t lookups;          /* lookups (and updates) started */

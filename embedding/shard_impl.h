@@ -17,6 +17,8 @@ struct hx_emb_shard {
     uint64_t owner_seed;    /* dynamic row-wise: owner of key k = XXH3(k, seed) mod size */
     hx_emb_oob oob;         /* fixed tables: ids outside [0, rows) */
     hx_emb_optim optim;
+    hx_emb_table_config tc; /* the whole table's, as created */
+    hx_emb_idmap_config mc;
     hx_emb_table *part;     /* this rank's rows: NULL where it holds none */
     hx_emb_local *local;    /* part's storage */
     pthread_mutex_t lock;   /* one exchange at a time (one thread per communicator) */
@@ -28,7 +30,8 @@ struct hx_emb_shard {
 /* The kinds of exchange, checked against the peers' (a mismatch is a
  * program whose ranks call different things). */
 typedef enum hx_emb_xkind {
-    HX_EMB_X_LOOKUP = 1, HX_EMB_X_UPDATE, HX_EMB_X_READ, HX_EMB_X_WRITE
+    HX_EMB_X_LOOKUP = 1, HX_EMB_X_UPDATE, HX_EMB_X_READ, HX_EMB_X_WRITE, HX_EMB_X_CREATE,
+    HX_EMB_X_SAVE, HX_EMB_X_LOAD
 } hx_emb_xkind;
 
 /* One call's ids routed to their owners. */
@@ -76,6 +79,13 @@ hx_status hx__shard_push(hx_emb_shard *s, const hx_emb_route *r, const float *ro
  * this rank's): the first failure fails every rank. */
 hx_status hx__shard_agree(hx_emb_shard *s, hx_emb_xkind kind, hx_status st, const hx_emb_err *msg,
                           hx_emb_err *err);
+
+/* A part for this rank as s->tc/s->mc place it (*part NULL where it holds
+ * no rows); *storage: its local table (a dynamic part's storage). */
+hx_status hx__shard_make_part(hx_emb_shard *s, hx_emb_table **part, hx_emb_table **storage, hx_emb_err *err);
+/* Checkpoints (embedding/shard_ckpt.c): the table interface's save and load. */
+hx_status hx__shard_save(hx_emb_table *t, const char *path, hx_emb_err *err);
+hx_status hx__shard_load(hx_emb_table *t, const char *path, hx_emb_err *err);
 
 /* A sparse gradient (ids as the ops give them, rows) applied by the
  * owners as one optimizer step. */

@@ -141,6 +141,9 @@ static const char *kind_name(int64_t k)
     case HX_EMB_X_UPDATE: return "an update";
     case HX_EMB_X_READ: return "a read of rows";
     case HX_EMB_X_WRITE: return "a write of rows";
+    case HX_EMB_X_CREATE: return "the table's creation";
+    case HX_EMB_X_SAVE: return "a save";
+    case HX_EMB_X_LOAD: return "a load";
     }
     return "an unknown exchange";
 }

@@ -202,26 +202,8 @@ static void shard_free(hx_emb_table *t)
     free(s);
 }
 
-/* Checkpoints of sharded tables (per-shard files and a manifest that load
- * at another rank count) are not built yet: refused, the table unchanged. */
-static hx_status shard_save(hx_emb_table *t, const char *path, hx_emb_err *err)
-{
-    (void)t;
-    return hx_emb_fail(err, HX_ERR_UNSUPPORTED, "saving a sharded table to %s: per-shard checkpoints are "
-                       "not built yet; read its rows and state with hx_embedding_table_read_rows and "
-                       "_read_state (collective) to keep them", path);
-}
-
-static hx_status shard_load(hx_emb_table *t, const char *path, hx_emb_err *err)
-{
-    (void)t;
-    return hx_emb_fail(err, HX_ERR_UNSUPPORTED, "loading a sharded table from %s: per-shard checkpoints "
-                       "are not built yet (the table is unchanged); set rows with "
-                       "hx_embedding_table_write_rows (collective)", path);
-}
-
 static const hx_emb_ops shard_ops = {"sharded", shard_lookup, shard_apply, shard_backward_update,
-                                     shard_save, shard_load, shard_free};
+                                     hx__shard_save, hx__shard_load, shard_free};
 
 hx_emb_shard *hx_emb_as_shard(hx_emb_table *t) { return t && t->ops == &shard_ops ? (hx_emb_shard *)t : NULL; }
 hx_emb_table *hx_emb_shard_part(hx_emb_shard *s) { return s->part; }
@@ -266,12 +248,13 @@ static uint64_t config_hash(const hx_emb_shard_config *c)
     return h;
 }
 
-/* This rank's part as cfg places it (NULL where it holds no rows). */
-static hx_status make_part(hx_emb_shard *s, const hx_emb_shard_config *cfg, hx_emb_err *err)
+hx_status hx__shard_make_part(hx_emb_shard *s, hx_emb_table **part, hx_emb_table **storage, hx_emb_err *err)
 {
-    hx_emb_table_config tc = cfg->tc;
-    hx_emb_idmap_config mc = cfg->mc;
+    hx_emb_table_config tc = s->tc;
+    hx_emb_idmap_config mc = s->mc;
     int64_t R = tc.rows, N = s->size;
+    *part = *storage = NULL;
+    tc.optim = s->optim;
     if (s->table_wise) {
         if (s->rank != s->owner) return HX_OK;
     } else if (s->dynamic) {
@@ -282,11 +265,9 @@ static hx_status make_part(hx_emb_shard *s, const hx_emb_shard_config *cfg, hx_e
         tc.row_stride = N; /* local row l starts as global row l * N + rank */
         tc.row_offset = s->rank;
     }
-    hx_status st = s->dynamic ? hx_emb_dynamic_create(&tc, &mc, &s->part, err)
-                              : hx_emb_local_create(&tc, &s->part, err);
-    if (st) return st;
-    s->local = hx_emb_as_local(s->dynamic ? hx_emb_dynamic_local(s->part) : s->part);
-    return HX_OK;
+    hx_status st = s->dynamic ? hx_emb_dynamic_create(&tc, &mc, part, err) : hx_emb_local_create(&tc, part, err);
+    if (!st) *storage = s->dynamic ? hx_emb_dynamic_local(*part) : *part;
+    return st;
 }
 
 hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out, hx_emb_err *err)
@@ -314,6 +295,8 @@ hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out
     s->owner_seed = cfg->mc.seed ^ 0x5348415244ull; /* not the map's own slot hash */
     s->oob = cfg->tc.oob;
     s->optim = cfg->tc.optim;
+    s->tc = cfg->tc;
+    s->mc = cfg->mc;
     pthread_mutex_init(&s->lock, NULL);
     hx_status st = hx__comm_dup(cfg->comm, &s->comm);
     if (st) {
@@ -340,8 +323,10 @@ hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out
                              "rank must create the table alike", j);
     free(all);
     hx_emb_err perr;
-    hx_status pst = st ? HX_OK : make_part(s, cfg, &perr);
-    if (!st) st = hx__shard_agree(s, HX_EMB_X_WRITE, pst, &perr, err);
+    hx_emb_table *storage = NULL;
+    hx_status pst = st ? HX_OK : hx__shard_make_part(s, &s->part, &storage, &perr);
+    s->local = hx_emb_as_local(storage);
+    if (!st) st = hx__shard_agree(s, HX_EMB_X_CREATE, pst, &perr, err);
     if (st) {
         shard_free(&s->base);
         return st;

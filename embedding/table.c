@@ -412,7 +412,13 @@ hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path)
     if (st) return st;
     hx_emb_err err;
     pthread_mutex_lock(&t->lock);
-    st = hx_emb_table_load(t->impl, path, &err);
+    /* a sharded table's checkpoint into a fixed table of one process */
+    bool shards = !t->shard && hx_emb_shard_is_manifest(path);
+    if (shards && (t->ssd || t->ids == HX_EMBEDDING_IDS_DYNAMIC))
+        st = hx_emb_fail(&err, HX_ERR_UNSUPPORTED, "a sharded checkpoint loads into a ROWS or MODULO "
+                         "table in memory (a DYNAMIC table's maps, or a table on disk, take their own "
+                         "checkpoints)");
+    else st = shards ? hx_emb_shard_load_local(t->local, path, &err) : hx_emb_table_load(t->impl, path, &err);
     pthread_mutex_unlock(&t->lock);
     hx__embedding_release(t, true);
     return st ? hx__emb_error(st, &err, "hx_embedding_table_load '%s' from %s", t->name, path)

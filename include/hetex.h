@@ -1014,6 +1014,19 @@ HX_API hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, con
  * (ssd_path) writes its dirty cached rows back and saves its row store's
  * index (4 bytes a row), not the rows; it loads into a table over the same
  * ssd_path (after a crash too), from either of the last two saves.
+ * A sharded table (config.comm; both calls collective): every rank saves
+ * its shard as above to "PATH.g<generation>.<rank>-of-<ranks>", then rank
+ * 0 writes the manifest at PATH (staged: the commit of the set) with every
+ * shard's rows, bytes and XXH3-64; the set before is removed after. The
+ * files must be where every rank sees them. Load checks every shard file
+ * it reads against the manifest, reads them all, and changes the table on
+ * every rank only once every rank has: a ROWS or MODULO table saved at N
+ * ranks (row-wise or table-wise) loads at any number of ranks, and into a
+ * table of one process (no communicator, no MPI needed); a DYNAMIC table
+ * loads at the layout and number of ranks it was saved at
+ * (HX_ERR_UNSUPPORTED otherwise). A shard file that does not match the
+ * manifest fails the load with HX_ERR_CORRUPT naming it; a failure on one
+ * rank fails every rank.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t or path NULL; load: the file has
  *               another optimizer's state than the table's, or a DYNAMIC
  *               table's map for another kind of table); HX_ERR_STATE (save:

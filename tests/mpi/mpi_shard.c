@@ -15,9 +15,16 @@
  * with HX_ERR_INDEX (the feeding rank's message names the id) and leaves
  * every shard as it was; collective reads and writes of rows; a DYNAMIC
  * table sharded by key hash; ranks that create a table differently are
- * refused. */
+ * refused; checkpoints of the tables (per-shard files and a manifest)
+ * load at the same rank count, at half of it (a communicator split from
+ * the world) and into a table of one process, and a corrupt shard is
+ * refused everywhere, the tables as they were. */
+#include "dist/dist.h"
 #include "hetex_checks.h"
 #include "testutil.h"
+#include "tmpdir.h"
+
+#include <mpi.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -84,7 +91,7 @@ static hx_embedding_table *make_table(const table_spec *sp, hx_comm *c)
     ec.n_threads = 1;
     ec.comm = c;
     ec.sharding = sp->sharding;
-    if (sp->sharding == HX_EMBEDDING_SHARD_TABLE) ec.shard_rank = size - 1;
+    if (sp->sharding == HX_EMBEDDING_SHARD_TABLE && c) ec.shard_rank = hx_comm_size(c) - 1;
     hx_embedding_table *t = NULL;
     OK(hx_embedding_table_create(&ec, &t));
     return t;
@@ -411,6 +418,130 @@ static void test_dynamic(void)
     OK(hx_embedding_table_free(t));
 }
 
+/* Rows (k < 0) or state array k of all `rows` rows of t, D floats a row. */
+static float *read_all(hx_embedding_table *t, int k, int64_t rows)
+{
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)rows);
+    float *out = calloc((size_t)(rows * D), sizeof(float));
+    for (int64_t i = 0; i < rows; i++) ids[i] = i;
+    OK(k < 0 ? hx_embedding_table_read_rows(t, ids, rows, out) : hx_embedding_table_read_state(t, k, ids, rows, out));
+    free(ids);
+    return out;
+}
+
+/* Every array of table k of spec reads as ref (bitwise). */
+static void same_as(hx_embedding_table *t, int k, float *const *ref, const char *when)
+{
+    int64_t R = specs[k].rows;
+    for (int a = -1; a < nstate(specs[k].opt); a++) {
+        float *got = read_all(t, a, R);
+        CHECK(!memcmp(got, ref[a + 1], sizeof(float) * (size_t)(R * D)), "%s: table '%s' array %d differs from "
+              "the save's (rank %d of %d)", when, specs[k].name, a, rank, size);
+        free(got);
+    }
+}
+
+static void barrier(void)
+{
+    float v = 0;
+    hx_coll *q = NULL;
+    OK(hx__comm_all_reduce(comm, &v, &v, 1, HX_DTYPE_F32, &q));
+    OK(hx__coll_wait(q));
+}
+
+/* Checkpoints of the four tables after 3 steps, then 2 more steps, then
+ * loads: at this rank count, at half of it, in one process; then a
+ * damaged shard refused on every rank with the table as it was. */
+static void test_checkpoint(void)
+{
+    model sh;
+    if (build(&sh, B / size, comm)) {
+        CHECK(false, "build: %s", hx_last_error());
+        return;
+    }
+    hx_session_config cs = config(comm);
+    hx_session *ss = test_session_with(sh.g, &cs, "sharded");
+    char dir[256] = "", path[NT][320];
+    if (rank == 0 && !test_make_tmpdir(dir, sizeof dir, "hx-mpi-shard")) CHECK(false, "no temporary folder");
+    hx_coll *q = NULL;
+    OK(hx__comm_broadcast(comm, dir, sizeof dir / 8, HX_DTYPE_I64, 0, &q)); /* rank 0's folder */
+    OK(hx__coll_wait(q));
+    batch bt;
+    float l, *ref[NT][3] = {{0}};
+    for (int s = 0; s < 5 && ss; s++) {
+        make_batch(s, &bt);
+        OK(run(ss, &sh, &bt, rank * (B / size), &l));
+        for (int k = 0; k < NT && s == 2; k++) {
+            snprintf(path[k], sizeof path[k], "%s/%s", dir, specs[k].name);
+            OK(hx_embedding_table_save(sh.t[k], path[k]));
+            OK(hx_embedding_table_save(sh.t[k], path[k])); /* a second generation replaces the first */
+            for (int a = -1; a < nstate(specs[k].opt); a++) ref[k][a + 1] = read_all(sh.t[k], a, specs[k].rows);
+        }
+    }
+    float *now = ss ? read_all(sh.t[0], -1, specs[0].rows) : NULL;
+    CHECK(now && memcmp(now, ref[0][0], sizeof(float) * (size_t)(specs[0].rows * D)), "the steps after the save changed nothing");
+    free(now);
+    for (int k = 0; k < NT && ss; k++) {
+        OK(hx_embedding_table_load(sh.t[k], path[k]));
+        same_as(sh.t[k], k, ref[k], "loaded at the same ranks");
+    }
+    /* in one process: tables without a communicator */
+    for (int k = 0; k < NT && ss; k++) {
+        hx_embedding_table *t = make_table(&specs[k], NULL);
+        OK(hx_embedding_table_load(t, path[k]));
+        same_as(t, k, ref[k], "loaded in one process");
+        OK(hx_embedding_table_free(t));
+    }
+    /* at half the ranks (of a world of 2 or 4; one rank: 1 again) */
+    MPI_Comm half;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    hx_comm_config hc = hx_comm_config_default();
+    hc.mpi_comm = &half;
+    hc.timeout_s = 60;
+    hx_comm *hcomm = NULL;
+    OK(hx_comm_create(&hc, &hcomm));
+    for (int k = 0; k < NT && hcomm && ss; k++) {
+        hx_embedding_table *t = make_table(&specs[k], hcomm);
+        OK(hx_embedding_table_load(t, path[k]));
+        same_as(t, k, ref[k], "loaded at half the ranks");
+        OK(hx_embedding_table_free(t));
+    }
+    hx_comm_free(hcomm);
+    MPI_Comm_free(&half);
+    /* a damaged shard: refused on every rank, every table as it was */
+    barrier();
+    if (rank == 0 && ss) {
+        char p[400];
+        snprintf(p, sizeof p, "%s.g2.0-of-%d", path[0], size);
+        FILE *f = fopen(p, "r+b");
+        CHECK(f && fseek(f, 200, SEEK_SET) == 0 && fputc(0x5a, f) != EOF, "damaging %s", p);
+        if (f) fclose(f);
+    }
+    barrier();
+    if (ss) {
+        hx_status st = hx_embedding_table_load(sh.t[0], path[0]);
+        CHECK(st == HX_ERR_CORRUPT, "rank %d: a damaged shard loaded with %s: %s", rank, hx_status_name(st),
+              hx_last_error());
+        same_as(sh.t[0], 0, ref[0], "after a refused load");
+        hx_embedding_table *t = make_table(&specs[0], NULL);
+        float *before = read_all(t, -1, specs[0].rows);
+        st = hx_embedding_table_load(t, path[0]);
+        CHECK(st == HX_ERR_CORRUPT && strstr(hx_last_error(), "does not match the manifest"),
+              "one process, a damaged shard: %s: %s", hx_status_name(st), hx_last_error());
+        float *after = read_all(t, -1, specs[0].rows);
+        CHECK(!memcmp(before, after, sizeof(float) * (size_t)(specs[0].rows * D)), "a refused load changed rows");
+        free(before);
+        free(after);
+        OK(hx_embedding_table_free(t));
+    }
+    barrier();
+    if (rank == 0 && *dir) test_remove_tree(dir);
+    for (int k = 0; k < NT; k++)
+        for (int a = 0; a < 3; a++) free(ref[k][a]);
+    hx_session_free(ss);
+    model_free(&sh);
+}
+
 /* Ranks that create a table differently are all refused. */
 static void test_mismatch(void)
 {
@@ -487,6 +618,7 @@ int main(int argc, char **argv)
         {"rows_collective", test_rows_collective},
         {"dynamic", test_dynamic},
         {"mismatch", test_mismatch},
+        {"checkpoint", test_checkpoint},
     };
     test_options o = {.setup = setup, .teardown = teardown};
     return test_main_with(argc, argv, "mpi_shard", cases, TEST_COUNT(cases), &o);
