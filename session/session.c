@@ -368,7 +368,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     }
     /* data parallel: the ranks' summed gradients averaged, with the unscaling */
     double unscale = (scaling ? 1.0 / s->stats.loss_scale : 1.0) /
-                     (hx__session_dp_on(s) ? hx_comm_size(s->e.cfg.comm) : 1);
+                     (s->e.cfg.comm ? hx_comm_size(s->e.cfg.comm) : 1); /* sharded tables too */
     hx_exec run = {.step = s->stats.step, .train = train, .grad_unscale = (float)unscale,
                    .grad_clip = 1.0f, .lr_scale = s->lr_scale};
     hx_exec ex[2][2]; /* [phase][host lanes, device] */

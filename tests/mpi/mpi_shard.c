@@ -542,6 +542,56 @@ static void test_checkpoint(void)
     model_free(&sh);
 }
 
+/* A model of tables alone (no dense parameter): the ranks' gradients are
+ * averaged all the same, so the table trains as one process would. The
+ * Adagrad table ('item', accumulators from 0.1) with small gradients: its
+ * steps grow with the gradient (LazyAdam's would not show a sum that is N
+ * times too large). */
+static void test_tables_only(void)
+{
+    const table_spec *sp = &specs[1];
+    hx_embedding_table *t[2] = {make_table(sp, comm), make_table(sp, NULL)};
+    hx_graph *g[2] = {NULL, NULL};
+    hx_tensor *ids[2], *x[2];
+    hx_session *s[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && t[0] && t[1]; k++) {
+        int64_t b = k ? B : B / size, xs[2] = {b, D};
+        g[k] = hx_graph_create();
+        ids[k] = hx_graph_input(g[k], "ids", HX_DTYPE_I64, 1, &b);
+        x[k] = hx_graph_input(g[k], "x", HX_DTYPE_F32, 2, xs);
+        hx_tensor *loss = hx_reduce_mean(g[k], hx_mul(g[k], hx_embedding_lookup(g[k], t[k], ids[k]), x[k]), 0, NULL, false);
+        OK(hx_graph_backward(g[k], loss));
+        hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+        OK(hx_graph_apply_optimizer(g[k], NULL, &sgd));
+        hx_session_config cfg = config(k ? NULL : comm);
+        s[k] = test_session_with(g[k], &cfg, k ? "alone" : "sharded");
+    }
+    batch bt;
+    float xv[B * D];
+    for (int step = 0; step < 5 && s[0] && s[1]; step++) {
+        make_batch(step, &bt);
+        for (int i = 0; i < B * D; i++) xv[i] = 0.01f * (float)((i * 7 + step) % 11 - 5);
+        int first = rank * (B / size);
+        hx_feed fs[2] = {{NULL, ids[0], bt.ids[1] + first, sizeof(int64_t) * (size_t)(B / size)},
+                         {NULL, x[0], xv + first * D, sizeof(float) * (size_t)(B / size * D)}};
+        hx_feed fa[2] = {{NULL, ids[1], bt.ids[1], sizeof(int64_t) * B}, {NULL, x[1], xv, sizeof xv}};
+        OK(hx_session_run(s[0], fs, 2, NULL, 0, HX_RUN_TRAIN));
+        OK(hx_session_run(s[1], fa, 2, NULL, 0, HX_RUN_TRAIN));
+    }
+    if (s[0] && s[1]) {
+        float *a = read_all(t[0], -1, sp->rows), *b = read_all(t[1], -1, sp->rows);
+        double e = max_rel(a, b, sp->rows * D);
+        CHECK(e <= 1e-6, "a model of tables alone: the sharded table is %.3g off the lone one's", e);
+        free(a);
+        free(b);
+    }
+    for (int k = 0; k < 2; k++) {
+        hx_session_free(s[k]);
+        hx_graph_free(g[k]);
+        OK(hx_embedding_table_free(t[k]));
+    }
+}
+
 /* Ranks that create a table differently are all refused. */
 static void test_mismatch(void)
 {
@@ -619,6 +669,7 @@ int main(int argc, char **argv)
         {"dynamic", test_dynamic},
         {"mismatch", test_mismatch},
         {"checkpoint", test_checkpoint},
+        {"tables_only", test_tables_only},
     };
     test_options o = {.setup = setup, .teardown = teardown};
     return test_main_with(argc, argv, "mpi_shard", cases, TEST_COUNT(cases), &o);
