@@ -60,6 +60,12 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_shard_transports COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/same_over_tcp.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_shard> 2)
   set_tests_properties(mpi_shard_transports PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  # a rank killed mid-training with sharded tables: the others end naming it
+  add_executable(mpi_shard_killed ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_shard_killed.c)
+  target_link_libraries(mpi_shard_killed PRIVATE hx_testlib)
+  add_test(NAME mpi_shard_killed_rank COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/killed_rank.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_shard_killed> 3)
+  set_tests_properties(mpi_shard_killed_rank PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   # mpirun -np 2 hetex widedeep --shards 2: Adult scored as by one process
   add_test(NAME mpi_widedeep_shards COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_shards.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli> ${PROJECT_SOURCE_DIR}/data/adult)

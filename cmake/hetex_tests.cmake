@@ -116,6 +116,7 @@ hx_test(mpi_shard_np2            60       mpi)
 hx_test(mpi_shard_np4            90       mpi)
 hx_test(mpi_shard_transports     90       mpi)
 hx_test(mpi_widedeep_shards      180      mpi io)
+hx_test(mpi_shard_killed_rank    90       mpi)
 
 get_property(hx_all_tests DIRECTORY PROPERTY TESTS)
 foreach(name ${hx_all_tests})
