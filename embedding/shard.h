@@ -17,8 +17,8 @@
  * naming the id on the rank that fed it, naming that rank on the others);
  * an all-to-all-v of the unique ids; the owners read the rows with the
  * local table's lookup (a DYNAMIC training lookup assigns rows there); an
- * all-to-all-v of the rows back, each block led by its owner's status; the
- * rows pooled here by the local lookup code over the unique rows, so bags
+ * all-gather of the owners' statuses, then an all-to-all-v of the rows
+ * back; the rows pooled here by the local lookup code over the unique rows, so bags
  * come out as a local table's would. The sparse update: each unique id's
  * summed gradient (hx_emb_backward) to its owner, which sums the ranks'
  * rows per id in rank order and applies the table's optimizer once (the
@@ -91,14 +91,15 @@ hx_status hx_emb_shard_load_local(hx_emb_local *dst, const char *path, hx_emb_er
 
 /* What the exchanges moved, this rank, since creation. */
 typedef struct hx_emb_shard_stats {
-    int64_t lookups;          /* lookups (and updates) started */
+    int64_t exchanges;        /* started: lookups, updates, reads and writes of rows */
     int64_t ids_in;           /* positions the callers gave */
     int64_t ids_sent;         /* ids sent to owners (unique per call unless de-dup is off) */
     uint64_t bytes_sent;      /* to other ranks, all messages */
     int64_t out_of_range;     /* ids this rank fed outside a fixed table (OOB_ZERO) */
 } hx_emb_shard_stats;
 void hx_emb_shard_stats_get(const hx_emb_shard *s, hx_emb_shard_stats *out);
-/* Benchmarks: de-dup off sends every position's id (and gradient row). */
+/* Benchmarks: de-dup off makes a lookup send every position's id (and get
+ * its row back); updates send each id's summed gradient either way. */
 void hx_emb_shard_set_dedup(hx_emb_shard *s, bool on);
 
 #endif

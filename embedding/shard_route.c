@@ -177,7 +177,7 @@ hx_status hx__shard_exchange_ids(hx_emb_shard *s, hx_emb_xkind kind, hx_emb_rout
                                  hx_status verdict, const hx_emb_err *vmsg, hx_emb_err *err)
 {
     int N = s->size;
-    s->stats.lookups++;
+    s->stats.exchanges++;
     s->stats.ids_in += r->n;
     s->stats.ids_sent += r->U;
     /* round 1: (count, status, kind) to every rank */

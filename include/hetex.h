@@ -1536,9 +1536,9 @@ typedef struct hx_session_config {
      * hx_session_read of a sharded tensor works on its owner only;
      * hx_session_write of one, checkpoints, offload_param=disk and
      * delayed_param_update are refused (HX_ERR_UNSUPPORTED). Compared
-     * over the ranks at creation with the graph. 3 is not built
-     * (HX_ERR_UNSUPPORTED); without comm anything but 0 is
-     * HX_ERR_INVALID_ARGUMENT. */
+     * over the ranks at creation with the graph. 3, and 1-2 with
+     * embedding tables, are not built (HX_ERR_UNSUPPORTED); without comm
+     * anything but 0 is HX_ERR_INVALID_ARGUMENT. */
     int zero_stage;
     hx_emu_host_cost emu_host_cost; /* all 0: host kernels at host speed */
     /* Automatic placement (see below) */

@@ -25,6 +25,10 @@ hx_status hx__session_dp_setup(hx_session *s)
                              "sharded embedding tables only: table '%s' has no communicator, so its "
                              "sparse updates would stay local to each rank (give it "
                              "hx_embedding_config.comm)", g->tables[i].table->name);
+    if (g->n_tables && s->e.cfg.zero_stage) /* zero.c's owners and scan know dense updates only */
+        return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO stage %d with embedding tables "
+                         "(table '%s') is not built: train sharded tables with zero_stage 0",
+                         s->e.cfg.zero_stage, g->tables[0].table->name);
     if (s->e.be[HX_DEV_ACCEL] && !s->e.accel_on_host)
         return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: data parallel (config.comm) sums "
                          "gradients in host memory; on CUDA the gradients are in GPU memory and the "

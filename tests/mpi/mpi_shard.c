@@ -633,6 +633,24 @@ static void test_mismatch(void)
     CHECK(st == HX_ERR_UNSUPPORTED && strstr(hx_last_error(), "'odd'"), "a local table, data parallel: %s: %s",
           hx_status_name(st), hx_last_error());
     hx_session_free(s);
+    /* ZeRO stages 1-2 take no tables yet */
+    hx_graph_free(g);
+    OK(hx_embedding_table_free(t));
+    ec.comm = comm;
+    OK(hx_embedding_table_create(&ec, &t));
+    g = hx_graph_create();
+    ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
+    int64_t ws[2] = {2, 4};
+    hx_tensor *w = hx_graph_param(g, "w", HX_DTYPE_F32, 2, ws, hx_init_xavier_uniform(1));
+    loss = hx_reduce_sum(g, hx_mul(g, hx_embedding_lookup(g, t, ids), w), 0, NULL, false);
+    OK(hx_graph_backward(g, loss));
+    OK(hx_graph_apply_optimizer(g, NULL, &sgd));
+    cfg.zero_stage = 1;
+    s = NULL;
+    st = hx_session_create(g, &cfg, &s);
+    CHECK(st == HX_ERR_UNSUPPORTED && strstr(hx_last_error(), "ZeRO stage 1 with embedding tables"),
+          "ZeRO stage 1 with a sharded table: %s: %s", hx_status_name(st), hx_last_error());
+    hx_session_free(s);
     hx_graph_free(g);
     OK(hx_embedding_table_free(t));
 }
