@@ -19,7 +19,7 @@
  * (master, two moments). Also: a NaN on one rank skips the step on every
  * rank at stage 2, and the refusals (a stage without a communicator or
  * out of range, stage 3, stages that differ between ranks, the delayed
- * update, checkpoints and writes of sharded state, reads and fetches of
+ * update, the disk tier, checkpoints and writes of sharded state, reads and fetches of
  * another rank's shard), after which the session and the communicator
  * still work. */
 #include "dist/dist.h"
@@ -27,6 +27,7 @@
 #include "gpt.h"
 #include "hetex_checks.h"
 #include "testutil.h"
+#include "tmpdir.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -352,6 +353,18 @@ static void test_refusals(void)
     cfg = mlp_config(1, 1);
     cfg.delayed_param_update = true;
     refused(&m, &cfg, HX_ERR_UNSUPPORTED, "delayed_param_update");
+    char dir[256];
+    if (test_make_tmpdir(dir, sizeof dir, "mpi_zero")) { /* the disk tier holds every parameter */
+        cfg = mlp_config(2, 1);
+        cfg.offload.offload_param = HX_OFFLOAD_DISK;
+        snprintf(cfg.offload.offload_path, sizeof cfg.offload.offload_path, "%s", dir);
+        refused(&m, &cfg, HX_ERR_UNSUPPORTED, "offload_param=disk");
+        CHECK(test_files_in(dir) == 0, "rank %d: the refused session left %d files in %s", rank,
+              test_files_in(dir), dir);
+        test_remove_tree(dir);
+    } else {
+        CHECK(false, "no temporary directory");
+    }
     if (size > 1) { /* the last rank at stage 2, the others at 1: the fingerprint differs */
         cfg = mlp_config(rank == size - 1 ? 2 : 1, 1);
         refused(&m, &cfg, HX_ERR_INVALID_ARGUMENT, "configs differ");
