@@ -121,7 +121,6 @@ class Session:
         self.graph = graph  # the session keeps its graph (and so its tables) alive
         self._names = {}    # name -> Tensor, for feeds and fetches by name
         self._arrays = {}   # (feeds, fetches) -> reused hx_feed[] and hx_fetch[]
-        self._busy = False
 
     # ---- lifetime
     def close(self):
@@ -179,14 +178,13 @@ class Session:
             olist = (out,) if single else list(out)
             if len(olist) != nx:
                 raise InvalidArgumentError(f"run: {len(olist)} out arrays for {nx} fetches")
-        # The feed and fetch arrays are reused from run to run; a run that
-        # overlaps another (another thread: the library refuses it) gets its own.
-        arrays = self._arrays.get((nf, nx)) if not self._busy else None
+        # The feed and fetch arrays are reused from run to run: taken out of
+        # the cache (dict.pop is atomic), so a run that overlaps another on
+        # another thread (which the library then refuses) fills arrays of its own.
+        arrays = self._arrays.pop((nf, nx), None)
         if arrays is None:
             arrays = (ffi.new("hx_feed[]", nf) if nf else ffi.NULL,
                       ffi.new("hx_fetch[]", nx) if nx else ffi.NULL)
-            if not self._busy:
-                self._arrays[(nf, nx)] = arrays
         cfeeds, cfetch = arrays
         if nf:
             i = 0
@@ -223,11 +221,8 @@ class Session:
             f.tensor = spec[0]
             f.data = _from_buffer(a, require_writable=True)
             f.bytes = spec[3]
-        self._busy = True
-        try:
-            st = lib.hx_session_run(h, cfeeds, nf, cfetch, nx, 1 if train else 0)
-        finally:
-            self._busy = False
+        st = lib.hx_session_run(h, cfeeds, nf, cfetch, nx, 1 if train else 0)
+        self._arrays[(nf, nx)] = arrays
         if st:
             check(st)
         if fetches is None:

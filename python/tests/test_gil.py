@@ -47,3 +47,36 @@ def test_other_thread_runs_during_a_long_run():
     assert len(during) > 1000, f"{len(during)} ticks in a {t1 - t0:.3f} s run"
     gaps = np.diff([t0] + during + [t1])
     assert gaps.max() < 0.5 * (t1 - t0), f"the counter stalled {gaps.max():.3f} s"
+
+
+def test_two_threads_on_one_session():
+    """A run that starts while another thread's run of the same session is in
+    progress raises StateError; neither run takes the other's feeds."""
+    n = 256
+    g = hetex.Graph()
+    x = g.input("x", (n, n))
+    w = g.param("w", (n, n), init=hetex.init.uniform(-0.01, 0.01))
+    y = x
+    for _ in range(8):
+        y = (y @ w).tanh()
+    s = hetex.Session(g, accelerator="none", n_threads=1)
+    feeds = [np.full((n, n), v, np.float32) for v in (1.0, -1.0)]
+    want = [s.run({x: f}, y) for f in feeds]
+    results, errors = {}, []
+
+    def worker(k):
+        for _ in range(20):
+            try:
+                results.setdefault(k, []).append(s.run({x: feeds[k]}, y))
+            except hetex.StateError as e:
+                errors.append(str(e))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in (0, 1):
+        for r in results.get(k, []):
+            np.testing.assert_array_equal(r, want[k])
+    assert sum(len(v) for v in results.values()) + len(errors) == 40
