@@ -22,7 +22,7 @@ mkdir -p "$dest/debs" "$dest/bin" "$dest/cuda"
 
 # Packages: runtime libraries, and the headers for building there if it must.
 (cd "$dest/debs" && apt-get download libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev \
-    libxxhash0 libxxhash-dev libgomp1 liburing2 liburing-dev libaio1 libaio-dev >/dev/null)
+    libxxhash0 libxxhash-dev libgomp1 liburing2 liburing-dev libaio1 libaio-dev libprotobuf-c1 >/dev/null)
 
 # MPI off: the GPU image has no Open MPI to load libmpi from (and NCCL needs
 # MPI here), so these programs are the single-process ones.
