@@ -159,6 +159,19 @@ void cli_ckpt_abort(cli_ckpt *c);
  * there would replace someone's files. */
 bool cli_ckpt_foreign(const char *dir);
 
+/* The `state` file of a command's checkpoint folder (cli/state.c): a first
+ * line naming the command, body (where the run is, then the flags that
+ * shape its numbers, one "--flag value" a line), then an XXH3 of both.
+ * write: false with errno set. read: body (n bytes) gets the checked
+ * body; false after printing why, naming --resume dir and path. flags:
+ * the n lines at *at (advanced past them) equal want's; false after
+ * printing the first that differs, naming the flag. */
+enum { CLI_STATE_MAX = 8192, CLI_STATE_FLAG = 160 };
+bool cli_state_write(const char *path, const char *cmd, const char *body);
+bool cli_state_read(const char *cmd, const char *dir, const char *path, char *body, size_t n);
+bool cli_state_flags(const char *cmd, const char *dir, const char **at,
+                     char (*want)[CLI_STATE_FLAG], int n);
+
 /* ---- progress ----------------------------------------------------------------------- */
 
 /* Progress of one phase of long work (an epoch, a run of steps): on a

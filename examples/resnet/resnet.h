@@ -84,6 +84,35 @@ void resnet_run_free(resnet_run *r);
 hx_status resnet_accuracy(resnet_run *r, int B, const resnet_set *s, int64_t n, float *x,
                           int32_t *y, double *acc);
 
+/* ---- checkpoints (resnet_checkpoint.c): `--save DIR` / `--resume DIR` ------------- */
+
+/* Where a run is, besides its session. */
+typedef struct resnet_resume {
+    int epoch;       /* the epoch in progress (1-based; epochs + 1: all done) */
+    int64_t done;    /* its steps done */
+    int64_t step;    /* steps done in all */
+    double loss_sum; /* the epoch's train loss summed over its steps done */
+} resnet_resume;
+/* What shapes a run's numbers: recorded, and compared on resume. */
+typedef struct resnet_identity {
+    const resnet_config *model;
+    const resnet_optim *optim;
+    int epochs;
+    bool flip;
+    uint64_t seed;
+    int64_t train_n;     /* training images used */
+    uint64_t train_hash; /* XXH3 of their pixels and labels */
+} resnet_identity;
+uint64_t resnet_set_hash(const resnet_set *s);
+/* A checkpoint folder (cli/cli.h, committed as a set): the session and a
+ * `state` file. Each prints why on failure (naming the flag and file) and
+ * returns false; a failed save leaves the previous checkpoint as it was,
+ * a failed load leaves s as it was. */
+bool resnet_checkpoint_save(const char *dir, hx_session *s, const resnet_identity *id,
+                            const resnet_resume *r);
+bool resnet_checkpoint_load(const char *dir, hx_session *s, const resnet_identity *id,
+                            resnet_resume *r);
+
 int resnet_main(int argc, char **argv);
 
 #endif

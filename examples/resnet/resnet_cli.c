@@ -3,6 +3,7 @@
 #include "resnet.h"
 #include "cli/cli.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ typedef struct options {
     bool no_flip, quiet;
     const char *metrics;      /* JSON lines of every step and epoch, or NULL */
     const char *tensorboard;  /* a folder for TensorBoard event files of the same, or NULL */
+    const char *save, *resume; /* checkpoint folders */
     double progress_interval; /* seconds between progress lines off a terminal */
     hx_accelerator accelerator;
     size_t max_device_memory;
@@ -43,6 +45,10 @@ static const char usage[] =
     "                          accuracy ('hetex plot PATH' draws them)\n"
     "  --tensorboard DIR       the same numbers as TensorBoard scalars (a new event file in\n"
     "                          DIR, made if missing: tensorboard --logdir DIR)\n"
+    "  --save DIR              checkpoint folder, replaced as a whole after every epoch\n"
+    "                          and on Ctrl-C (then the run stops, exit 130)\n"
+    "  --resume DIR            continue from a checkpoint folder, bitwise as if never\n"
+    "                          stopped (the same flags as the run that saved it)\n"
     "  --quiet                 no progress output\n"
     "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n";
 
@@ -72,6 +78,8 @@ static int parse(int argc, char **argv, options *o)
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
         CLI_FLAG_TEXT("--metrics", &o->metrics),
         CLI_FLAG_TEXT("--tensorboard", &o->tensorboard),
+        CLI_FLAG_TEXT("--save", &o->save),
+        CLI_FLAG_TEXT("--resume", &o->resume),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
     };
     const cli_command c = {.name = "resnet", .usage = usage, .flags = flags,
@@ -82,6 +90,8 @@ static int parse(int argc, char **argv, options *o)
     o->model.dtype = dtypes[dtype];
     o->accelerator = (hx_accelerator)accel;
     if (o->metrics && !cli_check_output("resnet", "--metrics", o->metrics, CLI_PATH_FILE))
+        return CLI_EXIT_USAGE;
+    if (o->save && !cli_check_output("resnet", "--save", o->save, CLI_PATH_DIR))
         return CLI_EXIT_USAGE;
     return CLI_OK;
 }
@@ -97,26 +107,37 @@ static int load(const options *o, const char *images, const char *labels, int64_
     return -1;
 }
 
-/* One epoch of training over `order`, reshuffled first; progress as it goes. */
-static int train_epoch(resnet_run *r, const options *o, const resnet_set *train, int64_t *order,
-                       int epoch, int64_t *step, int64_t total, float *x, int32_t *y,
-                       cli_metrics *mt, double *mean_loss)
+/* The order of epoch's images: the order before it, shuffled (Fisher-Yates,
+ * xorshift64 seeded by --seed and the epoch). Returns the generator's
+ * state after it, the seed of the epoch's flips. */
+static uint64_t shuffle(int64_t *order, int64_t n, uint64_t seed, int epoch)
 {
-    int B = o->model.batch;
-    int64_t steps = train->n / B;
-    uint64_t z = o->seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch + 1;
-    for (int64_t i = train->n - 1; i > 0; i--) { /* Fisher-Yates, xorshift64 */
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch + 1;
+    for (int64_t i = n - 1; i > 0; i--) {
         z ^= z << 13, z ^= z >> 7, z ^= z << 17;
         int64_t j = (int64_t)(z % (uint64_t)(i + 1)), t = order[i];
         order[i] = order[j], order[j] = t;
     }
+    return z;
+}
+
+/* The rest of epoch `at->epoch` over `order` (shuffled for it, z its
+ * generator's state) from its step at->done; progress as it goes. 0 when
+ * the epoch is done, 1 when Ctrl-C stopped it (at says where), -1 failed. */
+static int train_epoch(resnet_run *r, const options *o, const resnet_set *train,
+                       const int64_t *order, uint64_t z, resnet_resume *at, int64_t total,
+                       float *x, int32_t *y, cli_metrics *mt)
+{
+    int B = o->model.batch, epoch = at->epoch;
+    int64_t steps = train->n / B, *step = &at->step;
     char label[32];
     snprintf(label, sizeof label, "epoch %d", epoch);
     cli_progress bar;
     cli_progress_start(&bar, stdout, o->quiet, o->progress_interval, label, "images",
-                       (double)steps * B);
-    double loss_sum = 0;
-    for (int64_t k = 0; k < steps; k++, (*step)++) {
+                       (double)(steps - at->done) * B);
+    double loss_sum = at->loss_sum;
+    int64_t from = at->done;
+    for (int64_t k = from; k < steps; k++, (*step)++) {
         resnet_batch(train, order, k * B, B, o->no_flip ? 0 : z + (uint64_t)*step, x, y);
         float loss;
         hx_feed feeds[2] = {{NULL, r->m.images, x, sizeof *x * (size_t)B * RESNET_PIXELS},
@@ -132,7 +153,9 @@ static int train_epoch(resnet_run *r, const options *o, const resnet_set *train,
             return -1;
         }
         loss_sum += loss;
-        cli_progress_update(&bar, (double)(k + 1) * B, loss_sum / (double)(k + 1));
+        at->loss_sum = loss_sum;
+        at->done = k + 1;
+        cli_progress_update(&bar, (double)(k + 1 - from) * B, loss_sum / (double)(k + 1));
         cli_metrics_begin(mt, "step");
         cli_metrics_int(mt, "epoch", epoch);
         cli_metrics_int(mt, "step", *step + 1);
@@ -142,9 +165,14 @@ static int train_epoch(resnet_run *r, const options *o, const resnet_set *train,
             cli_progress_end(&bar);
             return -1;
         }
+        cli_interrupt_tick();
+        if (cli_interrupted() && k + 1 < steps) {
+            cli_progress_end(&bar);
+            (*step)++;
+            return 1;
+        }
     }
     cli_progress_end(&bar);
-    *mean_loss = steps ? loss_sum / (double)steps : 0;
     return 0;
 }
 
@@ -203,17 +231,44 @@ int resnet_main(int argc, char **argv)
         printf("hetex resnet: %lld full batches an epoch; the %lld images past them (a partial "
                "batch, other images each epoch as they are shuffled) are not trained on\n",
                (long long)(train.n / B), (long long)(train.n % B));
-    if (!cli_metrics_open(&metrics, "resnet", o.metrics, o.tensorboard, false)) goto out;
+    if (!cli_metrics_open(&metrics, "resnet", o.metrics, o.tensorboard, o.resume != NULL)) goto out;
     printf("%lld parameters; SGD lr %g (warmup %d, cosine), momentum %g, weight decay %g; "
            "%d epochs\n", (long long)r.m.n_params, o.optim.lr, o.optim.warmup, o.optim.momentum,
            o.optim.weight_decay, o.epochs);
     fflush(stdout);
-    int64_t step = 0, total = (int64_t)o.epochs * (train.n / B);
+    int64_t steps = train.n / B, total = (int64_t)o.epochs * steps;
+    resnet_resume at = {.epoch = 1};
+    const resnet_identity id = {&o.model, &o.optim, o.epochs, !o.no_flip, o.seed, train.n,
+                                resnet_set_hash(&train)};
+    if (o.resume) {
+        if (!resnet_checkpoint_load(o.resume, r.s, &id, &at)) goto out;
+        printf("hetex resnet: resumed from '%s' at epoch %d, step %lld of %lld\n", o.resume,
+               at.epoch, (long long)at.step, (long long)total);
+        for (int e = 1; e < at.epoch && e <= o.epochs; e++) shuffle(order, train.n, o.seed, e);
+    }
+    if (at.epoch > o.epochs)
+        printf("hetex resnet: the checkpoint is after the last epoch; nothing left to train\n");
+    cli_interrupt_arm();
     double t0 = cli_now();
-    for (int e = 1; e <= o.epochs; e++) {
-        double loss, acc, t_epoch = cli_now();
-        if (train_epoch(&r, &o, &train, order, e, &step, total, x, y, &metrics, &loss)) goto out;
-        double train_s = cli_now() - t_epoch;
+    for (int e = at.epoch; e <= o.epochs; e++) {
+        double acc, t_epoch = cli_now();
+        int64_t first = at.done;
+        uint64_t z = shuffle(order, train.n, o.seed, e);
+        int stopped = train_epoch(&r, &o, &train, order, z, &at, total, x, y, &metrics);
+        if (stopped < 0) goto out;
+        if (stopped) {
+            bool saved = o.save && resnet_checkpoint_save(o.save, r.s, &id, &at);
+            if (o.save && !saved) goto out;
+            printf("hetex resnet: interrupted (%s) at epoch %d, step %lld of %lld; %s%s%s\n",
+                   cli_interrupted() == SIGINT ? "Ctrl-C" : "SIGTERM", e, (long long)at.step,
+                   (long long)total, saved ? "saved to '" : "nothing saved (--save DIR keeps a run)",
+                   saved ? o.save : "", saved ? "': continue with the same flags and --resume "
+                   "it" : "");
+            rc = CLI_EXIT_INTERRUPTED;
+            goto out;
+        }
+        double train_s = cli_now() - t_epoch, loss = at.loss_sum / (double)steps;
+        double rate = (double)(steps - first) * B / train_s;
         if (resnet_accuracy(&r, B, &test, test.n, x, y, &acc)) {
             cli_error("resnet", "evaluation", hx_last_error());
             goto out;
@@ -221,17 +276,19 @@ int resnet_main(int argc, char **argv)
         char took[32];
         cli_duration(cli_now() - t0, took, sizeof took);
         printf("epoch %d  train loss %.4f  %.1f images/s  test accuracy %.2f%% (%lld images)  "
-               "%s\n", e, loss, (double)(train.n / B) * B / train_s, 100 * acc,
-               (long long)test.n, took);
+               "%s\n", e, loss, rate, 100 * acc, (long long)test.n, took);
         fflush(stdout);
         cli_metrics_begin(&metrics, "epoch");
         cli_metrics_int(&metrics, "epoch", e);
-        cli_metrics_int(&metrics, "step", step);
+        cli_metrics_int(&metrics, "step", at.step);
         cli_metrics_num(&metrics, "train_loss", loss);
         cli_metrics_num(&metrics, "test_accuracy", acc);
-        cli_metrics_num(&metrics, "images_per_s", (double)(train.n / B) * B / train_s);
+        cli_metrics_num(&metrics, "images_per_s", rate);
         if (!cli_metrics_end(&metrics)) goto out;
+        at = (resnet_resume){.epoch = e + 1, .step = at.step};
+        if (o.save && !resnet_checkpoint_save(o.save, r.s, &id, &at)) goto out;
     }
+
     rc = cli_metrics_close(&metrics) ? 0 : 1;
 out:
     cli_metrics_close(&metrics);

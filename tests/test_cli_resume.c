@@ -1,7 +1,7 @@
-/* hetex gpt --save/--resume and Ctrl-C as a user meets them: a run stopped
- * and resumed ends bitwise where the run never stopped ends (parameters,
- * optimizer state, position, and every later loss); a real SIGINT saves
- * and exits 130; a save onto a full disk fails saying so and leaves the
+/* --save/--resume and Ctrl-C as a user meets them (hetex gpt, and hetex
+ * resnet stopped within an epoch): a run stopped and resumed ends bitwise
+ * where the run never stopped ends (parameters, optimizer state, position,
+ * and every later loss); a real SIGINT saves and exits 130; a save onto a full disk fails saying so and leaves the
  * previous checkpoint as it was; damaged checkpoints and other flags are
  * refused naming the file or the flag; two runs saving to one folder
  * leave one complete checkpoint. Tiny models, a few steps each. Runs the
@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static char dir[128], corpus[512], log_path[300];
+static char dir[128], corpus[512], fashion[512], log_path[300];
 static char out[1 << 16];
 
 #define GPT "gpt", "--data", corpus, "--layers", "1", "--heads", "2", "--width", "16", \
@@ -376,11 +376,57 @@ static void test_two_savers(void)
     CHECK(test_stage_files_in(dir) == 0, "no stage left");
 }
 
+/* hetex resnet stopped by Ctrl-C within its first epoch (after step 3 of
+ * 5) and within its second (the hook's 5th step is the first epoch's
+ * last, so it stops after step 6), then resumed: the last checkpoint and
+ * every step's loss and lr are the uninterrupted run's; other flags are
+ * refused naming the flag. */
+static void test_resnet(void)
+{
+#define RESNET "resnet", "--data", fashion, "--train-limit", "40", "--test-limit", "8", \
+    "--batch", "8", "--epochs", "2", "--width", "4", "--blocks", "1", "--quiet", "--threads", \
+    "1", "--warmup", "3"
+    char full[300], ck[300], full_m[300], ck_m[300], where[64];
+    path(full, sizeof full, "resnet-full");
+    path(ck, sizeof ck, "resnet");
+    path(full_m, sizeof full_m, "resnet-full.jsonl");
+    path(ck_m, sizeof ck_m, "resnet.jsonl");
+    const char *straight[] = {RESNET, "--save", full, "--metrics", full_m, NULL};
+    const char *stopped[] = {RESNET, "--save", ck, "--metrics", ck_m, NULL};
+    const char *resumed[] = {RESNET, "--resume", ck, "--save", ck, "--metrics", ck_m, NULL};
+    int rc = run(straight, NULL, 0);
+    CHECK(rc == 0, "the uninterrupted run (exit %d): %s", rc, out);
+    static const char *const at[] = {"3", "5"};
+    static const int epoch[] = {1, 2}, step[] = {3, 6};
+    static char a[1 << 14], b[1 << 14];
+    static const char *const step_keys[] = {"step", "loss", "lr", NULL};
+    for (int i = 0; i < 2; i++) {
+        remove(ck_m);
+        rc = run(stopped, at[i], 0);
+        snprintf(where, sizeof where, "at epoch %d, step %d of 10; saved", epoch[i], step[i]);
+        CHECK(rc == 130 && strstr(out, where), "Ctrl-C %s (exit %d): %s", where, rc, out);
+        rc = run(resumed, NULL, 0);
+        CHECK(rc == 0 && strstr(out, "resumed from '") && same_checkpoint(full, ck),
+              "resumed from epoch %d step %d: the uninterrupted run's checkpoint (exit %d): %s",
+              epoch[i], step[i], rc, out);
+        int na = numbers_of(full_m, "step", step_keys, a, sizeof a);
+        int nb = numbers_of(ck_m, "step", step_keys, b, sizeof b);
+        CHECK(na == 10 && nb == 10 && !strcmp(a, b), "every step's loss and lr as if never "
+              "stopped (%d and %d lines):\n%s---\n%s", na, nb, a, b);
+    }
+    const char *wider[] = {RESNET, "--resume", ck, "--width", "8", NULL};
+    rc = run(wider, NULL, 0);
+    CHECK(rc == 1 && strstr(out, "was made with --width 4; this run has --width 8"),
+          "another --width is refused naming it (exit %d): %s", rc, out);
+#undef RESNET
+}
+
 static int setup(void)
 {
     const char *src = getenv("HX_TEST_SRC");
     snprintf(corpus, sizeof corpus, "%s/data/tinyshakespeare/input.txt", src ? src : ".");
-    if (!test_make_tmpdir(dir, sizeof dir, "hx_test_cli_gpt")) return 1;
+    snprintf(fashion, sizeof fashion, "%s/data/fashion-mnist", src ? src : ".");
+    if (!test_make_tmpdir(dir, sizeof dir, "hx_test_cli_resume")) return 1;
     snprintf(log_path, sizeof log_path, "%s/out.txt", dir);
     return 0;
 }
@@ -394,10 +440,11 @@ static const test_case cases[] = {
     {"full_disk", test_full_disk},
     {"refused", test_refused},
     {"two_savers", test_two_savers},
+    {"resnet", test_resnet},
 };
 
 int main(int argc, char **argv)
 {
     test_options o = {.setup = setup, .teardown = teardown};
-    return test_main_with(argc, argv, "cli_gpt", cases, TEST_COUNT(cases), &o);
+    return test_main_with(argc, argv, "cli_resume", cases, TEST_COUNT(cases), &o);
 }
