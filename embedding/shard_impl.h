@@ -30,7 +30,7 @@ struct hx_emb_shard {
 /* The kinds of exchange, checked against the peers' (a mismatch is a
  * program whose ranks call different things). */
 typedef enum hx_emb_xkind {
-    HX_EMB_X_LOOKUP = 1, HX_EMB_X_UPDATE, HX_EMB_X_READ, HX_EMB_X_WRITE, HX_EMB_X_CREATE,
+    HX_EMB_X_LOOKUP = 1, HX_EMB_X_TRAIN_LOOKUP, HX_EMB_X_UPDATE, HX_EMB_X_READ, HX_EMB_X_WRITE, HX_EMB_X_CREATE,
     HX_EMB_X_SAVE, HX_EMB_X_LOAD
 } hx_emb_xkind;
 
@@ -75,6 +75,10 @@ hx_status hx__shard_reply(hx_emb_shard *s, hx_emb_xkind kind, const hx_emb_route
  * owners, recv_rows (nrecv x width) in r->recv's order. */
 hx_status hx__shard_push(hx_emb_shard *s, const hx_emb_route *r, const float *rows, int64_t width,
                          float *recv_rows, hx_emb_err *err);
+/* Requesters -> owners: one i64 per id sent (cnt, in r->send's order),
+ * recv (nrecv) in r->recv's order. */
+hx_status hx__shard_push_counts(hx_emb_shard *s, const hx_emb_route *r, const int64_t *cnt, int64_t *recv,
+                                hx_emb_err *err);
 /* Every rank's status after the owners' work of exchange `kind` (st, msg
  * this rank's): the first failure fails every rank. */
 hx_status hx__shard_agree(hx_emb_shard *s, hx_emb_xkind kind, hx_status st, const hx_emb_err *msg,

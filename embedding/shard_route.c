@@ -138,6 +138,7 @@ static const char *kind_name(int64_t k)
 {
     switch (k) {
     case HX_EMB_X_LOOKUP: return "a lookup";
+    case HX_EMB_X_TRAIN_LOOKUP: return "a training lookup";
     case HX_EMB_X_UPDATE: return "an update";
     case HX_EMB_X_READ: return "a read of rows";
     case HX_EMB_X_WRITE: return "a write of rows";
@@ -254,6 +255,12 @@ hx_status hx__shard_push(hx_emb_shard *s, const hx_emb_route *r, const float *ro
     hx_status st = a2av(s, rows, cnt, cnt + N, recv_rows, cnt + 2 * N, cnt + 3 * N, HX_DTYPE_F32, err);
     free(cnt);
     return st;
+}
+
+hx_status hx__shard_push_counts(hx_emb_shard *s, const hx_emb_route *r, const int64_t *cnt, int64_t *recv,
+                                hx_emb_err *err)
+{
+    return a2av(s, cnt, r->scount, r->sdispl, recv, r->rcount, r->rdispl, HX_DTYPE_I64, err);
 }
 
 hx_status hx__shard_agree(hx_emb_shard *s, hx_emb_xkind kind, hx_status st, const hx_emb_err *msg,

@@ -64,6 +64,37 @@ static hx_status pool(const hx_emb_shard *s, const hx_emb_query *q, const hx_emb
     return st;
 }
 
+/* The owner's part of a lookup: the rows of the ids received into owned
+ * (a DYNAMIC training lookup assigns rows to new keys here). rcnt (NULL
+ * but for a frequency filter): each id's occurrences on the rank that
+ * sent it, so that the filter counts them as one process would: the ids
+ * are looked up that many times each and the first row kept. */
+static hx_status owner_lookup(hx_emb_shard *s, const hx_emb_query *q, const hx_emb_route *r, const int64_t *rcnt,
+                              float *owned, hx_emb_err *err)
+{
+    int64_t dim = s->base.dim, total = 0;
+    for (int64_t i = 0; rcnt && i < r->nrecv; i++) total += rcnt[i] > 1 ? rcnt[i] : 1;
+    int64_t *keys = rcnt ? malloc((size_t)total * sizeof *keys) : NULL;
+    float *all = rcnt ? malloc((size_t)(total * dim) * sizeof *all) : NULL;
+    if (rcnt && (!keys || !all)) {
+        free(keys);
+        free(all);
+        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "sharded embedding: out of memory");
+    }
+    for (int64_t i = 0, k = 0; rcnt && i < r->nrecv; i++)
+        for (int64_t c = 0; c < (rcnt[i] > 1 ? rcnt[i] : 1); c++) keys[k++] = r->recv[i];
+    hx_emb_query lq = hx_emb_query_rows(rcnt ? keys : r->recv, rcnt ? total : r->nrecv);
+    lq.train = q->train;
+    lq.step = q->step;
+    lq.nthreads = q->nthreads;
+    hx_status st = hx_emb_table_lookup(s->part, &lq, rcnt ? all : owned, NULL, err);
+    for (int64_t i = 0, k = 0; rcnt && !st && i < r->nrecv; k += rcnt[i] > 1 ? rcnt[i] : 1, i++)
+        memcpy(owned + i * dim, all + k * dim, (size_t)dim * sizeof *owned);
+    free(keys);
+    free(all);
+    return st;
+}
+
 static hx_status shard_lookup(hx_emb_table *t, const hx_emb_query *q, float *out, int64_t *argmax,
                               hx_emb_err *err)
 {
@@ -84,7 +115,18 @@ static hx_status shard_lookup(hx_emb_table *t, const hx_emb_query *q, float *out
     pthread_mutex_lock(&s->lock);
     if (!verdict) verdict = ids_of(s, q, &ids, &skip, &mine);
     if (!verdict) verdict = hx__shard_route_plan(s, ids, verdict ? 0 : q->n, skip, s->dedup, &r, &mine);
-    hx_status st = hx__shard_exchange_ids(s, HX_EMB_X_LOOKUP, &r, verdict, &mine, err);
+    hx_emb_xkind kind = q->train ? HX_EMB_X_TRAIN_LOOKUP : HX_EMB_X_LOOKUP;
+    hx_status st = hx__shard_exchange_ids(s, kind, &r, verdict, &mine, err);
+    /* a frequency filter counts occurrences: each id's count goes with it */
+    int64_t *cnt = NULL, *rcnt = NULL;
+    if (!st && s->dynamic && q->train && s->mc.min_count > 1) {
+        cnt = calloc((size_t)(r.U + 1), sizeof *cnt);
+        rcnt = malloc((size_t)(r.nrecv + 1) * sizeof *rcnt);
+        if (!cnt || !rcnt) st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "sharded embedding: out of memory");
+        for (int64_t i = 0; i < q->n && !st; i++)
+            if (r.inv[i] >= 0) cnt[r.inv[i]]++;
+        if (!st) st = hx__shard_push_counts(s, &r, cnt, rcnt, err);
+    }
     float *owned = NULL, *rows = NULL;
     if (!st) {
         owned = malloc((size_t)(r.nrecv * dim + 1) * sizeof *owned);
@@ -93,14 +135,8 @@ static hx_status shard_lookup(hx_emb_table *t, const hx_emb_query *q, float *out
          * lookup assigns rows to new keys here) */
         hx_status own = owned && rows ? HX_OK
                                       : hx_emb_fail(&mine, HX_ERR_OUT_OF_MEMORY, "sharded embedding: out of memory");
-        if (!own && r.nrecv) {
-            hx_emb_query lq = hx_emb_query_rows(r.recv, r.nrecv);
-            lq.train = q->train;
-            lq.step = q->step;
-            lq.nthreads = q->nthreads;
-            own = hx_emb_table_lookup(s->part, &lq, owned, NULL, &mine);
-        }
-        st = hx__shard_reply(s, HX_EMB_X_LOOKUP, &r, owned, dim, own, &mine, rows, err);
+        if (!own && r.nrecv) own = owner_lookup(s, q, &r, rcnt, owned, &mine);
+        st = hx__shard_reply(s, kind, &r, owned, dim, own, &mine, rows, err);
     }
     pthread_mutex_unlock(&s->lock);
     if (!st) st = pool(s, q, &r, rows, out, argmax, err);
@@ -108,6 +144,8 @@ static hx_status shard_lookup(hx_emb_table *t, const hx_emb_query *q, float *out
     free(rows);
     free(ids);
     free(skip);
+    free(cnt);
+    free(rcnt);
     hx__shard_route_free(&r);
     return st;
 }

@@ -874,8 +874,9 @@ typedef struct hx_embedding_config {
      * order (each with its own ids), and an input one rank gets wrong
      * (an id outside a ROWS table) fails the call on every rank before
      * any shard changes: HX_ERR_INDEX naming the id on that rank, naming
-     * that rank on the others. A DYNAMIC shard counts an id once per rank
-     * and step towards min_count (ids arrive de-duplicated). The table
+     * that rank on the others. A DYNAMIC shard's frequency filter counts
+     * every occurrence as one process would (the count travels with the
+     * de-duplicated id). The table
      * keeps its own duplicate of comm (comm may be freed after); a dead
      * peer fails the call with HX_ERR_COMM after comm's timeout. Not with
      * backing_file or ssd_path. */

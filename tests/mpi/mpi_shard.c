@@ -416,6 +416,36 @@ static void test_dynamic(void)
     hx_session_free(s);
     hx_graph_free(g);
     OK(hx_embedding_table_free(t));
+
+    /* a frequency filter (min_count 2) counts occurrences, not the
+     * de-duplicated ids a rank sends: each rank feeds its own key twice
+     * (admitted in one step) and two keys once (filtered) */
+    ec.name = "dynf";
+    ec.min_count = 2;
+    OK(hx_embedding_table_create(&ec, &t));
+    if (!t) return;
+    g = hx_graph_create();
+    int64_t four = 4, fs[2] = {4, D};
+    ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &four);
+    x = hx_graph_input(g, "x", HX_DTYPE_F32, 2, fs);
+    loss = hx_reduce_sum(g, hx_mul(g, hx_embedding_lookup(g, t, ids), x), 0, NULL, false);
+    OK(hx_graph_backward(g, loss));
+    OK(hx_graph_apply_optimizer(g, NULL, &sgd));
+    s = test_session_with(g, &cfg, "dynamic, min_count 2");
+    int64_t fk[4] = {5000 + rank, 5000 + rank, 6000 + rank, 7000 + rank};
+    hx_feed f[2] = {{NULL, ids, fk, sizeof fk}, {NULL, x, xv, sizeof(float) * 4 * D}};
+    if (s) OK(hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN));
+    float fr[4 * D];
+    OK(hx_embedding_table_read_rows(t, fk, 4, fr));
+    bool twice = false, once = true;
+    for (int c = 0; c < D; c++) {
+        twice |= fr[c] != 0;
+        once &= fr[2 * D + c] == 0 && fr[3 * D + c] == 0;
+    }
+    CHECK(twice && once, "min_count 2: the key fed twice holds a row (%d), those fed once none (%d)", twice, once);
+    hx_session_free(s);
+    hx_graph_free(g);
+    OK(hx_embedding_table_free(t));
 }
 
 /* Rows (k < 0) or state array k of all `rows` rows of t, D floats a row. */
