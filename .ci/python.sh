@@ -4,23 +4,60 @@
 # library that ./build.sh built (installed to a temporary prefix, so the
 # package does not compile the library a second time), then pytest.
 # Needs PyPI: when pip cannot install, this fails (it never skips).
+#   .ci/python.sh        after ./build.sh: every test of python/tests
+#   .ci/python.sh asan   after ./build.sh sanitize address,undefined: the
+#                        package over that build, its lifetime, error and
+#                        table tests under ASan+UBSan (leak checks off:
+#                        the interpreter keeps memory until exit by design)
 #   PYTHON   the interpreter to make the environment with (/usr/bin/python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 py=${PYTHON:-/usr/bin/python3}
-[ -e build/CMakeCache.txt ] || { echo "python.sh: build/ is missing: run ./build.sh first" >&2; exit 1; }
+mode=${1:-all}
+case "$mode" in
+  all) build=build ;;
+  asan) build=build-address-undefined ;;
+  *) echo "usage: .ci/python.sh [asan]" >&2; exit 2 ;;
+esac
+[ -e "$build/CMakeCache.txt" ] || { echo "python.sh: $build/ is missing: build it first" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$py" -m venv "$work/venv" ||
   { echo "python.sh: '$py -m venv' failed: apt-get install python3-venv" >&2; exit 1; }
-cmake --install build --prefix "$work/prefix" >/dev/null
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
 pip=("$work/venv/bin/python" -m pip --disable-pip-version-check)
 "${pip[@]}" install -q pytest ||
   { echo "python.sh: pip could not install pytest: is PyPI reachable?" >&2; exit 1; }
-HETEX_PREFIX="$work/prefix" "${pip[@]}" install -q ./python ||
+extra=()
+if [ "$mode" = asan ]; then
+  # its own build folder; the module linked with the sanitizers' runtimes
+  extra=(--config-settings=build-dir=.build/asan
+         --config-settings=cmake.define.CMAKE_MODULE_LINKER_FLAGS=-fsanitize=address,undefined)
+fi
+HETEX_PREFIX="$work/prefix" "${pip[@]}" install -q "${extra[@]}" ./python ||
   { echo "python.sh: pip install ./python failed (its output is above)" >&2; exit 1; }
 # From the work folder, so that `import hetex` is the installed package and
 # not python/hetex of the source tree.
 cd "$work"
-HX_HETEX="$root/build/hetex" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"
+if [ "$mode" = asan ]; then
+  cc=${CC:-cc}
+  export LD_PRELOAD="$($cc -print-file-name=libasan.so) $($cc -print-file-name=libubsan.so)"
+  export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+  "$work/venv/bin/python" -m pytest -q -p no:cacheprovider \
+    "$root/python/tests/test_lifetimes.py" "$root/python/tests/test_errors.py" \
+    "$root/python/tests/test_embedding.py" "$root/python/tests/test_zero_copy.py"
+  # The sanitizer must be live in the module: a read of 256 bytes into 8
+  # (through the raw binding, past the wrapper's checks) has to be caught.
+  if out=$("$work/venv/bin/python" -c 'import hetex
+from hetex._lib import ffi, lib
+g = hetex.Graph(); w = g.param("w", (64,)); s = hetex.Session(g, accelerator="none")
+lib.hx_session_read(s._ptr, w._ptr, ffi.new("char[]", 8), 256)' 2>&1) ||
+     ! grep -q "AddressSanitizer: heap-buffer-overflow" <<<"$out"; then
+    echo "python.sh: ASan did not catch a deliberate overflow in the module: not instrumented" >&2
+    exit 1
+  fi
+  echo "python.sh: ASan is live in the module (a deliberate overflow was caught)"
+else
+  HX_HETEX="$root/build/hetex" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"
+fi
