@@ -42,6 +42,7 @@ def parse(argv):
     ap.add_argument("--offload", default="optimizer", choices=("none", "optimizer"))
     ap.add_argument("--offload-config", default=None, help="key=value,... (MindSpore's keys)")
     ap.add_argument("--recompute", action="store_true")
+    ap.add_argument("--save", help="folder whose 'session' checkpoint is written at every evaluation")
     a = ap.parse_args(argv)
     if a.width % a.heads:
         ap.error(f"--width {a.width} is not a multiple of --heads {a.heads}")
@@ -101,15 +102,22 @@ class Model:
         self.params.append(p)
         return p if self.a.dtype == "f32" else p.cast(self.a.dtype)
 
+    # The C example makes some parameters inside a call's arguments, whose
+    # order of evaluation C leaves to the compiler; GCC goes right to left
+    # (a linear's bias before its matmul, a layernorm's bias before its
+    # gain). Building in that order gives the same parameter order and op
+    # names as a GCC build of `hetex gpt`, so the checkpoints are the same
+    # files (values are the same either way).
     def linear(self, x, prefix, what, n_in, n_out, std):
         w = self.param(f"{prefix}.{what}", (n_in, n_out), hetex.init.normal(0, std))
-        y = x @ w
-        return hetex.bias_add(y, self.param(f"{prefix}.{what}_bias", (n_out,), hetex.init.zeros()))
+        bias = self.param(f"{prefix}.{what}_bias", (n_out,), hetex.init.zeros())
+        return hetex.bias_add(x @ w, bias)
 
     def layernorm(self, x, prefix, what):
         c = self.a.width
-        return hetex.layernorm(x, self.param(f"{prefix}.{what}_gain", (c,), hetex.init.constant(1)),
-                               self.param(f"{prefix}.{what}_bias", (c,), hetex.init.zeros()), 1e-5)
+        beta = self.param(f"{prefix}.{what}_bias", (c,), hetex.init.zeros())
+        gamma = self.param(f"{prefix}.{what}_gain", (c,), hetex.init.constant(1))
+        return hetex.layernorm(x, gamma, beta, 1e-5)
 
     def dropout(self, x, salt):
         a = self.a
@@ -146,13 +154,13 @@ def lr_scale(a, step, steps):
     return a.min_lr_ratio + (1 - a.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def main(argv=None):
-    a = parse(argv)
-    text = Text(a.data)
+def build(a, vocab):
+    """The graph with its AdamW updates and a session over it, as `hetex gpt`
+    makes them: (graph, model, session)."""
     where = {"device": "device", "auto": "auto", "host": "cpu"}[a.placement]
     g = hetex.Graph()
     with g.target(where):
-        m = Model(g, a, text.vocab)
+        m = Model(g, a, vocab)
     g.backward(m.loss)
     scope = g.target(where) if a.offload == "none" else _nothing()
     with scope:  # updates on the device with offload none, else on the host
@@ -168,6 +176,13 @@ def main(argv=None):
                   dpu_warmup_steps=max(a.dpu, 0), auto_placement=a.placement == "auto")
     s = hetex.Session(g, **config, offload_config=offload)
     s.memory_stats()  # plans the training step before any training, as the CLI does
+    return g, m, s
+
+
+def main(argv=None):
+    a = parse(argv)
+    text = Text(a.data)
+    g, m, s = build(a, text.vocab)
     print(f"gpt.py: {a.layers} layers, {a.heads} heads, width {a.width}, context {a.context}, "
           f"batch {a.batch}, vocab {text.vocab}, {a.dtype}; offload {a.offload}; "
           f"accelerator {s.accelerator_info()['in_use']}")
@@ -192,6 +207,9 @@ def main(argv=None):
                   f"lr {a.lr * scale:.3g}  {step / el:.2f} steps/s  "
                   f"{step * a.batch * a.context / el:.0f} tokens/s", flush=True)
             window, in_window = 0.0, 0
+            if a.save:
+                os.makedirs(a.save, exist_ok=True)
+                s.save(os.path.join(a.save, "session"))
     print(f"summary: {a.steps} steps; final val loss {last_val:.4f}")
 
 
