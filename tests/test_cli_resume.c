@@ -421,6 +421,40 @@ static void test_resnet(void)
 #undef RESNET
 }
 
+/* hetex widedeep stopped by Ctrl-C in its second epoch: it says the epoch
+ * is not saved and that the folder holds the first; resumed, it ends with
+ * the uninterrupted run's checkpoint, byte for byte. */
+static void test_widedeep(void)
+{
+    char data[300], full[300], ck[300], src[600], part[400], other[400];
+    const char *from = getenv("HX_TEST_SRC");
+    snprintf(src, sizeof src, "%s/data/adult", from ? from : ".");
+    path(data, sizeof data, "adult");
+    path(full, sizeof full, "wd-full");
+    path(ck, sizeof ck, "wd");
+    CHECK(test_adult_folder(data, src, NULL, 40, 40, NULL), "a 40-row Adult folder");
+#define WD "widedeep", "--data", data, "--batch", "16", "--epochs", "3", "--quiet", "--threads", "1"
+    const char *straight[] = {WD, "--save", full, NULL};
+    const char *stopped[] = {WD, "--save", ck, NULL};
+    const char *resumed[] = {WD, "--resume", ck, "--save", ck, NULL};
+    int rc = run(straight, NULL, 0);
+    CHECK(rc == 0, "the uninterrupted run (exit %d): %s", rc, out);
+    rc = run(stopped, "3", 0); /* 2 steps an epoch: in epoch 2 */
+    CHECK(rc == 130 && strstr(out, "interrupted (Ctrl-C) in epoch 2, which is not saved; '") &&
+              strstr(out, "' holds the epochs before it"),
+          "Ctrl-C in epoch 2 (exit %d): %s", rc, out);
+    rc = run(resumed, NULL, 0);
+    bool same = rc == 0;
+    static const char *const parts[] = {"session", "deep", "wide", "meta"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(part, sizeof part, "%s/%s", ck, parts[k]);
+        snprintf(other, sizeof other, "%s/%s", full, parts[k]);
+        same = same && test_same_file(part, other);
+    }
+    CHECK(same, "resumed: the uninterrupted run's checkpoint (exit %d): %s", rc, out);
+#undef WD
+}
+
 static int setup(void)
 {
     const char *src = getenv("HX_TEST_SRC");
@@ -441,6 +475,7 @@ static const test_case cases[] = {
     {"refused", test_refused},
     {"two_savers", test_two_savers},
     {"resnet", test_resnet},
+    {"widedeep", test_widedeep},
 };
 
 int main(int argc, char **argv)

@@ -3,6 +3,7 @@
 #include "wd.h"
 #include "cli/cli.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,7 @@ typedef struct job {
     int64_t scored_cap;
     int epochs_done;
     cli_metrics metrics;
+    bool interrupted;    /* Ctrl-C stopped an epoch: no checkpoint of it */
     int rank;            /* --shards: this rank, whose slice of every batch it feeds */
     int64_t lb;          /* rows a step feeds this rank: --batch / --shards */
     char msg[1200];      /* the example's own errors (else hx_last_error()) */
@@ -177,6 +179,12 @@ static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examp
         cli_metrics_int(&j->metrics, "step", (epoch - 1) * (j->train_rows / o->batch) + batches);
         cli_metrics_num(&j->metrics, "loss", loss);
         if (!cli_metrics_end(&j->metrics)) return HX_ERR_IO;
+        cli_interrupt_tick();
+        if (cli_interrupted() && got_next) { /* after the last step: the epoch is done */
+            j->interrupted = true;
+            cli_progress_end(&bar);
+            return HX_OK;
+        }
         wd_feed *t = cur;
         cur = next;
         next = t;
@@ -420,12 +428,28 @@ int wd_main(int argc, char **argv)
     }
     if (!cli_check_host_memory("widedeep", &ms, j.s, "lower --batch")) goto out;
     wd_metrics m = {0};
+    if (!o->shards) cli_interrupt_arm(); /* sharded ranks would stop at different steps */
     for (int e = j.epochs_done + 1; e <= o->epochs; e++) {
-        double loss, rate;
+        double loss = 0, rate = 0; /* set by a whole epoch */
         int64_t steps = 0;
         hx_embedding_stats before, after;
-        if (hx_embedding_table_stats(j.m.deep, &before) || train_epoch(&j, e, &loss, &rate, &steps) ||
-            hx_embedding_table_stats(j.m.deep, &after) || evaluate(&j, &m)) {
+        if (hx_embedding_table_stats(j.m.deep, &before) || train_epoch(&j, e, &loss, &rate, &steps)) {
+            char what[32];
+            snprintf(what, sizeof what, "epoch %d", e);
+            if (!j.metrics.failed) cli_error("widedeep", what, hx_last_error()); /* else said */
+            goto out;
+        }
+        if (j.interrupted) {
+            printf("hetex widedeep: interrupted (%s) in epoch %d, which is not saved; %s%s%s\n",
+                   cli_interrupted() == SIGINT ? "Ctrl-C" : "SIGTERM", e,
+                   !o->save || e == 1 ? "no checkpoint of this run" : "'",
+                   o->save && e > 1 ? o->save : "",
+                   o->save && e > 1 ? "' holds the epochs before it: continue with the same "
+                                      "flags and --resume it" : "");
+            rc = CLI_EXIT_INTERRUPTED;
+            goto out;
+        }
+        if (hx_embedding_table_stats(j.m.deep, &after) || evaluate(&j, &m)) {
             char what[32];
             snprintf(what, sizeof what, "epoch %d", e);
             if (!j.metrics.failed) cli_error("widedeep", what, hx_last_error()); /* else said */
