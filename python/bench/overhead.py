@@ -41,6 +41,15 @@ def python_round(runs, ops):
     for _ in range(runs):
         s.run(feeds, y)
     res["run_new"] = (time.perf_counter() - t0) / runs
+    r = s.runner([x], y)  # the prepared run
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        r(xb, out=yb)
+    res["runner_out"] = (time.perf_counter() - t0) / runs
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        r(xb)
+    res["runner_new"] = (time.perf_counter() - t0) / runs
     h = hetex.Graph()
     z = h.input("z", (4,))
     relu = hetex.relu
@@ -82,6 +91,8 @@ def main():
         "bench": "pyoverhead", "case": "added",
         "run_us_with_out": round((best["py_run_out"] - best["c_run"]) * 1e6, 3),
         "run_us_new_array": round((best["py_run_new"] - best["c_run"]) * 1e6, 3),
+        "runner_us_with_out": round((best["py_runner_out"] - best["c_run"]) * 1e6, 3),
+        "runner_us_new_array": round((best["py_runner_new"] - best["c_run"]) * 1e6, 3),
         "op_us": round((best["py_op"] - best["c_op"]) * 1e6, 3),
         "op_us_cffi_call_only": round((best["py_op_cffi"] - best["c_op"]) * 1e6, 3),
         "goal_us": 2.0, "python": sys.version.split()[0], "load": load}))

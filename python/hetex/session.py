@@ -67,6 +67,62 @@ def _offload_struct(offload):
 offload_config = _offload_struct
 
 
+class Runner:
+    """Session.runner's prepared run: the feed and fetch arrays hold their
+    tensors and sizes; each call sets the data pointers and runs."""
+
+    def __init__(self, session, feeds, fetches, train):
+        self.session = session
+        self._single = type(fetches) is not list and type(fetches) is not tuple
+        self.feeds = [session._tensor(k) for k in feeds]
+        self.fetches = [session._tensor(k) for k in ((fetches,) if self._single else fetches)]
+        self._specs = [t._spec or t._make_spec() for t in self.feeds]
+        self._fspecs = [t._spec or t._make_spec() for t in self.fetches]
+        self._flags = 1 if train else 0
+        self._free = [self._arrays()]  # taken while a call runs (list.pop is atomic)
+
+    def _arrays(self):
+        nf, nx = len(self.feeds), len(self.fetches)
+        cf = ffi.new("hx_feed[]", nf) if nf else ffi.NULL
+        cx = ffi.new("hx_fetch[]", nx) if nx else ffi.NULL
+        for i, sp in enumerate(self._specs):
+            cf[i].tensor, cf[i].bytes = sp[0], sp[3]
+        for i, sp in enumerate(self._fspecs):
+            cx[i].tensor, cx[i].bytes = sp[0], sp[3]
+        return cf, cx
+
+    def __call__(self, *arrays, out=None):
+        specs = self._specs
+        if len(arrays) != len(specs):
+            raise InvalidArgumentError(f"runner: {len(arrays)} arrays for {len(specs)} feeds")
+        try:
+            cf, cx = self._free.pop()
+        except IndexError:  # another thread's call is running: arrays of our own
+            cf, cx = self._arrays()
+        keep = []
+        for i, arr in enumerate(arrays):
+            sp = specs[i]
+            if type(arr) is DeviceBuffer:
+                raise InvalidArgumentError("runner: give device feeds to Session.run")
+            if not (type(arr) is _ndarray and arr.dtype is sp[2] and arr.shape == sp[1]
+                    and arr.flags.c_contiguous):
+                arr = Session._feed_array(self.feeds[i], arr)
+            keep.append(arr)
+            cf[i].data = _from_buffer(arr)
+        olist = None if out is None else ((out,) if self._single else out)
+        results = []
+        for i, sp in enumerate(self._fspecs):
+            a = _empty(sp[1], sp[2]) if olist is None else \
+                Session._out_array(self.fetches[i], olist[i])
+            results.append(a)
+            cx[i].data = _from_buffer(a, require_writable=True)
+        st = lib.hx_session_run(self.session._h(), cf, len(specs), cx, len(results), self._flags)
+        self._free.append((cf, cx))
+        if st:
+            check(st)
+        return results[0] if self._single else results
+
+
 class DeviceBuffer:
     """Accelerator memory of a session (Session.device_alloc): filled with
     upload(array), then given as a feed's value, which an input that only
@@ -229,6 +285,13 @@ class Session:
             return None
         return results[0] if single else results
 
+    def runner(self, feeds, fetches, train=False):
+        """A run of fixed feeds and fetches, prepared once for a loop:
+        `r = s.runner([x, y], loss, train=True)`, then `r(xb, yb)` runs it
+        (arrays in the order of feeds; `out=` as run's) with less Python work
+        per call than run() (bench/results/python-cpu-2026-11-26.md)."""
+        return Runner(self, feeds, fetches, train)
+
     @staticmethod
     def _feed_array(t, arr):
         """arr itself when it is a C-contiguous ndarray of t's dtype and shape;
@@ -383,7 +446,8 @@ def _attach_contracts():
         "placement_report": "hx_session_placement_report", "pool_stats": "hx_session_pool_stats",
         "accelerator_info": "hx_session_accelerator_info",
         "placement_summary": "hx_session_dump_summary", "placement_dot": "hx_session_dump_dot",
-        "trace_flush": "hx_session_trace_flush", "device_alloc": "hx_session_device_alloc"})
+        "trace_flush": "hx_session_trace_flush", "device_alloc": "hx_session_device_alloc",
+        "runner": "hx_session_run"})
     attach_methods(DeviceBuffer, {"upload": "hx_session_device_upload",
                                   "free": "hx_session_device_free"})
 

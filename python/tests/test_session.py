@@ -136,3 +136,34 @@ def test_trace(rng, tmp_path):
     s.trace_flush()
     events = json.loads(path.read_text())["traceEvents"]
     assert any(e.get("name") for e in events)
+
+
+def test_runner_matches_run(rng):
+    runs = []
+    for prepared in (False, True):
+        g, x, y, loss = _mlp()
+        s = hetex.Session(g, accelerator="emu", seed=3, n_threads=1)
+        d = np.random.default_rng(9)
+        r = s.runner([x, y], loss, train=True) if prepared else None
+        out = []
+        for _ in range(4):
+            b = _data(d)
+            out.append(r(b["x"], b["y"]) if prepared else s.run(b, loss, train=True))
+        out.append(s.read("w1"))
+        runs.append(out)
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+    g, x, y, loss = _mlp()
+    s = hetex.Session(g, accelerator="none", n_threads=1)
+    r = s.runner([x, y], [loss, "logits"])
+    b = _data(rng)
+    o = np.empty((16, 3), np.float32)
+    l, lg = r(b["x"], b["y"], out=[np.empty((), np.float32), o])
+    assert lg is o
+    with pytest.raises(hetex.InvalidArgumentError, match="2 feeds"):
+        r(b["x"])
+    with pytest.raises(hetex.DtypeError):
+        r(b["x"].astype(np.float64), b["y"])
+    with pytest.raises(hetex.IndexError):
+        r(b["x"], np.full(16, 7, np.int32))
+    np.testing.assert_array_equal(r(b["x"], b["y"])[0], l)  # usable after failures
