@@ -182,7 +182,10 @@ hx_status hx__op_costs_save(hx_op_costs *c)
     for (int i = from; ok && i < c->n; i++)
         ok = fprintf(f, "%016" PRIx64 " %016" PRIx64 " %.9g %s\n", c->e[i].machine,
                      c->e[i].sig, c->e[i].seconds, c->e[i].what) > 0;
-    if (f) ok = !ferror(f) & !fclose(f) && ok;
+    if (f) {
+        bool werr = ferror(f) != 0; /* fclose runs whatever it says */
+        ok = fclose(f) == 0 && !werr && ok;
+    }
     if (ok) ok = !rename(tmp, c->path);
     if (!ok) remove(tmp);
     hx_status st = ok ? HX_OK

@@ -53,9 +53,12 @@ static hx_tensor *linear(builder *b, hx_tensor *x, const char *prefix, const cha
 {
     char bias[64];
     snprintf(bias, sizeof bias, "%s_bias", what);
+    /* one statement each, in the order the model has always been built in
+     * (its checkpoints' parameter order and its op names): an argument
+     * list's order of evaluation is the compiler's choice */
     hx_tensor *w = mat(b, prefix, what, in, out, std);
-    return hx_bias_add(b->g, hx_matmul(b->g, x, w, false, false),
-                       vec(b, prefix, bias, out, hx_init_zeros()));
+    hx_tensor *bias_p = vec(b, prefix, bias, out, hx_init_zeros());
+    return hx_bias_add(b->g, hx_matmul(b->g, x, w, false, false), bias_p);
 }
 
 static hx_tensor *layernorm(builder *b, hx_tensor *x, const char *prefix, const char *what)
@@ -64,8 +67,9 @@ static hx_tensor *layernorm(builder *b, hx_tensor *x, const char *prefix, const 
     snprintf(gain, sizeof gain, "%s_gain", what);
     snprintf(shift, sizeof shift, "%s_bias", what);
     int64_t c = b->c->width;
-    return hx_layernorm(b->g, x, vec(b, prefix, gain, c, hx_init_constant(1)),
-                        vec(b, prefix, shift, c, hx_init_zeros()), 1e-5f);
+    hx_tensor *beta = vec(b, prefix, shift, c, hx_init_zeros()); /* first: as in linear */
+    hx_tensor *gamma = vec(b, prefix, gain, c, hx_init_constant(1));
+    return hx_layernorm(b->g, x, gamma, beta, 1e-5f);
 }
 
 static hx_tensor *dropout(builder *b, hx_tensor *x, uint64_t salt)
