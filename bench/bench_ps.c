@@ -14,13 +14,13 @@
  * work, throughput does not scale with ranks: reported, not tuned to. */
 #define _GNU_SOURCE
 #include "bench/bench_ids.h"
+#include "bench/mpi_launch.h"
 #include "embedding/embedding.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 enum { ROWS = 1000000, DIM = 16, SAMPLES = 4096, FEATURES = 26, RUNS = 10 };
 
@@ -158,28 +158,4 @@ static int rank_main(void)
     return st ? 1 : 0;
 }
 
-int main(int argc, char **argv)
-{
-    if (argc > 1 && !strcmp(argv[1], "--rank")) return rank_main();
-    char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
-        fprintf(stderr, "bench_ps: cannot find its own executable\n");
-        return 1;
-    }
-    self[len] = 0;
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0); /* CI and this machine run as root */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    const int ranks[3] = {1, 2, 4};
-    int rc = 0;
-    for (int i = 0; i < 3; i++) {
-        char cmd[4200];
-        snprintf(cmd, sizeof cmd, "mpirun --oversubscribe -np %d '%s' --rank", ranks[i], self);
-        fflush(stdout);
-        if (system(cmd) != 0) {
-            fprintf(stderr, "bench_ps: %s failed\n", cmd);
-            rc = 1;
-        }
-    }
-    return rc;
-}
+int main(int argc, char **argv) { return bench_mpi_main("bench_ps", argc, argv, rank_main); }

@@ -15,6 +15,7 @@
  * stage. The sums run after backward, so no communication is hidden. On a
  * 2-core machine step times do not scale with ranks: they are reported,
  * not tuned to. */
+#include "bench/mpi_launch.h"
 #include "gpt.h"
 #include "hetex.h"
 
@@ -22,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 enum { GLOBAL_BATCH = 16, STEPS = 5 };
 
@@ -106,28 +106,4 @@ static int rank_main(void)
     return rc;
 }
 
-int main(int argc, char **argv)
-{
-    if (argc > 1 && !strcmp(argv[1], "--rank")) return rank_main();
-    char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
-        fprintf(stderr, "bench_zero: cannot find its own executable\n");
-        return 1;
-    }
-    self[len] = 0;
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0); /* CI and this machine run as root */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    const int ranks[3] = {1, 2, 4};
-    int rc = 0;
-    for (int i = 0; i < 3; i++) {
-        char cmd[4200];
-        snprintf(cmd, sizeof cmd, "mpirun --oversubscribe -np %d '%s' --rank", ranks[i], self);
-        fflush(stdout);
-        if (system(cmd) != 0) {
-            fprintf(stderr, "bench_zero: %s failed\n", cmd);
-            rc = 1;
-        }
-    }
-    return rc;
-}
+int main(int argc, char **argv) { return bench_mpi_main("bench_zero", argc, argv, rank_main); }

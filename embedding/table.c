@@ -457,18 +457,22 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
                                 .disk_bytes_read = (int64_t)ss.store.bytes_read,
                                 .disk_bytes_written = (int64_t)ss.store.bytes_written,
                                 .io_wait_s = ss.store.io_wait_s};
-    const hx_emb_idmap *map = hx_emb_dynamic_idmap(t->impl);
-    if (map) {
-        hx_emb_idmap_stats ms;
-        pthread_mutex_lock((pthread_mutex_t *)&t->lock);
-        hx_emb_idmap_stats_get(map, &ms);
-        pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
-        out->rows_assigned = ms.keys;
-        out->evictions = ms.evicted;
-        out->expirations = ms.expired;
-        out->filtered = ms.filtered;
-    }
+    hx__embedding_idmap_stats(t, hx_emb_dynamic_idmap(t->impl), out);
     return HX_OK;
+}
+
+void hx__embedding_idmap_stats(const hx_embedding_table *t, const hx_emb_idmap *map,
+                               hx_embedding_stats *out)
+{
+    if (!map) return;
+    hx_emb_idmap_stats ms;
+    pthread_mutex_lock((pthread_mutex_t *)&t->lock);
+    hx_emb_idmap_stats_get(map, &ms);
+    pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
+    out->rows_assigned = ms.keys;
+    out->evictions = ms.evicted;
+    out->expirations = ms.expired;
+    out->filtered = ms.filtered;
 }
 
 void hx_embedding_hash_strings(const char *const *strs, const size_t *lens, int64_t n,

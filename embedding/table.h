@@ -60,6 +60,10 @@ hx_status hx__embedding_shard_rows(hx_embedding_table *t, const char *fn, int k,
                                    int64_t n, float *out, const float *in);
 /* Stats of this rank's share, rows and dim the whole table's. */
 hx_status hx__embedding_shard_stats(const hx_embedding_table *t, hx_embedding_stats *out);
+/* The id map's counts (rows assigned, evictions, expirations, filtered) of
+ * a DYNAMIC table into *out, read under t's lock; map NULL: nothing. */
+void hx__embedding_idmap_stats(const hx_embedding_table *t, const hx_emb_idmap *map,
+                               hx_embedding_stats *out);
 
 /* A graph starts (+1) or stops (-1) using t. */
 void hx__embedding_use(hx_embedding_table *t, int delta);

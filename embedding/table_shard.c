@@ -70,16 +70,6 @@ hx_status hx__embedding_shard_stats(const hx_embedding_table *t, hx_embedding_st
                                 .last_step = atomic_load(&t->last_step), .bytes = ls.bytes,
                                 .graphs = atomic_load(&t->graphs)};
     hx_emb_table *part = hx_emb_shard_part(s);
-    const hx_emb_idmap *map = part ? hx_emb_dynamic_idmap(part) : NULL;
-    if (map) {
-        hx_emb_idmap_stats ms;
-        pthread_mutex_lock((pthread_mutex_t *)&t->lock);
-        hx_emb_idmap_stats_get(map, &ms);
-        pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
-        out->rows_assigned = ms.keys;
-        out->evictions = ms.evicted;
-        out->expirations = ms.expired;
-        out->filtered = ms.filtered;
-    }
+    hx__embedding_idmap_stats(t, part ? hx_emb_dynamic_idmap(part) : NULL, out);
     return HX_OK;
 }
