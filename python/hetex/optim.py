@@ -12,24 +12,31 @@ from ._lib import ffi, lib
 from ._structs import set_fields, to_dict
 
 
-class Optimizer:
-    """A dense optimizer: kind (hx_optimizer_kind) and hyper-parameters."""
+class _Hyper:
+    """A C optimizer config (_ctype) from its default for _kind (_default, a
+    lib function), with the keywords set by the header's field names."""
 
-    _kind = None
+    _ctype = _default = _kind = None
 
     def __init__(self, **hyper):
-        c = ffi.new("hx_optimizer_config *", lib.hx_optimizer_config_default(self._kind))
+        c = ffi.new(self._ctype + " *", getattr(lib, self._default)(self._kind))
         set_fields(c, hyper, type(self).__name__)
         self._cfg = c
 
     def config(self):
-        """The hx_optimizer_config value."""
+        """The C config value."""
         return self._cfg[0]
 
     def __repr__(self):
         d = to_dict(self._cfg)
         d.pop("kind")
         return f"hetex.optim.{type(self).__name__}({', '.join(f'{k}={v}' for k, v in d.items())})"
+
+
+class Optimizer(_Hyper):
+    """A dense optimizer: kind (hx_optimizer_kind) and hyper-parameters."""
+
+    _ctype, _default = "hx_optimizer_config", "hx_optimizer_config_default"
 
 
 class SGD(Optimizer):
@@ -52,23 +59,11 @@ class FTRL(Optimizer):
     _kind = lib.HX_OPTIMIZER_FTRL
 
 
-class EmbeddingOptimizer:
+class EmbeddingOptimizer(_Hyper):
     """A table's sparse optimizer (hx_embedding_optimizer)."""
 
+    _ctype, _default = "hx_embedding_optimizer", "hx_embedding_optimizer_default"
     _kind = lib.HX_EMBEDDING_OPTIMIZER_NONE
-
-    def __init__(self, **hyper):
-        c = ffi.new("hx_embedding_optimizer *", lib.hx_embedding_optimizer_default(self._kind))
-        set_fields(c, hyper, type(self).__name__)
-        self._cfg = c
-
-    def config(self):
-        return self._cfg[0]
-
-    def __repr__(self):
-        d = to_dict(self._cfg)
-        d.pop("kind")
-        return f"hetex.optim.{type(self).__name__}({', '.join(f'{k}={v}' for k, v in d.items())})"
 
 
 class LazyAdam(EmbeddingOptimizer):

@@ -67,6 +67,27 @@ static void session_seeds(void)
     fuzz_session_model_free(&m);
 }
 
+/* Trains t through a lookup of n ids (summed as the loss, SGD) for `steps`
+ * runs, run k feeding the n ids at ids + k * stride. */
+static void train_lookup(hx_embedding_table *t, int64_t n, const int64_t *ids_at, int64_t stride,
+                         int steps)
+{
+    hx_graph *g = hx_graph_create();
+    hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
+    hx_tensor *loss = hx_reduce_sum(g, hx_embedding_lookup(g, t, ids), 0, NULL, false);
+    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    hx_session *s = NULL;
+    if (!loss || hx_graph_backward(g, loss) || hx_graph_apply_optimizer(g, NULL, &oc) ||
+        hx_session_create(g, NULL, &s))
+        die("table graph");
+    for (int step = 0; step < steps; step++) {
+        hx_feed f = {NULL, ids, ids_at + step * stride, sizeof(int64_t) * (size_t)n};
+        if (hx_session_run(s, &f, 1, NULL, 0, HX_RUN_TRAIN)) die("table step");
+    }
+    hx_session_free(s);
+    hx_graph_free(g);
+}
+
 /* Each table after three training runs of a lookup (dynamic keys seen
  * twice, so they get rows), saved behind its kind byte. */
 static void table_seeds(void)
@@ -74,22 +95,8 @@ static void table_seeds(void)
     static const char *names[FUZZ_TABLE_KINDS] = {"rows_lazy_f16", "modulo_ftrl", "dynamic_adagrad"};
     for (int k = 0; k < FUZZ_TABLE_KINDS; k++) {
         hx_embedding_table *t = fuzz_table_make(k);
-        hx_graph *g = hx_graph_create();
-        int64_t n = 6;
-        hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
-        hx_tensor *loss = hx_reduce_sum(g, hx_embedding_lookup(g, t, ids), 0, NULL, false);
-        hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
-        hx_session *s = NULL;
-        if (!loss || hx_graph_backward(g, loss) || hx_graph_apply_optimizer(g, NULL, &oc) ||
-            hx_session_create(g, NULL, &s))
-            die("table graph");
-        const int64_t rows[6] = {1, 3, 3, 9, 15, 0}, keys[6] = {1000003, -5, 1000003, 77, -5, 4};
-        for (int step = 0; step < 3; step++) {
-            hx_feed f = {NULL, ids, k == 2 ? keys : rows, sizeof rows};
-            if (hx_session_run(s, &f, 1, NULL, 0, HX_RUN_TRAIN)) die("table step");
-        }
-        hx_session_free(s);
-        hx_graph_free(g);
+        static const int64_t rows[6] = {1, 3, 3, 9, 15, 0}, keys[6] = {1000003, -5, 1000003, 77, -5, 4};
+        train_lookup(t, 6, k == 2 ? keys : rows, 0, 3);
         const char *p = fuzz_file("seed_table", NULL, 0);
         if (hx_embedding_table_save(t, p)) die("table save");
         unsigned char kind = (unsigned char)k;
@@ -107,22 +114,8 @@ static void ssd_seeds(void)
     hx_status st;
     hx_embedding_table *t = fuzz_ssd_table_make(store, &st);
     if (!t) die("ssd table");
-    hx_graph *g = hx_graph_create();
-    int64_t n = 3;
-    hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
-    hx_tensor *loss = hx_reduce_sum(g, hx_embedding_lookup(g, t, ids), 0, NULL, false);
-    hx_optimizer_config oc = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
-    hx_session *s = NULL;
-    if (!loss || hx_graph_backward(g, loss) || hx_graph_apply_optimizer(g, NULL, &oc) ||
-        hx_session_create(g, NULL, &s))
-        die("ssd graph");
-    const int64_t rows[3][3] = {{1, 3, 9}, {15, 0, 3}, {4, 6, 8}};
-    for (int step = 0; step < 3; step++) {
-        hx_feed f = {NULL, ids, rows[step], sizeof rows[step]};
-        if (hx_session_run(s, &f, 1, NULL, 0, HX_RUN_TRAIN)) die("ssd step");
-    }
-    hx_session_free(s);
-    hx_graph_free(g);
+    static const int64_t rows[3][3] = {{1, 3, 9}, {15, 0, 3}, {4, 6, 8}};
+    train_lookup(t, 3, rows[0], 3, 3);
     const char *ckpt = fuzz_file("seed_ssd_ckpt", NULL, 0);
     if (hx_embedding_table_save(t, ckpt) || hx_embedding_table_free(t)) die("ssd save");
     size_t ns, nc;
