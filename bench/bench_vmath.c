@@ -5,6 +5,10 @@
  * elementwise op), timed interleaved so that all three meet the same
  * background load. One JSON object per function and size; "speedup" is
  * libm time / vmath time, "ratio_to_copy" vmath's bytes/s over the copy's.
+ * Then the row kernels (kernels/cpu/rows_body.h) at the GPT example's
+ * shapes, on this CPU's path against the scalar path (the same source
+ * compiled without vector ISA: the same bits) and the copy of the same
+ * bytes: "speedup" is scalar time / path time.
  *
  *   bench_vmath [N...]     element counts (default 65536 and 16M) */
 #include <math.h>
@@ -16,6 +20,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/hx_kernels.h"
+#include "kernels/cpu/rows_path.h"
 #include "kernels/cpu/vmath.h"
 #include "cpu_model.h"
 
@@ -91,6 +96,75 @@ static void print_machine(void)
            model, hx_k_isa_name(hx_k_isa()), load[0]);
 }
 
+enum { R_SOFTMAX, R_SOFTMAX_BWD, R_LN, R_LN_BWD_X, R_N };
+static const char *const RNAME[R_N] = {"softmax", "softmax_backward", "layernorm",
+                                       "layernorm_backward_x"};
+static const int RARRAYS[R_N] = {2, 3, 2, 3}; /* arrays of rows x n read or written */
+
+static void run_rows(const hx_rows_path *p, int f, float *y, const float *x, const float *dy,
+                     const float *g, int64_t rows, int64_t n)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + r * n;
+        const float *xr = x + r * n, *dyr = dy + r * n;
+        switch (f) {
+        case R_SOFTMAX: p->softmax_forward(yr, xr, n); break;
+        case R_SOFTMAX_BWD: p->softmax_backward(yr, dyr, xr, n); break;
+        case R_LN: p->layernorm_forward(yr, xr, g, g, 1e-5f, n); break;
+        case R_LN_BWD_X: p->layernorm_backward_x(yr, dyr, xr, g, 1e-5f, n); break;
+        }
+    }
+}
+
+/* Row kernels, one thread: rows of the GPT example's widths (384 for
+ * layernorm, context 256 for the attention softmax), total elements each
+ * (1 MiB per array stays in cache, 16 MiB does not). */
+static int bench_rows(int64_t total)
+{
+    static const struct { int f; int64_t n; } shapes[] = {
+        {R_SOFTMAX, 256}, {R_SOFTMAX_BWD, 256}, {R_LN, 384}, {R_LN_BWD_X, 384}};
+    float *x = malloc(total * 4), *dy = malloc(total * 4), *y = malloc(total * 4),
+          *g = malloc(4096 * 4);
+    if (!x || !dy || !y || !g) {
+        fprintf(stderr, "bench_vmath: out of memory for the row kernels\n");
+        return 1;
+    }
+    uint64_t s = 777;
+    for (int64_t i = 0; i < total; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 40) / (double)(1ull << 24) * 8.0 - 4.0);
+        dy[i] = (float)((double)((s >> 8) & 0xFFFF) / 65536.0 - 0.5);
+    }
+    for (int i = 0; i < 4096; i++) g[i] = 1.0f + (float)i / 8192.0f;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int f = shapes[k].f;
+        int64_t n = shapes[k].n, rows = total / n;
+        double best[3] = {1e30, 1e30, 1e30};
+        int reps = (int)(((int64_t)64 << 20) / total);
+        for (int r = -1; r < reps; r++)
+            for (int m = 0; m < 3; m++) {
+                double t0 = now();
+                if (m == 2) memcpy(y, x, (size_t)total * 4);
+                else run_rows(m == 0 ? hx__rows() : &hx__rows_scalar, f, y, x, dy, g, rows, n);
+                double dt = now() - t0;
+                if (r >= 0 && dt < best[m]) best[m] = dt;
+            }
+        double bytes = (double)total * 4 * RARRAYS[f], copy_bytes = (double)total * 4 * 2;
+        printf("{\"bench\":\"vmath\",\"fn\":\"%s\",\"rows\":%lld,\"n\":%lld,\"threads\":1,"
+               "\"isa\":\"%s\",\"path_gbps\":%.2f,\"scalar_path_gbps\":%.2f,\"speedup\":%.2f,"
+               "\"copy_gbps\":%.2f,\"ratio_to_copy\":%.3f}\n",
+               RNAME[f], (long long)rows, (long long)n, hx_k_isa_name(hx_k_isa()),
+               bytes / best[0] / 1e9, bytes / best[1] / 1e9, best[1] / best[0],
+               copy_bytes / best[2] / 1e9, (bytes / best[0]) / (copy_bytes / best[2]));
+        fflush(stdout);
+    }
+    free(x);
+    free(dy);
+    free(y);
+    free(g);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int64_t sizes[8] = {65536, (int64_t)16 << 20};
@@ -144,5 +218,5 @@ int main(int argc, char **argv)
         free(dy);
         free(y);
     }
-    return 0;
+    return bench_rows((int64_t)256 << 10) || bench_rows((int64_t)4 << 20);
 }

@@ -15,7 +15,10 @@
  *                        root at x = -0.75: there the error is bounded in
  *                        ulp times max(1, |d log f / d log x|), the
  *                        function's condition number (from the reference,
- *                        by a central difference). */
+ *                        by a central difference).
+ * The row kernels (kernels/cpu/rows_body.h: softmax, log-softmax, layernorm
+ * and its backward) give the same bits on every path as on the scalar one,
+ * at lengths around the vector widths, and match a double reference. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
@@ -24,6 +27,7 @@
 #include <string.h>
 
 #include "kernels/cpu/hx_kernels.h"
+#include "kernels/cpu/rows_path.h"
 #include "kernels/cpu/vmath.h"
 #include "tests/util/testutil.h"
 
@@ -217,11 +221,132 @@ static void exp_shift_sum(void)
     }
 }
 
+static const hx_rows_path *const ROW_PATHS[] = {&hx__rows_scalar, &hx__rows_avx2, &hx__rows_avx512};
+
+enum { R_SOFTMAX, R_SOFTMAX_BWD, R_LOG_SOFTMAX, R_LOG_SOFTMAX_BWD, R_LN, R_LN_BWD_X, R_LN_GAMMA, R_N };
+static const char *const RNAMES[R_N] = {"softmax",   "softmax_backward",     "log_softmax",
+                                        "log_softmax_backward", "layernorm", "layernorm_backward_x",
+                                        "layernorm_gamma_add"};
+
+/* One row kernel of path p: y (n) from x, dy, gamma, beta (n each). */
+static void run_row(const hx_rows_path *p, int f, float *y, const float *x, const float *dy,
+                    const float *gamma, const float *beta, int64_t n)
+{
+    const float eps = 1e-5f;
+    switch (f) {
+    case R_SOFTMAX: p->softmax_forward(y, x, n); break;
+    case R_SOFTMAX_BWD: p->softmax_backward(y, dy, x, n); break;
+    case R_LOG_SOFTMAX: p->log_softmax_forward(y, x, n); break;
+    case R_LOG_SOFTMAX_BWD: p->log_softmax_backward(y, dy, x, n); break;
+    case R_LN: p->layernorm_forward(y, x, gamma, beta, eps, n); break;
+    case R_LN_BWD_X: p->layernorm_backward_x(y, dy, x, gamma, eps, n); break;
+    case R_LN_GAMMA: {
+        float mean, rstd;
+        p->layernorm_stats(x, n, eps, &mean, &rstd);
+        memcpy(y, beta, (size_t)n * sizeof(float)); /* adds onto what is there */
+        p->layernorm_gamma_add(y, dy, x, mean, rstd, 0, n);
+        break;
+    }
+    }
+}
+
+/* The same in double: softmax's backward and log-softmax's take y as the
+ * forward's output, as the kernels do. */
+static void ref_row(int f, double *y, const float *x, const float *dy, const float *gamma,
+                    const float *beta, int64_t n)
+{
+    const double eps = 1e-5;
+    double mean = 0, var = 0, s = 0, mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mean += x[i], mx = x[i] > mx ? x[i] : mx;
+    mean /= (double)n;
+    for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    double rstd = 1 / sqrt(var / (double)n + eps);
+    switch (f) {
+    case R_SOFTMAX:
+    case R_LOG_SOFTMAX:
+        for (int64_t i = 0; i < n; i++) s += exp(x[i] - mx);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = f == R_SOFTMAX ? exp(x[i] - mx) / s : x[i] - mx - log(s);
+        break;
+    case R_SOFTMAX_BWD:
+        for (int64_t i = 0; i < n; i++) s += (double)dy[i] * x[i];
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * (dy[i] - s);
+        break;
+    case R_LOG_SOFTMAX_BWD:
+        for (int64_t i = 0; i < n; i++) s += dy[i];
+        for (int64_t i = 0; i < n; i++) y[i] = dy[i] - exp(x[i]) * s;
+        break;
+    case R_LN:
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd * gamma[i] + beta[i];
+        break;
+    case R_LN_BWD_X: {
+        double a = 0, b = 0;
+        for (int64_t i = 0; i < n; i++) {
+            a += (double)dy[i] * gamma[i];
+            b += (double)dy[i] * gamma[i] * (x[i] - mean) * rstd;
+        }
+        for (int64_t i = 0; i < n; i++)
+            y[i] = (dy[i] * (double)gamma[i] - a / n - (x[i] - mean) * rstd * b / n) * rstd;
+        break;
+    }
+    case R_LN_GAMMA:
+        for (int64_t i = 0; i < n; i++) y[i] = beta[i] + dy[i] * (x[i] - mean) * rstd;
+        break;
+    }
+}
+
+static void row_kernels(void)
+{
+    static const int64_t lens[] = {1, 3, 8, 15, 16, 17, 31, 33, 100, 384, 513, 1027, 4099};
+    test_rng r = test_rng_make(41);
+    for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+        int64_t n = lens[l];
+        size_t bytes = (size_t)n * sizeof(float);
+        float *x = malloc(bytes), *dy = malloc(bytes), *gamma = malloc(bytes), *beta = malloc(bytes);
+        float *y0 = malloc(bytes), *yk = malloc(bytes);
+        double *yr = malloc((size_t)n * sizeof(double));
+        for (int f = 0; f < R_N; f++) {
+            for (int64_t i = 0; i < n; i++) {
+                x[i] = (float)test_rng_uniform(&r, -4.0, 6.0);
+                dy[i] = (float)test_rng_uniform(&r, -1.0, 1.0);
+                gamma[i] = (float)test_rng_uniform(&r, 0.5, 1.5);
+                beta[i] = (float)test_rng_uniform(&r, -0.5, 0.5);
+            }
+            if (f == R_SOFTMAX_BWD || f == R_LOG_SOFTMAX_BWD) /* x plays the forward's y */
+                run_row(&hx__rows_scalar, f == R_SOFTMAX_BWD ? R_SOFTMAX : R_LOG_SOFTMAX, x, x,
+                        NULL, NULL, NULL, n);
+            run_row(&hx__rows_scalar, f, y0, x, dy, gamma, beta, n);
+            ref_row(f, yr, x, dy, gamma, beta, n);
+            double scale = 0, worst = 0;
+            for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(yr[i]));
+            for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(y0[i] - yr[i]));
+            /* relative to the row's largest value: sums of n terms round
+             * about sqrt(n) times f32's epsilon */
+            CHECK(worst <= 1e-5 * (scale > 1 ? scale : 1), "%s n=%lld: off the double reference by %g",
+                  RNAMES[f], (long long)n, worst);
+            for (int k = 1; k < 3; k++) {
+                if (!path_available(k)) continue;
+                run_row(ROW_PATHS[k], f, yk, x, dy, gamma, beta, n);
+                CHECK(memcmp(y0, yk, bytes) == 0, "%s n=%lld: the %s path differs from scalar",
+                      RNAMES[f], (long long)n, PATH_NAMES[k]);
+            }
+        }
+        free(x);
+        free(dy);
+        free(gamma);
+        free(beta);
+        free(y0);
+        free(yk);
+        free(yr);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const test_case cases[] = {
         {"accuracy_and_paths", accuracy_and_paths},
         {"exp_shift_sum", exp_shift_sum},
+        {"row_kernels", row_kernels},
     };
     return test_main(argc, argv, "test_vmath", cases, TEST_COUNT(cases));
 }

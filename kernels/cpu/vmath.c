@@ -1,6 +1,7 @@
-/* Picks the vector-math path for the CPU hx_k_isa() reports; the blocked
- * sum of exponentials that log-softmax and cross-entropy share. */
+/* Picks the vector-math and row-kernel paths for the CPU hx_k_isa()
+ * reports; the blocked sum of exponentials that cross-entropy uses. */
 #include "hx_kernels.h"
+#include "rows_path.h"
 #include "vmath.h"
 
 const hx_vmath_path *hx__vmath(void)
@@ -11,6 +12,16 @@ const hx_vmath_path *hx__vmath(void)
     case HX_ISA_SCALAR: break;
     }
     return &hx__vmath_scalar;
+}
+
+const hx_rows_path *hx__rows(void)
+{
+    switch (hx_k_isa()) {
+    case HX_ISA_AVX512: return &hx__rows_avx512;
+    case HX_ISA_AVX2: return &hx__rows_avx2;
+    case HX_ISA_SCALAR: break;
+    }
+    return &hx__rows_scalar;
 }
 
 float hx__vmath_sum_exp(const float *x, float shift, int64_t n)

@@ -1,4 +1,4 @@
-/* Vector math, AVX2 + FMA path: 8 floats at a time, the same roundings as
+/* Vector math and row kernels, AVX2 + FMA path: 8 floats at a time, the same roundings as
  * the scalar path. Run only where hx_k_isa() says the CPU has AVX2. */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
@@ -36,6 +36,9 @@ static inline V pow2_avx2(V n)
 #define PATH hx__vmath_avx2
 
 #include "vmath_body.h"
+
+#define ROWS_PATH hx__rows_avx2
+#include "rows_body.h"
 
 #if defined(__clang__)
 #pragma clang attribute pop

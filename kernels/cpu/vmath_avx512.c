@@ -1,4 +1,4 @@
-/* Vector math, AVX-512 path: 16 floats at a time, the same roundings as
+/* Vector math and row kernels, AVX-512 path: 16 floats at a time, the same roundings as
  * the scalar path. Run only where hx_k_isa() says the CPU has AVX-512
  * F/BW/VL/DQ. */
 #if defined(__clang__)
@@ -35,6 +35,9 @@ static inline V pow2_avx512(V n)
 #define PATH hx__vmath_avx512
 
 #include "vmath_body.h"
+
+#define ROWS_PATH hx__rows_avx512
+#include "rows_body.h"
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -1,4 +1,4 @@
-/* Vector math, scalar path: one lane, for CPUs without AVX2 and for
+/* Vector math and row kernels, scalar path: one lane, for CPUs without AVX2 and for
  * HX_ISA=scalar; the same roundings as the vector paths (fmaf is one
  * rounding on any CPU). */
 #if defined(__clang__)
@@ -37,3 +37,6 @@ static inline V pow2_scalar(V n)
 #define PATH hx__vmath_scalar
 
 #include "vmath_body.h"
+
+#define ROWS_PATH hx__rows_scalar
+#include "rows_body.h"
