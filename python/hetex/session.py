@@ -12,6 +12,9 @@ MindSpore's offload_config keys as a dict (offload_param, offload_path,
 offload_cpu_size, offload_disk_size, host_mem_block_size, enable_aio,
 enable_pinned_mem, auto_offload, chunk_size, prefetch_depth; and hetex's
 offload_activations, recompute); the library's parser checks them.
+Data parallel: comm=hetex.Comm() (under mpirun; every rank creates its
+session alike and feeds its share of the batch) and zero_stage=0..2
+(hetex.comm explains; the session holds its Comm).
 
 Zero copy: a fed numpy array that is C-contiguous, of the input's dtype and
 shape is passed to the library as it is (its own memory, read during the
@@ -35,6 +38,7 @@ from . import dtypes
 from ._enums import value as _enum_value
 from ._lib import ffi, lib
 from ._structs import set_fields, to_dict
+from .comm import comm_handle
 from .errors import DtypeError, InvalidArgumentError, ShapeError, StateError, check
 from .graph import Tensor
 
@@ -44,6 +48,7 @@ _from_buffer = ffi.from_buffer
 _ndarray = np.ndarray
 _empty = np.empty
 _uint16 = np.dtype(np.uint16)
+_UNSET = object()  # a Runner entry that points at no array of the caller's
 
 
 def _offload_spec(offload):
@@ -68,20 +73,46 @@ offload_config = _offload_struct
 
 
 class Runner:
-    """Session.runner's prepared run: the feed and fetch arrays hold their
-    tensors and sizes; each call sets the data pointers and runs."""
+    """A run of fixed feeds and fetches (Session.runner; Session.run keeps
+    one per combination it is called with). Its hx_feed and hx_fetch arrays
+    hold their tensors and sizes, and each entry remembers the numpy array
+    whose memory it points at. A call given the same array objects as the
+    last one (a loop that refills its buffers in place, fetching into the
+    same out arrays) checks only that each is still of its tensor's dtype
+    and C strides (which fix the shape, as an array's size cannot change in
+    place), an out array still writable, and runs; another
+    array is checked in full (dtype, shape, contiguity; converted where it
+    may be, as Session.run describes) and its pointer taken. The runner
+    holds the arrays it was last given (and cffi's view of their buffers,
+    so numpy refuses to resize them) until a call gives others or the
+    runner goes. DeviceBuffer feeds are checked at every call."""
 
-    def __init__(self, session, feeds, fetches, train):
-        self.session = session
+    def __init__(self, session, feeds, fetches, train, hold=True):
+        # Session.run's runners (hold=False) live in their session: they
+        # read its pointer from its box and do not hold it (no cycle).
+        self.session = session if hold else None
+        self._box = session._box
         self._single = type(fetches) is not list and type(fetches) is not tuple
         self.feeds = [session._tensor(k) for k in feeds]
         self.fetches = [session._tensor(k) for k in ((fetches,) if self._single else fetches)]
-        self._specs = [t._spec or t._make_spec() for t in self.feeds]
-        self._fspecs = [t._spec or t._make_spec() for t in self.fetches]
+        # per entry: (tensor pointer, shape, numpy dtype, bytes, C strides)
+        self._specs = [self._spec(t) for t in self.feeds]
+        self._fspecs = [self._spec(t) for t in self.fetches]
         self._flags = 1 if train else 0
-        self._free = [self._arrays()]  # taken while a call runs (list.pop is atomic)
+        self._nf, self._nx = len(self.feeds), len(self.fetches)
+        self._free = [self._slot()]  # taken while a call runs (list.pop is atomic)
 
-    def _arrays(self):
+    @staticmethod
+    def _spec(t):
+        sp = t._spec or t._make_spec()
+        strides, step = [], sp[2].itemsize
+        for n in reversed(sp[1]):
+            strides.append(step)
+            step *= n
+        return sp[:4] + (tuple(reversed(strides)),)
+
+    def _slot(self):
+        """One set of the C arrays, with the array (and cffi buffer) each entry points at."""
         nf, nx = len(self.feeds), len(self.fetches)
         cf = ffi.new("hx_feed[]", nf) if nf else ffi.NULL
         cx = ffi.new("hx_fetch[]", nx) if nx else ffi.NULL
@@ -89,38 +120,79 @@ class Runner:
             cf[i].tensor, cf[i].bytes = sp[0], sp[3]
         for i, sp in enumerate(self._fspecs):
             cx[i].tensor, cx[i].bytes = sp[0], sp[3]
-        return cf, cx
+        return cf, cx, [_UNSET] * nf, [None] * nf, [_UNSET] * nx, [None] * nx
 
     def __call__(self, *arrays, out=None):
         specs = self._specs
-        if len(arrays) != len(specs):
-            raise InvalidArgumentError(f"runner: {len(arrays)} arrays for {len(specs)} feeds")
+        if len(arrays) != self._nf:
+            raise InvalidArgumentError(f"run: {len(arrays)} arrays for {self._nf} feeds")
+        # A failed call does not put its slot back: the next makes a fresh one.
         try:
-            cf, cx = self._free.pop()
+            slot = self._free.pop()
         except IndexError:  # another thread's call is running: arrays of our own
-            cf, cx = self._arrays()
-        keep = []
-        for i, arr in enumerate(arrays):
+            slot = self._slot()
+        cf, cx, fobj, fbuf, xobj, xbuf = slot
+        i = 0
+        for arr in arrays:
             sp = specs[i]
-            if type(arr) is DeviceBuffer:
-                raise InvalidArgumentError("runner: give device feeds to Session.run")
-            if not (type(arr) is _ndarray and arr.dtype is sp[2] and arr.shape == sp[1]
-                    and arr.flags.c_contiguous):
-                arr = Session._feed_array(self.feeds[i], arr)
-            keep.append(arr)
-            cf[i].data = _from_buffer(arr)
-        olist = None if out is None else ((out,) if self._single else out)
-        results = []
-        for i, sp in enumerate(self._fspecs):
-            a = _empty(sp[1], sp[2]) if olist is None else \
-                Session._out_array(self.fetches[i], olist[i])
-            results.append(a)
-            cx[i].data = _from_buffer(a, require_writable=True)
-        st = lib.hx_session_run(self.session._h(), cf, len(specs), cx, len(results), self._flags)
-        self._free.append((cf, cx))
+            # the same array as last time, still of the dtype and C strides (and
+            # so the shape: its size cannot change) of the tensor
+            if arr is not fobj[i] or arr.dtype is not sp[2] or arr.strides != sp[4]:
+                fobj[i] = _UNSET
+                if type(arr) is DeviceBuffer:  # a device feed: the library checks its use
+                    if arr._ptr is None:
+                        raise StateError(f"feed '{self.feeds[i].name}': the device buffer is freed")
+                    fbuf[i] = arr  # checked again next call (it may be freed by then)
+                    cf[i].data = arr._ptr
+                    i += 1
+                    continue
+                a = arr
+                if not (type(a) is _ndarray and a.dtype is sp[2] and a.shape == sp[1]
+                        and a.flags.c_contiguous):
+                    a = Session._feed_array(self.feeds[i], a)
+                fbuf[i] = buf = _from_buffer(a)
+                cf[i].data = buf
+                if a is arr:  # a converted copy is made again next call
+                    fobj[i] = arr
+            i += 1
+        fspecs = self._fspecs
+        if out is None:
+            results = []
+            i = 0
+            for sp in fspecs:
+                a = _empty(sp[1], sp[2])
+                xobj[i] = _UNSET
+                xbuf[i] = buf = _from_buffer(a, require_writable=True)
+                cx[i].data = buf
+                results.append(a)
+                i += 1
+        else:
+            results = (out,) if self._single else \
+                out if type(out) is list or type(out) is tuple else tuple(out)
+            if len(results) != self._nx:
+                raise InvalidArgumentError(
+                    f"run: {len(results)} out arrays for {self._nx} fetches")
+            i = 0
+            for a in results:
+                sp = fspecs[i]
+                if a is not xobj[i] or a.dtype is not sp[2] or a.strides != sp[4] \
+                        or not a.flags.writeable:
+                    Session._out_array(self.fetches[i], a)
+                    xobj[i] = _UNSET
+                    xbuf[i] = buf = _from_buffer(a, require_writable=True)
+                    cx[i].data = buf
+                    xobj[i] = a
+                i += 1
+        h = self._box[0]
+        if h is None:
+            raise StateError("the session is closed")
+        st = lib.hx_session_run(h, cf, self._nf, cx, self._nx, self._flags)
+        self._free.append(slot)
         if st:
             check(st)
-        return results[0] if self._single else results
+        if self._single:
+            return results[0]
+        return results if out is None else list(results)
 
 
 class DeviceBuffer:
@@ -156,6 +228,7 @@ class Session:
 
     def __init__(self, graph, accelerator="auto", offload_config=None, **config):
         self._ptr = None
+        self._box = [None]  # the pointer again, for runners that must not hold the session
         cfg = ffi.new("hx_session_config *", lib.hx_session_config_default())
         keep = []
         conv = {
@@ -164,8 +237,9 @@ class Session:
         }
         if "offload" in config:
             raise InvalidArgumentError("Session: give offload settings as offload_config={...}")
-        if "comm" in config:
-            raise InvalidArgumentError("Session: data parallel (comm) is not in the Python binding yet")
+        # data parallel: the session holds its Comm (freed after the session)
+        self.comm = config.get("comm")
+        conv["comm"] = lambda v: comm_handle(v, self, "Session")
         set_fields(cfg, dict(accelerator=accelerator, **config), "Session", conv, keep)
         if isinstance(offload_config, ffi.CData):  # from hetex.offload_config()
             cfg.offload = offload_config[0]
@@ -173,22 +247,24 @@ class Session:
             cfg.offload = _offload_struct(offload_config)[0]
         out = ffi.new("hx_session **")
         check(lib.hx_session_create(graph._ptr, cfg, out))
-        self._ptr = out[0]
+        self._ptr = self._box[0] = out[0]
         self.graph = graph  # the session keeps its graph (and so its tables) alive
         self._names = {}    # name -> Tensor, for feeds and fetches by name
-        self._arrays = {}   # (feeds, fetches) -> reused hx_feed[] and hx_fetch[]
+        self._runners = {}  # run()'s (feed keys, fetches, train) -> Runner
 
     # ---- lifetime
     def close(self):
         """Frees the session now (also done when it is collected)."""
         if self._ptr is not None:
             ptr, self._ptr = self._ptr, None
+            self._box[0] = None
             lib.hx_session_free(ptr)
 
     def __del__(self):
         ptr = getattr(self, "_ptr", None)
         if ptr is not None:
             self._ptr = None
+            self._box[0] = None
             lib.hx_session_free(ptr)
 
     def __enter__(self):
@@ -222,68 +298,25 @@ class Session:
         feeds: {Tensor or name: array}. fetches: a Tensor or name (returns one
         array), a list or tuple of them (returns a list), or None (returns
         None). out: arrays to fetch into instead of new ones (one per fetch, in
-        the same form as fetches), written in place and returned."""
-        h = self._h()
-        keep = []
-        nf = len(feeds) if feeds else 0
-        single = fetches is not None and type(fetches) is not list and type(fetches) is not tuple
-        flist = (fetches,) if single else (fetches or ())
-        nx = len(flist)
-        olist = None
-        if out is not None:
-            olist = (out,) if single else list(out)
-            if len(olist) != nx:
-                raise InvalidArgumentError(f"run: {len(olist)} out arrays for {nx} fetches")
-        # The feed and fetch arrays are reused from run to run: taken out of
-        # the cache (dict.pop is atomic), so a run that overlaps another on
-        # another thread (which the library then refuses) fills arrays of its own.
-        arrays = self._arrays.pop((nf, nx), None)
-        if arrays is None:
-            arrays = (ffi.new("hx_feed[]", nf) if nf else ffi.NULL,
-                      ffi.new("hx_fetch[]", nx) if nx else ffi.NULL)
-        cfeeds, cfetch = arrays
-        if nf:
-            i = 0
-            for key, arr in feeds.items():
-                t = key if type(key) is Tensor else self._tensor(key)
-                spec = t._spec or t._make_spec()
-                f = cfeeds[i]
-                f.tensor = spec[0]
-                i += 1
-                if type(arr) is DeviceBuffer:  # a device feed: the library checks its use
-                    if arr._ptr is None:
-                        raise StateError(f"feed '{t.name}': the device buffer is freed")
-                    f.data = arr._ptr
-                    f.bytes = spec[3]
-                    continue
-                # the fast path: an ndarray of the input's dtype and shape, C-contiguous
-                if not (type(arr) is _ndarray and arr.dtype is spec[2] and arr.shape == spec[1]
-                        and arr.flags.c_contiguous):
-                    arr = self._feed_array(t, arr)
-                keep.append(arr)
-                f.data = _from_buffer(arr)
-                f.bytes = arr.nbytes
-        results = []
-        for i in range(nx):
-            key = flist[i]
-            t = key if type(key) is Tensor else self._tensor(key)
-            spec = t._spec or t._make_spec()
-            if olist is None:
-                a = _empty(spec[1], spec[2])
-            else:
-                a = self._out_array(t, olist[i])
-            results.append(a)
-            f = cfetch[i]
-            f.tensor = spec[0]
-            f.data = _from_buffer(a, require_writable=True)
-            f.bytes = spec[3]
-        st = lib.hx_session_run(h, cfeeds, nf, cfetch, nx, 1 if train else 0)
-        self._arrays[(nf, nx)] = arrays
-        if st:
-            check(st)
-        if fetches is None:
-            return None
-        return results[0] if single else results
+        the same form as fetches), written in place and returned.
+
+        Each combination of feed keys (in the dict's order), fetches and
+        train gets a Runner (see runner()), kept for the next run of the
+        same combination (up to 64 of them), which holds the arrays of its
+        last call."""
+        fx = tuple(fetches) if type(fetches) is list else fetches
+        key = (tuple(feeds) if feeds else (), fx, train)
+        try:
+            r = self._runners.get(key)
+        except TypeError:  # an unhashable key: Runner names what is wrong with it
+            r = None
+        if r is None:
+            r = Runner(self, key[0], () if fetches is None else fx, train, hold=False)
+            if len(self._runners) >= 64:
+                self._runners.clear()
+            self._runners[key] = r
+        res = r(*feeds.values(), out=out) if feeds else r(out=out)
+        return None if fetches is None else res
 
     def runner(self, feeds, fetches, train=False):
         """A run of fixed feeds and fetches, prepared once for a loop:

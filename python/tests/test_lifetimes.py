@@ -91,3 +91,32 @@ def test_tensors_outlive_their_graph_variable():
     assert y.shape == (2,) and y.graph is not None
     s = cpu_session(y.graph)
     np.testing.assert_array_equal(s.run({"x": np.array([1, 2], np.float32)}, y), [2, 4])
+
+
+def test_session_freed_when_dropped_after_runs():
+    """run() keeps a runner per combination inside the session, which must
+    not hold the session back: dropping the last reference frees it at once
+    (no garbage collection needed), while a runner of the caller's keeps its
+    session working."""
+    g, ids, loss = _model(_table())
+    s = cpu_session(g)
+    feed = {ids: np.array([1, 2, 3])}
+    s.run(feed, loss, train=True)
+    s.run(feed, [loss])
+    sref = weakref.ref(s)
+    gc.disable()
+    try:
+        del s
+        assert sref() is None
+    finally:
+        gc.enable()
+    s = cpu_session(g)
+    r = s.runner([ids], loss)
+    sref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert sref() is not None  # the runner holds it
+    assert np.isfinite(r(np.array([1, 2, 3])))
+    r.session.close()
+    with pytest.raises(hetex.StateError, match="closed"):
+        r(np.array([1, 2, 3]))

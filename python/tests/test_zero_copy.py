@@ -124,3 +124,76 @@ def test_device_feed_is_taken_in_place():
         s.run({x: buf}, y)
     with pytest.raises(hetex.DeviceOOMError):
         s.device_alloc(1 << 40)
+
+
+def test_runner_rechecks_arrays_it_was_given():
+    """A runner (and run(), which keeps one per combination) points at the
+    arrays of its last call; given the same ones again it runs on their
+    current contents, and an array changed in place since (dtype, shape,
+    strides, an out array made read-only) is checked again and refused,
+    not read or written as it was."""
+    g, x, w, y = _graph()
+    s = cpu_session(g)
+    a = np.ones((4, 8), np.float32)
+    out = np.empty((4, 3), np.float32)
+    for call in (lambda: s.runner([x], y)(a, out=out), lambda: s.run({x: a}, y, out=out)):
+        a[:] = 1
+        first = call().copy()
+        a[:] = 2  # refilled in place: the same array object, new values
+        np.testing.assert_array_equal(call(), 2 * first)
+        np.testing.assert_allclose(out, a @ s.read(w), rtol=1e-6)
+    r = s.runner([x], y)
+    r(a, out=out)
+    with pytest.raises(ValueError):  # the runner holds a view of its buffer
+        a.resize((64,))
+    b = np.full((4, 8), 3, np.float32)  # another array: its own address is taken
+    np.testing.assert_allclose(r(b), b @ s.read(w), rtol=1e-6)
+    r(a, out=out)
+    a.shape = (8, 4)
+    with pytest.raises(hetex.ShapeError):
+        r(a, out=out)
+    a.shape = (4, 8)
+    r(a, out=out)  # bound again: each change below meets the runner's quick check
+    a.dtype = np.int32
+    with pytest.raises(hetex.DtypeError):
+        r(a, out=out)
+    a.dtype = np.float32
+    r(a, out=out)
+    out.flags.writeable = False
+    with pytest.raises(hetex.InvalidArgumentError, match="writable"):
+        r(a, out=out)
+    out.flags.writeable = True
+    r(a, out=out)
+    out.shape = (3, 4)
+    with pytest.raises(hetex.ShapeError):
+        r(a, out=out)
+    out.shape = (4, 3)
+    r(a, out=out)
+    out.dtype = np.int32
+    with pytest.raises(hetex.DtypeError):
+        r(a, out=out)
+    out.dtype = np.float32
+    # a list is converted at every call (a copy of its current values)
+    vals = a.tolist()
+    np.testing.assert_array_equal(r(vals), r(a))
+    vals[0][0] = 100.0
+    assert r(vals)[0, 0] != r(a)[0, 0]
+
+
+def test_runner_strides_changed_in_place():
+    g, x, w, y = _graph()
+    s = cpu_session(g)
+    r = s.runner([x], y)
+    base = np.arange(64, dtype=np.float32)
+    a = base[:32].reshape(4, 8)
+    want = r(a).copy()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # numpy 2.4 deprecates it
+        try:
+            a.strides = (8, 4)  # rows overlap: not C-contiguous any more
+        except AttributeError:  # a numpy that refuses it: nothing to check
+            return
+    got = r(a)  # copied as a non-contiguous view is, not read as it was
+    np.testing.assert_allclose(got, np.ascontiguousarray(a) @ s.read(w), rtol=1e-6)
+    assert not np.array_equal(got, want)
