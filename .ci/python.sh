@@ -4,7 +4,8 @@
 # library that ./build.sh built (installed to a temporary prefix, so the
 # package does not compile the library a second time), then pytest.
 # Needs PyPI: when pip cannot install, this fails (it never skips).
-#   .ci/python.sh        after ./build.sh: every test of python/tests
+#   .ci/python.sh        after ./build.sh: every test of python/tests, then
+#                        python/tests_mpi under mpirun -np 2 (data parallel)
 #   .ci/python.sh asan   after ./build.sh sanitize address,undefined: the
 #                        package over that build, its lifetime, error and
 #                        table tests under ASan+UBSan (leak checks off:
@@ -60,4 +61,12 @@ lib.hx_session_read(s._ptr, w._ptr, ffi.new("char[]", 8), 256)' 2>&1) ||
   echo "python.sh: ASan is live in the module (a deliberate overflow was caught)"
 else
   HX_HETEX="$root/build/hetex" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"
+  # Data parallel (hetex.Comm): python/tests_mpi on two ranks, each rank
+  # running the same tests (their collectives match); --oversubscribe for
+  # CI's two cores, root allowed where CI is root.
+  command -v mpirun >/dev/null ||
+    { echo "python.sh: mpirun is missing: apt-get install openmpi-bin libopenmpi-dev" >&2; exit 1; }
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 600 \
+    mpirun -np 2 --oversubscribe "$work/venv/bin/python" -m pytest -q -p no:cacheprovider \
+    "$root/python/tests_mpi"
 fi

@@ -10,6 +10,7 @@ from . import init, ops, optim
 from ._doc import contract
 from ._lib import ffi as _ffi
 from ._lib import lib as _lib
+from .comm import Comm
 from .data import Batch, Features, Generator, Reader, feature_column
 from .dtypes import BF16_NUMPY, from_bf16, to_bf16
 from .embedding import EmbeddingTable, hash_strings

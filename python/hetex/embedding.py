@@ -11,6 +11,7 @@ from . import dtypes
 from ._enums import value as _enum_value
 from ._lib import ffi, lib
 from ._structs import set_fields, to_dict
+from .comm import comm_handle
 from .errors import StateError, check
 from .optim import EmbeddingOptimizer
 
@@ -26,9 +27,11 @@ class EmbeddingTable:
 
     `config` takes the other fields of hx_embedding_config by name
     (lazy_init, backing_file, min_count, expire_after, evict_when_full,
-    n_threads, ssd_path, cache_bytes); `ids` is "rows", "modulo" or
-    "dynamic"; `out_of_range` "error" or "zero"; `optimizer` a
-    hetex.optim.EmbeddingOptimizer (LazyAdam, SparseAdagrad, ...)."""
+    n_threads, ssd_path, cache_bytes; and, sharded over a hetex.Comm's
+    ranks, comm, sharding ("auto", "rows" or "table") and shard_rank);
+    `ids` is "rows", "modulo" or "dynamic"; `out_of_range` "error" or
+    "zero"; `optimizer` a hetex.optim.EmbeddingOptimizer (LazyAdam,
+    SparseAdagrad, ...)."""
 
     def __init__(self, rows, dim, dtype="f32", name=None, init=None, seed=0, optimizer=None,
                  ids="rows", out_of_range="error", **config):
@@ -42,7 +45,12 @@ class EmbeddingTable:
         if name is not None:
             values["name"] = name
         values.update(config)
-        set_fields(cfg, values, "EmbeddingTable", keep=keep)
+        # sharded over a Comm's ranks: the table holds its Comm
+        self.comm = values.get("comm")
+        conv = {"comm": lambda v: comm_handle(v, self, "EmbeddingTable"),
+                "sharding": lambda v: _enum_value("HX_EMBEDDING_SHARD_", "sharding", v,
+                                                  ("auto", "rows", "table"))}
+        set_fields(cfg, values, "EmbeddingTable", conv, keep)
         if init is not None:
             cfg.init = init
         if optimizer is not None:

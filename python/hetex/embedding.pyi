@@ -4,10 +4,12 @@ from typing import Any, Sequence, Union
 import numpy as np
 import numpy.typing as npt
 
+from .comm import Comm
 from .optim import EmbeddingOptimizer
 
 class EmbeddingTable:
     name: str
+    comm: Comm | None
     def __init__(self, rows: int, dim: int, dtype: Any = ..., name: str | None = ..., init: Any = ..., seed: int = ..., optimizer: EmbeddingOptimizer | None = ..., ids: str = ..., out_of_range: str = ..., **config: Any) -> None: ...
     def close(self) -> None: ...
     @property

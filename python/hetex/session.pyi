@@ -4,6 +4,7 @@ from typing import Any, Mapping, Sequence, Union, overload
 import numpy as np
 import numpy.typing as npt
 
+from .comm import Comm
 from .graph import Graph, Tensor
 
 ACCELERATORS: tuple[str, ...]
@@ -29,6 +30,7 @@ class Runner:
 
 class Session:
     graph: Graph
+    comm: Comm | None
     def __init__(self, graph: Graph, accelerator: str = ..., offload_config: Offload | None = ..., **config: Any) -> None: ...
     def close(self) -> None: ...
     def __enter__(self) -> Session: ...
