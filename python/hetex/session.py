@@ -83,9 +83,9 @@ class Runner:
     place), an out array still writable, and runs; another
     array is checked in full (dtype, shape, contiguity; converted where it
     may be, as Session.run describes) and its pointer taken. The runner
-    holds the arrays it was last given (and cffi's view of their buffers,
-    so numpy refuses to resize them) until a call gives others or the
-    runner goes. DeviceBuffer feeds are checked at every call."""
+    holds the arrays it was last given (so numpy refuses to resize them:
+    resize checks that nothing else refers to an array) until a call gives
+    others or the runner goes; it does not hold the arrays it returned. DeviceBuffer feeds are checked at every call."""
 
     def __init__(self, session, feeds, fetches, train, hold=True):
         # Session.run's runners (hold=False) live in their session: they
@@ -112,7 +112,8 @@ class Runner:
         return sp[:4] + (tuple(reversed(strides)),)
 
     def _slot(self):
-        """One set of the C arrays, with the array (and cffi buffer) each entry points at."""
+        """One set of the C arrays, with the caller's array each entry points at
+        (and the feeds' converted copies, kept until the next call)."""
         nf, nx = len(self.feeds), len(self.fetches)
         cf = ffi.new("hx_feed[]", nf) if nf else ffi.NULL
         cx = ffi.new("hx_fetch[]", nx) if nx else ffi.NULL
@@ -120,7 +121,7 @@ class Runner:
             cf[i].tensor, cf[i].bytes = sp[0], sp[3]
         for i, sp in enumerate(self._fspecs):
             cx[i].tensor, cx[i].bytes = sp[0], sp[3]
-        return cf, cx, [_UNSET] * nf, [None] * nf, [_UNSET] * nx, [None] * nx
+        return cf, cx, [_UNSET] * nf, [None] * nf, [_UNSET] * nx
 
     def __call__(self, *arrays, out=None):
         specs = self._specs
@@ -131,7 +132,7 @@ class Runner:
             slot = self._free.pop()
         except IndexError:  # another thread's call is running: arrays of our own
             slot = self._slot()
-        cf, cx, fobj, fbuf, xobj, xbuf = slot
+        cf, cx, fobj, copies, xobj = slot
         i = 0
         for arr in arrays:
             sp = specs[i]
@@ -142,7 +143,6 @@ class Runner:
                 if type(arr) is DeviceBuffer:  # a device feed: the library checks its use
                     if arr._ptr is None:
                         raise StateError(f"feed '{self.feeds[i].name}': the device buffer is freed")
-                    fbuf[i] = arr  # checked again next call (it may be freed by then)
                     cf[i].data = arr._ptr
                     i += 1
                     continue
@@ -150,10 +150,13 @@ class Runner:
                 if not (type(a) is _ndarray and a.dtype is sp[2] and a.shape == sp[1]
                         and a.flags.c_contiguous):
                     a = Session._feed_array(self.feeds[i], a)
-                fbuf[i] = buf = _from_buffer(a)
-                cf[i].data = buf
-                if a is arr:  # a converted copy is made again next call
-                    fobj[i] = arr
+                # the pointer outlives cffi's view: fobj (the caller's array) or
+                # copies (a converted one, made again next call) keep its memory
+                cf[i].data = _from_buffer(a)
+                if a is arr:
+                    fobj[i], copies[i] = arr, None
+                else:
+                    copies[i] = a
             i += 1
         fspecs = self._fspecs
         if out is None:
@@ -162,8 +165,7 @@ class Runner:
             for sp in fspecs:
                 a = _empty(sp[1], sp[2])
                 xobj[i] = _UNSET
-                xbuf[i] = buf = _from_buffer(a, require_writable=True)
-                cx[i].data = buf
+                cx[i].data = _from_buffer(a, require_writable=True)
                 results.append(a)
                 i += 1
         else:
@@ -179,8 +181,7 @@ class Runner:
                         or not a.flags.writeable:
                     Session._out_array(self.fetches[i], a)
                     xobj[i] = _UNSET
-                    xbuf[i] = buf = _from_buffer(a, require_writable=True)
-                    cx[i].data = buf
+                    cx[i].data = _from_buffer(a, require_writable=True)
                     xobj[i] = a
                 i += 1
         h = self._box[0]

@@ -197,3 +197,19 @@ def test_runner_strides_changed_in_place():
     got = r(a)  # copied as a non-contiguous view is, not read as it was
     np.testing.assert_allclose(got, np.ascontiguousarray(a) @ s.read(w), rtol=1e-6)
     assert not np.array_equal(got, want)
+
+
+def test_converted_feeds_live_through_the_run():
+    """Feeds converted to copies (lists, other dtypes' lists, views) stay
+    alive until the library has read them, whatever follows them."""
+    g = hetex.Graph()
+    p, q = g.input("p", (64,)), g.input("q", (64,))
+    y = p * 2.0 + q
+    s = cpu_session(g)
+    r = s.runner([p, q], y)
+    pv = np.arange(64, dtype=np.float32)
+    qv = np.ones(64, np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(r(pv.tolist(), qv), pv * 2 + qv)
+        np.testing.assert_array_equal(r(pv.tolist(), qv.tolist()), pv * 2 + qv)
+        np.testing.assert_array_equal(s.run({p: pv.tolist(), q: qv}, y), pv * 2 + qv)
