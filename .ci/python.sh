@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# CI: the Python package (python/). A fresh virtual environment, then
-# `pip install ./python` (scikit-build-core and cffi from PyPI) linking the
-# library that ./build.sh built (installed to a temporary prefix, so the
-# package does not compile the library a second time), then pytest.
+# CI: the Python package (python/). A fresh virtual environment, then the
+# package (scikit-build-core and cffi from PyPI) linking the library that
+# ./build.sh built (installed to a temporary prefix, so the package does not
+# compile the library a second time): `pip wheel ./python` and the wheel
+# installed (asan: `pip install ./python`), then pytest.
 # Needs PyPI: when pip cannot install, this fails (it never skips).
 #   .ci/python.sh        after ./build.sh: every test of python/tests, then
 #                        python/tests_mpi under mpirun -np 2 (data parallel)
@@ -36,8 +37,16 @@ if [ "$mode" = asan ]; then
   extra=(--config-settings=build-dir=.build/asan
          --config-settings=cmake.define.CMAKE_MODULE_LINKER_FLAGS=-fsanitize=address,undefined)
 fi
-HETEX_PREFIX="$work/prefix" "${pip[@]}" install -q "${extra[@]}" ./python ||
-  { echo "python.sh: pip install ./python failed (its output is above)" >&2; exit 1; }
+if [ "$mode" = asan ]; then
+  HETEX_PREFIX="$work/prefix" "${pip[@]}" install -q "${extra[@]}" ./python ||
+    { echo "python.sh: pip install ./python failed (its output is above)" >&2; exit 1; }
+else
+  # the wheel `pip wheel` makes, installed into the fresh environment
+  HETEX_PREFIX="$work/prefix" "${pip[@]}" wheel -q --no-deps -w "$work/wheel" ./python ||
+    { echo "python.sh: pip wheel ./python failed (its output is above)" >&2; exit 1; }
+  "${pip[@]}" install -q "$work"/wheel/hetex-*.whl ||
+    { echo "python.sh: the wheel did not install (its output is above)" >&2; exit 1; }
+fi
 # From the work folder, so that `import hetex` is the installed package and
 # not python/hetex of the source tree.
 cd "$work"

@@ -27,7 +27,7 @@ import atexit
 import weakref
 
 from ._lib import ffi, lib
-from .errors import InvalidArgumentError, StateError, check
+from .errors import InvalidArgumentError, StateError, UnsupportedError, check
 
 _world_anchor = None  # the package's own world communicator (see the module)
 
@@ -49,7 +49,13 @@ def _create(mpi_comm, timeout_s):
     if timeout_s is not None:
         cfg.timeout_s = timeout_s
     out = ffi.new("hx_comm **")
-    check(lib.hx_comm_create(cfg, out))
+    try:
+        check(lib.hx_comm_create(cfg, out))
+    except UnsupportedError as e:  # a library without MPI: how to get the package with it
+        raise UnsupportedError(
+            f"{e} -- for this Python package: with Open MPI installed, `pip install ./python` "
+            "again (the library is built with MPI when CMake finds it), or link an install "
+            "that has it (HETEX_PREFIX)") from None
     return out[0]
 
 

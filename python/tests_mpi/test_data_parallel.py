@@ -164,3 +164,21 @@ def test_lifetimes_and_refusals(comm):
         g2 = _mlp(B // comm.size, layers=1 + (comm.rank == comm.size - 1))[0]
         with pytest.raises(hetex.InvalidArgumentError):
             hetex.Session(g2, accelerator="none", n_threads=1, comm=comm)
+
+
+def test_comm_over_an_mpi_comm_address(comm):
+    """A Comm over the program's own MPI communicator, given by the address
+    of its MPI_Comm handle (what mpi4py's MPI._addressof gives): here Open
+    MPI's world handle, read through ctypes from the libmpi hetex loaded."""
+    import ctypes
+    libmpi = ctypes.CDLL("libmpi.so.40")
+    world = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(libmpi, "ompi_mpi_comm_world")))
+    with hetex.Comm(ctypes.addressof(world), timeout_s=TIMEOUT_S) as c:
+        assert (c.rank, c.size) == (comm.rank, comm.size)
+        # its collectives work: a data-parallel session over it trains
+        g, x, y, loss, _ = _mlp(B // c.size)
+        s = hetex.Session(g, accelerator="none", n_threads=1, comm=c)
+        xb, yb = _batch(0)
+        n = B // c.size
+        assert np.isfinite(s.run({x: xb[:n], y: yb[:n]}, loss, train=True))
+        s.close()
