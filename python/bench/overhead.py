@@ -127,9 +127,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("c_bench", nargs="?", default=os.path.join(BUILD, "bench_pyoverhead"))
     ap.add_argument("so", nargs="?", default=os.path.join(BUILD, "libhetex.so"))
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--runs", type=int, default=5000)
-    ap.add_argument("--ops", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--ops", type=int, default=1000)
     a = ap.parse_args()
     so = a.so if os.path.exists(a.so) else None
     up_before = uptime()
