@@ -64,13 +64,14 @@ LAUNCH(bias_add)
     }
 UNARY(relu, HX_UNARY_RELU)
 UNARY(gelu, HX_UNARY_GELU)
+UNARY(gelu_erf, HX_UNARY_GELU_ERF)
 UNARY(sigmoid, HX_UNARY_SIGMOID)
 UNARY(tanh_, HX_UNARY_TANH)
 UNARY(exp_, HX_UNARY_EXP)
 UNARY(log_, HX_UNARY_LOG)
 UNARY(sqrt_, HX_UNARY_SQRT)
 
-/* in: dy, then x (relu, gelu) or y (sigmoid, tanh) */
+/* in: dy, then x (relu, gelus) or y (sigmoid, tanh) */
 #define UNARY_BACKWARD(name, op, uses_x)                                              \
     LAUNCH(name)                                                                      \
     {                                                                                 \
@@ -80,6 +81,7 @@ UNARY(sqrt_, HX_UNARY_SQRT)
     }
 UNARY_BACKWARD(relu_backward, HX_UNARY_RELU, 1)
 UNARY_BACKWARD(gelu_backward, HX_UNARY_GELU, 1)
+UNARY_BACKWARD(gelu_erf_backward, HX_UNARY_GELU_ERF, 1)
 UNARY_BACKWARD(sigmoid_backward, HX_UNARY_SIGMOID, 0)
 UNARY_BACKWARD(tanh_backward, HX_UNARY_TANH, 0)
 
@@ -312,7 +314,8 @@ LAUNCH(ftrl_update)
 static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
     [HX_OP_MATMUL] = matmul, [HX_OP_ADD] = add, [HX_OP_SUB] = sub, [HX_OP_MUL] = mul,
     [HX_OP_DIV] = div, [HX_OP_SCALE] = scale, [HX_OP_BIAS_ADD] = bias_add,
-    [HX_OP_RELU] = relu, [HX_OP_GELU] = gelu, [HX_OP_SIGMOID] = sigmoid, [HX_OP_TANH] = tanh_,
+    [HX_OP_RELU] = relu, [HX_OP_GELU] = gelu, [HX_OP_GELU_ERF] = gelu_erf,
+    [HX_OP_SIGMOID] = sigmoid, [HX_OP_TANH] = tanh_,
     [HX_OP_EXP] = exp_, [HX_OP_LOG] = log_, [HX_OP_SQRT] = sqrt_,
     [HX_OP_SOFTMAX] = softmax, [HX_OP_LOG_SOFTMAX] = log_softmax, [HX_OP_LAYERNORM] = layernorm,
     [HX_OP_RESHAPE] = copy, [HX_OP_PERMUTE] = permute, [HX_OP_CONCAT] = concat,
@@ -322,6 +325,7 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
     [HX_OP_DROPOUT] = dropout,
     [HX_OP_EMBEDDING_LOOKUP] = hx__cpu_embedding_lookup, [HX_OP_EMBEDDING_BAG] = hx__cpu_embedding_bag,
     [HX_OP_RELU_BACKWARD] = relu_backward, [HX_OP_GELU_BACKWARD] = gelu_backward,
+    [HX_OP_GELU_ERF_BACKWARD] = gelu_erf_backward,
     [HX_OP_SIGMOID_BACKWARD] = sigmoid_backward, [HX_OP_TANH_BACKWARD] = tanh_backward,
     [HX_OP_SOFTMAX_BACKWARD] = softmax_backward,
     [HX_OP_LOG_SOFTMAX_BACKWARD] = log_softmax_backward,
@@ -350,10 +354,12 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
 static const bool computes_f32[HX_OP_COUNT] = {
     [HX_OP_MATMUL] = 1, [HX_OP_ADD] = 1, [HX_OP_SUB] = 1, [HX_OP_MUL] = 1, [HX_OP_DIV] = 1,
     [HX_OP_SCALE] = 1, [HX_OP_BIAS_ADD] = 1, [HX_OP_RELU] = 1, [HX_OP_GELU] = 1,
+    [HX_OP_GELU_ERF] = 1,
     [HX_OP_SIGMOID] = 1, [HX_OP_TANH] = 1, [HX_OP_EXP] = 1, [HX_OP_LOG] = 1, [HX_OP_SQRT] = 1,
     [HX_OP_SOFTMAX] = 1, [HX_OP_LOG_SOFTMAX] = 1, [HX_OP_LAYERNORM] = 1, [HX_OP_REDUCE_SUM] = 1,
     [HX_OP_CAUSAL_MASK] = 1, [HX_OP_CROSS_ENTROPY] = 1, [HX_OP_BCE_LOGITS] = 1,
     [HX_OP_DROPOUT] = 1, [HX_OP_RELU_BACKWARD] = 1, [HX_OP_GELU_BACKWARD] = 1,
+    [HX_OP_GELU_ERF_BACKWARD] = 1,
     [HX_OP_SIGMOID_BACKWARD] = 1, [HX_OP_TANH_BACKWARD] = 1, [HX_OP_SOFTMAX_BACKWARD] = 1,
     [HX_OP_LOG_SOFTMAX_BACKWARD] = 1, [HX_OP_LAYERNORM_BACKWARD_X] = 1,
     [HX_OP_LAYERNORM_BACKWARD_GAMMA] = 1, [HX_OP_SUM_TO] = 1, [HX_OP_SCATTER_ADD] = 1,

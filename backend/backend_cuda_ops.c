@@ -46,6 +46,7 @@ LAUNCH(bias_add) { RUN(hx_gk_bias_add(C, DT(y), out, in[0], in[1], ROWS(y))); }
     LAUNCH(name) { RUN(hx_gk_unary(C, DT(y), op, out, in[0], numel(y))); }
 UNARY(relu, HX_UNARY_RELU)
 UNARY(gelu, HX_UNARY_GELU)
+UNARY(gelu_erf, HX_UNARY_GELU_ERF)
 UNARY(sigmoid, HX_UNARY_SIGMOID)
 UNARY(tanh_, HX_UNARY_TANH)
 UNARY(exp_, HX_UNARY_EXP)
@@ -61,6 +62,7 @@ UNARY(sqrt_, HX_UNARY_SQRT)
     }
 UNARY_BACKWARD(relu_backward, HX_UNARY_RELU, 1)
 UNARY_BACKWARD(gelu_backward, HX_UNARY_GELU, 1)
+UNARY_BACKWARD(gelu_erf_backward, HX_UNARY_GELU_ERF, 1)
 UNARY_BACKWARD(sigmoid_backward, HX_UNARY_SIGMOID, 0)
 UNARY_BACKWARD(tanh_backward, HX_UNARY_TANH, 0)
 
@@ -317,7 +319,7 @@ static const cuda_op cuda_ops[HX_OP_COUNT] = {
     [HX_OP_MATMUL] = {matmul, FLOAT}, [HX_OP_ADD] = {add, FLOAT}, [HX_OP_SUB] = {sub, FLOAT},
     [HX_OP_MUL] = {mul, FLOAT}, [HX_OP_DIV] = {div_, FLOAT}, [HX_OP_SCALE] = {scale, FLOAT},
     [HX_OP_BIAS_ADD] = {bias_add, FLOAT}, [HX_OP_RELU] = {relu, FLOAT},
-    [HX_OP_GELU] = {gelu, FLOAT}, [HX_OP_SIGMOID] = {sigmoid, FLOAT},
+    [HX_OP_GELU] = {gelu, FLOAT}, [HX_OP_GELU_ERF] = {gelu_erf, FLOAT}, [HX_OP_SIGMOID] = {sigmoid, FLOAT},
     [HX_OP_TANH] = {tanh_, FLOAT}, [HX_OP_EXP] = {exp_, FLOAT}, [HX_OP_LOG] = {log_, FLOAT},
     [HX_OP_SQRT] = {sqrt_, FLOAT}, [HX_OP_SOFTMAX] = {softmax, FLOAT},
     [HX_OP_LOG_SOFTMAX] = {log_softmax, FLOAT}, [HX_OP_LAYERNORM] = {layernorm, FLOAT},
@@ -328,6 +330,7 @@ static const cuda_op cuda_ops[HX_OP_COUNT] = {
     [HX_OP_CROSS_ENTROPY] = {cross_entropy, F32_ONLY}, [HX_OP_BCE_LOGITS] = {bce_logits, F32_ONLY},
     [HX_OP_DROPOUT] = {dropout, FLOAT},
     [HX_OP_RELU_BACKWARD] = {relu_backward, FLOAT}, [HX_OP_GELU_BACKWARD] = {gelu_backward, FLOAT},
+    [HX_OP_GELU_ERF_BACKWARD] = {gelu_erf_backward, FLOAT},
     [HX_OP_SIGMOID_BACKWARD] = {sigmoid_backward, FLOAT},
     [HX_OP_TANH_BACKWARD] = {tanh_backward, FLOAT},
     [HX_OP_SOFTMAX_BACKWARD] = {softmax_backward, FLOAT},

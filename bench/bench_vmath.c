@@ -1,6 +1,7 @@
 /* Vector transcendentals (kernels/cpu/vmath.h) against libm's loops, one
  * thread: the vmath kernels against the scalar libm loops they replaced
- * (tanhf / expf per element, the formulas the kernels had before) and
+ * (tanhf / expf per element, the formulas the kernels had before; for the
+ * erf-form GELU, which had no kernel before, libm's erfcf) and
  * against a copy of the same bytes (read x, write y: the ceiling of any
  * elementwise op), timed interleaved so that all three meet the same
  * background load. One JSON object per function and size; "speedup" is
@@ -56,8 +57,21 @@ static void libm_gelu_backward(float *dx, const float *dy, const float *x, int64
     }
 }
 
-enum { F_EXP, F_TANH, F_SIGMOID, F_GELU, F_GELU_BWD, F_N };
-static const char *const NAME[F_N] = {"exp", "tanh", "sigmoid", "gelu", "gelu_backward"};
+static void libm_gelu_erf(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * erfcf(-x[i] * 0.70710678f);
+}
+static void libm_gelu_erf_backward(float *dx, const float *dy, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float xi = x[i];
+        dx[i] = dy[i] * (0.5f * erfcf(-xi * 0.70710678f) + xi * expf(-0.5f * xi * xi) * 0.39894228f);
+    }
+}
+
+enum { F_EXP, F_TANH, F_SIGMOID, F_GELU, F_GELU_BWD, F_GELU_ERF, F_GELU_ERF_BWD, F_N };
+static const char *const NAME[F_N] = {"exp", "tanh", "sigmoid", "gelu", "gelu_backward",
+                                      "gelu_erf", "gelu_erf_backward"};
 
 static void run(int f, int use_vmath, float *y, const float *x, const float *dy, int64_t n)
 {
@@ -68,12 +82,16 @@ static void run(int f, int use_vmath, float *y, const float *x, const float *dy,
     case F_SIGMOID: use_vmath ? p->sigmoid(y, x, n) : libm_sigmoid(y, x, n); break;
     case F_GELU: use_vmath ? p->gelu(y, x, n) : libm_gelu(y, x, n); break;
     case F_GELU_BWD: use_vmath ? p->gelu_backward(y, dy, x, n) : libm_gelu_backward(y, dy, x, n); break;
+    case F_GELU_ERF: use_vmath ? p->gelu_erf(y, x, n) : libm_gelu_erf(y, x, n); break;
+    case F_GELU_ERF_BWD:
+        use_vmath ? p->gelu_erf_backward(y, dy, x, n) : libm_gelu_erf_backward(y, dy, x, n);
+        break;
     }
 }
 
 static void copy_same_bytes(int f, float *y, const float *x, const float *dy, int64_t n)
 {
-    if (f == F_GELU_BWD) { /* reads two arrays */
+    if (f == F_GELU_BWD || f == F_GELU_ERF_BWD) { /* reads two arrays */
         for (int64_t i = 0; i < n; i++) y[i] = x[i] + dy[i];
     } else {
         memcpy(y, x, (size_t)n * sizeof(float));
@@ -205,7 +223,7 @@ int main(int argc, char **argv)
                     if (r >= 0 && dt < best[k]) best[k] = dt;
                 }
             }
-            double bytes = (double)n * 4 * (f == F_GELU_BWD ? 3 : 2);
+            double bytes = (double)n * 4 * (f == F_GELU_BWD || f == F_GELU_ERF_BWD ? 3 : 2);
             printf("{\"bench\":\"vmath\",\"fn\":\"%s\",\"n\":%lld,\"threads\":1,\"isa\":\"%s\","
                    "\"reps\":%d,\"vmath_gelem_s\":%.3f,\"libm_gelem_s\":%.3f,\"speedup\":%.2f,"
                    "\"copy_gbps\":%.2f,\"vmath_gbps\":%.2f,\"ratio_to_copy\":%.3f}\n",

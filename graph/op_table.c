@@ -114,9 +114,10 @@ RULE(bias_add_backward)
     return HX_OK;
 }
 
-/* relu and gelu differentiate through x; sigmoid and tanh through y. */
+/* relu and the gelus differentiate through x; sigmoid and tanh through y. */
 RULE(relu_backward) { dx[0] = pair_node(g, HX_OP_RELU_BACKWARD, dy, SRC(0), SRC(0), NULL); return HX_OK; }
 RULE(gelu_backward) { dx[0] = pair_node(g, HX_OP_GELU_BACKWARD, dy, SRC(0), SRC(0), NULL); return HX_OK; }
+RULE(gelu_erf_backward) { dx[0] = pair_node(g, HX_OP_GELU_ERF_BACKWARD, dy, SRC(0), SRC(0), NULL); return HX_OK; }
 RULE(sigmoid_backward) { dx[0] = pair_node(g, HX_OP_SIGMOID_BACKWARD, dy, y, SRC(0), NULL); return HX_OK; }
 RULE(tanh_backward) { dx[0] = pair_node(g, HX_OP_TANH_BACKWARD, dy, y, SRC(0), NULL); return HX_OK; }
 RULE(exp_backward) { dx[0] = hx_mul(g, dy, y); return HX_OK; }
@@ -261,6 +262,7 @@ const hx_op_info hx__ops[HX_OP_COUNT] = {
     [HX_OP_BIAS_ADD] = {"bias_add", DEV, bias_add_backward, false},
     [HX_OP_RELU] = {"relu", DEV, relu_backward, false},
     [HX_OP_GELU] = {"gelu", DEV, gelu_backward, false},
+    [HX_OP_GELU_ERF] = {"gelu_erf", DEV, gelu_erf_backward, false},
     [HX_OP_SIGMOID] = {"sigmoid", DEV, sigmoid_backward, false},
     [HX_OP_TANH] = {"tanh", DEV, tanh_backward, false},
     [HX_OP_EXP] = {"exp", DEV, exp_backward, false},
@@ -282,6 +284,7 @@ const hx_op_info hx__ops[HX_OP_COUNT] = {
     [HX_OP_DROPOUT] = {"dropout", DEV, dropout_backward, false},
     [HX_OP_RELU_BACKWARD] = {"relu_backward", DEV, NULL, false},
     [HX_OP_GELU_BACKWARD] = {"gelu_backward", DEV, NULL, false},
+    [HX_OP_GELU_ERF_BACKWARD] = {"gelu_erf_backward", DEV, NULL, false},
     [HX_OP_SIGMOID_BACKWARD] = {"sigmoid_backward", DEV, NULL, false},
     [HX_OP_TANH_BACKWARD] = {"tanh_backward", DEV, NULL, false},
     [HX_OP_SOFTMAX_BACKWARD] = {"softmax_backward", DEV, NULL, false},

@@ -139,6 +139,7 @@ hx_tensor *hx_scale(hx_graph *g, hx_tensor *x, float s)
 
 hx_tensor *hx_relu(hx_graph *g, hx_tensor *x) { return unary(g, HX_OP_RELU, x, NULL); }
 hx_tensor *hx_gelu(hx_graph *g, hx_tensor *x) { return unary(g, HX_OP_GELU, x, NULL); }
+hx_tensor *hx_gelu_erf(hx_graph *g, hx_tensor *x) { return unary(g, HX_OP_GELU_ERF, x, NULL); }
 hx_tensor *hx_sigmoid(hx_graph *g, hx_tensor *x) { return unary(g, HX_OP_SIGMOID, x, NULL); }
 hx_tensor *hx_tanh(hx_graph *g, hx_tensor *x) { return unary(g, HX_OP_TANH, x, NULL); }
 hx_tensor *hx_exp(hx_graph *g, hx_tensor *x) { return unary(g, HX_OP_EXP, x, NULL); }

@@ -408,7 +408,9 @@ HX_API hx_tensor *hx_scale(hx_graph *g, hx_tensor *x, float s);
  */
 HX_API hx_tensor *hx_bias_add(hx_graph *g, hx_tensor *x, hx_tensor *b);
 
-/* Elementwise functions, same shape out; gelu is the tanh approximation.
+/* Elementwise functions, same shape out. gelu is the tanh approximation
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GPT-2's); gelu_erf the
+ * exact x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (BERT's, PyTorch's default).
  *   Fails:      as every op.
  *   On failure: as every op.
  *   Ownership:  as every op.
@@ -416,6 +418,7 @@ HX_API hx_tensor *hx_bias_add(hx_graph *g, hx_tensor *x, hx_tensor *b);
  */
 HX_API hx_tensor *hx_relu(hx_graph *g, hx_tensor *x);
 HX_API hx_tensor *hx_gelu(hx_graph *g, hx_tensor *x);
+HX_API hx_tensor *hx_gelu_erf(hx_graph *g, hx_tensor *x);
 HX_API hx_tensor *hx_sigmoid(hx_graph *g, hx_tensor *x);
 HX_API hx_tensor *hx_tanh(hx_graph *g, hx_tensor *x);
 HX_API hx_tensor *hx_exp(hx_graph *g, hx_tensor *x);

@@ -139,8 +139,8 @@ static hx_tensor *b_bias(hx_graph *g, hx_tensor *const *x, hx_tensor *ids, int a
     return hx_bias_add(g, x[0], x[1]);
 }
 
-static hx_tensor *(*const unaries[7])(hx_graph *, hx_tensor *) = {
-    hx_relu, hx_gelu, hx_sigmoid, hx_tanh, hx_exp, hx_log, hx_sqrt};
+static hx_tensor *(*const unaries[8])(hx_graph *, hx_tensor *) = {
+    hx_relu, hx_gelu, hx_sigmoid, hx_tanh, hx_exp, hx_log, hx_sqrt, hx_gelu_erf};
 
 static hx_tensor *b_unary(hx_graph *g, hx_tensor *const *x, hx_tensor *ids, int arg)
 {
@@ -156,6 +156,7 @@ static double uref(int k, double v)
     case 3: return tanh(v);
     case 4: return exp(v);
     case 5: return log(v);
+    case 7: return 0.5 * v * erfc(-v / sqrt(2.0));
     default: return sqrt(v);
     }
 }
@@ -325,6 +326,7 @@ static const hcase cases[] = {
     {"bias_add (3,7)+(7)", b_bias, r_binary, 0, 2, {{2, S(3, 7), U, true}, {1, S(7), U, true}}, 0, 0, 1, 1, 8},
     {"relu (6,7)", b_unary, r_unary, 0, L1({2, S(6, 7), A, true}), 0, 0, 1, 1, 4},
     {"gelu (6,7)", b_unary, r_unary, 1, L1({2, S(6, 7), W, true}), 0, 0, 1, 1, 8},
+    {"gelu_erf (6,7)", b_unary, r_unary, 7, L1({2, S(6, 7), W, true}), 0, 0, 1, 1, 8},
     {"sigmoid (6,7)", b_unary, r_unary, 2, L1({2, S(6, 7), W, true}), 0, 0, 1, 1, 8},
     {"tanh (6,7)", b_unary, r_unary, 3, L1({2, S(6, 7), W, true}), 0, 0, 1, 1, 8},
     {"exp (6,7)", b_unary, r_unary, 4, L1({2, S(6, 7), U, true}), 0, 0, 1, 1, 8},

@@ -169,6 +169,7 @@ static double ref_unary(hx_unary_op op, double x)
     case HX_UNARY_EXP: return exp(x);
     case HX_UNARY_LOG: return log(x);
     case HX_UNARY_SQRT: return sqrt(x);
+    case HX_UNARY_GELU_ERF: return x * 0.5 * erfc(-x / sqrt(2.0));
     }
     return 0.0;
 }
@@ -180,8 +181,8 @@ static double ref_unary_fn(const double *x, int64_t n, const void *ctx)
 
 static void test_unary(test_rng *r)
 {
-    static const char *names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "sqrt"};
-    for (int op = HX_UNARY_RELU; op <= HX_UNARY_SQRT; op++) {
+    static const char *names[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "sqrt", "gelu_erf"};
+    for (int op = HX_UNARY_RELU; op <= HX_UNARY_GELU_ERF; op++) {
         hx_unary_op uop = (hx_unary_op)op;
         double lo = op == HX_UNARY_LOG || op == HX_UNARY_SQRT ? 0.01 : op == HX_UNARY_EXP ? -10 : -5;
         double hi = op == HX_UNARY_LOG || op == HX_UNARY_SQRT ? 100 : op == HX_UNARY_EXP ? 10 : 5;

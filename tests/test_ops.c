@@ -528,16 +528,19 @@ static void test_binary(void)
 
 /* ---- unary, scale, bias_add --------------------------------------------------------- */
 
-enum { U_RELU, U_GELU, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQRT, U_SCALE, U_DROPOUT_EVAL, U_N };
-static const int UK[] = {U_RELU, U_GELU, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQRT, U_SCALE, U_DROPOUT_EVAL};
-static const char *const unames[] = {"relu", "gelu", "sigmoid", "tanh", "exp", "log", "sqrt",
-                                     "scale", "dropout (eval)"};
+enum { U_RELU, U_GELU, U_GELU_ERF, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQRT, U_SCALE,
+       U_DROPOUT_EVAL, U_N };
+static const int UK[] = {U_RELU, U_GELU, U_GELU_ERF, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQRT,
+                         U_SCALE, U_DROPOUT_EVAL};
+static const char *const unames[] = {"relu", "gelu", "gelu_erf", "sigmoid", "tanh", "exp", "log",
+                                     "sqrt", "scale", "dropout (eval)"};
 
 static hx_tensor *b_unary(hx_graph *g, hx_tensor *const *x, const void *ctx)
 {
     switch (*(const int *)ctx) {
     case U_RELU: return hx_relu(g, x[0]);
     case U_GELU: return hx_gelu(g, x[0]);
+    case U_GELU_ERF: return hx_gelu_erf(g, x[0]);
     case U_SIGMOID: return hx_sigmoid(g, x[0]);
     case U_TANH: return hx_tanh(g, x[0]);
     case U_EXP: return hx_exp(g, x[0]);
@@ -553,6 +556,7 @@ static double uref(int k, double v)
     switch (k) {
     case U_RELU: return v > 0 ? v : 0;
     case U_GELU: return 0.5 * v * (1 + tanh(sqrt(2 / PI_D) * (v + 0.044715 * v * v * v)));
+    case U_GELU_ERF: return 0.5 * v * erfc(-v / sqrt(2.0));
     case U_SIGMOID: return 1 / (1 + exp(-v));
     case U_TANH: return tanh(v);
     case U_EXP: return exp(v);
@@ -596,7 +600,8 @@ static void test_unary(void)
             leaf x;
             switch (k) {
             case U_RELU: x = lfaway("x", nd, shape, 0.1, 2, true); break;
-            case U_GELU: x = lf("x", nd, shape, -3, 3, true); break;
+            case U_GELU:
+            case U_GELU_ERF: x = lf("x", nd, shape, -3, 3, true); break;
             case U_SIGMOID: x = lf("x", nd, shape, -4, 4, true); break;
             case U_LOG:
             case U_SQRT: x = lf("x", nd, shape, 0.2, 4, true); break;
@@ -607,6 +612,8 @@ static void test_unary(void)
     /* gelu and relu on a larger tensor (vectorised paths, tails) */
     check_op(CASE("gelu [1037]", b_unary, r_unary, &UK[U_GELU], 1e-5, 1e-6),
              LEAVES(lf("x", 1, S(1037), -6, 6, false)));
+    check_op(CASE("gelu_erf [1037]", b_unary, r_unary, &UK[U_GELU_ERF], 1e-5, 1e-6),
+             LEAVES(lf("x", 1, S(1037), -8, 8, false)));
     check_op(CASE("exp [1037]", b_unary, r_unary, &UK[U_EXP], 1e-5, 1e-6),
              LEAVES(lf("x", 1, S(1037), -20, 20, false)));
     check_op(CASE("sigmoid [1037]", b_unary, r_unary, &UK[U_SIGMOID], 1e-5, 1e-6),

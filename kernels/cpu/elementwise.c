@@ -135,9 +135,14 @@ static void relu_forward(float *y, const float *x, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-/* gelu (tanh form), sigmoid, tanh and exp: kernels/cpu/vmath.h, which
- * states their error bounds */
+/* gelu (tanh and erf forms), sigmoid, tanh and exp: kernels/cpu/vmath.h,
+ * which states their error bounds */
 static void gelu_forward(float *y, const float *x, int64_t n) { hx__vmath()->gelu(y, x, n); }
+
+static void gelu_erf_forward(float *y, const float *x, int64_t n)
+{
+    hx__vmath()->gelu_erf(y, x, n);
+}
 
 static void sigmoid_forward(float *y, const float *x, int64_t n) { hx__vmath()->sigmoid(y, x, n); }
 
@@ -165,6 +170,7 @@ static void unary_forward(hx_unary_op op, float *y, const float *x, int64_t n)
     case HX_UNARY_EXP: exp_forward(y, x, n); break;
     case HX_UNARY_LOG: log_forward(y, x, n); break;
     case HX_UNARY_SQRT: sqrt_forward(y, x, n); break;
+    case HX_UNARY_GELU_ERF: gelu_erf_forward(y, x, n); break;
     }
 }
 
@@ -184,7 +190,7 @@ void hx_k_unary_f32(hx_unary_op op, float *y, const float *x, int64_t n, int nth
 
 /* ---- unary backward ----------------------------------------------------- */
 
-// dx (n) = dy (n) * f'(.), reading x (relu, gelu, log) or y = f(x) (sigmoid,
+// dx (n) = dy (n) * f'(.), reading x (relu, gelus, log) or y = f(x) (sigmoid,
 // tanh, exp, sqrt)
 static void relu_backward(float *dx, const float *dy, const float *x, int64_t n)
 {
@@ -194,6 +200,11 @@ static void relu_backward(float *dx, const float *dy, const float *x, int64_t n)
 static void gelu_backward(float *dx, const float *dy, const float *x, int64_t n)
 {
     hx__vmath()->gelu_backward(dx, dy, x, n);
+}
+
+static void gelu_erf_backward(float *dx, const float *dy, const float *x, int64_t n)
+{
+    hx__vmath()->gelu_erf_backward(dx, dy, x, n);
 }
 
 static void sigmoid_backward(float *dx, const float *dy, const float *y, int64_t n)
@@ -232,6 +243,7 @@ static void unary_backward(hx_unary_op op, float *dx, const float *dy, const flo
     case HX_UNARY_EXP: exp_backward(dx, dy, y, n); break;
     case HX_UNARY_LOG: log_backward(dx, dy, x, n); break;
     case HX_UNARY_SQRT: sqrt_backward(dx, dy, y, n); break;
+    case HX_UNARY_GELU_ERF: gelu_erf_backward(dx, dy, x, n); break;
     }
 }
 

@@ -35,13 +35,14 @@ void hx_k_binary_f32(hx_binary_op op, float *out, const float *a, const int64_t 
 
 typedef enum hx_unary_op {
     HX_UNARY_RELU, HX_UNARY_GELU, HX_UNARY_SIGMOID, HX_UNARY_TANH,
-    HX_UNARY_EXP, HX_UNARY_LOG, HX_UNARY_SQRT
+    HX_UNARY_EXP, HX_UNARY_LOG, HX_UNARY_SQRT, HX_UNARY_GELU_ERF
 } hx_unary_op;
 
-/* y[i] = f(x[i]). GELU is the tanh approximation (GPT-2). */
+/* y[i] = f(x[i]). GELU is the tanh approximation (GPT-2), GELU_ERF the
+ * exact x Phi(x) (BERT, PyTorch's default). */
 void hx_k_unary_f32(hx_unary_op op, float *y, const float *x, int64_t n, int nthreads);
 
-/* dx[i] = dy[i] * f'(.) where relu and gelu read x, sigmoid and tanh read
+/* dx[i] = dy[i] * f'(.) where relu and both gelus read x, sigmoid and tanh read
  * y = f(x); exp, log and sqrt are differentiated by the graph with
  * elementwise ops and have no backward kernel. */
 void hx_k_unary_backward_f32(hx_unary_op op, float *dx, const float *dy, const float *x,

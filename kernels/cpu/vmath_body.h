@@ -1,5 +1,5 @@
-/* Vector transcendentals (exp, tanh, sigmoid, tanh-form GELU and its
- * derivative), written once over a small vector vocabulary. Each path's file
+/* Vector transcendentals (exp, tanh, sigmoid, GELU in its tanh and erf
+ * forms and their derivatives), written once over a small vector vocabulary. Each path's file
  * (vmath_scalar.c, vmath_avx2.c, vmath_avx512.c) defines the vocabulary
  * (the float words from vec_<path>.h, shared with optim_*.c; the rest itself),
  * turns off fp-contract and includes this file once, so that every path
@@ -130,6 +130,92 @@ HX_INLINE V vm_gelu_grad(V x)
     return vm_nan_in(x, V_SEL(V_EQ(ss, V_SET1(0.0f)), s, g));
 }
 
+/* erfcx(a) = e^(a^2) erfc(a) for a in [0, 14.5] (past 10.2, e^(-a^2) is
+ * below f32's range): a polynomial of degree 11 in t = 1 / (1 + a/2),
+ * fitted for relative error by iteratively reweighted least squares on
+ * Chebyshev points (3.2e-9 in exact arithmetic; in f32 about 4 ulp, mostly
+ * the rounding of t). Smooth on the whole half-line, so one formula serves
+ * both erf's body and its tails. */
+HX_INLINE V vm_erfcx(V a)
+{
+    V t = V_DIV(V_SET1(1.0f), V_FMA(a, V_SET1(0.5f), V_SET1(1.0f)));
+    V p = V_SET1(0.0336920843f);
+    p = V_FMA(p, t, V_SET1(-0.177995354f));
+    p = V_FMA(p, t, V_SET1(0.345133781f));
+    p = V_FMA(p, t, V_SET1(-0.230653286f));
+    p = V_FMA(p, t, V_SET1(-0.0839279741f));
+    p = V_FMA(p, t, V_SET1(0.0796061829f));
+    p = V_FMA(p, t, V_SET1(0.0330921076f));
+    p = V_FMA(p, t, V_SET1(0.193002567f));
+    p = V_FMA(p, t, V_SET1(0.243478939f));
+    p = V_FMA(p, t, V_SET1(0.282502949f));
+    p = V_FMA(p, t, V_SET1(0.282067209f));
+    return V_FMA(p, t, V_SET1(7.92433127e-07f));
+}
+
+/* The parts of the normal CDF Phi(x) for erf-form GELU: with x clamped to
+ * [-20, 20] (xc), e = e^(-hi/2) and k with Phi(-|x|) = erfc(|x|/sqrt 2) / 2
+ * = k e. x^2 = hi + lo exactly (lo by an FMA): e^(-x^2/2) from the rounded
+ * square would be off by |x|^2/2 times its rounding, 100 ulp at |x| = 14;
+ * the factor e^(-lo/2) = 1 - lo/2 goes into k and *half_lo. e is last
+ * in every product, so a result in the denormals is rounded once. */
+HX_INLINE V vm_phi_parts(V x, V *xc, V *e, V *half_lo)
+{
+    *xc = V_MIN(V_MAX(x, V_SET1(-20.0f)), V_SET1(20.0f));
+    V hi = V_MUL(*xc, *xc);
+    V lo = V_FMA(*xc, *xc, V_MUL(hi, V_SET1(-1.0f)));
+    *half_lo = V_FMA(lo, V_SET1(-0.5f), V_SET1(1.0f)); /* e^(-lo/2) */
+    *e = vm_exp(V_MUL(hi, V_SET1(-0.5f)));
+    V c = vm_erfcx(V_MUL(V_ABS(*xc), V_SET1(0.707106781f)));
+    return V_MUL(V_MUL(c, V_SET1(0.5f)), *half_lo);
+}
+
+/* Phi(x) for |x| < 0.7: 1/2 + (a/2) erf(a)/a with a = x / sqrt 2, erf(a)/a
+ * a polynomial of degree 5 in a^2 fitted on [0, 0.5] (relative error
+ * 1.2e-11 in exact arithmetic), the sum rounded once by the FMA. Near 0 this
+ * beats 1 - k e, whose erfcx carries t's rounding. */
+HX_INLINE V vm_phi_small(V x)
+{
+    V a = V_MUL(x, V_SET1(0.707106781f));
+    V a2 = V_MUL(a, a);
+    V p = V_SET1(-0.000769290607f);
+    p = V_FMA(p, a2, V_SET1(0.00520031201f));
+    p = V_FMA(p, a2, V_SET1(-0.0268631205f));
+    p = V_FMA(p, a2, V_SET1(0.112837739f));
+    p = V_FMA(p, a2, V_SET1(-0.376126379f));
+    p = V_FMA(p, a2, V_SET1(1.12837923f));
+    return V_FMA(a, V_MUL(p, V_SET1(0.5f)), V_SET1(0.5f));
+}
+
+/* GELU, erf form: x Phi(x). |x| < 0.7: x Phi_small(x); beyond, x < 0:
+ * (x k) e, no cancellation; x > 0: x (1 - k e) with k e < 1/4. */
+HX_INLINE V vm_gelu_erf(V x)
+{
+    V xc, e, f;
+    V k = vm_phi_parts(x, &xc, &e, &f);
+    V neg = V_MUL(V_MUL(xc, k), e);
+    V pos = V_MUL(x, V_FMA(V_MUL(k, V_SET1(-1.0f)), e, V_SET1(1.0f)));
+    V y = V_SEL(V_LT(x, V_SET1(0.0f)), neg, pos);
+    y = V_SEL(V_LT(V_ABS(x), V_SET1(0.7f)), V_MUL(x, vm_phi_small(x)), y);
+    return vm_nan_in(x, y);
+}
+
+/* d/dx x Phi(x) = Phi(x) + x phi(x), phi(x) = e^(-x^2/2) / sqrt(2 pi):
+ * |x| < 0.7: Phi_small(x) + x phi(x); beyond, x < 0: (k + x f / sqrt(2 pi)) e
+ * (its root near -0.75 is where the condition number bounds the error);
+ * x > 0: 1 + (x f / sqrt(2 pi) - k) e. */
+HX_INLINE V vm_gelu_erf_grad(V x)
+{
+    V xc, e, f;
+    V k = vm_phi_parts(x, &xc, &e, &f);
+    V xphi = V_MUL(V_MUL(xc, V_SET1(0.398942280f)), f);
+    V neg = V_MUL(V_ADD(k, xphi), e);
+    V pos = V_FMA(V_SUB(xphi, k), e, V_SET1(1.0f));
+    V g = V_SEL(V_LT(x, V_SET1(0.0f)), neg, pos);
+    g = V_SEL(V_LT(V_ABS(x), V_SET1(0.7f)), V_FMA(xphi, e, vm_phi_small(x)), g);
+    return vm_nan_in(x, g);
+}
+
 /* The loops: whole vectors, then the tail through a W-element staging copy,
  * so every element takes the same operations. */
 #define VM_MAP1(name, fn)                                                                \
@@ -149,24 +235,29 @@ VM_MAP1(vm_exp_n, vm_exp)
 VM_MAP1(vm_tanh_n, vm_tanh)
 VM_MAP1(vm_sigmoid_n, vm_sigmoid)
 VM_MAP1(vm_gelu_n, vm_gelu)
+VM_MAP1(vm_gelu_erf_n, vm_gelu_erf)
 
-// dx (n) = dy (n) * gelu'(x (n))
-static void vm_gelu_backward_n(float *dx, const float *dy, const float *x, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + W <= n; i += W) {
-        V xv = V_LOAD(x + i), dyv = V_LOAD(dy + i);
-        V_STORE(dx + i, vm_times_grad(dyv, xv, vm_gelu_grad(xv)));
+// dx (n) = dy (n) * f'(x (n)), f' = grad
+#define VM_MAP_GRAD(name, grad)                                                          \
+    static void name(float *dx, const float *dy, const float *x, int64_t n)              \
+    {                                                                                    \
+        int64_t i = 0;                                                                   \
+        for (; i + W <= n; i += W) {                                                     \
+            V xv = V_LOAD(x + i), dyv = V_LOAD(dy + i);                                  \
+            V_STORE(dx + i, vm_times_grad(dyv, xv, grad(xv)));                           \
+        }                                                                                \
+        if (i < n) {                                                                     \
+            float tx[W] = {0}, tdy[W] = {0};                                             \
+            memcpy(tx, x + i, (size_t)(n - i) * sizeof(float));                          \
+            memcpy(tdy, dy + i, (size_t)(n - i) * sizeof(float));                        \
+            V xv = V_LOAD(tx), dyv = V_LOAD(tdy);                                        \
+            V_STORE(tx, vm_times_grad(dyv, xv, grad(xv)));                               \
+            memcpy(dx + i, tx, (size_t)(n - i) * sizeof(float));                         \
+        }                                                                                \
     }
-    if (i < n) {
-        float tx[W] = {0}, tdy[W] = {0};
-        memcpy(tx, x + i, (size_t)(n - i) * sizeof(float));
-        memcpy(tdy, dy + i, (size_t)(n - i) * sizeof(float));
-        V xv = V_LOAD(tx), dyv = V_LOAD(tdy);
-        V_STORE(tx, vm_times_grad(dyv, xv, vm_gelu_grad(xv)));
-        memcpy(dx + i, tx, (size_t)(n - i) * sizeof(float));
-    }
-}
+
+VM_MAP_GRAD(vm_gelu_backward_n, vm_gelu_grad)
+VM_MAP_GRAD(vm_gelu_erf_backward_n, vm_gelu_erf_grad)
 
 /* y (n) = e^(x (n) - shift), returning the sum of y in the order of
  * hx_k_sum_f32 (16 partial sums, fixed tree) so softmax needs one pass. */
@@ -190,5 +281,7 @@ const hx_vmath_path PATH = {
     .sigmoid = vm_sigmoid_n,
     .gelu = vm_gelu_n,
     .gelu_backward = vm_gelu_backward_n,
+    .gelu_erf = vm_gelu_erf_n,
+    .gelu_erf_backward = vm_gelu_erf_backward_n,
     .exp_shift_sum = vm_exp_shift_sum_n,
 };

@@ -84,11 +84,12 @@ __device__ __forceinline__ float unary_op(int op, float x)
     case HX_UNARY_TANH: return tanhf(x);
     case HX_UNARY_EXP: return expf(x);
     case HX_UNARY_LOG: return logf(x);
+    case HX_UNARY_GELU_ERF: return x * normcdff(x);
     default: return sqrtf(x);
     }
 }
 
-/* dy * f'(.) from x (relu, gelu, log) or y (the others). */
+/* dy * f'(.) from x (relu, gelus, log) or y (the others). */
 __device__ __forceinline__ float unary_grad(int op, float dy, float x, float y)
 {
     switch (op) {
@@ -105,6 +106,8 @@ __device__ __forceinline__ float unary_grad(int op, float dy, float x, float y)
     case HX_UNARY_TANH: return dy * (1.0f - y * y);
     case HX_UNARY_EXP: return dy * y;
     case HX_UNARY_LOG: return dy / x;
+    case HX_UNARY_GELU_ERF: /* Phi(x) + x phi(x) */
+        return dy * (normcdff(x) + x * expf(-0.5f * x * x) * 0.398942280f);
     default: return 0.5f * dy / y;
     }
 }
@@ -125,13 +128,14 @@ struct unary_grad_f {
 
 static int reads_x(hx_unary_op op)
 {
-    return op == HX_UNARY_RELU || op == HX_UNARY_GELU || op == HX_UNARY_LOG;
+    return op == HX_UNARY_RELU || op == HX_UNARY_GELU || op == HX_UNARY_GELU_ERF ||
+           op == HX_UNARY_LOG;
 }
 
 hx_gk_status hx_gk_unary(const hx_gk_ctx *c, hx_kdtype dt, hx_unary_op op, void *y,
                          const void *x, int64_t n)
 {
-    if ((unsigned)op > HX_UNARY_SQRT || n < 0) return HX_GK_BAD_ARG;
+    if ((unsigned)op > HX_UNARY_GELU_ERF || n < 0) return HX_GK_BAD_ARG;
     if (n == 0) return HX_GK_OK;
     HX_GK_FLOAT_TYPES(dt, T, return hx_gk_map(c, (T *)y, (const T *)x, (const T *)NULL, n,
                                               unary_f{(int)op}));
@@ -141,7 +145,7 @@ hx_gk_status hx_gk_unary(const hx_gk_ctx *c, hx_kdtype dt, hx_unary_op op, void 
 hx_gk_status hx_gk_unary_backward(const hx_gk_ctx *c, hx_kdtype dt, hx_unary_op op, void *dx,
                                   const void *dy, const void *x, const void *y, int64_t n)
 {
-    if ((unsigned)op > HX_UNARY_SQRT || n < 0 || (reads_x(op) ? !x : !y)) return HX_GK_BAD_ARG;
+    if ((unsigned)op > HX_UNARY_GELU_ERF || n < 0 || (reads_x(op) ? !x : !y)) return HX_GK_BAD_ARG;
     if (n == 0) return HX_GK_OK;
     int uses_x = reads_x(op);
     HX_GK_FLOAT_TYPES(dt, T, return hx_gk_map(c, (T *)dx, (const T *)dy,

@@ -20,7 +20,7 @@ from .errors import (CommError, CorruptError, DeviceOOMError, DtypeError, Error,
 from .graph import Graph, Tensor
 from .ops import (add, avg_pool2d, batchnorm, bce_with_logits, bias_add, cast, causal_mask, concat,
                   conv2d, cross_entropy, div, dropout, embedding_bag, embedding_lookup, exp,
-                  gather, gelu, global_avg_pool2d, layernorm, log, log_softmax, matmul, max_pool2d,
+                  gather, gelu, gelu_erf, global_avg_pool2d, layernorm, log, log_softmax, matmul, max_pool2d,
                   mse, mul, permute, reduce_mean, reduce_sum, relu, reshape, scale, sigmoid,
                   slice, softmax, sqrt, sub, tanh, transpose)
 from .memreplay import memreplay

@@ -105,6 +105,7 @@ def _unary(fn, doc):
 
 relu = _unary(lib.hx_relu, "max(x, 0).")
 gelu = _unary(lib.hx_gelu, "GELU, the tanh approximation.")
+gelu_erf = _unary(lib.hx_gelu_erf, "GELU, the exact x Phi(x) = x (1 + erf(x / sqrt 2)) / 2.")
 sigmoid = _unary(lib.hx_sigmoid, "1 / (1 + exp(-x)).")
 tanh = _unary(lib.hx_tanh, "tanh(x).")
 exp = _unary(lib.hx_exp, "exp(x).")
@@ -114,7 +115,7 @@ softmax = _unary(lib.hx_softmax, "softmax over the last axis.")
 log_softmax = _unary(lib.hx_log_softmax, "log-softmax over the last axis.")
 causal_mask = _unary(lib.hx_causal_mask, "x (..., T, T) with -inf above the diagonal.")
 global_avg_pool2d = _unary(lib.hx_global_avg_pool2d, "(N, C, H, W) -> (N, C): mean over H, W.")
-for _n in ("relu", "gelu", "sigmoid", "tanh", "exp", "log", "sqrt", "softmax", "log_softmax",
+for _n in ("relu", "gelu", "gelu_erf", "sigmoid", "tanh", "exp", "log", "sqrt", "softmax", "log_softmax",
            "causal_mask", "global_avg_pool2d"):
     globals()[_n].__name__ = globals()[_n].__qualname__ = _n
 
@@ -289,7 +290,7 @@ def embedding_bag(table, ids, offsets, per_sample_weights=None, mode="sum",
 # Tensor methods: x.relu(), x.sum(...), x.T() ...
 METHODS = {
     "matmul": matmul, "scale": scale, "bias_add": bias_add, "relu": relu, "gelu": gelu,
-    "sigmoid": sigmoid, "tanh": tanh, "exp": exp, "log": log, "sqrt": sqrt, "softmax": softmax,
+    "gelu_erf": gelu_erf, "sigmoid": sigmoid, "tanh": tanh, "exp": exp, "log": log, "sqrt": sqrt, "softmax": softmax,
     "log_softmax": log_softmax, "layernorm": layernorm, "reshape": reshape, "permute": permute,
     "transpose": transpose, "slice": slice, "sum": reduce_sum, "mean": reduce_mean,
     "cast": cast, "causal_mask": causal_mask, "dropout": dropout, "max_pool2d": max_pool2d,

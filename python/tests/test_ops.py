@@ -24,6 +24,10 @@ def _gelu(x):
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def _gelu_erf(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
 def _softmax(x):
     e = np.exp(x - x.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
@@ -78,6 +82,7 @@ CASES = {
     "bias_add": ([(3, 4), (4,)], hetex.bias_add, lambda a, b: a + b, None),
     "relu": ([(3, 4)], hetex.relu, lambda a: np.maximum(a, 0), None),
     "gelu": ([(3, 4)], hetex.gelu, _gelu, None),
+    "gelu_erf": ([(3, 4)], hetex.gelu_erf, _gelu_erf, None),
     "sigmoid": ([(3, 4)], hetex.sigmoid, lambda a: 1 / (1 + np.exp(-a)), None),
     "tanh": ([(3, 4)], hetex.tanh, np.tanh, None),
     "exp": ([(3, 4)], hetex.exp, np.exp, None),

@@ -90,7 +90,7 @@ static void check_unary(void)
 {
     const int64_t n = 1000;
     for (int d = 0; d < 3; d++)
-        for (int op = HX_UNARY_RELU; op <= HX_UNARY_SQRT; op++) {
+        for (int op = HX_UNARY_RELU; op <= HX_UNARY_GELU_ERF; op++) {
             hx_kdtype dt = DTS[d];
             bool positive = op == HX_UNARY_LOG || op == HX_UNARY_SQRT;
             float *x = gt_random(&R, n, positive ? 0.1 : -3, 3), *dy = gt_random(&R, n, -1, 1);
@@ -100,8 +100,9 @@ static void check_unary(void)
             hx_k_unary_f32((hx_unary_op)op, want, x, n, 1);
             float *got = gt_download(&C, dt, dout, n);
             gt_close("unary", dt, got, want, n);
-            /* backward reads x (relu, gelu, log) or y = f(x) as stored */
-            bool reads_x = op == HX_UNARY_RELU || op == HX_UNARY_GELU || op == HX_UNARY_LOG;
+            /* backward reads x (relu, gelus, log) or y = f(x) as stored */
+            bool reads_x = op == HX_UNARY_RELU || op == HX_UNARY_GELU || op == HX_UNARY_GELU_ERF ||
+                           op == HX_UNARY_LOG;
             float *yv = got; /* y rounded to dt, as the device holds it */
             void *dyv = gt_upload(dt, yv, n), *dgrad = gt_poisoned(dt, n);
             run_ok("unary_backward", hx_gk_unary_backward(&C, dt, (hx_unary_op)op, dgrad, ddy,

@@ -228,7 +228,7 @@ static hx_tensor *b_bias_add(bs_ctx *c, hx_dtype dt, int v, int arg)
 
 typedef hx_tensor *(*unary_fn)(hx_graph *, hx_tensor *);
 static const unary_fn unaries[] = {hx_relu, hx_gelu, hx_sigmoid, hx_tanh, hx_exp, hx_log, hx_sqrt,
-                                   hx_softmax, hx_log_softmax};
+                                   hx_softmax, hx_log_softmax, hx_gelu_erf};
 
 /* A unary (arg: index in unaries) on a few shapes, odd sizes included. */
 static hx_tensor *b_unary(bs_ctx *c, hx_dtype dt, int v, int arg)
@@ -418,7 +418,7 @@ static hx_tensor *in_dt(bs_ctx *c, hx_tensor *p, hx_dtype dt)
     return !p || dt == HX_DTYPE_F32 ? p : hx_cast(c->g, p, dt);
 }
 
-/* relu, gelu, sigmoid, tanh, softmax, log-softmax backward (arg: unaries index). */
+/* relu, gelus, sigmoid, tanh, softmax, log-softmax backward (arg: unaries index). */
 static hx_tensor *b_grad_unary(bs_ctx *c, hx_dtype dt, int v, int arg)
 {
     hx_tensor *x = v ? PARAM(c, BS_AWAY, rows(c, 2), 3, 17) : PARAM(c, BS_AWAY, rows(c, 4), 5);
@@ -646,6 +646,7 @@ const bs_case bs_cases[] = {
     {"bias_add", b_bias_add, 0, 2, FLOATS, false},
     {"relu", b_unary, 0, 5, FLOATS, false},
     {"gelu", b_unary, 1, 5, FLOATS, false},
+    {"gelu_erf", b_unary, 9, 5, FLOATS, false},
     {"sigmoid", b_unary, 2, 5, FLOATS, false},
     {"tanh", b_unary, 3, 5, FLOATS, false},
     {"exp", b_unary, 4, 5, FLOATS, false},
@@ -668,6 +669,7 @@ const bs_case bs_cases[] = {
     {"dropout", b_dropout, 0, 3, FLOATS, true},
     {"relu_backward", b_grad_unary, 0, 2, FLOATS, false},
     {"gelu_backward", b_grad_unary, 1, 2, FLOATS, false},
+    {"gelu_erf_backward", b_grad_unary, 9, 2, FLOATS, false},
     {"sigmoid_backward", b_grad_unary, 2, 2, FLOATS, false},
     {"tanh_backward", b_grad_unary, 3, 2, FLOATS, false},
     {"softmax_backward", b_grad_unary, 7, 2, FLOATS, false},
