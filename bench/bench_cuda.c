@@ -104,6 +104,28 @@ static void report_bw(const char *name, hx_kdtype dt, int64_t n, size_t bytes, d
            name, dname(dt), (long long)n, t, bytes / t / 1e9, bytes / t_copy / 1e9, t_copy / t);
 }
 
+/* The row kernels at the GPT example's shapes (6 heads, context 256, batch
+ * 64, width 384): attention softmax rows of 256, layernorm rows of 384,
+ * where a warp holds each row. */
+static void gpt_row_cases(hx_kdtype dt)
+{
+    const int64_t att_rows = 64 * 6 * 256, att_n = 256, ln_rows = 64 * 256, ln_n = 384;
+    size_t es = hx_k_dtype_size(dt);
+    int64_t n = att_rows * att_n;
+    void *x = dev(n * es), *y = dev(n * es), *z = dev(n * es), *g = dev(ln_n * es);
+    double t;
+    TIME(t, TRY(hx_gk_softmax(&C, dt, y, x, att_rows, att_n)));
+    report_bw("softmax rows of 256 (GPT attention)", dt, n, 2 * n * es, t);
+    TIME(t, TRY(hx_gk_softmax_backward(&C, dt, y, z, x, att_rows, att_n)));
+    report_bw("softmax_backward rows of 256 (GPT attention)", dt, n, 3 * n * es, t);
+    n = ln_rows * ln_n;
+    TIME(t, TRY(hx_gk_layernorm(&C, dt, y, x, g, g, 1e-5f, ln_rows, ln_n)));
+    report_bw("layernorm rows of 384 (GPT)", dt, n, 2 * n * es, t);
+    TIME(t, TRY(hx_gk_layernorm_backward_x(&C, dt, y, z, x, g, 1e-5f, ln_rows, ln_n)));
+    report_bw("layernorm_backward_x rows of 384 (GPT)", dt, n, 3 * n * es, t);
+    cudaFree(x), cudaFree(y), cudaFree(z), cudaFree(g);
+}
+
 static void memory_cases(hx_kdtype dt, int64_t rows, int64_t cols)
 {
     int64_t n = rows * cols;
@@ -225,6 +247,7 @@ int main(int argc, char **argv)
     for (int d = 0; d < 3; d++) gemm_case(dts[d], 4096, 4096, 4096);
     gemm_case(HX_K_BF16, 8192, 1024, 4096);
     for (int d = 0; d < 3; d++) memory_cases(dts[d], 8192, quick ? 1024 : 4096);
+    gpt_row_cases(HX_K_BF16);
     optim_case(quick ? (1 << 22) : (1 << 26));
     copy_cases(quick ? (64 << 20) : (256 << 20));
     return 0;

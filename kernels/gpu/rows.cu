@@ -1,13 +1,67 @@
 /* Row kernels (last axis): softmax, log-softmax, layernorm and their
- * backward, and the losses. One block walks one row, so every row's sums
- * are one fixed tree (block_sum); the mean losses add per-row (or
- * per-block) f64 partials in a second, single-block pass. */
+ * backward, and the losses. A row of at most 1024 is one warp's, held in
+ * its registers (read once, written once); a longer row is one block's,
+ * which reads it again per pass. Either way every row's sums are one fixed
+ * tree (warp_sum / block_sum), the same bits every run; the mean losses
+ * add per-row (or per-block) f64 partials in a second, single-block pass. */
 #include "kernels/gpu/gk_common.cuh"
 
 static int rows_ok(int64_t rows, int64_t n) { return rows >= 0 && n >= 0 && rows <= HX_GK_MAX_GRID; }
 
 #define ROW_LAUNCH(kernel, T, rows, n, c) \
     kernel<T><<<(unsigned)(rows), hx_gk_row_threads(n), 0, (c)->stream>>>
+
+/* ---- rows of at most WARP_ROW_MAX: a warp per row ------------------------------ */
+
+#define WARP_ROW_MAX 1024
+#define WARP_ROWS_PER_BLOCK 4
+
+/* Sum and max over the warp by a butterfly: every lane adds the same two
+ * partial sums at each step, so all lanes end with the same bits. */
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The warp's row, or -1 past the last row (a whole warp leaves together). */
+__device__ __forceinline__ int64_t warp_row(int64_t rows)
+{
+    int64_t r = (int64_t)blockIdx.x * WARP_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    return r < rows ? r : -1;
+}
+
+/* Launches kernel<T, V> with V values per lane (lane + 32 k, k < V: loads
+ * coalesced), V the least power of two with 32 V >= n. */
+#define WARP_LAUNCH(kernel, T, rows, n, c, ...)                                              \
+    do {                                                                                     \
+        unsigned blocks_ = (unsigned)(((rows) + WARP_ROWS_PER_BLOCK - 1) / WARP_ROWS_PER_BLOCK); \
+        unsigned threads_ = 32 * WARP_ROWS_PER_BLOCK;                                        \
+        if ((n) <= 32) kernel<T, 1><<<blocks_, threads_, 0, (c)->stream>>>(__VA_ARGS__);     \
+        else if ((n) <= 64) kernel<T, 2><<<blocks_, threads_, 0, (c)->stream>>>(__VA_ARGS__); \
+        else if ((n) <= 128) kernel<T, 4><<<blocks_, threads_, 0, (c)->stream>>>(__VA_ARGS__); \
+        else if ((n) <= 256) kernel<T, 8><<<blocks_, threads_, 0, (c)->stream>>>(__VA_ARGS__); \
+        else if ((n) <= 512) kernel<T, 16><<<blocks_, threads_, 0, (c)->stream>>>(__VA_ARGS__); \
+        else kernel<T, 32><<<blocks_, threads_, 0, (c)->stream>>>(__VA_ARGS__);              \
+    } while (0)
+
+/* v[k] = row[lane + 32 k], fill past n */
+template <typename T, int V>
+__device__ __forceinline__ void warp_load(float (&v)[V], const T *row, int n, float fill)
+{
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        int j = lane + 32 * k;
+        v[k] = j < n ? ld(row + j) : fill;
+    }
+}
 
 /* ---- softmax, log-softmax ------------------------------------------------------- */
 
@@ -32,12 +86,44 @@ __global__ void softmax_kernel(T *y, const T *x, int64_t n, int log_)
     }
 }
 
+/* softmax_kernel's arithmetic on a row held by one warp */
+template <typename T, int V>
+__global__ void softmax_warp_kernel(T *y, const T *x, int64_t rows, int n, int log_)
+{
+    int64_t r = warp_row(rows);
+    if (r < 0) return;
+    int lane = threadIdx.x & 31;
+    float v[V];
+    warp_load(v, x + r * n, n, -INFINITY);
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < V; k++) m = fmaxf(m, v[k]);
+    m = warp_max(m);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; k++) s += lane + 32 * k < n ? expf(v[k] - m) : 0.0f;
+    s = warp_sum(s);
+    float lse = logf(s), inv = 1.0f / s;
+    T *yr = y + r * n;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        int j = lane + 32 * k;
+        if (j < n) st(yr + j, log_ ? (v[k] - m) - lse : expf(v[k] - m) * inv);
+    }
+}
+
 static hx_gk_status softmax_any(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x,
                                 int64_t rows, int64_t n, int log_)
 {
     if (!rows_ok(rows, n)) return HX_GK_BAD_ARG;
     if (!rows || !n) return HX_GK_OK;
-    HX_GK_FLOAT_TYPES(dt, T, ROW_LAUNCH(softmax_kernel, T, rows, n, c)((T *)y, (const T *)x, n, log_));
+    if (n <= WARP_ROW_MAX) {
+        HX_GK_FLOAT_TYPES(dt, T, WARP_LAUNCH(softmax_warp_kernel, T, rows, n, c, (T *)y,
+                                             (const T *)x, rows, (int)n, log_));
+    } else {
+        HX_GK_FLOAT_TYPES(dt, T, ROW_LAUNCH(softmax_kernel, T, rows, n, c)((T *)y, (const T *)x,
+                                                                           n, log_));
+    }
     return hx_gk_launched();
 }
 
@@ -69,14 +155,42 @@ __global__ void softmax_backward_kernel(T *dx, const T *dy, const T *y, int64_t 
     }
 }
 
+/* softmax_backward_kernel's arithmetic on a row held by one warp */
+template <typename T, int V>
+__global__ void softmax_backward_warp_kernel(T *dx, const T *dy, const T *y, int64_t rows, int n,
+                                             int log_)
+{
+    int64_t r = warp_row(rows);
+    if (r < 0) return;
+    int lane = threadIdx.x & 31;
+    float g[V], v[V];
+    warp_load(g, dy + r * n, n, 0.0f);
+    warp_load(v, y + r * n, n, 0.0f);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; k++) s += log_ ? g[k] : g[k] * v[k];
+    s = warp_sum(s);
+    T *dxr = dx + r * n;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        int j = lane + 32 * k;
+        if (j < n) st(dxr + j, log_ ? g[k] - expf(v[k]) * s : v[k] * (g[k] - s));
+    }
+}
+
 static hx_gk_status softmax_backward_any(const hx_gk_ctx *c, hx_kdtype dt, void *dx,
                                          const void *dy, const void *y, int64_t rows, int64_t n,
                                          int log_)
 {
     if (!rows_ok(rows, n)) return HX_GK_BAD_ARG;
     if (!rows || !n) return HX_GK_OK;
-    HX_GK_FLOAT_TYPES(dt, T, ROW_LAUNCH(softmax_backward_kernel, T, rows, n, c)(
-                                 (T *)dx, (const T *)dy, (const T *)y, n, log_));
+    if (n <= WARP_ROW_MAX) {
+        HX_GK_FLOAT_TYPES(dt, T, WARP_LAUNCH(softmax_backward_warp_kernel, T, rows, n, c, (T *)dx,
+                                             (const T *)dy, (const T *)y, rows, (int)n, log_));
+    } else {
+        HX_GK_FLOAT_TYPES(dt, T, ROW_LAUNCH(softmax_backward_kernel, T, rows, n, c)(
+                                     (T *)dx, (const T *)dy, (const T *)y, n, log_));
+    }
     return hx_gk_launched();
 }
 
@@ -123,14 +237,59 @@ __global__ void layernorm_kernel(T *y, const T *x, const T *gamma, const T *beta
         st(y + off + j, (ld(x + off + j) - mean) * rstd * ld(gamma + j) + ld(beta + j));
 }
 
+/* mean and rstd of a row held by one warp, two passes as row_stats */
+template <int V>
+__device__ __forceinline__ void warp_stats(const float (&v)[V], int n, float eps, float *mean,
+                                           float *rstd)
+{
+    int lane = threadIdx.x & 31;
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; k++) s += v[k]; /* 0 past n */
+    float m = warp_sum(s) / (float)n;
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        float d = lane + 32 * k < n ? v[k] - m : 0.0f;
+        q += d * d;
+    }
+    *mean = m;
+    *rstd = 1.0f / sqrtf(warp_sum(q) / (float)n + eps);
+}
+
+template <typename T, int V>
+__global__ void layernorm_warp_kernel(T *y, const T *x, const T *gamma, const T *beta, float eps,
+                                      int64_t rows, int n)
+{
+    int64_t r = warp_row(rows);
+    if (r < 0) return;
+    int lane = threadIdx.x & 31;
+    float v[V], mean, rstd;
+    warp_load(v, x + r * n, n, 0.0f);
+    warp_stats(v, n, eps, &mean, &rstd);
+    T *yr = y + r * n;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        int j = lane + 32 * k;
+        if (j < n) st(yr + j, (v[k] - mean) * rstd * ld(gamma + j) + ld(beta + j));
+    }
+}
+
 hx_gk_status hx_gk_layernorm(const hx_gk_ctx *c, hx_kdtype dt, void *y, const void *x,
                              const void *gamma, const void *beta, float eps, int64_t rows,
                              int64_t n)
 {
     if (!rows_ok(rows, n)) return HX_GK_BAD_ARG;
     if (!rows || !n) return HX_GK_OK;
-    HX_GK_FLOAT_TYPES(dt, T, ROW_LAUNCH(layernorm_kernel, T, rows, n, c)(
-                                 (T *)y, (const T *)x, (const T *)gamma, (const T *)beta, eps, n));
+    if (n <= WARP_ROW_MAX) {
+        HX_GK_FLOAT_TYPES(dt, T, WARP_LAUNCH(layernorm_warp_kernel, T, rows, n, c, (T *)y,
+                                             (const T *)x, (const T *)gamma, (const T *)beta,
+                                             eps, rows, (int)n));
+    } else {
+        HX_GK_FLOAT_TYPES(dt, T, ROW_LAUNCH(layernorm_kernel, T, rows, n, c)(
+                                     (T *)y, (const T *)x, (const T *)gamma, (const T *)beta,
+                                     eps, n));
+    }
     return hx_gk_launched();
 }
 
@@ -158,14 +317,53 @@ __global__ void layernorm_backward_x_kernel(T *dx, const T *dy, const T *x, cons
     }
 }
 
+template <typename T, int V>
+__global__ void layernorm_backward_x_warp_kernel(T *dx, const T *dy, const T *x, const T *gamma,
+                                                 float eps, int64_t rows, int n)
+{
+    int64_t r = warp_row(rows);
+    if (r < 0) return;
+    int lane = threadIdx.x & 31;
+    float v[V], dnorm[V], mean, rstd;
+    warp_load(v, x + r * n, n, 0.0f);
+    warp_stats(v, n, eps, &mean, &rstd);
+    const T *dyr = dy + r * n;
+    float a = 0.0f, ax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        int j = lane + 32 * k;
+        dnorm[k] = j < n ? ld(dyr + j) * ld(gamma + j) : 0.0f;
+        a += dnorm[k];
+        ax += j < n ? dnorm[k] * ((v[k] - mean) * rstd) : 0.0f;
+    }
+    float dnorm_mean = warp_sum(a) / (float)n;
+    float dnorm_xhat_mean = warp_sum(ax) / (float)n;
+    T *dxr = dx + r * n;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        int j = lane + 32 * k;
+        if (j < n) {
+            float xhat = (v[k] - mean) * rstd;
+            st(dxr + j, (dnorm[k] - dnorm_mean - xhat * dnorm_xhat_mean) * rstd);
+        }
+    }
+}
+
 hx_gk_status hx_gk_layernorm_backward_x(const hx_gk_ctx *c, hx_kdtype dt, void *dx,
                                         const void *dy, const void *x, const void *gamma,
                                         float eps, int64_t rows, int64_t n)
 {
     if (!rows_ok(rows, n)) return HX_GK_BAD_ARG;
     if (!rows || !n) return HX_GK_OK;
-    HX_GK_FLOAT_TYPES(dt, T, ROW_LAUNCH(layernorm_backward_x_kernel, T, rows, n, c)(
-                                 (T *)dx, (const T *)dy, (const T *)x, (const T *)gamma, eps, n));
+    if (n <= WARP_ROW_MAX) {
+        HX_GK_FLOAT_TYPES(dt, T, WARP_LAUNCH(layernorm_backward_x_warp_kernel, T, rows, n, c,
+                                             (T *)dx, (const T *)dy, (const T *)x,
+                                             (const T *)gamma, eps, rows, (int)n));
+    } else {
+        HX_GK_FLOAT_TYPES(dt, T, ROW_LAUNCH(layernorm_backward_x_kernel, T, rows, n, c)(
+                                     (T *)dx, (const T *)dy, (const T *)x, (const T *)gamma, eps,
+                                     n));
+    }
     return hx_gk_launched();
 }
 

@@ -675,8 +675,16 @@ static void teardown(void)
 
 static void rows(void)
 {
+    /* a warp per row up to 1024 (each values-per-lane width and its
+     * boundaries), a block per row beyond */
     check_rows(37, 1000);
     check_rows(300, 7);
+    check_rows(9, 33);
+    check_rows(130, 256);
+    check_rows(5, 384);
+    check_rows(6, 513);
+    check_rows(3, 1024);
+    check_rows(4, 1025);
     check_rows(2, 5000);
 }
 
