@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from ._enums import value as _enum_value
-from ._lib import ffi, lib
+from ._lib import ffi, lib, text
 from ._structs import set_fields, to_dict
 from .errors import InvalidArgumentError, StateError, check
 
@@ -126,9 +126,14 @@ class Reader:
         check(lib.hx_reader_rewind(self._h()))
 
     def stats(self):
+        """This epoch's counts; malformed_by_reason maps each reason's name
+        (hx_malformed_reason_name, e.g. "bad label") to its count."""
         s = ffi.new("hx_reader_stats *")
         check(lib.hx_reader_stats_get(self._h(), s))
-        return to_dict(s)
+        d = to_dict(s)
+        d["malformed_by_reason"] = {text(lib.hx_malformed_reason_name(i)): n
+                                    for i, n in enumerate(d["malformed_by_reason"])}
+        return d
 
     def close(self):
         if self._ptr is not None:

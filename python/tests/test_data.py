@@ -61,6 +61,13 @@ def test_reader_errors(tmp_path):
     assert "line 2" in str(ei.value) and str(ei.value) == hetex.errors.last_error()
     r.rewind()  # clears the failure
     assert r.next().n == 1
+    # skipped rows are counted by reason, named as the library names them
+    p = _file(tmp_path, "1,0.5,a\n0,x,b\n1,2\n0,1.0,c\n")
+    st = hetex.Reader(p, columns=COLUMNS, batch_size=8)
+    assert st.next().n == 2
+    counts = st.stats()["malformed_by_reason"]
+    assert counts["unparsable number"] == 1 and counts["wrong number of columns"] == 1
+    assert sum(counts.values()) == st.stats()["malformed"] == 2
     with pytest.raises(hetex.InvalidArgumentError, match="kind"):
         hetex.Reader(p, columns=[{"name": "y", "kind": "sideways"}])
     with pytest.raises(hetex.InvalidArgumentError):
