@@ -256,6 +256,33 @@ bool cli_tb_write(FILE *f, int64_t step, char (*tags)[80], const double *values,
 /* CRC-32C (Castagnoli) of n bytes: the records' checksums. */
 uint32_t cli_crc32c(const void *p, size_t n);
 
+/* ---- a partial last batch (--partial-batch) ------------------------------------------ */
+
+/* The last, short batch of an epoch trains in a session of its own: over
+ * the command's model built again at the short batch's size (the same
+ * parameters and optimizer state by name and shape; embedding tables
+ * shared), created with the main session's config. Each step takes the
+ * main session's whole state (parameters, optimizer state, batch-norm
+ * statistics, the step count, the loss scale) through a checkpoint file in
+ * a folder of its own, trains, and gives the state back the same way, so
+ * the run goes on as if one session had taken the short batch: its loss
+ * the mean over its rows, every row of the epoch trained once. */
+typedef struct cli_partial {
+    hx_session *s; /* the short batch's session, or NULL (no partial batch) */
+    char dir[512], file[600];
+} cli_partial;
+/* Creates the session over g (which it then uses; the caller frees g after
+ * cli_partial_close) with config sc. false after printing why. */
+bool cli_partial_open(cli_partial *p, const char *cmd, hx_graph *g, const hx_session_config *sc);
+/* One training run of the short batch: main's state in, the run (with
+ * main's learning-rate scale lr_scale), the state back into main. On
+ * failure (hx_last_error says why) main is as it was. */
+hx_status cli_partial_step(cli_partial *p, hx_session *main, double lr_scale,
+                           const hx_feed *feeds, int n_feeds, const hx_fetch *fetches,
+                           int n_fetches);
+/* Frees the session and removes its folder; a no-op for an unopened p. */
+void cli_partial_close(cli_partial *p);
+
 /* ---- interrupts ---------------------------------------------------------------------- */
 
 /* Ctrl-C (SIGINT) and SIGTERM during training: cli_interrupt_arm makes the

@@ -78,6 +78,9 @@ typedef struct resnet_run {
  * and a session. HX_OK, or an error with hx_last_error() set; r is then empty. */
 hx_status resnet_run_create(const resnet_config *c, const resnet_optim *o,
                             const hx_session_config *sc, resnet_run *r);
+/* The same without the session (r->s NULL): --partial-batch's model at the
+ * short batch, whose session cli_partial_open makes. */
+hx_status resnet_run_graph(const resnet_config *c, const resnet_optim *o, resnet_run *r);
 void resnet_run_free(resnet_run *r);
 /* Top-1 accuracy on the first `n` images of s (n <= s->n; the last batch is
  * padded and its padding not counted). x and y hold one batch. */
@@ -99,6 +102,7 @@ typedef struct resnet_identity {
     const resnet_optim *optim;
     int epochs;
     bool flip;
+    bool partial;        /* --partial-batch: the short last batch is a step of each epoch */
     uint64_t seed;
     int64_t train_n;     /* training images used */
     uint64_t train_hash; /* XXH3 of their pixels and labels */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-enum { N_FLAGS = 13 };
+enum { N_FLAGS = 14 };
 
 uint64_t resnet_set_hash(const resnet_set *s)
 {
@@ -37,6 +37,7 @@ static void flag_lines(const resnet_identity *id, char out[N_FLAGS][CLI_STATE_FL
     snprintf(out[k++], CLI_STATE_FLAG, "--seed %" PRIu64, id->seed);
     snprintf(out[k++], CLI_STATE_FLAG, "--train-limit (images used) %" PRId64, id->train_n);
     snprintf(out[k++], CLI_STATE_FLAG, "--data xxh3 %016" PRIx64, id->train_hash);
+    snprintf(out[k++], CLI_STATE_FLAG, "--partial-batch %s", id->partial ? "yes" : "no");
 }
 
 bool resnet_checkpoint_save(const char *dir, hx_session *s, const resnet_identity *id,
@@ -82,7 +83,8 @@ bool resnet_checkpoint_load(const char *dir, hx_session *s, const resnet_identit
     flag_lines(id, flags);
     const char *at = body + used;
     if (!cli_state_flags("resnet", dir, &at, flags, N_FLAGS)) return false;
-    int64_t per_epoch = id->train_n / id->model->batch;
+    int64_t per_epoch = id->train_n / id->model->batch +
+                        (id->partial && id->train_n % id->model->batch);
     if (got.epoch < 1 || got.epoch > id->epochs + 1 || got.done < 0 || got.done >= per_epoch ||
         got.step != (got.epoch - 1) * per_epoch + got.done) {
         fprintf(stderr, "hetex resnet: --resume '%s': '%s' holds a position no run of these "

@@ -15,7 +15,7 @@ typedef struct options {
     int epochs, threads;
     int64_t train_limit, test_limit;
     uint64_t seed;
-    bool no_flip, quiet;
+    bool no_flip, quiet, partial_batch;
     const char *metrics;      /* JSON lines of every step and epoch, or NULL */
     const char *tensorboard;  /* a folder for TensorBoard event files of the same, or NULL */
     const char *save, *resume; /* checkpoint folders */
@@ -30,6 +30,8 @@ static const char usage[] =
     "  --data DIR              Fashion-MNIST's four IDX files (data/fashion-mnist)\n"
     "  --width N --blocks N    first-stage channels, basic blocks per stage (16 3: ResNet-20)\n"
     "  --batch N --epochs N    (128 3)\n"
+    "  --partial-batch         train the short last batch of each epoch too (without it\n"
+    "                          its images are left out, and fewer images than --batch is an error)\n"
     "  --lr X --momentum X --weight-decay X   SGD, Nesterov (0.1 0.9 5e-4)\n"
     "  --warmup N              linear warmup steps, then cosine decay to 0 (200)\n"
     "  --no-flip               no random left-right flips of training images\n"
@@ -76,6 +78,7 @@ static int parse(int argc, char **argv, options *o)
         CLI_FLAG_NUM("--threads", CLI_INT, &o->threads, 0, 1024),
         CLI_FLAG_U64("--seed", &o->seed),
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
+        CLI_FLAG_SWITCH("--partial-batch", &o->partial_batch),
         CLI_FLAG_TEXT("--metrics", &o->metrics),
         CLI_FLAG_TEXT("--tensorboard", &o->tensorboard),
         CLI_FLAG_TEXT("--save", &o->save),
@@ -121,44 +124,59 @@ static uint64_t shuffle(int64_t *order, int64_t n, uint64_t seed, int epoch)
     return z;
 }
 
+/* The images an epoch trains on: its full batches, and with --partial-batch
+ * the short last one. */
+static int64_t epoch_images(const options *o, int64_t n)
+{
+    return o->partial_batch ? n : n / o->model.batch * o->model.batch;
+}
+
 /* The rest of epoch `at->epoch` over `order` (shuffled for it, z its
- * generator's state) from its step at->done; progress as it goes. 0 when
+ * generator's state) from its step at->done; progress as it goes. The
+ * short last batch (--partial-batch) trains in part's session, over pr's
+ * model. at->loss_sum sums each step's mean loss times its images. 0 when
  * the epoch is done, 1 when Ctrl-C stopped it (at says where), -1 failed. */
-static int train_epoch(resnet_run *r, const options *o, const resnet_set *train,
-                       const int64_t *order, uint64_t z, resnet_resume *at, int64_t total,
-                       float *x, int32_t *y, cli_metrics *mt)
+static int train_epoch(resnet_run *r, resnet_run *pr, cli_partial *part, const options *o,
+                       const resnet_set *train, const int64_t *order, uint64_t z,
+                       resnet_resume *at, int64_t total, float *x, int32_t *y, cli_metrics *mt)
 {
     int B = o->model.batch, epoch = at->epoch;
-    int64_t steps = train->n / B, *step = &at->step;
+    int64_t images = epoch_images(o, train->n), *step = &at->step;
+    int64_t steps = (images + B - 1) / B;
     char label[32];
     snprintf(label, sizeof label, "epoch %d", epoch);
     cli_progress bar;
     cli_progress_start(&bar, stdout, o->quiet, o->progress_interval, label, "images",
-                       (double)(steps - at->done) * B);
+                       (double)(images - at->done * B));
     double loss_sum = at->loss_sum;
     int64_t from = at->done;
     for (int64_t k = from; k < steps; k++, (*step)++) {
-        resnet_batch(train, order, k * B, B, o->no_flip ? 0 : z + (uint64_t)*step, x, y);
+        int b = (int)(images - k * B < B ? images - k * B : B);
+        resnet_run *m = b < B ? pr : r; /* the short batch's model */
+        resnet_batch(train, order, k * B, b, o->no_flip ? 0 : z + (uint64_t)*step, x, y);
         float loss;
-        hx_feed feeds[2] = {{NULL, r->m.images, x, sizeof *x * (size_t)B * RESNET_PIXELS},
-                            {NULL, r->m.labels, y, sizeof *y * (size_t)B}};
-        hx_fetch f = {NULL, r->m.loss, &loss, sizeof loss};
+        hx_feed feeds[2] = {{NULL, m->m.images, x, sizeof *x * (size_t)b * RESNET_PIXELS},
+                            {NULL, m->m.labels, y, sizeof *y * (size_t)b}};
+        hx_fetch f = {NULL, m->m.loss, &loss, sizeof loss};
         double scale = resnet_lr_scale(&o->optim, *step, total);
-        if (hx_session_set_lr_scale(r->s, scale) ||
-            hx_session_run(r->s, feeds, 2, &f, 1, HX_RUN_TRAIN)) {
+        if (b < B ? cli_partial_step(part, r->s, scale, feeds, 2, &f, 1)
+                  : hx_session_set_lr_scale(r->s, scale) ||
+                        hx_session_run(r->s, feeds, 2, &f, 1, HX_RUN_TRAIN)) {
             cli_progress_end(&bar);
             char what[64];
             snprintf(what, sizeof what, "epoch %d step %lld", epoch, (long long)k + 1);
             cli_error("resnet", what, hx_last_error());
             return -1;
         }
-        loss_sum += loss;
+        loss_sum += (double)loss * b;
         at->loss_sum = loss_sum;
         at->done = k + 1;
-        cli_progress_update(&bar, (double)(k + 1 - from) * B, loss_sum / (double)(k + 1));
+        cli_progress_update(&bar, (double)(k * B + b - from * B),
+                            loss_sum / (double)(k * B + b));
         cli_metrics_begin(mt, "step");
         cli_metrics_int(mt, "epoch", epoch);
         cli_metrics_int(mt, "step", *step + 1);
+        cli_metrics_int(mt, "rows", b);
         cli_metrics_num(mt, "loss", loss);
         cli_metrics_num(mt, "lr", o->optim.lr * scale);
         if (!cli_metrics_end(mt)) {
@@ -203,9 +221,10 @@ int resnet_main(int argc, char **argv)
     }
     int B = o.model.batch, rc = 1;
     cli_metrics metrics = {0};
-    if (train.n < B) {
-        cli_flag_error("resnet", "--batch %d is more than the %lld training images", B,
-                       (long long)train.n);
+    if (train.n < B && !o.partial_batch) {
+        cli_flag_error("resnet", "--batch %d is more than the %lld training images: give --batch "
+                       "%lld or less, or --partial-batch to train them as one short batch", B,
+                       (long long)train.n, (long long)train.n);
         resnet_set_free(&train);
         resnet_set_free(&test);
         return 2;
@@ -213,7 +232,8 @@ int resnet_main(int argc, char **argv)
     float *x = malloc(sizeof *x * (size_t)B * RESNET_PIXELS);
     int32_t *y = malloc(sizeof *y * (size_t)B);
     int64_t *order = malloc(sizeof *order * (size_t)train.n);
-    resnet_run r = {0};
+    resnet_run r = {0}, pr = {0}; /* pr: --partial-batch's model at the short batch */
+    cli_partial part = {0};
     if (!x || !y || !order) {
         fprintf(stderr, "hetex resnet: out of host memory\n");
         goto out;
@@ -227,19 +247,33 @@ int resnet_main(int argc, char **argv)
         goto out;
     }
     cli_print_accelerator(stdout, "resnet", r.s);
-    if (train.n % B)
+    if (train.n % B && o.partial_batch) {
+        resnet_config short_batch = o.model;
+        short_batch.batch = (int)(train.n % B);
+        if (resnet_run_graph(&short_batch, &o.optim, &pr)) {
+            cli_error("resnet", "--partial-batch", hx_last_error());
+            goto out;
+        }
+        if (!cli_partial_open(&part, "resnet", pr.g, &cfg)) goto out;
+        printf("hetex resnet: %lld full batches and a short one of %lld images an epoch "
+               "(--partial-batch): all %lld images trained\n", (long long)(train.n / B),
+               (long long)(train.n % B), (long long)train.n);
+    } else if (train.n % B) {
         printf("hetex resnet: %lld full batches an epoch; the %lld images past them (a partial "
-               "batch, other images each epoch as they are shuffled) are not trained on\n",
+               "batch, other images each epoch as they are shuffled) are not trained on "
+               "(--partial-batch trains them)\n",
                (long long)(train.n / B), (long long)(train.n % B));
+    }
     if (!cli_metrics_open(&metrics, "resnet", o.metrics, o.tensorboard, o.resume != NULL)) goto out;
     printf("%lld parameters; SGD lr %g (warmup %d, cosine), momentum %g, weight decay %g; "
            "%d epochs\n", (long long)r.m.n_params, o.optim.lr, o.optim.warmup, o.optim.momentum,
            o.optim.weight_decay, o.epochs);
     fflush(stdout);
-    int64_t steps = train.n / B, total = (int64_t)o.epochs * steps;
+    int64_t images = epoch_images(&o, train.n), steps = (images + B - 1) / B;
+    int64_t total = (int64_t)o.epochs * steps;
     resnet_resume at = {.epoch = 1};
-    const resnet_identity id = {&o.model, &o.optim, o.epochs, !o.no_flip, o.seed, train.n,
-                                resnet_set_hash(&train)};
+    const resnet_identity id = {&o.model, &o.optim, o.epochs, !o.no_flip, o.partial_batch,
+                                o.seed, train.n, resnet_set_hash(&train)};
     if (o.resume) {
         if (!resnet_checkpoint_load(o.resume, r.s, &id, &at)) goto out;
         printf("hetex resnet: resumed from '%s' at epoch %d, step %lld of %lld\n", o.resume,
@@ -254,7 +288,7 @@ int resnet_main(int argc, char **argv)
         double acc, t_epoch = cli_now();
         int64_t first = at.done;
         uint64_t z = shuffle(order, train.n, o.seed, e);
-        int stopped = train_epoch(&r, &o, &train, order, z, &at, total, x, y, &metrics);
+        int stopped = train_epoch(&r, &pr, &part, &o, &train, order, z, &at, total, x, y, &metrics);
         if (stopped < 0) goto out;
         if (stopped) {
             bool saved = o.save && resnet_checkpoint_save(o.save, r.s, &id, &at);
@@ -267,8 +301,8 @@ int resnet_main(int argc, char **argv)
             rc = CLI_EXIT_INTERRUPTED;
             goto out;
         }
-        double train_s = cli_now() - t_epoch, loss = at.loss_sum / (double)steps;
-        double rate = (double)(steps - first) * B / train_s;
+        double train_s = cli_now() - t_epoch, loss = at.loss_sum / (double)images;
+        double rate = (double)(images - first * B) / train_s;
         if (resnet_accuracy(&r, B, &test, test.n, x, y, &acc)) {
             cli_error("resnet", "evaluation", hx_last_error());
             goto out;
@@ -292,6 +326,8 @@ int resnet_main(int argc, char **argv)
     rc = cli_metrics_close(&metrics) ? 0 : 1;
 out:
     cli_metrics_close(&metrics);
+    cli_partial_close(&part);
+    resnet_run_free(&pr);
     resnet_run_free(&r);
     resnet_set_free(&train);
     resnet_set_free(&test);

@@ -30,8 +30,7 @@ static hx_status add_optimizer(hx_graph *g, const resnet_model *m, const resnet_
     return st ? st : pop;
 }
 
-hx_status resnet_run_create(const resnet_config *c, const resnet_optim *o,
-                            const hx_session_config *sc, resnet_run *r)
+hx_status resnet_run_graph(const resnet_config *c, const resnet_optim *o, resnet_run *r)
 {
     memset(r, 0, sizeof *r);
     r->g = hx_graph_create();
@@ -40,6 +39,14 @@ hx_status resnet_run_create(const resnet_config *c, const resnet_optim *o,
     if (!st) st = hx_graph_pop_target(r->g);
     if (!st) st = hx_graph_backward(r->g, r->m.loss);
     if (!st) st = add_optimizer(r->g, &r->m, o);
+    if (st) resnet_run_free(r);
+    return st;
+}
+
+hx_status resnet_run_create(const resnet_config *c, const resnet_optim *o,
+                            const hx_session_config *sc, resnet_run *r)
+{
+    hx_status st = resnet_run_graph(c, o, r);
     if (!st) st = hx_session_create(r->g, sc, &r->s);
     if (st) resnet_run_free(r);
     return st;

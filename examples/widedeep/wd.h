@@ -39,6 +39,7 @@ typedef struct wd_options {
     const char *deep_on_disk;  /* the deep table's row store file (a table on disk), or NULL */
     size_t deep_cache_bytes;   /* its host cache */
     bool quiet;                /* no progress output */
+    bool partial_batch;        /* train the short last batch of each epoch too */
     int shards;                /* > 0: tables sharded over that many MPI ranks (mpirun -np),
                                   the MLP data parallel; 0: one process */
     hx_comm *comm;             /* --shards: the world's communicator (wd_shards_start) */
@@ -64,7 +65,7 @@ void wd_features_free(wd_features *wf);
 /* One batch as the graph feeds it, for a fixed batch size B. */
 typedef struct wd_feed {
     int64_t n;                 /* real rows (<= B); rows n..B-1 repeat row 0 and are left out
-                                  of metrics (training uses full batches only) */
+                                  of metrics; a short batch trains its n rows alone */
     float *dense;              /* (B, dense_dim) */
     int64_t *deep_ids;         /* (B, n_deep) rows of the deep table */
     int64_t *wide_ids;         /* (B * n_wide) */
@@ -83,8 +84,13 @@ typedef struct wd_model {
     hx_tensor *dense, *deep_ids, *wide_ids, *wide_offsets, *labels;
     hx_tensor *loss;           /* mean sigmoid cross-entropy */
     hx_tensor *prob;           /* (B) predicted probabilities */
+    bool borrowed;             /* the tables are another model's (a twin) */
 } wd_model;
 hx_status wd_model_build(const wd_options *o, const wd_features *wf, wd_model *m);
+/* The same graph at another batch over the tables of model `of`, which
+ * must outlive m (--partial-batch: the short last batch's model). */
+hx_status wd_model_build_twin(const wd_options *o, const wd_features *wf, const wd_model *of,
+                              int64_t batch, wd_model *m);
 void wd_model_free(wd_model *m);
 
 /* The feeds of one batch for m. */
@@ -99,9 +105,9 @@ typedef struct wd_input {
 } wd_input;
 /* Reads r once (then rewinds it): HX_OK, or HX_ERR_INVALID_ARGUMENT with a
  * message in msg when the file at path cannot train (test false: no good
- * row, fewer than `batch`) or be scored (test: no row, labels of one class),
- * or the reader's error. */
-hx_status wd_input_check(hx_reader *r, const char *path, int64_t batch, bool test,
+ * row, fewer than `batch` unless partial) or be scored (test: no row,
+ * labels of one class), or the reader's error. */
+hx_status wd_input_check(hx_reader *r, const char *path, int64_t batch, bool partial, bool test,
                          wd_input *out, char *msg, size_t msg_len);
 
 /* Metrics over scored examples. */

@@ -26,6 +26,8 @@ static const char usage[] =
     "  --data DIR              folder with adult.data and adult.test (data/adult: the\n"
     "                          source tree's, else the installed PREFIX/share/hetex/data/adult)\n"
     "  --epochs N --batch N    (10, 256)\n"
+    "  --partial-batch         train the short last batch of each epoch too (without it\n"
+    "                          its rows are left out, and fewer rows than --batch is an error)\n"
     "  --accelerator auto|cuda|emu|none   where the MLP runs (auto)\n"
     "  --placement expert|auto|host   the MLP on the device; every op placed by the\n"
     "                          measured cost model; or all on the host (expert)\n"
@@ -87,6 +89,7 @@ static int parse(int argc, char **argv, wd_options *o)
         CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
         CLI_FLAG_CHOICE("--placement", &place, "expert|auto|host"),
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
+        CLI_FLAG_SWITCH("--partial-batch", &o->partial_batch),
         CLI_FLAG_NUM("--shards", CLI_INT, &o->shards, 1, 4096),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
     };
@@ -99,6 +102,9 @@ static int parse(int argc, char **argv, wd_options *o)
     static char data[4096];
     if (!strcmp(o->data, wd_options_default().data)) o->data = cli_data_path(o->data, data, sizeof data);
     o->embedding_optimizer = emb ? HX_EMBEDDING_OPTIMIZER_LAZY_ADAM : HX_EMBEDDING_OPTIMIZER_ADAGRAD;
+    if (o->partial_batch && o->shards)
+        return cli_flag_error("widedeep", "--partial-batch with --shards is not built: a short "
+                              "batch does not split evenly over the ranks; leave one out");
     if (o->save && !cli_check_output("widedeep", "--save", o->save, CLI_PATH_DIR)) return 2;
     if (o->trace && !cli_check_output("widedeep", "--trace", o->trace, CLI_PATH_FILE)) return 2;
     if (o->curve && !cli_check_output("widedeep", "--curve", o->curve, CLI_PATH_FILE)) return 2;
@@ -115,9 +121,13 @@ typedef struct job {
     hx_reader_config train_cfg, test_cfg;
     hx_reader *train, *test;
     int64_t train_rows;  /* good rows of the training file (its check) */
+    int64_t steps;       /* steps an epoch: the full batches, and the short one with
+                            --partial-batch */
     wd_features wf;
     wd_model m;
     hx_session *s;
+    wd_model pm;         /* --partial-batch: the model at the short batch, over m's tables */
+    cli_partial part;    /* and its session */
     wd_feed fd, fd_next; /* this step's batch and the next one's (read ahead) */
     float *probs, *labels; /* the test set's, grown as read */
     int64_t scored_cap;
@@ -129,23 +139,27 @@ typedef struct job {
     char msg[1200];      /* the example's own errors (else hx_last_error()) */
 } job;
 
-/* The next full batch of the training file into fd; *got false at its end. */
-static hx_status next_full(job *j, wd_feed *fd, bool *got)
+/* The next batch of the training file into fd (the short last one with
+ * --partial-batch only); *got false at its end. */
+static hx_status next_batch(job *j, wd_feed *fd, bool *got)
 {
     const hx_batch *b;
     hx_status st;
     *got = false;
     while (!(st = hx_reader_next(j->train, &b)) && b) {
-        if (b->n < j->o.batch) continue; /* the partial last batch */
+        if (b->n < j->o.batch && !j->o.partial_batch) continue; /* the short last batch */
         *got = true;
         return wd_feed_fill(&j->wf, b, j->o.batch, fd);
     }
     return st;
 }
 
-/* One pass over the training file: full batches only. The next batch is
- * read before the step runs, and its deep ids handed to the deep table,
- * which reads their rows from disk meanwhile when it lives there. */
+/* One pass over the training file: its full batches, and with
+ * --partial-batch the short last one in its own session. The epoch's loss
+ * is the mean over its rows (each batch's mean weighted by its rows). The
+ * next batch is read before the step runs, and its deep ids handed to the
+ * deep table, which reads their rows from disk meanwhile when it lives
+ * there. */
 static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examples_per_s,
                              int64_t *steps)
 {
@@ -160,23 +174,31 @@ static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examp
     int64_t rows = 0, batches = 0;
     wd_feed *cur = &j->fd, *next = &j->fd_next;
     bool got, got_next;
-    hx_status st = next_full(j, cur, &got);
+    hx_status st = next_batch(j, cur, &got);
     while (!st && got) {
-        if ((st = next_full(j, next, &got_next))) return st;
+        if ((st = next_batch(j, next, &got_next))) return st;
         if (got_next &&
             (st = hx_embedding_table_prefetch(j->m.deep, next->deep_ids, o->batch * j->wf.n_deep)))
             return st;
         wd_feeds_slice(&j->m, cur, j->lb, j->rank, &j->wf, feeds);
         float loss;
         hx_fetch fetch = {NULL, j->m.loss, &loss, sizeof loss};
-        if ((st = hx_session_run(j->s, feeds, WD_N_FEEDS, &fetch, 1, HX_RUN_TRAIN))) return st;
-        sum += loss;
+        if (cur->n < o->batch) { /* --partial-batch: the short last batch */
+            wd_feeds(&j->pm, cur, cur->n, &j->wf, feeds);
+            fetch.tensor = j->pm.loss;
+            st = cli_partial_step(&j->part, j->s, 1, feeds, WD_N_FEEDS, &fetch, 1);
+        } else {
+            st = hx_session_run(j->s, feeds, WD_N_FEEDS, &fetch, 1, HX_RUN_TRAIN);
+        }
+        if (st) return st;
+        sum += (double)loss * (double)cur->n;
         rows += cur->n;
         batches++;
-        cli_progress_update(&bar, (double)rows, sum / (double)batches);
+        cli_progress_update(&bar, (double)rows, sum / (double)rows);
         cli_metrics_begin(&j->metrics, "step");
         cli_metrics_int(&j->metrics, "epoch", epoch);
-        cli_metrics_int(&j->metrics, "step", (epoch - 1) * (j->train_rows / o->batch) + batches);
+        cli_metrics_int(&j->metrics, "step", (epoch - 1) * j->steps + batches);
+        cli_metrics_int(&j->metrics, "rows", cur->n);
         cli_metrics_num(&j->metrics, "loss", loss);
         if (!cli_metrics_end(&j->metrics)) return HX_ERR_IO;
         cli_interrupt_tick();
@@ -192,7 +214,7 @@ static hx_status train_epoch(job *j, int epoch, double *mean_loss, double *examp
     }
     cli_progress_end(&bar);
     if (st) return st;
-    *mean_loss = sum / (double)batches; /* the input check saw at least one batch */
+    *mean_loss = sum / (double)rows; /* the input check saw at least one batch */
     *examples_per_s = (double)rows / (cli_now() - bar.t0);
     *steps = batches;
     return hx_reader_rewind(j->train);
@@ -263,8 +285,9 @@ static hx_status save(const job *j, int epochs_done)
     if (!st) st = hx_embedding_table_save(j->m.wide, cli_ckpt_file(&c, "wide"));
     const char *p = st ? NULL : cli_ckpt_file(&c, "meta");
     FILE *f = p ? fopen(p, "w") : NULL;
-    bool ok = f && fprintf(f, "hetex widedeep checkpoint 2\nepochs %d\nseed %llu\nbatch %lld\n",
-                           epochs_done, (unsigned long long)j->o.seed, (long long)j->o.batch) > 0;
+    bool ok = f && fprintf(f, "hetex widedeep checkpoint 2\nepochs %d\nseed %llu\nbatch %lld\n%s",
+                           epochs_done, (unsigned long long)j->o.seed, (long long)j->o.batch,
+                           j->o.partial_batch ? "partial-batch\n" : "") > 0;
     if (f && fclose(f)) ok = false;
     if (st || !ok) {
         if (!st) fprintf(stderr, "hetex widedeep: cannot write '%s'\n", p);
@@ -284,17 +307,20 @@ static hx_status resume(job *j)
     int epochs = -1;
     unsigned long long seed = 0;
     long long batch = 0;
+    char partial[16] = "";
     bool ok = f && fscanf(f, "hetex widedeep checkpoint 2\nepochs %d\nseed %llu\nbatch %lld",
                           &epochs, &seed, &batch) == 3;
+    if (ok && fscanf(f, " %15s", partial) == 1 && strcmp(partial, "partial-batch")) ok = false;
     if (f) fclose(f);
     if (!ok || epochs < 0 || epochs > 100000) {
         snprintf(j->msg, sizeof j->msg, "--resume '%s' is not a widedeep checkpoint folder (its "
                  "meta file is missing or not one)", dir);
         return HX_ERR_CORRUPT;
     }
-    if (seed != j->o.seed || batch != j->o.batch) {
-        snprintf(j->msg, sizeof j->msg, "--resume '%s' was made with --seed %llu --batch %lld; "
-                 "resume with the same", dir, seed, batch);
+    if (seed != j->o.seed || batch != j->o.batch || !*partial != !j->o.partial_batch) {
+        snprintf(j->msg, sizeof j->msg, "--resume '%s' was made with --seed %llu --batch %lld%s; "
+                 "resume with the same", dir, seed, batch,
+                 *partial ? " --partial-batch" : " and without --partial-batch");
         return HX_ERR_INVALID_ARGUMENT;
     }
     snprintf(p, sizeof p, "%s/session", dir);
@@ -353,10 +379,14 @@ static hx_status setup(job *j)
     j->lb = o->batch / (o->shards ? o->shards : 1);
     if (!st) st = hx_reader_open(path, &j->train_cfg, &j->train);
     if (!st) st = hx_reader_open(test_path, &j->test_cfg, &j->test);
-    if (!st) st = wd_input_check(j->train, path, o->batch, false, &train, j->msg, sizeof j->msg);
-    if (!st) st = wd_input_check(j->test, test_path, o->batch, true, &test, j->msg, sizeof j->msg);
+    if (!st) st = wd_input_check(j->train, path, o->batch, o->partial_batch, false, &train, j->msg,
+                                 sizeof j->msg);
+    if (!st) st = wd_input_check(j->test, test_path, o->batch, false, true, &test, j->msg,
+                                 sizeof j->msg);
     if (st) return st;
     j->train_rows = train.rows;
+    int64_t short_rows = o->partial_batch ? train.rows % o->batch : 0;
+    j->steps = train.rows / o->batch + (short_rows > 0);
     if (*train.malformed_text) printf("hetex widedeep: '%s': %s\n", path, train.malformed_text);
     if (*test.malformed_text) printf("hetex widedeep: '%s': %s\n", test_path, test.malformed_text);
     if (!st) st = wd_features_fit(j->train, &j->train_cfg, o->cross_buckets, &j->wf);
@@ -371,6 +401,13 @@ static hx_status setup(job *j)
     sc.accelerator = o->accelerator;
     sc.auto_placement = o->placement == HX_TARGET_AUTO;
     sc.comm = o->comm;
+    if (!st && short_rows) { /* before the trace is set: it records the main session */
+        st = wd_model_build_twin(&lo, &j->wf, &j->m, short_rows, &j->pm);
+        if (!st && !cli_partial_open(&j->part, "widedeep", j->pm.g, &sc)) {
+            snprintf(j->msg, sizeof j->msg, "--partial-batch: the short batch's session (said above)");
+            st = HX_ERR_INVALID_ARGUMENT;
+        }
+    }
     if (o->trace) setenv("HX_TRACE", o->trace, 1);
     if (!st) st = hx_session_create(j->m.g, &sc, &j->s);
     if (!st && o->resume) st = resume(j);
@@ -379,6 +416,8 @@ static hx_status setup(job *j)
 
 static void teardown(job *j)
 {
+    cli_partial_close(&j->part);
+    wd_model_free(&j->pm); /* before m, whose tables it uses */
     hx_session_free(j->s);
     wd_model_free(&j->m);
     wd_feed_free(&j->fd);
@@ -412,9 +451,14 @@ int wd_main(int argc, char **argv)
     if (!cli_metrics_open(&j.metrics, "widedeep", o->metrics, o->tensorboard, j.epochs_done > 0)) goto out;
     printf("hetex widedeep: %s, batch %lld, %d epochs%s\n", o->data, (long long)o->batch, o->epochs,
            j.epochs_done ? " (resumed)" : "");
-    if (j.train_rows % o->batch)
+    if (j.train_rows % o->batch && o->partial_batch)
+        printf("hetex widedeep: %lld full batches and a short one of %lld rows an epoch "
+               "(--partial-batch): all %lld rows trained\n", (long long)(j.train_rows / o->batch),
+               (long long)(j.train_rows % o->batch), (long long)j.train_rows);
+    else if (j.train_rows % o->batch)
         printf("hetex widedeep: %lld full batches an epoch; the %lld rows past them (a partial "
-               "batch, other rows each epoch as they are shuffled) are not trained on\n",
+               "batch, other rows each epoch as they are shuffled) are not trained on "
+               "(--partial-batch trains them)\n",
                (long long)(j.train_rows / o->batch), (long long)(j.train_rows % o->batch));
     if (o->shards)
         printf("hetex widedeep: %d ranks, %lld rows of each batch per rank; tables sharded row-wise, "
@@ -462,7 +506,7 @@ int wd_main(int argc, char **argv)
         if (curve) fprintf(curve, "%d,%.6f,%.6f,%.6f,%.6f\n", e, loss, m.log_loss, m.auc, m.accuracy);
         cli_metrics_begin(&j.metrics, "epoch");
         cli_metrics_int(&j.metrics, "epoch", e);
-        cli_metrics_int(&j.metrics, "step", e * (j.train_rows / o->batch));
+        cli_metrics_int(&j.metrics, "step", e * j.steps);
         cli_metrics_num(&j.metrics, "train_loss", loss);
         cli_metrics_num(&j.metrics, "test_loss", m.log_loss);
         cli_metrics_num(&j.metrics, "test_auc", m.auc);

@@ -1,8 +1,9 @@
 /* The input check before training: one pass over a file through its
  * reader, so that input that cannot train (an empty file, one whose every
- * row is malformed, fewer rows than one batch, a test set of one class,
- * where AUC means nothing) is an error naming the file and the flag to
- * change, and the rows skipped as malformed are counted per reason. */
+ * row is malformed, fewer rows than one batch without --partial-batch, a
+ * test set of one class, where AUC means nothing) is an error naming the
+ * file and the flag to change, and the rows skipped as malformed are
+ * counted per reason. */
 #include "wd.h"
 
 #include <stdio.h>
@@ -29,7 +30,7 @@ static void malformed_text(const hx_reader_stats *rs, char *buf, size_t n)
                  rs->first_malformed);
 }
 
-hx_status wd_input_check(hx_reader *r, const char *path, int64_t batch, bool test,
+hx_status wd_input_check(hx_reader *r, const char *path, int64_t batch, bool partial, bool test,
                          wd_input *out, char *msg, size_t msg_len)
 {
     memset(out, 0, sizeof *out);
@@ -53,10 +54,10 @@ hx_status wd_input_check(hx_reader *r, const char *path, int64_t batch, bool tes
                  out->malformed_text);
         return HX_ERR_INVALID_ARGUMENT;
     }
-    if (!test && rs.rows < batch) {
+    if (!test && !partial && rs.rows < batch) {
         snprintf(msg, msg_len, "%s '%s' has %lld rows, fewer than one batch of %lld: give "
-                 "--batch %lld or less", flag, path, (long long)rs.rows, (long long)batch,
-                 (long long)rs.rows);
+                 "--batch %lld or less, or --partial-batch to train them as one short batch",
+                 flag, path, (long long)rs.rows, (long long)batch, (long long)rs.rows);
         return HX_ERR_INVALID_ARGUMENT;
     }
     if (test && (out->positives == 0 || out->positives == rs.rows)) {

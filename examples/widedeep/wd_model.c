@@ -66,16 +66,16 @@ static hx_status tables(const wd_options *o, const wd_features *wf, wd_model *m)
     return hx_embedding_table_create(&ec, &m->wide);
 }
 
-hx_status wd_model_build(const wd_options *o, const wd_features *wf, wd_model *m)
+/* The graph at batch B over m's tables. */
+static hx_status graph(const wd_options *o, const wd_features *wf, int64_t B, wd_model *m)
 {
-    memset(m, 0, sizeof *m);
-    hx_status st = tables(o, wf, m);
-    if (st || !(m->g = hx_graph_create())) {
+    hx_status st;
+    if (!(m->g = hx_graph_create())) {
         wd_model_free(m);
-        return st ? st : HX_ERR_OUT_OF_MEMORY;
+        return HX_ERR_OUT_OF_MEMORY;
     }
     hx_graph *g = m->g;
-    int64_t B = o->batch, K = wf->n_deep, E = o->deep_dim, W = wf->shape.n_wide;
+    int64_t K = wf->n_deep, E = o->deep_dim, W = wf->shape.n_wide;
     int64_t D = wf->shape.dense_dim;
     int64_t dense_s[2] = {B, D}, deep_s[2] = {B, K}, wide_s[1] = {B * W}, row_s[1] = {B};
     m->dense = hx_graph_input(g, "dense", HX_DTYPE_F32, 2, dense_s);
@@ -116,11 +116,31 @@ fail:
     return st;
 }
 
+hx_status wd_model_build(const wd_options *o, const wd_features *wf, wd_model *m)
+{
+    memset(m, 0, sizeof *m);
+    hx_status st = tables(o, wf, m);
+    if (st) {
+        wd_model_free(m);
+        return st;
+    }
+    return graph(o, wf, o->batch, m);
+}
+
+hx_status wd_model_build_twin(const wd_options *o, const wd_features *wf, const wd_model *of,
+                              int64_t batch, wd_model *m)
+{
+    *m = (wd_model){.deep = of->deep, .wide = of->wide, .borrowed = true};
+    return graph(o, wf, batch, m);
+}
+
 void wd_model_free(wd_model *m)
 {
     hx_graph_free(m->g); /* before the tables it uses */
-    hx_embedding_table_free(m->deep);
-    hx_embedding_table_free(m->wide);
+    if (!m->borrowed) {
+        hx_embedding_table_free(m->deep);
+        hx_embedding_table_free(m->wide);
+    }
     memset(m, 0, sizeof *m);
 }
 
