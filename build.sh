@@ -5,8 +5,10 @@
 #                              ARGS: -L sched, -R NAME, ...; labels: docs/testing.md)
 #   ./build.sh run             the main job: wide & deep on data/adult (hetex widedeep)
 #   ./build.sh bench [NAME]    run one benchmark (JSON lines on stdout); no NAME: list them
-#   ./build.sh plot METRICS... draw each --metrics file of a training run as METRICS.png
-#                              (hetex plot, through gnuplot)
+#   ./build.sh plot [METRICS...]  no METRICS: draw every benchmark result bench/results/
+#                              *.json into bench/results/plots/ and link each PNG from the
+#                              results' .md; else each --metrics file of a training run
+#                              as METRICS.png (hetex plot, through gnuplot)
 #   ./build.sh install --prefix DIR
 #   ./build.sh sanitize [address,undefined|thread] [ARGS]   test suite in a sanitizer
 #                              build (thread: the tests labelled sched)
@@ -140,6 +142,31 @@ list_benches() {
   echo "  gpt-peer   hetex gpt against the same model in PyTorch on the CPU, interleaved (bench/gpt_peer.sh)"
 }
 
+# Every bench/results/*.json drawn (hetex plot --bench) into
+# bench/results/plots/; a PNG no .md there links yet gets a line in the .md
+# of its results file's name (the others are linked by hand from the .md
+# that discusses them).
+plot_benches() {
+  local out=bench/results/plots f png stem md
+  mkdir -p "$out"
+  for f in bench/results/*.json; do
+    "$bdir/hetex" plot --bench "$f" --output-dir "$out" >"$out/.made" || { rm -f "$out/.made"; exit 1; }
+    stem=$(basename "$f" .json)
+    sed -n "s|^hetex plot: '$out/\(.*\.png\)': .*|\1|p" "$out/.made" | while read -r png; do
+      md=bench/results/$stem.md
+      if grep -qF "(plots/$png)" bench/results/*.md; then continue; fi
+      if [ -f "$md" ]; then
+        printf '\n![%s, drawn by ./build.sh plot](plots/%s)\n' "${png%.png}" "$png" >>"$md"
+        echo "build.sh plot: linked plots/$png from $md"
+      else
+        echo "build.sh plot: plots/$png: no $md; link it from the .md that discusses $f" >&2
+      fi
+    done
+    cat "$out/.made"
+  done
+  rm -f "$out/.made"
+}
+
 cmd=${1:-build}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -199,8 +226,8 @@ case "$cmd" in
     [ -f "bench/bench_$name.c" ] || HETEX="$bdir/hetex" exec bash "$script" "$@"
     exec "$bdir/bench_$name" "$@" ;;
   plot)
-    [ $# -gt 0 ] || { echo "usage: ./build.sh plot METRICS... (files of hetex gpt|widedeep|resnet|mlp --metrics)" >&2; exit 2; }
     build "$bdir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    [ $# -gt 0 ] || { plot_benches; exit 0; }
     for f in "$@"; do "$bdir/hetex" plot "$f"; done ;;
   install)
     prefix=""
@@ -222,5 +249,5 @@ case "$cmd" in
       echo "build.sh: no Graphviz 'dot' (apt-get install graphviz): docs/architecture.svg not redrawn" >&2
     fi
     exec .ci/check_arrows.sh ;;
-  *) echo "usage: ./build.sh [build|test|run|bench [NAME]|plot METRICS...|install --prefix DIR|sanitize [KIND]|arrows|fuzz NAME|all SECONDS|fuzz-seeds]" >&2; exit 2 ;;
+  *) echo "usage: ./build.sh [build|test|run|bench [NAME]|plot [METRICS...]|install --prefix DIR|sanitize [KIND]|arrows|fuzz NAME|all SECONDS|fuzz-seeds]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,267 @@
+/* hetex plot --bench: a benchmark's results (bench/results/NAME.json, one
+ * JSON object a line) drawn as the pictures the table below defines for
+ * its benchmark, which the file's name starts with. Each benchmark's
+ * numbers mean something of their own (a ratio to the ceiling measured in
+ * the same run, a rate, bytes against ranks), so each row says which lines,
+ * which fields and what kind of picture, and its title says what the
+ * numbers are against. */
+#include "plot.h"
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bench_plot {
+    const char *file;   /* the results file's name starts with this */
+    const char *part;   /* the PNG is NAME<part>.png */
+    const char *where;  /* "key=value": only such lines (NULL: all) */
+    const char *x;      /* BARS: the fields naming a bar's group; LINES: the numeric x field */
+    const char *series; /* the fields naming a series (NULL: one series per y field) */
+    const char *y;      /* the fields drawn, a series each ("a,b"), or one series of the
+                           first a line has ("a|b"); lines with none are left out */
+    plot_kind kind;
+    double ref;         /* a line across at this y: 1 where y is a ratio to a ceiling */
+    const char *ylabel, *title;
+} bench_plot;
+
+#define RATIO(f, part, where, x, series, y, what, title) \
+    {f, part, where, x, series, y, PLOT_BARS, 1, what, title}
+#define BARS(f, part, where, x, series, y, what, title) \
+    {f, part, where, x, series, y, PLOT_BARS, 0, what, title}
+#define LINES(f, part, where, x, series, y, what, title) \
+    {f, part, where, x, series, y, PLOT_LINES, 0, what, title}
+
+static const bench_plot table[] = {
+    RATIO("conv-", "", "bench=conv", "case,direction", NULL, "fraction_of_sgemm",
+          "GFLOP/s over sgemm's", "conv2d: GFLOP/s over sgemm's in the same run (line at 1: the sgemm ceiling)"),
+    BARS("conv-", "-vs-torch", NULL, "case,direction", "bench", "gflops", "GFLOP/s",
+         "conv2d GFLOP/s: hetex (conv) against PyTorch (conv_torch) in the same run"),
+    RATIO("cuda-", "", NULL, "case,dtype,M", NULL, "ratio_to_cublas|ratio_to_memcpy|pinned_ratio",
+          "ratio to the ceiling", "CUDA kernels over their ceiling in the same run (gemm: "
+          "cuBLAS; elementwise: a device memcpy; copies: raw pinned cudaMemcpy)"),
+    RATIO("dispatch-", "", NULL, "case,backend,threads", NULL, "ratio_to_plain",
+          "plain loop's time over hetex's", "op dispatch: speed as a fraction of a plain C loop "
+          "over the same ops in the same run (line at 1: the loop)"),
+    RATIO("embedding-", "", NULL, "case,ids", "threads", "x_gather", "time over a gather's",
+          "embedding ops: time over a plain gather of the same ids in the same run (line at 1: "
+          "the gather)"),
+    BARS("embedding-ssd-", "", NULL, "case,ids", NULL, "samples_per_s", "samples/s",
+         "a table of twice the RAM: on disk behind a cache (ssd), in memory, and on a backing file"),
+    BARS("gpt-capacity-", "", NULL, "case", "capacity_mib", "params_over_none",
+         "parameters over no offload's", "largest GPT that trains under a device cap: "
+         "parameters over no offload's (#2: a second run)"),
+    RATIO("gpt-", "", NULL, "case", NULL, "ratio", "GFLOP/s over sgemm's",
+          "GPT training step: GFLOP/s over the sgemm ceiling measured in the same run"),
+    RATIO("host-kernels-", "", "bench=vmath", "fn,n", NULL, "ratio_to_copy", "GB/s over a copy's",
+          "vector math: GB/s over a copy of the same bytes in the same run (line at 1: the copy)"),
+    BARS("host-kernels-", "-gpt-peer", "case=run", "config,dtype,rep", NULL,
+         "hetex_tokens_per_s,torch_tokens_per_s", "tokens/s",
+         "GPT on the CPU: hetex against PyTorch, runs interleaved"),
+    RATIO("house-before-after-", "-optim", "bench=optim", "case,threads", "tree", "ratio",
+          "GB/s over the ceiling's", "optimizer updates before and after the house moves: GB/s "
+          "over the same-shape ceiling"),
+    BARS("house-before-after-", "-gpt", "bench=gpt", "case", "tree", "tokens_per_s", "tokens/s",
+         "GPT training tokens/s before and after the house moves"),
+    BARS("house-before-after-", "-embedding", "bench=embedding", "case,ids,threads", "tree",
+         "samples_per_s", "samples/s", "embedding ops before and after the house moves"),
+    RATIO("memory-", "", NULL, "case", NULL, "pools_ratio,baseline_ratio",
+          "peak reserved over peak live", "device memory: peak reserved over peak live bytes "
+          "(line at 1: no waste), hetex's pools against a caching baseline"),
+    RATIO("offload-", "", NULL, "case,layers,cap", NULL, "throughput_vs_uncapped",
+          "steps/s over the uncapped run's", "parameter offload under a device cap: steps/s over "
+          "the uncapped run's in the same run (line at 1)"),
+    RATIO("optim-", "", NULL, "case,n,threads", NULL, "ratio", "GB/s over the ceiling's",
+          "optimizer updates: GB/s over the ceiling of the same memory access shape in the same run"),
+    RATIO("overlap-", "", "bench=overlap", "case,threads", NULL, "step_over_max",
+          "step time over the longer lane's", "host and device lanes: step time over the longer "
+          "lane's (line at 1: full overlap; #k: the k-th run)"),
+    RATIO("placement-", "", NULL, "graph,nodes", "device_speedup",
+          "auto_vs_best_single_side,auto_vs_best_manual", "automatic placement's time over the best other's",
+          "automatic placement: step time over the best single side's or hand placement's (line at 1: equal)"),
+    LINES("ps-", "", "rank=0", "ranks", "ids", "dedup_saving", "bytes without de-dup over with",
+          "sharded table lookups: bytes saved by de-duplicating ids, against ranks (rank 0)"),
+    LINES("ps-", "-rate", "rank=0", "ranks", "ids", "ratio_to_alone",
+          "lookups/s over a plain lookup's", "sharded table lookups: lookups/s over a plain "
+          "lookup's in the same run, against ranks (rank 0)"),
+    BARS("python-", "", NULL, "side,case", NULL, "us", "microseconds a call",
+         "binding overhead: microseconds a call from C (c) and Python (py); #k: the k-th run"),
+    BARS("recompute-", "", NULL, "mode", NULL, "largest_context,largest_layers",
+         "the largest that trains", "GPT under a 16 MiB device cap: the longest context and "
+         "the most layers that train, by activation policy"),
+    BARS("widedeep-", "", NULL, "case", NULL, "samples_per_s", "samples/s",
+         "wide & deep training: all on the host (none) and with the emulated device (emu)"),
+    LINES("zero-", "", "rank=0", "ranks", "stage", "model_state_bytes", "bytes",
+          "ZeRO: model-state bytes on rank 0 against ranks, by stage"),
+    LINES("zero-", "-comm", "rank=0", "ranks", "stage", "bytes_per_step", "bytes a step",
+          "ZeRO: bytes rank 0 sends a step against ranks, by stage"),
+};
+enum { N_ROWS = (int)(sizeof table / sizeof table[0]) };
+
+/* The value of field f as text: a string as it is, a number as "key N". */
+static void value(const plot_field *f, char *buf, size_t n)
+{
+    if (f->number) snprintf(buf, n, "%s %g", f->key, f->num);
+    else snprintf(buf, n, "%s", f->text);
+}
+
+/* The values of the comma-separated fields `keys` of a line, joined by
+ * spaces (fields the line lacks left out). */
+static void join(const plot_field *f, int n, const char *keys, char *buf, size_t len)
+{
+    size_t k = 0;
+    *buf = 0;
+    for (const char *c = keys; c && *c && k < len;) {
+        size_t w = strcspn(c, ",");
+        char key[48], v[128];
+        snprintf(key, sizeof key, "%.*s", (int)w, c);
+        const plot_field *x = plot_json_find(f, n, key);
+        if (x) {
+            value(x, v, sizeof v);
+            k += (size_t)snprintf(buf + k, len - k, "%s%s", k ? " " : "", v);
+        }
+        c += w + (c[w] == ',');
+    }
+}
+
+static bool selected(const plot_field *f, int n, const char *where)
+{
+    if (!where) return true;
+    char key[48], v[128];
+    size_t w = strcspn(where, "=");
+    snprintf(key, sizeof key, "%.*s", (int)w, where);
+    const plot_field *x = plot_json_find(f, n, key);
+    if (!x) return false;
+    if (x->number) snprintf(v, sizeof v, "%g", x->num);
+    else snprintf(v, sizeof v, "%s", x->text);
+    return !strcmp(v, where + w + 1);
+}
+
+/* One line's points for row r into p. false: out of memory. */
+static bool add_line(plot *p, const bench_plot *r, const plot_field *f, int n)
+{
+    if (!selected(f, n, r->where)) return true;
+    double x = 0;
+    if (r->kind == PLOT_LINES) {
+        const plot_field *xf = plot_json_find(f, n, r->x);
+        if (!xf || !xf->number) return true;
+        x = xf->num;
+    }
+    char group[128], name[192];
+    join(f, n, r->series, group, sizeof group);
+    bool first_of = strchr(r->y, '|') != NULL, drawn = false;
+    for (const char *c = r->y; *c && !drawn;) {
+        size_t w = strcspn(c, ",|");
+        char key[48];
+        snprintf(key, sizeof key, "%.*s", (int)w, c);
+        c += w + (c[w] != 0);
+        const plot_field *y = plot_json_find(f, n, key);
+        if (!y || !y->number) continue;
+        drawn = first_of;
+        if (r->kind == PLOT_BARS) {
+            char label[128];
+            join(f, n, r->x, label, sizeof label);
+            if ((x = plot_label(p, label)) < 0) continue; /* past the first 64 groups */
+        }
+        bool many_y = strchr(r->y, ',') != NULL;
+        if (first_of) snprintf(key, sizeof key, "%s", r->ylabel);
+        snprintf(name, sizeof name, "%s%s%s", many_y || !*group ? key : "",
+                 many_y && *group ? " " : "", group);
+        /* a group drawn already in this series: the same case again (another run) */
+        plot_series *s = NULL;
+        for (int k = 1; k < 100 && !s; k++) {
+            char title[224];
+            snprintf(title, sizeof title, k > 1 ? "%s #%d" : "%s", name, k);
+            s = plot_series_get(p, title);
+            for (int i = 0; s && r->kind == PLOT_BARS && i < s->n; i++)
+                if (s->x[i] == x) s = NULL;
+        }
+        if (s && !plot_add(p, s, x, y->num)) return false;
+    }
+    return true;
+}
+
+/* The rows for the file named `name`: those of the longest matching start. */
+static int rows_for(const char *name, const bench_plot **rows)
+{
+    size_t best = 0;
+    int n = 0;
+    for (int i = 0; i < N_ROWS; i++) {
+        size_t len = strlen(table[i].file);
+        if (strncmp(name, table[i].file, len) || len < best) continue;
+        if (len > best) best = len, n = 0;
+        rows[n++] = &table[i];
+    }
+    return n;
+}
+
+int plot_bench(const char *results, const char *out_dir)
+{
+    const char *slash = strrchr(results, '/'), *name = slash ? slash + 1 : results;
+    size_t len = strlen(name);
+    if (len < 6 || strcmp(name + len - 5, ".json")) {
+        fprintf(stderr, "hetex plot: '%s' is not a results file (bench/results/NAME.json)\n", results);
+        return CLI_EXIT_USAGE;
+    }
+    const bench_plot *rows[N_ROWS];
+    int n_rows = rows_for(name, rows);
+    if (!n_rows) {
+        fprintf(stderr, "hetex plot: '%s': no picture is defined for its benchmark; known: ", results);
+        for (int i = 0; i < N_ROWS; i++)
+            if (!i || strcmp(table[i].file, table[i - 1].file))
+                fprintf(stderr, "%s%s*.json", i ? ", " : "", table[i].file);
+        fprintf(stderr, " (add a row to the table in tools/plot_bench.c)\n");
+        return 1;
+    }
+    char dir[4096];
+    if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
+    else snprintf(dir, sizeof dir, "%.*splots", (int)(name - results), results);
+    FILE *f = fopen(results, "r");
+    if (!f) {
+        fprintf(stderr, "hetex plot: cannot read '%s': %s\n", results, strerror(errno));
+        return 1;
+    }
+    static plot p[N_ROWS];
+    for (int i = 0; i < n_rows; i++)
+        p[i] = (plot){.kind = rows[i]->kind, .xlabel = rows[i]->kind == PLOT_LINES ? rows[i]->x : "",
+                      .ylabel = rows[i]->ylabel, .ref = rows[i]->ref,
+                      .value_ticks = rows[i]->kind == PLOT_LINES};
+    char *buf = NULL;
+    size_t cap = 0;
+    long no = 0;
+    int rc = 0;
+    static plot_field fields[PLOT_MAX_FIELDS];
+    while (!rc && getline(&buf, &cap, f) > 0) {
+        no++;
+        int n = plot_json_fields(buf, fields, PLOT_MAX_FIELDS);
+        if (n < 0) {
+            fprintf(stderr, "hetex plot: '%s' line %ld is not a JSON object (results are one "
+                    "object a line; inf and nan are not JSON: write null)\n", results, no);
+            rc = 1;
+        }
+        for (int i = 0; i < n_rows && !rc; i++)
+            if (!add_line(&p[i], rows[i], fields, n)) rc = 1;
+    }
+    free(buf);
+    fclose(f);
+    for (int i = 0; i < n_rows && !rc; i++) {
+        char png[4400], title[600];
+        snprintf(png, sizeof png, "%s/%.*s%s.png", dir, (int)(len - 5), name, rows[i]->part);
+        snprintf(title, sizeof title, "%.*s: %s", (int)(len - 5), name, rows[i]->title);
+        if (!p[i].points) {
+            fprintf(stderr, "hetex plot: '%s': no line has a number for %s%s%s (tools/plot_bench.c's "
+                    "row for %s*.json)\n", results, rows[i]->y, rows[i]->where ? " where " : "",
+                    rows[i]->where ? rows[i]->where : "", rows[i]->file);
+            rc = 1;
+        } else if (!cli_check_output("plot", "--output-dir", png, CLI_PATH_FILE) ||
+                   !plot_draw(&p[i], png, title)) {
+            rc = 1;
+        } else {
+            printf("hetex plot: '%s': %d series, %ld points from '%s'\n", png, p[i].n, p[i].points,
+                   results);
+        }
+    }
+    for (int i = 0; i < n_rows; i++) plot_free(&p[i]);
+    return rc;
+}
