@@ -18,6 +18,7 @@ static const struct {
     {"max_device_memory", "--max-device-memory"},
     {"offload_config", "--offload-config"},
     {"n_threads", "--threads"},
+    {"hx_session_create (planning the training step)", "planning the training step"},
 };
 
 /* text to f with the library's words replaced. */

@@ -50,7 +50,8 @@ static void test_bad_input(void)
          {"has 10 rows, fewer than one batch of 256", "--batch 10"}},
         {{"widedeep", "--data", "$ONE_CLASS", "--threads", "2", "--batch", "64"}, 1,
          {"$ONE_CLASS/adult.test", "one class"}},
-        {{"widedeep", "--data", "/nonexistent"}, 1, {"/nonexistent/adult.data"}},
+        {{"widedeep", "--data", "/nonexistent"}, 1, {"/nonexistent/adult.data", "give --data DIR"}},
+        {{"gpt", "--data", "/nonexistent/x.txt"}, 1, {"/nonexistent/x.txt", "--data PATH"}},
         {{"gpt", "--data", "$SHORT"}, 1, {"$SHORT", "too short"}},
     };
     table(cases, (int)(sizeof cases / sizeof cases[0]));

@@ -15,7 +15,7 @@ static const struct {
     {"widedeep", wd_main, "train wide & deep on UCI Adult (examples/widedeep): host embeddings, device MLP"},
     {"gpt", gpt_main, "train a character-level GPT (examples/gpt) and report validation loss"},
     {"resnet", resnet_main, "train a small ResNet on Fashion-MNIST (examples/resnet) and report test accuracy"},
-    {"plot", hx_cmd_plot, "draw a training run's --metrics file as a PNG (gnuplot)"},
+    {"plot", hx_cmd_plot, "draw a --metrics file, or a benchmark's results (--bench), as PNGs"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -11,7 +11,8 @@ hx_status gpt_text_load(const char *path, gpt_text *t, char *msg, size_t msg_len
     memset(t, 0, sizeof *t);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(msg, msg_len, "cannot open '%s': %s", path, strerror(errno));
+        snprintf(msg, msg_len, "cannot open '%s': %s (give a text file with --data PATH)", path,
+                 strerror(errno));
         return HX_ERR_IO;
     }
     unsigned char *bytes = NULL;

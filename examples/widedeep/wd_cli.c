@@ -377,8 +377,10 @@ static hx_status setup(job *j)
     wd_input train, test;
     hx_status st = wd_shards_start(&j->o, &j->rank, j->msg, sizeof j->msg);
     j->lb = o->batch / (o->shards ? o->shards : 1);
-    if (!st) st = hx_reader_open(path, &j->train_cfg, &j->train);
-    if (!st) st = hx_reader_open(test_path, &j->test_cfg, &j->test);
+    if (!st && ((st = hx_reader_open(path, &j->train_cfg, &j->train)) ||
+                (st = hx_reader_open(test_path, &j->test_cfg, &j->test))) && st == HX_ERR_IO)
+        snprintf(j->msg, sizeof j->msg, "%s (give --data DIR, a folder holding adult.data and "
+                 "adult.test)", hx_last_error());
     if (!st) st = wd_input_check(j->train, path, o->batch, o->partial_batch, false, &train, j->msg,
                                  sizeof j->msg);
     if (!st) st = wd_input_check(j->test, test_path, o->batch, false, true, &test, j->msg,
