@@ -75,6 +75,10 @@ static void test_first_lines(void)
     static const test_hetex_case cases[] = {
         {{"widedeep", "--data", "$FEW", "--batch", "4", "--epochs", "1", "--accelerator", "none",
           "--quiet"}, 0, {"hetex widedeep: accelerator: none (asked for (--accelerator none)"}},
+        {{"widedeep", "--data", "$FEW", "--batch", "4", "--epochs", "1", "--accelerator", "emu",
+          "--max-device-memory", "3M", "--quiet"}, 0,
+         {"hetex widedeep: accelerator: emu, an emulated accelerator on the host's cores (asked "
+          "for (--accelerator emu)); device memory cap 3.0 MiB"}},
         {{"mlp", "--steps", "1", "--every", "1"}, 0, {"hetex mlp: accelerator: "}},
         {{"gpt", "--data", "$SHAKESPEARE", "--steps", "1", "--eval-iters", "1", "--layers", "1",
           "--accelerator", "emu", "--quiet"}, 0,

@@ -19,6 +19,7 @@ typedef struct wd_options {
     int reader_threads;
     uint64_t seed;
     hx_accelerator accelerator;
+    size_t max_device_memory;  /* the accelerator's memory cap; 0: the session's default */
     /* Where the MLP and the loss run: DEVICE (the expert split, the
      * default), CPU (all on the host), or AUTO (every op and parameter
      * left to automatic placement: hx_session_config.auto_placement). */

@@ -29,6 +29,7 @@ static const char usage[] =
     "  --partial-batch         train the short last batch of each epoch too (without it\n"
     "                          its rows are left out, and fewer rows than --batch is an error)\n"
     "  --accelerator auto|cuda|emu|none   where the MLP runs (auto)\n"
+    "  --max-device-memory N[K|M|G]   accelerator memory cap\n"
     "  --placement expert|auto|host   the MLP on the device; every op placed by the\n"
     "                          measured cost model; or all on the host (expert)\n"
     "  --threads N             session threads, 0: all cores (0)\n"
@@ -87,6 +88,7 @@ static int parse(int argc, char **argv, wd_options *o)
         CLI_FLAG_NUM("--deep-cache-bytes", CLI_BYTES, &o->deep_cache_bytes, 4096, 1ull << 40),
         CLI_FLAG_CHOICE("--embedding-optimizer", &emb, "adagrad|lazy-adam"),
         CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
+        CLI_FLAG_NUM("--max-device-memory", CLI_BYTES, &o->max_device_memory, 1 << 20, 0x1p44),
         CLI_FLAG_CHOICE("--placement", &place, "expert|auto|host"),
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
         CLI_FLAG_SWITCH("--partial-batch", &o->partial_batch),
@@ -401,6 +403,7 @@ static hx_status setup(job *j)
     sc.n_threads = o->threads;
     sc.seed = o->seed;
     sc.accelerator = o->accelerator;
+    sc.max_device_memory = o->max_device_memory; /* 0: the default cap */
     sc.auto_placement = o->placement == HX_TARGET_AUTO;
     sc.comm = o->comm;
     if (!st && short_rows) { /* before the trace is set: it records the main session */
