@@ -142,16 +142,17 @@ list_benches() {
   echo "  gpt-peer   hetex gpt against the same model in PyTorch on the CPU, interleaved (bench/gpt_peer.sh)"
 }
 
-# Every bench/results/*.json drawn (hetex plot --bench) into
+# Every bench/results/*.json and *.jsonl drawn (hetex plot --bench) into
 # bench/results/plots/; a PNG no .md there links yet gets a line in the .md
 # of its results file's name (the others are linked by hand from the .md
 # that discusses them).
 plot_benches() {
   local out=bench/results/plots f png stem md
   mkdir -p "$out"
-  for f in bench/results/*.json; do
+  for f in bench/results/*.json bench/results/*.jsonl; do
+    [ -e "$f" ] || continue
     "$bdir/hetex" plot --bench "$f" --output-dir "$out" >"$out/.made" || { rm -f "$out/.made"; exit 1; }
-    stem=$(basename "$f" .json)
+    stem=$(basename "${f%.jsonl}" .json)
     sed -n "s|^hetex plot: '$out/\(.*\.png\)': .*|\1|p" "$out/.made" | while read -r png; do
       md=bench/results/$stem.md
       if grep -qF "(plots/$png)" bench/results/*.md; then continue; fi

@@ -1,10 +1,11 @@
 #!/bin/sh
 # hetex plot --bench (what ./build.sh plot runs): every benchmark result in
-# bench/results/ draws its pictures (gnuplot exits 0, each file a PNG by its
-# signature and not empty), each is linked from a .md there and committed
-# in bench/results/plots/; a line that is not JSON (inf) is refused naming
-# the file and the line; a result file of an unknown benchmark, one without
-# the numbers its row draws, and gnuplot failing are each an error.
+# bench/results/ (*.json, *.jsonl) draws its pictures (gnuplot exits 0, each
+# file a PNG by its signature and not empty), each is linked from a .md
+# there and committed in bench/results/plots/; a line that is not JSON (inf)
+# is refused naming the file and the line; a result file of an unknown
+# benchmark, one without the numbers its row draws, and gnuplot failing are
+# each an error.
 # Usage: test_plot_bench.sh HETEX SOURCE_DIR
 set -u
 hetex=$1
@@ -22,7 +23,8 @@ check() { # condition-status message
 is_png() { [ -s "$1" ] && [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; }
 
 files=0
-for f in "$src"/bench/results/*.json; do
+for f in "$src"/bench/results/*.json "$src"/bench/results/*.jsonl; do
+  [ -e "$f" ] || continue
   files=$((files + 1))
   "$hetex" plot --bench "$f" --output-dir "$tmp" >"$tmp/out" 2>&1
   rc=$?

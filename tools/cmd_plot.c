@@ -17,7 +17,7 @@ static const char usage[] =
     "  METRICS                 a --metrics file of hetex gpt, widedeep, resnet or mlp\n"
     "  --output PNG            the picture (METRICS with .png in place of .jsonl)\n"
     "  --title TEXT            its title (the file's name)\n"
-    "  --bench                 METRICS is a benchmark's results (bench/results/NAME.json):\n"
+    "  --bench                 METRICS is a benchmark's results (bench/results/NAME.json[l]):\n"
     "                          draw what tools/plot_bench.c's table defines for it, as\n"
     "                          DIR/NAME[-PART].png (./build.sh plot draws them all)\n"
     "  --output-dir DIR        where those go (RESULTS' folder's plots/)\n";

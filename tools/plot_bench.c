@@ -1,5 +1,5 @@
-/* hetex plot --bench: a benchmark's results (bench/results/NAME.json, one
- * JSON object a line) drawn as the pictures the table below defines for
+/* hetex plot --bench: a benchmark's results (bench/results/NAME.json or
+ * .jsonl, one JSON object a line) drawn as the pictures the table below defines for
  * its benchmark, which the file's name starts with. Each benchmark's
  * numbers mean something of their own (a ratio to the ceiling measured in
  * the same run, a rate, bytes against ranks), so each row says which lines,
@@ -9,12 +9,14 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct bench_plot {
-    const char *file;   /* the results file's name starts with this */
+    const char *file;   /* the results file's name starts with this (or "a-|b-": one of them) */
     const char *part;   /* the PNG is NAME<part>.png */
     const char *where;  /* "key=value": only such lines (NULL: all) */
     const char *x;      /* BARS: the fields naming a bar's group; LINES: the numeric x field */
@@ -54,7 +56,7 @@ static const bench_plot table[] = {
          "parameters over no offload's (#2: a second run)"),
     RATIO("gpt-", "", NULL, "case", NULL, "ratio", "GFLOP/s over sgemm's",
           "GPT training step: GFLOP/s over the sgemm ceiling measured in the same run"),
-    RATIO("host-kernels-", "", "bench=vmath", "fn,n", NULL, "ratio_to_copy", "GB/s over a copy's",
+    RATIO("host-kernels-|vmath-", "", "bench=vmath", "fn,rows,n", NULL, "ratio_to_copy", "GB/s over a copy's",
           "vector math: GB/s over a copy of the same bytes in the same run (line at 1: the copy)"),
     BARS("host-kernels-", "-gpt-peer", "case=run", "config,dtype,rep", NULL,
          "hetex_tokens_per_s,torch_tokens_per_s", "tokens/s",
@@ -99,11 +101,14 @@ static const bench_plot table[] = {
 };
 enum { N_ROWS = (int)(sizeof table / sizeof table[0]) };
 
-/* The value of field f as text: a string as it is, a number as "key N". */
+/* The value of field f as text: a string as it is, a number as "key N"
+ * (whole numbers in full). */
 static void value(const plot_field *f, char *buf, size_t n)
 {
-    if (f->number) snprintf(buf, n, "%s %g", f->key, f->num);
-    else snprintf(buf, n, "%s", f->text);
+    if (!f->number) snprintf(buf, n, "%s", f->text);
+    else if (fabs(f->num) < 1e15 && f->num == (double)(int64_t)f->num)
+        snprintf(buf, n, "%s %lld", f->key, (long long)f->num);
+    else snprintf(buf, n, "%s %g", f->key, f->num);
 }
 
 /* The values of the comma-separated fields `keys` of a line, joined by
@@ -182,14 +187,26 @@ static bool add_line(plot *p, const bench_plot *r, const plot_field *f, int n)
     return true;
 }
 
+/* The length of the start of `starts` ("a-|b-") that name begins with, or 0. */
+static size_t start_of(const char *name, const char *starts)
+{
+    size_t best = 0;
+    for (const char *c = starts; *c;) {
+        size_t w = strcspn(c, "|");
+        if (!strncmp(name, c, w) && w > best) best = w;
+        c += w + (c[w] == '|');
+    }
+    return best;
+}
+
 /* The rows for the file named `name`: those of the longest matching start. */
 static int rows_for(const char *name, const bench_plot **rows)
 {
     size_t best = 0;
     int n = 0;
     for (int i = 0; i < N_ROWS; i++) {
-        size_t len = strlen(table[i].file);
-        if (strncmp(name, table[i].file, len) || len < best) continue;
+        size_t len = start_of(name, table[i].file);
+        if (!len || len < best) continue;
         if (len > best) best = len, n = 0;
         rows[n++] = &table[i];
     }
@@ -199,18 +216,20 @@ static int rows_for(const char *name, const bench_plot **rows)
 int plot_bench(const char *results, const char *out_dir)
 {
     const char *slash = strrchr(results, '/'), *name = slash ? slash + 1 : results;
-    size_t len = strlen(name);
-    if (len < 6 || strcmp(name + len - 5, ".json")) {
-        fprintf(stderr, "hetex plot: '%s' is not a results file (bench/results/NAME.json)\n", results);
+    const char *dot = strrchr(name, '.');
+    if (!dot || dot == name || (strcmp(dot, ".json") && strcmp(dot, ".jsonl"))) {
+        fprintf(stderr, "hetex plot: '%s' is not a results file (bench/results/NAME.json or "
+                ".jsonl)\n", results);
         return CLI_EXIT_USAGE;
     }
+    int stem = (int)(dot - name);
     const bench_plot *rows[N_ROWS];
     int n_rows = rows_for(name, rows);
     if (!n_rows) {
         fprintf(stderr, "hetex plot: '%s': no picture is defined for its benchmark; known: ", results);
         for (int i = 0; i < N_ROWS; i++)
             if (!i || strcmp(table[i].file, table[i - 1].file))
-                fprintf(stderr, "%s%s*.json", i ? ", " : "", table[i].file);
+                fprintf(stderr, "%s%s*", i ? ", " : "", table[i].file);
         fprintf(stderr, " (add a row to the table in tools/plot_bench.c)\n");
         return 1;
     }
@@ -247,11 +266,11 @@ int plot_bench(const char *results, const char *out_dir)
     fclose(f);
     for (int i = 0; i < n_rows && !rc; i++) {
         char png[4400], title[600];
-        snprintf(png, sizeof png, "%s/%.*s%s.png", dir, (int)(len - 5), name, rows[i]->part);
-        snprintf(title, sizeof title, "%.*s: %s", (int)(len - 5), name, rows[i]->title);
+        snprintf(png, sizeof png, "%s/%.*s%s.png", dir, stem, name, rows[i]->part);
+        snprintf(title, sizeof title, "%.*s: %s", stem, name, rows[i]->title);
         if (!p[i].points) {
             fprintf(stderr, "hetex plot: '%s': no line has a number for %s%s%s (tools/plot_bench.c's "
-                    "row for %s*.json)\n", results, rows[i]->y, rows[i]->where ? " where " : "",
+                    "row for %s*)\n", results, rows[i]->y, rows[i]->where ? " where " : "",
                     rows[i]->where ? rows[i]->where : "", rows[i]->file);
             rc = 1;
         } else if (!cli_check_output("plot", "--output-dir", png, CLI_PATH_FILE) ||
