@@ -88,6 +88,12 @@ struct hx_backend {
  *   exactly when every element is. The session scans device gradients with
  *   it before updates (Inf/NaN, and the global norm for clipping). */
 #define HX_KERNEL_SUMSQ ((hx_op)HX_OP_COUNT)
+/* HX_LOWERED_OP(kind) (graph.h, HX_OP_COUNT + 1 on): a lowered node, e.g.
+ * a convolution's im2col + conv_gemm as one cuDNN call. node is the
+ * lowered node as built (its attributes, and its sources' in the graph:
+ * the convolution's window is its im2col's), in[] its two lowered sources.
+ * A backend that has no such kernel returns NULL and the session runs the
+ * nodes as built. */
 
 hx_status hx__backend_cpu_create(hx_backend **out);
 

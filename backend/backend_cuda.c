@@ -57,6 +57,7 @@ struct hx_stream {
     int n_checks;
     uint64_t next_seq;
     hx_cuda_spans *spans; /* NULL: not traced */
+    void *dnn;            /* its cuDNN handle, made on first use (NULL: none yet) */
 };
 
 struct hx_event {
@@ -188,6 +189,9 @@ static void stream_free(hx_stream *s)
     if (s->cs) cudaStreamSynchronize(s->cs);
     hx__cuda_spans_free(s->spans);
     if (s->ctx.blas) cublasDestroy(s->ctx.blas);
+#ifdef HX_HAVE_CUDNN
+    hx_gk_cudnn_destroy(s->dnn);
+#endif
     for (int k = 0; k < 2; k++) {
         if (s->stage_free[k]) cudaEventDestroy(s->stage_free[k]);
         if (s->stage[k]) cudaFreeHost(s->stage[k]);
@@ -451,6 +455,29 @@ hx_status hx__cuda_scratch(const hx_tensor *node, size_t bytes)
     if (!st) s->ctx.scratch_bytes = grown;
     return st;
 }
+
+#ifdef HX_HAVE_CUDNN
+hx_status hx__cuda_dnn(const hx_tensor *node, void **handle)
+{
+    hx_stream *s = tls_stream;
+    if (!s->dnn) {
+        hx_gk_status st = hx_gk_cudnn_create(s->cs, &s->dnn);
+        if (st)
+            return hx__error(hx_gk_cudnn_is_oom(st) ? HX_ERR_DEVICE_OOM : HX_ERR_INTERNAL,
+                             "cuda backend: %s '%s': cudnnCreate: %s", hx__ops[node->op].name,
+                             node->name, hx_gk_cudnn_strerror(st));
+        if (hx__debug("placement")) {
+            const char *lib = NULL;
+            hx_gk_cudnn_load(&lib);
+            fprintf(stderr, "hetex: cuDNN %zu from %s (built against %zu) for a stream of cuda "
+                    "device %d\n", hx_gk_cudnn_version(), lib, hx_gk_cudnn_built_version(),
+                    s->be->device);
+        }
+    }
+    *handle = s->dnn;
+    return HX_OK;
+}
+#endif
 
 hx_status hx__cuda_index_check(const hx_tensor *node, const hx_tensor *ids, int64_t limit,
                                const char *what, uint64_t **slot)

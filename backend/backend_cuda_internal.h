@@ -20,6 +20,14 @@ hx_status hx__cuda_scratch(const hx_tensor *node, size_t bytes);
  * "label"). */
 hx_status hx__cuda_index_check(const hx_tensor *node, const hx_tensor *ids, int64_t limit,
                                const char *what, uint64_t **slot);
+#ifdef HX_HAVE_CUDNN
+/* The cuDNN handle of that stream, made on its first use and destroyed
+ * with the stream; errors name node. */
+hx_status hx__cuda_dnn(const hx_tensor *node, void **handle);
+/* The launcher of lowered op HX_LOWERED_OP(kind) (graph.h) on dtype dt, or
+ * NULL (backend_cuda_cudnn.c). */
+hx_launch_fn hx__cudnn_kernel(hx_op op, hx_dtype dt);
+#endif
 /* The status for a kernel's failure on node: the CUDA/cuBLAS text, with
  * HX_ERR_DEVICE_OOM for out-of-memory. */
 hx_status hx__cuda_fail(const hx_tensor *node, hx_gk_status st);

@@ -367,6 +367,9 @@ static bool takes(int dtypes, hx_dtype dt)
 hx_launch_fn hx__cuda_kernel(hx_op op, hx_dtype dt)
 {
     if (op == HX_KERNEL_SUMSQ) return takes(FLOAT, dt) ? sumsq : NULL;
+#ifdef HX_HAVE_CUDNN
+    if (op > HX_OP_COUNT) return hx__cudnn_kernel(op, dt);
+#endif
     if ((unsigned)op >= HX_OP_COUNT || hx__ops[op].host_only) return NULL;
     const cuda_op *k = &cuda_ops[op];
     return k->fn && takes(k->dtypes, dt) ? k->fn : NULL;

@@ -415,6 +415,7 @@ static hx_status emu_d2h(hx_backend *b, hx_stream *s, hx_d2h_copy c)
 static hx_launch_fn emu_kernel(const hx_backend *b, hx_op op, hx_dtype dt)
 {
     if (op == HX_KERNEL_SUMSQ) return scan_sumsq;
+    if ((unsigned)op >= HX_OP_COUNT) return NULL; /* no lowered kernels (graph.h) */
     return hx__ops[op].host_only ? NULL : hx__cpu_kernel(op);
 }
 

@@ -110,6 +110,13 @@ hx_k_window hx__window_of(const hx_tensor *y);
 /* conv_gemm and its backward: the GEMM shapes, from the columns tensor and
  * the weight's. */
 hx_k_conv_gemm hx__conv_gemm_of(const hx_tensor *y);
+/* A lowered convolution node (graph.h's lowering, kinds HX_LOWER_CONV2D*):
+ * the window over x (its im2col's attributes), output channels and groups. */
+typedef struct hx__conv_args {
+    hx_k_window win;
+    int64_t C_out, groups;
+} hx__conv_args;
+hx__conv_args hx__conv_lowered_of(const hx_tensor *y, hx_lower_kind kind);
 /* batchnorm and its backward: x's (N, C, S) and the run's mode. */
 hx_k_bn hx__batchnorm_of(const hx_exec *ex, const hx_tensor *y);
 

@@ -29,6 +29,20 @@ hx_k_conv_gemm hx__conv_gemm_of(const hx_tensor *y)
     return (hx_k_conv_gemm){cols->shape[0], G, w->shape[0] / G, cols->shape[1] / G, cols->shape[2]};
 }
 
+/* forward: conv_gemm(im2col, w), y (N, C_out, ..); backward data:
+ * col2im(conv_gemm_backward_cols(dy, w)); backward filter:
+ * conv_gemm_backward_w(dy, im2col), y (C_out, ..). */
+hx__conv_args hx__conv_lowered_of(const hx_tensor *y, hx_lower_kind kind)
+{
+    if (kind == HX_LOWER_CONV2D_BACKWARD_DATA) {
+        const hx_tensor *dcols = y->src[0];
+        return (hx__conv_args){hx__window_of(y), dcols->src[1]->shape[0], dcols->attr.i[0]};
+    }
+    const hx_tensor *cols = y->src[kind == HX_LOWER_CONV2D ? 0 : 1];
+    return (hx__conv_args){hx__window_of(cols), y->shape[kind == HX_LOWER_CONV2D ? 1 : 0],
+                           y->attr.i[0]};
+}
+
 hx_k_bn hx__batchnorm_of(const hx_exec *ex, const hx_tensor *y)
 {
     const hx_tensor *x = y->op == HX_OP_BATCHNORM ? y->src[0] : y->src[1];

@@ -2,7 +2,11 @@
  * through hx_gk_gemm vs a bare cublasGemmEx of the same shape; memory-bound
  * kernels (elementwise, rows, reductions, optimizer) vs a device-to-device
  * cudaMemcpy of the same bytes; host<->device copies through the backend
- * (pinned and pageable) vs the best bare cudaMemcpyAsync from pinned memory.
+ * (pinned and pageable) vs the best bare cudaMemcpyAsync from pinned memory;
+ * with cuDNN, the ResNet-20 example's convolutions (Fashion-MNIST, batch
+ * 128) through cuDNN (what a session on the device runs) against hetex's
+ * im2col + cuBLAS path (what runs without cuDNN), forward, backward data
+ * and backward filter, as cuDNN's speedup.
  * One JSON object per case on stdout. Without CUDA or a device it prints
  * one object saying why it skipped, and exits 0.
  *   bench_cuda [--quick] */
@@ -222,6 +226,71 @@ static void copy_cases(size_t n)
     b->destroy(b);
 }
 
+#ifdef HX_HAVE_CUDNN
+/* One conv of the ResNet-20 example in three directions: cuDNN (its
+ * workspace at most the columns' bytes, as in a session) against im2col +
+ * conv_gemm (forward), conv_gemm_backward_cols + col2im (data) and
+ * conv_gemm_backward_w on the forward's columns (filter). */
+static void conv_case(void *dnn, hx_kdtype dt, int64_t N, int64_t Ci, int64_t HW, int64_t Co,
+                      int64_t k, int64_t s)
+{
+    int64_t p = k / 2, OHW = (HW + 2 * p - k) / s + 1;
+    hx_k_window w = {N, Ci, HW, HW, OHW, OHW, k, k, s, s, p, p, 1, 1};
+    hx_k_conv_gemm g = {N, 1, Co, Ci * k * k, OHW * OHW};
+    hx_gk_conv cv = {w, Co, 1};
+    size_t es = hx_k_dtype_size(dt), cols_b = (size_t)(N * Ci * k * k * OHW * OHW) * es;
+    void *x = dev(N * Ci * HW * HW * es), *wt = dev(Co * Ci * k * k * es),
+         *y = dev(N * Co * OHW * OHW * es), *cols = dev(cols_b);
+    static const char *dirs[] = {"forward", "backward_data", "backward_filter"};
+    for (int d = HX_GK_CONV_FORWARD; d <= HX_GK_CONV_BACKWARD_FILTER; d++) {
+        size_t limit = cols_b < C.scratch_bytes ? cols_b : C.scratch_bytes, ws;
+        int algo;
+        TRY(hx_gk_conv_cudnn_algo(dnn, &C, dt, d, &cv, limit, &algo, &ws));
+        double t_dnn, t_hx;
+        void *out = d == HX_GK_CONV_FORWARD ? y : d == HX_GK_CONV_BACKWARD_DATA ? x : wt;
+        const void *a = d == HX_GK_CONV_FORWARD ? x : y, *b = d == HX_GK_CONV_BACKWARD_FILTER ? x : wt;
+        TIME(t_dnn, TRY(hx_gk_conv_cudnn(dnn, &C, dt, d, &cv, algo, ws, out, a, b)));
+        if (d == HX_GK_CONV_FORWARD)
+            TIME(t_hx, TRY(hx_gk_im2col(&C, dt, cols, x, &w)); TRY(hx_gk_conv_gemm(&C, dt, y, wt, cols, &g)));
+        else if (d == HX_GK_CONV_BACKWARD_DATA)
+            TIME(t_hx, TRY(hx_gk_conv_gemm_backward_cols(&C, dt, cols, y, wt, &g));
+                 TRY(hx_gk_col2im(&C, dt, x, cols, &w)));
+        else
+            TIME(t_hx, TRY(hx_gk_conv_gemm_backward_w(&C, dt, wt, y, cols, &g)));
+        printf("{\"bench\":\"cuda\",\"case\":\"conv_%s\",\"dtype\":\"%s\",\"N\":%lld,\"C\":%lld,"
+               "\"HW\":%lld,\"C_out\":%lld,\"k\":%lld,\"stride\":%lld,\"cudnn_algo\":%d,"
+               "\"cudnn_ws_bytes\":%zu,\"cudnn_s\":%.6e,\"im2col_cublas_s\":%.6e,"
+               "\"cudnn_speedup\":%.3f,\"cudnn_gflops\":%.1f}\n", dirs[d], dname(dt), (long long)N,
+               (long long)Ci, (long long)HW, (long long)Co, (long long)k, (long long)s, algo & 0xff,
+               ws, t_dnn, t_hx, t_hx / t_dnn, 2.0 * N * Co * OHW * OHW * Ci * k * k / t_dnn / 1e9);
+    }
+    cudaFree(x), cudaFree(wt), cudaFree(y), cudaFree(cols);
+}
+
+/* The ResNet-20 example's conv shapes (examples/resnet: widths 16, 32, 64 on
+ * 28 x 28 images; 1x1 stride-2 shortcuts), batch 128. */
+static void conv_cases(void)
+{
+    const char *lib;
+    void *dnn = NULL;
+    if (!hx_gk_cudnn_load(&lib) || hx_gk_cudnn_create(C.stream, &dnn)) {
+        printf("{\"bench\":\"cuda\",\"case\":\"conv\",\"skipped\":true,\"why\":\"cuDNN: %s\"}\n", lib);
+        return;
+    }
+    printf("{\"bench\":\"cuda\",\"case\":\"cudnn\",\"library\":\"%s\",\"version\":%zu}\n", lib,
+           hx_gk_cudnn_version());
+    static const int64_t shapes[][5] = {/* C, HW, C_out, k, stride */
+        {1, 28, 16, 3, 1}, {16, 28, 16, 3, 1}, {16, 28, 32, 3, 2}, {16, 28, 32, 1, 2},
+        {32, 14, 32, 3, 1}, {32, 14, 64, 3, 2}, {32, 14, 64, 1, 2}, {64, 7, 64, 3, 1}};
+    hx_kdtype dts[2] = {HX_K_F32, HX_K_BF16};
+    for (int d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            conv_case(dnn, dts[d], 128, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+                      shapes[i][4]);
+    hx_gk_cudnn_destroy(dnn);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     const char *why = NULL;
@@ -250,6 +319,9 @@ int main(int argc, char **argv)
     gpt_row_cases(HX_K_BF16);
     optim_case(quick ? (1 << 22) : (1 << 26));
     copy_cases(quick ? (64 << 20) : (256 << 20));
+#ifdef HX_HAVE_CUDNN
+    conv_cases();
+#endif
     return 0;
 }
 #endif

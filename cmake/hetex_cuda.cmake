@@ -68,4 +68,43 @@ if(HX_HAVE_CUDA)
   string(APPEND HX_CONFIG_DEPENDENCIES "find_dependency(CUDAToolkit)\n")
   # No -L: CUDA's library directory is the user's (or their linker's) to give.
   string(APPEND HX_PC_LIBS " -lcublas -lcudart -lstdc++")
+
+  # cuDNN for the device's convolutions (graph/lower.c, kernels/gpu/conv_cudnn.c):
+  # HX_CUDNN AUTO (default) uses it when cudnn.h (version 9) and libcudnn are
+  # found beside the CUDA toolkit (or under CUDNN_ROOT), ON requires it, OFF
+  # leaves it out; without it a conv on the device runs as im2col + cuBLAS.
+  set(HX_CUDNN AUTO CACHE STRING "Use cuDNN for convolutions on the device: AUTO (when found), ON, OFF")
+  set_property(CACHE HX_CUDNN PROPERTY STRINGS AUTO ON OFF)
+  set(HX_HAVE_CUDNN OFF)
+  if(NOT HX_CUDNN STREQUAL "OFF")
+    find_path(HX_CUDNN_INCLUDE_DIR cudnn_version.h
+      HINTS ${CUDNN_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
+    find_library(HX_CUDNN_LIBRARY cudnn
+      HINTS ${CUDNN_ROOT}/lib ${CUDNN_ROOT}/lib64 ${CUDAToolkit_LIBRARY_DIR})
+    set(HX_CUDNN_VERSION "")
+    if(HX_CUDNN_INCLUDE_DIR)
+      file(STRINGS ${HX_CUDNN_INCLUDE_DIR}/cudnn_version.h v REGEX "#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ")
+      string(REGEX REPLACE ".*CUDNN_MAJOR ([0-9]+).*CUDNN_MINOR ([0-9]+).*CUDNN_PATCHLEVEL ([0-9]+).*"
+        "\\1.\\2.\\3" HX_CUDNN_VERSION "${v}")
+    endif()
+    if(HX_CUDNN_LIBRARY AND HX_CUDNN_VERSION MATCHES "^9\\.")
+      set(HX_HAVE_CUDNN ON)
+      message(STATUS "hetex: cuDNN ${HX_CUDNN_VERSION} for convolutions on the device (opened at run time; found ${HX_CUDNN_LIBRARY})")
+      # Headers only: kernels/gpu/conv_cudnn.c opens libcudnn.so.9 at run time
+      # from the loader's path (LD_LIBRARY_PATH, ld.so.cache).
+      target_compile_definitions(hetex_cuda_objects PRIVATE HX_HAVE_CUDNN)
+      target_include_directories(hetex_cuda_objects PRIVATE ${HX_CUDNN_INCLUDE_DIR})
+      target_compile_definitions(hetex_objects PUBLIC HX_HAVE_CUDNN)
+      target_include_directories(hetex_objects PUBLIC ${HX_CUDNN_INCLUDE_DIR})
+      target_link_libraries(hetex PRIVATE ${CMAKE_DL_LIBS})
+      target_link_libraries(hetex_static PRIVATE ${CMAKE_DL_LIBS})
+      target_compile_definitions(hetex_static PUBLIC $<BUILD_INTERFACE:HX_HAVE_CUDNN>)
+    elseif(HX_CUDNN STREQUAL "ON")
+      message(FATAL_ERROR "HX_CUDNN=ON but no cuDNN 9 was found (cudnn_version.h: "
+        "'${HX_CUDNN_INCLUDE_DIR}', version '${HX_CUDNN_VERSION}', libcudnn: '${HX_CUDNN_LIBRARY}'); "
+        "set CUDNN_ROOT")
+    else()
+      message(STATUS "hetex: no cuDNN 9: convolutions on the device run as im2col + cuBLAS")
+    endif()
+  endif()
 endif()

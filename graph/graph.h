@@ -284,6 +284,71 @@ hx_status hx__recompute_before(hx_graph *g, hx_recompute *r, const hx_tensor *t)
  * nodes themselves are rolled back by hx__graph_truncate). */
 void hx__recompute_end(hx_graph *g, hx_recompute *r, bool failed);
 
+/* ---- device lowering (lower.c) -------------------------------------------------
+ * After placement, a session may run some device nodes as one library call
+ * that reads different sources than the node: a convolution's im2col +
+ * conv_gemm pair as one cuDNN convolution of x and w, where the device has
+ * a kernel for it. The graph stays as built (sessions share it); the
+ * session keeps, per tensor id, how it runs the node (hx_lowered) and its
+ * plans read through it (hx__read_src). The columns the pair wrote are then
+ * read by no planned node: no plan holds them.
+ *
+ * A lowered node runs as kernel HX_LOWERED_OP(kind), a code past the ops
+ * (backend.h numbers the scheduler's own kernels from HX_OP_COUNT too), on
+ * the node's own output, with two sources: path[j] = {a, b} reads source a
+ * of the node, and then (b >= 0) source b of that, each through hx__src. */
+typedef enum hx_lower_kind {
+    HX_LOWER_NONE,
+    HX_LOWER_CONV2D,                 /* conv_gemm(im2col(x), w): in x, w */
+    HX_LOWER_CONV2D_BACKWARD_DATA,   /* col2im(conv_gemm_backward_cols(dy, w)): in dy, w */
+    HX_LOWER_CONV2D_BACKWARD_FILTER, /* conv_gemm_backward_w(dy, im2col(x)): in dy, x */
+    HX_LOWER_COUNT
+} hx_lower_kind;
+#define HX_LOWERED_OP(kind) ((hx_op)(HX_OP_COUNT + (int)(kind)))
+typedef struct hx_lowered {
+    int8_t kind;       /* hx_lower_kind */
+    int8_t path[2][2]; /* see above */
+} hx_lowered;
+/* Source j of node t as a plan reads it: through the lowering `low` (per
+ * tensor id; NULL: nothing lowered) and the recompute switch (hx__src). */
+static inline hx_tensor *hx__read_src(const hx_tensor *t, int j, bool recompute,
+                                      const hx_lowered *low)
+{
+    if (!low || !low[t->id].kind) return hx__src(t, j, recompute);
+    const int8_t *a = low[t->id].path[j];
+    hx_tensor *s = hx__src(t, a[0], recompute);
+    return a[1] < 0 ? s : hx__src(s, a[1], recompute);
+}
+/* How many sources node t reads as a plan runs it. */
+static inline int hx__n_read(const hx_tensor *t, const hx_lowered *low)
+{
+    return low && low[t->id].kind ? 2 : t->n_src;
+}
+/* The kernel op node t runs as (its own op unless lowered). */
+static inline hx_op hx__run_op(const hx_tensor *t, const hx_lowered *low)
+{
+    return low && low[t->id].kind ? HX_LOWERED_OP(low[t->id].kind) : t->op;
+}
+/* Lowers what it can of g: a device node (target[] after placement) whose
+ * group has a kernel there (has_kernel(ctx, DEVICE, HX_LOWERED_OP(kind),
+ * dtype)). *out: per tensor id (NULL when no node is lowered, the usual
+ * case off cuda), *n_lowered how many; the caller frees *out. Fails only
+ * when out of host memory. */
+hx_status hx__lower(const hx_graph *g, const hx_target *target, hx_has_kernel_fn has_kernel,
+                    void *ctx, hx_lowered **out, int *n_lowered);
+/* The workspace bound of lowered node t of this kind: the bytes of the
+ * columns the lowering left out (the im2col output it no longer reads, or
+ * the column gradient). A lowered kernel takes at most this much scratch,
+ * so a device holds no more per convolution than the unlowered pair did. */
+size_t hx__lowered_workspace(const hx_tensor *t, hx_lower_kind kind);
+/* "cuDNN convolution forward" etc. */
+const char *hx__lower_name(hx_lower_kind kind);
+/* Why device node t (a convolution's im2col, conv_gemm, its backward or
+ * col2im) is not lowered, or NULL when t is no such node: for
+ * HX_DEBUG=placement. */
+const char *hx__lower_why_not(const hx_tensor *t, const hx_target *target, const hx_lowered *low,
+                              hx_has_kernel_fn has_kernel, void *ctx);
+
 /* ---- partition (partition.c) ------------------------------------------------
  * Maximal same-target subgraphs of a set of op nodes whose subgraph DAG has
  * no cycle (greedy in topological order). */
@@ -294,10 +359,10 @@ typedef struct hx_partition {
     int *sub_ops;         /* per subgraph: number of ops */
     bool *dep;            /* n_sub * n_sub: dep[a * n_sub + b]: a reads an output of b */
 } hx_partition;
-/* in_set: per tensor id, the op nodes to partition; recompute: the
- * session's switch (hx__src). */
+/* in_set: per tensor id, the op nodes to partition; recompute and low: how
+ * the session's plans read sources (hx__read_src). */
 hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *target,
-                        bool recompute, hx_partition *out);
+                        bool recompute, const hx_lowered *low, hx_partition *out);
 void hx__partition_free(hx_partition *p);
 
 /* Floating-point work of op node y (flops.c): 2mnk for a matmul, one per

@@ -19,7 +19,7 @@ void hx__partition_free(hx_partition *p)
 }
 
 hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *target,
-                        bool recompute, hx_partition *out)
+                        bool recompute, const hx_lowered *low, hx_partition *out)
 {
     int n = g->n, cap = 0;
     size_t nz = n > 0 ? (size_t)n : 1;
@@ -42,8 +42,8 @@ hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *
         if (!in_set[v]) continue;
         const hx_tensor *t = g->tensors[v];
         int np = 0;
-        for (int k = 0; k < t->n_src; k++) {
-            int s = out->sub_of[hx__src(t, k, recompute)->id];
+        for (int k = 0; k < hx__n_read(t, low); k++) {
+            int s = out->sub_of[hx__read_src(t, k, recompute, low)->id];
             bool dup = s < 0;
             for (int j = 0; j < np && !dup; j++) dup = preds[j] == s;
             if (!dup) preds[np++] = s;
@@ -87,8 +87,8 @@ hx_status hx__partition(const hx_graph *g, const bool *in_set, const hx_target *
     for (int v = 0; v < n; v++) {
         int a = out->sub_of[v];
         if (a < 0) continue;
-        for (int k = 0; k < g->tensors[v]->n_src; k++) {
-            int b = out->sub_of[hx__src(g->tensors[v], k, recompute)->id];
+        for (int k = 0; k < hx__n_read(g->tensors[v], low); k++) {
+            int b = out->sub_of[hx__read_src(g->tensors[v], k, recompute, low)->id];
             if (b >= 0 && b != a) out->dep[(size_t)a * ns + b] = true;
         }
     }

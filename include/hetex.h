@@ -566,7 +566,13 @@ typedef struct hx_conv2d_params {
  * Built as im2col (a transient (N, C*KH*KW, OH*OW) tensor in the memory
  * plan, kept for the weight gradient) and one GEMM per group and image;
  * p NULL: stride 1, no padding. Sums are f32 in OpenBLAS's order (not
- * PyTorch's: the last bits differ).
+ * PyTorch's: the last bits differ). On a cuda device with cuDNN 9 (found
+ * at build time, opened at run time) the session runs the pair, and each
+ * gradient, as one cuDNN call of x and w instead (no columns in the
+ * device's memory; a workspace of at most the columns' bytes), with
+ * cuDNN's heuristic choice among its deterministic algorithms: the same
+ * bits run to run on one GPU and cuDNN version, not the im2col path's;
+ * HX_DEBUG=placement prints each such node.
  *   Fails:      as every op; HX_ERR_SHAPE when x is not 4-D, w not 4-D,
  *               C or C_out not a multiple of groups, w's second dim not
  *               C / groups, or the output would be empty;

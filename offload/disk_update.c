@@ -243,9 +243,9 @@ hx_status hx__disk_step_ready(hx_residency *r, const hx_step *sp)
     hx_offload_disk *d = hx__disk(r);
     if (atomic_load(&d->res_ready)) return HX_OK;
     const hx_tensor *x = sp->node;
-    int hi = -1, n = sp->fn ? x->n_src : 1;
+    int hi = -1, n = sp->fn ? hx__n_reads(d->e, x) : 1;
     for (int k = 0; k < n; k++) {
-        const hx_tensor *t = sp->fn ? x->src[k] : x; /* a copy reads its node's value */
+        const hx_tensor *t = sp->fn ? hx__read(d->e, x, k) : x; /* a copy reads its node's value */
         if (d->where[t->id] != -1) continue;
         size_t b = hx_tensor_nbytes(t);
         int last = (int)((d->at[t->id] + (b ? b - 1 : 0)) / d->seg_bytes);

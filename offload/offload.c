@@ -250,6 +250,8 @@ static hx_status predict(hx_engine *e, size_t base, prediction *out)
     if (!st && n_scan)
         st = hx_mem_pools_alloc(sim, sizeof(double) * n_scan, HX_MEM_PERSISTENT, NULL, &ptr, &err);
     if (!st) st = hx_mem_pools_alloc(sim, *arena, HX_MEM_TRANSIENT, NULL, &ptr, &err);
+    if (!st && ps.workspace_bytes) /* the lowered kernels' stream scratch (its first growth) */
+        st = hx_mem_pools_alloc(sim, ps.workspace_bytes, HX_MEM_TRANSIENT, NULL, &ptr, &err);
     if (st) {
         hx_mem_pools_destroy(sim);
         return hx__error(st, "offload: predicting the device peak: %s", err.msg);

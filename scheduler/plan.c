@@ -120,7 +120,7 @@ static int mark_needed(const hx_engine *e, const int *fetch_ids, int n_fetch, bo
     for (int i = g->n - 1; i >= 0; i--) {
         if (!need[i]) continue;
         const hx_tensor *t = g->tensors[i];
-        for (int k = 0; k < t->n_src; k++) need[hx__read(e, t, k)->id] = true;
+        for (int k = 0; k < hx__n_reads(e, t); k++) need[hx__read(e, t, k)->id] = true;
         n_ops += t->op > HX_OP_STATE;
     }
     return n_ops;
@@ -284,7 +284,7 @@ static hx_status order_steps(builder *b, const bool *need)
                 continue;
             int dev = hx__dev_of(e, i);
             if (b->act && !pass && dev == HX_DEV_ACCEL) count_output(b, t);
-            for (int j = 0; j < t->n_src; j++) {
+            for (int j = 0; j < hx__n_reads(e, t); j++) {
                 const hx_tensor *s = hx__read(e, t, j);
                 int from = hx__dev_of(e, s->id);
                 char role;
@@ -293,7 +293,7 @@ static hx_status order_steps(builder *b, const bool *need)
                 b->slot_of[k] = slot++;
                 add_copy(b, k++, s, dev, from, role);
             }
-            hx_launch_fn fn = e->be[dev]->kernel(e->be[dev], t->op, t->dtype);
+            hx_launch_fn fn = e->be[dev]->kernel(e->be[dev], hx__run_op(t, e->lowered), t->dtype);
             if (!fn)
                 return hx__error(HX_ERR_NO_KERNEL,
                                  "session: op '%s' (%s, %s) has no kernel on the %s backend; "
@@ -301,7 +301,7 @@ static hx_status order_steps(builder *b, const bool *need)
                                  t->name, hx__ops[t->op].name, hx_dtype_name(t->dtype),
                                  e->be[dev]->name);
             b->slot_of[k] = slot;
-            for (int j = 0; j < t->n_src; j++) { /* a copy at dev, if any (-1: the home's value) */
+            for (int j = 0; j < hx__n_reads(e, t); j++) { /* a copy at dev, if any (-1: the home's value) */
                 int u = hx__read(e, t, j)->id;
                 p->src_step[slot++] = b->copy_step[dev * b->n + u];
                 if (b->offload && dev == HX_DEV_ACCEL) b->last_use[u] = b->streamed;
@@ -309,6 +309,10 @@ static hx_status order_steps(builder *b, const bool *need)
             if (p->step_chunk) p->step_chunk[k] = b->chunk;
             if (b->op_chunk) b->op_chunk[i] = b->chunk;
             p->steps[k++] = (hx_step){fn, t, NULL, NULL, dev, -1};
+            if (e->lowered && e->lowered[i].kind) {
+                size_t ws = hx__lowered_workspace(t, (hx_lower_kind)e->lowered[i].kind);
+                if (ws > p->workspace_bytes) p->workspace_bytes = ws;
+            }
             if (t->recompute_of) p->n_recomputed++, p->recompute_flops += hx__op_flops(t);
             if (b->grad_out && b->grad_out[i] && !pass) {
                 b->slot_of[k] = slot++;
@@ -345,7 +349,7 @@ static void lifetimes(builder *b, const bool *need, const int *fetch_ids, int n_
             extend(b, sp->src_dev, t->id, q, u);
             continue;
         }
-        for (int j = 0; j < t->n_src; j++) {
+        for (int j = 0; j < hx__n_reads(b->e, t); j++) {
             int c = p->src_step[b->slot_of[k] + j];
             if (c >= 0) extend_lt(b, sp->dev, b->copy_lt[c], q, u);
             else extend(b, sp->dev, hx__read(b->e, t, j)->id, q, u);
@@ -451,9 +455,9 @@ static hx_status input_uses(builder *b, const int *fetch_ids, int n_fetch)
     }
     for (int q = 0; q < p->n_steps; q++) {
         const hx_step *sp = &p->steps[q];
-        for (int j = 0; sp->fn && sp->dev == HX_DEV_HOST && j < sp->node->n_src; j++)
-            for (int k = 0; k < p->n_inputs && sp->node->src[j]->kind == HX_TENSOR_INPUT; k++)
-                if (p->inputs[k] == sp->node->src[j]->id && !p->input_host_use[k])
+        for (int j = 0; sp->fn && sp->dev == HX_DEV_HOST && j < hx__n_reads(b->e, sp->node); j++)
+            for (int k = 0; k < p->n_inputs && hx__read(b->e, sp->node, j)->kind == HX_TENSOR_INPUT; k++)
+                if (p->inputs[k] == hx__read(b->e, sp->node, j)->id && !p->input_host_use[k])
                     p->input_host_use[k] = sp->node;
     }
     return HX_OK;
@@ -466,7 +470,7 @@ static hx_status exec_parts(builder *b)
     hx_plan *p = b->p;
     size_t n_in = 0;
     for (int k = 0; k < p->n_steps; k++)
-        if (p->steps[k].fn && p->steps[k].dev == HX_DEV_ACCEL) n_in += p->steps[k].node->n_src;
+        if (p->steps[k].fn && p->steps[k].dev == HX_DEV_ACCEL) n_in += hx__n_reads(e, p->steps[k].node);
     p->dev_in_slot = malloc(sizeof *p->dev_in_slot * (n_in ? n_in : 1));
     p->dev_in_id = malloc(sizeof *p->dev_in_id * (n_in ? n_in : 1));
     p->done = calloc(p->n_units ? p->n_units : 1, sizeof *p->done);
@@ -557,7 +561,7 @@ static int act_decide(builder *b, const bool *need, const int *fetch_ids, int n_
         b->act_back[i] = -1;
         prev[i] = b->op_chunk[i];
         bool far_side = t->kind == HX_TENSOR_UPDATE || hx__dev_of(b->e, i) != HX_DEV_ACCEL;
-        for (int j = 0; need[i] && far_side && j < t->n_src; j++)
+        for (int j = 0; need[i] && far_side && j < hx__n_reads(b->e, t); j++)
             pinned[hx__read(b->e, t, j)->id] = true;
     }
     for (int i = 0; i < n; i++) { /* device ops of forward and backward, in step order */
@@ -565,7 +569,7 @@ static int act_decide(builder *b, const bool *need, const int *fetch_ids, int n_
         if (!need[i] || t->op <= HX_OP_STATE || t->kind == HX_TENSOR_UPDATE ||
             hx__dev_of(b->e, i) != HX_DEV_ACCEL)
             continue;
-        for (int j = 0; j < t->n_src; j++) {
+        for (int j = 0; j < hx__n_reads(b->e, t); j++) {
             int u = hx__read(b->e, t, j)->id;
             if (!movable(b, need, pinned, u) || b->act_back[u] >= 0) continue;
             if (b->op_chunk[i] - prev[u] >= b->gap) b->act_back[u] = b->op_chunk[i], moved++;
@@ -619,7 +623,7 @@ hx_status hx__plan_build(hx_engine *e, const int *fetch_ids, int n_fetch, bool t
     int n_ops = mark_needed(e, fetch_ids, n_fetch, train, need);
     size_t n_in = 0;
     for (int i = 0; i < n; i++)
-        if (need[i]) n_in += g->tensors[i]->n_src;
+        if (need[i]) n_in += hx__n_reads(e, g->tensors[i]);
     /* at most one copy per input edge, and one more per edge to a far
      * read of an activation that goes out */
     int max_steps = n_ops + 2 * (int)n_in;
@@ -656,7 +660,7 @@ hx_status hx__plan_build(hx_engine *e, const int *fetch_ids, int n_fetch, bool t
     bool *ops = calloc(n ? n : 1, sizeof *ops); /* the partition covers the plan's op nodes */
     if (!ops) goto oom;
     for (int i = 0; i < n; i++) ops[i] = need[i] && g->tensors[i]->op > HX_OP_STATE;
-    st = hx__partition(g, ops, e->target, hx__recompute_on(e), &p->part);
+    st = hx__partition(g, ops, e->target, hx__recompute_on(e), e->lowered, &p->part);
     free(ops);
     if (st || (st = hx__plan_units(e, p, &b.reach))) goto fail;
     b.words = hx__reach_words(p->n_units);
@@ -724,14 +728,15 @@ void hx__plan_bind(hx_engine *e, hx_plan *p)
             continue;
         }
         st->out = t->kind == HX_TENSOR_UPDATE ? NULL : hx__plan_locate(e, p, st->dev, t->id);
-        for (int j = 0; j < t->n_src; j++) {
-            if (st->dev == HX_DEV_ACCEL && t->src[j]->kind == HX_TENSOR_INPUT) {
+        for (int j = 0; j < hx__n_reads(e, t); j++) {
+            const hx_tensor *s = hx__read(e, t, j);
+            if (st->dev == HX_DEV_ACCEL && s->kind == HX_TENSOR_INPUT) {
                 p->dev_in_slot[p->n_dev_in] = (int)(pool - p->in_pool);
-                p->dev_in_id[p->n_dev_in++] = t->src[j]->id;
+                p->dev_in_id[p->n_dev_in++] = s->id;
             }
             int c = p->src_step[pool - p->in_pool];
             *pool++ = c >= 0 ? e->arena[st->dev] + p->step_offset[c]
-                             : hx__plan_locate(e, p, st->dev, hx__read(e, t, j)->id);
+                             : hx__plan_locate(e, p, st->dev, s->id);
         }
     }
     for (int i = 0; i < p->n_scan; i++) { /* a gradient copied out early: its host copy */

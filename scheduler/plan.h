@@ -88,6 +88,7 @@ struct hx_plan {
     size_t act_bytes;    /* their bytes, each way */
     int n_recomputed;    /* steps that run a recomputed op (offload.recompute) */
     double recompute_flops; /* their work (hx__op_flops) */
+    size_t workspace_bytes; /* the largest workspace of a lowered device step */
 };
 
 /* What a step is to the offload: a parameter (state, constant) copied to

@@ -43,7 +43,7 @@ void hx__plan_memtrace(const hx_engine *e, const hx_plan *p)
         }
         if (sp->dev != HX_DEV_ACCEL) continue;
         const int *from = p->src_step + (sp->in - p->in_pool); /* bound: its input slots */
-        for (int j = 0; j < x->n_src; j++) last[from[j] >= 0 ? n + from[j] : hx__read(e, x, j)->id] = q;
+        for (int j = 0; j < hx__n_reads(e, x); j++) last[from[j] >= 0 ? n + from[j] : hx__read(e, x, j)->id] = q;
         if (first[x->id] < 0) first[x->id] = q;
     }
     for (int k = 0; k < p->key_len - 1; k++) /* fetches live to the end at their home */

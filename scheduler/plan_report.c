@@ -24,7 +24,7 @@ static const hx_tensor *copy_reader(const hx_engine *e, const hx_plan *p, int k)
         }
     for (int j = k + 1; j < p->n_steps; j++) {
         const hx_step *sp = &p->steps[j];
-        for (int i = 0; sp->fn && sp->dev == c->dev && i < sp->node->n_src; i++)
+        for (int i = 0; sp->fn && sp->dev == c->dev && i < hx__n_reads(e, sp->node); i++)
             if (hx__read(e, sp->node, i) == c->node) return sp->node;
     }
     return c->node;
@@ -119,7 +119,7 @@ void hx__plan_write_dot(FILE *f, const hx_engine *e, const hx_plan *p)
             fprintf(f, "  t%d -> c%d;\n", t->id, k);
             continue;
         }
-        for (int j = 0; j < t->n_src; j++) {
+        for (int j = 0; j < hx__n_reads(e, t); j++) {
             const hx_tensor *u = hx__read(e, t, j);
             if (u->op <= HX_OP_STATE && p->part.sub_of[u->id] < 0)
                 fprintf(f, "  t%d [label=\"%s\\n%s\", shape=ellipse, fillcolor=%s];\n", u->id,

@@ -153,7 +153,7 @@ static int make_edges(const hx_engine *eng, const hx_plan *p, const int *unit_of
             int q = prod[sp->src_dev * n + t->id];
             if (q >= 0) e[ne++] = (edge){unit_of[q], unit_of[k], k};
         }
-        for (int j = 0; sp->fn && j < t->n_src; j++) {
+        for (int j = 0; sp->fn && j < hx__n_reads(eng, t); j++) {
             int q = prod[sp->dev * n + hx__read(eng, t, j)->id];
             if (q >= 0 && unit_of[q] != unit_of[k]) e[ne++] = (edge){unit_of[q], unit_of[k], k};
         }
@@ -298,7 +298,7 @@ hx_status hx__plan_units(const hx_engine *eng, hx_plan *p, uint64_t **reach_out)
 {
     int ns = p->n_steps ? p->n_steps : 1;
     size_t max_edges = 0;
-    for (int k = 0; k < p->n_steps; k++) max_edges += p->steps[k].fn ? p->steps[k].node->n_src : 1;
+    for (int k = 0; k < p->n_steps; k++) max_edges += p->steps[k].fn ? hx__n_reads(eng, p->steps[k].node) : 1;
     int *unit_of = malloc(sizeof *unit_of * ns), *chunk = malloc(sizeof *chunk * ns);
     hx_unit *u0 = malloc(sizeof *u0 * ns);
     edge *e = malloc(sizeof *e * (max_edges + 3 * (size_t)ns)), *cont = malloc(sizeof *cont * ns);

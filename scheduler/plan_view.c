@@ -22,5 +22,6 @@ hx_plan_sizes hx__plan_sizes(const hx_plan *p)
     return (hx_plan_sizes){.arena_bytes = p->arena_bytes[HX_DEV_ACCEL],
                            .copy_bytes = p->copy_bytes, .n_act = p->n_act,
                            .act_bytes = p->act_bytes, .n_recomputed = p->n_recomputed,
-                           .recompute_flops = p->recompute_flops};
+                           .recompute_flops = p->recompute_flops,
+                           .workspace_bytes = p->workspace_bytes};
 }

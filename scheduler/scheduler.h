@@ -54,6 +54,8 @@ typedef struct hx_engine {
     hx_trace *trace;
     hx_exec_state *exec; /* host worker threads and run state (exec.c) */
     hx_target *target;   /* per tensor id: placement */
+    hx_lowered *lowered; /* per tensor id: how a device node runs (graph.h's lowering);
+                            NULL: every node as itself */
     hx_place_why *why;
     void **persist; /* per tensor id: storage of params, constants, state */
     size_t persist_bytes[HX_NDEV];
@@ -102,6 +104,9 @@ typedef struct hx_plan_sizes {
     size_t act_bytes;   /* their bytes, each way */
     int n_recomputed;   /* recomputed ops it runs (offload.recompute) */
     double recompute_flops; /* their work (hx__op_flops), per run */
+    size_t workspace_bytes; /* the most scratch one lowered node takes (graph.h's
+                               hx__lowered_workspace): the accelerator's stream
+                               scratch grows to it on the node's first run */
 } hx_plan_sizes;
 hx_plan_sizes hx__plan_sizes(const hx_plan *p);
 
@@ -220,10 +225,16 @@ static inline bool hx__offload_activations_on(const hx_engine *e)
 /* Whether the session's plans recompute the blocks the graph marks
  * (offload.recompute): gradients then read the recomputed values. */
 static inline bool hx__recompute_on(const hx_engine *e) { return e->cfg.offload.recompute; }
-/* The value node t reads as its source j in this session's plans. */
+/* The value node t reads as its source j in this session's plans, of
+ * hx__n_read(e, t) sources, running as kernel op hx__run_op(e, t): the
+ * recompute switch and the lowering decide (graph.h). */
 static inline const hx_tensor *hx__read(const hx_engine *e, const hx_tensor *t, int j)
 {
-    return hx__src(t, j, hx__recompute_on(e));
+    return hx__read_src(t, j, hx__recompute_on(e), e->lowered);
+}
+static inline int hx__n_reads(const hx_engine *e, const hx_tensor *t)
+{
+    return hx__n_read(t, e->lowered);
 }
 
 /* A tensor that lives across steps on the host (param, state, constant):

@@ -26,6 +26,29 @@ void hx__debug_placement(const hx_session *s)
     }
 }
 
+void hx__debug_lowering(const hx_session *s, hx_has_kernel_fn has_kernel)
+{
+    const hx_graph *g = s->e.g;
+    const hx_lowered *low = s->e.lowered;
+    for (int i = 0; s->e.be[HX_DEV_ACCEL] && i < g->n; i++) {
+        const hx_tensor *t = g->tensors[i];
+        if (low && low[i].kind) {
+            hx_lower_kind k = (hx_lower_kind)low[i].kind;
+            const hx_tensor *cols = t->src[k == HX_LOWER_CONV2D_BACKWARD_FILTER ? 1 : 0];
+            fprintf(stderr, "hetex lowering: '%s' (%s) -> %s of '%s' and '%s': the device has "
+                    "it; '%s' (%s, %zu bytes) is not planned, the call's workspace is at most "
+                    "that\n", t->name, hx__ops[t->op].name, hx__lower_name(k),
+                    hx__read_src(t, 0, false, low)->name, hx__read_src(t, 1, false, low)->name,
+                    cols->name, hx__ops[cols->op].name, hx__lowered_workspace(t, k));
+            continue;
+        }
+        const char *why = hx__lower_why_not(t, s->e.target, low, has_kernel, (void *)s);
+        if (why)
+            fprintf(stderr, "hetex lowering: '%s' (%s) on the device runs as built: %s\n", t->name,
+                    hx__ops[t->op].name, why);
+    }
+}
+
 hx_status hx_session_accelerator_info(const hx_session *s, hx_accelerator_info *out)
 {
     if (!s || !out)

@@ -63,6 +63,7 @@ void hx_session_free(hx_session *s)
     free(s->e.budget);
     free(s->e.target);
     free(s->e.why);
+    free(s->e.lowered);
     free(s->auto_cost);
     hx__graph_release(s->e.g); /* frees a graph whose hx_graph_free came first */
     free(s);
@@ -131,10 +132,14 @@ static hx_status setup_devices(hx_session *s)
         snprintf(msg, sizeof msg, "%s", hx_last_error());
         return hx__error(st, "hx_session_create: %s", msg);
     }
+    if (s->e.be[HX_DEV_ACCEL] &&
+        (st = hx__lower(s->e.g, s->e.target, has_kernel, s, &s->e.lowered, &s->n_lowered)))
+        return st;
     if ((st = hx__offload_place(&s->e))) return st;
     for (int i = 0; i < s->e.g->n; i++) s->n_fallbacks += s->e.why[i] == HX_WHY_FALLBACK;
     if (hx__debug("placement")) {
         hx__debug_placement(s);
+        hx__debug_lowering(s, has_kernel);
         hx__autoplace_debug(s);
     }
     return HX_OK;

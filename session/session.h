@@ -22,6 +22,7 @@ struct hx_session {
     } * dev_blocks;
     int n_dev_blocks;
     int n_fallbacks;
+    int n_lowered; /* device nodes run as a library call (graph.h's lowering) */
     const hx_plan *last_plan; /* the last run's, one of e.plans */
     hx_train_stats stats;
     int good_steps;  /* in a row, for loss-scale growth */
@@ -81,8 +82,11 @@ hx_status hx__session_zero_access(const hx_session *s, const char *fn, const hx_
 /* The zero_* fields of hx_memory_stats. */
 void hx__session_zero_stats(const hx_session *s, hx_memory_stats *out);
 
-/* report.c: HX_DEBUG=placement lines. */
+/* report.c: HX_DEBUG=placement lines: placement, and each lowered device
+ * node (or why a convolution on the device is not lowered; has_kernel asks
+ * the backends as the lowering did). */
 void hx__debug_placement(const hx_session *s);
+void hx__debug_lowering(const hx_session *s, hx_has_kernel_fn has_kernel);
 
 /* A mixed placement is kept only when it predicts a step this much shorter
  * than the better single side (the model leaves out per-unit overhead). */

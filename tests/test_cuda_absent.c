@@ -121,6 +121,17 @@ static void check_info(void)
 }
 
 #ifdef HX_HAVE_CUDA
+#ifdef HX_HAVE_CUDNN
+static bool cudnn_here(void)
+{
+    const char *why;
+    int ok = hx_gk_cudnn_load(&why);
+    printf("cuDNN: %s (%s, version %zu)\n", ok ? "opened" : "not usable", why, hx_gk_cudnn_version());
+    return ok;
+}
+#else
+static bool cudnn_here(void) { return false; }
+#endif
 /* Every op the CPU runs has a cuda kernel for f32 unless the op table keeps
  * it on the host; float ops take f16/bf16 too; integers only move. */
 static void check_kernel_table(void)
@@ -151,7 +162,17 @@ static void check_kernel_table(void)
               hx__cuda_kernel(HX_KERNEL_SUMSQ, HX_DTYPE_BF16) &&
               !hx__cuda_kernel(HX_KERNEL_SUMSQ, HX_DTYPE_I32),
           "the gradient scan kernel");
-    CHECK(!hx__cuda_kernel((hx_op)(HX_KERNEL_SUMSQ + 1), HX_DTYPE_F32), "past the table");
+    /* the lowered convolutions (graph.h): cuDNN's where it was built in and
+     * opens, on float dtypes */
+    bool dnn = cudnn_here();
+    for (int k = HX_LOWER_CONV2D; k < HX_LOWER_COUNT; k++)
+        for (int dt = HX_DTYPE_F32; dt <= HX_DTYPE_I64; dt++) {
+            bool want = dnn && dt <= HX_DTYPE_BF16;
+            CHECK((hx__cuda_kernel(HX_LOWERED_OP(k), (hx_dtype)dt) != NULL) == want,
+                  "%s on %s: %s", hx__lower_name((hx_lower_kind)k), hx_dtype_name((hx_dtype)dt),
+                  want ? "missing" : "present");
+        }
+    CHECK(!hx__cuda_kernel(HX_LOWERED_OP(HX_LOWER_COUNT), HX_DTYPE_F32), "past the table");
 }
 
 /* Each kernel, called with no device behind the runtime, reports an error

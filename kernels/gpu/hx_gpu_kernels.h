@@ -226,6 +226,75 @@ hx_gk_status hx_gk_batchnorm_backward_gamma(const hx_gk_ctx *c, hx_kdtype dt, vo
 hx_gk_status hx_gk_optim_update(const hx_gk_ctx *c, const hx_optim_plan *pl, float *param,
                                 float *s1, float *s2, const void *grad, void *half, int64_t n);
 
+/* ---- convolutions through cuDNN (conv_cudnn.c) ----------------------------------------------
+ * hetex's cuDNN convolutions (conv_cudnn.c), built when cuDNN is found
+ * (HX_HAVE_CUDNN; cmake/hetex_cuda.cmake): forward, backward data and
+ * backward filter of a 2-D NCHW convolution with groups, stride, padding
+ * and dilation, storage f32/f16/bf16 with f32 compute (cuDNN's compute
+ * type float), on the stream of an hx_gk_ctx.
+ *
+ * Determinism: the algorithm is cuDNN's heuristic choice
+ * (cudnnGet*Algorithm_v7, no timing), the first one it ranks that is
+ * CUDNN_DETERMINISTIC and fits the workspace limit, so the choice depends
+ * only on the shapes, dtype, GPU and cuDNN version, and a run gives the
+ * same bits as the last one (cudnnFind times the candidates and may pick
+ * another on a noisy run). f32 uses FMA math unless the context allows
+ * TF32; f16/bf16 use tensor cores with f32 accumulation.
+ *
+ * The library is opened on first use (dlopen of libcudnn.so.9 on the
+ * loader's path): hetex neither links it nor needs it to start.
+ *
+ * Statuses: hx_gk_status, with cuDNN's own in the family HX_GK_CUDNN_BASE;
+ * hx_gk_cudnn_strerror gives the text (cudnnGetErrorString). */
+#ifdef HX_HAVE_CUDNN
+#define HX_GK_CUDNN_BASE 0x40000 /* + cudnnStatus_t */
+
+typedef enum hx_gk_conv_dir {
+    HX_GK_CONV_FORWARD,         /* y = conv(x, w): a = x, b = w */
+    HX_GK_CONV_BACKWARD_DATA,   /* dx = conv^T(dy, w): a = dy, b = w */
+    HX_GK_CONV_BACKWARD_FILTER  /* dw = sum_n dy (x) x: a = dy, b = x */
+} hx_gk_conv_dir;
+
+/* The convolution: the input's window (hx_k_window: N, C, H, W, OH, OW,
+ * kernel, stride, padding, dilation), the output channels and groups. */
+typedef struct hx_gk_conv {
+    hx_k_window win;
+    int64_t C_out, groups;
+} hx_gk_conv;
+
+/* Opens cuDNN once (any thread; later calls answer at once): 1 when it is
+ * usable, with *why (NULL: not wanted) the library's path; 0 when not,
+ * with *why the loader's reason. Every function below but the strerror
+ * needs it usable (they fail with HX_GK_BAD_ARG otherwise). */
+int hx_gk_cudnn_load(const char **why);
+/* A cuDNN handle bound to stream s (its caller's: one per stream). */
+hx_gk_status hx_gk_cudnn_create(cudaStream_t s, void **handle);
+void hx_gk_cudnn_destroy(void *handle);
+/* The cuDNN library's version as loaded (cudnnGetVersion: 91900 = 9.19.0;
+ * 0: not loaded). */
+size_t hx_gk_cudnn_version(void);
+/* CUDNN_VERSION of the headers hetex was built with. */
+size_t hx_gk_cudnn_built_version(void);
+/* Text of a status of this header's functions (any hx_gk_status). */
+const char *hx_gk_cudnn_strerror(hx_gk_status st);
+/* Whether st means the device ran out of memory (CUDA's, cuBLAS's or cuDNN's). */
+int hx_gk_cudnn_is_oom(hx_gk_status st);
+
+/* The algorithm for this convolution and direction (see Determinism) with
+ * workspace at most ws_limit bytes, into *algo, and its workspace into
+ * *ws_bytes. HX_GK_BAD_ARG: a dim past INT_MAX or a tensor past 2^31
+ * elements (cuDNN's descriptors take int), or no deterministic algorithm
+ * fits the limit. */
+hx_gk_status hx_gk_conv_cudnn_algo(void *handle, const hx_gk_ctx *c, hx_kdtype dt,
+                                   hx_gk_conv_dir dir, const hx_gk_conv *p, size_t ws_limit,
+                                   int *algo, size_t *ws_bytes);
+/* Runs it: out = the direction's result (overwritten), with ws_bytes of
+ * workspace at ctx->scratch. */
+hx_gk_status hx_gk_conv_cudnn(void *handle, const hx_gk_ctx *c, hx_kdtype dt, hx_gk_conv_dir dir,
+                              const hx_gk_conv *p, int algo, size_t ws_bytes, void *out,
+                              const void *a, const void *b);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

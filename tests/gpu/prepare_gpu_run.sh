@@ -11,6 +11,8 @@
 #          cublasLt it is ~600 MB, over the 64 MiB a tree may carry; the GPU
 #          image's own CUDA 13 toolkit provides it. --with-cublas copies
 #          libcublas too (54 MB) for machines whose cuBLAS is older.
+#          cuDNN is never copied (hundreds of MB): hetex opens libcudnn.so.9
+#          at run time, and gpu_env.sh finds the GPU image's (PyTorch's).
 # Then carry .gpu-libs (and nothing else ignored) and run tests/gpu/run_on_gpu.sh there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,7 +30,7 @@ mkdir -p "$dest/debs" "$dest/bin" "$dest/cuda"
 # MPI here), so these programs are the single-process ones.
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DHX_CUDA=ON -DHX_MPI=OFF \
   -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" >/dev/null
-cmake --build "$build" -j "$(nproc)" --target test_gpu_kernels test_gpu_backend test_gpu_backend_ops bench_cuda \
+cmake --build "$build" -j "$(nproc)" --target test_gpu_kernels test_gpu_backend test_gpu_backend_ops test_gpu_cudnn bench_cuda \
   hetex_cli
 for f in "$build"/test_gpu_* "$build"/bench_cuda "$build"/hetex; do
   [ -x "$f" ] && cp "$f" "$dest/bin/"

@@ -21,6 +21,7 @@ note() { echo "$*" | tee -a "$summary"; }
 . tests/gpu/gpu_env.sh # the carried packages on LD_LIBRARY_PATH
 { date -u; uname -a; nvidia-smi 2>&1 || echo "nvidia-smi: not found"; } >"$out/device.txt"
 note "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+note "cuDNN: ${cudnn_lib:-none found (convolutions on the device run as im2col + cuBLAS; test_gpu_cudnn fails)}"
 
 bin=$libs/bin
 if ! ls "$bin"/test_gpu_* >/dev/null 2>&1; then
