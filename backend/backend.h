@@ -74,6 +74,13 @@ struct hx_backend {
                         const hx_tensor *node, void *out, void *const *in);
     void (*stats)(const hx_backend *b, hx_backend_stats *out);
     void (*destroy)(hx_backend *b);
+    /* An accelerator's unit timing (NULL for the host): the device time of
+     * the work issued on s between time_begin and time_end (a span, timed
+     * as the trace's are) is added to *sum once the stream has run it,
+     * which it has when a stream_sync of s returns. Brackets on one stream
+     * do not nest; *sum stays valid until then. */
+    hx_status (*time_begin)(hx_backend *b, hx_stream *s, double *sum);
+    hx_status (*time_end)(hx_backend *b, hx_stream *s);
     /* An accelerator's device pools (memory/pool.h: statistics, the
      * HX_MEMTRACE recorder); NULL for the host. */
     hx_mem_pools *pools;
@@ -111,6 +118,7 @@ typedef struct hx_device_span {
     const char *name, *tensor, *role;
     size_t bytes;
     double t0, t1;
+    double *sum; /* a unit's bracket (time_begin): t1 - t0 is added here, not traced */
 } hx_device_span;
 
 /* Where a device's streams put their spans: the session's trace, as
@@ -124,6 +132,15 @@ typedef struct hx_trace_hooks {
     void *(*open_lane)(void *trace, const char *name);
     void (*record)(void *lane, const hx_device_span *span);
 } hx_trace_hooks;
+
+/* Where a finished span goes: a unit bracket's time to its sum, else the
+ * trace (record on lane, when both are set). */
+static inline void hx__span_done(void (*record)(void *lane, const hx_device_span *span), void *lane,
+                                 const hx_device_span *sp)
+{
+    if (sp->sum) *sp->sum += sp->t1 - sp->t0;
+    else if (record && lane) record(lane, sp);
+}
 
 /* What an emu device asks of the session that owns it, as closures (the
  * session's core budget: scheduler/device_hooks.c); NULL functions mean the

@@ -56,7 +56,8 @@ struct hx_stream {
     index_check checks[MAX_CHECKS];
     int n_checks;
     uint64_t next_seq;
-    hx_cuda_spans *spans; /* NULL: not traced */
+    hx_cuda_spans *spans; /* NULL: neither traced nor timed yet */
+    int bracket;          /* the open time_begin's span slot */
     void *dnn;            /* its cuDNN handle, made on first use (NULL: none yet) */
 };
 
@@ -522,6 +523,23 @@ static hx_status cuda_launch(hx_backend *b, hx_stream *s, hx_launch_fn fn, const
     return st;
 }
 
+/* Unit timing: a bracket span (the stream's queue made on first use when
+ * it is not traced). */
+static hx_status cuda_time_begin(hx_backend *b, hx_stream *s, double *sum)
+{
+    hx_status st = on_device(cb(b), "time_begin");
+    if (!st && !s->spans) st = hx__cuda_spans_create(s->cs, NULL, NULL, &s->spans);
+    if (!st) s->bracket = hx__cuda_span_begin(s->spans, (hx_device_span){.name = "unit", .sum = sum});
+    return st;
+}
+
+static hx_status cuda_time_end(hx_backend *b, hx_stream *s)
+{
+    hx_status st = on_device(cb(b), "time_end");
+    if (!st) hx__cuda_span_end(s->spans, s->bracket);
+    return st;
+}
+
 static void cuda_stats(const hx_backend *b, hx_backend_stats *out)
 {
     cuda_backend *c = cb(b);
@@ -596,6 +614,7 @@ static hx_status create(const hx_session_config *cfg, hx_trace_hooks tracing, in
         .copy_h2d = cuda_h2d, .copy_d2h = cuda_d2h,
         .kernel = cuda_kernel, .launch = cuda_launch,
         .stats = cuda_stats, .destroy = cuda_destroy,
+        .time_begin = cuda_time_begin, .time_end = cuda_time_end,
     };
     char pname[300];
     snprintf(pname, sizeof pname, "cuda device %d (%s)", c->device, c->name);

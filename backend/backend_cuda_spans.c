@@ -81,7 +81,7 @@ static void drain(hx_cuda_spans *s, int wait)
         else if (cudaEventQuery(p->ev[1]) != cudaSuccess) break;
         p->sp.t0 = host_time(s, p->ev[0]);
         p->sp.t1 = host_time(s, p->ev[1]);
-        s->record(s->lane, &p->sp);
+        hx__span_done(s->record, s->lane, &p->sp);
     }
     cudaGetLastError();
     s->head = (s->head + k) % QUEUE;
@@ -90,7 +90,7 @@ static void drain(hx_cuda_spans *s, int wait)
 
 int hx__cuda_span_begin(hx_cuda_spans *s, hx_device_span sp)
 {
-    if (!s) return -1;
+    if (!s || (!sp.sum && !s->record)) return -1; /* an op's span on an untraced stream */
     pthread_mutex_lock(&s->mu);
     if (s->n == QUEUE) drain(s, QUEUE / 2);
     int slot = -1; /* stays -1 only if the older spans were never closed */

@@ -36,7 +36,7 @@ typedef struct emu_backend {
     int n_streams;
 } emu_backend;
 
-enum { OP_LAUNCH, OP_H2D, OP_D2H, OP_WAIT };
+enum { OP_LAUNCH, OP_H2D, OP_D2H, OP_WAIT, OP_TIME_BEGIN, OP_TIME_END };
 
 typedef struct emu_op {
     int kind;
@@ -50,6 +50,7 @@ typedef struct emu_op {
     hx_stream *wait_on; /* OP_WAIT: until wait_on has completed `until` operations */
     uint64_t until;
     hx_copy_label why; /* a copy's label in the trace */
+    double *sum;       /* OP_TIME_BEGIN: where the bracket's time goes */
 } emu_op;
 
 struct hx_stream {
@@ -65,6 +66,7 @@ struct hx_stream {
     hx_status err;
     char msg[1024];
     void *lane; /* hx_trace_hooks.open_lane's; NULL: not traced */
+    hx_device_span bracket; /* the open time_begin's (its stream thread's) */
 };
 
 struct hx_event {
@@ -157,7 +159,7 @@ static void give_cores(const emu_backend *e, int taken)
 
 static void record(const emu_backend *e, void *lane, hx_device_span span)
 {
-    if (lane && e->opt.hooks.tracing.record) e->opt.hooks.tracing.record(lane, &span);
+    hx__span_done(e->opt.hooks.tracing.record, lane, &span);
 }
 
 /* ---- stream threads ---------------------------------------------------------------- */
@@ -167,6 +169,15 @@ static hx_status run_op(hx_stream *s, const emu_op *op)
     emu_backend *e = s->e;
     const hx_emu_cost *c = &e->opt.cost;
     bool timed = s->lane || c->launch_latency_s > 0 || c->flops_per_s > 0 || c->copy_bytes_per_s > 0;
+    if (op->kind == OP_TIME_BEGIN) { /* a unit's bracket, on the stream's clock */
+        s->bracket = (hx_device_span){.name = "unit", .sum = op->sum, .t0 = hx__now()};
+        return HX_OK;
+    }
+    if (op->kind == OP_TIME_END) {
+        s->bracket.t1 = hx__now();
+        record(e, s->lane, s->bracket);
+        return HX_OK;
+    }
     if (op->kind == OP_LAUNCH) {
         int cores = take_cores(e, op->ex->nthreads);
         double t0 = timed ? hx__now() : 0;
@@ -426,6 +437,16 @@ static hx_status emu_launch(hx_backend *b, hx_stream *s, hx_launch_fn fn, const 
                                 .in = in});
 }
 
+static hx_status emu_time_begin(hx_backend *b, hx_stream *s, double *sum)
+{
+    return enqueue(s, &(emu_op){.kind = OP_TIME_BEGIN, .sum = sum});
+}
+
+static hx_status emu_time_end(hx_backend *b, hx_stream *s)
+{
+    return enqueue(s, &(emu_op){.kind = OP_TIME_END});
+}
+
 static void emu_stats(const hx_backend *b, hx_backend_stats *out)
 {
     emu_backend *e = (emu_backend *)b;
@@ -465,6 +486,7 @@ hx_status hx__backend_emu_create(size_t capacity, const hx_emu_options *opt, hx_
         .copy_h2d = emu_h2d, .copy_d2h = emu_d2h,
         .kernel = emu_kernel, .launch = emu_launch,
         .stats = emu_stats, .destroy = emu_destroy,
+        .time_begin = emu_time_begin, .time_end = emu_time_end,
     };
     hx_mem_err err;
     hx_mem_source src = {NULL, segment_reserve, segment_release};

@@ -16,7 +16,14 @@
  *   auto, host and device (the example's own, the expert's);
  * - random DAGs of 1,000 and 10,000 ops (tests/util/ap_random.h): the
  *   planner alone, its predicted step against all-host and all-device, and
- *   its planning time (no session runs them).
+ *   its planning time (no session runs them);
+ * - random training graphs of about 1,000 and 10,000 nodes
+ *   (tests/util/randgraph.h: hetex's ops on small random shapes, backward
+ *   and optimizer updates), run: auto (every op AUTO), host and device
+ *   (every op marked so; ops without a device kernel fall back to the
+ *   host), with auto's units against their predictions
+ *   (hx_session_placement_units: how many are more than 20% off, and the
+ *   sum of their predicted and measured times).
  * Each session case reports the median measured step over N training steps
  * after 2 warm-up steps (wall time of hx_session_run), auto's predicted step
  * and its all-host and all-device predictions, the profiling time at
@@ -28,6 +35,7 @@
 #include "examples/widedeep/wd.h"
 #include "examples/gpt/gpt.h"
 #include "ap_random.h"
+#include "randgraph.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -65,20 +73,23 @@ static int cmp_double(const void *a, const void *b)
 typedef struct stepper {
     void (*feeds)(void *ctx, int step, hx_feed *f, int *n);
     void *ctx;
+    int max_feeds;
 } stepper;
 
 static double median_step(hx_session *s, const stepper *st, int steps)
 {
     double t[256];
     if (steps > 256) steps = 256;
+    hx_feed *f = malloc(sizeof *f * (size_t)st->max_feeds);
+    if (!f) die("out of memory");
     for (int i = -2; i < steps; i++) {
-        hx_feed f[8];
         int n = 0;
         st->feeds(st->ctx, i + 2, f, &n);
         double t0 = cli_now();
         if (hx_session_run(s, f, n, NULL, 0, HX_RUN_TRAIN)) die("training step");
         if (i >= 0) t[i] = cli_now() - t0;
     }
+    free(f);
     qsort(t, (size_t)steps, sizeof t[0], cmp_double);
     return t[steps / 2];
 }
@@ -88,16 +99,17 @@ typedef struct result {
     double measured;
 } result;
 
+/* extra: more fields, each followed by a comma ("": none). */
 static void report(const char *graph, double speedup, const hx_placement_report *r,
-                   double profile_cached, const result *res, int n_res)
+                   double profile_cached, const result *res, int n_res, const char *extra)
 {
     double best = INFINITY, mauto = NAN;
     for (int i = 0; i < n_res; i++) {
         if (!strcmp(res[i].placement, "auto")) mauto = res[i].measured;
         else best = fmin(best, res[i].measured);
     }
-    printf("{\"bench\":\"placement\",\"graph\":\"%s\",\"device_speedup\":%g,\"link_GBps\":8,",
-           graph, speedup);
+    printf("{\"bench\":\"placement\",\"graph\":\"%s\",%s\"device_speedup\":%g,\"link_GBps\":8,",
+           graph, extra, speedup);
     for (int i = 0; i < n_res; i++) printf("\"%s_ms\":%.4f,", res[i].placement, 1e3 * res[i].measured);
     printf("\"best_manual_ms\":%.4f,\"auto_vs_best_manual\":%.4f,\"predicted_auto_ms\":%.4f,"
            "\"predicted_all_host_ms\":%.4f,\"predicted_all_device_ms\":%.4f,"
@@ -167,14 +179,14 @@ static void bench_widedeep(const char *data, double speedup, int steps)
             hx_session_placement_report(s, &second);
             cached = second.profile_s;
         }
-        stepper st = {wd_step_feeds, &b};
+        stepper st = {wd_step_feeds, &b, WD_N_FEEDS};
         res[p] = (result){places[p].name, median_step(s, &st, steps)};
         if (c.auto_placement) hx_session_placement_report(s, &rep);
         hx_session_free(s);
         wd_model_free(&b.m);
     }
     rep.profile_s = first.profile_s; /* the creation with an empty cache */
-    report("widedeep", speedup, &rep, cached, res, 3);
+    report("widedeep", speedup, &rep, cached, res, 3, "");
     wd_feed_free(&b.fd);
     wd_features_free(&b.wf);
     hx_reader_close(b.r);
@@ -227,13 +239,13 @@ static void bench_gpt(double speedup, int steps)
             cached = second.profile_s;
         }
         gpt_bench b = {.r = &r};
-        stepper st = {gpt_step_feeds, &b};
+        stepper st = {gpt_step_feeds, &b, 2};
         res[p] = (result){places[p].name, median_step(r.s, &st, steps)};
         if (c.auto_placement) hx_session_placement_report(r.s, &rep);
         gpt_run_free(&r);
     }
     rep.profile_s = first.profile_s;
-    report("gpt", speedup, &rep, cached, res, 3);
+    report("gpt", speedup, &rep, cached, res, 3, "");
 }
 
 /* ---- random DAGs: the planner alone --------------------------------------------------------- */
@@ -245,7 +257,7 @@ static void bench_random(int n_ops)
     test_ap_random(&r, 1 << 30, n_ops, &p);
     p.cap = (size_t)1 << 40;
     int8_t *gside = malloc((size_t)p.n_groups + 1), *all = malloc((size_t)p.n_groups + 1);
-    hx_ap_work *w;
+    hx_ap_work *w = NULL;
     double step;
     if (!gside || !all || hx__ap_work_new(&p, &w)) die("random problem");
     double t0 = cli_now();
@@ -265,6 +277,82 @@ static void bench_random(int n_ops)
     free(gside);
     free(all);
     test_ap_free(&p);
+}
+
+/* ---- random training graphs: sessions ---------------------------------------------------- */
+
+static void rg_step_feeds(void *ctx, int step, hx_feed *f, int *n)
+{
+    rg_graph *r = ctx;
+    rg_feeds(r, (uint64_t)step, f);
+    *n = r->n_inputs;
+}
+
+/* Every op node of g marked t (DEFAULT: left to auto_placement). */
+static void mark_ops(hx_graph *g, hx_target t)
+{
+    for (int i = 0; i < g->n; i++)
+        if (g->tensors[i]->op > HX_OP_STATE && hx_tensor_set_target(g->tensors[i], t))
+            die("set_target");
+}
+
+static void bench_random_sessions(int moves, double speedup, int steps)
+{
+    rg_options o = rg_options_default();
+    o.min_moves = o.max_moves = moves;
+    o.targets = false;
+    o.optimizer = true;
+    rg_graph *r = rg_build(1000 + (uint64_t)moves, &o);
+    if (!r || r->error[0]) die(r ? r->error : "random graph");
+    static const struct { const char *name; hx_target t; } places[] = {
+        {"auto", HX_TARGET_DEFAULT}, {"host", HX_TARGET_CPU}, {"device", HX_TARGET_DEVICE}};
+    result res[3];
+    hx_placement_report rep = {0}, first = {0};
+    double cached = 0, unit_pred = 0, unit_meas = 0;
+    int n_units = 0, n_off = 0;
+    for (int p = 0; p < 3; p++) {
+        mark_ops(r->g, places[p].t);
+        hx_session_config c = machine(speedup);
+        c.fallback = HX_FALLBACK_CPU;
+        c.auto_placement = p == 0;
+        hx_session *s;
+        if (c.auto_placement) {
+            remove(cache_file);
+            if (hx_session_create(r->g, &c, &s)) die("random graph session");
+            hx_session_placement_report(s, &first);
+            hx_session_free(s);
+        }
+        if (hx_session_create(r->g, &c, &s)) die("random graph session");
+        if (c.auto_placement) {
+            hx_placement_report second;
+            hx_session_placement_report(s, &second);
+            cached = second.profile_s;
+        }
+        stepper st = {rg_step_feeds, r, r->n_inputs};
+        res[p] = (result){places[p].name, median_step(s, &st, steps)};
+        if (c.auto_placement) {
+            hx_session_placement_report(s, &rep);
+            hx_placement_unit *u = NULL;
+            if (hx_session_placement_units(s, NULL, 0, &n_units) ||
+                !(u = malloc(sizeof *u * (size_t)(n_units + 1))) ||
+                hx_session_placement_units(s, u, n_units, &n_units))
+                die("placement units");
+            for (int i = 0; i < n_units; i++) {
+                n_off += u[i].off;
+                unit_pred += u[i].predicted_s;
+                unit_meas += u[i].measured_s;
+            }
+            free(u);
+        }
+        hx_session_free(s);
+    }
+    rep.profile_s = first.profile_s;
+    char extra[256];
+    snprintf(extra, sizeof extra, "\"nodes\":%d,\"units\":%d,\"units_off_20pct\":%d,"
+             "\"units_predicted_ms\":%.4f,\"units_measured_ms\":%.4f,",
+             hx_graph_tensor_count(r->g), n_units, n_off, 1e3 * unit_pred, 1e3 * unit_meas);
+    report("random_training", speedup, &rep, cached, res, 3, extra);
+    rg_free(r);
 }
 
 int main(int argc, char **argv)
@@ -287,6 +375,8 @@ int main(int argc, char **argv)
     const char *d = cli_data_path("data/adult", data, sizeof data);
     bench_random(1000);
     bench_random(10000);
+    bench_random_sessions(122, 20, steps);   /* about 1,000 nodes */
+    bench_random_sessions(1370, 20, steps);  /* about 10,000 */
     double speeds[2] = {20, 5};
     for (int k = 0; k < (quick ? 1 : 2); k++) {
         bench_widedeep(d, speeds[k], steps);

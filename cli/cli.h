@@ -94,8 +94,9 @@ void cli_say(FILE *out, const char *cmd, const char *library_text);
  * (asked for, found, or why not CUDA), and the device memory cap. */
 void cli_print_accelerator(FILE *out, const char *cmd, const hx_session *s);
 /* "hetex CMD: placement auto: ..." lines of session s (nothing when no node
- * was AUTO): what the planner chose and predicted, and the measured step
- * once training ran. */
+ * was AUTO): what the planner chose and predicted, and once training ran
+ * the placement report (hx_session_placement_text: the 10 units farthest
+ * from their prediction, and the step). */
 void cli_print_placement(FILE *out, const char *cmd, const hx_session *s);
 
 /* ---- bundled data ---------------------------------------------------------------------- */

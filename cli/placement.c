@@ -1,9 +1,14 @@
 /* What automatic placement chose, in a command's own words: the nodes it
  * placed, its predicted step beside the all-host and all-device ones, what
- * profiling and planning cost, and (after training) the measured step. */
+ * profiling and planning cost, and (after training) the library's placement
+ * report: the units farthest from their prediction and the step. */
 #include "cli/cli.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { WORST_UNITS = 10 }; /* units listed after training (HX_DEBUG=placement: all) */
 
 static void ms(double s, char *buf, size_t n)
 {
@@ -28,8 +33,17 @@ void cli_print_placement(FILE *out, const char *cmd, const hx_session *s)
              r.n_signatures, r.n_cache_hits, r.profile_s, r.plan_s);
     cli_say(out, cmd, line);
     if (!r.measured_steps) return;
-    snprintf(line, sizeof line, "placement auto: measured step %.3f ms (fastest of %d), "
-             "predicted %s%s", 1e3 * r.measured_step_s, r.measured_steps, step,
-             r.off ? ": more than 20% off the prediction" : "");
-    cli_say(out, cmd, line);
+    /* the library's report: the units farthest from their prediction, the step */
+    size_t len;
+    if (hx_session_placement_text(s, WORST_UNITS, NULL, 0, &len)) return;
+    char *text = malloc(len + 1);
+    if (text && !hx_session_placement_text(s, WORST_UNITS, text, len + 1, &len))
+        for (char *p = text; *p;) { /* line by line */
+            size_t k = strcspn(p, "\n");
+            bool more = p[k] != 0;
+            p[k] = 0;
+            cli_say(out, cmd, p);
+            p += k + more;
+        }
+    free(text);
 }

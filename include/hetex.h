@@ -1851,6 +1851,69 @@ typedef struct hx_placement_report {
  *   Threads:    one thread per session.
  */
 HX_API hx_status hx_session_placement_report(const hx_session *s, hx_placement_report *out);
+/* Per unit of the training step (see "Execution": each CPU subgraph, device
+ * subgraph and copy of each phase), what automatic placement predicted
+ * against what the runs measured. A session with AUTO nodes times its
+ * first HX_PLACEMENT_TIMED_RUNS training runs unit by unit: a unit's time
+ * in a run is what its steps take where they run, waits for other units
+ * left out (host units: the host clock around their kernels; device
+ * subgraphs and copies: the device's own clock around their work on the
+ * stream: CUDA events, emu's stream threads). Predicted: the sum of its
+ * kernels' profiled times on its side and of its copies' latency + bytes /
+ * bandwidth. HX_DEBUG=placement prints every unit and the step once the
+ * timed runs are done (or at hx_session_free if fewer ran). */
+#define HX_PLACEMENT_TIMED_RUNS 10
+typedef enum hx_unit_lane {
+    HX_UNIT_HOST,   /* a CPU subgraph */
+    HX_UNIT_DEVICE, /* a device subgraph (the accelerator's compute stream) */
+    HX_UNIT_H2D,    /* copies to the device */
+    HX_UNIT_D2H     /* copies to the host */
+} hx_unit_lane;
+typedef struct hx_placement_unit {
+    int index;             /* its place in the plan's units (phase 0's first) */
+    int phase;             /* 0: forward and backward; 1: optimizer updates */
+    hx_unit_lane lane;
+    int n_steps;           /* kernels, or copies */
+    const char *first_op;  /* the node of its first and last step (a copy's: the tensor */
+    const char *last_op;   /*   copied); owned by the session's graph */
+    size_t copy_bytes;     /* copies: bytes per run; 0 for kernels */
+    double predicted_s;    /* the model's seconds (NAN: a step has no prediction) */
+    double measured_s;     /* the fastest timed run's seconds (0: not timed) */
+    int runs;              /* timed runs that ran it */
+    double ratio;          /* measured_s / predicted_s (0: not timed or no prediction) */
+    bool off;              /* the ratio is more than 20% away from 1 (> 1.2 or < 0.8) */
+} hx_placement_unit;
+/* The units of the last timed training run's plan: min(cap, *n_units) of
+ * them into out[0..], in plan order, and their number into *n_units (0:
+ * no node was AUTO, or no training run yet). Call with cap 0 (out may be
+ * NULL) for the count.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or n_units NULL, cap < 0, out
+ *               NULL with cap > 0).
+ *   On failure: nothing is written.
+ *   Ownership:  out is the caller's; its names are the graph's (valid
+ *               while the session lives).
+ *   Threads:    one thread per session.
+ */
+HX_API hx_status hx_session_placement_units(const hx_session *s, hx_placement_unit *out, int cap,
+                                            int *n_units);
+/* That report as text, what HX_DEBUG=placement prints: a line per unit
+ * (target, steps and their first and last node, predicted and measured ms,
+ * ratio, "OFF" past 20%) and last the step's line (predicted, measured,
+ * ratio). worst > 0: only the `worst` units farthest from their
+ * prediction (by |log ratio|, unmeasured last), in that order, and a line
+ * saying how many were left out; 0: every unit in plan order. Written to
+ * buf as snprintf does: at most cap bytes with the terminating NUL (buf
+ * may be NULL with cap 0); *len: the length of the whole text, so a
+ * caller whose buffer was too short calls again with *len + 1 bytes.
+ * Without AUTO nodes or timed runs the text is one line saying so.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or len NULL, worst < 0, buf
+ *               NULL with cap > 0); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: buf and *len are not written.
+ *   Ownership:  buf is the caller's.
+ *   Threads:    one thread per session.
+ */
+HX_API hx_status hx_session_placement_text(const hx_session *s, int worst, char *buf, size_t cap,
+                                           size_t *len);
 /* Writes that plan as Graphviz DOT (ops coloured by target, clustered by
  * subgraph, copies drawn as their own nodes) / as a text summary
  * (subgraphs, ops per subgraph, copies and bytes per step) to path

@@ -22,6 +22,7 @@
 #include "scheduler/cpu_budget.h"
 #include "scheduler/trace.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,16 +86,22 @@ static void fail(run *r, hx_status st)
     snprintf(r->msg, sizeof r->msg, "%s", hx_last_error());
 }
 
-/* Submits steps [from, to) of stream unit u. */
+/* Submits steps [from, to) of stream unit x, timed (a bracket around
+ * those it submits) while the engine times units. */
 static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from, int to)
 {
     const hx_plan *p = r->p;
     hx_backend *acc = r->e->be[HX_DEV_ACCEL];
     hx_status st = HX_OK;
+    bool timing = false;
     for (int i = from; i < to && !st; i++) {
         int k = p->unit_steps[x->first + i];
         const hx_step *sp = &p->steps[k];
         if (skipped_update(r->e, sp)) continue; /* another rank's parameter */
+        if (!timing && r->e->time_units) {
+            if ((st = acc->time_begin(acc, st_, &p->clock[x - p->units].run_s))) break;
+            timing = true;
+        }
         if (sp->fn) {
             st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
             continue;
@@ -107,6 +114,10 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
                                                          .bytes = n, .why = why})
                  : acc->copy_d2h(acc, st_, (hx_d2h_copy){.host = sp->out, .dev = sp->in[0],
                                                          .bytes = n, .why = why});
+    }
+    if (timing) {
+        hx_status end = acc->time_end(acc, st_);
+        if (!st) st = end;
     }
     return st;
 }
@@ -197,7 +208,9 @@ static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
         const hx_step *sp = &p->steps[p->unit_steps[x->first + i]];
         if (skipped_update(e, sp)) continue; /* another rank's parameter */
         if ((st = hx__residency_step_ready(e, sp))) break; /* its inputs in host memory */
+        double t0 = e->time_units ? hx__now() : 0;
         st = hx__host_launch(e, stream, lane, r->ex_host, sp, sp->in, &cores);
+        if (e->time_units) p->clock[u].run_s += hx__now() - t0;
     }
     hx__budget_give(e->budget, cores);
     return st;
@@ -328,6 +341,7 @@ hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exe
     for (int u = base; u < base + n; u++) {
         r.remaining[u - base] = p->units[u].n_pred;
         r.n_host += !on_stream(&p->units[u]);
+        p->clock[u].run_s = 0;
     }
     pthread_mutex_lock(&x->mu);
     x->cur = &r;
@@ -353,6 +367,11 @@ hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exe
     for (int i = 0; acc && i < 3; i++) {
         hx_status st = acc->stream_sync(acc, streams[i]);
         if (st && !r.err) fail(&r, st);
+    }
+    for (int u = base; e->time_units && !r.err && u < base + n; u++) {
+        hx_unit_clock *c = &p->clock[u];
+        if (p->skip[u] || !(c->run_s > 0)) continue; /* it ran nothing */
+        c->best_s = c->runs++ ? fmin(c->best_s, c->run_s) : c->run_s;
     }
     free(mem);
     free(pred_done);

@@ -82,6 +82,7 @@ void hx__plan_free(const hx_engine *e, hx_plan *p)
     for (int u = 0; p->done && u < p->n_units; u++)
         if (p->done[u]) acc->event_destroy(acc, p->done[u]);
     free(p->done);
+    free(p->clock);
     free(p->key);
     free(p->steps);
     free(p->in_pool);
@@ -463,7 +464,8 @@ static hx_status input_uses(builder *b, const int *fetch_ids, int n_fetch)
     return HX_OK;
 }
 
-/* Device-read input slots and completion events of stream units. */
+/* Device-read input slots, completion events of stream units, and every
+ * unit's clock. */
 static hx_status exec_parts(builder *b)
 {
     const hx_engine *e = b->e;
@@ -474,7 +476,8 @@ static hx_status exec_parts(builder *b)
     p->dev_in_slot = malloc(sizeof *p->dev_in_slot * (n_in ? n_in : 1));
     p->dev_in_id = malloc(sizeof *p->dev_in_id * (n_in ? n_in : 1));
     p->done = calloc(p->n_units ? p->n_units : 1, sizeof *p->done);
-    if (!p->dev_in_slot || !p->dev_in_id || !p->done)
+    p->clock = calloc(p->n_units ? p->n_units : 1, sizeof *p->clock);
+    if (!p->dev_in_slot || !p->dev_in_id || !p->done || !p->clock)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "session: out of host memory while planning a run");
     hx_backend *acc = e->be[HX_DEV_ACCEL];
     for (int u = 0; u < p->n_units; u++) {

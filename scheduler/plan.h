@@ -57,6 +57,7 @@ struct hx_plan {
                             unit is in the succ's preds */
     int n_links;
     hx_event **done;     /* per unit on a stream: recorded after its last step (NULL: host) */
+    hx_unit_clock *clock;/* per unit: its times in the runs exec.c timed (e->time_units) */
     int host_lanes[2];   /* per phase: CPU units that may run at once (<= n_threads) */
     int threads[2][2];   /* per phase: kernel threads of a host lane [0] and of the device [1] */
     /* gradients scanned before the updates, at their home device */

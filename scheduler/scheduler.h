@@ -31,6 +31,18 @@ typedef struct hx_step {
  * below. */
 typedef struct hx_plan hx_plan;
 
+/* A unit's times in the runs the executor timed (exec.c, while the
+ * engine's time_units is set). A unit's time in a run is what its steps
+ * take where they run, waits for other units left out: a host unit's
+ * kernels on the host clock, a stream unit's work between brackets on its
+ * stream (the backend's time_begin/time_end: device time, as the trace's
+ * spans). */
+typedef struct hx_unit_clock {
+    double run_s;  /* the run in progress */
+    double best_s; /* the fastest timed run's */
+    int runs;      /* timed runs that ran the unit */
+} hx_unit_clock;
+
 typedef struct hx_exec_state hx_exec_state;
 typedef struct hx_trace hx_trace;
 typedef struct hx_trace_lane hx_trace_lane;
@@ -73,6 +85,7 @@ typedef struct hx_engine {
      * squares (scan_dev: written there for device gradients) */
     double *scan_dev, *scan_host;
     int n_scan;
+    bool time_units; /* the executor times each unit it runs (hx_unit_clock) */
     /* emu's simulated host (hx_emu_host_cost): when it is next free */
     _Atomic double sim_host_free;
     /* per tensor id (NULL: none): an update node that phase 1 leaves out
@@ -109,6 +122,16 @@ typedef struct hx_plan_sizes {
                                scratch grows to it on the node's first run */
 } hx_plan_sizes;
 hx_plan_sizes hx__plan_sizes(const hx_plan *p);
+/* p's units, in order (phase 0's first), as reports see them, and unit
+ * u's step i (i < its n_steps). */
+typedef struct hx_unit_view {
+    hx_unit_lane lane;
+    int phase, n_steps;
+    hx_unit_clock clock;
+} hx_unit_view;
+int hx__plan_n_units(const hx_plan *p);
+hx_unit_view hx__plan_unit(const hx_plan *p, int u);
+const hx_step *hx__plan_unit_step(const hx_plan *p, int u, int i);
 
 /* run.c: the run loop's plan work on the engine. The cached plan for these
  * fetch ids (sorted and made unique in place) and flag, built on first use,

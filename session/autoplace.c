@@ -1,6 +1,7 @@
 /* Automatic placement at session creation: the costs the planner needs
  * (graph/autoplace*.c), measured or read from the op cost cache, its plan,
- * and what it tells people (HX_DEBUG=placement, hx_session_placement_report).
+ * and what it tells people (HX_DEBUG=placement, hx_session_placement_report;
+ * per unit: placement_units.c).
  *
  * An op's time on a target: its kernel run once or a few times with zeroed
  * inputs of its shapes, the fastest run, raised to the simulated floor of
@@ -432,6 +433,13 @@ void hx__autoplace_record_step(hx_session *s, double seconds)
     r->measured_steps++;
     if (r->measured_steps == 1 || seconds < r->measured_step_s) r->measured_step_s = seconds;
     r->off = fabs(r->measured_step_s - r->predicted_step_s) > 0.2 * r->predicted_step_s;
+    if (r->measured_steps == HX_PLACEMENT_TIMED_RUNS && s->timed_plan && hx__debug("placement"))
+        hx__placement_units_debug(s);
+}
+
+bool hx__autoplace_timing(const hx_session *s)
+{
+    return s->place_report.n_auto && s->place_report.measured_steps < HX_PLACEMENT_TIMED_RUNS;
 }
 
 hx_status hx_session_placement_report(const hx_session *s, hx_placement_report *out)

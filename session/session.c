@@ -29,6 +29,9 @@ hx_session_config hx_session_config_default(void)
 void hx_session_free(hx_session *s)
 {
     if (!s) return;
+    if (hx__debug("placement") && s->timed_plan &&
+        s->place_report.measured_steps < HX_PLACEMENT_TIMED_RUNS)
+        hx__placement_units_debug(s); /* not printed yet: fewer runs than that */
     hx__dpu_free(&s->e);
     hx__exec_free(&s->e);
     hx__dp_free(s->dp[0]);
@@ -516,7 +519,10 @@ static hx_status run(hx_session *s, const hx_feed *feeds, int n_feeds, const hx_
     hx_train_stats stats0 = s->stats;
     int good0 = s->good_steps;
     double t0 = hx__now();
+    s->e.time_units = train && hx__autoplace_timing(s);
     st = execute(s, p, train);
+    if (!st && s->e.time_units) s->timed_plan = p;
+    s->e.time_units = false;
     if (!st && train) hx__autoplace_record_step(s, hx__now() - t0);
     if (!st && train && res) st = res->run_commit(res);
     if (st && res) { /* nothing applied: the step did not happen */

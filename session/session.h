@@ -44,6 +44,7 @@ struct hx_session {
     bool *zero_skip, *zero_sharded;
     size_t zero_owned_bytes, zero_sharded_bytes;
     hx_placement_report place_report; /* automatic placement (autoplace.c) */
+    const hx_plan *timed_plan; /* the last training run whose units were timed (one of e.plans) */
     double *auto_cost; /* per tensor id: predicted seconds on the host, on the device */
     char auto_why[160]; /* why the planner kept one side ("": its mixed placement) */
 };
@@ -98,6 +99,12 @@ hx_status hx__autoplace(hx_session *s, const hx_place_opts *o, hx_target *decide
 /* Its summary line (HX_DEBUG=placement), and a training run's measured step. */
 void hx__autoplace_debug(const hx_session *s);
 void hx__autoplace_record_step(hx_session *s, double seconds);
+/* Whether the next training run's units are timed (AUTO nodes, fewer than
+ * HX_PLACEMENT_TIMED_RUNS training runs so far). */
+bool hx__autoplace_timing(const hx_session *s);
+/* placement_units.c: the per-unit report (HX_DEBUG=placement), printed once
+ * the timed runs are done, or at hx_session_free if fewer ran. */
+void hx__placement_units_debug(const hx_session *s);
 
 /* op_costs.c: the op cost cache file (see there). FNV-1a of n bytes onto h. */
 uint64_t hx__hash(uint64_t h, const void *p, size_t n);

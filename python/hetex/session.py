@@ -420,6 +420,33 @@ class Session:
     def placement_report(self):
         return self._report("hx_placement_report *", lib.hx_session_placement_report)
 
+    def placement_units(self):
+        """Per unit of the timed training plan, predicted against measured
+        (hx_session_placement_units): a list of dicts, the lane by name
+        ("host", "device", "h2d", "d2h"), first_op and last_op as str."""
+        n = ffi.new("int *")
+        check(lib.hx_session_placement_units(self._h(), ffi.NULL, 0, n))
+        units = ffi.new("hx_placement_unit[]", max(n[0], 1))
+        check(lib.hx_session_placement_units(self._h(), units, n[0], n))
+        from ._enums import name
+        out = []
+        for i in range(n[0]):
+            d = to_dict(units[i])
+            d["lane"] = name("HX_UNIT_", d["lane"])
+            d["first_op"] = ffi.string(units[i].first_op).decode()
+            d["last_op"] = ffi.string(units[i].last_op).decode()
+            out.append(d)
+        return out
+
+    def placement_text(self, worst=0):
+        """The placement report as text (hx_session_placement_text): the
+        `worst` units farthest from their prediction (0: all) and the step."""
+        n = ffi.new("size_t *")
+        check(lib.hx_session_placement_text(self._h(), worst, ffi.NULL, 0, n))
+        buf = ffi.new("char[]", n[0] + 1)
+        check(lib.hx_session_placement_text(self._h(), worst, buf, n[0] + 1, n))
+        return ffi.string(buf).decode()
+
     def pool_stats(self):
         return self._report("hx_device_pools_stats *", lib.hx_session_pool_stats)
 
@@ -478,6 +505,8 @@ def _attach_contracts():
         "memory_stats": "hx_session_memory_stats", "offload_report": "hx_session_offload_report",
         "placement_stats": "hx_session_placement_stats",
         "placement_report": "hx_session_placement_report", "pool_stats": "hx_session_pool_stats",
+        "placement_units": "hx_session_placement_units",
+        "placement_text": "hx_session_placement_text",
         "accelerator_info": "hx_session_accelerator_info",
         "placement_summary": "hx_session_dump_summary", "placement_dot": "hx_session_dump_dot",
         "trace_flush": "hx_session_trace_flush", "device_alloc": "hx_session_device_alloc",

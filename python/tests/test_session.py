@@ -138,6 +138,30 @@ def test_trace(rng, tmp_path):
     assert any(e.get("name") for e in events)
 
 
+def test_placement_units(rng, tmp_path):
+    g, x, y, loss = _mlp()
+    s = hetex.Session(g, accelerator="emu", n_threads=2, auto_placement=True,
+                      placement_cache=str(tmp_path / "op_costs"),
+                      emu_cost={"launch_latency_s": 1e-3, "copy_bytes_per_s": 8e9})
+    assert s.placement_units() == [] and "no training run" in s.placement_text()
+    for _ in range(3):
+        s.run(_data(rng), loss, train=True)
+    units = s.placement_units()
+    assert units and [u["index"] for u in units] == list(range(len(units)))
+    for u in units:
+        assert u["lane"] in ("host", "device", "h2d", "d2h") and u["n_steps"] > 0
+        assert u["first_op"] and u["last_op"] and u["runs"] == 3 and u["measured_s"] > 0
+        assert u["ratio"] == pytest.approx(u["measured_s"] / u["predicted_s"])
+        assert u["off"] == (u["ratio"] > 1.2 or u["ratio"] < 0.8)
+    text = s.placement_text(worst=1)
+    lines = text.splitlines()
+    assert lines[0].startswith(f"placement report: {len(units)} units")
+    assert lines[-1].startswith("  step: predicted") and len(lines) == (3 if len(units) == 1 else 4)
+    assert len(s.placement_text().splitlines()) == len(units) + 2
+    with pytest.raises(hetex.InvalidArgumentError):
+        s.placement_text(worst=-1)
+
+
 def test_runner_matches_run(rng):
     runs = []
     for prepared in (False, True):

@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { POOL_MAX = 192, MAX_PARAMS = 256, MAX_SCOPES = 4 };
+/* POOL_MAX: values a graph draws from, enough for bench_placement's
+ * graphs of 10,000 nodes (the tests' graphs hold fewer than 100) */
+enum { POOL_MAX = 4096, MAX_PARAMS = 256, MAX_SCOPES = 4 };
 #define MAG_CAP 1e3 /* values bounded above this are squashed (tanh) before use */
 
 typedef struct shp { int nd; int64_t d[HX_MAX_DIMS]; } shp;
