@@ -220,9 +220,10 @@ static void skip(suite *su, const bs_case *k, bs_ctx *c, hx_dtype dt, const char
     say(su, "skip", k, c, dt, why);
 }
 
-/* Checks the accelerator's two runs against the reference's. */
+/* Checks the accelerator's two runs against the reference's. lowered: the
+ * accelerator ran some nodes as one library call (graph.h's lowering). */
 static void compare(suite *su, const bs_case *k, bs_ctx *c, hx_dtype dt, const hx_tensor *y,
-                    void *const got[2], void *const want[2])
+                    void *const got[2], void *const want[2], bool lowered)
 {
     hx_dtype ydt = hx_tensor_dtype(y);
     size_t bytes = hx_tensor_nbytes(y);
@@ -231,6 +232,12 @@ static void compare(suite *su, const bs_case *k, bs_ctx *c, hx_dtype dt, const h
      * that accumulate in another order may round an f16 value one ulp
      * apart, and the cast back to f32 keeps that ulp. */
     double tol = fmax(su->cfg->tol[ydt], su->cfg->tol[dt]);
+    /* A lowered convolution rounds once where the CPU reference rounds each
+     * column (or column gradient) to a half dtype before summing them: on
+     * the H100, bf16 input gradients 1.4-2.2% (up to 3 ulps) apart, the
+     * device's the closer to a double reference (tests/gpu/test_gpu_cudnn
+     * bounds it against one). Halves get four times their tolerance there. */
+    if (lowered && (dt == HX_DTYPE_F16 || dt == HX_DTYPE_BF16)) tol *= 4;
     for (int run = 0; run < 2; run++) {
         int64_t at;
         double e = worst_error(got[run], want[run], ydt, hx_tensor_numel(y), &at);
@@ -374,7 +381,7 @@ static void run_case(suite *su, const bs_case *k, int v, hx_dtype dt)
         fail(su, k, &c, dt, why);
         goto out;
     }
-    compare(su, k, &c, dt, y, got, want);
+    compare(su, k, &c, dt, y, got, want, acc->n_lowered > 0);
     if (cfg->perf) perf_line(su, k, &c, dt, y, acc, ref, got[0]);
 out:
     for (int i = 0; i < 2; i++) {
