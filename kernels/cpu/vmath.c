@@ -4,24 +4,19 @@
 #include "rows_path.h"
 #include "vmath.h"
 
+/* indexed by hx_isa: scalar 0, AVX2 1, AVX-512 2 */
 const hx_vmath_path *hx__vmath(void)
 {
-    switch (hx_k_isa()) {
-    case HX_ISA_AVX512: return &hx__vmath_avx512;
-    case HX_ISA_AVX2: return &hx__vmath_avx2;
-    case HX_ISA_SCALAR: break;
-    }
-    return &hx__vmath_scalar;
+    static const hx_vmath_path *const paths[] = {&hx__vmath_scalar, &hx__vmath_avx2,
+                                                  &hx__vmath_avx512};
+    return paths[hx_k_isa()];
 }
 
 const hx_rows_path *hx__rows(void)
 {
-    switch (hx_k_isa()) {
-    case HX_ISA_AVX512: return &hx__rows_avx512;
-    case HX_ISA_AVX2: return &hx__rows_avx2;
-    case HX_ISA_SCALAR: break;
-    }
-    return &hx__rows_scalar;
+    static const hx_rows_path *const paths[] = {&hx__rows_scalar, &hx__rows_avx2,
+                                                 &hx__rows_avx512};
+    return paths[hx_k_isa()];
 }
 
 float hx__vmath_sum_exp(const float *x, float shift, int64_t n)

@@ -11,6 +11,7 @@
 #include "dist/dist.h"
 #include "backend_cases.h"
 #include "hetex_checks.h"
+#include "mpi_world.h"
 #include "testutil.h"
 
 #include <mpi.h>
@@ -360,9 +361,7 @@ static int setup(void)
 /* Last: the communicator goes, and with it MPI if hetex started it. */
 static void test_finalize(void)
 {
-    printf("hx-digest rank %d of %d: %016llx\n", rank, size, (unsigned long long)digest);
-    fflush(stdout);
-    hx_comm_free(comm);
+    mpi_world_close_with_digest(comm, rank, size, digest);
     comm = NULL;
     int fin = 0;
     MPI_Finalized(&fin);

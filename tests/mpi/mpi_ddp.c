@@ -17,6 +17,7 @@
 #include "dist/dist.h"
 #include "deep_mlp.h"
 #include "hetex_checks.h"
+#include "mpi_world.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -235,14 +236,7 @@ static void test_mismatched_graphs(void)
 
 static int setup(void)
 {
-    hx_comm_config cfg = hx_comm_config_default();
-    cfg.timeout_s = 60;
-    if (hx_comm_create(&cfg, &comm) != HX_OK) {
-        fprintf(stderr, "hx_comm_create: %s\n", hx_last_error());
-        return 1;
-    }
-    rank = hx_comm_rank(comm);
-    size = hx_comm_size(comm);
+    if (!(comm = mpi_world_open(60, &rank, &size))) return 1;
     if (B % size) {
         fprintf(stderr, "mpi_ddp: %d ranks do not divide the batch of %d\n", size, B);
         return 1;
@@ -250,12 +244,7 @@ static int setup(void)
     return 0;
 }
 
-static void teardown(void)
-{
-    printf("hx-digest rank %d of %d: %016llx\n", rank, size, (unsigned long long)digest);
-    fflush(stdout);
-    hx_comm_free(comm);
-}
+static void teardown(void) { mpi_world_close_with_digest(comm, rank, size, digest); }
 
 int main(int argc, char **argv)
 {

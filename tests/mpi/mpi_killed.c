@@ -10,6 +10,7 @@
  * rank that dies cannot report its checks. */
 #include "dist/dist.h"
 #include "deep_mlp.h"
+#include "mpi_world.h"
 #include "testutil.h"
 
 #include <signal.h>
@@ -19,14 +20,9 @@
 
 int main(void)
 {
-    hx_comm_config cc = hx_comm_config_default();
-    cc.timeout_s = 2;
-    hx_comm *c = NULL;
-    if (hx_comm_create(&cc, &c) != HX_OK) {
-        fprintf(stderr, "hx_comm_create: %s\n", hx_last_error());
-        return 1;
-    }
-    int rank = hx_comm_rank(c), size = hx_comm_size(c);
+    int rank, size;
+    hx_comm *c = mpi_world_open(2, &rank, &size);
+    if (!c) return 1;
     enum { B = 4, W = 8 };
     deep_mlp m;
     hx_session_config cfg = hx_session_config_default();

@@ -7,6 +7,7 @@
  * Each survivor prints "hx-killed: rank R: <status> after <steps> steps:
  * <message>" and exits at once (0 when the failure is that one). */
 #include "hetex.h"
+#include "mpi_world.h"
 #include "testutil.h"
 
 #include <signal.h>
@@ -16,14 +17,9 @@
 
 int main(void)
 {
-    hx_comm_config cc = hx_comm_config_default();
-    cc.timeout_s = 2;
-    hx_comm *c = NULL;
-    if (hx_comm_create(&cc, &c) != HX_OK) {
-        fprintf(stderr, "hx_comm_create: %s\n", hx_last_error());
-        return 1;
-    }
-    int rank = hx_comm_rank(c), size = hx_comm_size(c);
+    int rank, size;
+    hx_comm *c = mpi_world_open(2, &rank, &size);
+    if (!c) return 1;
     enum { B = 4, D = 4 };
     hx_embedding_config ec = hx_embedding_config_default();
     ec.name = "users";

@@ -26,6 +26,7 @@
 #include "deep_mlp.h"
 #include "gpt.h"
 #include "hetex_checks.h"
+#include "mpi_world.h"
 #include "testutil.h"
 #include "tmpdir.h"
 
@@ -414,14 +415,7 @@ static void test_refusals(void)
 
 static int setup(void)
 {
-    hx_comm_config cfg = hx_comm_config_default();
-    cfg.timeout_s = 60;
-    if (hx_comm_create(&cfg, &comm) != HX_OK) {
-        fprintf(stderr, "hx_comm_create: %s\n", hx_last_error());
-        return 1;
-    }
-    rank = hx_comm_rank(comm);
-    size = hx_comm_size(comm);
+    if (!(comm = mpi_world_open(60, &rank, &size))) return 1;
     if (B % size || GPT_B % size) {
         fprintf(stderr, "mpi_zero: %d ranks do not divide the batches of %d and %d\n", size, B, GPT_B);
         return 1;
