@@ -111,6 +111,18 @@ int hx__dp_owner(const hx_dp *d, int64_t i);
  * host-addressable) of every gradient an owner holds to every other rank,
  * group after group, each an all-gather through one buffer of N blocks. */
 hx_status hx__dp_all_gather(hx_dp *d, void *const *vals, const size_t *val_bytes);
+/* ZeRO stage 3, one group at a time: the groups (every rank's g-th chunk;
+ * 0 at stage 0), group g's buffer bytes (N blocks of its longest used
+ * chunk), gradient i's group and its offset in its group's buffer (what
+ * stands in for it there may be shorter: it starts at the same place).
+ * gather_start begins the in-place all-gather of group g into buf (those
+ * bytes; this rank's block, filled by the caller, goes to every rank):
+ * wait for *out with hx__coll_wait. */
+int64_t hx__dp_groups(const hx_dp *d);
+size_t hx__dp_group_bytes(const hx_dp *d, int64_t g);
+int64_t hx__dp_group_of(const hx_dp *d, int64_t i);
+size_t hx__dp_in_group(const hx_dp *d, int64_t i);
+hx_status hx__dp_gather_start(hx_dp *d, int64_t g, void *buf, hx_coll **out);
 
 /* NCCL between GPU ranks (built with CUDA where nccl.h is found; the other
  * builds answer HX_ERR_UNSUPPORTED): a clique over c's ranks, bootstrapped

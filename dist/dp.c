@@ -176,6 +176,24 @@ int hx__dp_owner(const hx_dp *d, int64_t i) { return d->stage ? d->chunk_rank[d-
 
 size_t hx__dp_grad_shard_bytes(const hx_dp *d) { return d->stage == 2 ? d->own_lo[d->n_groups] : 0; }
 
+int64_t hx__dp_groups(const hx_dp *d) { return d->stage ? d->n_groups : 0; }
+
+size_t hx__dp_group_bytes(const hx_dp *d, int64_t g)
+{
+    return (size_t)hx_comm_size(d->c) * d->group_len[g];
+}
+
+int64_t hx__dp_group_of(const hx_dp *d, int64_t i) { return d->chunk_group[d->chunk_of[i]]; }
+
+size_t hx__dp_in_group(const hx_dp *d, int64_t i) { return d->in_group[i]; }
+
+hx_status hx__dp_gather_start(hx_dp *d, int64_t g, void *buf, hx_coll **out)
+{
+    size_t len = d->group_len[g];
+    return hx__comm_all_gather(d->c, (char *)buf + (size_t)hx_comm_rank(d->c) * len, buf,
+                               (int64_t)(len / hx_dtype_size(d->dt)), d->dt, out);
+}
+
 /* Waits for the first `started` collectives of q (each freed, also after
  * a failure); st: the failure so far. */
 static hx_status wait_all(hx_dp *d, int64_t started, hx_status st)

@@ -1546,9 +1546,21 @@ typedef struct hx_session_config {
      * hx_session_read of a sharded tensor works on its owner only;
      * hx_session_write of one, checkpoints, offload_param=disk and
      * delayed_param_update are refused (HX_ERR_UNSUPPORTED). Compared
-     * over the ranks at creation with the graph. 3, and 1-2 with
-     * embedding tables, are not built (HX_ERR_UNSUPPORTED); without comm
-     * anything but 0 is HX_ERR_INVALID_ARGUMENT. */
+     * over the ranks at creation with the graph. 3: summed as at 2, and
+     * what every rank reads of each parameter (its half copy, else the
+     * f32 parameter) is sharded too: each rank keeps only its own chunks
+     * and no all-gather follows the updates; the forward and backward
+     * read the others' from host buffers, one per chunk group (every
+     * rank's g-th chunk), each all-gathered before the first step that
+     * reads it (offload.prefetch_depth groups ahead, in the same order on
+     * every rank) and freed after the last (once before the backward's
+     * first step and once from it on; a group a copy to the device reads,
+     * offload_param=cpu, at the end of the forward and backward). Stage 3
+     * needs those parameters in host memory: with an accelerator, set
+     * offload_param=cpu (HX_ERR_UNSUPPORTED otherwise); it gives stage
+     * 0's bits as well. Stages 1-3 with embedding tables are not built
+     * (HX_ERR_UNSUPPORTED); without comm anything but 0 is
+     * HX_ERR_INVALID_ARGUMENT. */
     int zero_stage;
     hx_emu_host_cost emu_host_cost; /* all 0: host kernels at host speed */
     /* Automatic placement (see below) */
@@ -1579,8 +1591,9 @@ HX_API hx_session_config hx_session_config_default(void);
  *               HX_ERR_UNSUPPORTED (CUDA asked for in a build
  *               or on a machine without it, the disk tier with
  *               delayed_param_update, data parallel that comm cannot
- *               serve, ZeRO stage 3, stages 1-2 with the disk tier or
- *               delayed_param_update: see there); HX_ERR_COMM (comm's collectives);
+ *               serve, ZeRO stages 1-3 with the disk tier or
+ *               delayed_param_update, stage 3 with a parameter on the
+ *               accelerator: see there); HX_ERR_COMM (comm's collectives);
  *               HX_ERR_NO_KERNEL (an op without a
  *               kernel on its target under HX_FALLBACK_ERROR, naming it);
  *               HX_ERR_DEVICE_OOM (the persistent tensors placed on the
@@ -1784,6 +1797,13 @@ typedef struct hx_memory_stats {
      * of all ranks together, and (stage 2) the bytes of gradients this
      * rank keeps summed (its own chunks); 0 otherwise */
     size_t zero_owned_bytes, zero_sharded_bytes, zero_grad_shard_bytes;
+    /* ZeRO stage 3: the host bytes of gathered parameters (transient
+     * buffers, one per chunk group being read: see zero_stage) held at
+     * once, the most so far in this session's runs, and the most the
+     * plans predict when their steps run in plan order with the prefetch
+     * depth (the host's predicted peak is persistent_bytes +
+     * transient_planned_bytes + this); 0 otherwise */
+    size_t zero_gather_peak_bytes, zero_gather_planned_bytes;
 } hx_memory_stats;
 /* Memory now, planning the training step (all update nodes) first if no
  * run has been planned yet. The device pools in detail:

@@ -210,6 +210,7 @@ static hx_status run_host(run *r, int u, hx_stream *stream, hx_trace_lane *lane)
         if ((st = hx__residency_step_ready(e, sp))) break; /* its inputs in host memory */
         double t0 = e->time_units ? hx__now() : 0;
         st = hx__host_launch(e, stream, lane, r->ex_host, sp, sp->in, &cores);
+        if (!st) hx__gather_step_done(e, sp); /* what it read may go */
         if (e->time_units) p->clock[u].run_s += hx__now() - t0;
     }
     hx__budget_give(e->budget, cores);

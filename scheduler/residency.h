@@ -63,10 +63,29 @@ static inline bool hx__residency_holds(const hx_engine *e, int id)
     return e->residency && e->residency->holds(e->residency, id);
 }
 
+/* Parameters that live on other ranks (ZeRO stage 3, session/zero3.c):
+ * the executor calls ready before each step it runs (from any executor
+ * thread; it returns once the gathered bytes the step reads are in host
+ * memory and its inputs point at them) and done after each host step has
+ * run (from the thread that ran it), so that what the step read may be
+ * freed; a step on a stream gets no done (its bytes live to the phase's
+ * end). Both are thread-safe. */
+struct hx_param_gather {
+    hx_status (*ready)(hx_param_gather *g, const hx_step *sp);
+    void (*done)(hx_param_gather *g, const hx_step *sp);
+};
+
 /* The executor, before plan step sp: what it reads is in host memory. */
 static inline hx_status hx__residency_step_ready(const hx_engine *e, const hx_step *sp)
 {
-    return e->residency ? e->residency->step_ready(e->residency, sp) : HX_OK;
+    hx_status st = e->residency ? e->residency->step_ready(e->residency, sp) : HX_OK;
+    return !st && e->gather ? e->gather->ready(e->gather, sp) : st;
+}
+
+/* The executor, after host step sp ran. */
+static inline void hx__gather_step_done(const hx_engine *e, const hx_step *sp)
+{
+    if (e->gather) e->gather->done(e->gather, sp);
 }
 
 #endif

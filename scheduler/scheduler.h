@@ -49,6 +49,7 @@ typedef struct hx_trace_lane hx_trace_lane;
 typedef struct hx_cpu_budget hx_cpu_budget;
 typedef struct hx_dpu hx_dpu;
 typedef struct hx_residency hx_residency;
+typedef struct hx_param_gather hx_param_gather;
 
 /* What a session's plans are built for and run on: the placed graph, the
  * devices with their streams, the host lanes and the persistent storage.
@@ -92,6 +93,9 @@ typedef struct hx_engine {
      * (data parallel ZeRO: another rank owns its parameter); its copies
      * still run */
     const bool *update_skip;
+    /* parameters other ranks hold, gathered for the phase-0 steps that read
+     * them (ZeRO stage 3: residency.h's hx_param_gather); NULL: none */
+    hx_param_gather *gather;
 } hx_engine;
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */

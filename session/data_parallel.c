@@ -1,8 +1,8 @@
 /* Data parallel (hx_session_config.comm): before the gradient scan, every
  * dense gradient is summed over the ranks, chunk by chunk (dist/dp.c), f32
  * and bf16 gradients in chunks of their own dtype, in the graph's order of
- * update nodes so that every rank lays them out alike (ZeRO stage 2: each
- * chunk's sum only on its owner; the owners: zero.c); the average's 1/N
+ * update nodes so that every rank lays them out alike (ZeRO stages 2 and 3:
+ * each chunk's sum only on its owner; the owners: zero.c); the average's 1/N
  * goes with the loss scale's unscaling into the updates (session.c). */
 #include "session/session.h"
 #include "dist/dist.h"
@@ -57,7 +57,8 @@ hx_status hx__session_dp_setup(hx_session *s)
         s->dp_n[grp] = n;
         if (!st && n)
             st = hx__dp_create(c, bytes, n, s->e.cfg.offload.chunk_size, group_dtype[grp],
-                               s->e.cfg.zero_stage, &s->dp[grp]);
+                               s->e.cfg.zero_stage < 2 ? s->e.cfg.zero_stage : 2, /* 3 sums as 2 */
+                               &s->dp[grp]);
     }
     free(bytes);
     if (!st && s->e.cfg.zero_stage) st = hx__session_zero_setup(s);
@@ -82,7 +83,7 @@ hx_status hx__session_dp_grads(hx_session *s, const hx_plan *p)
                                "gradient of the graph each training run; this run updates only some");
     for (int grp = 0; grp < 2 && !st; grp++)
         if (s->dp[grp])
-            st = s->e.cfg.zero_stage == 2 ? hx__dp_reduce_scatter(s->dp[grp], at[grp])
+            st = s->e.cfg.zero_stage >= 2 ? hx__dp_reduce_scatter(s->dp[grp], at[grp])
                                           : hx__dp_all_reduce(s->dp[grp], at[grp]);
     free(at[0]);
     free(at[1]);

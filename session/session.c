@@ -382,7 +382,11 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     hx_exec ex[2][2]; /* [phase][host lanes, device] */
     hx__plan_contexts(p, &run, ex);
     if (!hx__dpu_reads_no_master(p) && (st = hx__dpu_settle(&s->e))) return st;
-    if ((st = hx__exec_phase(&s->e, p, 0, &ex[0][0], &ex[0][1]))) return st;
+    if ((st = hx__session_zero3_begin(s, p))) return st; /* stage 3: the gathers */
+    st = hx__exec_phase(&s->e, p, 0, &ex[0][0], &ex[0][1]);
+    hx_status gathered = hx__session_zero3_end(s);
+    if (!st) st = gathered;
+    if (st) return st;
     if ((st = hx__dpu_settle(&s->e)) || !train) return st; /* the update of the step before */
     int n_updates;
     hx__plan_steps(p, 1, &n_updates);
@@ -395,7 +399,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     const hx_tensor *bad;
     double sumsq;
     if ((st = hx__scan_grads(&s->e, p, ex[1], &bad, &sumsq))) return st;
-    if (s->e.cfg.zero_stage == 2 && (st = hx__session_zero_norm(s, p, &bad, &sumsq))) return st;
+    if (s->e.cfg.zero_stage >= 2 && (st = hx__session_zero_norm(s, p, &bad, &sumsq))) return st;
     s->stats.grad_norm = sqrt(sumsq) * unscale;
     if (bad && !scaling)
         return hx__error(HX_ERR_NUMERIC,
@@ -416,7 +420,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     if (delay) st = hx__dpu_launch(&s->e, p, &ex[1][0]);
     else if (s->e.residency) st = s->e.residency->update(s->e.residency, p, &ex[1][0]);
     else st = hx__exec_phase(&s->e, p, 1, &ex[1][0], &ex[1][1]);
-    if (!st && s->zero_owner) st = hx__session_zero_gather(s);
+    if (!st && s->zero_owner && s->e.cfg.zero_stage < 3) st = hx__session_zero_gather(s);
     if (st) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps >= ls->growth_interval) { /* >=: a loaded count may be past it */

@@ -43,6 +43,11 @@ struct hx_session {
     int *zero_owner;
     bool *zero_skip, *zero_sharded;
     size_t zero_owned_bytes, zero_sharded_bytes;
+    /* stage 3 (zero3.c): per tensor id, for what the ranks read of a
+     * parameter (its replica), its update's dp_index (-1: none); the
+     * gathers */
+    int *zero3_key;
+    struct hx_zero3 *zero3;
     hx_placement_report place_report; /* automatic placement (autoplace.c) */
     const hx_plan *timed_plan; /* the last training run whose units were timed (one of e.plans) */
     double *auto_cost; /* per tensor id: predicted seconds on the host, on the device */
@@ -66,10 +71,11 @@ size_t hx__session_dp_chunk_bytes(const hx_session *s); /* all groups' chunks */
  * HX_ERR_INVALID_ARGUMENT on every rank naming the first difference. */
 hx_status hx__session_dp_check(hx_session *s);
 
-/* zero.c: ZeRO stage 1 and 2 on top of data_parallel.c's chunks. setup
+/* zero.c: ZeRO stages 1-3 on top of data_parallel.c's chunks. setup
  * (after the chunks) assigns the updates to their owners and frees what
- * this rank does not own; refuses stage 3, the disk tier and the delayed
- * update (HX_ERR_UNSUPPORTED). */
+ * this rank does not own (stage 3: also the replicas, zero3.c gathers
+ * them); refuses the disk tier, the delayed update and (stage 3) a
+ * replica on the accelerator (HX_ERR_UNSUPPORTED). */
 hx_status hx__session_zero_setup(hx_session *s);
 void hx__session_zero_free(hx_session *s);
 /* Stage 2: the gradient norm's sum of squares and the first update whose
@@ -82,6 +88,24 @@ hx_status hx__session_zero_gather(hx_session *s);
 hx_status hx__session_zero_access(const hx_session *s, const char *fn, const hx_tensor *t, bool write);
 /* The zero_* fields of hx_memory_stats. */
 void hx__session_zero_stats(const hx_session *s, hx_memory_stats *out);
+
+/* zero3.c: stage 3's gathers (see there), after zero.c has set the owners
+ * and zero3_key: create makes them the engine's hx_gather; begin readies
+ * plan p's schedule (built on its first run: HX_ERR_UNSUPPORTED if its
+ * update phase reads a replica this rank does not hold) before phase 0,
+ * end waits for every gather and frees every buffer after it (the run's
+ * first gather failure). No-ops below stage 3. */
+typedef struct hx_zero3 hx_zero3;
+hx_status hx__session_zero3_create(hx_session *s);
+void hx__session_zero3_free(hx_session *s);
+hx_status hx__session_zero3_begin(hx_session *s, const hx_plan *p);
+hx_status hx__session_zero3_end(hx_session *s);
+/* The most bytes gathered at once so far, and the most a plan's schedule
+ * predicts (steps in plan order); 0 below stage 3. */
+void hx__session_zero3_stats(const hx_session *s, size_t *peak, size_t *planned);
+/* Tests: 1 leaves out the first window's gather (its readers then read
+ * only this rank's block), to show the comparisons catch it. */
+extern int hx__zero3_test_break;
 
 /* report.c: HX_DEBUG=placement lines: placement, and each lowered device
  * node (or why a convolution on the device is not lowered; has_kernel asks

@@ -1,4 +1,4 @@
-/* Data parallel, ZeRO stages 1 and 2 (hx_session_config.zero_stage): each
+/* Data parallel, ZeRO stages 1-3 (hx_session_config.zero_stage): each
  * rank owns the parameters of its chunks of the gradient layout
  * (dist/dp.c); it keeps and updates only their optimizer state and, where
  * a parameter is an f32 master used through a half copy, the master; the
@@ -9,7 +9,9 @@
  * each rank has summed only its own gradients, so the gradient norm and
  * the Inf/NaN check come from the owners' per-parameter sums of squares,
  * gathered and added in plan order as the scan adds them: bitwise stage
- * 0's norm. */
+ * 0's norm. Stage 3 sums as stage 2, shards the replicas too (what every
+ * rank reads: the half copy, else the f32 parameter) and gathers them for
+ * the forward and backward (zero3.c) instead of after the updates. */
 #include "session/session.h"
 #include "dist/dist.h"
 #include "offload/offload.h"
@@ -20,10 +22,12 @@
 #include <string.h>
 
 /* Source j of update u is sharded: a state of u, or its f32 master when u
- * writes a half copy (which the ranks read instead). */
-static bool sharded_src(const hx_tensor *u, int j)
+ * writes a half copy (which the ranks read instead); at stage 3 every
+ * source but the gradient. */
+static bool sharded_src(const hx_tensor *u, int j, int stage)
 {
     int half = (int)u->attr.i[0];
+    if (stage == 3) return j != 1;
     return j >= 2 ? j != half : j == 0 && half > 0;
 }
 
@@ -57,7 +61,7 @@ static void debug_layout(const hx_session *s)
 
 static hx_status refuse(const char *what)
 {
-    return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO stage 1 and 2 do not combine "
+    return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO stages 1-3 do not combine "
                      "with %s yet: use zero_stage 0 for it", what);
 }
 
@@ -66,18 +70,16 @@ hx_status hx__session_zero_setup(hx_session *s)
     hx_engine *e = &s->e;
     const hx_graph *g = e->g;
     int stage = e->cfg.zero_stage, rank = hx_comm_rank(e->cfg.comm);
-    if (stage == 3)
-        return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO stage 3 (16-bit parameters "
-                         "sharded too) is not built; use zero_stage 1 or 2");
     if (e->residency) return refuse("offload_param=disk (the disk tier holds every parameter)");
     if (e->cfg.delayed_param_update) return refuse("delayed_param_update");
     size_t n = (size_t)(g->n ? g->n : 1);
     s->zero_owner = malloc(n * sizeof *s->zero_owner);
     s->zero_skip = calloc(n, sizeof *s->zero_skip);
     s->zero_sharded = calloc(n, sizeof *s->zero_sharded);
-    if (!s->zero_owner || !s->zero_skip || !s->zero_sharded)
+    s->zero3_key = malloc(n * sizeof *s->zero3_key);
+    if (!s->zero_owner || !s->zero_skip || !s->zero_sharded || !s->zero3_key)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    for (int i = 0; i < g->n; i++) s->zero_owner[i] = -1;
+    for (int i = 0; i < g->n; i++) s->zero_owner[i] = s->zero3_key[i] = -1;
     for (int i = 0; i < g->n; i++) {
         const hx_tensor *u = g->tensors[i];
         int k = s->dp_index[i];
@@ -87,13 +89,19 @@ hx_status hx__session_zero_setup(hx_session *s)
             return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO: '%s' (%s) is larger than "
                              "its gradient '%s' (%s), whose chunks carry it to the ranks", replica(u)->name,
                              hx_dtype_name(replica(u)->dtype), u->src[1]->name, hx_dtype_name(u->src[1]->dtype));
+        if (stage == 3 && hx__dev_of(e, replica(u)->id) != HX_DEV_HOST)
+            return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO stage 3 gathers the "
+                             "parameters into host memory, and '%s' lives on the accelerator: set "
+                             "offload_param=cpu (every parameter on the host, fetched to the device "
+                             "chunk by chunk), or use zero_stage 2", replica(u)->name);
+        if (stage == 3) s->zero3_key[replica(u)->id] = k;
         s->zero_owner[i] = owner;
         s->zero_skip[i] = owner != rank;
         for (int j = 0; j < u->n_src; j++) {
             if (j == 1) continue; /* the gradient */
             int id = u->src[j]->id;
             s->zero_owner[id] = owner;
-            if (!sharded_src(u, j)) continue;
+            if (!sharded_src(u, j, stage)) continue;
             size_t bytes = hx_tensor_nbytes(u->src[j]);
             s->zero_sharded[id] = true;
             s->zero_sharded_bytes += bytes;
@@ -110,11 +118,13 @@ hx_status hx__session_zero_setup(hx_session *s)
     e->bind_gen++; /* plans bound before now rebind: the freed storage is gone */
     e->update_skip = s->zero_skip;
     if (hx__debug("zero")) debug_layout(s);
-    return HX_OK;
+    return stage == 3 ? hx__session_zero3_create(s) : HX_OK;
 }
 
 void hx__session_zero_free(hx_session *s)
 {
+    hx__session_zero3_free(s);
+    free(s->zero3_key);
     free(s->zero_owner);
     free(s->zero_skip);
     free(s->zero_sharded);
@@ -198,4 +208,5 @@ void hx__session_zero_stats(const hx_session *s, hx_memory_stats *out)
     out->zero_grad_shard_bytes = 0;
     for (int k = 0; k < 2; k++)
         if (s->dp[k]) out->zero_grad_shard_bytes += hx__dp_grad_shard_bytes(s->dp[k]);
+    hx__session_zero3_stats(s, &out->zero_gather_peak_bytes, &out->zero_gather_planned_bytes);
 }

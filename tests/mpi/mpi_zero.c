@@ -1,5 +1,5 @@
-/* Data parallel, ZeRO stages 1 and 2 (hx_session_config.zero_stage),
- * under mpirun: every case trains a session at stage 1 or 2 beside one at
+/* Data parallel, ZeRO stages 1-3 (hx_session_config.zero_stage),
+ * under mpirun: every case trains a session at stage 1, 2 or 3 beside one at
  * stage 0 over the same communicator, on the same feeds, and wants the
  * same bits: the loss and the gradient norm of every step (clipping is on
  * and active), every parameter each rank can read (replicated ones
@@ -8,17 +8,26 @@
  * the same rank-order sums (all-reduce or reduce-scatter), each update is
  * elementwise and runs on one rank with the same inputs, and at stage 2
  * the norm adds the owners' per-parameter sums of squares in plan order,
- * as the scan does. Models: the GPT example in bf16 with f32 masters
- * (AdamW on the host, and on emu's device) and the f32 deep MLP (on the
+ * as the scan does; stage 3 adds only all-gathers (no new sums): its
+ * forward and backward read the same bytes from the gathered buffers.
+ * Models: the GPT example in bf16 with f32 masters
+ * (AdamW on the host, and on emu's device; stage 3: AdamW on the host with
+ * offload_param=cpu) and the f32 deep MLP (on the
  * CPU, on emu, with offload_param=cpu), which is also checked against one
  * session alone on the whole batch within 1e-6 relative (not bitwise:
  * partial sums associate differently, see mpi_ddp.c).
  * Memory: each rank's persistent bytes are stage 0's less the sharded
  * bytes it does not own, the owned bytes add up to the sharded ones over
  * the ranks, and for the GPT the sharded ones are 12 bytes per parameter
- * (master, two moments). Also: a NaN on one rank skips the step on every
- * rank at stage 2, and the refusals (a stage without a communicator or
- * out of range, stage 3, stages that differ between ranks, the delayed
+ * (master, two moments; stage 3 adds the bf16 copy: 14), and a rank's
+ * owned bytes with its gradient shard are within an even share of 16
+ * bytes per parameter plus a stated overhead (the longest parameter's and
+ * a chunk's padding). Stage 3 reports gathered bytes, at most what its
+ * plan predicts; a stage 3 run whose first gather is left out
+ * (hx__zero3_test_break) does not match stage 0 (ranks > 1). Also: a NaN
+ * on one rank skips the step on every rank at stages 2 and 3, and the
+ * refusals (a stage without a communicator or out of range, stage 3
+ * with parameters on the accelerator, stages that differ between ranks, the delayed
  * update, the disk tier, checkpoints and writes of sharded state, reads and fetches of
  * another rank's shard), after which the session and the communicator
  * still work. */
@@ -27,6 +36,7 @@
 #include "gpt.h"
 #include "hetex_checks.h"
 #include "mpi_world.h"
+#include "session/session.h"
 #include "testutil.h"
 #include "tmpdir.h"
 
@@ -110,6 +120,26 @@ static void check_memory(hx_session *z, hx_session *s0, const char *what, size_t
           "%s: stage 0 reports sharding", what);
 }
 
+/* Stage 3: per rank, model state (owned state with its gradient shard)
+ * within 16 bytes per parameter over the ranks, give or take the longest
+ * parameter's 16 bytes per element and a bf16 chunk's padding (the fixed
+ * overhead the README states); gathered bytes seen, at most the plan's
+ * prediction (one host lane: the steps run in plan order). */
+static void check_stage3_memory(const hx_memory_stats *ms, size_t psi, size_t largest, const char *what)
+{
+    size_t state = ms->zero_owned_bytes + ms->zero_grad_shard_bytes;
+    size_t even = 16 * psi / (size_t)size, slack = 16 * largest + 2 * largest;
+    CHECK(state <= even + slack, "%s: rank %d: %zu bytes of model state, 16 Psi / N = %zu (+ %zu)",
+          what, rank, state, even, slack);
+    CHECK(ms->zero_gather_peak_bytes > 0 && ms->zero_gather_peak_bytes <= ms->zero_gather_planned_bytes,
+          "%s: rank %d: %zu bytes gathered at most, %zu predicted", what, rank,
+          ms->zero_gather_peak_bytes, ms->zero_gather_planned_bytes);
+    if (rank == 0)
+        printf("# %s: %d ranks: Psi %zu: model state %zu B per rank (16 Psi / N = %zu), gathered at "
+               "most %zu B (predicted %zu)\n", what, size, psi, state, even,
+               ms->zero_gather_peak_bytes, ms->zero_gather_planned_bytes);
+}
+
 static void check_stats(hx_session *z, hx_session *s0, const char *what, int step)
 {
     hx_train_stats a, b;
@@ -141,6 +171,8 @@ static void gpt_case(int stage, gpt_offload off)
     gpt_optim o = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1, .offload = off,
                    .warmup = 0, .min_lr_ratio = 1};
     hx_session_config cz = config(stage, HX_ACCELERATOR_EMU), c0 = config(0, HX_ACCELERATOR_EMU);
+    if (stage == 3) /* the parameters on the host, where stage 3 gathers them */
+        cz.offload.offload_param = c0.offload.offload_param = HX_OFFLOAD_CPU;
     gpt_run z, r0;
     if (gpt_run_create(&c, &o, &cz, &z)) {
         CHECK(false, "%s: %s", what, hx_last_error());
@@ -187,13 +219,16 @@ static void gpt_case(int stage, gpt_offload off)
     }
     CHECK(sum_over_ranks(owned) == z.m.n_tensors, "%s: %lld masters owned over the ranks, want %d",
           what, (long long)sum_over_ranks(owned), z.m.n_tensors);
-    check_memory(z.s, r0.s, what, 3 * master_bytes);
+    /* master and two moments, 12 bytes per parameter; stage 3 the bf16 copy too, 14 */
+    size_t per = stage == 3 ? 14 : 12;
+    check_memory(z.s, r0.s, what, per * (master_bytes / 4));
     hx_memory_stats ms;
     OK(hx_session_memory_stats(z.s, &ms));
     /* balanced: an even share, give or take the largest parameter's state */
-    CHECK(ms.zero_owned_bytes <= 3 * (master_bytes / size + largest),
-          "%s: rank %d owns %zu of %zu sharded bytes", what, rank, ms.zero_owned_bytes, 3 * master_bytes);
-    if (stage == 2) CHECK(ms.zero_grad_shard_bytes > 0 || size == 1, "%s: no gradient shard", what);
+    CHECK(ms.zero_owned_bytes <= per * (master_bytes / size + largest) / 4,
+          "%s: rank %d owns %zu of %zu sharded bytes", what, rank, ms.zero_owned_bytes, per * master_bytes / 4);
+    if (stage >= 2) CHECK(ms.zero_grad_shard_bytes > 0 || size == 1, "%s: no gradient shard", what);
+    if (stage == 3) check_stage3_memory(&ms, master_bytes / 4, largest / 4, what);
     gpt_run_free(&z);
     gpt_run_free(&r0);
 }
@@ -202,6 +237,23 @@ static void test_gpt_host_stage1(void) { gpt_case(1, GPT_OFFLOAD_OPTIMIZER); }
 static void test_gpt_host_stage2(void) { gpt_case(2, GPT_OFFLOAD_OPTIMIZER); }
 static void test_gpt_device_stage1(void) { gpt_case(1, GPT_OFFLOAD_NONE); }
 static void test_gpt_device_stage2(void) { gpt_case(2, GPT_OFFLOAD_NONE); }
+static void test_gpt_host_stage3(void) { gpt_case(3, GPT_OFFLOAD_OPTIMIZER); }
+
+/* AdamW on emu's device keeps the bf16 copies there: stage 3, which
+ * gathers into host memory, is refused naming offload_param=cpu. */
+static void test_gpt_device_stage3_refused(void)
+{
+    gpt_config c = GPT;
+    c.batch = GPT_B / size;
+    gpt_optim o = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.99, .offload = GPT_OFFLOAD_NONE, .min_lr_ratio = 1};
+    hx_session_config cz = config(3, HX_ACCELERATOR_EMU);
+    gpt_run z;
+    hx_status st = gpt_run_create(&c, &o, &cz, &z);
+    CHECK(st == HX_ERR_UNSUPPORTED && strstr(hx_last_error(), "set offload_param=cpu") &&
+              strstr(hx_last_error(), "ZeRO stage 3"),
+          "rank %d: %s: %s", rank, hx_status_name(st), hx_last_error());
+    if (!st) gpt_run_free(&z);
+}
 
 /* ---- the deep MLP, f32 ---------------------------------------------------------- */
 
@@ -265,7 +317,23 @@ static void mlp_case(int stage, int variant)
         for (int j = 0; j < 2; j++) {
             int readable;
             compare_tensor(z, s0, m0.g, t[j], what, &readable); /* f32 parameters: on every rank */
-            CHECK(readable, "%s: rank %d cannot read '%s'", what, rank, hx_tensor_name(t[j]));
+            if (stage == 3) { /* ... but at stage 3, on its owner only */
+                CHECK(sum_over_ranks(readable) == 1, "%s: '%s' readable on %lld ranks", what,
+                      hx_tensor_name(t[j]), (long long)sum_over_ranks(readable));
+                state_bytes += hx_tensor_nbytes(t[j]);
+                for (int k = 0; k < 2; k++) { /* its moments on the same rank */
+                    char name[128];
+                    snprintf(name, sizeof name, "%s/%s", hx_tensor_name(t[j]), k ? "exp_avg_sq" : "exp_avg");
+                    int r;
+                    compare_tensor(z, s0, m0.g, hx_graph_find(mz.g, name), what, &r);
+                    CHECK(r == readable, "%s: rank %d: '%s' and '%s' on different ranks", what,
+                          rank, name, hx_tensor_name(t[j]));
+                }
+            } else {
+                CHECK(readable, "%s: rank %d cannot read '%s'", what, rank, hx_tensor_name(t[j]));
+            }
+            state_bytes += 2 * hx_tensor_nbytes(t[j]);
+            if (!readable) continue;
             int64_t n = hx_tensor_numel(t[j]);
             float *pz = malloc(sizeof(float) * n), *pa = malloc(sizeof(float) * n);
             OK(hx_session_read(z, t[j], pz, sizeof(float) * n));
@@ -273,12 +341,22 @@ static void mlp_case(int stage, int variant)
             double e = max_rel(pz, pa, n);
             CHECK(e <= 1e-6, "%s: '%s' after %d steps is %.3g off the lone run's", what,
                   hx_tensor_name(t[j]), STEPS, e);
-            state_bytes += 2 * hx_tensor_nbytes(t[j]);
             free(pz);
             free(pa);
         }
     }
     if (z && s0) check_memory(z, s0, what, state_bytes);
+    if (z && stage == 3) {
+        hx_memory_stats ms;
+        OK(hx_session_memory_stats(z, &ms));
+        size_t psi = 0, largest = 0;
+        for (int l = 0; l < 2; l++) {
+            psi += (size_t)(hx_tensor_numel(mz.w[l]) + hx_tensor_numel(mz.b[l]));
+            if ((size_t)hx_tensor_numel(mz.w[l]) > largest) largest = (size_t)hx_tensor_numel(mz.w[l]);
+        }
+        /* f32 parameters: 16 bytes each as for the GPT (4 replica, 8 moments, 4 gradient) */
+        check_stage3_memory(&ms, psi, largest, what);
+    }
     hx_session_free(z);
     hx_session_free(s0);
     hx_session_free(sa);
@@ -287,21 +365,57 @@ static void mlp_case(int stage, int variant)
     deep_mlp_free(&ma);
 }
 
-static void test_mlp_cpu(void) { mlp_case(1, 0), mlp_case(2, 0); }
-static void test_mlp_emu(void) { mlp_case(1, 1), mlp_case(2, 1); }
-static void test_mlp_offload_cpu(void) { mlp_case(1, 2), mlp_case(2, 2); }
+static void test_mlp_cpu(void) { mlp_case(1, 0), mlp_case(2, 0), mlp_case(3, 0); }
+static void test_mlp_emu(void) { mlp_case(1, 1), mlp_case(2, 1), mlp_case(3, 1); }
+static void test_mlp_offload_cpu(void) { mlp_case(1, 2), mlp_case(2, 2), mlp_case(3, 2); }
+
+/* Stage 3 with its first gather left out: its readers see only this
+ * rank's block (zeros for the others'), and the gradient norms part from
+ * stage 0's (ranks > 1; at one rank the block is everything). */
+static void test_stage3_break(void)
+{
+    deep_mlp mz, m0;
+    if (deep_mlp_build(B / size, W, 2, &mz) || deep_mlp_build(B / size, W, 2, &m0)) {
+        CHECK(false, "deep_mlp_build: %s", hx_last_error());
+        return;
+    }
+    hx_session_config cz = mlp_config(3, 0), c0 = mlp_config(0, 0);
+    hx_session *z = test_session_with(mz.g, &cz, "break"), *s0 = test_session_with(m0.g, &c0, "break, stage 0");
+    float x[B * W], y[B * W];
+    int rows = B / size, differ = 0;
+    hx__zero3_test_break = 1;
+    for (int step = 0; step < 2 && z && s0; step++) {
+        mlp_batch(step, x, y);
+        hx_feed fz[2] = {{NULL, mz.x, x + rank * rows * W, sizeof(float) * rows * W},
+                         {NULL, mz.y, y + rank * rows * W, sizeof(float) * rows * W}};
+        hx_feed f0[2] = {{NULL, m0.x, fz[0].data, fz[0].bytes}, {NULL, m0.y, fz[1].data, fz[1].bytes}};
+        OK(hx_session_run(z, fz, 2, NULL, 0, HX_RUN_TRAIN));
+        OK(hx_session_run(s0, f0, 2, NULL, 0, HX_RUN_TRAIN));
+        hx_train_stats a, b;
+        OK(hx_session_train_stats(z, &a));
+        OK(hx_session_train_stats(s0, &b));
+        differ += memcmp(&a.grad_norm, &b.grad_norm, sizeof a.grad_norm) != 0;
+    }
+    hx__zero3_test_break = 0;
+    CHECK(size == 1 ? differ == 0 : differ > 0, "rank %d of %d: the broken stage 3 differs from "
+          "stage 0 in %d of 2 steps", rank, size, differ);
+    hx_session_free(z);
+    hx_session_free(s0);
+    deep_mlp_free(&mz);
+    deep_mlp_free(&m0);
+}
 
 /* Rank 0 feeds a NaN at step 1: its reduce-scattered sums are NaN on
  * every owner, the gathered sums of squares tell every rank, and all skip
  * the step (loss scaling) as stage 0 does. */
-static void test_nan_on_one_rank(void)
+static void nan_case(int stage)
 {
     deep_mlp mz, m0;
     if (deep_mlp_build(B / size, W, 1, &mz) || deep_mlp_build(B / size, W, 1, &m0)) {
         CHECK(false, "deep_mlp_build: %s", hx_last_error());
         return;
     }
-    hx_session_config cz = mlp_config(2, 1), c0 = mlp_config(0, 1);
+    hx_session_config cz = mlp_config(stage, stage == 3 ? 2 : 1), c0 = mlp_config(0, stage == 3 ? 2 : 1);
     cz.loss_scale.enabled = c0.loss_scale.enabled = true;
     hx_session *z = test_session_with(mz.g, &cz, "nan"), *s0 = test_session_with(m0.g, &c0, "nan, stage 0");
     float x[B * W], y[B * W];
@@ -327,6 +441,8 @@ static void test_nan_on_one_rank(void)
     deep_mlp_free(&m0);
 }
 
+static void test_nan_on_one_rank(void) { nan_case(2), nan_case(3); }
+
 static void refused(deep_mlp *m, hx_session_config *cfg, hx_status want, const char *text)
 {
     hx_session *s = (hx_session *)m->g;
@@ -349,8 +465,6 @@ static void test_refusals(void)
     cfg = mlp_config(1, 1);
     cfg.zero_stage = 4;
     refused(&m, &cfg, HX_ERR_INVALID_ARGUMENT, "zero_stage 4 is not a ZeRO stage");
-    cfg.zero_stage = 3;
-    refused(&m, &cfg, HX_ERR_UNSUPPORTED, "ZeRO stage 3");
     cfg = mlp_config(1, 1);
     cfg.delayed_param_update = true;
     refused(&m, &cfg, HX_ERR_UNSUPPORTED, "delayed_param_update");
@@ -430,6 +544,8 @@ int main(int argc, char **argv)
     static const test_case cases[] = {
         {"gpt_host_stage1", test_gpt_host_stage1}, {"gpt_host_stage2", test_gpt_host_stage2},
         {"gpt_device_stage1", test_gpt_device_stage1}, {"gpt_device_stage2", test_gpt_device_stage2},
+        {"gpt_host_stage3", test_gpt_host_stage3}, {"gpt_device_stage3_refused", test_gpt_device_stage3_refused},
+        {"stage3_break", test_stage3_break},
         {"mlp_cpu", test_mlp_cpu}, {"mlp_emu", test_mlp_emu}, {"mlp_offload_cpu", test_mlp_offload_cpu},
         {"nan_on_one_rank", test_nan_on_one_rank}, {"refusals", test_refusals},
     };
