@@ -66,10 +66,23 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_shard_killed_rank COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/killed_rank.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_shard_killed> 3)
   set_tests_properties(mpi_shard_killed_rank PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  # server mode (hx_ps): synchronous against collective mode and one
+  # process, the staleness bound, an id out of range, the servers' save
+  add_executable(mpi_ps ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_ps.c)
+  target_link_libraries(mpi_ps PRIVATE hx_testlib)
+  foreach(np 2 3 4)
+    add_test(NAME mpi_ps_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:mpi_ps>)
+    set_tests_properties(mpi_ps_np${np} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  endforeach()
   # mpirun -np 2 hetex widedeep --shards 2: Adult scored as by one process
   add_test(NAME mpi_widedeep_shards COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_shards.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli> ${PROJECT_SOURCE_DIR}/data/adult)
   set_tests_properties(mpi_widedeep_shards PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  # mpirun -np 3 hetex widedeep --servers 1 (and --staleness 4): Adult
+  # scored as by one process
+  add_test(NAME mpi_widedeep_servers COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_servers.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli> ${PROJECT_SOURCE_DIR}/data/adult)
+  set_tests_properties(mpi_widedeep_servers PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   foreach(name mpi_gpt_zero mpi_killed_rank mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
           mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")

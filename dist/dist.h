@@ -139,4 +139,54 @@ hx_status hx__nccl_reduce_scatter(hx_nccl *n, void *buf, int64_t count, hx_dtype
 hx_status hx__nccl_all_gather(hx_nccl *n, void *buf, int64_t count, hx_dtype dt, void *stream);
 hx_status hx__nccl_sync(hx_nccl *n, void *stream);
 
+/* ---- point-to-point messages (dist/msg.c) ---- */
+/* Point-to-point messages between the ranks of a communicator, for a
+ * parameter server's requests and replies (embedding/ps_*.c): unlike the
+ * collectives of dist/dist.h, a rank sends when it has something to say
+ * and polls for what arrives, so servers and workers need not call the
+ * same things in the same order. A mailbox owns a duplicate of the
+ * communicator. Sends are non-blocking and copy their bytes: each call
+ * moves the sends still in flight on (Open MPI here has no progress
+ * thread: a message moves only while its sender or receiver is in MPI).
+ * Messages from one rank with one tag arrive in the order sent. Failures
+ * are HX_ERR_COMM with MPI's text, naming the peer; a build without MPI
+ * answers HX_ERR_UNSUPPORTED. Threads: any thread; the mailbox's calls
+ * take its lock (and hetex's MPI lock), so threads may share it. */
+typedef struct hx_mailbox hx_mailbox;
+
+/* A mailbox over a duplicate of c (collective over c). */
+hx_status hx__mailbox_create(const hx_comm *c, hx_mailbox **out);
+/* Frees it; sends a dead peer never took are abandoned (and the duplicate
+ * left to MPI, as a broken communicator's is). */
+void hx__mailbox_free(hx_mailbox *m);
+int hx__mailbox_rank(const hx_mailbox *m);
+int hx__mailbox_size(const hx_mailbox *m);
+/* Bytes this rank has sent (all messages, headers included). */
+uint64_t hx__mailbox_bytes_sent(const hx_mailbox *m);
+
+/* Sends n bytes (< 2^31) of buf to rank dst with tag (0 <= tag < 32767),
+ * without waiting: buf is copied. */
+hx_status hx__msg_send(hx_mailbox *m, int dst, int tag, const void *buf, size_t n);
+/* A message, received: data is malloc'd (free it), n its bytes. */
+typedef struct hx_msg {
+    int src, tag;
+    void *data;
+    size_t n;
+} hx_msg;
+/* Receives one message from src (-1: any) with tag (-1: any) if one has
+ * arrived (*got), without waiting. */
+hx_status hx__msg_poll(hx_mailbox *m, int src, int tag, hx_msg *out, bool *got);
+/* Waits up to timeout_s for every send to be taken; false when one was
+ * not (its peer is dead or stuck: *peer names it). */
+bool hx__msg_flush(hx_mailbox *m, double timeout_s, int *peer);
+
+/* The communicator of c's ranks with this color (collective over c; each
+ * rank gives its own, ranks ordered as in c), with c's timeout. */
+hx_status hx__comm_split(const hx_comm *c, int color, hx_comm **out);
+
+/* A short sleep for a loop that found nothing to do (idle: how many times
+ * in a row), growing from 20 us to 1 ms, so that a waiting rank leaves
+ * the cores to the ranks it waits for. */
+void hx__msg_idle(long idle);
+
 #endif

@@ -46,6 +46,25 @@ typedef struct hx_emb_route {
     int64_t *recv;      /* ids received, rank 0's first */
 } hx_emb_route;
 
+/* The placement fields of s (base rows and dim, size, layout, owner
+ * seed, out-of-range rule, optimizer, configs) as cfg gives them over
+ * `size` ranks: what hx__shard_place and hx__shard_route_plan read (a
+ * parameter server's worker routes with such a shard, over the servers). */
+void hx__shard_init_place(hx_emb_shard *s, const hx_emb_shard_config *cfg, int size);
+/* What every rank must agree on in cfg, hashed. */
+uint64_t hx__shard_config_hash(const hx_emb_shard_config *cfg);
+/* The query's ids as i64 and what each position sends: padding nothing
+ * (-1), an id outside a fixed table a zero row (+1; its out-of-range
+ * verdict is the caller's). */
+hx_status hx__shard_ids_of(const hx_emb_shard *s, const hx_emb_query *q, int64_t **ids, signed char **skip,
+                           hx_emb_err *err);
+/* out (and argmax) from the unique rows: q's positions renamed to their
+ * row of `rows` (U x dim, r->send's order), pooled by the local lookup
+ * over them, so a bag adds the same values in the same order as a local
+ * table would. */
+hx_status hx__shard_pool(const hx_emb_shard *s, const hx_emb_query *q, const hx_emb_route *r, float *rows,
+                         float *out, int64_t *argmax, hx_emb_err *err);
+
 /* The owner of (already mapped) id and its local id there. */
 void hx__shard_place(const hx_emb_shard *s, int64_t id, int *owner, int64_t *local);
 

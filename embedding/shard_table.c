@@ -10,10 +10,7 @@
 
 /* ---- lookups -------------------------------------------------------------------- */
 
-/* The query's ids as i64 and what each position sends: padding nothing
- * (-1), an id outside a fixed table a zero row (+1; its out-of-range
- * verdict is the caller's). */
-static hx_status ids_of(const hx_emb_shard *s, const hx_emb_query *q, int64_t **ids, signed char **skip,
+hx_status hx__shard_ids_of(const hx_emb_shard *s, const hx_emb_query *q, int64_t **ids, signed char **skip,
                         hx_emb_err *err)
 {
     size_t n = (size_t)(q->n ? q->n : 1);
@@ -29,10 +26,7 @@ static hx_status ids_of(const hx_emb_shard *s, const hx_emb_query *q, int64_t **
     return HX_OK;
 }
 
-/* out (and argmax) from the unique rows: q's positions renamed to their
- * row of `rows` (U x dim), pooled by the local lookup over them, so a bag
- * adds the same values in the same order as a local table would. */
-static hx_status pool(const hx_emb_shard *s, const hx_emb_query *q, const hx_emb_route *r, float *rows,
+hx_status hx__shard_pool(const hx_emb_shard *s, const hx_emb_query *q, const hx_emb_route *r, float *rows,
                       float *out, int64_t *argmax, hx_emb_err *err)
 {
     int64_t dim = s->base.dim, noff = q->mode == HX_EMB_ROWS ? 0 : q->n_offsets;
@@ -113,7 +107,7 @@ static hx_status shard_lookup(hx_emb_table *t, const hx_emb_query *q, float *out
     hx_emb_route r;
     memset(&r, 0, sizeof r);
     pthread_mutex_lock(&s->lock);
-    if (!verdict) verdict = ids_of(s, q, &ids, &skip, &mine);
+    if (!verdict) verdict = hx__shard_ids_of(s, q, &ids, &skip, &mine);
     if (!verdict) verdict = hx__shard_route_plan(s, ids, verdict ? 0 : q->n, skip, s->dedup, &r, &mine);
     hx_emb_xkind kind = q->train ? HX_EMB_X_TRAIN_LOOKUP : HX_EMB_X_LOOKUP;
     hx_status st = hx__shard_exchange_ids(s, kind, &r, verdict, &mine, err);
@@ -139,7 +133,7 @@ static hx_status shard_lookup(hx_emb_table *t, const hx_emb_query *q, float *out
         st = hx__shard_reply(s, kind, &r, owned, dim, own, &mine, rows, err);
     }
     pthread_mutex_unlock(&s->lock);
-    if (!st) st = pool(s, q, &r, rows, out, argmax, err);
+    if (!st) st = hx__shard_pool(s, q, &r, rows, out, argmax, err);
     free(owned);
     free(rows);
     free(ids);
@@ -308,6 +302,24 @@ hx_status hx__shard_make_part(hx_emb_shard *s, hx_emb_table **part, hx_emb_table
     return st;
 }
 
+void hx__shard_init_place(hx_emb_shard *s, const hx_emb_shard_config *cfg, int size)
+{
+    s->base.rows = cfg->tc.rows;
+    s->base.dim = cfg->tc.dim;
+    s->size = size;
+    s->table_wise = cfg->table_wise;
+    s->owner = cfg->owner;
+    s->dynamic = cfg->dynamic;
+    s->dedup = true;
+    s->owner_seed = cfg->mc.seed ^ 0x5348415244ull; /* not the map's own slot hash */
+    s->oob = cfg->tc.oob;
+    s->optim = cfg->tc.optim;
+    s->tc = cfg->tc;
+    s->mc = cfg->mc;
+}
+
+uint64_t hx__shard_config_hash(const hx_emb_shard_config *c) { return config_hash(c); }
+
 hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out, hx_emb_err *err)
 {
     *out = NULL;
@@ -323,18 +335,8 @@ hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out
         free(s);
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "sharded embedding: out of memory");
     }
+    hx__shard_init_place(s, cfg, N);
     s->base.ops = &shard_ops;
-    s->base.rows = cfg->tc.rows;
-    s->base.dim = cfg->tc.dim;
-    s->table_wise = cfg->table_wise;
-    s->owner = cfg->owner;
-    s->dynamic = cfg->dynamic;
-    s->dedup = true;
-    s->owner_seed = cfg->mc.seed ^ 0x5348415244ull; /* not the map's own slot hash */
-    s->oob = cfg->tc.oob;
-    s->optim = cfg->tc.optim;
-    s->tc = cfg->tc;
-    s->mc = cfg->mc;
     pthread_mutex_init(&s->lock, NULL);
     hx_status st = hx__comm_dup(cfg->comm, &s->comm);
     if (st) {
@@ -345,7 +347,6 @@ hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out
         return st;
     }
     s->rank = hx_comm_rank(s->comm);
-    s->size = N;
     /* every rank's configuration must be rank 0's */
     int64_t mine = (int64_t)config_hash(cfg), *all = malloc((size_t)N * sizeof *all);
     hx_coll *q = NULL;

@@ -139,7 +139,9 @@ hx_status hx_embedding_table_create(const hx_embedding_config *cfg, hx_embedding
                          name);
     }
     hx_emb_err err;
-    if (cfg->comm)
+    if (cfg->ps)
+        st = hx__ps_table_create(cfg, &tc, &mc, &t->impl);
+    else if (cfg->comm)
         st = hx__embedding_shard_create(cfg, &tc, &mc, &t->impl);
     else if ((st = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_create(&tc, &mc, &t->impl, &err)
                                                         : hx_emb_fixed_create(&tc, &t->impl, &err)))
@@ -151,6 +153,8 @@ hx_status hx_embedding_table_create(const hx_embedding_config *cfg, hx_embedding
         return st;
     }
     t->shard = hx_emb_as_shard(t->impl);
+    t->ps = cfg->ps;
+    t->client = hx_emb_as_ps(t->impl);
     hx_emb_table *inner = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_local(t->impl) : t->impl;
     t->local = hx_emb_as_local(inner);
     t->ssd = hx_emb_as_ssd(inner);
@@ -169,6 +173,7 @@ hx_status hx_embedding_table_free(hx_embedding_table *t)
         return hx__error(HX_ERR_STATE,
                          "hx_embedding_table_free '%s': %d graph(s) still use the table; free "
                          "them (and their sessions) first", t->name, graphs);
+    if (t->ps) hx__ps_forget(t->ps, t->impl);
     hx_emb_table_free(t->impl);
     hx_emb_workspace_free(t->ws);
     pthread_mutex_destroy(&t->lock);
@@ -180,6 +185,7 @@ hx_status hx_embedding_table_free(hx_embedding_table *t)
 hx_emb_optim_kind hx__embedding_optim_kind(const hx_embedding_table *t)
 {
     if (t->shard) return hx_emb_shard_optim(t->shard)->kind;
+    if (t->client) return hx__ps_optim(t->client)->kind;
     return t->ssd ? hx_emb_ssd_cache(t->ssd)->optim.kind : t->local->optim.kind;
 }
 
@@ -236,7 +242,9 @@ hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t, const hx_embed
     if ((st = hx__embedding_hold(t, true, fn))) return st;
     hx_emb_err err;
     pthread_mutex_lock(&t->lock);
-    st = t->shard ? hx_emb_shard_set_optim(t->shard, &o, omp_get_num_procs(), &err)
+    if (t->client) hx__ps_set_optim(t->client, &o); /* the servers apply theirs: set it alike there */
+    st = t->client ? HX_OK
+         : t->shard ? hx_emb_shard_set_optim(t->shard, &o, omp_get_num_procs(), &err)
          : t->ssd ? hx_emb_ssd_set_optim(t->ssd, &o, &err)
                   : hx_emb_local_set_optim(&t->local->base, &o, omp_get_num_procs(), &err);
     pthread_mutex_unlock(&t->lock);
@@ -293,7 +301,8 @@ hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64_t *ids
 {
     int64_t *rows;
     float *tmp;
-    if (t && t->shard) return hx__embedding_shard_rows(t, "hx_embedding_table_read_rows", HX_EMB_SHARD_ROWS, ids, n, out, NULL);
+    if (t && (t->shard || t->client))
+        return hx__embedding_shard_rows(t, "hx_embedding_table_read_rows", HX_EMB_SHARD_ROWS, ids, n, out, NULL);
     if (t) pthread_mutex_lock(&t->lock); /* a training lookup may be changing the id map */
     hx_status st = rows_args(t, "hx_embedding_table_read_rows", ids, n, out, &rows, &tmp);
     int64_t dim = st ? 0 : t->impl->dim;
@@ -322,6 +331,11 @@ hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *id
     float *tmp = NULL;
     hx_status st = t ? hx__embedding_hold(t, true, fn) : HX_OK;
     if (st) return st;
+    if (t && t->client) {
+        hx__embedding_release(t, true);
+        return hx__error(HX_ERR_UNSUPPORTED, "%s '%s': a worker writes no rows of a server-mode table: write "
+                         "them on the servers (collective over them)", fn, t->name);
+    }
     if (t && t->shard) {
         st = hx__embedding_shard_rows(t, fn, HX_EMB_SHARD_ROWS, ids, n, NULL, data);
         hx__embedding_release(t, true);
@@ -368,7 +382,7 @@ hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, const int6
     const char *fn = "hx_embedding_table_read_state";
     int64_t *rows = NULL;
     float *tmp = NULL;
-    if (t && t->shard) return hx__embedding_shard_rows(t, fn, k, ids, n, out, NULL);
+    if (t && (t->shard || t->client)) return hx__embedding_shard_rows(t, fn, k, ids, n, out, NULL);
     if (t) pthread_mutex_lock(&t->lock); /* as read_rows; the optimizer may be changing too */
     hx_emb_optim_kind kind = t ? hx__embedding_optim_kind(t) : HX_EMB_OPTIM_NONE;
     int ns = hx_emb_optim_nstate(kind);
@@ -413,7 +427,7 @@ hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path)
     hx_emb_err err;
     pthread_mutex_lock(&t->lock);
     /* a sharded table's checkpoint into a fixed table of one process */
-    bool shards = !t->shard && hx_emb_shard_is_manifest(path);
+    bool shards = !t->shard && !t->client && hx_emb_shard_is_manifest(path);
     if (shards && (t->ssd || t->ids == HX_EMBEDDING_IDS_DYNAMIC))
         st = hx_emb_fail(&err, HX_ERR_UNSUPPORTED, "a sharded checkpoint loads into a ROWS or MODULO "
                          "table in memory (a DYNAMIC table's maps, or a table on disk, take their own "
@@ -430,7 +444,7 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
     if (!t || !out)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_embedding_table_stats: %s is NULL",
                          t ? "out" : "table");
-    if (t->shard) return hx__embedding_shard_stats(t, out);
+    if (t->shard || t->client) return hx__embedding_shard_stats(t, out);
     hx_emb_local_stats ls;
     hx_emb_err err;
     hx_emb_ssd_stats ss = {0};

@@ -8,6 +8,7 @@
 #define HX_EMBEDDING_TABLE_H
 
 #include "embedding/embedding.h"
+#include "embedding/ps.h"
 #include "core/core.h"
 
 #include <pthread.h>
@@ -18,6 +19,9 @@ struct hx_embedding_table {
                              NULL for a table on disk: */
     hx_emb_ssd *ssd;      /* a table on disk (ssd_path), else NULL */
     hx_emb_shard *shard;  /* a sharded table (config.comm; impl is it, local NULL), else NULL */
+    hx_ps *ps;            /* server mode (config.ps): the servers' shard is `shard` on a
+                             server; on a worker `client` (impl is it, local NULL) */
+    hx_emb_ps *client;
     char *name;
     hx_embedding_ids ids;
     int64_t expire_after;
@@ -47,13 +51,18 @@ hx_status hx__embedding_padding(const hx_embedding_table *t, int64_t padding_id,
 /* The table's optimizer kind (a table on disk: its cache's). */
 hx_emb_optim_kind hx__embedding_optim_kind(const hx_embedding_table *t);
 
-/* Whether t is sharded over a communicator (config.comm). */
+/* Whether t is sharded over a communicator (config.comm), or held by
+ * parameter servers (config.ps). */
 bool hx__embedding_sharded(const hx_embedding_table *t);
 
 /* The sharded table cfg->comm asks for, from the embedding/ configs of cfg
  * (embedding/table_shard.c): sharding and owner decided, collective. */
 hx_status hx__embedding_shard_create(const hx_embedding_config *cfg, const hx_emb_table_config *tc,
                                      const hx_emb_idmap_config *mc, hx_emb_table **out);
+/* The shard configuration of cfg over N ranks (row-wise or table-wise,
+ * the owner), checked: HX_ERR_INVALID_ARGUMENT, HX_ERR_UNSUPPORTED. */
+hx_status hx__embedding_shard_config(const hx_embedding_config *cfg, const hx_emb_table_config *tc,
+                                     const hx_emb_idmap_config *mc, int N, hx_emb_shard_config *sc);
 /* read_rows (k HX_EMB_SHARD_ROWS, into out), read_state (state array k, into out) and
  * write_rows (from in) of a sharded table, collective; fn names the call. */
 hx_status hx__embedding_shard_rows(hx_embedding_table *t, const char *fn, int k, const int64_t *ids,

@@ -7,14 +7,13 @@
 #include <string.h>
 #include <xxhash.h>
 
-bool hx__embedding_sharded(const hx_embedding_table *t) { return t->shard != NULL; }
+bool hx__embedding_sharded(const hx_embedding_table *t) { return t->shard || t->client; }
 
-hx_status hx__embedding_shard_create(const hx_embedding_config *cfg, const hx_emb_table_config *tc,
-                                     const hx_emb_idmap_config *mc, hx_emb_table **out)
+hx_status hx__embedding_shard_config(const hx_embedding_config *cfg, const hx_emb_table_config *tc,
+                                     const hx_emb_idmap_config *mc, int N, hx_emb_shard_config *sc)
 {
     const char *fn = "hx_embedding_table_create";
     const char *name = cfg->name ? cfg->name : "embedding";
-    int N = hx_comm_size(cfg->comm);
     if ((unsigned)cfg->sharding > HX_EMBEDDING_SHARD_TABLE || cfg->shard_rank < -1 || cfg->shard_rank >= N)
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "%s '%s': sharding %d, shard_rank %d: give HX_EMBEDDING_SHARD_* and a rank in "
@@ -22,19 +21,29 @@ hx_status hx__embedding_shard_create(const hx_embedding_config *cfg, const hx_em
                          cfg->shard_rank, N);
     if (cfg->backing_file || cfg->ssd_path)
         return hx__error(HX_ERR_UNSUPPORTED,
-                         "%s '%s': a sharded table (comm) keeps its rows in memory; backing_file and "
-                         "ssd_path are for tables of one process", fn, name);
+                         "%s '%s': a sharded table (comm or ps) keeps its rows in memory; backing_file "
+                         "and ssd_path are for tables of one process", fn, name);
     size_t bytes = (size_t)tc->rows * (size_t)hx_emb_row_stride(tc->dim, tc->dtype) *
                    (tc->dtype == HX_DTYPE_F32 ? 4 : 2);
-    hx_emb_shard_config sc = {.comm = cfg->comm, .dynamic = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC,
-                              .tc = *tc, .mc = *mc};
-    sc.table_wise = cfg->sharding == HX_EMBEDDING_SHARD_TABLE ||
-                    (cfg->sharding == HX_EMBEDDING_SHARD_AUTO && bytes < HX_EMBEDDING_SHARD_TABLE_BYTES);
-    sc.owner = cfg->shard_rank >= 0 ? cfg->shard_rank
-                                    : (int)(XXH3_64bits(name, strlen(name)) % (uint64_t)(N > 0 ? N : 1));
+    *sc = (hx_emb_shard_config){.comm = cfg->comm, .dynamic = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC,
+                                .tc = *tc, .mc = *mc};
+    sc->table_wise = cfg->sharding == HX_EMBEDDING_SHARD_TABLE ||
+                     (cfg->sharding == HX_EMBEDDING_SHARD_AUTO && bytes < HX_EMBEDDING_SHARD_TABLE_BYTES);
+    sc->owner = cfg->shard_rank >= 0 ? cfg->shard_rank
+                                     : (int)(XXH3_64bits(name, strlen(name)) % (uint64_t)(N > 0 ? N : 1));
+    return HX_OK;
+}
+
+hx_status hx__embedding_shard_create(const hx_embedding_config *cfg, const hx_emb_table_config *tc,
+                                     const hx_emb_idmap_config *mc, hx_emb_table **out)
+{
+    hx_emb_shard_config sc;
+    hx_status st = hx__embedding_shard_config(cfg, tc, mc, hx_comm_size(cfg->comm), &sc);
+    if (st) return st;
     hx_emb_err err;
-    hx_status st = hx_emb_shard_create(&sc, out, &err);
-    return st ? hx__emb_error(st, &err, "%s '%s'", fn, name) : HX_OK;
+    st = hx_emb_shard_create(&sc, out, &err);
+    return st ? hx__emb_error(st, &err, "hx_embedding_table_create '%s'", cfg->name ? cfg->name : "embedding")
+              : HX_OK;
 }
 
 hx_status hx__embedding_shard_rows(hx_embedding_table *t, const char *fn, int k, const int64_t *ids,
@@ -48,8 +57,9 @@ hx_status hx__embedding_shard_rows(hx_embedding_table *t, const char *fn, int k,
         use = rows; /* NULL when out of memory: refused with the other ranks told */
     }
     hx_emb_err err;
-    hx_status st = in ? hx_emb_shard_write(t->shard, use, n, in, &err)
-                      : hx_emb_shard_read(t->shard, k, use, n, out, &err);
+    hx_status st = t->client ? hx__ps_read(t->client, k, use, n, out, &err)
+                   : in      ? hx_emb_shard_write(t->shard, use, n, in, &err)
+                             : hx_emb_shard_read(t->shard, k, use, n, out, &err);
     free(rows);
     return st ? hx__emb_error(st, &err, "%s '%s'", fn, t->name) : HX_OK;
 }
@@ -57,6 +67,11 @@ hx_status hx__embedding_shard_rows(hx_embedding_table *t, const char *fn, int k,
 hx_status hx__embedding_shard_stats(const hx_embedding_table *t, hx_embedding_stats *out)
 {
     hx_emb_shard *s = t->shard;
+    if (!s) { /* a worker's server-mode table holds no rows */
+        *out = (hx_embedding_stats){.rows = t->impl->rows, .dim = t->impl->dim, .updates = atomic_load(&t->updates),
+                                    .last_step = atomic_load(&t->last_step), .graphs = atomic_load(&t->graphs)};
+        return HX_OK;
+    }
     hx_emb_local *l = hx_emb_shard_local(s);
     hx_emb_local_stats ls = {0};
     hx_emb_err err;

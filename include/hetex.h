@@ -814,6 +814,7 @@ typedef struct hx_embedding_optimizer {
 HX_API hx_embedding_optimizer hx_embedding_optimizer_default(hx_embedding_optimizer_kind kind);
 
 typedef struct hx_comm hx_comm; /* a communicator: see "communicators" below */
+typedef struct hx_ps hx_ps;     /* parameter servers: see "parameter servers" below */
 
 /* How a table given a communicator (hx_embedding_config.comm) spreads over
  * its ranks. */
@@ -893,6 +894,12 @@ typedef struct hx_embedding_config {
     hx_embedding_sharding sharding; /* AUTO */
     int shard_rank;           /* SHARD_TABLE: the rank holding the table; -1: the
                                  table's name hashed (XXH3) mod the ranks */
+    /* Server mode (see "parameter servers"): the table's rows live on ps's
+     * servers (sharding and shard_rank as above, over the servers; comm must
+     * be NULL). Every rank creates it alike; a worker uses it as any table
+     * (no exchange at creation), a server holds its shard. ROWS and MODULO
+     * tables (DYNAMIC: HX_ERR_UNSUPPORTED), in memory. */
+    hx_ps *ps;
 } hx_embedding_config;
 #define HX_EMBEDDING_CACHE_DEFAULT ((size_t)256 << 20)
 /* Everything above at its stated default; rows and dim are 0 and must be set.
@@ -1250,6 +1257,124 @@ HX_API int hx_comm_size(const hx_comm *c);
  *   Threads:    one thread per hx_comm.
  */
 HX_API uint64_t hx_comm_bytes_sent(const hx_comm *c);
+
+/* ---- parameter servers (server mode for embedding tables) -----------------
+ *
+ * MindSpore's roles over one communicator: its last `servers` ranks are
+ * servers, which hold the rows of every table created with
+ * hx_embedding_config.ps (spread over them as collective mode spreads rows
+ * over all ranks: row r on server r mod S, or a whole table on one) with
+ * their optimizer state, and answer requests in hx_ps_serve; the other
+ * ranks are workers, which run the model. On a worker such a table is
+ * used exactly as any other: hx_embedding_lookup/_bag and the graph's
+ * updates pull the rows of a step's unique ids from their servers before
+ * the step and push each unique id's gradient, summed over the worker's
+ * positions, after it; a worker holds no rows beyond one step's. Each
+ * server applies a step once every worker's push of it has come (the
+ * workers' rows summed per id in worker order, then the table's optimizer
+ * once: the sums and order of collective mode over the workers), so
+ * synchronous training (staleness 0: a pull waits until every push before
+ * it is applied) gives collective mode's results. staleness k > 0 lets a
+ * worker pull up to k steps ahead of the steps the servers have applied
+ * (bounded staleness: its rows may miss the last k steps' updates). Dense
+ * parameters train data parallel among the workers: give the session
+ * hx_ps_workers(). A server that stops answering fails a worker's pull
+ * after timeout_s with HX_ERR_COMM naming it; a worker that stops pushing
+ * while a step waits for it ends hx_ps_serve with HX_ERR_COMM naming it,
+ * every step before that one applied and the incomplete one dropped, so
+ * the servers' tables are consistent and can be saved. Server-held tables
+ * are saved and loaded on the servers (hx_embedding_table_save/_load,
+ * collective over the servers: the sharded checkpoint, loadable at any
+ * number of servers or shards and into a table of one process). */
+typedef struct hx_ps hx_ps;
+
+typedef struct hx_ps_config {
+    hx_comm *comm;        /* required: every rank, servers and workers */
+    int servers;          /* the last `servers` ranks serve: 1; at least one worker remains */
+    int staleness;        /* steps a worker may run ahead of the applied pushes: 0 */
+    double timeout_s;     /* a silent server (for a worker) or worker (for a server)
+                             is dead after this long: 60 */
+    size_t rank_bytes;    /* a cap on one rank's table memory (a server's rows and
+                             state of all tables; a worker's rows of one pull); 0: none */
+} hx_ps_config;
+/* Every field at the default noted above (comm NULL: must be set).
+ *   Fails:      never.
+ *   Ownership:  a value.
+ *   Threads:    any thread.
+ */
+HX_API hx_ps_config hx_ps_config_default(void);
+/* The roles over cfg->comm (collective: every rank calls it alike; the
+ * servers' and the workers' communicators are split from it).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (cfg, comm or out NULL; servers
+ *               outside [1, ranks - 1]; staleness < 0; timeout_s not
+ *               finite or <= 0); HX_ERR_UNSUPPORTED (a build without MPI);
+ *               HX_ERR_COMM; HX_ERR_OUT_OF_MEMORY.
+ *   On failure: *out is NULL (unless out is NULL).
+ *   Ownership:  the object is the caller's (hx_ps_free); comm is not kept.
+ *   Threads:    any thread; one thread drives hx_ps_serve, workers' tables
+ *               follow the tables' own rules.
+ */
+HX_API hx_status hx_ps_create(const hx_ps_config *cfg, hx_ps **out);
+/* Whether this rank serves; its index among the servers or the workers;
+ * the workers' communicator (for hx_session_config.comm; NULL on a
+ * server), owned by ps.
+ *   Fails:      never (NULL: false, -1, NULL).
+ *   Ownership:  the communicator stays ps's: do not free it.
+ *   Threads:    any thread.
+ */
+HX_API bool hx_ps_is_server(const hx_ps *ps);
+HX_API int hx_ps_index(const hx_ps *ps);
+HX_API hx_comm *hx_ps_workers(hx_ps *ps);
+/* A server's loop: answers the workers' pulls and applies their pushes to
+ * the tables created with this ps (create them all first, on every rank
+ * in the same order), until every worker has called hx_ps_finish. It
+ * drives MPI itself and sleeps briefly when idle.
+ *   Fails:      HX_ERR_STATE (a worker rank, or called twice);
+ *               HX_ERR_COMM (a worker silent for timeout_s while a step
+ *               waits for it: the message names it; every step before
+ *               that one is applied, the incomplete one dropped; MPI
+ *               failing); HX_ERR_OUT_OF_MEMORY; an update's own failure.
+ *               Workers waiting on this server are told the error.
+ *   On failure: the tables hold the last whole step; save them.
+ *   Ownership:  nothing changes hands.
+ *   Threads:    one thread; no other call on the tables meanwhile.
+ */
+HX_API hx_status hx_ps_serve(hx_ps *ps);
+/* A worker is done (after its last push): the servers stop waiting for it.
+ *   Fails:      HX_ERR_STATE (a server rank, or called twice); HX_ERR_COMM
+ *               (a server did not take the message within timeout_s,
+ *               naming it).
+ *   On failure: the servers may still wait for this worker: end the
+ *               program (they then fail when their timeout passes).
+ *   Ownership:  nothing changes hands.
+ *   Threads:    no call on the ps's tables may overlap it or follow it.
+ */
+HX_API hx_status hx_ps_finish(hx_ps *ps);
+/* Frees it; free its tables first.
+ *   Fails:      never (NULL: no-op).
+ *   Ownership:  ps and hx_ps_workers() become invalid.
+ *   Threads:    no other call on ps may overlap it.
+ */
+HX_API void hx_ps_free(hx_ps *ps);
+
+typedef struct hx_ps_stats {
+    int64_t pulls, pushes;        /* worker: sent to servers; server: answered, taken */
+    int64_t steps;                /* server: steps applied, all tables; worker: pushed */
+    uint64_t pull_bytes, push_bytes; /* worker: bytes of pulls (ids out, rows back) and of
+                                        pushes (ids and gradients); server: of replies */
+    int64_t max_staleness;        /* the most steps a pull was answered ahead of the
+                                     steps applied (at most staleness) */
+    int64_t rows_held;            /* server: rows of its tables; worker: 0 */
+    size_t bytes_held;            /* server: their rows and state; worker: 0 */
+    double wait_s;                /* worker: time waiting for servers' replies */
+} hx_ps_stats;
+/* This rank's counts since hx_ps_create.
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (ps or out NULL).
+ *   On failure: *out is not written.
+ *   Ownership:  *out is the caller's.
+ *   Threads:    any thread.
+ */
+HX_API hx_status hx_ps_stats_get(hx_ps *ps, hx_ps_stats *out);
 
 /* ---- sessions -------------------------------------------------------------- */
 

@@ -43,7 +43,11 @@ typedef struct wd_options {
     bool partial_batch;        /* train the short last batch of each epoch too */
     int shards;                /* > 0: tables sharded over that many MPI ranks (mpirun -np),
                                   the MLP data parallel; 0: one process */
-    hx_comm *comm;             /* --shards: the world's communicator (wd_shards_start) */
+    hx_comm *comm;             /* --shards, --servers: the world's communicator (wd_shards_start) */
+    int servers;               /* > 0: server mode: the last `servers` ranks hold the tables,
+                                  the others train (mpirun -np N: N - servers workers) */
+    int staleness;             /* --servers: steps a worker may run ahead of the applied pushes */
+    hx_ps *ps;                 /* --servers: the roles (wd_shards_start) */
     double progress_interval;  /* seconds between progress lines off a terminal */
 } wd_options;
 wd_options wd_options_default(void);
@@ -121,11 +125,20 @@ typedef struct wd_metrics {
  * HX_OK. With only one class present the AUC is NaN. */
 hx_status wd_metrics_compute(const float *p, const float *y, int64_t n, wd_metrics *out);
 
-/* --shards: the communicator into o->comm (rank 0 keeps stdout, the others
- * print nothing), and *rank; HX_OK without --shards. msg gets the
+/* --shards, --servers: the communicator into o->comm (and --servers the
+ * roles into o->ps; rank 0 and the servers keep stdout, the others print
+ * nothing), and *rank (--servers: the index among the workers or servers); HX_OK without --shards. msg gets the
  * example's own errors. */
 hx_status wd_shards_start(wd_options *o, int *rank, char *msg, size_t len);
 void wd_shards_stop(wd_options *o);
+/* The ranks that feed slices of each batch: --shards, or the workers of
+ * --servers; 1 for one process. */
+int wd_slices(const wd_options *o);
+/* --servers on a server rank: says its role and rows, serves the workers
+ * until they finish, says what it served; 0, or 1 with the error said. */
+int wd_serve(wd_options *o);
+/* --servers on worker 0: what it pulled and pushed over `steps` steps. */
+void wd_worker_stats(const wd_options *o);
 /* The feeds of slice `slice` (rows [slice * batch, (slice + 1) * batch)) of
  * fd for a model of `batch` rows. */
 void wd_feeds_slice(const wd_model *m, const wd_feed *fd, int64_t batch, int slice,

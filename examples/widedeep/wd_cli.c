@@ -54,6 +54,12 @@ static const char usage[] =
     "                          DIR, made if missing: tensorboard --logdir DIR)\n"
     "  --shards N              under mpirun -np N: both tables sharded row-wise over the\n"
     "                          ranks, the MLP data parallel; --batch is the global batch\n"
+    "  --servers S             under mpirun -np N: server mode, the last S ranks hold both\n"
+    "                          tables and apply their updates, the N - S others train\n"
+    "                          (pull rows before each step, push gradients after; the MLP\n"
+    "                          data parallel among them); --batch is the global batch\n"
+    "  --staleness K           --servers: a worker may run K steps ahead of the applied\n"
+    "                          pushes (0: synchronous, the default)\n"
     "  --quiet                 no progress output\n"
     "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n";
 
@@ -93,6 +99,8 @@ static int parse(int argc, char **argv, wd_options *o)
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
         CLI_FLAG_SWITCH("--partial-batch", &o->partial_batch),
         CLI_FLAG_NUM("--shards", CLI_INT, &o->shards, 1, 4096),
+        CLI_FLAG_NUM("--servers", CLI_INT, &o->servers, 1, 4095),
+        CLI_FLAG_NUM("--staleness", CLI_INT, &o->staleness, 0, 1000),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
     };
     const cli_command c = {.name = "widedeep", .usage = usage, .flags = flags,
@@ -104,9 +112,14 @@ static int parse(int argc, char **argv, wd_options *o)
     static char data[4096];
     if (!strcmp(o->data, wd_options_default().data)) o->data = cli_data_path(o->data, data, sizeof data);
     o->embedding_optimizer = emb ? HX_EMBEDDING_OPTIMIZER_LAZY_ADAM : HX_EMBEDDING_OPTIMIZER_ADAGRAD;
-    if (o->partial_batch && o->shards)
-        return cli_flag_error("widedeep", "--partial-batch with --shards is not built: a short "
-                              "batch does not split evenly over the ranks; leave one out");
+    if (o->partial_batch && (o->shards || o->servers))
+        return cli_flag_error("widedeep", "--partial-batch with --shards or --servers is not built: a "
+                              "short batch does not split evenly over the ranks; leave one out");
+    if (o->shards && o->servers)
+        return cli_flag_error("widedeep", "--shards (collective mode) and --servers (server mode) are "
+                              "two ways to spread the tables: give one");
+    if (o->staleness && !o->servers)
+        return cli_flag_error("widedeep", "--staleness is for server mode: give --servers too");
     if (o->save && !cli_check_output("widedeep", "--save", o->save, CLI_PATH_DIR)) return 2;
     if (o->trace && !cli_check_output("widedeep", "--trace", o->trace, CLI_PATH_FILE)) return 2;
     if (o->curve && !cli_check_output("widedeep", "--curve", o->curve, CLI_PATH_FILE)) return 2;
@@ -378,7 +391,7 @@ static hx_status setup(job *j)
     snprintf(test_path, sizeof test_path, "%s/adult.test", o->data);
     wd_input train, test;
     hx_status st = wd_shards_start(&j->o, &j->rank, j->msg, sizeof j->msg);
-    j->lb = o->batch / (o->shards ? o->shards : 1);
+    j->lb = o->batch / wd_slices(o);
     if (!st && ((st = hx_reader_open(path, &j->train_cfg, &j->train)) ||
                 (st = hx_reader_open(test_path, &j->test_cfg, &j->test))) && st == HX_ERR_IO)
         snprintf(j->msg, sizeof j->msg, "%s (give --data DIR, a folder holding adult.data and "
@@ -397,6 +410,7 @@ static hx_status setup(job *j)
     wd_options lo = *o; /* the graph takes this rank's slice */
     lo.batch = j->lb;
     if (!st) st = wd_model_build(&lo, &j->wf, &j->m);
+    if (!st && o->ps && hx_ps_is_server(o->ps)) return HX_OK; /* a server: the tables only */
     if (!st) st = wd_feed_alloc(&j->wf, o->batch, &j->fd);
     if (!st) st = wd_feed_alloc(&j->wf, o->batch, &j->fd_next);
     hx_session_config sc = hx_session_config_default();
@@ -405,7 +419,7 @@ static hx_status setup(job *j)
     sc.accelerator = o->accelerator;
     sc.max_device_memory = o->max_device_memory; /* 0: the default cap */
     sc.auto_placement = o->placement == HX_TARGET_AUTO;
-    sc.comm = o->comm;
+    sc.comm = o->ps ? hx_ps_workers(o->ps) : o->comm; /* --servers: the workers' */
     if (!st && short_rows) { /* before the trace is set: it records the main session */
         st = wd_model_build_twin(&lo, &j->wf, &j->m, short_rows, &j->pm);
         if (!st && !cli_partial_open(&j->part, "widedeep", j->pm.g, &sc)) {
@@ -448,6 +462,10 @@ int wd_main(int argc, char **argv)
         cli_error("widedeep", NULL, *j.msg ? j.msg : hx_last_error());
         goto out;
     }
+    if (o->ps && hx_ps_is_server(o->ps)) {
+        rc = wd_serve(&j.o);
+        goto out;
+    }
     if (o->curve && !(curve = fopen(o->curve, j.epochs_done ? "a" : "w"))) {
         fprintf(stderr, "hetex widedeep: cannot write '%s'\n", o->curve);
         goto out;
@@ -468,6 +486,12 @@ int wd_main(int argc, char **argv)
     if (o->shards)
         printf("hetex widedeep: %d ranks, %lld rows of each batch per rank; tables sharded row-wise, "
                "the MLP data parallel; train loss: rank 0's rows\n", o->shards, (long long)j.lb);
+    if (o->servers)
+        printf("hetex widedeep: server mode: ranks 0-%d train (workers), ranks %d-%d hold the tables "
+               "(servers); %lld rows of each batch per worker, staleness %d%s; the MLP data parallel "
+               "among the workers; train loss: worker 0's rows\n", wd_slices(o) - 1, wd_slices(o),
+               wd_slices(o) + o->servers - 1, (long long)j.lb, o->staleness,
+               o->staleness ? "" : " (synchronous)");
     cli_print_accelerator(stdout, "widedeep", j.s);
     cli_print_placement(stdout, "widedeep", j.s);
     hx_memory_stats ms;
@@ -477,7 +501,7 @@ int wd_main(int argc, char **argv)
     }
     if (!cli_check_host_memory("widedeep", &ms, j.s, "lower --batch")) goto out;
     wd_metrics m = {0};
-    if (!o->shards) cli_interrupt_arm(); /* sharded ranks would stop at different steps */
+    if (!o->shards && !o->servers) cli_interrupt_arm(); /* ranks would stop at different steps */
     for (int e = j.epochs_done + 1; e <= o->epochs; e++) {
         double loss = 0, rate = 0; /* set by a whole epoch */
         int64_t steps = 0;
@@ -528,6 +552,7 @@ int wd_main(int argc, char **argv)
         goto out;
     }
     summary(&j, &m, cli_now() - t0);
+    if (o->ps) wd_worker_stats(o);
     rc = cli_metrics_close(&j.metrics) ? 0 : 1;
 out:
     cli_metrics_close(&j.metrics);

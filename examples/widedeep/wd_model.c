@@ -47,7 +47,8 @@ static hx_status tables(const wd_options *o, const wd_features *wf, wd_model *m)
     ec.optimizer.lr = o->lr_embedding;
     ec.ssd_path = o->deep_on_disk;
     ec.cache_bytes = o->deep_cache_bytes;
-    ec.comm = o->comm; /* --shards */
+    ec.comm = o->ps ? NULL : o->comm; /* --shards */
+    ec.ps = o->ps;                     /* --servers */
     ec.sharding = HX_EMBEDDING_SHARD_ROWS;
     hx_status st = hx_embedding_table_create(&ec, &m->deep);
     if (st) return st;
@@ -61,7 +62,8 @@ static hx_status tables(const wd_options *o, const wd_features *wf, wd_model *m)
     ec.optimizer.lr = o->lr_wide;
     ec.optimizer.l1 = o->l1_wide;
     ec.optimizer.l2 = o->l2_wide;
-    ec.comm = o->comm;
+    ec.comm = o->ps ? NULL : o->comm;
+    ec.ps = o->ps;
     ec.sharding = HX_EMBEDDING_SHARD_ROWS;
     return hx_embedding_table_create(&ec, &m->wide);
 }

@@ -1,0 +1,282 @@
+/* A worker's server-mode table (the table interface, embedding.h's
+ * hx_emb_ops): a lookup routes its unique ids to their servers as
+ * collective mode routes them to owners (hx__shard_route_plan over the
+ * servers), pulls their rows once the servers have applied the steps the
+ * staleness bound asks for, and pools them as a local table would
+ * (hx__shard_pool); an update pushes each unique id's summed gradient to
+ * its server, one push to every server each step (empty ones too: a
+ * server applies a step when every worker's push of it has come). The
+ * worker holds no rows beyond one call's. */
+#include "embedding/ps_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+/* One reply from server j to request seq of c (older replies, of a call
+ * that failed before reading them, are dropped), within the timeout. */
+static hx_status wait_reply(hx_emb_ps *c, int j, int64_t seq, hx_msg *m, hx_emb_err *err)
+{
+    hx_ps *ps = c->ps;
+    double t0 = hx__now();
+    for (long idle = 0;; idle++) {
+        bool got = false;
+        hx_status st = hx__msg_poll(ps->mb, ps->W + j, PS_TAG_REPLY + c->index, m, &got);
+        if (st) return hx_emb_fail(err, st, "server mode: %s", hx_last_error());
+        if (got && m->n >= sizeof(ps_reply) && ((const ps_reply *)m->data)->seq == seq) break;
+        if (got) {
+            free(m->data);
+            continue;
+        }
+        if (hx__now() - t0 > ps->timeout_s)
+            return hx_emb_fail(err, HX_ERR_COMM, "server mode: parameter server rank %d (server %d of %d) "
+                               "did not answer within %g s: it died or hangs (hx_ps_config.timeout_s sets "
+                               "the limit)", ps->W + j, j, ps->S, ps->timeout_s);
+        hx__msg_idle(idle);
+    }
+    pthread_mutex_lock(&ps->lock);
+    ps->stats.wait_s += hx__now() - t0;
+    pthread_mutex_unlock(&ps->lock);
+    return HX_OK;
+}
+
+/* Rows (k HX_EMB_SHARD_ROWS) or state array k of r's ids, width floats
+ * each, into got (r->U x width, r->send's order), from the servers once
+ * they have applied `need` steps. */
+static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, bool train, int64_t need, int64_t width,
+                      float *got, hx_emb_err *err)
+{
+    hx_ps *ps = c->ps;
+    if (ps->rank_bytes && (size_t)(r->U * width) * sizeof(float) > ps->rank_bytes)
+        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode: one pull of %lld rows of %lld floats "
+                           "is over this worker's cap of %zu bytes (hx_ps_config.rank_bytes): give it "
+                           "smaller batches or raise the cap", (long long)r->U, (long long)width,
+                           ps->rank_bytes);
+    int64_t seq = ++c->seq;
+    ps_req h = {.kind = PS_PULL, .table = c->index, .hash = (int64_t)c->hash, .seq = seq, .step = c->pushes,
+                .need = need, .k = k, .train = train};
+    uint64_t bytes = 0;
+    hx_status st = HX_OK;
+    for (int j = 0; j < ps->S && !st; j++) {
+        if (!r->scount[j]) continue;
+        h.n = r->scount[j];
+        size_t n = sizeof h + (size_t)h.n * sizeof(int64_t);
+        char *buf = malloc(n);
+        if (!buf) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode: out of memory");
+        memcpy(buf, &h, sizeof h);
+        memcpy(buf + sizeof h, r->send + r->sdispl[j], (size_t)h.n * sizeof(int64_t));
+        st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, n);
+        free(buf);
+        if (st) return hx_emb_fail(err, st, "server mode: %s", hx_last_error());
+        bytes += n;
+    }
+    int64_t stale = 0;
+    for (int j = 0; j < ps->S && !st; j++) {
+        if (!r->scount[j]) continue;
+        hx_msg m;
+        if ((st = wait_reply(c, j, seq, &m, err))) break;
+        const ps_reply *rp = m.data;
+        bytes += m.n;
+        if (rp->status)
+            st = hx_emb_fail(err, (hx_status)rp->status, "server rank %d: %.*s", ps->W + j,
+                             (int)(m.n - sizeof *rp < (size_t)rp->msglen ? m.n - sizeof *rp : (size_t)rp->msglen),
+                             (const char *)(rp + 1));
+        else if (rp->n != r->scount[j] || rp->width != width ||
+                 m.n != sizeof *rp + (size_t)(rp->n * rp->width) * sizeof(float))
+            st = hx_emb_fail(err, HX_ERR_COMM, "server mode: server rank %d answered %lld rows of %lld for "
+                             "%lld of %lld", ps->W + j, (long long)rp->n, (long long)rp->width,
+                             (long long)r->scount[j], (long long)width);
+        else
+            memcpy(got + r->sdispl[j] * width, rp + 1, (size_t)(rp->n * width) * sizeof(float));
+        if (!st && c->pushes - rp->applied > stale) stale = c->pushes - rp->applied;
+        free(m.data);
+    }
+    pthread_mutex_lock(&ps->lock);
+    ps->stats.pulls++;
+    ps->stats.pull_bytes += bytes;
+    if (stale > ps->stats.max_staleness) ps->stats.max_staleness = stale;
+    pthread_mutex_unlock(&ps->lock);
+    return st;
+}
+
+static int64_t need_of(const hx_emb_ps *c) { return c->pushes - c->ps->staleness; }
+
+static hx_status ps_lookup(hx_emb_table *t, const hx_emb_query *q, float *out, int64_t *argmax, hx_emb_err *err)
+{
+    hx_emb_ps *c = (hx_emb_ps *)t;
+    int64_t nbags = 0, dim = c->base.dim;
+    hx_status st = hx_emb_query_check(q, &nbags, err);
+    if (!st && nbags > 0 && !out)
+        st = hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "server-mode embedding lookup: out is NULL");
+    /* an id outside the table fails here, before anything is sent */
+    if (!st) st = hx_emb_check_ids(q, c->base.rows, c->route.oob, &c->oob_count, "lookup (server mode)", err);
+    if (st) return st;
+    int64_t *ids = NULL;
+    signed char *skip = NULL;
+    float *rows = NULL;
+    hx_emb_route r;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_lock(&c->lock);
+    st = hx__shard_ids_of(&c->route, q, &ids, &skip, err);
+    if (!st) st = hx__shard_route_plan(&c->route, ids, q->n, skip, true, &r, err);
+    if (!st && !(rows = malloc((size_t)(r.U * dim + 1) * sizeof *rows)))
+        st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server-mode embedding lookup: out of memory");
+    if (!st) st = pull(c, &r, HX_EMB_SHARD_ROWS, q->train, need_of(c), dim, rows, err);
+    pthread_mutex_unlock(&c->lock);
+    if (!st) st = hx__shard_pool(&c->route, q, &r, rows, out, argmax, err);
+    free(rows);
+    free(ids);
+    free(skip);
+    hx__shard_route_free(&r);
+    return st;
+}
+
+/* g to the servers as step c->pushes (optimizer t = step): one message to
+ * each server, its ids and their rows. */
+static hx_status push(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, hx_emb_err *err)
+{
+    hx_ps *ps = c->ps;
+    int64_t dim = c->base.dim, n = g->n;
+    signed char *skip = malloc((size_t)(n ? n : 1));
+    if (!skip) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server-mode embedding update: out of memory");
+    for (int64_t i = 0; i < n; i++) /* OOB_ZERO: no update */
+        skip[i] = g->ids[i] < 0 || g->ids[i] >= c->base.rows;
+    hx_emb_route r;
+    pthread_mutex_lock(&c->lock);
+    hx_status st = hx__shard_route_plan(&c->route, g->ids, n, skip, false, &r, err);
+    ps_req h = {.kind = PS_PUSH, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq,
+                .step = c->pushes, .optim = c->route.optim.kind, .optstep = step};
+    uint64_t bytes = 0;
+    for (int j = 0; j < ps->S && !st; j++) {
+        h.n = r.scount[j];
+        size_t nb = sizeof h + (size_t)h.n * (sizeof(int64_t) + (size_t)dim * sizeof(float));
+        char *buf = malloc(nb);
+        if (!buf) {
+            st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server-mode embedding update: out of memory");
+            break;
+        }
+        memcpy(buf, &h, sizeof h);
+        memcpy(buf + sizeof h, r.send + r.sdispl[j], (size_t)h.n * sizeof(int64_t));
+        float *rows = (float *)(buf + sizeof h + (size_t)h.n * sizeof(int64_t));
+        for (int64_t u = 0; u < h.n; u++)
+            memcpy(rows + u * dim, g->rows + r.first[r.sdispl[j] + u] * g->stride, (size_t)dim * sizeof(float));
+        st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, nb);
+        free(buf);
+        if (st) st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
+        bytes += nb;
+    }
+    if (!st) c->pushes++;
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&ps->lock);
+    ps->stats.pushes++;
+    ps->stats.steps = ps->stats.steps > c->pushes ? ps->stats.steps : c->pushes;
+    ps->stats.push_bytes += bytes;
+    pthread_mutex_unlock(&ps->lock);
+    free(skip);
+    hx__shard_route_free(&r);
+    return st;
+}
+
+static hx_status ps_apply(hx_emb_table *t, const hx_emb_sparse_grad *g, int64_t step, int nthreads, hx_emb_err *err)
+{
+    hx_emb_ps *c = (hx_emb_ps *)t;
+    if (!g || (g->n && (!g->ids || !g->rows || g->dim != c->base.dim)))
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "server-mode embedding update: a gradient of dim %lld "
+                           "for a table of dim %lld", g ? (long long)g->dim : -1LL, (long long)c->base.dim);
+    return push(c, g, step, err);
+}
+
+static hx_status ps_backward_update(hx_emb_table *t, const hx_emb_query *q, const hx_emb_grad_input *gi,
+                                    int64_t step, hx_emb_workspace *ws, hx_emb_err *err)
+{
+    hx_emb_ps *c = (hx_emb_ps *)t;
+    hx_status st = c->route.oob == HX_EMB_OOB_ERROR
+                       ? hx_emb_check_ids(q, c->base.rows, c->route.oob, NULL, "update (server mode)", err)
+                       : HX_OK;
+    hx_emb_sparse_grad g;
+    memset(&g, 0, sizeof g);
+    if (!st) st = hx_emb_backward(q, gi, ws, &g, err);
+    if (!st) st = push(c, &g, step, err);
+    hx_emb_sparse_grad_free(&g);
+    return st;
+}
+
+static hx_status ps_save(hx_emb_table *t, const char *path, hx_emb_err *err)
+{
+    return hx_emb_fail(err, HX_ERR_UNSUPPORTED, "a worker holds no rows of a server-mode table: save it on "
+                       "the servers (hx_embedding_table_save there, after hx_ps_serve returns)");
+}
+
+static hx_status ps_load(hx_emb_table *t, const char *path, hx_emb_err *err)
+{
+    return hx_emb_fail(err, HX_ERR_UNSUPPORTED, "a worker holds no rows of a server-mode table: load it on "
+                       "the servers (hx_embedding_table_load there, before hx_ps_serve)");
+}
+
+static void ps_free(hx_emb_table *t)
+{
+    hx_emb_ps *c = (hx_emb_ps *)t;
+    hx__ps_forget(c->ps, t);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static const hx_emb_ops ps_ops = {"server mode", ps_lookup, ps_apply, ps_backward_update, ps_save, ps_load,
+                                  ps_free};
+
+hx_emb_ps *hx_emb_as_ps(hx_emb_table *t) { return t && t->ops == &ps_ops ? (hx_emb_ps *)t : NULL; }
+const hx_emb_optim *hx__ps_optim(const hx_emb_ps *c) { return &c->route.optim; }
+void hx__ps_set_optim(hx_emb_ps *c, const hx_emb_optim *o)
+{
+    pthread_mutex_lock(&c->lock);
+    c->route.optim = *o;
+    pthread_mutex_unlock(&c->lock);
+}
+
+hx_emb_table *hx__ps_client_create(hx_ps *ps, const hx_emb_shard_config *sc, const char *name,
+                                   uint64_t hash, int index)
+{
+    hx_emb_ps *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    hx__shard_init_place(&c->route, sc, ps->S);
+    c->base.ops = &ps_ops;
+    c->base.rows = sc->tc.rows;
+    c->base.dim = sc->tc.dim;
+    c->ps = ps;
+    c->index = index;
+    c->hash = hash;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    pthread_mutex_init(&c->lock, NULL);
+    return &c->base;
+}
+
+hx_status hx__ps_read(hx_emb_ps *c, int k, const int64_t *ids, int64_t n, float *out, hx_emb_err *err)
+{
+    bool state = k != HX_EMB_SHARD_ROWS;
+    const char *fn = state ? "read state (server mode)" : "read rows (server mode)";
+    int ns = hx_emb_optim_nstate(c->route.optim.kind);
+    int64_t dim = c->base.dim, width = state && c->route.optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD ? 1 : dim;
+    if (state && (k < 0 || k >= ns))
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "%s: state array %d: the table's optimizer (%s) keeps %d",
+                           fn, k, hx_emb_optim_name(c->route.optim.kind), ns);
+    if (n < 0 || (n && (!ids || !out)))
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "%s: %lld ids at %p, out at %p", fn, (long long)n,
+                           (const void *)ids, (void *)out);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->base.rows)
+            return hx_emb_fail(err, HX_ERR_INDEX, "%s: id %lld at position %lld is outside the table's rows "
+                               "[0, %lld)", fn, (long long)ids[i], (long long)i, (long long)c->base.rows);
+    hx_emb_route r;
+    float *got = NULL;
+    pthread_mutex_lock(&c->lock);
+    hx_status st = hx__shard_route_plan(&c->route, ids, n, NULL, true, &r, err);
+    if (!st && !(got = malloc((size_t)(r.U * width + 1) * sizeof *got)))
+        st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    /* every push of this worker applied first */
+    if (!st) st = pull(c, &r, k, false, c->pushes, width, got, err);
+    pthread_mutex_unlock(&c->lock);
+    for (int64_t i = 0; i < n && !st; i++) memcpy(out + i * width, got + r.inv[i] * width, (size_t)width * sizeof *out);
+    free(got);
+    hx__shard_route_free(&r);
+    return st;
+}

@@ -1,0 +1,99 @@
+/* Server mode's state and messages, shared by embedding/ps*.c only. A
+ * worker's request is a ps_req followed by n local ids (as the servers'
+ * shard places them) and, for a push, n gradient rows of dim floats; a
+ * server's reply a ps_reply followed by n x width floats, or msglen bytes
+ * of an error message. Requests go with tag PS_TAG_REQ, so a worker's
+ * requests reach a server in the order sent; replies of table i with tag
+ * PS_TAG_REPLY + i, so threads working on different tables each wait for
+ * their own. */
+#ifndef HX_EMBEDDING_PS_IMPL_H
+#define HX_EMBEDDING_PS_IMPL_H
+
+#include "embedding/ps.h"
+#include "embedding/shard_impl.h"
+#include "dist/dist.h"
+
+#include <pthread.h>
+
+enum { PS_TAG_REQ = 1, PS_TAG_REPLY = 16, PS_MAX_TABLES = 16000 };
+enum { PS_PULL = 1, PS_PUSH, PS_FINISH };
+
+typedef struct ps_req {
+    int64_t kind, table;
+    int64_t hash;     /* the table's configuration, as the worker created it */
+    int64_t seq;      /* the worker's request number, echoed by the reply */
+    int64_t step;     /* push: its step (0, 1, ...); pull: the worker's pushes so far */
+    int64_t need;     /* pull: the steps that must be applied first */
+    int64_t n;        /* ids */
+    int64_t k;        /* pull: HX_EMB_SHARD_ROWS, or an optimizer state array */
+    int64_t train;    /* pull: a training lookup */
+    int64_t optim;    /* push: the worker's optimizer kind */
+    int64_t optstep;  /* push: the optimizer's t */
+} ps_req;
+
+typedef struct ps_reply {
+    int64_t status, seq, applied, n, width, msglen;
+} ps_reply;
+
+/* A push waiting for its step's other pushes (the message holds it). */
+typedef struct ps_push {
+    hx_msg m;
+    const ps_req *h;
+    struct ps_push *next;
+} ps_push;
+
+/* A pull waiting for the steps it needs. */
+typedef struct ps_pull {
+    hx_msg m;
+    struct ps_pull *next;
+} ps_pull;
+
+/* A registered table, on either role. */
+typedef struct ps_entry {
+    char name[64];
+    uint64_t hash;
+    hx_emb_table *impl;   /* the worker's hx_emb_ps or the server's shard; NULL once freed */
+    hx_emb_shard *shard;  /* server */
+    size_t bytes;         /* server: its shard's rows and state */
+    /* server, while serving */
+    int64_t applied;      /* steps applied */
+    ps_push **head, **tail; /* per worker, in step order */
+    ps_pull *pulls;
+    hx_emb_workspace *ws;
+} ps_entry;
+
+struct hx_ps {
+    hx_mailbox *mb;       /* every rank */
+    hx_comm *role;        /* the workers' or the servers' communicator */
+    int rank, size, S, W, index; /* servers are ranks W .. W + S - 1 */
+    bool server, served, finished;
+    int staleness;
+    double timeout_s;
+    size_t rank_bytes, held_bytes;
+    pthread_mutex_t lock; /* the registry and the stats */
+    ps_entry **tables;
+    int n_tables, cap;
+    hx_ps_stats stats;
+};
+
+/* A worker's table. */
+struct hx_emb_ps {
+    hx_emb_table base;
+    hx_ps *ps;
+    int index;
+    uint64_t hash;
+    hx_emb_shard route;   /* placement over the servers only (hx__shard_init_place) */
+    char name[64];
+    int64_t pushes, seq;
+    pthread_mutex_t lock; /* one request at a time */
+    _Atomic int64_t oob_count;
+};
+
+/* A worker's table (embedding/ps_client.c) of sc's layout over the
+ * servers; NULL when out of memory. */
+hx_emb_table *hx__ps_client_create(hx_ps *ps, const hx_emb_shard_config *sc, const char *name,
+                                   uint64_t hash, int index);
+/* The registry: entry i of ps (NULL past the end). */
+ps_entry *hx__ps_entry(hx_ps *ps, int64_t i);
+
+#endif

@@ -1,0 +1,341 @@
+/* A server's loop (hetex.h's hx_ps_serve): requests taken in the order
+ * they arrive; a push waits in its worker's queue until every worker's
+ * push of that step is there (or the worker finished), and then the step
+ * is applied to the shard as collective mode's owner applies one (the
+ * workers' rows concatenated in worker order, one fused backward_update
+ * that sums each id's rows in that order); a pull is answered as soon as
+ * its table has applied the steps it needs (at once, or after a step). */
+#include "embedding/ps_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct server {
+    hx_ps *ps;
+    bool *finished;
+    double *heard;     /* when each worker last sent anything */
+    hx_status failed;  /* the loop's end: every waiting pull is told why */
+    char why[700];
+} server;
+
+/* A reply to request h of worker dst about table `table`. */
+static hx_status reply(server *sv, int dst, const ps_req *h, hx_status status, const char *msg, int64_t applied,
+                       const float *rows, int64_t n, int64_t width)
+{
+    size_t ml = status ? strlen(msg) : 0, nb = sizeof(ps_reply) + ml + (status ? 0 : (size_t)(n * width) * sizeof(float));
+    char *buf = malloc(nb);
+    if (!buf) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory for a reply");
+    ps_reply r = {status, h->seq, applied, status ? 0 : n, width, (int64_t)ml};
+    memcpy(buf, &r, sizeof r);
+    if (status) memcpy(buf + sizeof r, msg, ml);
+    else if (n) memcpy(buf + sizeof r, rows, (size_t)(n * width) * sizeof(float));
+    hx_status st = hx__msg_send(sv->ps->mb, dst, PS_TAG_REPLY + (int)h->table, buf, nb);
+    free(buf);
+    if (!st) {
+        pthread_mutex_lock(&sv->ps->lock);
+        sv->ps->stats.pull_bytes += nb;
+        pthread_mutex_unlock(&sv->ps->lock);
+    }
+    return st;
+}
+
+/* The rows or state a pull asks for, answered. */
+static hx_status answer(server *sv, ps_entry *e, const hx_msg *m)
+{
+    hx_ps *ps = sv->ps;
+    const ps_req *h = m->data;
+    const int64_t *ids = (const int64_t *)(h + 1);
+    hx_emb_shard *s = e->shard;
+    int64_t dim = s->base.dim, width = dim;
+    bool state = h->k != HX_EMB_SHARD_ROWS;
+    if (state && s->optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD) width = 1;
+    hx_emb_err err;
+    hx_status st = HX_OK;
+    hx_emb_local *l = hx_emb_shard_local(s);
+    int ns = hx_emb_optim_nstate(s->optim.kind);
+    if (!l) st = hx_emb_fail(&err, HX_ERR_STATE, "table '%s': server %d holds none of its rows", e->name, ps->index);
+    else if (state && (h->k < 0 || h->k >= ns))
+        st = hx_emb_fail(&err, HX_ERR_INVALID_ARGUMENT, "table '%s': state array %lld: the servers' optimizer "
+                         "(%s) keeps %d", e->name, (long long)h->k, hx_emb_optim_name(s->optim.kind), ns);
+    for (int64_t i = 0; i < h->n && !st; i++)
+        if (ids[i] < 0 || ids[i] >= l->base.rows)
+            st = hx_emb_fail(&err, HX_ERR_INDEX, "table '%s': local row %lld outside server %d's %lld rows",
+                             e->name, (long long)ids[i], ps->index, (long long)l->base.rows);
+    float *out = st ? NULL : malloc((size_t)(h->n * width + 1) * sizeof *out);
+    float *tmp = st ? NULL : malloc((size_t)hx_emb_row_stride(dim, HX_DTYPE_F32) * sizeof *tmp);
+    if (!st && (!out || !tmp)) st = hx_emb_fail(&err, HX_ERR_OUT_OF_MEMORY, "out of host memory");
+    if (!st && !state) {
+        hx_emb_query q = hx_emb_query_rows(ids, h->n);
+        q.train = (int)h->train;
+        st = hx_emb_table_lookup(s->part, &q, out, NULL, &err);
+    }
+    for (int64_t i = 0; i < h->n && !st && state; i++) {
+        hx_emb_local_read_state(l, (int)h->k, ids[i], tmp);
+        memcpy(out + i * width, tmp, (size_t)width * sizeof *out);
+    }
+    pthread_mutex_lock(&ps->lock);
+    ps->stats.pulls++;
+    if (h->step - e->applied > ps->stats.max_staleness) ps->stats.max_staleness = h->step - e->applied;
+    pthread_mutex_unlock(&ps->lock);
+    hx_status x = reply(sv, m->src, h, st, err.msg, e->applied, out, h->n, width);
+    free(out);
+    free(tmp);
+    return x;
+}
+
+/* Applies every step of e that has all its pushes. */
+static hx_status apply_steps(server *sv, ps_entry *e)
+{
+    hx_ps *ps = sv->ps;
+    int W = ps->W;
+    hx_emb_shard *s = e->shard;
+    int64_t dim = s->base.dim;
+    for (;;) {
+        int64_t n = 0, optstep = 0;
+        bool any = false;
+        for (int w = 0; w < W; w++) {
+            ps_push *p = e->head[w];
+            if (!p && !sv->finished[w]) return HX_OK; /* the step waits for w */
+            if (!p) continue;
+            if (p->h->step != e->applied)
+                return hx__error(HX_ERR_STATE, "hx_ps_serve: table '%s': worker rank %d pushed step %lld while "
+                                 "the servers wait for step %lld: every worker pushes every step once, in order",
+                                 e->name, w, (long long)p->h->step, (long long)e->applied);
+            if (!any) optstep = p->h->optstep;
+            any = true;
+            n += p->h->n;
+        }
+        if (!any) return HX_OK;
+        int64_t *ids = malloc((size_t)(n + 1) * sizeof *ids);
+        float *rows = malloc((size_t)(n * dim + 1) * sizeof *rows);
+        hx_emb_err err;
+        hx_status st = ids && rows ? HX_OK : hx_emb_fail(&err, HX_ERR_OUT_OF_MEMORY, "out of host memory");
+        int64_t at = 0;
+        for (int w = 0; w < W && !st; w++) {
+            ps_push *p = e->head[w];
+            if (!p) continue;
+            const int64_t *pid = (const int64_t *)(p->h + 1);
+            memcpy(ids + at, pid, (size_t)p->h->n * sizeof *ids);
+            memcpy(rows + at * dim, pid + p->h->n, (size_t)(p->h->n * dim) * sizeof *rows);
+            at += p->h->n;
+        }
+        for (int64_t i = 0; i < n && !st; i++)
+            if (ids[i] < 0 || !s->part || ids[i] >= s->part->rows)
+                st = hx_emb_fail(&err, HX_ERR_INDEX, "a push of local row %lld, outside server %d's rows",
+                                 (long long)ids[i], ps->index);
+        if (!st && n) {
+            hx_emb_query q = hx_emb_query_rows(ids, n);
+            hx_emb_grad_input gi = {rows, NULL, dim, HX_EMB_DEDUP_AUTO};
+            st = hx_emb_table_backward_update(s->part, &q, &gi, optstep, e->ws, &err);
+        }
+        free(ids);
+        free(rows);
+        if (st) return hx__emb_error(st, &err, "hx_ps_serve: table '%s', step %lld", e->name, (long long)e->applied);
+        for (int w = 0; w < W; w++) {
+            ps_push *p = e->head[w];
+            if (!p) continue;
+            e->head[w] = p->next;
+            if (!p->next) e->tail[w] = NULL;
+            free(p->m.data);
+            free(p);
+        }
+        e->applied++;
+        pthread_mutex_lock(&ps->lock);
+        ps->stats.steps++;
+        pthread_mutex_unlock(&ps->lock);
+    }
+}
+
+/* Answers e's pulls whose steps are applied. */
+static hx_status serve_pulls(server *sv, ps_entry *e)
+{
+    hx_status st = HX_OK;
+    for (ps_pull **pp = &e->pulls; *pp && !st;) {
+        ps_pull *p = *pp;
+        if (((const ps_req *)p->m.data)->need > e->applied) {
+            pp = &p->next;
+            continue;
+        }
+        st = answer(sv, e, &p->m);
+        *pp = p->next;
+        free(p->m.data);
+        free(p);
+    }
+    return st;
+}
+
+/* A request: checked against its table, then queued or answered (m's data
+ * is taken). */
+static hx_status take(server *sv, hx_msg *m)
+{
+    hx_ps *ps = sv->ps;
+    int w = m->src;
+    const ps_req *h = m->data;
+    if (w < 0 || w >= ps->W || m->n < sizeof *h) {
+        free(m->data);
+        return hx__error(HX_ERR_COMM, "hx_ps_serve: a message of %zu bytes from rank %d, not a worker's request "
+                         "(a server takes requests from ranks 0..%d)", m->n, w, ps->W - 1);
+    }
+    sv->heard[w] = hx__now();
+    if (h->kind == PS_FINISH) {
+        sv->finished[w] = true;
+        free(m->data);
+        hx_status st = HX_OK;
+        for (int i = 0; i < ps->n_tables && !st; i++)
+            if (ps->tables[i]->shard && !(st = apply_steps(sv, ps->tables[i]))) st = serve_pulls(sv, ps->tables[i]);
+        return st;
+    }
+    ps_entry *e = hx__ps_entry(ps, h->table);
+    char why[300] = "";
+    size_t want = sizeof *h + (h->n >= 0 ? (size_t)h->n * sizeof(int64_t) : 0) +
+                  (h->kind == PS_PUSH && e && e->shard && h->n >= 0 ? (size_t)(h->n * e->shard->base.dim) * sizeof(float) : 0);
+    if (!e || !e->shard)
+        snprintf(why, sizeof why, "table %lld: this server has no such table (create every table on every rank, "
+                 "in the same order)", (long long)h->table);
+    else if ((uint64_t)h->hash != e->hash)
+        snprintf(why, sizeof why, "table '%s': worker rank %d created it otherwise than the servers (rows, dim, "
+                 "dtype, initialiser, seed, ids, sharding, optimizer must be alike on every rank)", e->name, w);
+    else if ((h->kind != PS_PULL && h->kind != PS_PUSH) || h->n < 0 || m->n != want)
+        snprintf(why, sizeof why, "table '%s': a malformed request of %zu bytes from worker rank %d", e->name, m->n, w);
+    else if (h->kind == PS_PUSH && h->optim != e->shard->optim.kind)
+        snprintf(why, sizeof why, "table '%s': worker rank %d pushes for %s, the servers apply %s: set the same "
+                 "optimizer on every rank", e->name, w, hx_emb_optim_name((hx_emb_optim_kind)h->optim),
+                 hx_emb_optim_name(e->shard->optim.kind));
+    if (*why) {
+        hx_status st = h->kind == PS_PULL ? reply(sv, w, h, HX_ERR_INVALID_ARGUMENT, why, 0, NULL, 0, 0) : HX_OK;
+        free(m->data);
+        return st ? st : hx__error(HX_ERR_INVALID_ARGUMENT, "hx_ps_serve: %s", why);
+    }
+    if (h->kind == PS_PULL) {
+        if (h->need <= e->applied) {
+            hx_status st = answer(sv, e, m);
+            free(m->data);
+            return st;
+        }
+        ps_pull *p = malloc(sizeof *p);
+        if (!p) {
+            free(m->data);
+            return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory");
+        }
+        *p = (ps_pull){*m, e->pulls};
+        e->pulls = p;
+        return HX_OK;
+    }
+    ps_push *p = malloc(sizeof *p);
+    if (!p) {
+        free(m->data);
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory");
+    }
+    *p = (ps_push){*m, m->data, NULL};
+    if (e->tail[w]) e->tail[w]->next = p;
+    else e->head[w] = p;
+    e->tail[w] = p;
+    pthread_mutex_lock(&ps->lock);
+    ps->stats.pushes++;
+    ps->stats.push_bytes += m->n;
+    pthread_mutex_unlock(&ps->lock);
+    hx_status st = apply_steps(sv, e);
+    return st ? st : serve_pulls(sv, e);
+}
+
+/* A worker silent for the timeout while a step of some table waits for
+ * it: HX_ERR_COMM naming it. */
+static hx_status check_silent(server *sv)
+{
+    hx_ps *ps = sv->ps;
+    double now = hx__now();
+    for (int i = 0; i < ps->n_tables; i++) {
+        ps_entry *e = ps->tables[i];
+        if (!e->shard) continue;
+        bool waiting = e->pulls != NULL;
+        for (int w = 0; w < ps->W && !waiting; w++) waiting = e->head[w] != NULL;
+        for (int w = 0; w < ps->W && waiting; w++)
+            if (!e->head[w] && !sv->finished[w] && now - sv->heard[w] > ps->timeout_s)
+                return hx__error(HX_ERR_COMM, "hx_ps_serve (server rank %d): worker rank %d sent nothing for %g s "
+                                 "while step %lld of table '%s' waited for it (it died or hangs; "
+                                 "hx_ps_config.timeout_s sets the limit): the tables hold every step before it "
+                                 "applied, and that step's pushes from the other workers were dropped; save "
+                                 "them now", ps->rank, w, ps->timeout_s, (long long)e->applied, e->name);
+    }
+    return HX_OK;
+}
+
+static bool all_done(const server *sv)
+{
+    hx_ps *ps = sv->ps;
+    for (int w = 0; w < ps->W; w++)
+        if (!sv->finished[w]) return false;
+    for (int i = 0; i < ps->n_tables; i++)
+        for (int w = 0; ps->tables[i]->shard && w < ps->W; w++)
+            if (ps->tables[i]->head[w]) return false;
+    return true;
+}
+
+/* The end of the loop: waiting pulls told why (st), queues dropped. */
+static void drain(server *sv, hx_status st)
+{
+    hx_ps *ps = sv->ps;
+    snprintf(sv->why, sizeof sv->why, "the server stopped serving: %s", st ? hx_last_error() : "done");
+    for (int i = 0; i < ps->n_tables; i++) {
+        ps_entry *e = ps->tables[i];
+        for (ps_pull *p = e->pulls, *n; p; p = n) {
+            n = p->next;
+            if (st) reply(sv, p->m.src, p->m.data, st, sv->why, e->applied, NULL, 0, 0);
+            free(p->m.data);
+            free(p);
+        }
+        e->pulls = NULL;
+        for (int w = 0; e->head && w < ps->W; w++)
+            for (ps_push *p = e->head[w], *n; p; p = n) {
+                n = p->next;
+                free(p->m.data);
+                free(p);
+            }
+        free(e->head);
+        e->head = e->tail = NULL;
+        hx_emb_workspace_free(e->ws);
+        e->ws = NULL;
+    }
+}
+
+hx_status hx_ps_serve(hx_ps *ps)
+{
+    if (!ps) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_ps_serve: ps is NULL");
+    if (!ps->server || ps->served)
+        return hx__error(HX_ERR_STATE, "hx_ps_serve: %s", !ps->server ? "this rank is a worker (workers train "
+                         "and call hx_ps_finish; servers call hx_ps_serve)" : "called twice");
+    ps->served = true;
+    server sv = {.ps = ps};
+    sv.finished = calloc((size_t)ps->W, sizeof *sv.finished);
+    sv.heard = malloc((size_t)ps->W * sizeof *sv.heard);
+    hx_status st = sv.finished && sv.heard ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory");
+    for (int w = 0; w < ps->W && !st; w++) sv.heard[w] = hx__now();
+    for (int i = 0; i < ps->n_tables && !st; i++) {
+        ps_entry *e = ps->tables[i];
+        e->head = calloc((size_t)ps->W * 2, sizeof *e->head);
+        e->tail = e->head ? e->head + ps->W : NULL;
+        e->ws = hx_emb_workspace_create();
+        if (!e->head || !e->ws) st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory");
+    }
+    for (long idle = 0; !st && !all_done(&sv);) {
+        hx_msg m;
+        bool got = false;
+        st = hx__msg_poll(ps->mb, -1, PS_TAG_REQ, &m, &got);
+        if (!st && got) {
+            idle = 0;
+            st = take(&sv, &m);
+        } else if (!st) {
+            st = check_silent(&sv);
+            hx__msg_idle(idle++);
+        }
+    }
+    drain(&sv, st);
+    int peer = -1;
+    if (!hx__msg_flush(ps->mb, st ? 1.0 : ps->timeout_s, &peer) && !st)
+        st = hx__error(HX_ERR_COMM, "hx_ps_serve: worker rank %d did not take its last reply within %g s", peer,
+                       ps->timeout_s);
+    free(sv.finished);
+    free(sv.heard);
+    return st;
+}

@@ -1,0 +1,286 @@
+/* Server mode (hx_ps, hx_embedding_config.ps) under mpirun: the last S
+ * ranks serve (S = 2 at 4 ranks, else 1), the W others are workers.
+ *
+ * train: each worker trains tests/mpi/shard_model.h's model (four tables,
+ * one per sparse optimizer) on its B/W samples of a global batch of B,
+ * synchronously (staleness 0), with the dense layers data parallel over
+ * the workers; beside it, in the same run, the same model in collective
+ * mode over the workers and the same model in one process on the whole
+ * batch. After 20 steps the server-held rows and optimizer state equal
+ * collective mode's bitwise (the servers sum each id's rows in worker
+ * order, as collective mode's owners do) and agree with the one-process
+ * run within 1e-6 relative, as do the dense parameters (not bitwise: the
+ * workers' partial gradient sums associate differently from one
+ * process's). The digest line (losses, rows, state, parameters) is
+ * bitwise the same run to run. No pull was answered ahead of an applied
+ * push. An id outside 'user' fed on the last worker fails its run with
+ * HX_ERR_INDEX naming the id, and every server's rows stay as they were;
+ * the next step trains as the others. The servers then save their tables
+ * (per-server files and a manifest) and the save loads into a table of
+ * one process equal to the servers' rows.
+ *
+ * staleness: with staleness 2 and no data parallel session (so the
+ * workers are not kept in step by the dense sums), worker 0 runs fast
+ * while the others sleep each step: no pull is ever answered more than 2
+ * steps ahead of the applied pushes (on the workers and on the servers),
+ * and worker 0 reaches the bound (the instrument sees what it checks).
+ *
+ * refusals: the roles' arguments; DYNAMIC tables; a worker's save. */
+#include "dist/dist.h"
+#include "hetex_checks.h"
+#include "mpi_world.h"
+#include "testutil.h"
+#include "tmpdir.h"
+#include "shard_model.h"
+
+#include <time.h>
+
+static hx_comm *world;
+
+static hx_ps *make_ps(int staleness)
+{
+    hx_ps_config pc = hx_ps_config_default();
+    pc.comm = world;
+    pc.servers = size >= 4 ? 2 : 1;
+    pc.staleness = staleness;
+    pc.timeout_s = 60;
+    hx_ps *ps = NULL;
+    OK(hx_ps_create(&pc, &ps));
+    return ps;
+}
+
+/* A server: create the model's tables alike, serve, then save them and
+ * load the save into a table of one process. */
+static void serve_model(hx_ps *ps, const char *dir)
+{
+    hx_embedding_table *t[NT];
+    for (int k = 0; k < NT; k++) t[k] = make_table(&specs[k], NULL, ps);
+    OK(hx_ps_serve(ps));
+    hx_ps_stats st;
+    OK(hx_ps_stats_get(ps, &st));
+    CHECK(st.max_staleness == 0, "server rank %d answered a pull %lld steps ahead at staleness 0", rank,
+          (long long)st.max_staleness);
+    CHECK(st.steps == (STEPS + 1) * NT, "server rank %d applied %lld steps of its tables, not %d", rank,
+          (long long)st.steps, (STEPS + 1) * NT);
+    for (int k = 0; k < NT && dir; k++) {
+        char path[320];
+        snprintf(path, sizeof path, "%s/%s", dir, specs[k].name);
+        OK(hx_embedding_table_save(t[k], path));
+        int64_t R = specs[k].rows, *ids = malloc(sizeof(int64_t) * (size_t)R);
+        float *a = malloc(sizeof(float) * (size_t)(R * D)), *b = malloc(sizeof(float) * (size_t)(R * D));
+        for (int64_t i = 0; i < R; i++) ids[i] = i;
+        OK(hx_embedding_table_read_rows(t[k], ids, R, a)); /* collective over the servers */
+        hx_embedding_table *lone = make_table(&specs[k], NULL, NULL);
+        OK(hx_embedding_table_load(lone, path));
+        OK(hx_embedding_table_read_rows(lone, ids, R, b));
+        CHECK(!memcmp(a, b, sizeof(float) * (size_t)(R * D)), "table '%s' saved by the servers loads into one "
+              "process otherwise", specs[k].name);
+        OK(hx_embedding_table_free(lone));
+        free(ids);
+        free(a);
+        free(b);
+    }
+    for (int k = 0; k < NT; k++) OK(hx_embedding_table_free(t[k]));
+}
+
+static void test_train(void)
+{
+    char dir[256] = "";
+    if (rank == size - 1 && !test_make_tmpdir(dir, sizeof dir, "hx-mpi-ps")) CHECK(false, "no temporary folder");
+    hx_coll *q = NULL;
+    OK(hx__comm_broadcast(world, dir, sizeof dir / 8, HX_DTYPE_I64, size - 1, &q)); /* the last rank's folder */
+    OK(hx__coll_wait(q));
+    hx_ps *ps = make_ps(0);
+    if (!ps) return;
+    if (hx_ps_is_server(ps)) {
+        serve_model(ps, dir);
+        hx_ps_free(ps);
+        return;
+    }
+    hx_comm *wc = hx_ps_workers(ps);
+    int W = hx_comm_size(wc), w = hx_ps_index(ps);
+    model pm, cm, lone;
+    if (build(&pm, B / W, NULL, ps) || build(&cm, B / W, wc, NULL) || build(&lone, B, NULL, NULL)) {
+        CHECK(false, "build: %s", hx_last_error());
+        return;
+    }
+    for (int k = 0; k < NT; k++) compare_table(&pm, &lone, k, 0, "at creation");
+    hx_session_config cp = config(wc), cc = config(wc), ca = config(NULL);
+    hx_session *sp = test_session_with(pm.g, &cp, "server mode"), *sc = test_session_with(cm.g, &cc, "collective"),
+               *sa = test_session_with(lone.g, &ca, "alone");
+    batch bt;
+    for (int s = 0; s < STEPS && sp && sc && sa; s++) {
+        make_batch(s, &bt);
+        float lp = 0, lc = 0, la = 0;
+        OK(run(sp, &pm, &bt, w * (B / W), &lp));
+        OK(run(sc, &cm, &bt, w * (B / W), &lc));
+        OK(run(sa, &lone, &bt, 0, &la));
+        CHECK(lp == lc, "step %d: server mode's loss %.9g, collective mode's %.9g", s, lp, lc);
+        fold(&lp, sizeof lp);
+    }
+    for (int k = 0; k < NT && sp && sc && sa; k++) {
+        compare_table(&pm, &cm, k, 0, "against collective mode after 20 steps");
+        compare_table(&pm, &lone, k, 1e-6, "against one process after 20 steps");
+    }
+    if (sp && sa) compare_dense(sp, &pm, sa, &lone);
+    hx_ps_stats st;
+    OK(hx_ps_stats_get(ps, &st));
+    CHECK(st.max_staleness == 0 && st.steps == STEPS && st.pushes == STEPS * NT && st.rows_held == 0 &&
+          st.bytes_held == 0, "worker stats: staleness %lld, %lld steps, %lld pushes, %lld rows held",
+          (long long)st.max_staleness, (long long)st.steps, (long long)st.pushes, (long long)st.rows_held);
+
+    /* an id outside 'user' fed on the last worker alone: it fails there,
+     * and no server's rows change */
+    int64_t R = specs[0].rows, *ids = malloc(sizeof(int64_t) * (size_t)R);
+    float *before = malloc(sizeof(float) * (size_t)(R * D)), *after = malloc(sizeof(float) * (size_t)(R * D));
+    for (int64_t i = 0; i < R; i++) ids[i] = i;
+    OK(hx_embedding_table_read_rows(pm.t[0], ids, R, before));
+    make_batch(STEPS, &bt);
+    int64_t good = bt.ids[0][B - 1];
+    if (w == W - 1) {
+        bt.ids[0][B - 1] = R + 5;
+        float l;
+        hx_status st2 = sp ? run(sp, &pm, &bt, w * (B / W), &l) : HX_ERR_STATE;
+        const char *msg = hx_last_error();
+        CHECK(st2 == HX_ERR_INDEX && strstr(msg, "id 102") && strstr(msg, "user"),
+              "an id out of range ran with %s: %s", hx_status_name(st2), msg);
+    }
+    OK(hx_embedding_table_read_rows(pm.t[0], ids, R, after));
+    CHECK(!memcmp(before, after, sizeof(float) * (size_t)(R * D)), "a failed run changed the servers' 'user'");
+    bt.ids[0][B - 1] = good;
+    if (sp && sc && sa) {
+        float l;
+        OK(run(sp, &pm, &bt, w * (B / W), &l));
+        OK(run(sc, &cm, &bt, w * (B / W), &l));
+        OK(run(sa, &lone, &bt, 0, &l));
+        for (int k = 0; k < NT; k++) compare_table(&pm, &cm, k, 0, "a step after the failed run");
+    }
+    /* a worker saves nothing: the servers hold the rows */
+    CHECK(hx_embedding_table_save(pm.t[0], "/nonexistent/x") == HX_ERR_UNSUPPORTED &&
+          strstr(hx_last_error(), "servers"), "a worker's save: %s", hx_last_error());
+    free(ids);
+    free(before);
+    free(after);
+    hx_session_free(sp);
+    hx_session_free(sc);
+    hx_session_free(sa);
+    model_free(&pm);
+    model_free(&cm);
+    model_free(&lone);
+    OK(hx_ps_finish(ps));
+    hx_ps_free(ps);
+}
+
+enum { K = 2, SSTEPS = 12 };
+
+static void test_staleness(void)
+{
+    hx_ps *ps = make_ps(K);
+    if (!ps) return;
+    hx_embedding_table *t = make_table(&specs[0], NULL, ps);
+    if (hx_ps_is_server(ps)) {
+        OK(hx_ps_serve(ps));
+        hx_ps_stats st;
+        OK(hx_ps_stats_get(ps, &st));
+        CHECK(st.max_staleness <= K, "server rank %d answered a pull %lld steps ahead (bound %d)", rank,
+              (long long)st.max_staleness, K);
+        OK(hx_embedding_table_free(t));
+        hx_ps_free(ps);
+        return;
+    }
+    int w = hx_ps_index(ps), W = size - (size >= 4 ? 2 : 1);
+    hx_graph *g = hx_graph_create();
+    int64_t n = B, xs[2] = {B, D};
+    hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n), *x = hx_graph_input(g, "x", HX_DTYPE_F32, 2, xs);
+    hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    OK(hx_graph_backward(g, hx_reduce_mean(g, hx_mul(g, hx_embedding_lookup(g, t, ids), x), 0, NULL, false)));
+    OK(hx_graph_apply_optimizer(g, NULL, &sgd));
+    hx_session_config cfg = config(NULL);
+    hx_session *s = test_session_with(g, &cfg, "staleness");
+    test_rng r = test_rng_make(3 + (uint64_t)w);
+    int64_t iv[B];
+    float xv[B * D];
+    for (int step = 0; step < SSTEPS && s; step++) {
+        for (int i = 0; i < B; i++) iv[i] = (int64_t)(test_rng_u64(&r) % (uint64_t)specs[0].rows);
+        test_fill_uniform(&r, xv, B * D, -1, 1);
+        if (w > 0) {
+            struct timespec ts = {0, 30 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        hx_feed f[2] = {{NULL, ids, iv, sizeof iv}, {NULL, x, xv, sizeof xv}};
+        OK(hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN));
+    }
+    hx_ps_stats st;
+    OK(hx_ps_stats_get(ps, &st));
+    CHECK(st.max_staleness <= K, "worker %d was answered %lld steps ahead of the applied pushes (bound %d)", w,
+          (long long)st.max_staleness, K);
+    if (w == 0 && W > 1)
+        CHECK(st.max_staleness == K, "the fast worker never reached the bound (%lld of %d): the test sees nothing",
+              (long long)st.max_staleness, K);
+    hx_session_free(s);
+    hx_graph_free(g);
+    OK(hx_embedding_table_free(t));
+    OK(hx_ps_finish(ps));
+    hx_ps_free(ps);
+}
+
+static void test_refusals(void)
+{
+    hx_ps_config pc = hx_ps_config_default();
+    hx_ps *ps = NULL;
+    pc.comm = world;
+    pc.servers = size;
+    CHECK(hx_ps_create(&pc, &ps) == HX_ERR_INVALID_ARGUMENT && !ps && strstr(hx_last_error(), "worker"),
+          "every rank a server: %s", hx_last_error());
+    pc.servers = 1;
+    pc.staleness = -1;
+    CHECK(hx_ps_create(&pc, &ps) == HX_ERR_INVALID_ARGUMENT && strstr(hx_last_error(), "staleness"),
+          "staleness -1: %s", hx_last_error());
+    ps = make_ps(0);
+    if (!ps) return;
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.rows = 10;
+    ec.dim = 2;
+    ec.ids = HX_EMBEDDING_IDS_DYNAMIC;
+    ec.ps = ps;
+    hx_embedding_table *t = NULL;
+    CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_UNSUPPORTED && strstr(hx_last_error(), "DYNAMIC"),
+          "a DYNAMIC table in server mode: %s", hx_last_error());
+    ec.ids = HX_EMBEDDING_IDS_ROWS;
+    ec.comm = world;
+    CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_INVALID_ARGUMENT && strstr(hx_last_error(), "not both"),
+          "comm and ps: %s", hx_last_error());
+    if (hx_ps_is_server(ps)) {
+        CHECK(hx_ps_finish(ps) == HX_ERR_STATE, "a server's finish");
+        OK(hx_ps_serve(ps)); /* no tables: until the workers finish */
+    } else {
+        CHECK(hx_ps_serve(ps) == HX_ERR_STATE, "a worker's serve");
+        OK(hx_ps_finish(ps));
+        CHECK(hx_ps_finish(ps) == HX_ERR_STATE, "finish twice");
+    }
+    hx_ps_free(ps);
+}
+
+static int setup(void)
+{
+    if (!(world = mpi_world_open(60, &rank, &size))) return 1;
+    int W = size - (size >= 4 ? 2 : 1);
+    if (size < 2 || B % W) {
+        fprintf(stderr, "mpi_ps: %d ranks: give 2 to 4 (the workers must divide the batch of %d)\n", size, B);
+        return 1;
+    }
+    return 0;
+}
+
+static void teardown(void) { mpi_world_close_with_digest(world, rank, size, digest); }
+
+int main(int argc, char **argv)
+{
+    static const test_case cases[] = {
+        {"train", test_train},
+        {"staleness", test_staleness},
+        {"refusals", test_refusals},
+    };
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "mpi_ps", cases, TEST_COUNT(cases), &o);
+}
