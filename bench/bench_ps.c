@@ -11,7 +11,17 @@
  * Plus the bytes of the sparse update (each unique id's summed gradient to
  * its owner). ./build.sh bench ps runs this program, which runs itself
  * under mpirun --oversubscribe -np N. On a 2-core machine shared with other
- * work, throughput does not scale with ranks: reported, not tuned to. */
+ * work, throughput does not scale with ranks: reported, not tuned to.
+ *
+ * Then training steps (a training lookup, then the sparse Adagrad update
+ * of its rows; 20 timed after one that warms up) on the Zipf ids, "bench": "ps_train", one line per rank:
+ * collective mode at N ranks (each its 4096/N samples), and server mode
+ * (hx_ps: the last rank serves, the N - 1 others each train 4096/(N - 1)
+ * samples) at staleness 0 and 4, in the same job; samples/s per rank or
+ * worker against the same rank's steps on a table of its own (the
+ * ceiling, no messages), bytes a step (collective: what the rank sent;
+ * server mode: the worker's pulls, rows back included, and pushes), and
+ * the most steps a pull ran ahead of the applied pushes. */
 #define _GNU_SOURCE
 #include "bench/bench_ids.h"
 #include "bench/mpi_launch.h"
@@ -22,7 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { ROWS = 1000000, DIM = 16, SAMPLES = 4096, FEATURES = 26, RUNS = 10 };
+enum { ROWS = 1000000, DIM = 16, SAMPLES = 4096, FEATURES = 26, RUNS = 10, STEPS = 20 };
 
 static double now(void)
 {
@@ -31,7 +41,7 @@ static double now(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static hx_embedding_table *table(hx_comm *c)
+static hx_embedding_table *table(hx_comm *c, hx_ps *ps)
 {
     hx_embedding_config ec = hx_embedding_config_default();
     ec.name = "criteo";
@@ -41,6 +51,7 @@ static hx_embedding_table *table(hx_comm *c)
     ec.n_threads = 1;
     ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
     ec.comm = c;
+    ec.ps = ps;
     ec.sharding = HX_EMBEDDING_SHARD_ROWS;
     hx_embedding_table *t = NULL;
     if (hx_embedding_table_create(&ec, &t)) fprintf(stderr, "bench_ps: %s\n", hx_last_error());
@@ -62,6 +73,72 @@ static double time_lookup(hx_embedding_table *t, const hx_emb_query *q, float *o
     return best;
 }
 
+/* Seconds of STEPS training steps on t: a training lookup of q, then the
+ * sparse update of its rows with gradient dout. */
+static double time_steps(hx_embedding_table *t, const hx_emb_query *q, float *out, const float *dout,
+                         hx_status *st)
+{
+    hx_emb_grad_input gi = {dout, NULL, DIM, HX_EMB_DEDUP_AUTO};
+    hx_emb_err err;
+    hx_emb_query tq = *q;
+    tq.train = 1;
+    double t0 = now();
+    for (int s = -1; s < STEPS && !*st; s++) { /* step -1 warms up (lazy rows written): not timed */
+        if (s == 0) t0 = now();
+        *st = hx_emb_table_lookup(t->impl, &tq, out, NULL, &err);
+        if (!*st) *st = hx_emb_table_backward_update(t->impl, &tq, &gi, s + 3, NULL, &err);
+    }
+    if (*st) fprintf(stderr, "bench_ps: %s\n", err.msg);
+    return now() - t0;
+}
+
+static void train_line(const char *mode, int n, int rank, int staleness, int64_t samples, double secs,
+                       double alone_secs, double bytes, int64_t stale, const char *model, double load)
+{
+    printf("{\"bench\": \"ps_train\", \"mode\": \"%s\", \"ranks\": %d, \"rank\": %d, \"staleness\": %d, "
+           "\"ids\": \"zipf1.05\", \"samples\": %lld, \"steps\": %d, \"samples_per_s\": %.0f, "
+           "\"alone_samples_per_s\": %.0f, \"ratio_to_alone\": %.3f, \"bytes_per_step\": %.0f, "
+           "\"max_staleness\": %lld, \"machine\": \"%s\", \"load\": %.2f}\n",
+           mode, n, rank, staleness, (long long)samples, STEPS, samples * STEPS / secs,
+           samples * STEPS / alone_secs, alone_secs / secs, bytes, (long long)stale, model, load);
+    fflush(stdout);
+}
+
+/* Server mode at staleness k over comm (the last rank serves): each worker
+ * trains its 4096/(N - 1) samples of the global batch ids. */
+static hx_status server_mode(hx_comm *comm, int k, const int64_t *ids, hx_embedding_table *alone, float *out,
+                             const float *dout, const char *model, double load)
+{
+    hx_ps_config pc = hx_ps_config_default();
+    pc.comm = comm;
+    pc.staleness = k;
+    hx_ps *ps = NULL;
+    hx_status st = hx_ps_create(&pc, &ps);
+    hx_embedding_table *t = st ? NULL : table(NULL, ps);
+    if (!st && !t) st = HX_ERR_OUT_OF_MEMORY;
+    if (st) fprintf(stderr, "bench_ps: %s\n", hx_last_error());
+    if (!st && hx_ps_is_server(ps)) {
+        if ((st = hx_ps_serve(ps))) fprintf(stderr, "bench_ps: %s\n", hx_last_error());
+    } else if (!st) {
+        int n = hx_comm_size(comm), W = n - 1, w = hx_ps_index(ps);
+        int64_t samples = SAMPLES / W, nid = samples * FEATURES;
+        hx_emb_query q = hx_emb_query_rows(ids + w * nid, nid);
+        double t_alone = time_steps(alone, &q, out, dout, &st);
+        double t_ps = st ? 1 : time_steps(t, &q, out, dout, &st);
+        hx_ps_stats ps_st;
+        hx_ps_stats_get(ps, &ps_st);
+        if (!st)
+            train_line("server", n, hx_comm_rank(comm), k, samples, t_ps, t_alone,
+                       (double)(ps_st.pull_bytes + ps_st.push_bytes) / (STEPS + 1), ps_st.max_staleness, model,
+                       load);
+        hx_status f = hx_ps_finish(ps);
+        if (!st) st = f;
+    }
+    hx_embedding_table_free(t);
+    hx_ps_free(ps);
+    return st;
+}
+
 static int cmp_id(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -76,7 +153,7 @@ static int rank_main(void)
         return 1;
     }
     int rank = hx_comm_rank(comm), n = hx_comm_size(comm);
-    hx_embedding_table *sh = table(comm), *alone = table(NULL);
+    hx_embedding_table *sh = table(comm, NULL), *alone = table(NULL, NULL);
     int64_t nid = (int64_t)SAMPLES / n * FEATURES;
     int64_t *ids = malloc(sizeof *ids * (size_t)SAMPLES * FEATURES);
     float *out = malloc(sizeof *out * (size_t)(nid * DIM)), *dout = malloc(sizeof *dout * (size_t)(nid * DIM));
@@ -148,6 +225,28 @@ static int rank_main(void)
                away ? (double)(b.bytes_sent - a.bytes_sent) / RUNS / (away * (id_bytes + row_bytes)) : 0.0,
                (double)(e.bytes_sent - c.bytes_sent), model, load);
         fflush(stdout);
+    }
+    /* training steps on the Zipf ids (the last global batch drawn):
+     * collective mode, then server mode at staleness 0 and 4 */
+    if (!st) {
+        hx_emb_query q = hx_emb_query_rows(ids + rank * nid, nid);
+        hx_emb_shard_stats a, b;
+        hx_emb_shard_stats_get(s, &a);
+        double t_coll = time_steps(sh, &q, out, dout, &st);
+        hx_emb_shard_stats_get(s, &b);
+        double t_alone = time_steps(alone, &q, out, dout, &st);
+        if (!st)
+            train_line("collective", n, rank, 0, SAMPLES / n, t_coll, t_alone,
+                       (double)(b.bytes_sent - a.bytes_sent) / (STEPS + 1), 0, model, load);
+    }
+    for (int k = 0; k <= 4 && !st && n > 1; k += 4) {
+        float *o2 = malloc(sizeof *o2 * (size_t)(SAMPLES / (n - 1) * FEATURES * DIM));
+        float *d2 = malloc(sizeof *d2 * (size_t)(SAMPLES / (n - 1) * FEATURES * DIM));
+        st = o2 && d2 ? HX_OK : HX_ERR_OUT_OF_MEMORY;
+        for (int64_t i = 0; d2 && i < (int64_t)SAMPLES / (n - 1) * FEATURES * DIM; i++) d2[i] = 1e-3f;
+        if (!st) st = server_mode(comm, k, ids, alone, o2, d2, model, load);
+        free(o2);
+        free(d2);
     }
     free(ids);
     free(out);

@@ -78,6 +78,14 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_widedeep_shards COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_shards.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli> ${PROJECT_SOURCE_DIR}/data/adult)
   set_tests_properties(mpi_widedeep_shards PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  # server mode with a server or a worker SIGKILLed mid-training
+  add_executable(mpi_ps_killed ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_ps_killed.c)
+  target_link_libraries(mpi_ps_killed PRIVATE hx_testlib)
+  foreach(mode server worker)
+    add_test(NAME mpi_ps_killed_${mode} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/ps_killed.sh
+             ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_ps_killed> ${mode})
+    set_tests_properties(mpi_ps_killed_${mode} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  endforeach()
   # mpirun -np 3 hetex widedeep --servers 1 (and --staleness 4): Adult
   # scored as by one process
   add_test(NAME mpi_widedeep_servers COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_servers.sh

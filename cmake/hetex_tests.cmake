@@ -126,6 +126,8 @@ hx_test(mpi_ps_np2               60       mpi)
 hx_test(mpi_ps_np3               90       mpi)
 hx_test(mpi_ps_np4               120      mpi)
 hx_test(mpi_widedeep_servers     240      mpi io)
+hx_test(mpi_ps_killed_server     90       mpi)
+hx_test(mpi_ps_killed_worker     90       mpi)
 
 get_property(hx_all_tests DIRECTORY PROPERTY TESTS)
 foreach(name ${hx_all_tests})

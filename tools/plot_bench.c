@@ -87,6 +87,12 @@ static const bench_plot table[] = {
     LINES("ps-", "-rate", "rank=0", "ranks", "ids", "ratio_to_alone",
           "lookups/s over a plain lookup's", "sharded table lookups: lookups/s over a plain "
           "lookup's in the same run, against ranks (rank 0)"),
+    RATIO("ps-cpu-2026-11-26-server", "", "rank=0", "ranks,mode,staleness", NULL, "ratio_to_alone",
+          "samples/s over a table of its own", "training steps, rank 0: samples/s over its steps on "
+          "a table of its own in the same run (line at 1)"),
+    BARS("ps-cpu-2026-11-26-server", "-bytes", "rank=0", "ranks,mode,staleness", NULL, "bytes_per_step",
+         "bytes a step", "training steps, rank 0: bytes sent a step (server mode: pulls, "
+         "rows back, pushes)"),
     BARS("python-", "", NULL, "side,case", NULL, "us", "microseconds a call",
          "binding overhead: microseconds a call from C (c) and Python (py); #k: the k-th run"),
     BARS("recompute-", "", NULL, "mode", NULL, "largest_context,largest_layers",
