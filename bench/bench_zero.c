@@ -1,18 +1,22 @@
-/* Data parallel, ZeRO stages 0, 1 and 2, on the GPT example (hetex gpt's
+/* Data parallel, ZeRO stages 0-3, on the GPT example (hetex gpt's
  * model: 2 layers, width 128, context 64, bf16 with host AdamW, a global
  * batch of 16 split over the ranks) at 1, 2 and 4 ranks: per rank and
  * stage, the bytes sent per step against the theoretical minimum (a ring
  * all-reduce of the gradients, 2(N-1)/N of their bytes: a reduce-scatter
  * of the gradients plus an all-gather of the 16-bit parameters, which is
- * what every stage needs), the model-state memory (persistent device and
- * host bytes plus the gradients: all of them at stages 0 and 1, the
- * rank's own chunks at stage 2) against the ZeRO formula of the stage
- * (16, 4 + 12/N, 2 + 14/N bytes per parameter), the sharded optimizer
+ * what stages 0-2 need; stage 3 gathers the 16-bit parameters twice, for
+ * the forward and the backward: 3(N-1)/N), the model-state memory
+ * (persistent device and host bytes plus the gradients: all of them at
+ * stages 0 and 1, the rank's own chunks at stages 2 and 3) against the
+ * ZeRO formula of the stage (16, 4 + 12/N, 2 + 14/N, 16/N bytes per
+ * parameter), at stage 3 the gathered parameters' transient host bytes
+ * (measured peak and the plan's prediction), the sharded optimizer
  * state this rank holds against an even share, the host chunks the
  * gradients go through as the stated fixed overhead, and the step time.
  * ./build.sh bench zero runs this program, which runs itself under
  * mpirun --oversubscribe -np N; each rank prints one JSON object per
- * stage. The sums run after backward, so no communication is hidden. On a
+ * stage ($HX_BENCH_ZERO_STAGE, when set: the only stage run, e.g. 3). The sums run
+ * after backward, so no communication is hidden. On a
  * 2-core machine step times do not scale with ranks: they are reported,
  * not tuned to. */
 #include "bench/mpi_launch.h"
@@ -71,20 +75,24 @@ static int run_stage(hx_comm *comm, int stage)
         fprintf(stderr, "bench_zero: rank %d stage %d: %s\n", rank, stage, hx_last_error());
     } else {
         double psi = (double)r.m.n_params, grads = psi * hx_dtype_size(c.dtype);
-        double minimum = 2.0 * (n - 1) / n * grads;
+        double minimum = (stage == 3 ? 3.0 : 2.0) * (n - 1) / n * grads;
         double persistent = (double)(ms.persistent_bytes + ms.device_persistent_bytes);
-        double states = persistent + (stage == 2 ? (double)ms.zero_grad_shard_bytes : grads);
-        double formula[3] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n};
+        double states = persistent + (stage >= 2 ? (double)ms.zero_grad_shard_bytes : grads);
+        double formula[4] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n, 16 * psi / n};
+        static const char *const min_formula[4] = {"2(N-1)/N x 2 Psi", "2(N-1)/N x 2 Psi",
+                                                   "2(N-1)/N x 2 Psi", "3(N-1)/N x 2 Psi"};
         printf("{\"bench\": \"zero\", \"stage\": %d, \"ranks\": %d, \"rank\": %d, \"params\": %.0f, "
-               "\"bytes_per_step\": %.0f, \"min_bytes_per_step\": %.0f, \"bytes_ratio\": ", stage, n,
-               rank, psi, per_step, minimum);
+               "\"bytes_per_step\": %.0f, \"min_bytes_per_step\": %.0f, \"min_bytes_formula\": \"%s\", "
+               "\"bytes_ratio\": ", stage, n, rank, psi, per_step, minimum, min_formula[stage]);
         if (minimum > 0) printf("%.4f", per_step / minimum);
         else printf("null");
         printf(", \"model_state_bytes\": %.0f, \"formula_bytes\": %.0f, \"memory_ratio\": %.4f, "
                "\"sharded_state_bytes_here\": %zu, \"sharded_state_bytes_all\": %zu, "
-               "\"grad_shard_bytes\": %zu, \"fixed_overhead_chunk_bytes\": %zu, \"step_s\": %.4f}\n",
+               "\"grad_shard_bytes\": %zu, \"fixed_overhead_chunk_bytes\": %zu, "
+               "\"gathered_peak_bytes\": %zu, \"gathered_planned_bytes\": %zu, \"step_s\": %.4f}\n",
                states, formula[stage], states / formula[stage], ms.zero_owned_bytes,
-               ms.zero_sharded_bytes, ms.zero_grad_shard_bytes, ms.dp_chunk_bytes, step_s);
+               ms.zero_sharded_bytes, ms.zero_grad_shard_bytes, ms.dp_chunk_bytes,
+               ms.zero_gather_peak_bytes, ms.zero_gather_planned_bytes, step_s);
         fflush(stdout);
     }
     free(tok);
@@ -101,7 +109,9 @@ static int rank_main(void)
         return 1;
     }
     int rc = 0;
-    for (int stage = 0; stage <= 2; stage++) rc |= run_stage(comm, stage);
+    const char *only = getenv("HX_BENCH_ZERO_STAGE"); /* one stage ("3"); unset: all */
+    for (int stage = 0; stage <= 3; stage++)
+        if (!only || atoi(only) == stage) rc |= run_stage(comm, stage);
     hx_comm_free(comm);
     return rc;
 }

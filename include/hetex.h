@@ -1680,7 +1680,10 @@ typedef struct hx_session_config {
      * reads it (offload.prefetch_depth groups ahead, in the same order on
      * every rank) and freed after the last (once before the backward's
      * first step and once from it on; a group a copy to the device reads,
-     * offload_param=cpu, at the end of the forward and backward). Stage 3
+     * offload_param=cpu, at the end of the forward and backward): every
+     * run of a stage-3 session is collective, inference too, so the ranks
+     * make the same runs in the same order (one that does not waits for
+     * the others until comm's timeout). Stage 3
      * needs those parameters in host memory: with an accelerator, set
      * offload_param=cpu (HX_ERR_UNSUPPORTED otherwise); it gives stage
      * 0's bits as well. Stages 1-3 with embedding tables are not built

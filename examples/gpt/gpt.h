@@ -119,13 +119,17 @@ int gpt_plan_alternatives(const gpt_config *c, const gpt_optim *o, const hx_sess
 
 /* gpt_zero.c, `--zero S` under mpirun: the communicator over every rank
  * and this rank's share of global_batch (0; else the exit code, with the
- * reason printed: a stage not built, a batch the ranks do not divide, no
- * MPI); this rank's model-state memory against the ZeRO formula; the
- * bytes it sent over `steps` steps against the minimum (a ring
- * all-reduce's of the gradients). */
+ * reason printed: a batch the ranks do not divide, no MPI); this rank's
+ * model-state memory against the ZeRO formula; the bytes it sent over `steps` steps against the minimum
+ * (stages 0-2 a ring all-reduce's of the gradients, 3 one and a half of
+ * those). */
 int gpt_zero_start(int stage, int global_batch, hx_comm **comm, int *local_batch);
 void gpt_zero_print_memory(hx_session *s, const gpt_model *m, hx_comm *comm, int stage, hx_dtype dt);
-void gpt_zero_print_comm(const gpt_model *m, hx_comm *comm, hx_dtype dt, uint64_t sent, int steps);
+void gpt_zero_print_comm(const gpt_model *m, hx_comm *comm, hx_dtype dt, int stage, uint64_t sent,
+                         int steps);
+/* Stage 3, after the runs: the most bytes of gathered parameters this rank
+ * held at once, and the plans' prediction. */
+void gpt_zero_print_gathered(hx_session *s, hx_comm *comm);
 
 /* gpt_checkpoint.c: `--save DIR` / `--resume DIR` checkpoint folders (the
  * session and where the run is, committed as a set). What a resumed run

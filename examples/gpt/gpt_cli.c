@@ -72,8 +72,10 @@ static const char usage[] =
     "                          the end, drawn with --seed (100; 0: none)\n"
     "  --zero S                data parallel over mpirun's ranks, ZeRO stage S (0: gradients\n"
     "                          summed over the ranks; 1: optimizer state sharded; 2: gradients\n"
-    "                          too); --batch is the global batch, each rank trains on its\n"
-    "                          share; rank 0 reports (off)\n";
+    "                          too; 3: 16-bit parameters too, gathered chunk by chunk, which\n"
+    "                          with an accelerator needs --offload-config offload_param=cpu);\n"
+    "                          --batch is the global batch, each rank trains on its share;\n"
+    "                          rank 0 reports (off)\n";
 
 /* The flags, their ranges and where each goes; then the checks between flags. */
 static int parse(int argc, char **argv, options *o)
@@ -242,8 +244,11 @@ static bool fits_or_says_what_would(const options *o, const hx_session_config *c
     return cli_check_host_memory("gpt", &ms, r->s, "lower --batch or --context");
 }
 
-/* --sample's text after an evaluation: printed and written to --metrics. */
-static bool sample(gpt_run *r, const options *o, const gpt_text *text, int step, cli_metrics *mt)
+/* --sample's text after an evaluation: printed and written to --metrics
+ * (report), or only drawn: at ZeRO stage 3 every run gathers parameters
+ * over the ranks, so every rank draws it. */
+static bool sample(gpt_run *r, const options *o, const gpt_text *text, int step, cli_metrics *mt,
+                   bool report)
 {
     if (!o->sample) return true;
     char *buf = malloc((size_t)o->sample + 1);
@@ -252,6 +257,10 @@ static bool sample(gpt_run *r, const options *o, const gpt_text *text, int step,
         cli_error("gpt", "--sample", buf ? hx_last_error() : "out of host memory");
         free(buf);
         return false;
+    }
+    if (!report) {
+        free(buf);
+        return true;
     }
     printf("sample at step %d (%d characters, --seed %llu):\n%s\n", step, o->sample,
            (unsigned long long)o->model.seed, buf);
@@ -439,7 +448,7 @@ int gpt_main(int argc, char **argv)
             last_val = vl;
             window = 0;
             in_window = 0;
-            if (lead && !sample(&r, &o, &text, step, &metrics)) goto out;
+            if ((lead || o.zero == 3) && !sample(&r, &o, &text, step, &metrics, lead)) goto out;
             gpt_resume now = {step, rng, window, in_window, last_val};
             if (o.save && !gpt_checkpoint_save(o.save, r.s, &id, &now)) goto out;
         }
@@ -476,7 +485,8 @@ int gpt_main(int argc, char **argv)
     if (lead) cli_print_placement(stdout, "gpt", r.s);
     if (comm) {
         fflush(stdout);
-        gpt_zero_print_comm(&r.m, comm, o.model.dtype, hx_comm_bytes_sent(comm) - sent0, o.steps);
+        gpt_zero_print_comm(&r.m, comm, o.model.dtype, o.zero, hx_comm_bytes_sent(comm) - sent0, o.steps);
+        if (o.zero == 3) gpt_zero_print_gathered(r.s, comm);
     }
     rc = cli_metrics_close(&metrics) ? 0 : 1;
 out:

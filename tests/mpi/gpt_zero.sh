@@ -1,17 +1,19 @@
 #!/bin/sh
 # gpt_zero.sh MPIRUN HETEX: `hetex gpt --zero S` under mpirun -np 2 trains a
-# small GPT data-parallel at ZeRO stages 0, 1 and 2: rank 0 reports the run
+# small GPT data-parallel at ZeRO stages 0-3: rank 0 reports the run
 # once, every rank its model-state memory against the stage's ZeRO formula
-# and the bytes it sent per step against the minimum; stages 1 and 2 print
-# stage 0's losses (they train bitwise alike). --zero 3 (not built) and a
-# global batch the ranks do not divide are refused with a reason.
+# and the bytes it sent per step against the minimum (stage 3: and its
+# gathered parameters); stages 1-3 print stage 0's losses (they train
+# bitwise alike). Stage 3 with the parameters on the device (--offload
+# none) and a global batch the ranks do not divide are refused with a
+# reason.
 set -eu
 mpirun=$1 hetex=$2
 out=$(mktemp) ref=$(mktemp)
 trap 'rm -f "$out" "$ref"' EXIT
 fail() { cat "$out" >&2; echo "gpt_zero: $*" >&2; exit 1; }
 small="--layers 1 --heads 2 --width 32 --context 16 --steps 3 --eval-every 3 --eval-iters 1 --accelerator emu --quiet"
-for z in 0 1 2; do
+for z in 0 1 2 3; do
   "$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero $z --batch 4 $small >"$out" 2>&1 || fail "--zero $z: the run failed"
   [ "$(grep -c '^summary: 3 steps' "$out")" = 1 ] || fail "--zero $z: want one summary line (rank 0's)"
   grep -q "^zero: 2 ranks, stage $z, global batch 4 (2 per rank)$" "$out" || fail "--zero $z: no zero: line"
@@ -21,6 +23,8 @@ for z in 0 1 2; do
     grep -q "^zero: rank $r sent [0-9]* bytes per step .* ratio [0-9]" "$out" || fail "--zero $z: rank $r: no bytes line"
     [ $z != 0 ] || grep -q "^zero: rank $r sent .* ratio 1\.0" "$out" || fail "rank $r: stage 0 sends more than a ring"
   done
+  [ $z != 3 ] || grep -Eq "^zero: rank 1: gathered parameters .* at most 0\.0*[1-9][0-9]* MiB at once" "$out" ||
+    fail "--zero 3: no gathered parameters reported"
   [ $z = 0 ] || grep -Eq "^zero: rank 0 of 2: .*sharded optimizer state here [0-9.]+ of (0\.0*[1-9]|[1-9])" "$out" ||
     fail "--zero $z: nothing sharded"
   grep -E '^(step|summary)' "$out" | sed 's/ [0-9.]* steps\/s.*//; s/ in [0-9.]*s (.*)//' >"$out.loss"
@@ -28,9 +32,9 @@ for z in 0 1 2; do
   else cmp -s "$out.loss" "$ref" || { rm -f "$out.loss"; fail "--zero $z: losses differ from stage 0's"; }; rm -f "$out.loss"; fi
 done
 rc=0
-"$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 3 --batch 4 $small >"$out" 2>&1 || rc=$?
-[ "$rc" -ne 0 ] && grep -q "ZeRO stage 3 .* is not built" "$out" || fail "--zero 3 not refused (rc $rc)"
+"$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 3 --offload none --batch 4 $small >"$out" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "ZeRO stage 3 gathers .* set offload_param=cpu" "$out" || fail "--zero 3 --offload none not refused (rc $rc)"
 rc=0
 "$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 0 --batch 3 $small >"$out" 2>&1 || rc=$?
 [ "$rc" -ne 0 ] && grep -q "must be a multiple of the 2 ranks" "$out" || fail "--batch 3 on 2 ranks not refused (rc $rc)"
-echo "gpt_zero: hetex gpt --zero 0, 1 and 2 ran on 2 ranks with the same losses; --zero 3 and an odd batch refused"
+echo "gpt_zero: hetex gpt --zero 0, 1, 2 and 3 ran on 2 ranks with the same losses; --zero 3 with the parameters on the device and an odd batch refused"
