@@ -19,6 +19,12 @@
  * measured IOPS and bandwidth allow for that I/O.
  *   bench_embedding-ssd [--dir DIR] [--rows N] [--cache-fraction F]
  *                       [--steps N] [--zipf-warmup N (100)] [--no-backing-file]
+ * With --compare, instead: a table of --rows rows (default 4M) whose cache
+ * (--cache-fraction, default 0.05) fills in the warm-up, three variants
+ * stepped in turn on the same ids: LFU with aging (the counters saturate at
+ * 15) writing ahead (the default), the second-chance clock (counters of one
+ * bit, LRU-like) writing ahead, and LFU with evictions writing their dirty
+ * rows themselves; hit rates, rows written (ahead), I/O wait, samples/s.
  * DIR (default $TMPDIR or /tmp) must have room for the rows the run writes
  * (a few GB) and for backing_file's touched pages. */
 #define _GNU_SOURCE
@@ -152,13 +158,18 @@ typedef struct run {
     float *out, *dout;
     hx_emb_workspace *ws;
     int64_t step;
+    uint64_t rng;    /* the run's own id stream */
 } run;
 
 static void draw(run *r, int64_t *ids)
 {
+    uint64_t global = rng_state;
+    rng_state = r->rng;
     for (int64_t i = 0; i < NIDS; i++)
         ids[i] = r->zipfian ? (int64_t)(((__int128)(zipf_draw(&r->z) - 1) * 7919) % r->rows)
                             : (int64_t)(rng_next() % (uint64_t)r->rows);
+    r->rng = rng_state;
+    rng_state = global;
 }
 
 static void run_init(run *r, hx_emb_table *t, int64_t rows, int zipfian)
@@ -175,6 +186,7 @@ static void run_init(run *r, hx_emb_table *t, int64_t rows, int zipfian)
     r->ws = hx_emb_workspace_create();
     for (int64_t b = 0; b < SAMPLES; b++) r->offsets[b] = b * FEATURES;
     for (int64_t i = 0; i < SAMPLES * DIM; i++) r->dout[i] = (float)((rng_unit() - 0.5) * 1e-3);
+    r->rng = rng_next();
     draw(r, r->ids[1]);
 }
 
@@ -231,12 +243,82 @@ static hx_emb_table_config table_config(int64_t rows)
 
 static const char *dist_name(int zipfian) { return zipfian ? "zipf1.05" : "uniform"; }
 
+/* --compare: the cache's variants stepped in turn on the same ids. */
+static void compare(const char *dir, int64_t rows, double fraction, int steps, int zipf_warm, disk_ceiling dc)
+{
+    enum { NV = 3 };
+    static const char *const name[NV] = {"lfu-aging", "clock", "lfu-aging"};
+    static const int counter_max[NV] = {15, 1, 15}, ahead[NV] = {1, 1, 0};
+    size_t cache_bytes = (size_t)((double)rows * fraction) * (ROW_BYTES + 48);
+    int64_t cache_rows = (int64_t)(cache_bytes / (ROW_BYTES + 48));
+    hx_emb_err err;
+    for (int zf = 1; zf >= 0; zf--) {
+        hx_emb_table *t[NV];
+        run r[NV];
+        char path[NV][1024];
+        uint64_t seed = rng_next();
+        for (int v = 0; v < NV; v++) {
+            snprintf(path[v], sizeof path[v], "%s/hx-bench-compare-%d.rows", dir, v);
+            unlink(path[v]);
+            hx_emb_table_config c = table_config(rows);
+            c.ssd_path = path[v];
+            c.cache_bytes = cache_bytes;
+            c.cache_counter_max = counter_max[v];
+            c.no_write_ahead = !ahead[v];
+            if (hx_emb_fixed_create(&c, &t[v], &err)) die("table on disk", err.msg);
+            run_init(&r[v], t[v], rows, zf);
+            r[v].rng = seed; /* the same ids for each */
+            draw(&r[v], r[v].ids[1]);
+        }
+        int warm = zf ? zipf_warm : (int)(cache_rows / (NIDS * 9 / 10)) + 10;
+        double skip = 0, busy[NV] = {0};
+        for (int i = 0; i < warm; i++)
+            for (int v = 0; v < NV; v++) step(&r[v], &skip);
+        hx_emb_ssd_stats a[NV], b[NV];
+        for (int v = 0; v < NV; v++) hx_emb_ssd_stats_get(hx_emb_as_ssd(t[v]), &a[v]);
+        for (int i = 0; i < steps; i++)
+            for (int v = 0; v < NV; v++) {
+                double d = 0, t0 = now();
+                step(&r[v], &d);
+                busy[v] += now() - t0 - d;
+            }
+        for (int v = 0; v < NV; v++) {
+            hx_emb_ssd_stats_get(hx_emb_as_ssd(t[v]), &b[v]);
+            double n = steps;
+            double lookups = (double)(b[v].lookups - a[v].lookups), cold = (double)(b[v].cold - a[v].cold);
+            double reads = (double)(b[v].store.rows_read - a[v].store.rows_read) / n;
+            double wbytes = (double)(b[v].store.bytes_written - a[v].store.bytes_written) / n;
+            double allowed_s = reads / dc.read_iops + wbytes / dc.seq_write_bps;
+            double step_s = busy[v] / n;
+            char over[32] = "null";
+            if (allowed_s > 0) snprintf(over, sizeof over, "%.2f", step_s / allowed_s);
+            printf("{\"bench\":\"embedding-ssd\",\"case\":\"compare\",\"ids\":\"%s\",\"policy\":\"%s\","
+                   "\"write_ahead\":\"%s\",\"rows\":%lld,\"cache_rows\":%lld,\"warmup_steps\":%d,\"steps\":%d,"
+                   "\"samples_per_s\":%.0f,\"hit_rate\":%.4f,\"hit_rate_of_rows_on_disk_or_cached\":%.4f,"
+                   "\"rows_read_per_step\":%.0f,\"rows_written_per_step\":%.0f,"
+                   "\"rows_written_ahead_per_step\":%.0f,\"io_wait_ms_per_step\":%.2f,"
+                   "\"io_bound_step_ms\":%.2f,\"step_ms\":%.2f,\"step_over_io_bound\":%s,\"load_1min\":%.2f}\n",
+                   dist_name(zf), name[v], ahead[v] ? "on" : "off", (long long)rows, (long long)cache_rows,
+                   warm, steps, SAMPLES / step_s, (double)(b[v].hits - a[v].hits) / lookups,
+                   (double)(b[v].hits - a[v].hits) / (lookups - cold), reads,
+                   (double)(b[v].store.rows_written - a[v].store.rows_written) / n,
+                   (double)(b[v].store.written_ahead - a[v].store.written_ahead) / n,
+                   (b[v].store.io_wait_s - a[v].store.io_wait_s) / n * 1e3, allowed_s * 1e3, step_s * 1e3, over,
+                   load_now());
+            fflush(stdout);
+            run_free(&r[v]);
+            hx_emb_table_free(t[v]);
+            unlink(path[v]);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     int64_t rows = 0;
     double fraction = 0.25;
-    int steps = 30, backing = 1, zipf_warm = 100;
+    int steps = 30, backing = 1, zipf_warm = 100, cmp = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows = atoll(argv[++i]);
@@ -244,8 +326,20 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--zipf-warmup") && i + 1 < argc) zipf_warm = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-backing-file")) backing = 0;
+        else if (!strcmp(argv[i], "--compare")) cmp = 1;
         else die("usage", "[--dir DIR] [--rows N] [--cache-fraction F] [--steps N] [--zipf-warmup N] "
-                 "[--no-backing-file]");
+                 "[--no-backing-file] [--compare]");
+    }
+    if (cmp) {
+        char model[128];
+        double load;
+        machine(model, sizeof model, &load);
+        printf("{\"bench\":\"embedding-ssd\",\"case\":\"setup\",\"mode\":\"compare\",\"cpu\":\"%s\","
+               "\"cores\":%d,\"load_1min\":%.2f,\"dir\":\"%s\"}\n", model, omp_get_num_procs(), load, dir);
+        fflush(stdout);
+        disk_ceiling dc = measure_disk(dir);
+        compare(dir, rows > 0 ? rows : 4 << 20, fraction == 0.25 ? 0.05 : fraction, steps, zipf_warm, dc);
+        return 0;
     }
     int64_t ram = meminfo_kb("MemTotal") * 1024, avail = meminfo_kb("MemAvailable") * 1024;
     if (rows <= 0) rows = (2 * ram + ROW_BYTES - 1) / ROW_BYTES;
@@ -335,13 +429,14 @@ int main(int argc, char **argv)
                    "\"samples_per_s\":%.0f,\"hit_rate\":%.4f,\"hit_rate_of_rows_on_disk_or_cached\":%.4f,"
                    "\"cold_misses_per_step\":%.0f,\"rows_read_per_step\":%.0f,"
                    "\"rows_prefetched_per_step\":%.0f,\"rows_written_per_step\":%.0f,"
-                   "\"bytes_read_per_step\":%.0f,\"bytes_written_per_step\":%.0f,"
+                   "\"rows_written_ahead_per_step\":%.0f,\"bytes_read_per_step\":%.0f,\"bytes_written_per_step\":%.0f,"
                    "\"io_wait_ms_per_step\":%.2f,\"rows_on_disk\":%lld,\"vs_memory\":%.3f,"
                    "\"io_bound_step_ms\":%.2f,\"step_ms\":%.2f,\"step_over_io_bound\":%s,"
                    "\"load_1min\":%.2f}\n",
                    dist_name(zf), (long long)rows, (long long)cache_rows, create_s, warm, steps, ssd_rate[zf],
                    hit, hit_warm, (double)(b.cold - a.cold) / n, reads, (double)(b.store.prefetched - a.store.prefetched) / n,
                    (double)(b.store.rows_written - a.store.rows_written) / n,
+                   (double)(b.store.written_ahead - a.store.written_ahead) / n,
                    (double)(b.store.bytes_read - a.store.bytes_read) / n, wbytes,
                    (b.store.io_wait_s - a.store.io_wait_s) / n * 1e3, (long long)b.store.rows_on_disk,
                    ssd_rate[zf] / mem_rate[zf], allowed_s * 1e3, step_s * 1e3, over, load_now());

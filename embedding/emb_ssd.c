@@ -7,9 +7,10 @@
 #include <string.h>
 
 #include "embedding/embedding.h"
+#include "memory/mem_common.h"
 
 #define HEAD 16       /* the store's record head */
-#define FREQ_MAX 15   /* LFU counters saturate here: a hand halves them in 4 passes */
+#define FREQ_MAX 15   /* LFU counters saturate here by default: a hand halves them in 4 passes */
 #define META_BYTES 48 /* per slot: its row, counters, stamp, two map entries */
 #define FLUSH_CHUNK 4096
 /* Requests in flight, and rows read ahead at a time: a step's misses
@@ -25,7 +26,8 @@ struct hx_emb_ssd {
     _Atomic int64_t oob_count;
     int64_t C;
     int64_t *slot_row;    /* row in the slot, -1: free */
-    uint8_t *freq, *dirty;
+    uint8_t *freq;
+    uint8_t *dirty;       /* 0 clean, 1 dirty, 2 dirty and written ahead since its last change */
     uint64_t *stamp;      /* the call that last used the slot */
     uint64_t call;
     int64_t hand;
@@ -33,6 +35,8 @@ struct hx_emb_ssd {
     hx_emb_rowmap map;    /* row -> slot */
     size_t payload, rec;
     int ns, rowwise;
+    uint8_t freq_max;     /* where the use counters saturate (cache_counter_max) */
+    bool ahead_on;        /* write ahead (not no_write_ahead) */
     /* grow-only scratch */
     char *io;
     size_t io_cap;
@@ -43,6 +47,9 @@ struct hx_emb_ssd {
     hx_emb_rowmap missmap;
     int64_t missmap_cap;
     float *tmp;
+    char *ahead;          /* the records of the write-ahead in flight */
+    int64_t *ahead_rows, ahead_cap;
+    int64_t expect;       /* victims the next call that misses will want: the last one's */
     uint64_t lookups, hits, cold, evictions, writebacks;
 };
 
@@ -158,6 +165,7 @@ static int64_t clock_victim(hx_emb_ssd *t)
  * (victims still resident, dirty as they were). */
 static hx_status fill(hx_emb_ssd *t, int64_t nmiss, hx_emb_err *err)
 {
+    hx_emb_store_settle(t->store); /* what was written ahead is clean now */
     int64_t nfree = nmiss < t->n_free ? nmiss : t->n_free, nv = nmiss - nfree;
     for (int64_t i = 0; i < nv; i++) t->victim[i] = clock_victim(t);
     int64_t nw = 0, nr = 0;
@@ -203,6 +211,53 @@ static hx_status fill(hx_emb_ssd *t, int64_t nmiss, hx_emb_err *err)
     return HX_OK;
 }
 
+/* ---- writing ahead ---------------------------------------------------------------------------- */
+
+static void ahead_done(void *ctx, int64_t row, bool ok)
+{
+    hx_emb_ssd *t = ctx;
+    int32_t k = hx_emb_rowmap_get(&t->map, row);
+    if (k < 0 || t->dirty[k] != 2) return; /* changed since it was packed: still dirty */
+    t->dirty[k] = ok ? 0 : 1;
+    t->writebacks += ok;
+}
+
+/* The clock's next victims are the slots ahead of its hand whose counters
+ * are zero; the dirty ones among the next `expect` of them (not used by
+ * this call) are written now, while the call and the rest of the step
+ * compute, so that the eviction that comes finds them clean. Rows stay
+ * resident and are read and updated as ever (an update makes a row dirty
+ * again). Best effort: out of memory or a write-ahead still in flight
+ * skip it; a failed write leaves the row dirty. */
+static void write_ahead(hx_emb_ssd *t)
+{
+    int64_t want = t->expect - t->n_free;
+    if (!t->ahead_on || want <= 0 || hx_emb_store_ahead_busy(t->store)) return;
+    if (want > t->ahead_cap) {
+        char *b = aligned_alloc(4096, hx__mem_round((size_t)want * t->rec, 4096));
+        int64_t *r = b ? realloc(t->ahead_rows, (size_t)want * sizeof *r) : NULL;
+        if (!r) {
+            free(b);
+            return;
+        }
+        free(t->ahead);
+        t->ahead = b;
+        t->ahead_rows = r;
+        t->ahead_cap = want;
+    }
+    int64_t n = 0, seen = 0, k = t->hand, window = 4 * want + 4096;
+    for (int64_t i = 0; i < t->C && i < window && seen < want; i++, k = k + 1 == t->C ? 0 : k + 1) {
+        if (t->slot_row[k] < 0 || t->stamp[k] == t->call || t->freq[k]) continue;
+        seen++;
+        if (t->dirty[k] != 1) continue;
+        pack(t, k, t->ahead + (size_t)n * t->rec);
+        t->ahead_rows[n++] = t->slot_row[k];
+        t->dirty[k] = 2;
+    }
+    if (n && !hx_emb_store_write_ahead(t->store, t->ahead_rows, t->ahead, n, ahead_done, t))
+        for (int64_t i = 0; i < n; i++) t->dirty[hx_emb_rowmap_get(&t->map, t->ahead_rows[i])] = 1;
+}
+
 /* Id at position j of an i32 or i64 array. */
 static int64_t id_at(const void *ids, hx_dtype dt, int64_t j) { return hx_emb_id_at(ids, dt, j); }
 
@@ -215,6 +270,7 @@ static hx_status ensure(hx_emb_ssd *t, const void *ids, hx_dtype dt, int64_t n, 
 {
     hx_status st = scratch(t, n, err);
     if (st) return st;
+    hx_emb_store_poll(t->store);
     t->call++;
     hx_emb_rowmap_clear(&t->missmap);
     int64_t nmiss = 0, used = 0;
@@ -232,7 +288,7 @@ static hx_status ensure(hx_emb_ssd *t, const void *ids, hx_dtype dt, int64_t n, 
         if (k >= 0) {
             if (t->stamp[k] != t->call) {
                 t->stamp[k] = t->call;
-                t->freq[k] += t->freq[k] < FREQ_MAX;
+                t->freq[k] += t->freq[k] < t->freq_max;
                 t->hits += lookup;
                 t->lookups += lookup;
                 used++;
@@ -260,9 +316,11 @@ static hx_status ensure(hx_emb_ssd *t, const void *ids, hx_dtype dt, int64_t n, 
     if (nmiss) {
         st = fill(t, nmiss, err);
         if (st) return st;
+        t->expect = nmiss;
     }
     for (int64_t j = 0; j < n; j++)
         if (out[j] <= -3) out[j] = t->miss[-3 - out[j]];
+    write_ahead(t);
     return HX_OK;
 }
 
@@ -465,6 +523,7 @@ hx_status hx_emb_ssd_set_optim(hx_emb_ssd *t, const hx_emb_optim *optim, hx_emb_
 
 hx_status hx_emb_ssd_flush(hx_emb_ssd *t, hx_emb_err *err)
 {
+    hx_emb_store_settle(t->store);
     hx_status st = scratch(t, t->C < FLUSH_CHUNK ? t->C : FLUSH_CHUNK, err); /* rows of a chunk */
     for (int64_t k0 = 0; !st && k0 < t->C;) {
         int64_t nw = 0, k = k0;
@@ -484,6 +543,7 @@ hx_status hx_emb_ssd_flush(hx_emb_ssd *t, hx_emb_err *err)
 
 void hx_emb_ssd_drop_cache(hx_emb_ssd *t)
 {
+    if (t->store) hx_emb_store_settle(t->store); /* none yet at creation */
     hx_emb_rowmap_clear(&t->map);
     t->n_free = 0;
     for (int64_t k = t->C; k-- > 0;) {
@@ -500,7 +560,7 @@ void hx_emb_ssd_stats_get(const hx_emb_ssd *t, hx_emb_ssd_stats *out)
                               .writebacks = t->writebacks, .cache_rows = t->C};
     for (int64_t k = 0; k < t->C; k++) {
         out->resident += t->slot_row[k] >= 0;
-        out->dirty += t->dirty[k];
+        out->dirty += t->dirty[k] != 0;
     }
     hx_emb_store_stats_get(t->store, &out->store);
 }
@@ -557,6 +617,8 @@ static void ops_free(hx_emb_table *tt)
     free(t->rrows);
     free(t->remap);
     free(t->tmp);
+    free(t->ahead);
+    free(t->ahead_rows);
     free(t);
 }
 
@@ -615,6 +677,9 @@ hx_status hx_emb_ssd_create(const hx_emb_table_config *cfg, hx_emb_table **out, 
     t->init = cfg->init;
     t->oob = cfg->oob;
     t->C = C;
+    t->freq_max = (uint8_t)(cfg->cache_counter_max >= 1 && cfg->cache_counter_max < FREQ_MAX
+                                ? cfg->cache_counter_max : FREQ_MAX);
+    t->ahead_on = !cfg->no_write_ahead;
     t->ns = ns;
     t->rowwise = rowwise;
     t->payload = (size_t)cfg->dim * esize + (size_t)ns * (rowwise ? 4 : (size_t)cfg->dim * 4);

@@ -22,6 +22,7 @@
 #define VERSION 1u
 #define HEAD 16 /* row, checksum */
 #define STAGED (1u << 31) /* tag bit of a read-ahead request */
+#define AHEAD (1u << 30)  /* tag bit of a write-ahead request */
 #define MERGE 512         /* records at most in one write request */
 #define GROW ((off_t)64 << 20) /* the file grows by fallocate in steps of this */
 
@@ -49,11 +50,34 @@ static bool vec_reserve(u32vec *a, int64_t n)
     return true;
 }
 
+typedef struct req {
+    bool write;
+    int64_t row;    /* the first row */
+    uint32_t slot;  /* the first slot */
+    char *buf;
+    int count;      /* records: a write of consecutive slots is one request */
+} req;
+
 /* A read-ahead buffer: 0 free, 1 in flight, 2 read and verified, 3 failed. */
 typedef struct stage {
     int64_t row;
     int state;
 } stage;
+
+/* The write-ahead in flight (hx_emb_store_write_ahead): its records'
+ * rows and new slots, its requests (queued up to the engine's depth, the
+ * rest as completions make room) and whom to tell. */
+typedef struct ahead {
+    char *buf;                          /* the caller's records */
+    int64_t *rows, n, cap;
+    uint32_t *slots;
+    req *reqs;                          /* row: -1 once completed */
+    int64_t nreq, next, left, inflight; /* requests: all, next to queue, not completed, in flight */
+    hx_emb_store_ahead_fn done;
+    void *ctx;
+    bool crash;
+    int64_t completed;
+} ahead;
 
 struct hx_emb_store {
     hx_emb_store_config cfg;
@@ -82,6 +106,7 @@ struct hx_emb_store {
     int64_t crash_at, write_batches; /* $HX_EMB_SSD_CRASH_AT=K: SIGKILL in the K-th write-back
                                         after this store's first checkpoint (the crash test) */
     bool armed;
+    ahead wa;
     hx_emb_store_stats st;
 };
 
@@ -256,6 +281,9 @@ void hx_emb_store_close(hx_emb_store *s)
     free(s->ckpt);
     free(s->stages);
     free(s->stage_buf);
+    free(s->wa.rows);
+    free(s->wa.slots);
+    free(s->wa.reqs);
     hx_emb_rowmap_free(&s->staged);
     free(s->path);
     free(s);
@@ -304,6 +332,7 @@ static void unstage(hx_emb_store *s, int64_t row)
 
 void hx_emb_store_forget(hx_emb_store *s, const int64_t *rows, int64_t n)
 {
+    drain(s);
     if (!vec_reserve(&s->free_slots, s->free_slots.n + n) || !vec_reserve(&s->deferred, s->deferred.n + n))
         return; /* out of memory: the records stay (they are only read again if still indexed) */
     for (int64_t i = 0; i < n; i++) {
@@ -355,20 +384,107 @@ static void staged_done(hx_emb_store *s, unsigned k, long res)
     }
 }
 
+/* A write-ahead request's completion: its rows move to their new records
+ * or, when it failed, keep their previous ones (the slots go back). */
+static void ahead_done(hx_emb_store *s, int64_t i, long res)
+{
+    ahead *a = &s->wa;
+    req *q = &a->reqs[i];
+    q->row = -1; /* completed */
+    a->inflight--;
+    a->left--;
+    long len = (long)((size_t)q->count * s->rec);
+    int64_t j0 = (int64_t)((q->buf - a->buf) / (ptrdiff_t)s->rec);
+    for (int c = 0; c < q->count && res == len; c++) /* the injected short write */
+        if (a->rows[j0 + c] == s->faults.short_write_row) res = len / 2;
+    bool ok = res == len;
+    if (ok && a->crash && ++a->completed * 2 >= a->nreq) raise(SIGKILL); /* the crash test */
+    for (int c = 0; c < q->count; c++) {
+        int64_t r = a->rows[j0 + c];
+        if (ok) {
+            unstage(s, r); /* a read ahead of the old record is stale now */
+            if (!s->idx[r]) s->st.rows_on_disk++;
+            release_slot(s, s->idx[r]);
+            s->idx[r] = a->slots[j0 + c];
+            s->st.rows_written++;
+            s->st.bytes_written += s->rec;
+            s->st.written_ahead++;
+        } else {
+            s->free_slots.v[s->free_slots.n++] = a->slots[j0 + c];
+            s->st.ahead_failed++;
+        }
+        a->done(a->ctx, r, ok);
+    }
+}
+
+/* Queues the write-ahead's next requests while the engine has room. A
+ * request the engine refuses with nothing in flight fails, so that a
+ * write-ahead always ends. */
+static void pump(hx_emb_store *s)
+{
+    ahead *a = &s->wa;
+    int64_t queued = 0;
+    while (a->next < a->nreq && s->inflight + a->inflight < s->cfg.queue_depth) {
+        req *q = &a->reqs[a->next];
+        int e = hx__aio_queue(s->io, s->fd, true, q->buf, (size_t)q->count * s->rec,
+                              (off_t)q->slot * (off_t)s->rec, AHEAD | (unsigned)a->next);
+        if (e && s->inflight + a->inflight > 0) break; /* room comes with a completion */
+        a->inflight++;
+        if (e) ahead_done(s, a->next, e);
+        else queued++;
+        a->next++;
+    }
+    if (queued && hx__aio_flush(s->io)) /* none of them started */
+        for (int64_t i = a->next - queued; i < a->next; i++) ahead_done(s, i, -EIO);
+}
+
+static void complete(hx_emb_store *s, unsigned tag, long res)
+{
+    if (tag & STAGED) staged_done(s, tag & ~STAGED, res);
+    else ahead_done(s, (int64_t)(tag & ~AHEAD), res);
+}
+
+/* Waits for every read-ahead (verifying what arrived) and for the
+ * write-ahead. If the engine fails, the read-aheads are forgotten and the
+ * write-ahead's rows keep their previous records (its slots are not
+ * reused: a write may still land there). */
 static void drain(hx_emb_store *s)
 {
-    while (s->inflight > 0) {
+    ahead *a = &s->wa;
+    while (s->inflight > 0 || a->left > 0) {
+        pump(s);
+        if (!s->inflight && !a->inflight) continue;
         unsigned tag;
         long res;
-        if (wait_one(s, &tag, &res)) { /* the engine failed: forget every read-ahead */
+        if (wait_one(s, &tag, &res)) {
             for (int k = 0; k < s->n_stages; k++) s->stages[k].state = 0;
             hx_emb_rowmap_clear(&s->staged);
             s->inflight = 0;
+            for (int64_t i = 0; i < a->nreq; i++) {
+                const req *q = &a->reqs[i];
+                int64_t j0 = (int64_t)((q->buf - a->buf) / (ptrdiff_t)s->rec);
+                if (q->row >= 0) /* not completed */
+                    for (int c = 0; c < q->count; c++) a->done(a->ctx, a->rows[j0 + c], false);
+            }
+            a->left = a->inflight = 0;
             return;
         }
-        staged_done(s, tag & ~STAGED, res);
+        complete(s, tag, res);
     }
 }
+
+void hx_emb_store_poll(hx_emb_store *s)
+{
+    unsigned tag;
+    long res;
+    while ((s->inflight > 0 || s->wa.inflight > 0) && hx__aio_poll(s->io, &tag, &res) == 0)
+        complete(s, tag, res);
+    pump(s);
+}
+
+void hx_emb_store_settle(hx_emb_store *s) { drain(s); }
+
+bool hx_emb_store_ahead_busy(const hx_emb_store *s) { return s->wa.left > 0; }
 
 void hx_emb_store_prefetch(hx_emb_store *s, const int64_t *rows, int64_t n)
 {
@@ -398,14 +514,6 @@ void hx_emb_store_prefetch(hx_emb_store *s, const int64_t *rows, int64_t n)
 }
 
 /* ---- batches ---------------------------------------------------------------------------- */
-
-typedef struct req {
-    bool write;
-    int64_t row;    /* the first row */
-    uint32_t slot;  /* the first slot */
-    char *buf;
-    int count;      /* records: a write of consecutive slots is one request */
-} req;
 
 static int cmp_u32(const void *a, const void *b)
 {
@@ -566,6 +674,49 @@ hx_status hx_emb_store_batch(hx_emb_store *s, const int64_t *wrows, char *wbuf, 
     s->st.bytes_read += (uint64_t)nread * s->rec;
     free(qs);
     return HX_OK;
+}
+
+int64_t hx_emb_store_write_ahead(hx_emb_store *s, const int64_t *rows, char *buf, int64_t n,
+                                 hx_emb_store_ahead_fn done, void *ctx)
+{
+    ahead *a = &s->wa;
+    hx_emb_store_poll(s);
+    if (n <= 0 || a->left > 0 || (uint64_t)s->n_slots + (uint64_t)n > UINT32_MAX - 1) return 0;
+    if (n > a->cap) {
+        int64_t *r = realloc(a->rows, (size_t)n * sizeof *r);
+        if (r) a->rows = r;
+        uint32_t *sl = r ? realloc(a->slots, (size_t)n * sizeof *sl) : NULL;
+        if (sl) a->slots = sl;
+        req *q = sl ? realloc(a->reqs, (size_t)n * sizeof *q) : NULL;
+        if (!q) return 0;
+        a->reqs = q;
+        a->cap = n;
+    }
+    if (!vec_reserve(&s->free_slots, s->free_slots.n + n) || !vec_reserve(&s->deferred, s->deferred.n + n))
+        return 0;
+    for (int64_t i = 0; i < n; i++)
+        a->slots[i] = s->free_slots.n ? s->free_slots.v[--s->free_slots.n] : s->n_slots++;
+    qsort(a->slots, (size_t)n, sizeof *a->slots, cmp_u32);
+    allocate(s, s->n_slots);
+    a->buf = buf;
+    a->nreq = 0;
+    for (int64_t i = 0; i < n; i++) {
+        char *b = buf + (size_t)i * s->rec;
+        a->rows[i] = rows[i];
+        uint64_t head[2] = {(uint64_t)rows[i], record_sum(s, rows[i], b + HEAD)};
+        memcpy(b, head, sizeof head);
+        req *last = a->nreq ? &a->reqs[a->nreq - 1] : NULL;
+        if (last && last->slot + (uint32_t)last->count == a->slots[i] && last->count < MERGE) last->count++;
+        else a->reqs[a->nreq++] = (req){true, rows[i], a->slots[i], b, 1};
+    }
+    a->n = n;
+    a->next = a->inflight = a->completed = 0;
+    a->left = a->nreq;
+    a->done = done;
+    a->ctx = ctx;
+    a->crash = s->armed && ++s->write_batches == s->crash_at;
+    pump(s);
+    return n;
 }
 
 /* ---- checkpoints ---------------------------------------------------------------------------- */

@@ -143,6 +143,9 @@ typedef struct hx_emb_table_config {
     const char *ssd_path;     /* NULL: a local table; else rows and state live in this row
                                  store file behind a host cache (ssd.h; rows are lazy) */
     size_t cache_bytes;       /* the cache's budget for rows and state (ssd_path only) */
+    int cache_counter_max;    /* the cache's use counters saturate here, 1..15 (0: 15): 15
+                                 is LFU with aging, 1 the second-chance clock (LRU-like) */
+    int no_write_ahead;       /* 1: evictions write their dirty rows themselves (to compare) */
     int64_t row_stride;       /* > 0: row r starts as row r * row_stride + row_offset of a
                                  whole table (a row-wise shard's rows); 0: as row r */
     int64_t row_offset;

@@ -67,6 +67,8 @@ typedef struct hx_emb_store_stats {
     int64_t slots;            /* record places in the file */
     uint64_t rows_read, rows_written, bytes_read, bytes_written;
     uint64_t prefetched;      /* rows read ahead by hx_emb_store_prefetch */
+    uint64_t written_ahead;   /* rows written by hx_emb_store_write_ahead (in rows_written too) */
+    uint64_t ahead_failed;    /* rows whose write-ahead failed (they kept their records) */
     double io_wait_s;         /* time spent waiting for completions */
     uint64_t generation;      /* of the last checkpoint committed to the file */
 } hx_emb_store_stats;
@@ -89,6 +91,25 @@ hx_status hx_emb_store_batch(hx_emb_store *s, const int64_t *wrows, char *wbuf, 
  * the store's read-ahead buffers and returns without waiting; a later
  * batch takes them from there. Up to the queue depth; the rest are skipped. */
 void hx_emb_store_prefetch(hx_emb_store *s, const int64_t *rows, int64_t n);
+/* Writing ahead: the cache writes rows it expects to evict soon while the
+ * step computes, and they stay resident. write_ahead starts writing n
+ * records (rows distinct, each with its record in buf as for a batch;
+ * buf 4096-aligned and left alone until the last done) into fresh slots
+ * and returns at once; it returns n, or 0 when it took nothing (a
+ * write-ahead still in flight, out of memory, the file full). As each
+ * write completes, the row's index moves to the new record and
+ * done(ctx, row, true) is called; a failed write leaves the row's
+ * previous record and calls done(ctx, row, false) (the cache keeps the row
+ * dirty: its eviction writes it again, reporting any error then). The
+ * completions are collected by poll (never waiting: call it between
+ * steps), settle (waiting for all) and every other call of the store
+ * (each settles first). */
+typedef void (*hx_emb_store_ahead_fn)(void *ctx, int64_t row, bool ok);
+int64_t hx_emb_store_write_ahead(hx_emb_store *s, const int64_t *rows, char *buf, int64_t n,
+                                 hx_emb_store_ahead_fn done, void *ctx);
+void hx_emb_store_poll(hx_emb_store *s);
+void hx_emb_store_settle(hx_emb_store *s);
+bool hx_emb_store_ahead_busy(const hx_emb_store *s);
 /* Forgets rows: they read as never written (their slots are freed). */
 void hx_emb_store_forget(hx_emb_store *s, const int64_t *rows, int64_t n);
 void hx_emb_store_stats_get(const hx_emb_store *s, hx_emb_store_stats *out);

@@ -468,6 +468,7 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
                                 .cache_hits = (int64_t)ss.hits,
                                 .disk_rows_read = (int64_t)ss.store.rows_read,
                                 .disk_rows_written = (int64_t)ss.store.rows_written,
+                                .disk_rows_written_ahead = (int64_t)ss.store.written_ahead,
                                 .disk_bytes_read = (int64_t)ss.store.bytes_read,
                                 .disk_bytes_written = (int64_t)ss.store.bytes_written,
                                 .io_wait_s = ss.store.io_wait_s};

@@ -1084,6 +1084,8 @@ typedef struct hx_embedding_stats {
                                           update or a read of rows found missing), and how
                                           many of them were cached */
     int64_t disk_rows_read, disk_rows_written;
+    int64_t disk_rows_written_ahead; /* of those written: written while steps computed, ahead
+                                        of their eviction (the eviction then writes nothing) */
     int64_t disk_bytes_read, disk_bytes_written;
     double io_wait_s;        /* time spent waiting for the disk */
 } hx_embedding_stats;

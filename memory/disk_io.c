@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef HX_HAVE_LIBURING
 #include <liburing.h>
@@ -225,14 +226,18 @@ int hx__aio_submit(hx_aio *a, int fd, bool write, void *buf, size_t len, off_t o
     return e ? e : hx__aio_flush(a);
 }
 
-int hx__aio_wait(hx_aio *a, unsigned *tag, long *res)
+/* One completion; with block false -EAGAIN when none has arrived yet. */
+static int reap(hx_aio *a, unsigned *tag, long *res, bool block)
 {
     switch (a->kind) {
 #ifdef HX_HAVE_LIBURING
     case HX_DISK_ENGINE_URING: {
         struct io_uring_cqe *cqe;
         int r;
-        while ((r = io_uring_wait_cqe(&a->ring, &cqe)) == -EINTR) {}
+        if (block)
+            while ((r = io_uring_wait_cqe(&a->ring, &cqe)) == -EINTR) {}
+        else
+            r = io_uring_peek_cqe(&a->ring, &cqe);
         if (r < 0) return r;
         *tag = (unsigned)io_uring_cqe_get_data64(cqe);
         *res = cqe->res;
@@ -243,8 +248,10 @@ int hx__aio_wait(hx_aio *a, unsigned *tag, long *res)
 #ifdef HX_HAVE_LIBAIO
     case HX_DISK_ENGINE_AIO: {
         struct io_event ev;
+        struct timespec now = {0, 0};
         int r;
-        while ((r = io_getevents(a->ctx, 1, 1, &ev, NULL)) == -EINTR) {}
+        while ((r = io_getevents(a->ctx, block ? 1 : 0, 1, &ev, block ? NULL : &now)) == -EINTR) {}
+        if (!block && r == 0) return -EAGAIN;
         if (r != 1) return r < 0 ? r : -EIO;
         *tag = (unsigned)(uintptr_t)ev.data;
         *res = (long)ev.res;
@@ -253,7 +260,7 @@ int hx__aio_wait(hx_aio *a, unsigned *tag, long *res)
     }
 #endif
     default:
-        if (!a->n_done) return -EINVAL;
+        if (!a->n_done) return block ? -EINVAL : -EAGAIN;
         *tag = a->done_tag[0];
         *res = a->done_res[0];
         a->n_done--;
@@ -262,3 +269,6 @@ int hx__aio_wait(hx_aio *a, unsigned *tag, long *res)
         return 0;
     }
 }
+
+int hx__aio_wait(hx_aio *a, unsigned *tag, long *res) { return reap(a, tag, res, true); }
+int hx__aio_poll(hx_aio *a, unsigned *tag, long *res) { return reap(a, tag, res, false); }

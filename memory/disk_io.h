@@ -38,5 +38,7 @@ int hx__aio_queue(hx_aio *a, int fd, bool write, void *buf, size_t len, off_t of
 int hx__aio_flush(hx_aio *a);
 /* Waits for one completion: its tag, and bytes done or -errno. 0 or -errno. */
 int hx__aio_wait(hx_aio *a, unsigned *tag, long *res);
+/* As hx__aio_wait without waiting: -EAGAIN when no completion is there yet. */
+int hx__aio_poll(hx_aio *a, unsigned *tag, long *res);
 
 #endif

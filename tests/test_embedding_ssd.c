@@ -6,7 +6,7 @@
  * dirty rows that survive eviction; a call that needs more rows than the
  * cache holds; a short write and a corrupt record refused; checkpoints
  * that hold the index, not the rows; kill -9 during a write-back followed
- * by a load of the last checkpoint. */
+ * by a load of the last checkpoint; rows written ahead of their eviction. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <signal.h>
@@ -175,6 +175,11 @@ static void run_pair(const spec *s, const char *name)
           "%s: a cache of %lld rows: most lookups miss (%lld of %lld hit), rows went to disk and back (%lld "
           "written, %lld read)", name, (long long)st.cache_rows, (long long)st.cache_hits,
           (long long)st.cache_lookups, (long long)st.disk_rows_written, (long long)st.disk_rows_read);
+    hx_emb_ssd_stats ss;
+    hx_emb_ssd_stats_get(disk->ssd, &ss);
+    CHECK(ss.store.written_ahead > 0 && ss.store.written_ahead < ss.store.rows_written,
+          "%s: of the %llu rows written, %llu were written ahead of their eviction", name,
+          (unsigned long long)ss.store.rows_written, (unsigned long long)ss.store.written_ahead);
 out:
     hx_embedding_table_free(mem);
     hx_embedding_table_free(disk);
@@ -292,6 +297,93 @@ static void too_many_rows(void)
 out:
     hx_embedding_table_free(disk);
     hx_embedding_table_free(mem);
+    unlink(p);
+}
+
+/* Rows 0..7 written into a cache of 8, then rows 8..11 read: the eviction
+ * writes rows 0..3 in its batch, and rows 4..7 (next in the clock's line)
+ * are written ahead. fault: a short write of row 6, or -1. */
+static hx_embedding_table *ahead_setup(const char *p, const float *rows8, int64_t fault)
+{
+    spec s = {HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_OPTIMIZER_ADAGRAD, HX_DTYPE_F32, 40, 8};
+    hx_embedding_table *t = make(&s, p);
+    int64_t first[8] = {0, 1, 2, 3, 4, 5, 6, 7}, next[4] = {8, 9, 10, 11};
+    float junk[4 * DIM];
+    if (!t) return NULL;
+    CHECK(hx_embedding_table_write_rows(t, first, 8, rows8) == HX_OK, "write rows 0..7: %s", hx_last_error());
+    hx_emb_store_set_faults(hx_emb_ssd_store(t->ssd), &(hx_emb_store_faults){fault, -1});
+    CHECK(hx_embedding_table_read_rows(t, next, 4, junk) == HX_OK, "read rows 8..11: %s", hx_last_error());
+    return t;
+}
+
+/* Writing ahead: the dirty rows next in line for eviction are written
+ * while the step goes on and stay resident; the eviction that comes finds
+ * them clean and writes nothing; they read back as written. A failed
+ * write-ahead leaves its rows dirty, and the eviction's own write reports
+ * the failure. A row changed while its write-ahead is in flight stays
+ * dirty and reaches the disk with its new value. */
+static void write_ahead(void)
+{
+    char p[512];
+    path_in(p, sizeof p, "ahead");
+    test_rng r = test_rng_make(17);
+    float rows8[8 * DIM], back[8 * DIM], junk[4 * DIM], five[DIM];
+    test_fill_uniform(&r, rows8, 8 * DIM, -2, 2);
+    test_fill_uniform(&r, five, DIM, -2, 2);
+    int64_t first[8] = {0, 1, 2, 3, 4, 5, 6, 7}, last[4] = {12, 13, 14, 15}, id5 = 5;
+    hx_emb_ssd_stats a, b;
+
+    hx_embedding_table *t = ahead_setup(p, rows8, -1);
+    if (!t) return;
+    hx_emb_store *store = hx_emb_ssd_store(t->ssd);
+    hx_emb_store_settle(store);
+    hx_emb_ssd_stats_get(t->ssd, &a);
+    CHECK(a.dirty == 0 && a.store.rows_written == 8 && a.store.written_ahead == 4 && a.writebacks == 8 &&
+              a.resident == 8, "4 rows written by the eviction, 4 ahead; none dirty (dirty %lld, written %llu, "
+              "ahead %llu)", (long long)a.dirty, (unsigned long long)a.store.rows_written,
+              (unsigned long long)a.store.written_ahead);
+    CHECK(hx_embedding_table_read_rows(t, last, 4, junk) == HX_OK, "read rows 12..15: %s", hx_last_error());
+    hx_emb_ssd_stats_get(t->ssd, &b);
+    CHECK(b.evictions == a.evictions + 4 && b.store.rows_written == 8,
+          "the next eviction (%llu rows) found them clean and wrote nothing (%llu rows written)",
+          (unsigned long long)(b.evictions - a.evictions), (unsigned long long)b.store.rows_written);
+    CHECK(hx_embedding_table_read_rows(t, first, 8, back) == HX_OK && memcmp(back, rows8, sizeof back) == 0,
+          "rows 0..7 read back from disk as written");
+    hx_embedding_table_free(t);
+    unlink(p);
+
+    t = ahead_setup(p, rows8, 6);
+    if (!t) return;
+    store = hx_emb_ssd_store(t->ssd);
+    hx_emb_store_settle(store);
+    hx_emb_ssd_stats_get(t->ssd, &a);
+    CHECK(a.dirty == 4 && a.store.written_ahead == 0 && a.store.ahead_failed == 4 && !hx_emb_store_has(store, 6),
+          "a failed write-ahead (one request: rows 4..7) leaves its rows dirty (%lld dirty, %llu failed)",
+          (long long)a.dirty, (unsigned long long)a.store.ahead_failed);
+    hx_status st = hx_embedding_table_read_rows(t, last, 4, junk);
+    CHECK(st == HX_ERR_IO && strstr(hx_last_error(), "short write") && strstr(hx_last_error(), "row"),
+          "the eviction's write reports it: %d %s", st, hx_last_error());
+    hx_emb_ssd_stats_get(t->ssd, &b);
+    CHECK(b.dirty == 4 && b.resident == 8, "and the rows stay dirty in the cache (%lld)", (long long)b.dirty);
+    hx_emb_store_set_faults(store, NULL);
+    CHECK(hx_embedding_table_read_rows(t, last, 4, junk) == HX_OK, "without the fault: %s", hx_last_error());
+    CHECK(hx_embedding_table_read_rows(t, first, 8, back) == HX_OK && memcmp(back, rows8, sizeof back) == 0,
+          "rows 0..7 read back as written");
+    hx_embedding_table_free(t);
+    unlink(p);
+
+    t = ahead_setup(p, rows8, -1);
+    if (!t) return;
+    store = hx_emb_ssd_store(t->ssd);
+    CHECK(hx_embedding_table_write_rows(t, &id5, 1, five) == HX_OK, "write row 5 again: %s", hx_last_error());
+    hx_emb_store_settle(store);
+    hx_emb_ssd_stats_get(t->ssd, &a);
+    CHECK(a.dirty == 1, "row 5, changed while written ahead, is dirty (%lld dirty)", (long long)a.dirty);
+    CHECK(hx_embedding_table_read_rows(t, last, 4, junk) == HX_OK, "evict rows 4..7: %s", hx_last_error());
+    memcpy(rows8 + 5 * DIM, five, sizeof five);
+    CHECK(hx_embedding_table_read_rows(t, first, 8, back) == HX_OK && memcmp(back, rows8, sizeof back) == 0,
+          "row 5 reads back with its new value, the others as written");
+    hx_embedding_table_free(t);
     unlink(p);
 }
 
@@ -616,6 +708,7 @@ static const test_case cases[] = {
     {"dirty_rows_survive", dirty_rows_survive},
     {"too_many_rows", too_many_rows},
     {"short_write_and_corrupt", short_write_and_corrupt},
+    {"write_ahead", write_ahead},
     {"checkpoint", checkpoint},
     {"kill_during_writeback", kill_during_writeback},
     {"bad_input", bad_input},

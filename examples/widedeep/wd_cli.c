@@ -241,11 +241,13 @@ static void disk_stats(const hx_embedding_stats *a, const hx_embedding_stats *b,
     double n = (double)(steps ? steps : 1);
     int64_t lookups = b->cache_lookups - a->cache_lookups;
     printf("          deep table on disk: cache %lld rows, hit rate %.1f%%; per step %.0f rows read, "
-           "%.0f written, %.2f MB read, %.2f MB written, I/O wait %.2f ms\n",
+           "%.0f written (%.0f of them ahead of eviction), %.2f MB read, %.2f MB written, I/O wait "
+           "%.2f ms\n",
            (long long)b->cache_rows,
            lookups ? 100.0 * (double)(b->cache_hits - a->cache_hits) / (double)lookups : 100.0,
            (double)(b->disk_rows_read - a->disk_rows_read) / n,
            (double)(b->disk_rows_written - a->disk_rows_written) / n,
+           (double)(b->disk_rows_written_ahead - a->disk_rows_written_ahead) / n,
            (double)(b->disk_bytes_read - a->disk_bytes_read) / n / 1e6,
            (double)(b->disk_bytes_written - a->disk_bytes_written) / n / 1e6,
            (b->io_wait_s - a->io_wait_s) / n * 1e3);
