@@ -166,10 +166,11 @@ static hx_status push(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, h
         bytes += nb;
     }
     if (!st) c->pushes++;
+    int64_t pushes = c->pushes;
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&ps->lock);
-    ps->stats.pushes++;
-    ps->stats.steps = ps->stats.steps > c->pushes ? ps->stats.steps : c->pushes;
+    ps->stats.pushes += !st;
+    ps->stats.steps = ps->stats.steps > pushes ? ps->stats.steps : pushes;
     ps->stats.push_bytes += bytes;
     pthread_mutex_unlock(&ps->lock);
     free(skip);

@@ -25,6 +25,10 @@
  * steps ahead of the applied pushes (on the workers and on the servers),
  * and worker 0 reaches the bound (the instrument sees what it checks).
  *
+ * cap: a per-rank cap (hx_ps_config.rank_bytes) that the whole table
+ * exceeds: two servers hold it, each under the cap, and the workers read
+ * every row while holding none; one server refuses it naming the cap.
+ *
  * refusals: the roles' arguments; DYNAMIC tables; a worker's save. */
 #include "dist/dist.h"
 #include "hetex_checks.h"
@@ -204,7 +208,7 @@ static void test_staleness(void)
         for (int i = 0; i < B; i++) iv[i] = (int64_t)(test_rng_u64(&r) % (uint64_t)specs[0].rows);
         test_fill_uniform(&r, xv, B * D, -1, 1);
         if (w > 0) {
-            struct timespec ts = {0, 30 * 1000 * 1000};
+            struct timespec ts = {0, 100 * 1000 * 1000}; /* worker 0 does 3 steps meanwhile, even at load 20 */
             nanosleep(&ts, NULL);
         }
         hx_feed f[2] = {{NULL, ids, iv, sizeof iv}, {NULL, x, xv, sizeof xv}};
@@ -221,6 +225,62 @@ static void test_staleness(void)
     hx_graph_free(g);
     OK(hx_embedding_table_free(t));
     OK(hx_ps_finish(ps));
+    hx_ps_free(ps);
+}
+
+/* A per-rank cap of 400 KiB and a table of 3000 x 32 f32 rows with
+ * Adagrad's state (768 KiB): at 4 ranks each of the 2 servers holds half
+ * (384 KiB, under the cap) and the workers read every row while holding
+ * none; with one server the table is refused on it, naming the cap. */
+static void test_cap(void)
+{
+    hx_ps_config pc = hx_ps_config_default();
+    pc.comm = world;
+    pc.servers = size >= 4 ? 2 : 1;
+    pc.rank_bytes = 400 << 10;
+    hx_ps *ps = NULL;
+    OK(hx_ps_create(&pc, &ps));
+    if (!ps) return;
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "big";
+    ec.rows = 3000;
+    ec.dim = 32;
+    ec.n_threads = 1;
+    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
+    ec.sharding = HX_EMBEDDING_SHARD_ROWS;
+    ec.ps = ps;
+    hx_embedding_table *t = NULL;
+    bool server = hx_ps_is_server(ps);
+    if (pc.servers == 1 && server) {
+        CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_OUT_OF_MEMORY && strstr(hx_last_error(), "cap") &&
+              strstr(hx_last_error(), "add servers"), "one server over the cap: %s", hx_last_error());
+    } else if (pc.servers == 2) {
+        OK(hx_embedding_table_create(&ec, &t));
+    }
+    if (server) {
+        hx_ps_stats st;
+        OK(hx_ps_stats_get(ps, &st));
+        if (t)
+            CHECK(st.bytes_held <= pc.rank_bytes && 2 * st.bytes_held > pc.rank_bytes && st.rows_held == 1500,
+                  "server rank %d holds %zu bytes (%lld rows) under a cap of %zu", rank, st.bytes_held,
+                  (long long)st.rows_held, pc.rank_bytes);
+        OK(hx_ps_serve(ps));
+    } else if (t) {
+        int64_t *ids = malloc(sizeof(int64_t) * 3000);
+        float *rows = malloc(sizeof(float) * 3000 * 32);
+        for (int i = 0; i < 3000; i++) ids[i] = i;
+        OK(hx_embedding_table_read_rows(t, ids, 3000, rows));
+        hx_embedding_stats es;
+        hx_ps_stats st;
+        OK(hx_embedding_table_stats(t, &es));
+        OK(hx_ps_stats_get(ps, &st));
+        CHECK(es.bytes == 0 && st.bytes_held == 0 && rows[0] != 0, "a worker holds %zu bytes of the table",
+              es.bytes);
+        free(ids);
+        free(rows);
+    }
+    OK(hx_embedding_table_free(t));
+    if (!server) OK(hx_ps_finish(ps));
     hx_ps_free(ps);
 }
 
@@ -279,6 +339,7 @@ int main(int argc, char **argv)
     static const test_case cases[] = {
         {"train", test_train},
         {"staleness", test_staleness},
+        {"cap", test_cap},
         {"refusals", test_refusals},
     };
     test_options o = {.setup = setup, .teardown = teardown};
