@@ -223,8 +223,8 @@ static void ahead_done(void *ctx, int64_t row, bool ok)
 }
 
 /* The clock's next victims are the slots ahead of its hand whose counters
- * are zero; the dirty ones among the next `expect` of them (not used by
- * this call) are written now, while the call and the rest of the step
+ * are zero, then those at one; the dirty ones among the next `expect` of
+ * them (not used by this call) are written now, while the call and the rest of the step
  * compute, so that the eviction that comes finds them clean. Rows stay
  * resident and are read and updated as ever (an update makes a row dirty
  * again). Best effort: out of memory or a write-ahead still in flight
@@ -245,14 +245,19 @@ static void write_ahead(hx_emb_ssd *t)
         t->ahead_rows = r;
         t->ahead_cap = want;
     }
-    int64_t n = 0, seen = 0, k = t->hand, window = 4 * want + 4096;
-    for (int64_t i = 0; i < t->C && i < window && seen < want; i++, k = k + 1 == t->C ? 0 : k + 1) {
-        if (t->slot_row[k] < 0 || t->stamp[k] == t->call || t->freq[k]) continue;
-        seen++;
-        if (t->dirty[k] != 1) continue;
-        pack(t, k, t->ahead + (size_t)n * t->rec);
-        t->ahead_rows[n++] = t->slot_row[k];
-        t->dirty[k] = 2;
+    /* The hand takes counters at zero first, then (after halving them)
+     * those at one: two passes, in the hand's order. */
+    int64_t n = 0, seen = 0, window = 4 * want + 4096;
+    for (int level = 0; level < 2 && seen < want; level++) {
+        int64_t k = t->hand;
+        for (int64_t i = 0; i < t->C && i < window && seen < want; i++, k = k + 1 == t->C ? 0 : k + 1) {
+            if (t->slot_row[k] < 0 || t->stamp[k] == t->call || t->freq[k] != level) continue;
+            seen++;
+            if (t->dirty[k] != 1) continue;
+            pack(t, k, t->ahead + (size_t)n * t->rec);
+            t->ahead_rows[n++] = t->slot_row[k];
+            t->dirty[k] = 2;
+        }
     }
     if (n && !hx_emb_store_write_ahead(t->store, t->ahead_rows, t->ahead, n, ahead_done, t))
         for (int64_t i = 0; i < n; i++) t->dirty[hx_emb_rowmap_get(&t->map, t->ahead_rows[i])] = 1;

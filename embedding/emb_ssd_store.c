@@ -24,6 +24,7 @@
 #define STAGED (1u << 31) /* tag bit of a read-ahead request */
 #define AHEAD (1u << 30)  /* tag bit of a write-ahead request */
 #define MERGE 512         /* records at most in one write request */
+#define STAGES_MAX 32768  /* read-ahead buffers at most */
 #define GROW ((off_t)64 << 20) /* the file grows by fallocate in steps of this */
 
 typedef struct fheader {
@@ -58,7 +59,9 @@ typedef struct req {
     int count;      /* records: a write of consecutive slots is one request */
 } req;
 
-/* A read-ahead buffer: 0 free, 1 in flight, 2 read and verified, 3 failed. */
+/* A read-ahead buffer: 0 free, 1 in flight, 2 read and verified, 3
+ * failed, 4 waiting for room in the engine, 5 dropped while in flight or
+ * waiting (free once its completion comes or its turn is passed). */
 typedef struct stage {
     int64_t row;
     int state;
@@ -101,6 +104,7 @@ struct hx_emb_store {
     stage *stages;
     char *stage_buf;
     int n_stages, inflight;
+    int *waitq, wq_head, wq_n; /* stages waiting, in the order they were asked for */
     hx_emb_rowmap staged;  /* row -> stage */
     hx_emb_store_faults faults;
     int64_t crash_at, write_batches; /* $HX_EMB_SSD_CRASH_AT=K: SIGKILL in the K-th write-back
@@ -232,9 +236,14 @@ hx_status hx_emb_store_open(const hx_emb_store_config *cfg, hx_emb_store **out, 
     s->first = (uint32_t)((HDR_BYTES + s->rec - 1) / s->rec);
     s->path = strdup(cfg->path);
     s->cfg.path = s->path;
-    s->n_stages = cfg->queue_depth;
+    /* Read-ahead room for a step's misses beyond the engine's depth (they
+     * wait their turn): up to 16 MiB of buffers. */
+    size_t room = ((size_t)16 << 20) / s->rec;
+    s->n_stages = room > STAGES_MAX ? STAGES_MAX : (int)room;
+    if (s->n_stages < cfg->queue_depth) s->n_stages = cfg->queue_depth;
     s->idx = calloc((size_t)cfg->rows, sizeof *s->idx);
     s->stages = calloc((size_t)s->n_stages, sizeof *s->stages);
+    s->waitq = malloc((size_t)s->n_stages * sizeof *s->waitq);
     s->stage_buf = aligned_alloc(4096, hx__mem_round((size_t)s->n_stages * s->rec, 4096));
     const char *crash = getenv("HX_EMB_SSD_CRASH_AT");
     s->crash_at = crash ? strtoll(crash, NULL, 10) : 0;
@@ -243,7 +252,7 @@ hx_status hx_emb_store_open(const hx_emb_store_config *cfg, hx_emb_store **out, 
     clock_gettime(CLOCK_REALTIME, &ts);
     seed[0] ^= (uint64_t)ts.tv_nsec << 20;
     s->file_id = XXH3_64bits(seed, sizeof seed);
-    hx_status st = s->path && s->idx && s->stages && s->stage_buf && !hx_emb_rowmap_init(&s->staged, s->n_stages)
+    hx_status st = s->path && s->idx && s->stages && s->waitq && s->stage_buf && !hx_emb_rowmap_init(&s->staged, s->n_stages)
                        ? HX_OK : hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding store: out of memory "
                                              "for the index of %lld rows", (long long)cfg->rows);
     if (!st) {
@@ -280,6 +289,7 @@ void hx_emb_store_close(hx_emb_store *s)
     free(s->older.v);
     free(s->ckpt);
     free(s->stages);
+    free(s->waitq);
     free(s->stage_buf);
     free(s->wa.rows);
     free(s->wa.slots);
@@ -326,7 +336,8 @@ static void unstage(hx_emb_store *s, int64_t row)
 {
     int32_t k = hx_emb_rowmap_get(&s->staged, row);
     if (k < 0) return;
-    s->stages[k].state = 0; /* one in flight is collected by drain and dropped then */
+    stage *g = &s->stages[k]; /* one in flight or waiting is freed when its turn comes */
+    g->state = g->state == 1 || g->state == 4 ? 5 : 0;
     hx_emb_rowmap_del(&s->staged, row);
 }
 
@@ -424,6 +435,32 @@ static void pump(hx_emb_store *s)
 {
     ahead *a = &s->wa;
     int64_t queued = 0;
+    int reads = 0, head0 = s->wq_head, popped = 0;
+    while (s->wq_n > 0 && s->inflight + a->inflight < s->cfg.queue_depth) {
+        int k = s->waitq[s->wq_head];
+        stage *g = &s->stages[k];
+        if (g->state == 4) {
+            if (hx__aio_queue(s->io, s->fd, false, s->stage_buf + (size_t)k * s->rec, s->rec,
+                              (off_t)s->idx[g->row] * (off_t)s->rec, STAGED | (unsigned)k))
+                break; /* the engine is full: with the next completion */
+            g->state = 1;
+            s->inflight++;
+            reads++;
+        } else {
+            g->state = 0; /* dropped while it waited */
+        }
+        s->wq_head = (s->wq_head + 1) % s->n_stages;
+        s->wq_n--;
+        popped++;
+    }
+    if (reads && hx__aio_flush(s->io)) /* none of those started: forget them */
+        for (int i = 0; i < popped; i++) {
+            stage *g = &s->stages[s->waitq[(head0 + i) % s->n_stages]];
+            if (g->state != 1) continue;
+            hx_emb_rowmap_del(&s->staged, g->row);
+            g->state = 0;
+            s->inflight--;
+        }
     while (a->next < a->nreq && s->inflight + a->inflight < s->cfg.queue_depth) {
         req *q = &a->reqs[a->next];
         int e = hx__aio_queue(s->io, s->fd, true, q->buf, (size_t)q->count * s->rec,
@@ -448,18 +485,30 @@ static void complete(hx_emb_store *s, unsigned tag, long res)
  * write-ahead. If the engine fails, the read-aheads are forgotten and the
  * write-ahead's rows keep their previous records (its slots are not
  * reused: a write may still land there). */
+static void drop_waiting(hx_emb_store *s)
+{
+    for (; s->wq_n > 0; s->wq_n--, s->wq_head = (s->wq_head + 1) % s->n_stages) {
+        stage *g = &s->stages[s->waitq[s->wq_head]];
+        if (g->state == 4) hx_emb_rowmap_del(&s->staged, g->row);
+        g->state = 0;
+    }
+}
+
 static void drain(hx_emb_store *s)
 {
     ahead *a = &s->wa;
-    while (s->inflight > 0 || a->left > 0) {
+    while (s->inflight > 0 || s->wq_n > 0 || a->left > 0) {
         pump(s);
-        if (!s->inflight && !a->inflight) continue;
+        if (!s->inflight && !a->inflight) { /* the engine took nothing with nothing in flight */
+            drop_waiting(s);
+            continue;
+        }
         unsigned tag;
         long res;
         if (wait_one(s, &tag, &res)) {
             for (int k = 0; k < s->n_stages; k++) s->stages[k].state = 0;
             hx_emb_rowmap_clear(&s->staged);
-            s->inflight = 0;
+            s->inflight = s->wq_n = 0;
             for (int64_t i = 0; i < a->nreq; i++) {
                 const req *q = &a->reqs[i];
                 int64_t j0 = (int64_t)((q->buf - a->buf) / (ptrdiff_t)s->rec);
@@ -488,29 +537,18 @@ bool hx_emb_store_ahead_busy(const hx_emb_store *s) { return s->wa.left > 0; }
 
 void hx_emb_store_prefetch(hx_emb_store *s, const int64_t *rows, int64_t n)
 {
-    int k = 0, queued = 0;
+    hx_emb_store_poll(s);
+    int k = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t r = rows[i];
         if (r < 0 || r >= s->cfg.rows || !s->idx[r] || hx_emb_rowmap_get(&s->staged, r) >= 0) continue;
         while (k < s->n_stages && s->stages[k].state != 0) k++;
         if (k == s->n_stages) break;
-        char *b = s->stage_buf + (size_t)k * s->rec;
-        if (hx__aio_queue(s->io, s->fd, false, b, s->rec, (off_t)s->idx[r] * (off_t)s->rec,
-                          STAGED | (unsigned)k))
-            break;
-        s->stages[k] = (stage){r, 1};
+        s->stages[k] = (stage){r, 4};
         hx_emb_rowmap_put(&s->staged, r, k);
-        s->inflight++;
-        queued++;
+        s->waitq[(s->wq_head + s->wq_n++) % s->n_stages] = k;
     }
-    if (queued && hx__aio_flush(s->io)) { /* none started: forget them */
-        for (int j = 0; j < s->n_stages; j++)
-            if (s->stages[j].state == 1) {
-                hx_emb_rowmap_del(&s->staged, s->stages[j].row);
-                s->stages[j].state = 0;
-                s->inflight--;
-            }
-    }
+    pump(s);
 }
 
 /* ---- batches ---------------------------------------------------------------------------- */

@@ -661,6 +661,45 @@ out:
     unlink(p);
 }
 
+/* Read-ahead of more rows than the engine has requests (4096): the rest
+ * wait their turn and are read as earlier ones complete; all arrive, and
+ * read back equal to what was written. */
+static void prefetch_beyond_depth(void)
+{
+    enum { N = 6000 };
+    spec s = {HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_OPTIMIZER_ADAGRAD, HX_DTYPE_F32, N, 64};
+    char p[512];
+    path_in(p, sizeof p, "deep");
+    hx_embedding_table *disk = make(&s, p);
+    int64_t *ids = malloc(N * sizeof *ids);
+    float *rows = malloc((size_t)N * DIM * sizeof *rows), *back = malloc((size_t)N * DIM * sizeof *back);
+    if (!disk || !ids || !rows || !back) goto out;
+    test_rng r = test_rng_make(123);
+    test_fill_uniform(&r, rows, N * DIM, -1, 1);
+    for (int i = 0; i < N; i++) ids[i] = (int64_t)i * 5761 % N; /* a permutation, scattered */
+    CHECK(hx_embedding_table_write_rows(disk, ids, N, rows) == HX_OK, "write %d rows: %s", N, hx_last_error());
+    float junk[64 * DIM];
+    int64_t other[64];
+    for (int i = 0; i < 64; i++) other[i] = ids[i];
+    CHECK(hx_embedding_table_read_rows(disk, other, 64, junk) == HX_OK, "and evict the rest");
+    hx_emb_ssd_stats a, b;
+    hx_emb_ssd_stats_get(disk->ssd, &a);
+    CHECK(hx_embedding_table_prefetch(disk, ids + 64, N - 64) == HX_OK, "prefetch %d rows", N - 64);
+    CHECK(hx_embedding_table_read_rows(disk, ids + 64, N - 64, back) == HX_OK &&
+              memcmp(back, rows + 64 * DIM, (size_t)(N - 64) * DIM * sizeof *back) == 0,
+          "the rows read back as written");
+    hx_emb_ssd_stats_get(disk->ssd, &b);
+    CHECK(b.store.prefetched - a.store.prefetched == N - 64 && b.store.rows_read - a.store.rows_read == N - 64,
+          "all %d read ahead (%llu), beyond the engine's 4096 requests", N - 64,
+          (unsigned long long)(b.store.prefetched - a.store.prefetched));
+out:
+    hx_embedding_table_free(disk);
+    free(ids);
+    free(rows);
+    free(back);
+    unlink(p);
+}
+
 /* Hit counting: a lookup counts its distinct rows; the update after it
  * finds them cached and adds nothing; a row read back after eviction is a
  * miss read from disk, one never written a cold miss (no I/O). */
@@ -713,6 +752,7 @@ static const test_case cases[] = {
     {"kill_during_writeback", kill_during_writeback},
     {"bad_input", bad_input},
     {"prefetch", prefetch},
+    {"prefetch_beyond_depth", prefetch_beyond_depth},
 };
 
 int main(int argc, char **argv)
