@@ -40,7 +40,10 @@ static hx_status cpu_d2h(hx_backend *b, hx_stream *s, hx_d2h_copy c)
     return HX_OK;
 }
 
-static hx_launch_fn cpu_kernel(const hx_backend *b, hx_op op, hx_dtype dt) { return hx__cpu_kernel(op); }
+static hx_launch_fn cpu_kernel(const hx_backend *b, hx_op op, hx_dtype dt)
+{
+    return (unsigned)op < HX_OP_COUNT ? hx__cpu_kernel(op) : hx__cpu_fused_kernel(op, dt);
+}
 
 static hx_status cpu_launch(hx_backend *b, hx_stream *s, hx_launch_fn fn, const hx_exec *ex,
                             const hx_tensor *node, void *out, void *const *in)

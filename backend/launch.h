@@ -23,5 +23,8 @@ typedef hx_status (*hx_launch_fn)(const hx_exec *ex, const hx_tensor *node, void
 
 /* The CPU backend's kernel for an op (NULL: the op has no CPU kernel). */
 hx_launch_fn hx__cpu_kernel(hx_op op);
+/* The CPU backend's kernel for lowered op HX_LOWERED_OP(kind) of a host
+ * fusion on dtype dt (graph.h; NULL: none). */
+hx_launch_fn hx__cpu_fused_kernel(hx_op op, hx_dtype dt);
 
 #endif

@@ -223,7 +223,7 @@ static double run_flops(const gpt_run *run)
     const hx_step *st = hx__plan_steps(run->s->last_plan, 0, &n);
     double f = 0;
     for (int k = 0; k < n; k++)
-        if (st[k].fn) f += hx__op_flops(st[k].node);
+        if (st[k].fn) f += hx__run_flops(st[k].node, run->s->e.lowered);
     return f;
 }
 

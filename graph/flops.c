@@ -10,3 +10,13 @@ double hx__op_flops(const hx_tensor *y)
     double k = (double)a->shape[a->ndim - (y->attr.i[0] ? 2 : 1)];
     return 2.0 * n * k;
 }
+
+double hx__run_flops(const hx_tensor *y, const hx_lowered *low)
+{
+    double f = hx__op_flops(y);
+    if (!low || !hx__lower_on_host((hx_lower_kind)low[y->id].kind)) return f;
+    for (const hx_tensor *s = y->src[0];; s = s->src[0]) { /* the group's bias_add, matmul */
+        f += hx__op_flops(s);
+        if (s->op == HX_OP_MATMUL) return f;
+    }
+}

@@ -284,30 +284,40 @@ hx_status hx__recompute_before(hx_graph *g, hx_recompute *r, const hx_tensor *t)
  * nodes themselves are rolled back by hx__graph_truncate). */
 void hx__recompute_end(hx_graph *g, hx_recompute *r, bool failed);
 
-/* ---- device lowering (lower.c) -------------------------------------------------
- * After placement, a session may run some device nodes as one library call
- * that reads different sources than the node: a convolution's im2col +
+/* ---- lowering (lower.c) -------------------------------------------------------
+ * After placement, a session may run some nodes as one kernel that reads
+ * different sources than the node. On the device: a convolution's im2col +
  * conv_gemm pair as one cuDNN convolution of x and w, where the device has
- * a kernel for it. The graph stays as built (sessions share it); the
- * session keeps, per tensor id, how it runs the node (hx_lowered) and its
- * plans read through it (hx__read_src). The columns the pair wrote are then
- * read by no planned node: no plan holds them.
+ * a kernel for it. On the host (fusion): bias_add(matmul(x, w), b), and an
+ * activation of that, as one GEMM whose epilogue adds the bias and applies
+ * the activation to each tile while it is in cache. The graph stays as
+ * built (sessions share it); the session keeps, per tensor id, how it runs
+ * the node (hx_lowered) and its plans read through it (hx__read_src). The
+ * values the group wrote inside (the columns; the matmul's product) are
+ * then read by no planned node: no plan holds them.
  *
  * A lowered node runs as kernel HX_LOWERED_OP(kind), a code past the ops
  * (backend.h numbers the scheduler's own kernels from HX_OP_COUNT too), on
- * the node's own output, with two sources: path[j] = {a, b} reads source a
- * of the node, and then (b >= 0) source b of that, each through hx__src. */
+ * the node's own output, with n_read sources: path[j] = {a, b, c} reads
+ * source a of the node, then (b >= 0) source b of that, then (c >= 0)
+ * source c of that, each through hx__src. */
 typedef enum hx_lower_kind {
     HX_LOWER_NONE,
     HX_LOWER_CONV2D,                 /* conv_gemm(im2col(x), w): in x, w */
     HX_LOWER_CONV2D_BACKWARD_DATA,   /* col2im(conv_gemm_backward_cols(dy, w)): in dy, w */
     HX_LOWER_CONV2D_BACKWARD_FILTER, /* conv_gemm_backward_w(dy, im2col(x)): in dy, x */
+    HX_LOWER_MATMUL_BIAS,            /* host: bias_add(matmul(x, w), b): in x, w, b */
+    HX_LOWER_MATMUL_BIAS_RELU,       /* host: relu(bias_add(matmul(x, w), b)): in x, w, b */
+    HX_LOWER_MATMUL_BIAS_GELU,       /* host: gelu (tanh form) of the same */
+    HX_LOWER_MATMUL_BIAS_GELU_ERF,   /* host: gelu_erf of the same */
     HX_LOWER_COUNT
 } hx_lower_kind;
 #define HX_LOWERED_OP(kind) ((hx_op)(HX_OP_COUNT + (int)(kind)))
+#define HX_LOWER_MAX_READ 3
 typedef struct hx_lowered {
-    int8_t kind;       /* hx_lower_kind */
-    int8_t path[2][2]; /* see above */
+    int8_t kind;   /* hx_lower_kind */
+    int8_t n_read; /* sources read (2 or 3) */
+    int8_t path[HX_LOWER_MAX_READ][3]; /* see above */
 } hx_lowered;
 /* Source j of node t as a plan reads it: through the lowering `low` (per
  * tensor id; NULL: nothing lowered) and the recompute switch (hx__src). */
@@ -317,25 +327,35 @@ static inline hx_tensor *hx__read_src(const hx_tensor *t, int j, bool recompute,
     if (!low || !low[t->id].kind) return hx__src(t, j, recompute);
     const int8_t *a = low[t->id].path[j];
     hx_tensor *s = hx__src(t, a[0], recompute);
-    return a[1] < 0 ? s : hx__src(s, a[1], recompute);
+    for (int h = 1; h < 3 && a[h] >= 0; h++) s = hx__src(s, a[h], recompute);
+    return s;
 }
 /* How many sources node t reads as a plan runs it. */
 static inline int hx__n_read(const hx_tensor *t, const hx_lowered *low)
 {
-    return low && low[t->id].kind ? 2 : t->n_src;
+    return low && low[t->id].kind ? low[t->id].n_read : t->n_src;
 }
 /* The kernel op node t runs as (its own op unless lowered). */
 static inline hx_op hx__run_op(const hx_tensor *t, const hx_lowered *low)
 {
     return low && low[t->id].kind ? HX_LOWERED_OP(low[t->id].kind) : t->op;
 }
-/* Lowers what it can of g: a device node (target[] after placement) whose
- * group has a kernel there (has_kernel(ctx, DEVICE, HX_LOWERED_OP(kind),
- * dtype)). *out: per tensor id (NULL when no node is lowered, the usual
- * case off cuda), *n_lowered how many; the caller frees *out. Fails only
- * when out of host memory. */
+/* Whether kind is a host fusion (else a device library call). */
+static inline bool hx__lower_on_host(hx_lower_kind kind)
+{
+    return kind >= HX_LOWER_MATMUL_BIAS && kind < HX_LOWER_COUNT;
+}
+/* Lowers what it can of g: a node whose group has a kernel on its target
+ * (target[] after placement; has_kernel(ctx, target, HX_LOWERED_OP(kind),
+ * dtype)): device groups, and host groups when host_fusion is set, where
+ * every node of the group is on the host and each value inside it is read
+ * by the next node of the group only (hx__src with the recompute switch
+ * decides who reads what). *out: per tensor id (NULL when no node is
+ * lowered), *n_lowered how many; the caller frees *out. Fails only when
+ * out of host memory. */
 hx_status hx__lower(const hx_graph *g, const hx_target *target, hx_has_kernel_fn has_kernel,
-                    void *ctx, hx_lowered **out, int *n_lowered);
+                    void *ctx, bool host_fusion, bool recompute, hx_lowered **out,
+                    int *n_lowered);
 /* The workspace bound of lowered node t of this kind: the bytes of the
  * columns the lowering left out (the im2col output it no longer reads, or
  * the column gradient). A lowered kernel takes at most this much scratch,
@@ -344,10 +364,16 @@ size_t hx__lowered_workspace(const hx_tensor *t, hx_lower_kind kind);
 /* "cuDNN convolution forward" etc. */
 const char *hx__lower_name(hx_lower_kind kind);
 /* Why device node t (a convolution's im2col, conv_gemm, its backward or
- * col2im) is not lowered, or NULL when t is no such node: for
- * HX_DEBUG=placement. */
+ * col2im) is not lowered, or host node t (a bias_add of a matmul, an
+ * activation of that) is not fused, or NULL when t is no such node (or
+ * host_fusion is off): for HX_DEBUG=placement. readers: hx__lower_readers'. */
 const char *hx__lower_why_not(const hx_tensor *t, const hx_target *target, const hx_lowered *low,
-                              hx_has_kernel_fn has_kernel, void *ctx);
+                              hx_has_kernel_fn has_kernel, void *ctx, bool host_fusion,
+                              bool recompute, const int *readers);
+/* readers[id]: how many sources of g's nodes are tensor id, as a session's
+ * plans read them before any lowering (hx__src with the recompute
+ * switch); the caller frees it. NULL when out of memory. */
+int *hx__lower_readers(const hx_graph *g, bool recompute);
 
 /* ---- partition (partition.c) ------------------------------------------------
  * Maximal same-target subgraphs of a set of op nodes whose subgraph DAG has
@@ -368,6 +394,9 @@ void hx__partition_free(hx_partition *p);
 /* Floating-point work of op node y (flops.c): 2mnk for a matmul, one per
  * output element otherwise. */
 double hx__op_flops(const hx_tensor *y);
+/* The work of node y as a plan runs it: a host fusion's (lowered through
+ * low, which may be NULL) is its whole group's, matmul included. */
+double hx__run_flops(const hx_tensor *y, const hx_lowered *low);
 
 int64_t hx__numel(int ndim, const int64_t *shape);
 /* The element count of ndim positive dims into *out; false (and *out

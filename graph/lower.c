@@ -1,7 +1,9 @@
-/* Device lowering (graph.h): which device nodes a session runs as one
- * library call reading other sources. Today: a convolution (im2col +
- * conv_gemm, graph/ops_conv.c) and its two gradients as cuDNN calls of x,
- * w and dy, where the device backend has those kernels. The graph is not
+/* Lowering (graph.h): which nodes a session runs as one kernel reading
+ * other sources. On the device: a convolution (im2col + conv_gemm,
+ * graph/ops_conv.c) and its two gradients as cuDNN calls of x, w and dy,
+ * where the device backend has those kernels. On the host (fusion, unless
+ * the session turns it off): a matmul, its bias_add and an activation of
+ * that as one GEMM with an epilogue (kernels/cpu/gemm.c). The graph is not
  * changed; the answer is a per-node table the session's plans read through. */
 #include "graph/graph.h"
 
@@ -9,42 +11,127 @@
 
 typedef struct rule {
     hx_op op;         /* the node lowered */
-    int via;          /* its source that must be... */
-    hx_op via_op;     /* ...the output of this op */
+    hx_op via_op[2];  /* its source 0 (then that one's source 0) must be the
+                         output of these ops (HX_OP_COUNT: no second) */
+    int via;          /* device rules: the source that is via_op[0]'s output */
     hx_lower_kind kind;
-    int8_t path[2][2];
+    int8_t n_read;
+    int8_t path[HX_LOWER_MAX_READ][3];
 } rule;
 
+#define NO HX_OP_COUNT
 static const rule rules[] = {
-    {HX_OP_CONV_GEMM, 0, HX_OP_IM2COL, HX_LOWER_CONV2D, {{0, 0}, {1, -1}}},
-    {HX_OP_COL2IM, 0, HX_OP_CONV_GEMM_BACKWARD_COLS, HX_LOWER_CONV2D_BACKWARD_DATA, {{0, 0}, {0, 1}}},
-    {HX_OP_CONV_GEMM_BACKWARD_W, 1, HX_OP_IM2COL, HX_LOWER_CONV2D_BACKWARD_FILTER, {{0, -1}, {1, 0}}},
+    {HX_OP_CONV_GEMM, {HX_OP_IM2COL, NO}, 0, HX_LOWER_CONV2D, 2,
+     {{0, 0, -1}, {1, -1, -1}, {-1, -1, -1}}},
+    {HX_OP_COL2IM, {HX_OP_CONV_GEMM_BACKWARD_COLS, NO}, 0, HX_LOWER_CONV2D_BACKWARD_DATA, 2,
+     {{0, 0, -1}, {0, 1, -1}, {-1, -1, -1}}},
+    {HX_OP_CONV_GEMM_BACKWARD_W, {HX_OP_IM2COL, NO}, 1, HX_LOWER_CONV2D_BACKWARD_FILTER, 2,
+     {{0, -1, -1}, {1, 0, -1}, {-1, -1, -1}}},
+    /* host: act(bias_add(matmul(x, w), b)) reads x, w, b */
+    {HX_OP_RELU, {HX_OP_BIAS_ADD, HX_OP_MATMUL}, 0, HX_LOWER_MATMUL_BIAS_RELU, 3,
+     {{0, 0, 0}, {0, 0, 1}, {0, 1, -1}}},
+    {HX_OP_GELU, {HX_OP_BIAS_ADD, HX_OP_MATMUL}, 0, HX_LOWER_MATMUL_BIAS_GELU, 3,
+     {{0, 0, 0}, {0, 0, 1}, {0, 1, -1}}},
+    {HX_OP_GELU_ERF, {HX_OP_BIAS_ADD, HX_OP_MATMUL}, 0, HX_LOWER_MATMUL_BIAS_GELU_ERF, 3,
+     {{0, 0, 0}, {0, 0, 1}, {0, 1, -1}}},
+    /* host: bias_add(matmul(x, w), b) */
+    {HX_OP_BIAS_ADD, {HX_OP_MATMUL, NO}, 0, HX_LOWER_MATMUL_BIAS, 3,
+     {{0, 0, -1}, {0, 1, -1}, {1, -1, -1}}},
 };
 enum { N_RULES = sizeof rules / sizeof rules[0] };
 
-static const rule *rule_of(const hx_tensor *t)
+/* The nodes of t's group under rule r, outermost first: t, then the
+ * values inside it (its source 0, then that one's); returns how many (2 or
+ * 3), 0 when t's sources are not r's ops. */
+static int group_of(const rule *r, const hx_tensor *t, bool recompute, const hx_tensor *in[3])
 {
-    for (int r = 0; r < N_RULES; r++)
-        if (rules[r].op == t->op && t->src[rules[r].via]->op == rules[r].via_op) return &rules[r];
+    if (t->op != r->op) return 0;
+    in[0] = t;
+    int n = 1;
+    for (int h = 0; h < 2 && r->via_op[h] != NO; h++) {
+        const hx_tensor *s = hx__src(in[n - 1], h ? 0 : r->via, recompute);
+        if (s->op != r->via_op[h]) return 0;
+        in[n++] = s;
+    }
+    return n;
+}
+
+int *hx__lower_readers(const hx_graph *g, bool recompute)
+{
+    int *readers = calloc((size_t)g->n + 1, sizeof *readers);
+    for (int i = 0; readers && i < g->n; i++)
+        for (int j = 0; j < g->tensors[i]->n_src; j++)
+            readers[hx__src(g->tensors[i], j, recompute)->id]++;
+    return readers;
+}
+
+/* Why host group `in` (n nodes) of rule r cannot be fused, or NULL. */
+static const char *host_why_not(const rule *r, const hx_tensor *const *in, int n,
+                                const hx_target *target, const int *readers,
+                                hx_has_kernel_fn has_kernel, void *ctx)
+{
+    for (int k = 0; k < n; k++)
+        if (target[in[k]->id] != HX_TARGET_CPU) return "a node of the group is on the device";
+    for (int k = 1; k < n; k++)
+        if (readers[in[k]->id] != 1)
+            return k + 1 < n ? "its input (the bias_add) is read by other nodes too (in "
+                               "training the activation's gradient reads it)"
+                             : "the matmul's product is read by other nodes too";
+    if (!has_kernel(ctx, HX_TARGET_CPU, HX_LOWERED_OP(r->kind), in[0]->dtype))
+        return "no fused kernel for this dtype (f32 only: a 16-bit chain rounds between "
+               "its ops)";
     return NULL;
 }
 
+static void set(hx_lowered *low, const hx_tensor *t, const rule *r)
+{
+    low[t->id].kind = (int8_t)r->kind;
+    low[t->id].n_read = r->n_read;
+    for (int j = 0; j < HX_LOWER_MAX_READ; j++)
+        for (int k = 0; k < 3; k++) low[t->id].path[j][k] = r->path[j][k];
+}
+
 hx_status hx__lower(const hx_graph *g, const hx_target *target, hx_has_kernel_fn has_kernel,
-                    void *ctx, hx_lowered **out, int *n_lowered)
+                    void *ctx, bool host_fusion, bool recompute, hx_lowered **out,
+                    int *n_lowered)
 {
     *out = NULL;
     *n_lowered = 0;
-    hx_lowered *low = NULL;
+    int *readers = host_fusion ? hx__lower_readers(g, recompute) : NULL;
+    hx_lowered *low = calloc((size_t)g->n + 1, sizeof *low);
+    if (!low || (host_fusion && !readers)) {
+        free(low);
+        free(readers);
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
+    }
+    /* Activations come after their bias_add: a fused activation takes its
+     * bias_add out of the table again (nothing reads that one then). */
     for (int i = 0; i < g->n; i++) {
-        const hx_tensor *t = g->tensors[i];
-        const rule *r = target[i] == HX_TARGET_DEVICE ? rule_of(t) : NULL;
-        if (!r || !has_kernel(ctx, HX_TARGET_DEVICE, HX_LOWERED_OP(r->kind), t->dtype)) continue;
-        if (!low && !(low = calloc((size_t)g->n, sizeof *low)))
-            return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-        low[i].kind = (int8_t)r->kind;
-        for (int j = 0; j < 2; j++)
-            for (int k = 0; k < 2; k++) low[i].path[j][k] = r->path[j][k];
-        ++*n_lowered;
+        const hx_tensor *t = g->tensors[i], *in[3];
+        for (int q = 0; q < N_RULES; q++) {
+            const rule *r = &rules[q];
+            int n = group_of(r, t, recompute, in);
+            if (!n) continue;
+            bool ok = hx__lower_on_host(r->kind)
+                              ? host_fusion && !host_why_not(r, in, n, target, readers,
+                                                             has_kernel, ctx)
+                              : target[i] == HX_TARGET_DEVICE &&
+                                        has_kernel(ctx, HX_TARGET_DEVICE,
+                                                   HX_LOWERED_OP(r->kind), t->dtype);
+            if (!ok) continue;
+            set(low, t, r);
+            ++*n_lowered;
+            if (n == 3 && low[in[1]->id].kind) {
+                low[in[1]->id].kind = HX_LOWER_NONE;
+                --*n_lowered;
+            }
+            break;
+        }
+    }
+    free(readers);
+    if (!*n_lowered) {
+        free(low);
+        low = NULL;
     }
     *out = low;
     return HX_OK;
@@ -66,16 +153,39 @@ const char *hx__lower_name(hx_lower_kind kind)
     case HX_LOWER_CONV2D: return "cuDNN convolution forward";
     case HX_LOWER_CONV2D_BACKWARD_DATA: return "cuDNN convolution backward data";
     case HX_LOWER_CONV2D_BACKWARD_FILTER: return "cuDNN convolution backward filter";
+    case HX_LOWER_MATMUL_BIAS: return "fused matmul + bias";
+    case HX_LOWER_MATMUL_BIAS_RELU: return "fused matmul + bias + relu";
+    case HX_LOWER_MATMUL_BIAS_GELU: return "fused matmul + bias + gelu";
+    case HX_LOWER_MATMUL_BIAS_GELU_ERF: return "fused matmul + bias + gelu_erf";
     default: return "none";
     }
 }
 
 const char *hx__lower_why_not(const hx_tensor *t, const hx_target *target, const hx_lowered *low,
-                              hx_has_kernel_fn has_kernel, void *ctx)
+                              hx_has_kernel_fn has_kernel, void *ctx, bool host_fusion,
+                              bool recompute, const int *readers)
 {
-    if (target[t->id] != HX_TARGET_DEVICE || (low && low[t->id].kind)) return NULL;
+    if (low && low[t->id].kind) return NULL;
+    if (target[t->id] == HX_TARGET_CPU) {
+        if (!host_fusion || !readers) return NULL;
+        for (int i = t->id + 1; low && t->op == HX_OP_BIAS_ADD && i < t->graph->n; i++)
+            for (int j = 0; j < t->graph->tensors[i]->n_src; j++)
+                if (hx__src(t->graph->tensors[i], j, recompute) == t && low[i].kind)
+                    return NULL; /* inside its reader's fusion */
+        for (int q = 0; q < N_RULES; q++) {
+            const hx_tensor *in[3];
+            int n = hx__lower_on_host(rules[q].kind) ? group_of(&rules[q], t, recompute, in) : 0;
+            if (n) return host_why_not(&rules[q], in, n, target, readers, has_kernel, ctx);
+        }
+        return NULL;
+    }
+    if (target[t->id] != HX_TARGET_DEVICE) return NULL;
     if (t->op == HX_OP_IM2COL) return NULL; /* its readers say */
-    const rule *r = rule_of(t);
+    const rule *r = NULL;
+    for (int q = 0; q < N_RULES && !r; q++) {
+        const hx_tensor *in[3];
+        if (!hx__lower_on_host(rules[q].kind) && group_of(&rules[q], t, false, in)) r = &rules[q];
+    }
     if (!r) {
         bool conv = t->op == HX_OP_CONV_GEMM || t->op == HX_OP_COL2IM ||
                     t->op == HX_OP_CONV_GEMM_BACKWARD_W;

@@ -1697,6 +1697,15 @@ typedef struct hx_session_config {
     bool auto_placement;          /* ops and parameters left at DEFAULT are AUTO: false */
     const char *placement_cache;  /* op cost cache file; NULL: $HX_PLACEMENT_CACHE, else
                                      $HOME/.cache/hetex/op_costs; "": no cache */
+    /* Host fusion: false (the default) runs bias_add(matmul(x, w), b) on the
+     * host as one GEMM that adds the bias to each tile of the product while
+     * it is in cache, and an activation of it (relu, gelu, gelu_erf) too
+     * where nothing else reads the pre-activation (inference; in training
+     * the activation's gradient reads it), for f32 nodes; results are
+     * bitwise those of the ops run one by one. HX_DEBUG=placement names
+     * each fusion and why each candidate was not fused. true: every op runs
+     * as built (for comparison). */
+    bool no_host_fusion;
 } hx_session_config;
 /* Every field at the default noted above (seed 42, all cores, the AUTO
  * accelerator, 8 GiB for emu, no loss scaling, no offload).

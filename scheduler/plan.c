@@ -314,7 +314,7 @@ static hx_status order_steps(builder *b, const bool *need)
                 size_t ws = hx__lowered_workspace(t, (hx_lower_kind)e->lowered[i].kind);
                 if (ws > p->workspace_bytes) p->workspace_bytes = ws;
             }
-            if (t->recompute_of) p->n_recomputed++, p->recompute_flops += hx__op_flops(t);
+            if (t->recompute_of) p->n_recomputed++, p->recompute_flops += hx__run_flops(t, e->lowered);
             if (b->grad_out && b->grad_out[i] && !pass) {
                 b->slot_of[k] = slot++;
                 add_copy(b, k++, t, HX_DEV_HOST, dev, HX_ROLE_GRAD_OUT);

@@ -16,7 +16,7 @@ double hx__sim_host_floor(const hx_engine *e, const hx_tensor *node)
 {
     const hx_emu_host_cost *c = &e->cfg.emu_host_cost;
     if (!e->accel_on_host) return 0;
-    return c->launch_latency_s + (c->flops_per_s > 0 ? hx__op_flops(node) / c->flops_per_s : 0);
+    return c->launch_latency_s + (c->flops_per_s > 0 ? hx__run_flops(node, e->lowered) / c->flops_per_s : 0);
 }
 
 /* emu's simulated host: a kernel that began at t0 ends no earlier than its
@@ -44,7 +44,10 @@ hx_status hx__host_launch(hx_engine *e, hx_stream *stream, hx_trace_lane *lane, 
     double t0 = hx__now();
     hx_status st = host->launch(host, stream, sp->fn, ex, sp->node, sp->out, in);
     if (!st) sim_host_hold(e, sp->node, t0, ex->nthreads, cores);
-    if (lane) hx__trace_event(lane, hx__ops[sp->node->op].name, sp->node->name, 0, t0, hx__now());
+    int8_t kind = e->lowered ? e->lowered[sp->node->id].kind : HX_LOWER_NONE;
+    if (lane) /* a fused node by its fusion's name: its time is the whole group's */
+        hx__trace_event(lane, kind ? hx__lower_name((hx_lower_kind)kind) : hx__ops[sp->node->op].name,
+                        sp->node->name, 0, t0, hx__now());
     return st;
 }
 

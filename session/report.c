@@ -30,8 +30,20 @@ void hx__debug_lowering(const hx_session *s, hx_has_kernel_fn has_kernel)
 {
     const hx_graph *g = s->e.g;
     const hx_lowered *low = s->e.lowered;
-    for (int i = 0; s->e.be[HX_DEV_ACCEL] && i < g->n; i++) {
+    bool fuse = !s->e.cfg.no_host_fusion, rc = hx__recompute_on(&s->e);
+    int *readers = fuse ? hx__lower_readers(g, rc) : NULL;
+    if (!fuse) fprintf(stderr, "hetex fusion: off (hx_session_config.no_host_fusion)\n");
+    for (int i = 0; i < g->n; i++) {
         const hx_tensor *t = g->tensors[i];
+        if (t->recompute_of && !rc) continue; /* not planned: gradients read the originals */
+        if (low && low[i].kind && hx__lower_on_host((hx_lower_kind)low[i].kind)) {
+            fprintf(stderr, "hetex fusion: '%s' (%s) -> %s of '%s', '%s' and '%s': each "
+                    "value inside is read by the next op only; '%s' is not planned\n", t->name,
+                    hx__ops[t->op].name, hx__lower_name((hx_lower_kind)low[i].kind),
+                    hx__read_src(t, 0, rc, low)->name, hx__read_src(t, 1, rc, low)->name,
+                    hx__read_src(t, 2, rc, low)->name, hx__src(t, 0, rc)->name);
+            continue;
+        }
         if (low && low[i].kind) {
             hx_lower_kind k = (hx_lower_kind)low[i].kind;
             const hx_tensor *cols = t->src[k == HX_LOWER_CONV2D_BACKWARD_FILTER ? 1 : 0];
@@ -42,11 +54,14 @@ void hx__debug_lowering(const hx_session *s, hx_has_kernel_fn has_kernel)
                     cols->name, hx__ops[cols->op].name, hx__lowered_workspace(t, k));
             continue;
         }
-        const char *why = hx__lower_why_not(t, s->e.target, low, has_kernel, (void *)s);
+        const char *why = hx__lower_why_not(t, s->e.target, low, has_kernel, (void *)s, fuse,
+                                            rc, readers);
         if (why)
-            fprintf(stderr, "hetex lowering: '%s' (%s) on the device runs as built: %s\n", t->name,
-                    hx__ops[t->op].name, why);
+            fprintf(stderr, "hetex %s: '%s' (%s) on the %s runs as built: %s\n",
+                    s->e.target[i] == HX_TARGET_CPU ? "fusion" : "lowering", t->name,
+                    hx__ops[t->op].name, s->e.target[i] == HX_TARGET_CPU ? "host" : "device", why);
     }
+    free(readers);
 }
 
 hx_status hx_session_accelerator_info(const hx_session *s, hx_accelerator_info *out)

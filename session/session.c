@@ -135,8 +135,8 @@ static hx_status setup_devices(hx_session *s)
         snprintf(msg, sizeof msg, "%s", hx_last_error());
         return hx__error(st, "hx_session_create: %s", msg);
     }
-    if (s->e.be[HX_DEV_ACCEL] &&
-        (st = hx__lower(s->e.g, s->e.target, has_kernel, s, &s->e.lowered, &s->n_lowered)))
+    if ((st = hx__lower(s->e.g, s->e.target, has_kernel, s, !s->e.cfg.no_host_fusion,
+                        hx__recompute_on(&s->e), &s->e.lowered, &s->n_lowered)))
         return st;
     if ((st = hx__offload_place(&s->e))) return st;
     for (int i = 0; i < s->e.g->n; i++) s->n_fallbacks += s->e.why[i] == HX_WHY_FALLBACK;

@@ -923,6 +923,65 @@ static void test_gemm(test_rng *r)
     check_gemm(r, 0, 0, 2, 4, 5, 0, 0, 1.0f, 0.5f, 1); /* K = 0: C = beta * C */
 }
 
+/* The fused GEMM (hx_k_gemm_bias_act_f32): bitwise hx_k_gemm_f32, then
+ * hx_k_bias_add_f32, then hx_k_unary_f32, at 1 to 3 threads, on shapes of
+ * one tile and of several (128 x 256 tiles: M 300, N 530), transposed or
+ * not, batched with a shared B; without activation and with a bias also
+ * within the GEMM's bound of the double reference sum + bias. */
+static void check_gemm_fused(test_rng *r, int ta, int tb, int64_t batch, int64_t M, int64_t N,
+                             int64_t K, int act, int with_bias)
+{
+    int64_t lda = ta ? M : K, ldb = tb ? K : N, sa = M * K, sb = 0, nc = batch * M * N;
+    float *A = falloc(batch * sa), *B = falloc(K * N), *bias = falloc(N);
+    float *chain = falloc(nc), *got = falloc(nc);
+    test_fill_uniform(r, A, batch * sa, -1, 1);
+    test_fill_uniform(r, B, K * N, -1, 1);
+    test_fill_uniform(r, bias, N, -2, 2);
+    hx_k_gemm_f32(ta, tb, batch, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, chain, N, M * N, 1);
+    if (with_bias) hx_k_bias_add_f32(chain, chain, bias, batch * M, N, 1);
+    if (act >= 0) hx_k_unary_f32((hx_unary_op)act, chain, chain, nc, 1);
+    for (int nt = 1; nt <= 3; nt++) {
+        test_fill_uniform(r, got, nc, -9, 9); /* every element written */
+        hx_k_gemm_bias_act_f32(ta, tb, batch, M, N, K, A, lda, sa, B, ldb, sb,
+                               with_bias ? bias : NULL, act, got, N, M * N, nt);
+        int64_t bad = -1;
+        for (int64_t c = 0; c < nc && bad < 0; c++)
+            if (memcmp(&got[c], &chain[c], sizeof(float))) bad = c;
+        CHECK(bad < 0, "gemm_bias_act ta=%d tb=%d batch=%lld M=%lld N=%lld K=%lld act %d bias "
+              "%d threads %d: element %lld is %.9g, the chain's %.9g", ta, tb, (long long)batch,
+              (long long)M, (long long)N, (long long)K, act, with_bias, nt, (long long)bad,
+              bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : chain[bad]);
+    }
+    for (int64_t c = 0; act < 0 && c < nc; c++) { /* the double reference */
+        int64_t b = c / (M * N), i = c / N % M, j = c % N;
+        double sum = with_bias ? bias[j] : 0, sabs = fabs(sum);
+        for (int64_t k = 0; k < K; k++) {
+            double p = (double)A[b * sa + (ta ? k * lda + i : i * lda + k)] *
+                       B[tb ? j * ldb + k : k * ldb + j];
+            sum += p, sabs += fabs(p);
+        }
+        if (!(fabs(got[c] - sum) <= 1e-5 * sabs + 1e-7)) {
+            CHECK(0, "gemm_bias M=%lld N=%lld K=%lld: element %lld is %.9g, want %.9g",
+                  (long long)M, (long long)N, (long long)K, (long long)c, got[c], sum);
+            break;
+        }
+    }
+    free(A), free(B), free(bias), free(chain), free(got);
+}
+
+static void test_gemm_fused(test_rng *r)
+{
+    static const int acts[] = {-1, HX_UNARY_RELU, HX_UNARY_GELU, HX_UNARY_GELU_ERF};
+    for (int a = 0; a < 4; a++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                check_gemm_fused(r, ta, tb, 1, 7, 17, 5, acts[a], 1);
+                check_gemm_fused(r, ta, tb, 2, 300, 530, 33, acts[a], 1);
+            }
+    check_gemm_fused(r, 0, 0, 3, 40, 96, 64, HX_UNARY_GELU, 0); /* activation, no bias */
+    check_gemm_fused(r, 0, 1, 1, 129, 257, 0, HX_UNARY_GELU_ERF, 1); /* K = 0: act(bias) */
+}
+
 /* ====================================================================== */
 /* gather, scatter-add                                                      */
 
@@ -1205,6 +1264,7 @@ static void copy_case(void) { test_copy(&rng); }
 static void casts_case(void) { test_casts(&rng); }
 static void sumsq_case(void) { test_sumsq(&rng); }
 static void gemm_case(void) { test_gemm(&rng); }
+static void gemm_fused_case(void) { test_gemm_fused(&rng); }
 static void gather_scatter_case(void) { test_gather_scatter(&rng); }
 static void mask_dropout_case(void) { test_mask_dropout(&rng); }
 static void losses_case(void) { test_losses(&rng); }
@@ -1222,6 +1282,7 @@ static const test_case cases[] = {
     {"casts", casts_case},
     {"sumsq", sumsq_case},
     {"gemm", gemm_case},
+    {"gemm_fused", gemm_fused_case},
     {"gather_scatter", gather_scatter_case},
     {"mask_dropout", mask_dropout_case},
     {"losses", losses_case},

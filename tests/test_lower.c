@@ -139,7 +139,8 @@ static hx_session *session(const net *m, hx_accelerator acc, bool lower, bool re
     emu_kernel = b->kernel;
     b->kernel = with_conv;
     CHECK(s->e.lowered == NULL && s->e.plans == NULL, "emu lowered nothing and planned nothing");
-    CHECK(hx__lower(m->g, s->e.target, device_has, b, &s->e.lowered, &s->n_lowered) == HX_OK,
+    CHECK(hx__lower(m->g, s->e.target, device_has, b, true, hx__recompute_on(&s->e), &s->e.lowered,
+                    &s->n_lowered) == HX_OK,
           "lower: %s", hx_last_error());
     return s;
 }
@@ -221,7 +222,7 @@ static void test_rewrite(void)
         const char *why = NULL;
         for (int i = 0; q && !k && i < o.g->n && !why; i++)
             why = hx__lower_why_not(o.g->tensors[i], q->e.target, q->e.lowered, device_has,
-                                    q->e.be[HX_DEV_ACCEL]);
+                                    q->e.be[HX_DEV_ACCEL], true, false, NULL);
         CHECK(k || (why && strstr(why, "dtype")), "why not: %s", why ? why : "(none)");
         hx_session_free(q);
         hx_graph_free(o.g);

@@ -160,7 +160,7 @@ static void sqrt_forward(float *y, const float *x, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);
 }
 
-static void unary_forward(hx_unary_op op, float *y, const float *x, int64_t n)
+void hx__unary_forward(hx_unary_op op, float *y, const float *x, int64_t n)
 {
     switch (op) {
     case HX_UNARY_RELU: relu_forward(y, x, n); break;
@@ -177,14 +177,14 @@ static void unary_forward(hx_unary_op op, float *y, const float *x, int64_t n)
 void hx_k_unary_f32(hx_unary_op op, float *y, const float *x, int64_t n, int nthreads)
 {
     if (!hx_k_go_parallel(n, nthreads)) {
-        unary_forward(op, y, x, n);
+        hx__unary_forward(op, y, x, n);
         return;
     }
 #pragma omp parallel num_threads(nthreads)
     {
         int64_t lo, hi;
         hx_k_thread_slice(n, 16, &lo, &hi);
-        unary_forward(op, y + lo, x + lo, hi - lo);
+        hx__unary_forward(op, y + lo, x + lo, hi - lo);
     }
 }
 

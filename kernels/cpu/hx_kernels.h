@@ -113,6 +113,16 @@ void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
                    const float *B, int64_t ldb, int64_t stride_b, float beta, float *C,
                    int64_t ldc, int64_t stride_c, int nthreads);
 
+/* The GEMM above (alpha 1, beta 0), then C += bias (N) on every row (NULL:
+ * none), then C = act(C) (an hx_unary_op; -1: none), applied to each tile
+ * of C on the thread that computed it, right after its GEMM: bitwise
+ * hx_k_gemm_f32, then hx_k_bias_add_f32, then hx_k_unary_f32, at any
+ * thread count. */
+void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N,
+                            int64_t K, const float *A, int64_t lda, int64_t stride_a,
+                            const float *B, int64_t ldb, int64_t stride_b, const float *bias,
+                            int act, float *C, int64_t ldc, int64_t stride_c, int nthreads);
+
 /* ---- convolutional networks (conv.c, pool.c, batchnorm.c) ----------------- */
 
 /* A 2-D window over NCHW images: x (N, C, H, W) -> (N, C, OH, OW) windows of

@@ -110,4 +110,9 @@ static inline int hx_k_check_ids(const void *ids, hx_kdtype id_dt, int64_t n, in
     return 0;
 }
 
+/* y (n) = f(x (n)) for unary op `op` on the calling thread (y may be x):
+ * what hx_k_unary_f32 runs on each thread's slice, and the fused GEMM's
+ * epilogue (gemm.c) on each tile row. */
+void hx__unary_forward(hx_unary_op op, float *y, const float *x, int64_t n);
+
 #endif
