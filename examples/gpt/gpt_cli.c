@@ -22,6 +22,7 @@ typedef struct options {
     int dpu; /* delayed parameter update after this many steps; -1: off */
     const char *offload_config; /* hx_offload_config_parse's key=value,... */
     bool recompute; /* recompute every block in backward (offload.recompute) */
+    bool no_fusion; /* hx_session_config.no_host_fusion: every op as built */
     bool quiet;                 /* no progress output */
     double progress_interval;   /* seconds between progress lines off a terminal */
     int zero;                   /* data parallel under mpirun: the ZeRO stage; -1: off */
@@ -50,6 +51,8 @@ static const char usage[] =
     "  --recompute             keep only each block's input from forward and recompute its\n"
     "                          attention and MLP in backward (activation checkpointing:\n"
     "                          about a third more FLOPs, a block's activations instead of all)\n"
+    "  --no-fusion             run every op as built: no host fusion of matmul + bias\n"
+    "                          (+ activation) into one GEMM (for comparison)\n"
     "  --eval-every N --eval-iters N   validation loss every N steps over M batches (250 20)\n"
     "  --accelerator auto|cuda|emu|none   where DEVICE ops run (auto)\n"
     "  --placement device|auto|host   every op on the device, placed by the measured\n"
@@ -115,6 +118,7 @@ static int parse(int argc, char **argv, options *o)
         CLI_FLAG_CHOICE("--offload", &offload, "none|optimizer"), /* gpt_offload's order */
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
         CLI_FLAG_SWITCH("--recompute", &o->recompute),
+        CLI_FLAG_SWITCH("--no-fusion", &o->no_fusion),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
         CLI_FLAG_NUM("--zero", CLI_INT, &o->zero, 0, 3),
         CLI_FLAG_TEXT("--save", &o->save),
@@ -328,6 +332,7 @@ int gpt_main(int argc, char **argv)
         return 2;
     }
     cfg.offload.recompute |= o.recompute;
+    cfg.no_host_fusion = o.no_fusion;
     cfg.auto_placement = o.model.placement == HX_TARGET_AUTO;
     cfg.comm = comm;
     cfg.zero_stage = comm ? o.zero : 0;
