@@ -163,11 +163,11 @@ static void check_kernel_table(void)
               !hx__cuda_kernel(HX_KERNEL_SUMSQ, HX_DTYPE_I32),
           "the gradient scan kernel");
     /* the lowered convolutions (graph.h): cuDNN's where it was built in and
-     * opens, on float dtypes */
+     * opens, on float dtypes; the host fusions have no device kernel */
     bool dnn = cudnn_here();
     for (int k = HX_LOWER_CONV2D; k < HX_LOWER_COUNT; k++)
         for (int dt = HX_DTYPE_F32; dt <= HX_DTYPE_I64; dt++) {
-            bool want = dnn && dt <= HX_DTYPE_BF16;
+            bool want = dnn && dt <= HX_DTYPE_BF16 && !hx__lower_on_host((hx_lower_kind)k);
             CHECK((hx__cuda_kernel(HX_LOWERED_OP(k), (hx_dtype)dt) != NULL) == want,
                   "%s on %s: %s", hx__lower_name((hx_lower_kind)k), hx_dtype_name((hx_dtype)dt),
                   want ? "missing" : "present");
