@@ -22,10 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The kill-during-save test's fault hook: with $HX_CLI_CRASH_AT=K the
- * process kills itself (SIGKILL) at the K-th step of its saves (a file
- * written, synced, the swap, the old one removed), counted from 1. */
-static void crash_point(void)
+void cli_crash_point(void)
 {
     static long at = -1, count;
     if (at < 0) {
@@ -162,7 +159,7 @@ bool cli_ckpt_begin(const char *cmd, const char *flag, const char *dir, cli_ckpt
 const char *cli_ckpt_file(cli_ckpt *c, const char *name)
 {
     snprintf(c->file, sizeof c->file, "%s/%s", c->stage, name);
-    crash_point(); /* the file before it is written */
+    cli_crash_point(); /* the file before it is written */
     return c->file;
 }
 
@@ -182,7 +179,7 @@ bool cli_ckpt_commit(cli_ckpt *c)
     }
     if (d) closedir(d);
     else if (!failed) failed = "read", err = errno;
-    crash_point();
+    cli_crash_point();
     if (!failed && !sync_path(c->stage)) failed = "sync", err = errno;
     char parent[4096];
     const char *base;
@@ -206,10 +203,10 @@ bool cli_ckpt_commit(cli_ckpt *c)
         cli_ckpt_abort(c);
         return false;
     }
-    crash_point();
+    cli_crash_point();
     /* The stage name now holds the old checkpoint (none after a first save). */
     if (!first) remove_tree(c->stage);
-    crash_point();
+    cli_crash_point();
     sync_path(parent);
     close(c->fd);
     c->fd = -1;

@@ -159,6 +159,11 @@ void cli_ckpt_abort(cli_ckpt *c);
 /* true when dir exists and is not a checkpoint folder nor empty: a save
  * there would replace someone's files. */
 bool cli_ckpt_foreign(const char *dir);
+/* The kill-during-save tests' fault hook: with $HX_CLI_CRASH_AT=K the
+ * process kills itself (SIGKILL) at the K-th step of its saves (here: a
+ * file written, synced, the swap, the old one removed; a command's own
+ * saves may add steps), counted from 1. */
+void cli_crash_point(void);
 
 /* The `state` file of a command's checkpoint folder (cli/state.c): a first
  * line naming the command, body (where the run is, then the flags that

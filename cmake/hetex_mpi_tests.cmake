@@ -41,6 +41,13 @@ if(HX_HAVE_MPI)
   foreach(np 1 2 4)
     add_test(NAME mpi_zero_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:mpi_zero>)
   endforeach()
+  # sharded ZeRO checkpoints: saved at 4 ranks, loaded at 4, 2 and 1 (no
+  # MPI), damaged shards refused, jobs killed mid-save (tests/mpi/zero_ckpt.sh)
+  add_executable(mpi_zero_ckpt ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_zero_ckpt.c ${HX_EXAMPLE_SOURCES_gpt})
+  target_include_directories(mpi_zero_ckpt PRIVATE ${PROJECT_SOURCE_DIR}/examples/gpt)
+  target_link_libraries(mpi_zero_ckpt PRIVATE hx_testlib)
+  add_test(NAME mpi_zero_ckpt COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/zero_ckpt.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_zero_ckpt>)
   # a rank SIGKILLed mid-training: the others end within the timeout naming it
   add_executable(mpi_killed ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_killed.c)
   target_link_libraries(mpi_killed PRIVATE hx_testlib)
@@ -48,6 +55,9 @@ if(HX_HAVE_MPI)
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_killed> 3)
   # mpirun -np 2 hetex gpt --zero 0
   add_test(NAME mpi_gpt_zero COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/gpt_zero.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
+  # hetex gpt --zero 2 --save / --resume at 4, 2 and 1 ranks (sharded checkpoints)
+  add_test(NAME mpi_gpt_zero_ckpt COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/gpt_zero_ckpt.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
   # sharded embedding tables (collective mode) against one rank alone; the
   # same bits over shared memory, again, and over TCP
@@ -91,8 +101,8 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_widedeep_servers COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_servers.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli> ${PROJECT_SOURCE_DIR}/data/adult)
   set_tests_properties(mpi_widedeep_servers PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
-  foreach(name mpi_gpt_zero mpi_killed_rank mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
-          mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4)
+  foreach(name mpi_gpt_zero mpi_gpt_zero_ckpt mpi_killed_rank mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
+          mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4 mpi_zero_ckpt)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   endforeach()
 endif()

@@ -1,8 +1,8 @@
 /* Checkpoints of sharded tables: each rank saves its part with the local
  * table's checksummed save (embedding/emb_io.c) to "PATH.g<gen>.<r>-of-<N>",
  * then rank 0 writes the manifest at PATH (a staged file: the commit of
- * the set) naming every shard's rows, bytes and XXH3-64, itself ending
- * with the XXH3-64 of its text. A crash at any instant leaves the old
+ * the set; core.h's shard sets, shared with the session's sharded
+ * checkpoints) naming every shard's rows, bytes and XXH3-64. A crash at any instant leaves the old
  * manifest and the old generation's files, or the new ones. The files
  * must be where every rank sees them (one machine, or a shared folder).
  *
@@ -16,15 +16,13 @@
 #define _GNU_SOURCE
 #include "embedding/shard_impl.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #define MANIFEST_HEAD "hetex sharded embedding table 1\n"
-enum { MAX_SHARDS = 1 << 16, LAYOUT_ROWS = 0, LAYOUT_TABLE = 1 };
+enum { LAYOUT_ROWS = 0, LAYOUT_TABLE = 1 };
 static const char *const layout_name[2] = {"rows", "table"};
 
 typedef struct manifest {
@@ -40,71 +38,37 @@ static void manifest_free(manifest *m)
     m->shash = NULL;
 }
 
-static char *shard_path(const char *path, int64_t gen, int64_t s, int64_t n)
-{
-    char *p = NULL;
-    if (asprintf(&p, "%s.g%" PRId64 ".%" PRId64 "-of-%" PRId64, path, gen, s, n) < 0) return NULL;
-    return p;
-}
-
 /* XXH3-64 and size of a whole file. */
 static hx_status file_hash(const char *path, uint64_t *hash, int64_t *bytes, hx_emb_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return hx_emb_fail(err, HX_ERR_IO, "cannot read shard file %s: %s", path, strerror(errno));
-    XXH3_state_t *st = XXH3_createState();
-    char *buf = malloc(1 << 20);
-    hx_status rc = st && buf ? HX_OK : hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "out of memory hashing %s", path);
-    *bytes = 0;
-    if (!rc) XXH3_64bits_reset(st);
-    size_t k;
-    while (!rc && (k = fread(buf, 1, 1 << 20, f)) > 0) {
-        XXH3_64bits_update(st, buf, k);
-        *bytes += (int64_t)k;
-    }
-    if (!rc && ferror(f)) rc = hx_emb_fail(err, HX_ERR_IO, "reading shard file %s failed", path);
-    if (!rc) *hash = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    free(buf);
-    fclose(f);
-    return rc;
+    hx_status st = hx__file_xxh3("sharded embedding checkpoint", path, hash, bytes);
+    return st ? hx_emb_fail(err, st, "%s", hx_last_error()) : HX_OK;
 }
 
 /* The manifest at path, every number checked. */
 static hx_status manifest_read(const char *path, manifest *m, hx_emb_err *err)
 {
     memset(m, 0, sizeof *m);
-    FILE *f = fopen(path, "rb");
-    if (!f) return hx_emb_fail(err, HX_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-    enum { CAP = 64 + MAX_SHARDS * 96 + 512 };
-    char *text = malloc(CAP + 1);
-    size_t n = text ? fread(text, 1, CAP, f) : 0;
-    fclose(f);
-    if (!text) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
-    text[n] = 0;
-    hx_status st = HX_OK;
-    char *last = n > 1 ? memrchr(text, '\n', n - 1) : NULL;
-    unsigned long long check = 0;
-    if (n < sizeof MANIFEST_HEAD || memcmp(text, MANIFEST_HEAD, sizeof MANIFEST_HEAD - 1) || !last ||
-        sscanf(last + 1, "check %16llx\n", &check) != 1 ||
-        XXH3_64bits(text, (size_t)(last + 1 - text)) != check)
-        st = hx_emb_fail(err, HX_ERR_CORRUPT, "%s is not a sharded table's manifest, or it is damaged (its "
-                         "check line does not match its text)", path);
-    char *p = text + sizeof MANIFEST_HEAD - 1, layout[16] = "";
+    enum { CAP = 64 + HX_MAX_SHARDS * 96 + 512 };
+    hx_manifest mf;
+    hx_status st = hx__manifest_read("sharded embedding checkpoint", path, MANIFEST_HEAD, CAP, &mf);
+    if (st) return hx_emb_fail(err, st, "%s", hx_last_error());
+    m->gen = mf.gen;
+    m->shards = mf.shards;
+    const char *p = mf.body;
+    char layout[16] = "";
     int used = 0;
-    if (!st && sscanf(p, "generation %" SCNd64 "\nshards %" SCNd64 "\nrows %" SCNd64 "\ndim %" SCNd64
-                      "\ndtype %" SCNd64 "\ndynamic %" SCNd64 "\nlayout %15s\nowner %" SCNd64 "\n%n",
-                      &m->gen, &m->shards, &m->rows, &m->dim, &m->dtype, &m->dynamic, layout, &m->owner,
-                      &used) != 8)
+    if (sscanf(p, "rows %" SCNd64 "\ndim %" SCNd64 "\ndtype %" SCNd64 "\ndynamic %" SCNd64
+               "\nlayout %15s\nowner %" SCNd64 "\n%n", &m->rows, &m->dim, &m->dtype, &m->dynamic, layout,
+               &m->owner, &used) != 6)
         st = hx_emb_fail(err, HX_ERR_CORRUPT, "%s: the manifest's header lines are malformed", path);
     m->layout = !strcmp(layout, "table") ? LAYOUT_TABLE : LAYOUT_ROWS;
-    if (!st && (m->gen < 1 || m->shards < 1 || m->shards > MAX_SHARDS || m->rows < 1 || m->rows > ((int64_t)1 << 40) ||
+    if (!st && (m->rows < 1 || m->rows > ((int64_t)1 << 40) ||
                 m->dim < 1 || m->dim > ((int64_t)1 << 20) || m->dynamic < 0 || m->dynamic > 1 ||
                 (strcmp(layout, "rows") && strcmp(layout, "table")) || m->owner < 0 || m->owner >= m->shards ||
                 (m->dtype != HX_DTYPE_F32 && m->dtype != HX_DTYPE_F16 && m->dtype != HX_DTYPE_BF16)))
-        st = hx_emb_fail(err, HX_ERR_CORRUPT, "%s: a header value is out of range (generation %" PRId64
-                         ", %" PRId64 " shards, %" PRId64 " x %" PRId64 ")", path, m->gen, m->shards,
-                         m->rows, m->dim);
+        st = hx_emb_fail(err, HX_ERR_CORRUPT, "%s: a header value is out of range (%" PRId64 " shards, %"
+                         PRId64 " x %" PRId64 ")", path, m->shards, m->rows, m->dim);
     if (!st) {
         m->srows = malloc((size_t)m->shards * 3 * sizeof *m->srows);
         if (!m->srows) st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
@@ -131,7 +95,7 @@ static hx_status manifest_read(const char *path, manifest *m, hx_emb_err *err)
                              "layout of %" PRId64 " rows over %" PRId64 " shards gives it %" PRId64, path, s,
                              m->srows[s], layout_name[m->layout], m->rows, m->shards, want);
     }
-    free(text);
+    hx__manifest_free(&mf);
     if (st) manifest_free(m);
     return st;
 }
@@ -152,12 +116,7 @@ static hx_status manifest_write(hx_emb_shard *s, const char *path, int64_t gen, 
         fprintf(m, "shard %d rows %" PRId64 " bytes %" PRId64 " xxh3 %016llx\n", j, all[4 * j + 1],
                 all[4 * j + 2], (unsigned long long)all[4 * j + 3]);
     fclose(m);
-    hx_stage stg;
-    hx_status st = hx__stage_open("hx_embedding_table_save", path, &stg);
-    if (!st) {
-        fprintf(stg.f, "%scheck %016llx\n", text, (unsigned long long)XXH3_64bits(text, len));
-        st = hx__stage_commit("hx_embedding_table_save", &stg);
-    }
+    hx_status st = hx__manifest_commit("hx_embedding_table_save", path, text, len);
     free(text);
     return st ? hx_emb_fail(err, st, "%s", hx_last_error()) : HX_OK;
 }
@@ -186,7 +145,7 @@ hx_status hx__shard_save(hx_emb_table *t, const char *path, hx_emb_err *err)
     }
     hx_status st = bcast(s, gen, 2, err);
     /* this rank's part: (status, rows, bytes, xxh3) to every rank */
-    char *mine_path = st ? NULL : shard_path(path, gen[0], s->rank, N);
+    char *mine_path = st ? NULL : hx__shard_file(path, gen[0], s->rank, N);
     int64_t me[4] = {0, s->part ? s->local->base.rows : 0, 0, 0};
     int64_t *all = malloc((size_t)N * 4 * sizeof *all);
     hx_status own = HX_OK;
@@ -214,11 +173,7 @@ hx_status hx__shard_save(hx_emb_table *t, const char *path, hx_emb_err *err)
     hx_status commit = !st && s->rank == 0 ? manifest_write(s, path, gen[0], all, &mine) : HX_OK;
     if (!st) st = hx__shard_agree(s, HX_EMB_X_SAVE, commit, &mine, err);
     if (st && mine_path && s->part) remove(mine_path);
-    for (int64_t j = 0; !st && s->rank == 0 && j < gen[1]; j++) { /* the set before, no longer named */
-        char *p = shard_path(path, gen[0] - 1, j, gen[1]);
-        if (p) remove(p);
-        free(p);
-    }
+    if (!st && s->rank == 0) hx__shard_files_remove(path, gen[0] - 1, gen[1]); /* the set before, no longer named */
     pthread_mutex_unlock(&s->lock);
     free(mine_path);
     free(all);
@@ -241,7 +196,7 @@ bool hx_emb_shard_is_manifest(const char *path)
 static hx_status load_shard(const manifest *m, const char *path, int64_t s, const hx_emb_table_config *tc,
                             hx_emb_table **out, hx_emb_err *err)
 {
-    char *p = shard_path(path, m->gen, s, m->shards);
+    char *p = hx__shard_file(path, m->gen, s, m->shards);
     if (!p) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "out of memory");
     uint64_t h = 0;
     int64_t bytes = 0;
@@ -386,7 +341,7 @@ hx_status hx__shard_load(hx_emb_table *t, const char *path, hx_emb_err *err)
                               "table loads at the layout and number of ranks it was saved at, here %d (%s)",
                               path, m.shards, layout_name[m.layout], s->size, layout_name[s->table_wise]);
         else if (s->part && !(own = hx__shard_make_part(s, &fresh, &fresh_part, &mine))) {
-            char *p = shard_path(path, m.gen, s->rank, m.shards);
+            char *p = hx__shard_file(path, m.gen, s->rank, m.shards);
             uint64_t h = 0;
             int64_t bytes = 0;
             own = p ? file_hash(p, &h, &bytes, &mine) : hx_emb_fail(&mine, HX_ERR_OUT_OF_MEMORY, "out of memory");

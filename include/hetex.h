@@ -1671,8 +1671,9 @@ typedef struct hx_session_config {
      * Inf/NaN check are the owners' per-parameter sums of squares gathered
      * in plan order, so stages 1 and 2 give bitwise stage 0's parameters.
      * hx_session_read of a sharded tensor works on its owner only;
-     * hx_session_write of one, checkpoints, offload_param=disk and
-     * delayed_param_update are refused (HX_ERR_UNSUPPORTED). Compared
+     * hx_session_write of one, offload_param=disk and
+     * delayed_param_update are refused (HX_ERR_UNSUPPORTED); checkpoints
+     * are sharded (hx_session_save). Compared
      * over the ranks at creation with the graph. 3: summed as at 2, and
      * what every rank reads of each parameter (its half copy, else the
      * f32 parameter) is sharded too: each rank keeps only its own chunks
@@ -2132,21 +2133,40 @@ HX_API hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out
  * checksum. Loading checks the whole file against the session's graph
  * (the same set of names, dtypes, shapes, checksums) before changing
  * anything. Both wait for a delayed update first.
- *   Fails:      HX_ERR_INVALID_ARGUMENT (s or path NULL); HX_ERR_STATE (save:
- *               another saver, in this process or another, is writing path
- *               now: the message names its stage file); HX_ERR_IO (the file
+ * A session at zero_stage >= 1 saves a sharded checkpoint, a collective
+ * over its communicator (every rank calls save with the same path): each
+ * rank writes the tensors it holds alone (its masters and moments, at
+ * stage 3 its parameters too; rank 0 also the replicated ones) to "<path>.g<G>.<rank>-of-<N>", a file of
+ * the format above, reads it back for its size and XXH3-64, and once
+ * every rank's is written rank 0 commits the set by writing the manifest
+ * at path (staged as above: rank count, stage, which shard holds each
+ * tensor, each shard's bytes and checksum); a kill at any instant leaves
+ * the old set loadable, and the set before is removed after the commit.
+ * The files must be where every rank sees them. Load takes either kind of
+ * checkpoint into any session of the graph: a sharded one at any rank
+ * count and stage, or in a session of one process (the full state); a
+ * whole one into a ZeRO session (each rank its part). Every rank checks
+ * every shard file against the manifest, and a ZeRO session's ranks agree
+ * before any of them changes anything (a collective too).
+ *   Fails:      HX_ERR_INVALID_ARGUMENT (s or path NULL; a sharded save:
+ *               a tensor name past 511 bytes); HX_ERR_STATE (save: another
+ *               saver, in this process or another, is writing path now:
+ *               the message names its stage file); HX_ERR_IO (the file
  *               cannot be created, written, renamed or read, or changed
  *               while it was loaded); HX_ERR_CORRUPT (load: a truncated or
  *               damaged file, one that does not fit the graph: the
  *               message names the tensor, or a header a session cannot run
  *               with, checksum or not: a count past int64, a loss scale
- *               that is not finite and > 0); HX_ERR_UNSUPPORTED (the
- *               session shards its state, ZeRO stage 1 or 2: sharded
- *               checkpoints are not built); HX_ERR_OUT_OF_MEMORY.
- *   On failure: save leaves the file at path as it was; load leaves the
- *               session as it was, unless the file changed between its
- *               check and its reading (HX_ERR_IO), when tensors in memory
- *               may hold the new values in part.
+ *               that is not finite and > 0; a sharded one whose manifest
+ *               is damaged or out of bounds, or whose shard file is
+ *               missing, short or changed: the message names the file);
+ *               HX_ERR_COMM (a sharded save or a ZeRO load: the ranks'
+ *               collectives; a rank that fails its part fails every rank,
+ *               the others naming it); HX_ERR_OUT_OF_MEMORY.
+ *   On failure: save leaves the file (or set) at path as it was; load
+ *               leaves the session as it was (on every rank), unless a
+ *               file changed between its check and its reading (HX_ERR_IO),
+ *               when tensors in memory may hold the new values in part.
  *   Ownership:  path is not kept.
  *   Threads:    one thread per session.
  */

@@ -16,7 +16,10 @@
  * never leaves a half-written checkpoint under the real name. Loading checks the
  * whole file (its checksum, then every entry against the graph) before
  * changing anything. Tensors that live on the accelerator are read and
- * written through its backend's copies. */
+ * written through its backend's copies.
+ * A session that shards its state (ZeRO) saves a set of these files, one
+ * per rank, each holding the tensors that rank writes, under a manifest
+ * (checkpoint_set.c); the loading half here reads one file or several. */
 #include "session/session.h"
 #include "scheduler/scheduler.h"
 
@@ -32,7 +35,7 @@ static const char MAGIC[8] = {'H', 'X', 'C', 'K', 'P', 'T', '0', '1'};
 
 enum { PIECE = 1 << 20 }; /* bytes hashed or copied at a time */
 
-static bool saved(const hx_tensor *t)
+bool hx__ckpt_saved(const hx_tensor *t)
 {
     return t->kind == HX_TENSOR_PARAMETER || t->kind == HX_TENSOR_STATE;
 }
@@ -41,6 +44,7 @@ static bool saved(const hx_tensor *t)
 
 typedef struct writer {
     hx_session *s;
+    const bool *keep; /* per tensor id: written (NULL: every saved tensor) */
     FILE *f;
     XXH3_state_t *total;
     size_t written;
@@ -87,7 +91,7 @@ static hx_status put_in_memory(writer *w)
     hx_status st = HX_OK;
     for (int i = 0; i < s->e.g->n && !st; i++) {
         const hx_tensor *t = s->e.g->tensors[i];
-        if (!saved(t) || hx__residency_holds(&s->e, i)) continue;
+        if (!hx__ckpt_saved(t) || hx__residency_holds(&s->e, i) || (w->keep && !w->keep[i])) continue;
         size_t n = hx_tensor_nbytes(t);
         int d = hx__dev_of(&s->e, i);
         void *host = d == HX_DEV_HOST ? s->e.persist[i] : malloc(n ? n : 1);
@@ -103,7 +107,7 @@ static hx_status write_all(writer *w)
 {
     hx_session *s = w->s;
     uint32_t count = 0;
-    for (int i = 0; i < s->e.g->n; i++) count += saved(s->e.g->tensors[i]);
+    for (int i = 0; i < s->e.g->n; i++) count += hx__ckpt_saved(s->e.g->tensors[i]) && (!w->keep || w->keep[i]);
     uint64_t step = (uint64_t)s->stats.step, skipped = (uint64_t)s->stats.skipped_steps;
     uint64_t good = (uint64_t)s->good_steps;
     put(w, MAGIC, sizeof MAGIC);
@@ -113,7 +117,7 @@ static hx_status write_all(writer *w)
     PUT(w, s->stats.loss_scale);
     PUT(w, count);
     hx_status st = put_in_memory(w);
-    if (!st && s->e.residency)
+    if (!st && s->e.residency && !w->keep) /* (the disk tier does not combine with ZeRO) */
         st = s->e.residency->visit(s->e.residency, "hx_session_save", false, false, put_entry, w);
     uint64_t total = XXH3_64bits_digest(w->total);
     if (!w->failed) { /* the total is not part of what it sums */
@@ -127,11 +131,11 @@ static hx_status write_all(writer *w)
     return st;
 }
 
-static hx_status save_held(hx_session *s, const char *path)
+hx_status hx__ckpt_write(hx_session *s, const char *path, const bool *keep)
 {
     hx_status st = hx__dpu_settle(&s->e); /* a delayed update lands first */
     if (st) return st;
-    writer w = {.s = s, .total = XXH3_createState()};
+    writer w = {.s = s, .keep = keep, .total = XXH3_createState()};
     if (!w.total || XXH3_64bits_reset(w.total) == XXH_ERROR) {
         XXH3_freeState(w.total);
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_save: out of host memory");
@@ -154,20 +158,12 @@ static hx_status save_held(hx_session *s, const char *path)
     return st;
 }
 
-/* Checkpoints of sharded state (each rank its shard) are not built. */
-static hx_status zero_refused(const char *fn)
-{
-    return hx__error(HX_ERR_UNSUPPORTED, "%s: the session shards its optimizer state over the "
-                     "ranks (ZeRO stage 1 or 2) and sharded checkpoints are not built yet: save "
-                     "and load at zero_stage 0", fn);
-}
-
 hx_status hx_session_save(hx_session *s, const char *path)
 {
     if (s && !path) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_save: path is NULL");
     hx_status st = hx__session_enter(s, "hx_session_save");
     if (st) return st;
-    st = s->zero_owner ? zero_refused("hx_session_save") : save_held(s, path);
+    st = s->zero_owner ? hx__ckpt_save_set(s, path) : hx__ckpt_write(s, path, NULL);
     hx__session_leave(s);
     return st;
 }
@@ -221,34 +217,42 @@ static hx_status check_total(reader *r, XXH3_state_t *h, uint64_t size)
     return HX_OK;
 }
 
-typedef struct header { uint64_t step, skipped, good; double scale; } header;
-
-/* Checks every entry against the graph; off[id] and sum[id]: where tensor
- * id's bytes are in the file and their checksum (off -1: not in it). */
-static hx_status verify(const hx_session *s, reader *r, XXH3_state_t *h, int64_t *off,
-                        uint64_t *sums, header *hd)
+/* Checks every entry of file k against the graph into in (off, sum and
+ * file per tensor id; a tensor found twice, here or in an earlier file, is
+ * refused). A whole checkpoint holds every saved tensor; a shard of a set
+ * (shard) a part of them, with the same counters as the shards before. */
+static hx_status verify(const hx_session *s, hx_ckpt_in *in, int k, reader *r, bool shard)
 {
     const hx_graph *g = s->e.g;
     const char *path = r->path;
     char magic[8];
     uint32_t count;
+    uint64_t step, skipped, good;
+    double scale;
     if (!take(r, magic, 8) || memcmp(magic, MAGIC, 8)) return corrupt(path, "bad magic");
-    if (!TAKE(r, hd->step) || !TAKE(r, hd->skipped) || !TAKE(r, hd->good) || !TAKE(r, hd->scale) ||
-        !TAKE(r, count))
+    if (!TAKE(r, step) || !TAKE(r, skipped) || !TAKE(r, good) || !TAKE(r, scale) || !TAKE(r, count))
         return corrupt(path, "truncated header");
     /* what the session will run with, held to hx_session_create's rules */
-    if (hd->step > INT64_MAX || hd->skipped > INT64_MAX || hd->good > INT_MAX)
+    if (step > INT64_MAX || skipped > INT64_MAX || good > INT_MAX)
         return corrupt(path, "its step, skipped-step or good-step count is past what a session counts");
-    if (!(hd->scale > 0 && isfinite(hd->scale)))
+    if (!(scale > 0 && isfinite(scale)))
         return corrupt(path, "its loss scale is not finite and > 0");
+    if (in->have_head && (step != in->step || skipped != in->skipped || good != in->good ||
+                          memcmp(&scale, &in->scale, sizeof scale)))
+        return corrupt(path, "its step count or loss scale differs from the set's other shards'");
+    in->have_head = true;
+    in->step = step;
+    in->skipped = skipped;
+    in->good = good;
+    in->scale = scale;
     uint32_t expected = 0;
-    for (int i = 0; i < g->n; i++) expected += saved(g->tensors[i]);
-    if (count != expected) {
+    for (int i = 0; i < g->n; i++) expected += hx__ckpt_saved(g->tensors[i]);
+    if (shard ? count > expected : count != expected) {
         char why[96];
         snprintf(why, sizeof why, "it holds %u tensors, the graph has %u", count, expected);
         return corrupt(path, why);
     }
-    for (uint32_t k = 0; k < count; k++) {
+    for (uint32_t e = 0; e < count; e++) {
         uint32_t len, dt, nd;
         uint64_t nbytes, sum;
         int64_t shape[HX_MAX_DIMS];
@@ -256,9 +260,9 @@ static hx_status verify(const hx_session *s, reader *r, XXH3_state_t *h, int64_t
         if (!TAKE(r, len) || len >= sizeof name || !take(r, name, len)) return corrupt(path, "truncated entry");
         name[len] = 0;
         const hx_tensor *t = hx_graph_find(g, name);
-        if (!t || !saved(t) || off[t->id] >= 0) {
+        if (!t || !hx__ckpt_saved(t) || in->off[t->id] >= 0) {
             hx__error(HX_ERR_CORRUPT, "hx_session_load: '%s' holds '%s'%s; nothing was loaded",
-                      path, name, t && saved(t) ? " twice" : ", which is not a parameter or "
+                      path, name, t && hx__ckpt_saved(t) ? " twice" : ", which is not a parameter or "
                       "optimizer state of this graph");
             return HX_ERR_CORRUPT;
         }
@@ -271,98 +275,141 @@ static hx_status verify(const hx_session *s, reader *r, XXH3_state_t *h, int64_t
                       "than in this graph; nothing was loaded", name, path);
             return HX_ERR_CORRUPT;
         }
-        off[t->id] = (int64_t)r->at;
-        if (XXH3_64bits_reset(h) == XXH_ERROR || !hash_bytes(r, nbytes, h) || !TAKE(r, sum))
+        int64_t at = (int64_t)r->at;
+        if (XXH3_64bits_reset(in->h) == XXH_ERROR || !hash_bytes(r, nbytes, in->h) || !TAKE(r, sum))
             return corrupt(path, "truncated data");
-        if (XXH3_64bits_digest(h) != sum) {
+        if (XXH3_64bits_digest(in->h) != sum) {
             hx__error(HX_ERR_CORRUPT, "hx_session_load: checksum of '%s' in '%s' does not match; "
                       "nothing was loaded", name, path);
             return HX_ERR_CORRUPT;
         }
-        sums[t->id] = sum;
+        in->off[t->id] = at;
+        in->sum[t->id] = sum;
+        in->file[t->id] = k;
     }
     if (r->at != r->n) return corrupt(path, "trailing bytes");
     return HX_OK;
 }
 
-typedef struct applier {
-    reader *r;
-    const int64_t *off;
-    const uint64_t *sums;
-} applier;
-
-/* Tensor t's bytes from the file into dst, checked again (the file may
- * have changed since it was verified). */
-static hx_status fill(void *ctx, const hx_tensor *t, void *dst)
+hx_status hx__ckpt_in_init(hx_ckpt_in *in, const hx_session *s, int n_files)
 {
-    applier *a = ctx;
-    size_t n = hx_tensor_nbytes(t);
-    if (fseek(a->r->f, (long)a->off[t->id], SEEK_SET) || fread(dst, 1, n, a->r->f) != n ||
-        XXH3_64bits(dst, n) != a->sums[t->id])
-        return hx__error(HX_ERR_IO, "hx_session_load: '%s' changed while it was loaded (reading "
-                         "'%s' again gave other bytes); nothing of the disk tier was loaded",
-                         a->r->path, t->name);
+    memset(in, 0, sizeof *in);
+    size_t n = (size_t)(s->e.g->n ? s->e.g->n : 1);
+    in->n_files = n_files;
+    in->f = calloc((size_t)n_files, sizeof *in->f);
+    in->path = calloc((size_t)n_files, sizeof *in->path);
+    in->off = malloc(n * sizeof *in->off);
+    in->sum = calloc(n, sizeof *in->sum);
+    in->file = calloc(n, sizeof *in->file);
+    in->h = XXH3_createState();
+    in->piece = malloc(PIECE);
+    if (!in->f || !in->path || !in->off || !in->sum || !in->file || !in->h || !in->piece)
+        return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_load: out of host memory");
+    for (size_t i = 0; i < n; i++) in->off[i] = -1;
     return HX_OK;
 }
 
-/* Everything checked: the residency's tensors (all or nothing), then those in memory. */
-static hx_status apply(hx_session *s, applier *a)
+void hx__ckpt_in_free(hx_ckpt_in *in)
+{
+    for (int k = 0; k < in->n_files; k++) {
+        if (in->f && in->f[k]) fclose(in->f[k]);
+        if (in->path) free(in->path[k]);
+    }
+    free(in->f);
+    free(in->path);
+    free(in->off);
+    free(in->sum);
+    free(in->file);
+    free(in->piece);
+    XXH3_freeState(in->h);
+    memset(in, 0, sizeof *in);
+}
+
+hx_status hx__ckpt_in_file(hx_ckpt_in *in, const hx_session *s, int k, const char *path, bool shard)
+{
+    if (!(in->path[k] = strdup(path))) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_load: out of host memory");
+    reader r = {.f = fopen(path, "rb"), .path = in->path[k], .piece = in->piece};
+    if (!r.f) return hx__error(HX_ERR_IO, "hx_session_load: cannot open '%s': %s", path, strerror(errno));
+    in->f[k] = r.f;
+    long size = fseek(r.f, 0, SEEK_END) ? -1 : ftell(r.f);
+    if (size < 0 || fseek(r.f, 0, SEEK_SET)) return hx__error(HX_ERR_IO, "hx_session_load: cannot size '%s'", path);
+    hx_status st = check_total(&r, in->h, (uint64_t)size);
+    r.at = 0;
+    if (!st && fseek(r.f, 0, SEEK_SET)) st = hx__error(HX_ERR_IO, "hx_session_load: cannot seek '%s'", path);
+    return st ? st : verify(s, in, k, &r, shard);
+}
+
+bool hx__ckpt_holds(const hx_session *s, int id)
+{
+    if (!hx__ckpt_saved(s->e.g->tensors[id])) return false;
+    return !s->zero_sharded || !s->zero_sharded[id] || s->zero_owner[id] == hx_comm_rank(s->e.cfg.comm);
+}
+
+hx_status hx__ckpt_in_check(const hx_ckpt_in *in, const hx_session *s)
+{
+    for (int i = 0; i < s->e.g->n; i++)
+        if (hx__ckpt_holds(s, i) && in->off[i] < 0)
+            return hx__error(HX_ERR_CORRUPT, "hx_session_load: '%s' is in none of the checkpoint's files "
+                             "read (from '%s'); nothing was loaded", s->e.g->tensors[i]->name,
+                             in->n_files ? in->path[0] : "");
+    return HX_OK;
+}
+
+/* Tensor t's bytes from its file into dst, checked again (the file may
+ * have changed since it was verified). */
+static hx_status fill(void *ctx, const hx_tensor *t, void *dst)
+{
+    hx_ckpt_in *in = ctx;
+    size_t n = hx_tensor_nbytes(t);
+    FILE *f = in->f[in->file[t->id]];
+    if (fseek(f, (long)in->off[t->id], SEEK_SET) || fread(dst, 1, n, f) != n ||
+        XXH3_64bits(dst, n) != in->sum[t->id])
+        return hx__error(HX_ERR_IO, "hx_session_load: '%s' changed while it was loaded (reading "
+                         "'%s' again gave other bytes); nothing of the disk tier was loaded",
+                         in->path[in->file[t->id]], t->name);
+    return HX_OK;
+}
+
+hx_status hx__ckpt_in_apply(hx_ckpt_in *in, hx_session *s)
 {
     hx_status st = s->e.residency
-            ? s->e.residency->visit(s->e.residency, "hx_session_load", true, true, fill, a)
+            ? s->e.residency->visit(s->e.residency, "hx_session_load", true, true, fill, in)
             : HX_OK;
     for (int i = 0; i < s->e.g->n && !st; i++) {
         const hx_tensor *t = s->e.g->tensors[i];
-        if (!saved(t) || hx__residency_holds(&s->e, i)) continue;
+        if (!hx__ckpt_holds(s, i) || hx__residency_holds(&s->e, i)) continue;
         size_t n = hx_tensor_nbytes(t);
         int d = hx__dev_of(&s->e, i);
         void *host = d == HX_DEV_HOST ? NULL : malloc(n ? n : 1);
         if (d != HX_DEV_HOST && !host)
             return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_load: out of host memory");
-        st = fill(a, t, host ? host : s->e.persist[i]);
+        st = fill(in, t, host ? host : s->e.persist[i]);
         if (!st && host) st = hx__engine_copy_in(&s->e, d, s->e.persist[i], host, n);
         free(host);
+    }
+    if (!st) {
+        s->stats.step = (int64_t)in->step;
+        s->stats.skipped_steps = (int64_t)in->skipped;
+        s->stats.loss_scale = in->scale;
+        s->stats.last_skipped = false;
+        s->good_steps = (int)in->good;
     }
     return st;
 }
 
-static hx_status load_held(hx_session *s, const char *path)
+/* One whole checkpoint; into a ZeRO session each rank takes what it holds,
+ * once every rank has checked the file. */
+static hx_status load_file(hx_session *s, const char *path)
 {
     hx_status st = hx__dpu_settle(&s->e); /* a delayed update lands first */
     if (st) return st;
-    reader r = {.f = fopen(path, "rb"), .path = path};
-    if (!r.f) return hx__error(HX_ERR_IO, "hx_session_load: cannot open '%s': %s", path, strerror(errno));
-    int n = s->e.g->n ? s->e.g->n : 1;
-    int64_t *off = malloc(sizeof *off * n);
-    uint64_t *sums = malloc(sizeof *sums * n);
-    XXH3_state_t *h = XXH3_createState();
-    r.piece = malloc(PIECE);
-    long size = fseek(r.f, 0, SEEK_END) ? -1 : ftell(r.f);
-    if (!off || !sums || !h || !r.piece) st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_load: out of host memory");
-    else if (size < 0 || fseek(r.f, 0, SEEK_SET))
-        st = hx__error(HX_ERR_IO, "hx_session_load: cannot size '%s'", path);
-    for (int i = 0; off && i < n; i++) off[i] = -1;
-    header hd = {0};
-    if (!st) st = check_total(&r, h, (uint64_t)size);
-    if (!st) {
-        r.at = 0;
-        if (fseek(r.f, 0, SEEK_SET)) st = hx__error(HX_ERR_IO, "hx_session_load: cannot seek '%s'", path);
-    }
-    if (!st) st = verify(s, &r, h, off, sums, &hd);
-    applier a = {&r, off, sums};
-    if (!st) st = apply(s, &a);
-    if (!st) {
-        s->stats.step = (int64_t)hd.step;
-        s->stats.skipped_steps = (int64_t)hd.skipped;
-        s->stats.loss_scale = hd.scale;
-        s->stats.last_skipped = false;
-        s->good_steps = (int)hd.good;
-    }
-    fclose(r.f);
-    free(off);
-    free(sums);
-    free(r.piece);
-    XXH3_freeState(h);
+    hx_ckpt_in in;
+    st = hx__ckpt_in_init(&in, s, 1);
+    if (!st) st = hx__ckpt_in_file(&in, s, 0, path, false);
+    if (!st) st = hx__ckpt_in_check(&in, s);
+    st = hx__ckpt_agree(s, "hx_session_load", st);
+    if (!st) st = hx__ckpt_in_apply(&in, s);
+    hx__ckpt_in_free(&in);
     return st;
 }
 
@@ -371,7 +418,7 @@ hx_status hx_session_load(hx_session *s, const char *path)
     if (s && !path) return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_load: path is NULL");
     hx_status st = hx__session_enter(s, "hx_session_load");
     if (st) return st;
-    st = s->zero_owner ? zero_refused("hx_session_load") : load_held(s, path);
+    st = hx__ckpt_is_set(path) ? hx__ckpt_load_set(s, path) : load_file(s, path);
     hx__session_leave(s);
     return st;
 }

@@ -107,6 +107,50 @@ void hx__session_zero3_stats(const hx_session *s, size_t *peak, size_t *planned)
  * only this rank's block), to show the comparisons catch it. */
 extern int hx__zero3_test_break;
 
+/* checkpoint.c: checkpoint files (the format there). hx__ckpt_write writes
+ * the saved tensors keep selects (per tensor id; NULL: all of them) and the
+ * counters to path, a staged file. Loading: hx__ckpt_in_init for n_files
+ * files; hx__ckpt_in_file checks file k (its checksum, counters, every
+ * entry against the graph; shard: a part of the tensors, counters equal to
+ * the earlier files') into in: where each tensor is; hx__ckpt_in_check: every
+ * tensor this rank holds (hx__ckpt_holds: saved, and at ZeRO not another
+ * rank's shard) was found; hx__ckpt_in_apply puts them and the counters in
+ * the session. Each fails with HX_ERR_CORRUPT naming the file (or the
+ * tensor none holds), HX_ERR_IO, HX_ERR_OUT_OF_MEMORY; only apply changes
+ * the session. hx__ckpt_in_free closes the files (also after a failed init). */
+typedef struct hx_ckpt_in {
+    int n_files;
+    FILE **f;
+    char **path;
+    int64_t *off;  /* per tensor id: its bytes' place in its file (-1: in no file read) */
+    uint64_t *sum; /* per tensor id: their XXH3-64 */
+    int *file;     /* per tensor id: the file */
+    bool have_head;
+    uint64_t step, skipped, good;
+    double scale;
+    char *piece;
+    struct XXH3_state_s *h;
+} hx_ckpt_in;
+bool hx__ckpt_saved(const hx_tensor *t); /* a parameter or optimizer state */
+hx_status hx__ckpt_write(hx_session *s, const char *path, const bool *keep);
+hx_status hx__ckpt_in_init(hx_ckpt_in *in, const hx_session *s, int n_files);
+hx_status hx__ckpt_in_file(hx_ckpt_in *in, const hx_session *s, int k, const char *path, bool shard);
+bool hx__ckpt_holds(const hx_session *s, int id);
+hx_status hx__ckpt_in_check(const hx_ckpt_in *in, const hx_session *s);
+hx_status hx__ckpt_in_apply(hx_ckpt_in *in, hx_session *s);
+void hx__ckpt_in_free(hx_ckpt_in *in);
+/* checkpoint_set.c: the sharded checkpoints of a ZeRO session. save_set
+ * (collective over the session's communicator) writes each rank's shard
+ * and the manifest at path; is_set: path begins like such a manifest;
+ * load_set loads one at any rank count, into any session of the graph.
+ * agree: own (this rank's status) on a ZeRO session's every rank: the
+ * first failure fails them all (own's error, or one naming the rank that
+ * failed); other sessions: own. */
+hx_status hx__ckpt_save_set(hx_session *s, const char *path);
+bool hx__ckpt_is_set(const char *path);
+hx_status hx__ckpt_load_set(hx_session *s, const char *path);
+hx_status hx__ckpt_agree(hx_session *s, const char *fn, hx_status own);
+
 /* report.c: HX_DEBUG=placement lines: placement, and each lowered device
  * node (or why a convolution on the device is not lowered; has_kernel asks
  * the backends as the lowering did). */

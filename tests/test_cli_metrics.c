@@ -286,7 +286,6 @@ static void test_flags(void)
         {{"gpt", "--sample", "abc"}, 2, {"--sample 'abc'", "from 0 to 2000"}},
         {{"gpt", "--metrics", "$DIR"}, 2, {"hetex gpt: --metrics '", "' is a folder; give a file name"}},
         {{"gpt", "--save", "$DIR/no/ck"}, 2, {"hetex gpt: --save '", "/no/ck': its folder", "/no' does not exist"}},
-        {{"gpt", "--zero", "0", "--resume", "$DIR/x"}, 2, {"--resume is not built with --zero"}},
         {{"widedeep", "--metrics", "$DIR/no/m.jsonl"}, 2, {"hetex widedeep: --metrics '", "/no' does not exist"}},
         {{"resnet", "--metrics", "$DIR"}, 2, {"hetex resnet: --metrics '", "' is a folder"}},
         {{"mlp", "--metrics", "$DIR"}, 2, {"hetex mlp: --metrics '", "' is a folder"}},

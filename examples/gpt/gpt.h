@@ -150,11 +150,15 @@ typedef struct gpt_identity {
     int dpu, steps;
     int64_t data_n;     /* the corpus's characters */
     uint64_t data_hash; /* gpt_text_hash */
+    hx_comm *comm;      /* --zero: the ranks (NULL: one process) */
+    int zero;           /* their ZeRO stage: >= 1 saves the session sharded */
 } gpt_identity;
 uint64_t gpt_text_hash(const gpt_text *t);
 /* Each prints why on failure (naming the flag and file) and returns false;
  * a failed save leaves the previous checkpoint as it was, a failed load
- * leaves s as it was. */
+ * leaves s as it was (a sharded checkpoint's state is read after its
+ * session: a failure there leaves s loaded, and the run ends). With
+ * id->zero >= 1 both are collectives over id->comm. */
 bool gpt_checkpoint_save(const char *dir, hx_session *s, const gpt_identity *id,
                          const gpt_resume *r);
 bool gpt_checkpoint_load(const char *dir, hx_session *s, const gpt_identity *id, gpt_resume *r);

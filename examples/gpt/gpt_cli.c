@@ -77,8 +77,11 @@ static const char usage[] =
     "                          summed over the ranks; 1: optimizer state sharded; 2: gradients\n"
     "                          too; 3: 16-bit parameters too, gathered chunk by chunk, which\n"
     "                          with an accelerator needs --offload-config offload_param=cpu);\n"
-    "                          --batch is the global batch, each rank trains on its share;\n"
-    "                          rank 0 reports (off)\n";
+    "                          --batch is the global batch, each rank trains on its rows of\n"
+    "                          it; rank 0 reports. With --save at stages 1-3 each rank saves\n"
+    "                          its shard (at evaluations and the end); --resume takes a\n"
+    "                          checkpoint of any rank count, --zero or not, made with the\n"
+    "                          same global --batch (off)\n";
 
 /* The flags, their ranges and where each goes; then the checks between flags. */
 static int parse(int argc, char **argv, options *o)
@@ -142,9 +145,6 @@ static int parse(int argc, char **argv, options *o)
     if (m->width % m->heads)
         return cli_flag_error("gpt", "--width %d is not a multiple of --heads %d", m->width,
                               m->heads);
-    if (o->zero >= 0 && (o->save || o->resume))
-        return cli_flag_error("gpt", "%s is not built with --zero (sharded checkpoints are not "
-                              "written yet): train without --zero to save", o->save ? "--save" : "--resume");
     if (o->save && !cli_check_output("gpt", "--save", o->save, CLI_PATH_DIR)) return CLI_EXIT_USAGE;
     if (o->metrics && !cli_check_output("gpt", "--metrics", o->metrics, CLI_PATH_FILE))
         return CLI_EXIT_USAGE;
@@ -346,8 +346,10 @@ int gpt_main(int argc, char **argv)
 
     gpt_run r;
     cli_metrics metrics = {0};
-    size_t n_tok = (size_t)o.model.batch * o.model.context;
-    int32_t *tok = malloc(sizeof *tok * n_tok), *tgt = malloc(sizeof *tgt * n_tok);
+    /* every rank draws the global batch and trains on its rows of it */
+    int ranks = comm ? hx_comm_size(comm) : 1;
+    size_t n_tok = (size_t)o.model.batch * o.model.context, mine = (size_t)rank * n_tok;
+    int32_t *tok = malloc(sizeof *tok * n_tok * ranks), *tgt = malloc(sizeof *tgt * n_tok * ranks);
     int rc = 1;
     if (!tok || !tgt) {
         fprintf(stderr, "hetex gpt: out of memory\n");
@@ -388,12 +390,14 @@ int gpt_main(int argc, char **argv)
     }
     uint64_t sent0 = hx_comm_bytes_sent(comm);
 
-    /* each rank its own draws of the corpus */
-    gpt_resume at = {.rng = o.model.seed + (uint64_t)rank * 0x9E3779B97F4A7C15ull, .last_val = NAN};
-    const gpt_identity id = {&o.model, &o.optim, o.clip, o.dpu, o.steps, text.n, gpt_text_hash(&text)};
+    gpt_resume at = {.rng = o.model.seed, .last_val = NAN};
+    gpt_config global = o.model; /* the checkpoint records the global batch */
+    global.batch *= ranks;
+    const gpt_identity id = {&global, &o.optim, o.clip, o.dpu, o.steps, text.n, gpt_text_hash(&text),
+                             comm, comm ? o.zero : 0};
     if (o.resume) {
         if (!gpt_checkpoint_load(o.resume, r.s, &id, &at)) goto out;
-        printf("hetex gpt: resumed from '%s' at step %d of %d\n", o.resume, at.step, o.steps);
+        if (lead) printf("hetex gpt: resumed from '%s' at step %d of %d\n", o.resume, at.step, o.steps);
     }
     if (!cli_metrics_open(&metrics, "gpt", lead ? o.metrics : NULL, lead ? o.tensorboard : NULL,
                           o.resume != NULL)) goto out;
@@ -405,10 +409,10 @@ int gpt_main(int argc, char **argv)
     cli_progress_start(&bar, stdout, o.quiet, o.progress_interval, "steps", "tokens",
                        (double)(o.steps - at.step) * (double)n_tok);
     for (int step = first; step <= o.steps; step++) {
-        gpt_text_batch(&text, false, o.model.batch, o.model.context, &rng, tok, tgt);
+        gpt_text_batch(&text, false, o.model.batch * ranks, o.model.context, &rng, tok, tgt);
         float l;
-        hx_feed feeds[2] = {{NULL, r.m.tokens, tok, sizeof *tok * n_tok},
-                            {NULL, r.m.targets, tgt, sizeof *tgt * n_tok}};
+        hx_feed feeds[2] = {{NULL, r.m.tokens, tok + mine, sizeof *tok * n_tok},
+                            {NULL, r.m.targets, tgt + mine, sizeof *tgt * n_tok}};
         hx_fetch fetch = {NULL, r.m.loss, &l, sizeof l};
         double lr = o.optim.lr * gpt_lr_scale(&o.optim, step - 1, o.steps);
         if (hx_session_set_lr_scale(r.s, gpt_lr_scale(&o.optim, step - 1, o.steps)) ||
@@ -460,14 +464,19 @@ int gpt_main(int argc, char **argv)
         if (cli_interrupted() && step < o.steps) { /* after the last step: the run is done */
             cli_progress_end(&bar);
             gpt_resume now = {step, rng, window, in_window, last_val};
-            bool saved = o.save && (step % o.eval_every == 0 ||
-                                    gpt_checkpoint_save(o.save, r.s, &id, &now));
-            if (o.save && !saved) goto out;
-            printf("hetex gpt: interrupted (%s) after step %d of %d; %s%s%s\n",
-                   cli_interrupted() == SIGINT ? "Ctrl-C" : "SIGTERM", step, o.steps,
-                   saved ? "saved to '" : "nothing saved (--save DIR keeps a run)",
-                   saved ? o.save : "", saved ? "': continue with the same flags and --resume "
-                   "it" : "");
+            /* a sharded save is a collective, and the ranks may see the signal at different
+             * steps: the last evaluation's checkpoint stands */
+            bool sharded = id.zero >= 1,
+                 saved = o.save && (step % o.eval_every == 0 ||
+                                    (!sharded && gpt_checkpoint_save(o.save, r.s, &id, &now)));
+            if (o.save && !saved && !sharded) goto out;
+            if (lead)
+                printf("hetex gpt: interrupted (%s) after step %d of %d; %s%s%s\n",
+                       cli_interrupted() == SIGINT ? "Ctrl-C" : "SIGTERM", step, o.steps,
+                       saved ? "saved to '" : o.save ? "not saved (--zero saves at evaluations "
+                       "only; the last one's is in '" : "nothing saved (--save DIR keeps a run)",
+                       o.save ? o.save : "", saved ? "': continue with the same flags and --resume "
+                       "it" : o.save ? "'): continue with the same flags and --resume it" : "");
             rc = CLI_EXIT_INTERRUPTED;
             goto out;
         }

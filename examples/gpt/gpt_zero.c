@@ -1,12 +1,13 @@
 /* hetex gpt --zero S: data parallel over mpirun's ranks. Each rank trains
- * on its share of the global batch (--batch / ranks, its own draws of the
- * corpus); the session sums the gradients over the ranks (ZeRO stage 0),
- * shards the optimizer state over them (1), the summed gradients too (2),
- * and the 16-bit parameters too (3: gathered chunk by chunk for the
- * forward and the backward; with an accelerator it needs
- * --offload-config offload_param=cpu). Each rank reports its model-state
- * memory against the ZeRO paper's formula and the bytes it sends per step
- * against the minimum. */
+ * on its rows of the global batch (--batch / ranks of them; every rank
+ * draws the whole batch from the one stream a lone run draws from, so
+ * that a checkpoint resumes at any rank count); the session sums the
+ * gradients over the ranks (ZeRO stage 0), shards the optimizer state
+ * over them (1), the summed gradients too (2), and the 16-bit parameters
+ * too (3: gathered chunk by chunk for the forward and the backward; with
+ * an accelerator it needs --offload-config offload_param=cpu). Each rank
+ * reports its model-state memory against the ZeRO paper's formula and the
+ * bytes it sends per step against the minimum. */
 #include "gpt.h"
 #include "cli/cli.h"
 
