@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "embedding/embedding.h"
-#include "memory/mem_common.h"
+#include "memory/memory.h"
 
 #define HEAD 16       /* the store's record head */
 #define FREQ_MAX 15   /* LFU counters saturate here by default: a hand halves them in 4 passes */
