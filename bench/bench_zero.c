@@ -9,7 +9,11 @@
  * (persistent device and host bytes plus the gradients: all of them at
  * stages 0 and 1, the rank's own chunks at stages 2 and 3) against the
  * ZeRO formula of the stage (16, 4 + 12/N, 2 + 14/N, 16/N bytes per
- * parameter), at stage 3 the gathered parameters' transient host bytes
+ * parameter; stage 3 also with offload_param=cpu, where the device
+ * streams the parameters chunk by chunk and the backward gathers them
+ * again; without it the device keeps its copies from the forward to the
+ * backward and one gather a step is what the plan reads), at stage 3 the
+ * gathered parameters' transient host bytes
  * (measured peak and the plan's prediction), the sharded optimizer
  * state this rank holds against an even share, the host chunks the
  * gradients go through as the stated fixed overhead, and the step time.
@@ -23,6 +27,7 @@
 #include "gpt.h"
 #include "hetex.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +42,8 @@ static double now(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static int run_stage(hx_comm *comm, int stage)
+/* One stage; offload_param: the parameters on the host, streamed to emu chunk by chunk. */
+static int run_stage(hx_comm *comm, int stage, bool offload_param)
 {
     int rank = hx_comm_rank(comm), n = hx_comm_size(comm);
     gpt_config c = {.vocab = 65, .layers = 2, .heads = 4, .width = 128, .context = 64,
@@ -49,6 +55,10 @@ static int run_stage(hx_comm *comm, int stage)
     sc.n_threads = 1;
     sc.comm = comm;
     sc.zero_stage = stage;
+    if (offload_param) { /* chunks of 256 KiB: the device holds a few of them, not the model */
+        sc.offload.offload_param = HX_OFFLOAD_CPU;
+        sc.offload.chunk_size = (size_t)256 << 10;
+    }
     gpt_run r;
     if (gpt_run_create(&c, &o, &sc, &r)) {
         fprintf(stderr, "bench_zero: rank %d stage %d: %s\n", rank, stage, hx_last_error());
@@ -81,11 +91,14 @@ static int run_stage(hx_comm *comm, int stage)
         double formula[4] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n, 16 * psi / n};
         static const char *const min_formula[4] = {"2(N-1)/N x 2 Psi", "2(N-1)/N x 2 Psi",
                                                    "2(N-1)/N x 2 Psi", "3(N-1)/N x 2 Psi"};
-        printf("{\"bench\": \"zero\", \"stage\": %d, \"ranks\": %d, \"rank\": %d, \"params\": %.0f, "
-               "\"bytes_per_step\": %.0f, \"min_bytes_per_step\": %.0f, \"min_bytes_formula\": \"%s\", "
-               "\"bytes_ratio\": ", stage, n, rank, psi, per_step, minimum, min_formula[stage]);
+        printf("{\"bench\": \"zero\", \"stage\": %d, \"offload_param\": \"%s\", \"ranks\": %d, "
+               "\"rank\": %d, \"params\": %.0f, \"bytes_per_step\": %.0f, \"min_bytes_per_step\": %.0f, "
+               "\"min_bytes_formula\": \"%s\", \"bytes_ratio\": ", stage, offload_param ? "cpu" : "none",
+               n, rank, psi, per_step, minimum, min_formula[stage]);
         if (minimum > 0) printf("%.4f", per_step / minimum);
         else printf("null");
+        /* stage 3 whose backward reads the device's copies from the forward: one gather a step */
+        if (stage == 3) printf(", \"min_bytes_gather_once\": %.0f", 2.0 * (n - 1) / n * grads);
         printf(", \"model_state_bytes\": %.0f, \"formula_bytes\": %.0f, \"memory_ratio\": %.4f, "
                "\"sharded_state_bytes_here\": %zu, \"sharded_state_bytes_all\": %zu, "
                "\"grad_shard_bytes\": %zu, \"fixed_overhead_chunk_bytes\": %zu, "
@@ -111,7 +124,8 @@ static int rank_main(void)
     int rc = 0;
     const char *only = getenv("HX_BENCH_ZERO_STAGE"); /* one stage ("3"); unset: all */
     for (int stage = 0; stage <= 3; stage++)
-        if (!only || atoi(only) == stage) rc |= run_stage(comm, stage);
+        if (!only || atoi(only) == stage) rc |= run_stage(comm, stage, false);
+    if (!only || atoi(only) == 3) rc |= run_stage(comm, 3, true); /* the backward gathers again */
     hx_comm_free(comm);
     return rc;
 }

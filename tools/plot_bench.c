@@ -114,9 +114,9 @@ static const bench_plot table[] = {
          "the most layers that train, by activation policy"),
     BARS("widedeep-", "", NULL, "case", NULL, "samples_per_s", "samples/s",
          "wide & deep training: all on the host (none) and with the emulated device (emu)"),
-    LINES("zero-", "", "rank=0", "ranks", "stage", "model_state_bytes", "bytes",
+    LINES("zero-", "", "rank=0", "ranks", "stage,offload_param", "model_state_bytes", "bytes",
           "ZeRO: model-state bytes on rank 0 against ranks, by stage"),
-    LINES("zero-", "-comm", "rank=0", "ranks", "stage", "bytes_per_step", "bytes a step",
+    LINES("zero-", "-comm", "rank=0", "ranks", "stage,offload_param", "bytes_per_step", "bytes a step",
           "ZeRO: bytes rank 0 sends a step against ranks, by stage"),
 };
 enum { N_ROWS = (int)(sizeof table / sizeof table[0]) };
