@@ -645,7 +645,7 @@ static hx_status memory_stats_held(hx_session *s, hx_memory_stats *out)
         if (st) return st;
     }
     hx__engine_memory_stats(&s->e, out);
-    return HX_OK;
+    return hx__session_zero3_plans(s); /* stage 3: the gathers' prediction */
 }
 
 hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)

@@ -100,6 +100,8 @@ hx_status hx__session_zero3_create(hx_session *s);
 void hx__session_zero3_free(hx_session *s);
 hx_status hx__session_zero3_begin(hx_session *s, const hx_plan *p);
 hx_status hx__session_zero3_end(hx_session *s);
+/* The schedules of every plan built so far (the predictions below). */
+hx_status hx__session_zero3_plans(hx_session *s);
 /* The most bytes gathered at once so far, and the most a plan's schedule
  * predicts (steps in plan order); 0 below stage 3. */
 void hx__session_zero3_stats(const hx_session *s, size_t *peak, size_t *planned);

@@ -354,22 +354,39 @@ static void done(hx_param_gather *g, const hx_step *sp)
     pthread_mutex_unlock(&z->mu);
 }
 
+/* Plan p's schedule, built on first use. */
+static hx_status schedule_of(hx_zero3 *z, const hx_plan *p, schedule **out)
+{
+    for (int i = 0; i < z->n_sch; i++)
+        if (z->sch[i]->p == p) {
+            *out = z->sch[i];
+            return HX_OK;
+        }
+    schedule **grown = realloc(z->sch, sizeof *grown * (size_t)(z->n_sch + 1));
+    if (!grown) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    z->sch = grown;
+    hx_status st = build(z, p, out);
+    if (st) return st;
+    z->sch[z->n_sch++] = *out;
+    if ((*out)->planned > z->planned) z->planned = (*out)->planned;
+    return HX_OK;
+}
+
+hx_status hx__session_zero3_plans(hx_session *s)
+{
+    schedule *c;
+    hx_status st = HX_OK;
+    for (int i = 0; s->zero3 && i < s->e.n_plans && !st; i++) st = schedule_of(s->zero3, s->e.plans[i], &c);
+    return st;
+}
+
 hx_status hx__session_zero3_begin(hx_session *s, const hx_plan *p)
 {
     hx_zero3 *z = s->zero3;
     if (!z) return HX_OK;
     schedule *c = NULL;
-    for (int i = 0; i < z->n_sch && !c; i++)
-        if (z->sch[i]->p == p) c = z->sch[i];
-    if (!c) {
-        schedule **grown = realloc(z->sch, sizeof *grown * (size_t)(z->n_sch + 1));
-        if (!grown) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
-        z->sch = grown;
-        hx_status st = build(z, p, &c);
-        if (st) return st;
-        z->sch[z->n_sch++] = c;
-        if (c->planned > z->planned) z->planned = c->planned;
-    }
+    hx_status st = schedule_of(z, p, &c);
+    if (st) return st;
     for (int x = 0; x < c->n_win; x++) c->w[x].left = c->w[x].readers;
     z->issued = 0;
     z->err = HX_OK;

@@ -297,6 +297,13 @@ static void mlp_case(int stage, int variant)
     ca.comm = NULL;
     hx_session *z = test_session_with(mz.g, &cz, what), *s0 = test_session_with(m0.g, &c0, "stage 0");
     hx_session *sa = test_session_with(ma.g, &ca, "alone");
+    if (z && stage == 3) { /* predicted before any run: the step is planned for it */
+        hx_memory_stats ms;
+        OK(hx_session_memory_stats(z, &ms));
+        CHECK(ms.zero_gather_planned_bytes > 0 && ms.zero_gather_peak_bytes == 0,
+              "%s: before a run: %zu bytes gathered, %zu predicted", what, ms.zero_gather_peak_bytes,
+              ms.zero_gather_planned_bytes);
+    }
     int rows = B / size;
     float x[B * W], y[B * W];
     for (int s = 0; s < STEPS && z && s0 && sa; s++) {
