@@ -30,12 +30,15 @@ hx_emb_table *hx_emb_dynamic_local(hx_emb_table *t)
     return d ? d->local : NULL;
 }
 
-/* The inner table's calls: a local table, or one on disk (ssd.h). Keys
+/* The inner table's calls: a local table, one on disk (ssd.h) or one
+ * behind a device cache (cache.h). Keys
  * without a row (-2) read as zero rows and get no update, uncounted. */
 static hx_status inner_lookup(dyn *d, const hx_emb_query *q, float *out, int64_t *argmax, hx_emb_err *err)
 {
     hx_emb_ssd *s = hx_emb_as_ssd(d->local);
     if (s) return hx_emb_ssd_lookup(s, q, HX_EMB_OOB_ZERO, NULL, out, argmax, err);
+    hx_emb_devcache *c = hx_emb_as_devcache(d->local);
+    if (c) return hx_emb_devcache_lookup(c, q, HX_EMB_OOB_ZERO, NULL, out, argmax, err);
     return hx_emb_local_lookup(hx_emb_as_local(d->local), q, HX_EMB_OOB_ZERO, NULL, out, argmax, err);
 }
 
@@ -44,6 +47,8 @@ static hx_status inner_update(dyn *d, const hx_emb_query *q, const hx_emb_grad_i
 {
     hx_emb_ssd *s = hx_emb_as_ssd(d->local);
     if (s) return hx_emb_ssd_backward_update(s, q, gi, step, HX_EMB_OOB_ZERO, ws, err);
+    hx_emb_devcache *c = hx_emb_as_devcache(d->local);
+    if (c) return hx_emb_devcache_backward_update(c, q, gi, step, HX_EMB_OOB_ZERO, ws, err);
     return hx_emb_local_backward_update(hx_emb_as_local(d->local), q, gi, step, HX_EMB_OOB_ZERO, ws, err);
 }
 
@@ -51,13 +56,17 @@ static hx_status inner_apply(dyn *d, const hx_emb_sparse_grad *g, int64_t step, 
 {
     hx_emb_ssd *s = hx_emb_as_ssd(d->local);
     if (s) return hx_emb_ssd_apply(s, g, step, nthreads, HX_EMB_OOB_ZERO, err);
+    hx_emb_devcache *c = hx_emb_as_devcache(d->local);
+    if (c) return hx_emb_devcache_apply(c, g, step, nthreads, HX_EMB_OOB_ZERO, err);
     return hx_emb_local_apply(hx_emb_as_local(d->local), g, step, nthreads, HX_EMB_OOB_ZERO, err);
 }
 
 static void inner_reset(dyn *d, const int64_t *rows, int64_t n)
 {
     hx_emb_ssd *s = hx_emb_as_ssd(d->local);
+    hx_emb_devcache *c = hx_emb_as_devcache(d->local);
     if (s) hx_emb_ssd_reset_rows(s, rows, n);
+    else if (c) hx_emb_devcache_reset_rows(c, rows, n);
     else hx_emb_local_reset_rows(d->local, rows, n);
 }
 
@@ -182,8 +191,10 @@ static hx_status dyn_save(hx_emb_table *t, const char *path, hx_emb_err *err)
     if (!w) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding save: out of memory for the id map");
     hx_emb_idmap_serial_write(d->map, w);
     hx_emb_ssd *s = hx_emb_as_ssd(d->local);
+    hx_emb_devcache *c = hx_emb_as_devcache(d->local);
+    if (c) hx_emb_devcache_flush(c);
     hx_status st = s ? hx_emb_ssd_save_with(s, path, w, n, err)
-                     : hx_emb_local_save_with(hx_emb_as_local(d->local), path, w, n, err);
+                     : hx_emb_local_save_with(c ? hx_emb_devcache_host(c) : hx_emb_as_local(d->local), path, w, n, err);
     free(w);
     return st;
 }
@@ -207,8 +218,10 @@ static hx_status dyn_load(hx_emb_table *t, const char *path, hx_emb_err *err)
     dyn *d = (dyn *)t;
     load_ctx c = {d, NULL};
     hx_emb_ssd *s = hx_emb_as_ssd(d->local);
+    hx_emb_devcache *dc = hx_emb_as_devcache(d->local);
+    if (dc) hx_emb_devcache_drop(dc);
     hx_status st = s ? hx_emb_ssd_load_with(s, path, take_map, &c, err)
-                     : hx_emb_local_load_with(hx_emb_as_local(d->local), path, take_map, &c, err);
+                     : hx_emb_local_load_with(dc ? hx_emb_devcache_host(dc) : hx_emb_as_local(d->local), path, take_map, &c, err);
     if (st) {
         hx_emb_idmap_free(c.map);
         return st;

@@ -10,7 +10,6 @@
 #include "memory/memory.h"
 
 #define HEAD 16       /* the store's record head */
-#define FREQ_MAX 15   /* LFU counters saturate here by default: a hand halves them in 4 passes */
 #define META_BYTES 48 /* per slot: its row, counters, stamp, two map entries */
 #define FLUSH_CHUNK 4096
 /* Requests in flight, and rows read ahead at a time: a step's misses
@@ -25,32 +24,23 @@ struct hx_emb_ssd {
     hx_emb_oob oob;
     _Atomic int64_t oob_count;
     int64_t C;
-    int64_t *slot_row;    /* row in the slot, -1: free */
-    uint8_t *freq;
-    uint8_t *dirty;       /* 0 clean, 1 dirty, 2 dirty and written ahead since its last change */
-    uint64_t *stamp;      /* the call that last used the slot */
-    uint64_t call;
-    int64_t hand;
-    int64_t *free_slots, n_free;
-    hx_emb_rowmap map;    /* row -> slot */
+    hx_emb_slots slots;   /* which rows hold the slots (cache.h); dirty: 0 clean, 1 dirty,
+                             2 dirty and written ahead since its last change */
     size_t payload, rec;
     int ns, rowwise;
-    uint8_t freq_max;     /* where the use counters saturate (cache_counter_max) */
     bool ahead_on;        /* write ahead (not no_write_ahead) */
     /* grow-only scratch */
     char *io;
     size_t io_cap;
-    int64_t *miss, *victim, *wrows, *rrows;
+    int64_t *wrows, *rrows;
     int64_t scratch_cap;
     int64_t *remap;
     int64_t remap_cap;
-    hx_emb_rowmap missmap;
-    int64_t missmap_cap;
     float *tmp;
     char *ahead;          /* the records of the write-ahead in flight */
     int64_t *ahead_rows, ahead_cap;
     int64_t expect;       /* victims the next call that misses will want: the last one's */
-    uint64_t lookups, hits, cold, evictions, writebacks;
+    uint64_t cold;
 };
 
 static const hx_emb_ops ssd_ops;
@@ -120,15 +110,10 @@ static hx_status scratch(hx_emb_ssd *t, int64_t n, hx_emb_err *err)
     int64_t u = n < t->C ? n : t->C; /* misses and victims of one call */
     bool ok = true;
     if (n > t->scratch_cap) {
-        ok = grow_i64(&t->miss, n) && grow_i64(&t->victim, n) &&
-             grow_i64(&t->wrows, n) && grow_i64(&t->rrows, n);
+        ok = grow_i64(&t->wrows, n) && grow_i64(&t->rrows, n);
         if (ok) t->scratch_cap = n;
     }
-    if (ok && n > t->missmap_cap) {
-        hx_emb_rowmap_free(&t->missmap);
-        ok = hx_emb_rowmap_init(&t->missmap, n) == 0;
-        t->missmap_cap = ok ? n : 0;
-    }
+    ok = ok && hx_emb_slots_room(&t->slots, n);
     size_t need = (size_t)(2 * (u > FLUSH_CHUNK ? u : FLUSH_CHUNK)) * t->rec;
     if (ok && need > t->io_cap) {
         free(t->io);
@@ -142,71 +127,39 @@ static hx_status scratch(hx_emb_ssd *t, int64_t n, hx_emb_err *err)
 
 /* ---- making rows resident ------------------------------------------------------------------ */
 
-/* Chooses a slot to evict: not used by this call; the hand halves the
- * counters it passes and takes the first at zero. Some slot qualifies: the
- * caller checked that this call needs fewer slots than the cache has. */
-static int64_t clock_victim(hx_emb_ssd *t)
-{
-    for (;;) {
-        int64_t k = t->hand;
-        t->hand = t->hand + 1 == t->C ? 0 : t->hand + 1;
-        if (t->stamp[k] == t->call || t->slot_row[k] < 0) continue;
-        if (t->freq[k]) {
-            t->freq[k] >>= 1;
-            continue;
-        }
-        t->stamp[k] = t->call; /* chosen: not chosen twice */
-        return k;
-    }
-}
-
 /* Writes dirty victims back and reads misses, then installs the misses in
  * the victims' slots (and free ones). On failure the cache is as it was
  * (victims still resident, dirty as they were). */
-static hx_status fill(hx_emb_ssd *t, int64_t nmiss, hx_emb_err *err)
+static hx_status fill(hx_emb_ssd *t, hx_emb_err *err)
 {
     hx_emb_store_settle(t->store); /* what was written ahead is clean now */
-    int64_t nfree = nmiss < t->n_free ? nmiss : t->n_free, nv = nmiss - nfree;
-    for (int64_t i = 0; i < nv; i++) t->victim[i] = clock_victim(t);
+    hx_emb_slots *s = &t->slots;
+    hx_emb_slots_victims(s);
     int64_t nw = 0, nr = 0;
-    char *wbuf = t->io, *rbuf = t->io + (size_t)(nv > 0 ? nv : 0) * t->rec;
-    for (int64_t i = 0; i < nv; i++) {
-        int64_t k = t->victim[i];
-        if (!t->dirty[k]) continue;
+    char *wbuf = t->io, *rbuf = t->io + (size_t)s->nv * t->rec;
+    for (int64_t i = 0; i < s->nv; i++) {
+        int64_t k = s->victim[i];
+        if (!s->dirty[k]) continue;
         pack(t, k, wbuf + (size_t)nw * t->rec);
-        t->wrows[nw++] = t->slot_row[k];
+        t->wrows[nw++] = s->slot_row[k];
     }
-    for (int64_t m = 0; m < nmiss; m++)
-        if (hx_emb_store_has(t->store, t->miss[m])) t->rrows[nr++] = t->miss[m];
+    for (int64_t m = 0; m < s->nmiss; m++)
+        if (hx_emb_store_has(t->store, s->miss[m])) t->rrows[nr++] = s->miss[m];
     hx_status st = hx_emb_store_batch(t->store, t->wrows, wbuf, nw, t->rrows, rbuf, nr, err);
     if (st) {
-        for (int64_t i = 0; i < nv; i++) t->stamp[t->victim[i]] = 0;
+        hx_emb_slots_cancel(s);
         return st;
     }
-    for (int64_t i = 0; i < nv; i++) {
-        int64_t k = t->victim[i];
-        t->writebacks += t->dirty[k];
-        t->evictions++;
-        hx_emb_rowmap_del(&t->map, t->slot_row[k]);
-        t->dirty[k] = 0;
-        t->slot_row[k] = -1;
-    }
+    hx_emb_slots_install(s);
     int64_t read = 0;
-    for (int64_t m = 0; m < nmiss; m++) {
-        int64_t k = m < nfree ? t->free_slots[--t->n_free] : t->victim[m - nfree];
-        int64_t r = t->miss[m];
+    for (int64_t m = 0; m < s->nmiss; m++) {
+        int64_t k = s->mslot[m], r = s->miss[m];
         if (read < nr && t->rrows[read] == r) {
             unpack(t, k, rbuf + (size_t)read++ * t->rec);
         } else {
             hx_emb_local_init_row_as(t->cache, k, r, t->tmp);
             t->cold++;
         }
-        t->slot_row[k] = r;
-        t->freq[k] = 1;
-        t->stamp[k] = t->call;
-        t->dirty[k] = 0; /* a row never written reads as its initial value again */
-        hx_emb_rowmap_put(&t->map, r, (int32_t)k);
-        t->miss[m] = k;  /* now: the miss's slot */
     }
     return HX_OK;
 }
@@ -216,10 +169,10 @@ static hx_status fill(hx_emb_ssd *t, int64_t nmiss, hx_emb_err *err)
 static void ahead_done(void *ctx, int64_t row, bool ok)
 {
     hx_emb_ssd *t = ctx;
-    int32_t k = hx_emb_rowmap_get(&t->map, row);
-    if (k < 0 || t->dirty[k] != 2) return; /* changed since it was packed: still dirty */
-    t->dirty[k] = ok ? 0 : 1;
-    t->writebacks += ok;
+    int32_t k = hx_emb_rowmap_get(&t->slots.map, row);
+    if (k < 0 || t->slots.dirty[k] != 2) return; /* changed since it was packed: still dirty */
+    t->slots.dirty[k] = ok ? 0 : 1;
+    t->slots.writebacks += ok;
 }
 
 /* The clock's next victims are the slots ahead of its hand whose counters
@@ -231,7 +184,7 @@ static void ahead_done(void *ctx, int64_t row, bool ok)
  * skip it; a failed write leaves the row dirty. */
 static void write_ahead(hx_emb_ssd *t)
 {
-    int64_t want = t->expect - t->n_free;
+    int64_t want = t->expect - t->slots.n_free;
     if (!t->ahead_on || want <= 0 || hx_emb_store_ahead_busy(t->store)) return;
     if (want > t->ahead_cap) {
         char *b = aligned_alloc(4096, hx__mem_round((size_t)want * t->rec, 4096));
@@ -249,22 +202,19 @@ static void write_ahead(hx_emb_ssd *t)
      * those at one: two passes, in the hand's order. */
     int64_t n = 0, seen = 0, window = 4 * want + 4096;
     for (int level = 0; level < 2 && seen < want; level++) {
-        int64_t k = t->hand;
+        int64_t k = t->slots.hand;
         for (int64_t i = 0; i < t->C && i < window && seen < want; i++, k = k + 1 == t->C ? 0 : k + 1) {
-            if (t->slot_row[k] < 0 || t->stamp[k] == t->call || t->freq[k] != level) continue;
+            if (t->slots.slot_row[k] < 0 || t->slots.stamp[k] == t->slots.call || t->slots.freq[k] != level) continue;
             seen++;
-            if (t->dirty[k] != 1) continue;
+            if (t->slots.dirty[k] != 1) continue;
             pack(t, k, t->ahead + (size_t)n * t->rec);
-            t->ahead_rows[n++] = t->slot_row[k];
-            t->dirty[k] = 2;
+            t->ahead_rows[n++] = t->slots.slot_row[k];
+            t->slots.dirty[k] = 2;
         }
     }
     if (n && !hx_emb_store_write_ahead(t->store, t->ahead_rows, t->ahead, n, ahead_done, t))
-        for (int64_t i = 0; i < n; i++) t->dirty[hx_emb_rowmap_get(&t->map, t->ahead_rows[i])] = 1;
+        for (int64_t i = 0; i < n; i++) t->slots.dirty[hx_emb_rowmap_get(&t->slots.map, t->ahead_rows[i])] = 1;
 }
-
-/* Id at position j of an i32 or i64 array. */
-static int64_t id_at(const void *ids, hx_dtype dt, int64_t j) { return hx_emb_id_at(ids, dt, j); }
 
 /* Makes the rows of n ids resident and writes their slots to out: -1 for
  * the padding id (when has_padding), -2 for ids outside [0, rows). A
@@ -276,55 +226,22 @@ static hx_status ensure(hx_emb_ssd *t, const void *ids, hx_dtype dt, int64_t n, 
     hx_status st = scratch(t, n, err);
     if (st) return st;
     hx_emb_store_poll(t->store);
-    t->call++;
-    hx_emb_rowmap_clear(&t->missmap);
-    int64_t nmiss = 0, used = 0;
-    for (int64_t j = 0; j < n; j++) {
-        int64_t r = id_at(ids, dt, j);
-        if (has_padding && r == padding_id) {
-            out[j] = -1;
-            continue;
-        }
-        if (r < 0 || r >= t->base.rows) {
-            out[j] = -2;
-            continue;
-        }
-        int32_t k = hx_emb_rowmap_get(&t->map, r);
-        if (k >= 0) {
-            if (t->stamp[k] != t->call) {
-                t->stamp[k] = t->call;
-                t->freq[k] += t->freq[k] < t->freq_max;
-                t->hits += lookup;
-                t->lookups += lookup;
-                used++;
-            }
-            out[j] = k;
-            continue;
-        }
-        int32_t m = hx_emb_rowmap_get(&t->missmap, r);
-        if (m < 0) {
-            m = (int32_t)nmiss;
-            t->miss[nmiss++] = r;
-            hx_emb_rowmap_put(&t->missmap, r, m);
-            t->lookups++;
-        }
-        out[j] = -3 - m;
-    }
-    if (used + nmiss > t->C) {
-        t->call++; /* unpins */
+    hx_emb_slots_begin(&t->slots);
+    int64_t used = hx_emb_slots_map(&t->slots, ids, dt, n, has_padding, padding_id, t->base.rows, lookup, out);
+    if (used > t->C) {
+        hx_emb_slots_begin(&t->slots); /* unpins */
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY,
                            "embedding row cache: one call touches %lld distinct rows but the cache "
                            "holds %lld; raise cache_bytes to at least %lld bytes",
-                           (long long)(used + nmiss), (long long)t->C,
-                           (long long)((used + nmiss) * (int64_t)(t->payload + META_BYTES)));
+                           (long long)used, (long long)t->C,
+                           (long long)(used * (int64_t)(t->payload + META_BYTES)));
     }
-    if (nmiss) {
-        st = fill(t, nmiss, err);
+    if (t->slots.nmiss) {
+        st = fill(t, err);
         if (st) return st;
-        t->expect = nmiss;
+        t->expect = t->slots.nmiss;
     }
-    for (int64_t j = 0; j < n; j++)
-        if (out[j] <= -3) out[j] = t->miss[-3 - out[j]];
+    hx_emb_slots_resolve(&t->slots, out, n);
     write_ahead(t);
     return HX_OK;
 }
@@ -353,7 +270,7 @@ static hx_status map_query(hx_emb_ssd *t, const hx_emb_query *q, bool lookup, hx
         if (st) return st;
         mq->ids = t->remap; /* may have moved */
         int64_t *off = t->remap + q->n;
-        for (int64_t b = 0; b < q->n_offsets; b++) off[b] = id_at(q->offsets, HX_DTYPE_I32, b);
+        for (int64_t b = 0; b < q->n_offsets; b++) off[b] = hx_emb_id_at(q->offsets, HX_DTYPE_I32, b);
         mq->offsets = off;
     }
     mq->id_dtype = HX_DTYPE_I64;
@@ -379,7 +296,7 @@ hx_status hx_emb_ssd_lookup(hx_emb_ssd *t, const hx_emb_query *q, hx_emb_oob oob
 static void mark_dirty(hx_emb_ssd *t, const int64_t *slots, int64_t n)
 {
     for (int64_t j = 0; j < n; j++)
-        if (slots[j] >= 0) t->dirty[slots[j]] = 1;
+        if (slots[j] >= 0) t->slots.dirty[slots[j]] = 1;
 }
 
 hx_status hx_emb_ssd_backward_update(hx_emb_ssd *t, const hx_emb_query *q, const hx_emb_grad_input *gi,
@@ -420,10 +337,10 @@ void hx_emb_ssd_reset_rows(hx_emb_ssd *t, const int64_t *rows, int64_t n)
     hx_emb_store_forget(t->store, rows, n);
     for (int64_t i = 0; i < n; i++) {
         if (rows[i] < 0 || rows[i] >= t->base.rows) continue;
-        int32_t k = hx_emb_rowmap_get(&t->map, rows[i]);
+        int32_t k = hx_emb_rowmap_get(&t->slots.map, rows[i]);
         if (k < 0) continue;
         hx_emb_local_init_row_as(t->cache, k, rows[i], t->tmp);
-        t->dirty[k] = 0;
+        t->slots.dirty[k] = 0;
     }
 }
 
@@ -432,7 +349,7 @@ void hx_emb_ssd_prefetch(hx_emb_ssd *t, const int64_t *rows, int64_t n)
     if (!rows || n <= 0 || remap_room(t, n, NULL)) return;
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++)
-        if (rows[i] >= 0 && rows[i] < t->base.rows && hx_emb_rowmap_get(&t->map, rows[i]) < 0)
+        if (rows[i] >= 0 && rows[i] < t->base.rows && hx_emb_rowmap_get(&t->slots.map, rows[i]) < 0)
             t->remap[m++] = rows[i];
     hx_emb_store_prefetch(t->store, t->remap, m);
 }
@@ -488,7 +405,7 @@ static void write_fn(hx_emb_ssd *t, const int64_t *slots, int64_t i0, int64_t le
     rw_ctx *c = vc;
     for (int64_t i = 0; i < len; i++) {
         hx_emb_local_write_row(t->cache, slots[i], c->src + (i0 + i) * t->base.dim, t->tmp);
-        t->dirty[slots[i]] = 1;
+        t->slots.dirty[slots[i]] = 1;
     }
 }
 
@@ -533,14 +450,14 @@ hx_status hx_emb_ssd_flush(hx_emb_ssd *t, hx_emb_err *err)
     for (int64_t k0 = 0; !st && k0 < t->C;) {
         int64_t nw = 0, k = k0;
         for (; k < t->C && nw < FLUSH_CHUNK; k++) {
-            if (!t->dirty[k]) continue;
+            if (!t->slots.dirty[k]) continue;
             pack(t, k, t->io + (size_t)nw * t->rec);
-            t->wrows[nw] = t->slot_row[k];
-            t->victim[nw++] = k;
+            t->wrows[nw] = t->slots.slot_row[k];
+            t->slots.victim[nw++] = k;
         }
         st = hx_emb_store_batch(t->store, t->wrows, t->io, nw, NULL, NULL, 0, err);
-        for (int64_t i = 0; !st && i < nw; i++) t->dirty[t->victim[i]] = 0;
-        t->writebacks += st ? 0 : (uint64_t)nw;
+        for (int64_t i = 0; !st && i < nw; i++) t->slots.dirty[t->slots.victim[i]] = 0;
+        t->slots.writebacks += st ? 0 : (uint64_t)nw;
         k0 = k;
     }
     return st;
@@ -549,23 +466,16 @@ hx_status hx_emb_ssd_flush(hx_emb_ssd *t, hx_emb_err *err)
 void hx_emb_ssd_drop_cache(hx_emb_ssd *t)
 {
     if (t->store) hx_emb_store_settle(t->store); /* none yet at creation */
-    hx_emb_rowmap_clear(&t->map);
-    t->n_free = 0;
-    for (int64_t k = t->C; k-- > 0;) {
-        t->slot_row[k] = -1;
-        t->dirty[k] = 0;
-        t->freq[k] = 0;
-        t->free_slots[t->n_free++] = k;
-    }
+    hx_emb_slots_drop(&t->slots);
 }
 
 void hx_emb_ssd_stats_get(const hx_emb_ssd *t, hx_emb_ssd_stats *out)
 {
-    *out = (hx_emb_ssd_stats){.lookups = t->lookups, .hits = t->hits, .cold = t->cold, .evictions = t->evictions,
-                              .writebacks = t->writebacks, .cache_rows = t->C};
+    *out = (hx_emb_ssd_stats){.lookups = t->slots.lookups, .hits = t->slots.hits, .cold = t->cold, .evictions = t->slots.evictions,
+                              .writebacks = t->slots.writebacks, .cache_rows = t->C};
     for (int64_t k = 0; k < t->C; k++) {
-        out->resident += t->slot_row[k] >= 0;
-        out->dirty += t->dirty[k] != 0;
+        out->resident += t->slots.slot_row[k] >= 0;
+        out->dirty += t->slots.dirty[k] != 0;
     }
     hx_emb_store_stats_get(t->store, &out->store);
 }
@@ -608,16 +518,8 @@ static void ops_free(hx_emb_table *tt)
     hx_emb_ssd *t = (hx_emb_ssd *)tt;
     hx_emb_table_free(t->cache ? &t->cache->base : NULL);
     hx_emb_store_close(t->store);
-    free(t->slot_row);
-    free(t->freq);
-    free(t->dirty);
-    free(t->stamp);
-    free(t->free_slots);
-    hx_emb_rowmap_free(&t->map);
-    hx_emb_rowmap_free(&t->missmap);
+    hx_emb_slots_free(&t->slots);
     free(t->io);
-    free(t->miss);
-    free(t->victim);
     free(t->wrows);
     free(t->rrows);
     free(t->remap);
@@ -682,25 +584,18 @@ hx_status hx_emb_ssd_create(const hx_emb_table_config *cfg, hx_emb_table **out, 
     t->init = cfg->init;
     t->oob = cfg->oob;
     t->C = C;
-    t->freq_max = (uint8_t)(cfg->cache_counter_max >= 1 && cfg->cache_counter_max < FREQ_MAX
-                                ? cfg->cache_counter_max : FREQ_MAX);
     t->ahead_on = !cfg->no_write_ahead;
     t->ns = ns;
     t->rowwise = rowwise;
     t->payload = (size_t)cfg->dim * esize + (size_t)ns * (rowwise ? 4 : (size_t)cfg->dim * 4);
-    t->slot_row = malloc((size_t)C * sizeof *t->slot_row);
-    t->freq = calloc((size_t)C, 1);
-    t->dirty = calloc((size_t)C, 1);
-    t->stamp = calloc((size_t)C, sizeof *t->stamp);
-    t->free_slots = malloc((size_t)C * sizeof *t->free_slots);
     t->tmp = malloc((size_t)gstride * sizeof *t->tmp);
-    if (!t->slot_row || !t->freq || !t->dirty || !t->stamp || !t->free_slots || !t->tmp ||
-        hx_emb_rowmap_init(&t->map, C)) {
+    if (!t->tmp || hx_emb_slots_init(&t->slots, C)) {
         ops_free(&t->base);
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding table on disk: out of memory for a "
                            "cache of %lld rows", (long long)C);
     }
-    hx_emb_ssd_drop_cache(t);
+    t->slots.freq_max = (uint8_t)(cfg->cache_counter_max >= 1 && cfg->cache_counter_max < HX_EMB_FREQ_MAX
+                                      ? cfg->cache_counter_max : HX_EMB_FREQ_MAX);
     hx_emb_store_config sc = {cfg->ssd_path, cfg->rows, t->payload, shape_of(cfg), HX_EMB_SSD_DEPTH, true};
     st = hx_emb_store_open(&sc, &t->store, err);
     if (st) {
@@ -714,6 +609,7 @@ hx_status hx_emb_ssd_create(const hx_emb_table_config *cfg, hx_emb_table **out, 
 
 hx_status hx_emb_fixed_create(const hx_emb_table_config *cfg, hx_emb_table **out, hx_emb_err *err)
 {
+    if (cfg && out && cfg->device_cache_rows > 0) return hx_emb_devcache_create(cfg, out, err);
     if (!cfg || !cfg->ssd_path) return hx_emb_local_create(cfg, out, err);
     if (!out) return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding table: out is NULL");
     if (cfg->backing_file)

@@ -146,6 +146,9 @@ typedef struct hx_emb_table_config {
     int cache_counter_max;    /* the cache's use counters saturate here, 1..15 (0: 15): 15
                                  is LFU with aging, 1 the second-chance clock (LRU-like) */
     int no_write_ahead;       /* 1: evictions write their dirty rows themselves (to compare) */
+    int64_t device_cache_rows; /* > 0: hot rows and their state in a device cache of this
+                                  many rows in front of the table (cache.h; not with
+                                  ssd_path) */
     int64_t row_stride;       /* > 0: row r starts as row r * row_stride + row_offset of a
                                  whole table (a row-wise shard's rows); 0: as row r */
     int64_t row_offset;
@@ -614,6 +617,9 @@ void *hx_emb_ws_get(hx_emb_workspace *ws, int slot, size_t bytes);
 
 /* Tables larger than memory: a row store with a host cache. */
 #include "embedding/ssd.h"
+
+/* Row caches: the policy they share, and the device cache of hot rows. */
+#include "embedding/cache.h"
 
 /* Tables sharded over the ranks of a communicator. */
 #include "embedding/shard.h"

@@ -156,7 +156,8 @@ hx_status hx_emb_ssd_create(const hx_emb_table_config *cfg, hx_emb_table **out, 
 /* NULL unless t is a cached table. */
 typedef struct hx_emb_ssd hx_emb_ssd;
 hx_emb_ssd *hx_emb_as_ssd(hx_emb_table *t);
-/* A local table, or a cached one when cfg->ssd_path is set. */
+/* A local table, a cached one when cfg->ssd_path is set, or one behind a
+ * device cache when cfg->device_cache_rows > 0 (cache.h). */
 hx_status hx_emb_fixed_create(const hx_emb_table_config *cfg, hx_emb_table **out, hx_emb_err *err);
 
 /* As hx_emb_local_lookup / _backward_update / _apply / _reset_rows. */

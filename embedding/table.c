@@ -87,6 +87,20 @@ static hx_status to_configs(const hx_embedding_config *c, hx_emb_table_config *t
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "%s '%s': initialiser kind %d; tables take hx_init_zeros(), "
                          "hx_init_uniform() or hx_init_normal()", fn, name, (int)c->init.kind);
+    if (c->device_cache_rows < 0)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s '%s': device_cache_rows %lld must be >= 0 "
+                         "(0: no device cache)", fn, name, (long long)c->device_cache_rows);
+    if (c->device_cache_rows > 0 && (c->comm || c->ps || c->ssd_path))
+        return hx__error(HX_ERR_UNSUPPORTED,
+                         "%s '%s': device_cache_rows with %s is not built: %s; leave "
+                         "device_cache_rows 0", fn, name,
+                         c->comm ? "comm" : c->ps ? "ps" : "ssd_path",
+                         c->comm || c->ps
+                             ? "a sharded row's update sums every rank's gradient at its "
+                               "owner, so a worker's cached copy updated on its device with "
+                               "its own gradient would not match the owner's row"
+                             : "the host cache of a table on disk would need to hand its "
+                               "rows to a second cache");
     if (c->n_threads < 0 || c->min_count < 0 || c->expire_after < 0)
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "%s '%s': n_threads %d, min_count %lld and expire_after %lld must be "
@@ -106,6 +120,7 @@ static hx_status to_configs(const hx_embedding_config *c, hx_emb_table_config *t
     tc->lazy_init = c->lazy_init;
     tc->backing_file = c->backing_file;
     tc->ssd_path = c->ssd_path;
+    tc->device_cache_rows = c->device_cache_rows;
     tc->cache_bytes = c->cache_bytes ? c->cache_bytes : HX_EMBEDDING_CACHE_DEFAULT;
     tc->oob = c->out_of_range == HX_EMBEDDING_OUT_OF_RANGE_ZERO ? HX_EMB_OOB_ZERO : HX_EMB_OOB_ERROR;
     tc->nthreads = c->n_threads ? c->n_threads : omp_get_num_procs();
@@ -158,6 +173,8 @@ hx_status hx_embedding_table_create(const hx_embedding_config *cfg, hx_embedding
     hx_emb_table *inner = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_local(t->impl) : t->impl;
     t->local = hx_emb_as_local(inner);
     t->ssd = hx_emb_as_ssd(inner);
+    t->dev = hx_emb_as_devcache(inner);
+    if (t->dev) t->local = hx_emb_devcache_host(t->dev); /* rows as of the last write-back */
     t->ids = cfg->ids;
     t->expire_after = cfg->expire_after;
     pthread_mutex_init(&t->lock, NULL);
@@ -246,6 +263,7 @@ hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t, const hx_embed
     st = t->client ? HX_OK
          : t->shard ? hx_emb_shard_set_optim(t->shard, &o, omp_get_num_procs(), &err)
          : t->ssd ? hx_emb_ssd_set_optim(t->ssd, &o, &err)
+         : t->dev ? hx_emb_devcache_set_optim(t->dev, &o, omp_get_num_procs(), &err)
                   : hx_emb_local_set_optim(&t->local->base, &o, omp_get_num_procs(), &err);
     pthread_mutex_unlock(&t->lock);
     hx__embedding_release(t, true);
@@ -305,6 +323,7 @@ hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64_t *ids
         return hx__embedding_shard_rows(t, "hx_embedding_table_read_rows", HX_EMB_SHARD_ROWS, ids, n, out, NULL);
     if (t) pthread_mutex_lock(&t->lock); /* a training lookup may be changing the id map */
     hx_status st = rows_args(t, "hx_embedding_table_read_rows", ids, n, out, &rows, &tmp);
+    if (!st && t->dev) hx_emb_devcache_flush(t->dev); /* the host rows are then current */
     int64_t dim = st ? 0 : t->impl->dim;
     hx_emb_err err;
     if (!st && t->ssd && (st = hx_emb_ssd_read_rows(t->ssd, rows, n, out, &err)))
@@ -343,6 +362,7 @@ hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *id
     }
     if (t) pthread_mutex_lock(&t->lock);
     st = rows_args(t, fn, ids, n, data, &rows, &tmp);
+    if (!st && t->dev) hx_emb_devcache_drop(t->dev); /* the host rows change under it */
     for (int64_t i = 0; i < n && !st; i++)
         if (rows[i] < 0)
             st = hx__error(HX_ERR_NOT_FOUND,
@@ -392,6 +412,7 @@ hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, const int6
                        "%s '%s': state array %d: the table's optimizer (%s) keeps %d (%s)", fn,
                        t->name, k, hx_emb_optim_name(kind), ns, state_arrays(kind));
     if (!st) st = rows_args(t, fn, ids, n, out, &rows, &tmp);
+    if (!st && t->dev) hx_emb_devcache_flush(t->dev);
     int64_t w = st ? 0 : kind == HX_EMB_OPTIM_ROW_ADAGRAD ? 1 : t->impl->dim;
     hx_emb_err err;
     if (!st && t->ssd && (st = hx_emb_ssd_read_state(t->ssd, k, rows, n, out, &err)))
@@ -432,7 +453,10 @@ hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path)
         st = hx_emb_fail(&err, HX_ERR_UNSUPPORTED, "a sharded checkpoint loads into a ROWS or MODULO "
                          "table in memory (a DYNAMIC table's maps, or a table on disk, take their own "
                          "checkpoints)");
-    else st = shards ? hx_emb_shard_load_local(t->local, path, &err) : hx_emb_table_load(t->impl, path, &err);
+    else if (shards) {
+        if (t->dev) hx_emb_devcache_drop(t->dev); /* written back: a failed load keeps the rows */
+        st = hx_emb_shard_load_local(t->local, path, &err);
+    } else st = hx_emb_table_load(t->impl, path, &err);
     pthread_mutex_unlock(&t->lock);
     hx__embedding_release(t, true);
     return st ? hx__emb_error(st, &err, "hx_embedding_table_load '%s' from %s", t->name, path)
@@ -448,11 +472,11 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
     hx_emb_local_stats ls;
     hx_emb_err err;
     hx_emb_ssd_stats ss = {0};
-    if (t->ssd) {
-        pthread_mutex_lock((pthread_mutex_t *)&t->lock);
-        hx_emb_ssd_stats_get(t->ssd, &ss);
-        pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
-    }
+    hx_emb_devcache_stats ds = {0};
+    pthread_mutex_lock((pthread_mutex_t *)&t->lock);
+    if (t->ssd) hx_emb_ssd_stats_get(t->ssd, &ss);
+    if (t->dev) hx_emb_devcache_stats_get(t->dev, &ds);
+    pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
     hx_status st = hx_emb_local_stats_get(t->ssd ? &hx_emb_ssd_cache(t->ssd)->base : &t->local->base, &ls, &err);
     if (st) return hx__emb_error(st, &err, "hx_embedding_table_stats '%s'", t->name);
     if (t->ssd) {
@@ -471,7 +495,16 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
                                 .disk_rows_written_ahead = (int64_t)ss.store.written_ahead,
                                 .disk_bytes_read = (int64_t)ss.store.bytes_read,
                                 .disk_bytes_written = (int64_t)ss.store.bytes_written,
-                                .io_wait_s = ss.store.io_wait_s};
+                                .io_wait_s = ss.store.io_wait_s,
+                                .device_cache_rows = ds.cache_rows,
+                                .device_cache_lookups = (int64_t)ds.lookups,
+                                .device_cache_hits = (int64_t)ds.hits,
+                                .device_rows_in = (int64_t)ds.rows_in,
+                                .device_rows_out = (int64_t)ds.rows_out,
+                                .device_bytes_in = (int64_t)ds.bytes_in,
+                                .device_bytes_out = (int64_t)ds.bytes_out,
+                                .device_rows_prefetched = (int64_t)ds.prefetched,
+                                .device_cache_calls = ds.calls};
     hx__embedding_idmap_stats(t, hx_emb_dynamic_idmap(t->impl), out);
     return HX_OK;
 }
@@ -530,11 +563,13 @@ hx_status hx__embedding_query(hx_embedding_table *t, const hx_emb_query *q, floa
     int64_t *own;
     hx_status st = map_query(t, q, &mq, &own, where);
     if (st) return st;
-    bool lock = (t->ids == HX_EMBEDDING_IDS_DYNAMIC && q->train) || t->ssd; /* a cache changes */
+    bool lock = (t->ids == HX_EMBEDDING_IDS_DYNAMIC && q->train) || t->ssd || t->dev; /* a cache changes */
     hx_emb_err err;
     if (lock) pthread_mutex_lock(&t->lock);
     if (!forward && t->local && t->impl == &t->local->base) /* a re-read: its bad ids were counted */
         st = hx_emb_local_lookup(t->local, &mq, t->local->oob, NULL, out, argmax, &err);
+    else if (!forward && hx_emb_as_devcache(t->impl)) /* as above, through the cache */
+        st = hx_emb_devcache_lookup(t->dev, &mq, t->local->oob, NULL, out, argmax, &err);
     else
         st = hx_emb_table_lookup(t->impl, &mq, out, argmax, &err);
     if (lock) pthread_mutex_unlock(&t->lock);
@@ -577,7 +612,7 @@ hx_status hx_embedding_table_prefetch(hx_embedding_table *t, const int64_t *ids,
     if (!t || n < 0 || (n && !ids))
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_embedding_table_prefetch: table %p, %lld ids at %p",
                          (void *)t, (long long)n, (const void *)ids);
-    if (!t->ssd || !n) return HX_OK;
+    if ((!t->ssd && !t->dev) || !n) return HX_OK;
     int64_t *rows = malloc((size_t)n * sizeof *rows);
     if (!rows)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_embedding_table_prefetch '%s': out of host memory", t->name);
@@ -590,7 +625,8 @@ hx_status hx_embedding_table_prefetch(hx_embedding_table *t, const int64_t *ids,
         st = hx_emb_idmap_map(hx_emb_dynamic_idmap(t->impl), ids, n, 0, 0, rows, NULL, NULL, &err);
         if (st) st = hx__emb_error(st, &err, "hx_embedding_table_prefetch '%s'", t->name);
     }
-    if (!st) hx_emb_ssd_prefetch(t->ssd, rows, n); /* ids outside the table are skipped */
+    if (!st && t->ssd) hx_emb_ssd_prefetch(t->ssd, rows, n); /* ids outside the table are skipped */
+    if (!st && t->dev) hx_emb_devcache_prefetch(t->dev, rows, n);
     pthread_mutex_unlock(&t->lock);
     free(rows);
     return st;

@@ -18,6 +18,8 @@ struct hx_embedding_table {
     hx_emb_local *local;  /* its storage (a DYNAMIC table's map: hx_emb_dynamic_idmap);
                              NULL for a table on disk: */
     hx_emb_ssd *ssd;      /* a table on disk (ssd_path), else NULL */
+    hx_emb_devcache *dev; /* a device cache in front of the table (device_cache_rows; local
+                             is then its host table), else NULL */
     hx_emb_shard *shard;  /* a sharded table (config.comm; impl is it, local NULL), else NULL */
     hx_ps *ps;            /* server mode (config.ps): the servers' shard is `shard` on a
                              server; on a worker `client` (impl is it, local NULL) */

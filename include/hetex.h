@@ -865,6 +865,23 @@ typedef struct hx_embedding_config {
                                  much it needs); runs, reads and writes of rows may fail
                                  with HX_ERR_IO or HX_ERR_CORRUPT from the file, losing
                                  nothing */
+    /* A device cache of hot rows (MindSpore's vocab_cache_size; README,
+     * "Device cache"). > 0: up to this many rows of the table, with their
+     * optimizer state, live in a cache in front of the host table: a
+     * lookup makes the rows it needs resident (the misses copied in from
+     * the host table in one batch per call, the victims, chosen by
+     * frequency with aging, written back with their state) and gathers
+     * from the cache; the update runs on the cached rows. Results are
+     * bitwise those without the cache. Every dirty row is written back
+     * by hx_embedding_table_save, _read_rows and _read_state; _write_rows,
+     * _load and _set_optimizer write the cache back and empty it.
+     * hx_embedding_table_prefetch copies the next batch's rows in ahead.
+     * One step may touch at most this many distinct rows of the table
+     * (else the run fails with HX_ERR_OUT_OF_MEMORY naming the count).
+     * The cache is host memory on every backend today (the emulated
+     * device's kernels are the host's; the CUDA kernels are not wired).
+     * Not with comm, ps or ssd_path (HX_ERR_UNSUPPORTED). 0: none. */
+    int64_t device_cache_rows;
     /* Tables over several processes (README, "Sharded tables"). comm NULL:
      * the table lives in this process. Else the table is sharded over
      * comm's ranks in collective mode: every rank creates it alike (a
@@ -929,6 +946,8 @@ HX_API hx_embedding_config hx_embedding_config_default(void);
  *               HX_ERR_UNSUPPORTED (with backing_file or ssd_path; a build
  *               without MPI); HX_ERR_COMM (the communicator's
  *               collectives); a failure on one rank fails every rank.
+ *               device_cache_rows also: HX_ERR_INVALID_ARGUMENT (negative);
+ *               HX_ERR_UNSUPPORTED (with comm, ps or ssd_path).
  *   On failure: *out is NULL (unless out is NULL) and nothing is kept.
  *   Ownership:  cfg and its strings are copied; the table is the caller's:
  *               free it with hx_embedding_table_free.
@@ -1088,6 +1107,14 @@ typedef struct hx_embedding_stats {
                                         of their eviction (the eviction then writes nothing) */
     int64_t disk_bytes_read, disk_bytes_written;
     double io_wait_s;        /* time spent waiting for the disk */
+    /* A table with a device cache (device_cache_rows), totals since creation: */
+    int64_t device_cache_rows;                    /* rows the cache holds */
+    int64_t device_cache_lookups, device_cache_hits; /* as cache_lookups, cache_hits */
+    int64_t device_rows_in, device_rows_out;      /* rows (with their state) copied in from
+                                                     the host table / written back to it */
+    int64_t device_bytes_in, device_bytes_out;
+    int64_t device_rows_prefetched;               /* of device_rows_in: by _prefetch */
+    int64_t device_cache_calls;                   /* lookups and updates through the cache */
 } hx_embedding_stats;
 /* The table's counts and sizes now. A sharded table: rows and dim are the
  * whole table's, the rest this rank's share (rows_assigned: rows it holds
@@ -1105,7 +1132,12 @@ HX_API hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedd
  * knows the next batch hands its ids over while the current step runs, and
  * the next step finds those rows read. Ids outside the table, rows already
  * cached and (DYNAMIC) ids without a row are skipped; up to 4096 rows are
- * read ahead at a time. Other tables: nothing to do.
+ * read ahead at a time. A table with a device cache (device_cache_rows)
+ * copies the rows of ids not in the cache into a staging area now, in the
+ * calling thread, so that the next step's misses on them copy nothing from
+ * the table (up to device_cache_rows rows staged at a time; rows staged
+ * before the previous call and not used since are dropped). Other tables:
+ * nothing to do.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t NULL, n < 0, ids NULL with n > 0);
  *               HX_ERR_OUT_OF_MEMORY.
  *   On failure: nothing was started; the table never changes (a read-ahead

@@ -151,6 +151,20 @@ static void test_on_disk(const char *data, const char *dir)
     CHECK(test_same_file(mem, resumed), "resumed from the table's checkpoint: the same curve");
 }
 
+/* The deep table's hot rows in a device cache smaller than the table
+ * (rows evicted and written back every epoch): the same curve as without. */
+static void test_device_cache(const char *data, const char *dir)
+{
+    char plain[512], cached[512];
+    snprintf(plain, sizeof plain, "%s/plain.csv", dir);
+    snprintf(cached, sizeof cached, "%s/cached.csv", dir);
+    const char *without[] = {"--epochs", "1", "--curve", plain, "--accelerator", "emu"};
+    const char *with[] = {"--epochs", "1", "--curve", cached, "--accelerator", "emu", "--device-cache", "90"};
+    CHECK(run(data, without, 6) == 0 && run(data, with, 8) == 0, "an epoch with and without a device cache: %s",
+          hx_last_error());
+    CHECK(test_same_file(plain, cached), "the curve with a device cache of 90 rows equals the one without");
+}
+
 static char data_dir[512], out_dir[64];
 
 static int setup(void)
@@ -164,6 +178,7 @@ static void teardown(void) { test_remove_tree(out_dir); }
 
 static void training(void) { test_training(data_dir, out_dir); }
 static void on_disk(void) { test_on_disk(data_dir, out_dir); }
+static void device_cache(void) { test_device_cache(data_dir, out_dir); }
 
 /* The example's graph with every op AUTO on emu simulating a device 20x
  * faster than the host and an 8 GB/s link: the lookups and sparse updates
@@ -249,6 +264,7 @@ static const test_case cases[] = {
     {"metrics", test_metrics},
     {"training", training},
     {"on_disk", on_disk},
+    {"device_cache", device_cache},
     {"auto_placement", auto_placement},
 };
 

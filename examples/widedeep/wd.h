@@ -39,6 +39,8 @@ typedef struct wd_options {
     const char *tensorboard;   /* a folder for TensorBoard event files of the same, or NULL */
     const char *deep_on_disk;  /* the deep table's row store file (a table on disk), or NULL */
     size_t deep_cache_bytes;   /* its host cache */
+    int64_t device_cache_rows; /* > 0: the deep table's hot rows in a device cache of this
+                                  many rows (hx_embedding_config.device_cache_rows) */
     bool quiet;                /* no progress output */
     bool partial_batch;        /* train the short last batch of each epoch too */
     int shards;                /* > 0: tables sharded over that many MPI ranks (mpirun -np),

@@ -44,6 +44,9 @@ static const char usage[] =
     "                          cache (for tables larger than memory); prints its cache\n"
     "                          and disk statistics per epoch\n"
     "  --deep-cache-bytes N    that cache's size, K/M/G suffixes (64M)\n"
+    "  --device-cache N        keep the deep table's N hottest rows and their optimizer\n"
+    "                          state in a device cache (the results do not change); prints\n"
+    "                          its hit rate and the rows it moved per epoch\n"
     "  --trace PATH            Chrome trace of the run (chrome://tracing, Perfetto)\n"
     "  --save DIR              checkpoint folder, replaced as a whole after every epoch\n"
     "  --resume DIR            continue from a checkpoint folder (the same --seed, --batch)\n"
@@ -92,6 +95,7 @@ static int parse(int argc, char **argv, wd_options *o)
         CLI_FLAG_TEXT("--tensorboard", &o->tensorboard),
         CLI_FLAG_TEXT("--deep-table-on-disk", &o->deep_on_disk),
         CLI_FLAG_NUM("--deep-cache-bytes", CLI_BYTES, &o->deep_cache_bytes, 4096, 1ull << 40),
+        CLI_FLAG_NUM("--device-cache", CLI_INT64, &o->device_cache_rows, 1, (int64_t)1 << 40),
         CLI_FLAG_CHOICE("--embedding-optimizer", &emb, "adagrad|lazy-adam"),
         CLI_FLAG_CHOICE("--accelerator", &accel, CLI_ACCELERATORS),
         CLI_FLAG_NUM("--max-device-memory", CLI_BYTES, &o->max_device_memory, 1 << 20, 0x1p44),
@@ -251,6 +255,24 @@ static void disk_stats(const hx_embedding_stats *a, const hx_embedding_stats *b,
            (double)(b->disk_bytes_read - a->disk_bytes_read) / n / 1e6,
            (double)(b->disk_bytes_written - a->disk_bytes_written) / n / 1e6,
            (b->io_wait_s - a->io_wait_s) / n * 1e3);
+}
+
+/* The deep table's device cache per step of an epoch (--device-cache):
+ * rows moved with the cache (misses in, write-backs out) against the rows
+ * its lookups asked for (each moved in, and its update out, without it). */
+static void device_stats(const hx_embedding_stats *a, const hx_embedding_stats *b, int64_t steps)
+{
+    double n = (double)(steps ? steps : 1);
+    int64_t lookups = b->device_cache_lookups - a->device_cache_lookups;
+    double in = (double)(b->device_rows_in - a->device_rows_in), out = (double)(b->device_rows_out - a->device_rows_out);
+    printf("          deep table device cache: %lld rows, hit rate %.1f%%; per step %.0f rows in (%.0f "
+           "ahead), %.0f written back, %.3f MB moved; %.0f rows looked up (%.1f%% fewer rows moved "
+           "than without the cache)\n",
+           (long long)b->device_cache_rows,
+           lookups ? 100.0 * (double)(b->device_cache_hits - a->device_cache_hits) / (double)lookups : 100.0,
+           in / n, (double)(b->device_rows_prefetched - a->device_rows_prefetched) / n, out / n,
+           (double)(b->device_bytes_in - a->device_bytes_in + b->device_bytes_out - a->device_bytes_out) / n / 1e6,
+           (double)lookups / n, lookups ? 100.0 * (1.0 - (in + out) / (2.0 * (double)lookups)) : 0.0);
 }
 
 static hx_status evaluate(job *j, wd_metrics *out)
@@ -533,6 +555,7 @@ int wd_main(int argc, char **argv)
         printf("epoch %2d  train loss %.4f  test loss %.4f  AUC %.4f  accuracy %.4f  "
                "%.0f examples/s\n", e, loss, m.log_loss, m.auc, m.accuracy, rate);
         if (o->deep_on_disk) disk_stats(&before, &after, steps);
+        if (o->device_cache_rows) device_stats(&before, &after, steps);
         fflush(stdout);
         if (curve) fprintf(curve, "%d,%.6f,%.6f,%.6f,%.6f\n", e, loss, m.log_loss, m.auc, m.accuracy);
         cli_metrics_begin(&j.metrics, "epoch");

@@ -47,6 +47,7 @@ static hx_status tables(const wd_options *o, const wd_features *wf, wd_model *m)
     ec.optimizer.lr = o->lr_embedding;
     ec.ssd_path = o->deep_on_disk;
     ec.cache_bytes = o->deep_cache_bytes;
+    ec.device_cache_rows = o->device_cache_rows;
     ec.comm = o->ps ? NULL : o->comm; /* --shards */
     ec.ps = o->ps;                     /* --servers */
     ec.sharding = HX_EMBEDDING_SHARD_ROWS;

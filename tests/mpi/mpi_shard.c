@@ -147,6 +147,24 @@ static void test_rows_collective(void)
     OK(hx_embedding_table_free(t));
 }
 
+/* A device cache of hot rows (device_cache_rows) is not built for sharded
+ * tables: every rank refuses it alike, before any exchange, saying why. */
+static void test_device_cache_refused(void)
+{
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "cached";
+    ec.rows = 64;
+    ec.dim = D;
+    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
+    ec.comm = comm;
+    ec.device_cache_rows = 8;
+    hx_embedding_table *t = NULL;
+    CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_UNSUPPORTED && !t &&
+              strstr(hx_last_error(), "device_cache_rows") && strstr(hx_last_error(), "owner"),
+          "device cache with comm refused: %s", hx_last_error());
+    hx_embedding_table_free(t);
+}
+
 /* A DYNAMIC table sharded by key hash: keys get rows on their owners, a
  * training lookup assigns them, and ids the map has never seen read as
  * zeros; reading it is the same on every rank. */
@@ -493,6 +511,7 @@ int main(int argc, char **argv)
         {"mismatch", test_mismatch},
         {"checkpoint", test_checkpoint},
         {"tables_only", test_tables_only},
+        {"device_cache_refused", test_device_cache_refused},
     };
     test_options o = {.setup = setup, .teardown = teardown};
     return test_main_with(argc, argv, "mpi_shard", cases, TEST_COUNT(cases), &o);

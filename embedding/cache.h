@@ -1,0 +1,140 @@
+/* Row caches in front of a table: the residency policy they share
+ * (emb_slots.c) and the device cache of hot rows (emb_devcache.c). The
+ * host cache of a table on disk (ssd.h) uses the same policy. Included by
+ * embedding/embedding.h.
+ *
+ * The policy. A cache has C slots; a call maps its row ids to slots:
+ * resident rows are hits, the others misses that get free slots or the
+ * slots of victims chosen by LFU with aging (4-bit counters, +1 per call
+ * that uses a slot, saturating at 15; a clock hand halves the counters of
+ * the slots it passes and takes the first at zero; freq_max may lower the
+ * saturation). The slots a call uses
+ * are pinned until its next call, so a call may touch at most C distinct
+ * rows. The owner moves the data: it writes dirty victims back and fills
+ * the misses' slots between hx_emb_slots_victims and hx_emb_slots_install.
+ *
+ * One cache is used by one thread at a time (its table's lock). */
+#ifndef HX_EMBEDDING_CACHE_H
+#define HX_EMBEDDING_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* LFU counters saturate here by default: a hand halves them in 4 passes. */
+#define HX_EMB_FREQ_MAX 15
+
+typedef struct hx_emb_slots {
+    int64_t C;
+    uint8_t freq_max;     /* where the counters saturate (1..15; 1: a second-chance clock) */
+    int64_t *slot_row;    /* row in the slot, -1: free */
+    uint8_t *freq, *dirty;
+    uint64_t *stamp;      /* the call that last used the slot */
+    uint64_t call;
+    int64_t hand;
+    int64_t *free_slots, n_free;
+    hx_emb_rowmap map;    /* row -> slot */
+    /* the current call's misses: rows, then (after install) their slots */
+    int64_t *miss, *mslot, *victim;
+    int64_t nmiss, nfree, nv;
+    int64_t cap;
+    hx_emb_rowmap missmap;
+    int64_t missmap_cap;
+    uint64_t lookups, hits, evictions, writebacks;
+} hx_emb_slots;
+
+/* C slots, all free (*s is overwritten: call it first); 0, or -1 when out
+ * of memory (s may then hold part of its memory: hx_emb_slots_free it). */
+int hx_emb_slots_init(hx_emb_slots *s, int64_t C);
+void hx_emb_slots_free(hx_emb_slots *s);
+/* Every slot free, nothing dirty (counts kept). */
+void hx_emb_slots_drop(hx_emb_slots *s);
+/* Room for a call of n positions; false when out of memory. */
+bool hx_emb_slots_room(hx_emb_slots *s, int64_t n);
+/* Starts a call (unpins the previous one's slots). */
+void hx_emb_slots_begin(hx_emb_slots *s);
+/* Maps n ids (after begin, with room for n): out[j] = the slot of a
+ * resident row, -1 for the padding id (when has_padding), -2 for ids
+ * outside [0, rows), -3 - m for the call's m-th miss (rows in miss[m]).
+ * lookup = true counts every distinct row of the call and its hits;
+ * otherwise only the misses count as lookups. Returns the distinct rows
+ * the call touches: more than C, and the caller must fail (after
+ * hx_emb_slots_begin again, which unpins them). */
+int64_t hx_emb_slots_map(hx_emb_slots *s, const void *ids, hx_dtype dt, int64_t n, int has_padding,
+                         int64_t padding_id, int64_t rows, bool lookup, int64_t *out);
+/* Chooses the slots for the misses: free ones first (nfree), then victims
+ * (victim[0 .. nv), still resident: write the dirty ones back now). */
+void hx_emb_slots_victims(hx_emb_slots *s);
+/* After a failed write-back or read: the victims stay resident as they were. */
+void hx_emb_slots_cancel(hx_emb_slots *s);
+/* Evicts the victims and gives each miss m its slot mslot[m] (frequency 1,
+ * clean, pinned): fill them now. */
+void hx_emb_slots_install(hx_emb_slots *s);
+/* The misses of out (from hx_emb_slots_map) to their slots. */
+void hx_emb_slots_resolve(const hx_emb_slots *s, int64_t *out, int64_t n);
+
+/* ---- the device cache of hot rows ------------------------------------------------------
+ * A table (hx_emb_ops "devcache") in front of a host local table: its hot
+ * rows and their optimizer state live in a cache of C slots (a local table
+ * of C rows: the device's memory; the emulated device runs the host
+ * kernels on it), and every call makes the rows it touches resident, then
+ * runs the local table's own lookup or update on the slot ids, so its
+ * results are bitwise those of the host table. Misses are copied in from
+ * the host table in one batch per call (params and state: a lazy row not
+ * yet written comes in as its initial value and start state), dirty
+ * victims written back to it with their state in the same batch. Save
+ * writes every dirty row back and saves the host table; load, a new
+ * optimizer and writes of rows drop the cache after writing it back. */
+
+typedef struct hx_emb_devcache hx_emb_devcache;
+
+typedef struct hx_emb_devcache_stats {
+    int64_t cache_rows, resident, dirty;
+    uint64_t lookups, hits;      /* as hx_emb_ssd_stats */
+    uint64_t rows_in, rows_out;  /* rows (with state) copied in from / written back to the host */
+    uint64_t bytes_in, bytes_out;
+    uint64_t prefetched;         /* rows copied in ahead by hx_emb_devcache_prefetch */
+    uint64_t evictions;
+    int64_t calls;               /* calls that made rows resident */
+} hx_emb_devcache_stats;
+
+/* Tests: write-backs to skip (a broken cache that must fail them). */
+typedef struct hx_emb_devcache_faults {
+    int64_t skip_writeback_row; /* a write-back of this row is dropped; -1: none */
+} hx_emb_devcache_faults;
+
+/* A host local table as cfg says (cfg->device_cache_rows > 0) with a cache
+ * of min(device_cache_rows, rows) slots in front. */
+hx_status hx_emb_devcache_create(const hx_emb_table_config *cfg, hx_emb_table **out,
+                                 hx_emb_err *err);
+/* NULL unless t is a device-cached table. */
+hx_emb_devcache *hx_emb_as_devcache(hx_emb_table *t);
+/* The host table behind the cache (rows as of the last write-back). */
+hx_emb_local *hx_emb_devcache_host(hx_emb_devcache *t);
+/* As hx_emb_local_lookup / _backward_update / _apply / _reset_rows. */
+hx_status hx_emb_devcache_lookup(hx_emb_devcache *t, const hx_emb_query *q, hx_emb_oob oob,
+                                 _Atomic int64_t *oob_count, float *out, int64_t *argmax,
+                                 hx_emb_err *err);
+hx_status hx_emb_devcache_backward_update(hx_emb_devcache *t, const hx_emb_query *q,
+                                          const hx_emb_grad_input *gi, int64_t step,
+                                          hx_emb_oob oob, hx_emb_workspace *ws, hx_emb_err *err);
+hx_status hx_emb_devcache_apply(hx_emb_devcache *t, const hx_emb_sparse_grad *g, int64_t step,
+                                int nthreads, hx_emb_oob oob, hx_emb_err *err);
+void hx_emb_devcache_reset_rows(hx_emb_devcache *t, const int64_t *rows, int64_t n);
+/* Copies the host rows of the next step (rows outside [0, rows) and rows
+ * already resident skipped) into a staging area now, so that the next
+ * call's misses on them are copies within the device. Up to C rows are
+ * staged at a time (the rest skipped); rows staged before the previous
+ * call and not used since are dropped (their step has run). */
+void hx_emb_devcache_prefetch(hx_emb_devcache *t, const int64_t *rows, int64_t n);
+/* Writes every dirty row back to the host table (they stay, clean). */
+void hx_emb_devcache_flush(hx_emb_devcache *t);
+/* Writes every dirty row back and empties the cache. */
+void hx_emb_devcache_drop(hx_emb_devcache *t);
+/* Writes the cache back, empties it, then sets the optimizer of the host
+ * table and the cache (as hx_emb_local_set_optim). */
+hx_status hx_emb_devcache_set_optim(hx_emb_devcache *t, const hx_emb_optim *optim, int nthreads,
+                                    hx_emb_err *err);
+void hx_emb_devcache_stats_get(const hx_emb_devcache *t, hx_emb_devcache_stats *out);
+void hx_emb_devcache_set_faults(hx_emb_devcache *t, const hx_emb_devcache_faults *f);
+
+#endif

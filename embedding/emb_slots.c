@@ -1,0 +1,171 @@
+/* The residency policy of the row caches (cache.h): which rows hold the
+ * slots, LFU with aging by a clock that halves 4-bit counters. */
+#include <stdlib.h>
+
+#include "embedding/embedding.h"
+
+
+int hx_emb_slots_init(hx_emb_slots *s, int64_t C)
+{
+    *s = (hx_emb_slots){.C = C, .freq_max = HX_EMB_FREQ_MAX};
+    s->slot_row = malloc((size_t)C * sizeof *s->slot_row);
+    s->freq = calloc((size_t)C, 1);
+    s->dirty = calloc((size_t)C, 1);
+    s->stamp = calloc((size_t)C, sizeof *s->stamp);
+    s->free_slots = malloc((size_t)C * sizeof *s->free_slots);
+    if (!s->slot_row || !s->freq || !s->dirty || !s->stamp || !s->free_slots || hx_emb_rowmap_init(&s->map, C))
+        return -1;
+    hx_emb_slots_drop(s);
+    return 0;
+}
+
+void hx_emb_slots_free(hx_emb_slots *s)
+{
+    free(s->slot_row);
+    free(s->freq);
+    free(s->dirty);
+    free(s->stamp);
+    free(s->free_slots);
+    free(s->miss);
+    free(s->mslot);
+    free(s->victim);
+    hx_emb_rowmap_free(&s->map);
+    hx_emb_rowmap_free(&s->missmap);
+    *s = (hx_emb_slots){0};
+}
+
+void hx_emb_slots_drop(hx_emb_slots *s)
+{
+    hx_emb_rowmap_clear(&s->map);
+    s->n_free = 0;
+    for (int64_t k = s->C; k-- > 0;) {
+        s->slot_row[k] = -1;
+        s->dirty[k] = 0;
+        s->freq[k] = 0;
+        s->free_slots[s->n_free++] = k;
+    }
+}
+
+static bool grow(int64_t **p, int64_t n)
+{
+    int64_t *q = realloc(*p, (size_t)(n ? n : 1) * sizeof *q);
+    if (!q) return false;
+    *p = q;
+    return true;
+}
+
+bool hx_emb_slots_room(hx_emb_slots *s, int64_t n)
+{
+    if (n > s->cap) {
+        if (!grow(&s->miss, n) || !grow(&s->mslot, n) || !grow(&s->victim, n)) return false;
+        s->cap = n;
+    }
+    if (n > s->missmap_cap) {
+        hx_emb_rowmap_free(&s->missmap);
+        s->missmap_cap = hx_emb_rowmap_init(&s->missmap, n) ? 0 : n;
+        if (!s->missmap_cap) return false;
+    }
+    return true;
+}
+
+void hx_emb_slots_begin(hx_emb_slots *s)
+{
+    s->call++;
+    s->nmiss = s->nfree = s->nv = 0;
+}
+
+int64_t hx_emb_slots_map(hx_emb_slots *s, const void *ids, hx_dtype dt, int64_t n, int has_padding,
+                         int64_t padding_id, int64_t rows, bool lookup, int64_t *out)
+{
+    hx_emb_rowmap_clear(&s->missmap);
+    int64_t used = 0;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t r = hx_emb_id_at(ids, dt, j);
+        if (has_padding && r == padding_id) {
+            out[j] = -1;
+            continue;
+        }
+        if (r < 0 || r >= rows) {
+            out[j] = -2;
+            continue;
+        }
+        int32_t k = hx_emb_rowmap_get(&s->map, r);
+        if (k >= 0) {
+            if (s->stamp[k] != s->call) {
+                s->stamp[k] = s->call;
+                s->freq[k] += s->freq[k] < s->freq_max;
+                s->hits += lookup;
+                s->lookups += lookup;
+                used++;
+            }
+            out[j] = k;
+            continue;
+        }
+        int32_t m = hx_emb_rowmap_get(&s->missmap, r);
+        if (m < 0) {
+            m = (int32_t)s->nmiss;
+            s->miss[s->nmiss++] = r;
+            hx_emb_rowmap_put(&s->missmap, r, m);
+            s->lookups++;
+        }
+        out[j] = -3 - m;
+    }
+    return used + s->nmiss;
+}
+
+/* A slot to evict: not used by this call; the hand halves the counters it
+ * passes and takes the first at zero. One qualifies: the call touches at
+ * most C rows. */
+static int64_t clock_victim(hx_emb_slots *s)
+{
+    for (;;) {
+        int64_t k = s->hand;
+        s->hand = s->hand + 1 == s->C ? 0 : s->hand + 1;
+        if (s->stamp[k] == s->call || s->slot_row[k] < 0) continue;
+        if (s->freq[k]) {
+            s->freq[k] >>= 1;
+            continue;
+        }
+        s->stamp[k] = s->call; /* chosen: not chosen twice */
+        return k;
+    }
+}
+
+void hx_emb_slots_victims(hx_emb_slots *s)
+{
+    s->nfree = s->nmiss < s->n_free ? s->nmiss : s->n_free;
+    s->nv = s->nmiss - s->nfree;
+    for (int64_t i = 0; i < s->nv; i++) s->victim[i] = clock_victim(s);
+}
+
+void hx_emb_slots_cancel(hx_emb_slots *s)
+{
+    for (int64_t i = 0; i < s->nv; i++) s->stamp[s->victim[i]] = 0;
+}
+
+void hx_emb_slots_install(hx_emb_slots *s)
+{
+    for (int64_t i = 0; i < s->nv; i++) {
+        int64_t k = s->victim[i];
+        s->writebacks += s->dirty[k];
+        s->evictions++;
+        hx_emb_rowmap_del(&s->map, s->slot_row[k]);
+        s->dirty[k] = 0;
+        s->slot_row[k] = -1;
+    }
+    for (int64_t m = 0; m < s->nmiss; m++) {
+        int64_t k = m < s->nfree ? s->free_slots[--s->n_free] : s->victim[m - s->nfree];
+        s->slot_row[k] = s->miss[m];
+        s->freq[k] = 1;
+        s->stamp[k] = s->call;
+        s->dirty[k] = 0;
+        hx_emb_rowmap_put(&s->map, s->miss[m], (int32_t)k);
+        s->mslot[m] = k;
+    }
+}
+
+void hx_emb_slots_resolve(const hx_emb_slots *s, int64_t *out, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        if (out[j] <= -3) out[j] = s->mslot[-3 - out[j]];
+}
