@@ -43,6 +43,11 @@ static const bench_plot table[] = {
     RATIO("cuda-", "", NULL, "case,dtype,M", NULL, "ratio_to_cublas|ratio_to_memcpy|pinned_ratio",
           "ratio to the ceiling", "CUDA kernels over their ceiling in the same run (gemm: "
           "cuBLAS; elementwise: a device memcpy; copies: raw pinned cudaMemcpy)"),
+    RATIO("devcache-", "", "case=cache", "ids,cache_fraction", NULL, "moved_over_no_cache,time_over_no_cache",
+          "over no cache's", "device cache of hot rows: rows moved and step time over the table's "
+          "without the cache in the same run (line at 1: no cache)"),
+    BARS("devcache-", "-hits", "case=cache", "ids,cache_fraction", NULL, "hit_rate", "hit rate",
+         "device cache of hot rows: hit rate (distinct rows a step) by ids and cache size"),
     RATIO("dispatch-", "", NULL, "case,backend,threads", NULL, "ratio_to_plain",
           "plain loop's time over hetex's", "op dispatch: speed as a fraction of a plain C loop "
           "over the same ops in the same run (line at 1: the loop)"),
