@@ -46,28 +46,14 @@ void hx_emb_devcache_set_faults(hx_emb_devcache *t, const hx_emb_devcache_faults
 
 /* ---- records: a row's params (storage dtype) and state arrays ------------------------ */
 
-static char *param_at(const hx_emb_local *L, int64_t r)
-{
-    return (char *)L->param + (size_t)r * (size_t)L->stride * L->esize;
-}
-
-static float *state_at(const hx_emb_devcache *t, const hx_emb_local *L, int k, int64_t r)
-{
-    return t->rowwise ? L->state[k] + r : L->state[k] + r * L->gstride;
-}
-
 static void pack(const hx_emb_devcache *t, const hx_emb_local *L, int64_t r, char *rec)
 {
-    memcpy(rec, param_at(L, r), t->pbytes);
-    rec += t->pbytes;
-    for (int k = 0; k < t->ns; k++, rec += t->sfloats * 4) memcpy(rec, state_at(t, L, k, r), t->sfloats * 4);
+    hx_emb_local_pack_row(L, r, t->ns, t->rowwise, rec);
 }
 
 static void unpack(const hx_emb_devcache *t, hx_emb_local *L, int64_t r, const char *rec)
 {
-    memcpy(param_at(L, r), rec, t->pbytes);
-    rec += t->pbytes;
-    for (int k = 0; k < t->ns; k++, rec += t->sfloats * 4) memcpy(state_at(t, L, k, r), rec, t->sfloats * 4);
+    hx_emb_local_unpack_row(L, r, t->ns, t->rowwise, rec);
 }
 
 /* Whether host row r is a lazy row not yet written (its values are its

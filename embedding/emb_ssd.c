@@ -65,33 +65,16 @@ void hx_emb_ssd_set_init(hx_emb_ssd *t, const hx_emb_init *init)
 
 /* ---- records <-> slots --------------------------------------------------------------------- */
 
-static size_t param_bytes(const hx_emb_ssd *t) { return (size_t)t->base.dim * t->cache->esize; }
 static size_t state_floats(const hx_emb_ssd *t) { return t->rowwise ? 1 : (size_t)t->base.dim; }
-
-static float *state_at(const hx_emb_ssd *t, int k, int64_t slot)
-{
-    return t->rowwise ? t->cache->state[k] + slot : t->cache->state[k] + slot * t->cache->gstride;
-}
-
-static char *param_at(const hx_emb_ssd *t, int64_t slot)
-{
-    return (char *)t->cache->param + (size_t)slot * (size_t)t->cache->stride * t->cache->esize;
-}
 
 static void pack(const hx_emb_ssd *t, int64_t slot, char *rec)
 {
-    char *p = rec + HEAD;
-    memcpy(p, param_at(t, slot), param_bytes(t));
-    p += param_bytes(t);
-    for (int k = 0; k < t->ns; k++, p += state_floats(t) * 4) memcpy(p, state_at(t, k, slot), state_floats(t) * 4);
+    hx_emb_local_pack_row(t->cache, slot, t->ns, t->rowwise, rec + HEAD);
 }
 
 static void unpack(hx_emb_ssd *t, int64_t slot, const char *rec)
 {
-    const char *p = rec + HEAD;
-    memcpy(param_at(t, slot), p, param_bytes(t));
-    p += param_bytes(t);
-    for (int k = 0; k < t->ns; k++, p += state_floats(t) * 4) memcpy(state_at(t, k, slot), p, state_floats(t) * 4);
+    hx_emb_local_unpack_row(t->cache, slot, t->ns, t->rowwise, rec + HEAD);
 }
 
 /* ---- scratch ------------------------------------------------------------------------------- */

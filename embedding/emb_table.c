@@ -156,6 +156,24 @@ static void to_f32(float *dst, const void *src, hx_dtype dt, int64_t n)
     else hx_k_cast(dst, HX_K_F32, src, (hx_kdtype)dt, n, 1);
 }
 
+void hx_emb_local_pack_row(const hx_emb_local *t, int64_t r, int ns, bool rowwise, char *rec)
+{
+    size_t pb = (size_t)t->base.dim * t->esize, sf = rowwise ? 1 : (size_t)t->base.dim;
+    memcpy(rec, (const char *)t->param + (size_t)r * (size_t)t->stride * t->esize, pb);
+    rec += pb;
+    for (int k = 0; k < ns; k++, rec += sf * 4)
+        memcpy(rec, rowwise ? t->state[k] + r : t->state[k] + r * t->gstride, sf * 4);
+}
+
+void hx_emb_local_unpack_row(hx_emb_local *t, int64_t r, int ns, bool rowwise, const char *rec)
+{
+    size_t pb = (size_t)t->base.dim * t->esize, sf = rowwise ? 1 : (size_t)t->base.dim;
+    memcpy((char *)t->param + (size_t)r * (size_t)t->stride * t->esize, rec, pb);
+    rec += pb;
+    for (int k = 0; k < ns; k++, rec += sf * 4)
+        memcpy(rowwise ? t->state[k] + r : t->state[k] + r * t->gstride, rec, sf * 4);
+}
+
 void hx_emb_local_read_row(const hx_emb_local *t, int64_t r, float *dst)
 {
     if (t->lazy && !row_ready(t, r)) {

@@ -37,6 +37,7 @@
 #ifndef HX_EMBEDDING_H
 #define HX_EMBEDDING_H
 
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -466,6 +467,13 @@ void hx_emb_init_row(const hx_emb_init *in, int64_t r, int64_t dim, int64_t stri
  * uniform a <= b, normal std b >= 0): a table's config and a loaded file's
  * header pass the same check. who starts the message. */
 hx_status hx_emb_init_check(const hx_emb_init *in, const char *who, hx_emb_err *err);
+
+/* Row r of t as one record, as stored (no lazy initial values): its params
+ * (dim elements of the storage dtype), then its first ns optimizer state
+ * arrays (one float each when rowwise, else dim). pack writes the record
+ * to rec, unpack stores it back. The row caches move rows this way. */
+void hx_emb_local_pack_row(const hx_emb_local *t, int64_t r, int ns, bool rowwise, char *rec);
+void hx_emb_local_unpack_row(hx_emb_local *t, int64_t r, int ns, bool rowwise, const char *rec);
 
 /* Reads a table row as f32 into dst (dim floats): storage, or the initial
  * value of a lazy row not yet written (dst then needs gstride floats). */
