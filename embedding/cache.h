@@ -23,6 +23,13 @@
 /* LFU counters saturate here by default: a hand halves them in 4 passes. */
 #define HX_EMB_FREQ_MAX 15
 
+/* A query over the slots its rows were mapped to: ids from slots (its n
+ * positions; -1 for padding), and the offsets of an i32 query's bags
+ * widened to i64 into slots + n, which must hold hx_emb_slot_query_len(q)
+ * values in all. The row caches run the host table's code on mq. */
+int64_t hx_emb_slot_query_len(const hx_emb_query *q);
+void hx_emb_slot_query(const hx_emb_query *q, int64_t *slots, hx_emb_query *mq);
+
 typedef struct hx_emb_slots {
     int64_t C;
     uint8_t freq_max;     /* where the counters saturate (1..15; 1: a second-chance clock) */

@@ -185,19 +185,10 @@ static hx_status ensure(hx_emb_devcache *t, const void *ids, hx_dtype dt, int64_
 static hx_status map_query(hx_emb_devcache *t, const hx_emb_query *q, bool lookup, hx_emb_query *mq,
                            hx_emb_err *err)
 {
-    bool convert = q->mode != HX_EMB_ROWS && q->id_dtype == HX_DTYPE_I32; /* offsets follow the ids */
-    hx_status st = room(t, q->n + (convert ? q->n + q->n_offsets : 0), err);
+    hx_status st = room(t, hx_emb_slot_query_len(q), err);
     if (!st) st = ensure(t, q->ids, q->id_dtype, q->n, q->has_padding, q->padding_id, lookup, err);
     if (st) return st;
-    *mq = *q;
-    mq->ids = t->remap;
-    mq->padding_id = -1;
-    if (convert) {
-        int64_t *off = t->remap + q->n;
-        for (int64_t b = 0; b < q->n_offsets; b++) off[b] = hx_emb_id_at(q->offsets, HX_DTYPE_I32, b);
-        mq->offsets = off;
-    }
-    mq->id_dtype = HX_DTYPE_I64;
+    hx_emb_slot_query(q, t->remap, mq);
     return HX_OK;
 }
 

@@ -169,3 +169,24 @@ void hx_emb_slots_resolve(const hx_emb_slots *s, int64_t *out, int64_t n)
     for (int64_t j = 0; j < n; j++)
         if (out[j] <= -3) out[j] = s->mslot[-3 - out[j]];
 }
+
+/* i32 ids come with i32 offsets; the slots are i64, so their offsets must be too. */
+static bool widen_offsets(const hx_emb_query *q) { return q->mode != HX_EMB_ROWS && q->id_dtype == HX_DTYPE_I32; }
+
+int64_t hx_emb_slot_query_len(const hx_emb_query *q)
+{
+    return q->n + (widen_offsets(q) ? q->n + q->n_offsets : 0);
+}
+
+void hx_emb_slot_query(const hx_emb_query *q, int64_t *slots, hx_emb_query *mq)
+{
+    *mq = *q;
+    mq->ids = slots;
+    mq->padding_id = -1;
+    if (widen_offsets(q)) {
+        int64_t *off = slots + q->n;
+        for (int64_t b = 0; b < q->n_offsets; b++) off[b] = hx_emb_id_at(q->offsets, HX_DTYPE_I32, b);
+        mq->offsets = off;
+    }
+    mq->id_dtype = HX_DTYPE_I64;
+}

@@ -242,21 +242,10 @@ static hx_status remap_room(hx_emb_ssd *t, int64_t n, hx_emb_err *err)
 static hx_status map_query(hx_emb_ssd *t, const hx_emb_query *q, bool lookup, hx_emb_query *mq,
                            hx_emb_err *err)
 {
-    hx_status st = remap_room(t, q->n, err);
+    hx_status st = remap_room(t, hx_emb_slot_query_len(q), err);
     if (!st) st = ensure(t, q->ids, q->id_dtype, q->n, q->has_padding, q->padding_id, lookup, t->remap, err);
     if (st) return st;
-    *mq = *q;
-    mq->ids = t->remap;
-    mq->padding_id = -1;
-    if (q->mode != HX_EMB_ROWS && q->id_dtype == HX_DTYPE_I32) { /* offsets follow the ids' dtype */
-        st = remap_room(t, 2 * q->n + q->n_offsets, err);
-        if (st) return st;
-        mq->ids = t->remap; /* may have moved */
-        int64_t *off = t->remap + q->n;
-        for (int64_t b = 0; b < q->n_offsets; b++) off[b] = hx_emb_id_at(q->offsets, HX_DTYPE_I32, b);
-        mq->offsets = off;
-    }
-    mq->id_dtype = HX_DTYPE_I64;
+    hx_emb_slot_query(q, t->remap, mq);
     return HX_OK;
 }
 

@@ -65,16 +65,6 @@ static hx_session_config config(int variant, hx_comm *c)
 
 static const char *const variant_name[3] = {"cpu", "emu", "emu, offload_param=cpu"};
 
-static double max_rel(const float *a, const float *b, int64_t n)
-{
-    double d = 0, m = 1e-12;
-    for (int64_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return d / m;
-}
-
 static void train_against_alone(int variant)
 {
     deep_mlp dp, alone;
@@ -109,7 +99,7 @@ static void train_against_alone(int variant)
             OK(hx_session_read(sd, td[j], pd, sizeof(float) * n));
             OK(hx_session_read(sa, ta[j], pa, sizeof(float) * n));
             fold(pd, sizeof(float) * n);
-            double e = max_rel(pd, pa, n);
+            double e = test_max_rel_f32(pd, pa, n);
             CHECK(e <= 1e-6, "%s: parameter '%s' after %d steps is %.3g off the lone run's",
                   variant_name[variant], hx_tensor_name(td[j]), STEPS, e);
             free(pd);

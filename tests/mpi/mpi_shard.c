@@ -415,7 +415,7 @@ static void test_tables_only(void)
     }
     if (s[0] && s[1]) {
         float *a = read_all(t[0], -1, sp->rows), *b = read_all(t[1], -1, sp->rows);
-        double e = max_rel(a, b, sp->rows * D);
+        double e = test_max_rel_f32(a, b, sp->rows * D);
         CHECK(e <= 1e-6, "a model of tables alone: the sharded table is %.3g off the lone one's", e);
         free(a);
         free(b);

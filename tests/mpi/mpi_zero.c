@@ -263,16 +263,6 @@ static void mlp_batch(int s, float *x, float *y)
     test_fill_uniform(&g, y, B * W, -1, 1);
 }
 
-static double max_rel(const float *a, const float *b, int64_t n)
-{
-    double d = 0, m = 1e-12;
-    for (int64_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return d / m;
-}
-
 static hx_session_config mlp_config(int stage, int variant)
 {
     hx_session_config cfg = config(stage, variant == 0 ? HX_ACCELERATOR_NONE : HX_ACCELERATOR_EMU);
@@ -344,7 +334,7 @@ static void mlp_case(int stage, int variant)
             float *pz = malloc(sizeof(float) * n), *pa = malloc(sizeof(float) * n);
             OK(hx_session_read(z, t[j], pz, sizeof(float) * n));
             OK(hx_session_read(sa, ta[j], pa, sizeof(float) * n));
-            double e = max_rel(pz, pa, n);
+            double e = test_max_rel_f32(pz, pa, n);
             CHECK(e <= 1e-6, "%s: '%s' after %d steps is %.3g off the lone run's", what,
                   hx_tensor_name(t[j]), STEPS, e);
             free(pz);

@@ -100,16 +100,6 @@ static void check_same_state(hx_session *a, const hx_graph *ga, hx_session *b, c
           (long long)hx_session_step(a), (long long)hx_session_step(b));
 }
 
-static double max_rel(const float *a, const float *b, int64_t n)
-{
-    double d = 0, m = 1e-12;
-    for (int64_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return d / m;
-}
-
 static void path_of(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
 
 /* ---- the deep MLP, f32: its parameters replicated, its moments sharded ---------- */
@@ -212,7 +202,7 @@ static void check_final(mlp *r, const char *what)
         for (int j = 0; j < 2; j++) {
             int64_t n = hx_tensor_numel(t[j]);
             if (hx_session_read(r->s, t[j], got + at, hx_tensor_nbytes(t[j])) == HX_OK) {
-                e = fmax(e, max_rel(got + at, want + at, n));
+                e = fmax(e, test_max_rel_f32(got + at, want + at, n));
                 readable++;
             }
             at += n;
@@ -339,7 +329,7 @@ static void plain_into_zero(void)
         float a[N_PARAMS], b[N_PARAMS];
         mlp_params(&z, a);
         mlp_params(&lone, b);
-        double e = max_rel(a, b, N_PARAMS);
+        double e = test_max_rel_f32(a, b, N_PARAMS);
         CHECK(e <= 1e-6, "a lone session's checkpoint loaded at %d ranks, continued: %.3g off", size, e);
         mlp_close(&z);
     }
@@ -403,7 +393,7 @@ static void test_mlp_stage3(void)
             float *want = is_saved(t) ? malloc(n) : NULL, *got = want ? malloc(n) : NULL;
             if (want && hx_session_read(a.s, t, want, n) == HX_OK) {
                 OK(hx_session_read(lone.s, hx_graph_find(lone.m.g, hx_tensor_name(t)), got, n));
-                e = fmax(e, max_rel(got, want, (int64_t)(n / sizeof(float))));
+                e = fmax(e, test_max_rel_f32(got, want, (int64_t)(n / sizeof(float))));
                 k++;
             }
             free(want);
@@ -516,7 +506,7 @@ static void test_check(void)
     float a[N_PARAMS], b[N_PARAMS];
     mlp_params(&r, a);
     mlp_params(&lone, b);
-    double e = max_rel(a, b, N_PARAMS);
+    double e = test_max_rel_f32(a, b, N_PARAMS);
     CHECK(e <= 1e-6, "the killed saver's checkpoint (step %lld) is %.3g off a lone run", (long long)steps, e);
     printf("check: the checkpoint left by the killed job loads: step %lld, %.3g off a lone run\n",
            (long long)steps, e);

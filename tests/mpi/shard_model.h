@@ -175,16 +175,6 @@ static hx_session_config config(hx_comm *c)
     return cfg;
 }
 
-static double max_rel(const float *a, const float *b, int64_t n)
-{
-    double d = 0, m = 1e-12;
-    for (int64_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return d / m;
-}
-
 static int nstate(hx_embedding_optimizer_kind k)
 {
     return k == HX_EMBEDDING_OPTIMIZER_LAZY_ADAM || k == HX_EMBEDDING_OPTIMIZER_FTRL ? 2 : 1;
@@ -209,7 +199,7 @@ static void compare_table(const model *sh, const model *lone, int k, double tol,
             OK(hx_embedding_table_read_state(lone->t[k], arr, ids, R, b));
         }
         fold(a, sizeof(float) * (size_t)(R * w));
-        double e = max_rel(a, b, R * w);
+        double e = test_max_rel_f32(a, b, R * w);
         CHECK(tol ? e <= tol : !memcmp(a, b, sizeof(float) * (size_t)(R * w)),
               "%s: table '%s' %s%s is %.3g off the lone run's (rank %d of %d)", when, specs[k].name,
               arr < 0 ? "rows" : "state array ", arr < 0 ? "" : (arr ? "1" : "0"), e, rank, size);
@@ -228,7 +218,7 @@ static void compare_dense(hx_session *ss, const model *sh, hx_session *sa, const
         OK(hx_session_read(ss, ts[j], p, sizeof(float) * (size_t)n));
         OK(hx_session_read(sa, ta[j], q, sizeof(float) * (size_t)n));
         fold(p, sizeof(float) * (size_t)n);
-        double e = max_rel(p, q, n);
+        double e = test_max_rel_f32(p, q, n);
         CHECK(e <= 1e-6, "parameter '%s' after %d steps is %.3g off the lone run's", hx_tensor_name(ts[j]), STEPS, e);
         free(p);
         free(q);

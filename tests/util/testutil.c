@@ -60,6 +60,17 @@ int test_close_f32(const char *what, const float *got, const double *want, int64
     return 1;
 }
 
+double test_max_rel_f32(const float *got, const float *want, int64_t n)
+{
+    double num = 0, den = 1e-12;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (d > num || isnan(d)) num = isnan(d) ? INFINITY : d;
+        if (fabs((double)want[i]) > den) den = fabs((double)want[i]);
+    }
+    return num / den;
+}
+
 double test_max_rel_err(const float *got, const double *want, int64_t n, double floor)
 {
     double num = 0, den = floor;

@@ -44,5 +44,7 @@ int test_close_f32(const char *what, const float *got, const double *want, int64
                    double rtol, double atol);
 /* Largest relative error max|a-b| / max(|b|, floor). */
 double test_max_rel_err(const float *got, const double *want, int64_t n, double floor);
+/* The same against f32 values (two runs' parameters): max|a-b| / max(|b|, 1e-12). */
+double test_max_rel_f32(const float *got, const float *want, int64_t n);
 
 #endif
