@@ -13,6 +13,8 @@
 #          libcublas too (54 MB) for machines whose cuBLAS is older.
 #          cuDNN is never copied (hundreds of MB): hetex opens libcudnn.so.9
 #          at run time, and gpu_env.sh finds the GPU image's (PyTorch's).
+#   --mpi  adds Open MPI's runtime packages and the MPI + NCCL programs
+#          (bin-mpi/) for tests/gpu/mpi_on_gpu.sh
 # Then carry .gpu-libs (and nothing else ignored) and run tests/gpu/run_on_gpu.sh there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,9 +43,31 @@ for f in "$build"/test_gpu_* "$build"/bench_cuda "$build"/hetex; do
 done
 strip "$dest"/bin/* 2>/dev/null || true
 cp -L /usr/local/cuda/lib64/libcudart.so.13 "$dest/cuda/"
-if [ "${1:-}" = "--with-cublas" ]; then
-  cp -L /usr/local/cuda/lib64/libcublas.so.13 "$dest/cuda/"
-fi
+for arg in "$@"; do
+  case $arg in
+  --with-cublas) cp -L /usr/local/cuda/lib64/libcublas.so.13 "$dest/cuda/" ;;
+  --mpi)
+    # Open MPI's runtime (6.5 MB of packages; gpu_env.sh unpacks them and
+    # points Open MPI at them with OPAL_PREFIX) and the programs built with
+    # MPI and NCCL, in their own build folder: test_gpu_nccl and the CLI as
+    # bin-mpi/hetex, for tests/gpu/mpi_on_gpu.sh. NCCL itself (218 MB) is
+    # the GPU machine's own. The carry is then too large for the training
+    # images and data/adult: mpi_on_gpu.sh needs neither.
+    mkdir -p "$dest/mpi-debs" "$dest/bin-mpi"
+    (cd "$dest/mpi-debs" && apt-get download libopenmpi3 openmpi-bin openmpi-common libhwloc15 \
+        libevent-core-2.1-7 libevent-pthreads-2.1-7 libevent-2.1-7 libpmix2 libudev1 libltdl7 \
+        libnuma1 libmunge2 >/dev/null)
+    mbuild=${HX_GPU_MPI_BUILD:-$root/build-gpu-mpi}
+    cmake -S "$root" -B "$mbuild" -DCMAKE_BUILD_TYPE=Release -DHX_CUDA=ON -DHX_MPI=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="${HX_GPU_ARCH:-90-real}" \
+      -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" >/dev/null
+    cmake --build "$mbuild" -j "$(nproc)" --target test_gpu_nccl hetex_cli
+    cp "$mbuild"/test_gpu_nccl "$mbuild"/hetex "$dest/bin-mpi/"
+    strip "$dest"/bin-mpi/* 2>/dev/null || true
+    ;;
+  *) echo "prepare_gpu_run.sh: unknown argument '$arg' (--with-cublas, --mpi)" >&2; exit 2 ;;
+  esac
+done
 du -sh "$dest" "$dest"/*
 echo "carry: .gpu-libs   then run: bash tests/gpu/run_on_gpu.sh (or all_on_gpu.sh)"
 # The tracked tree (66 MB, 45 of them Fashion-MNIST's training images) and

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# On a GPU machine, after `tests/gpu/prepare_gpu_run.sh --mpi` here (carry
+# .gpu-libs): the programs built with MPI and NCCL, each a one-rank job
+# started without mpirun (MPI's singleton start, on the carried Open MPI):
+#   - test_gpu_nccl: the NCCL clique bootstrapped over MPI, its collectives;
+#   - hetex gpt --zero S on cuda for S = 0, 1, 2 and 3 (3 with its
+#     parameters on the host, as it requires), whose val losses must equal
+#     the same run without MPI (one rank sums nothing: the ZeRO session's
+#     sharding, gathers and the host chunks it reduces in run, and change
+#     no value).
+# Into $OUT/mpi.log (or gpu-out/). LIMIT seconds per run (60).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+log=$out/mpi.log
+: >"$log"
+limit=${LIMIT:-60}
+. tests/gpu/gpu_env.sh
+{
+  echo "Open MPI: ${mpi_root:-not carried (prepare_gpu_run.sh --mpi)}"
+  echo "NCCL: ${nccl_lib:-none found}"
+} | tee -a "$log"
+bin=.gpu-libs/bin-mpi
+[ -x "$bin/test_gpu_nccl" ] || { echo "no $bin/test_gpu_nccl: run prepare_gpu_run.sh --mpi" | tee -a "$log"; exit 2; }
+run() {
+  echo "== $*" >>"$log"
+  timeout "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  echo "== exit $rc" >>"$log"
+  echo "$(basename "$1") ${*:2:3}: exit $rc"
+}
+run "$bin/test_gpu_nccl"
+small="--layers 2 --heads 4 --width 128 --context 64 --batch 32 --steps 100 --eval-every 50 --eval-iters 4 --dtype bf16 --accelerator cuda"
+run .gpu-libs/bin/hetex gpt $small
+for s in 0 1 2; do run "$bin/hetex" gpt $small --zero $s; done
+run .gpu-libs/bin/hetex gpt $small --offload-config offload_param=cpu
+run "$bin/hetex" gpt $small --zero 3 --offload-config offload_param=cpu
+grep -E "^== |summary:|^zero:" "$log"
