@@ -12,6 +12,36 @@
 
 static const hx_dtype group_dtype[2] = {HX_DTYPE_F32, HX_DTYPE_BF16};
 
+/* The ranks sum gradients, and ZeRO gathers parameters, in host memory
+ * (emu's device memory is host memory too). With an accelerator of its own
+ * memory (CUDA), every dense update must run on the host, so that its
+ * gradient is copied out before the sums (the plan's grad_out), and at
+ * stages 1-3 what the ranks read of each parameter must live on the host
+ * (copied to the device each step). */
+static hx_status on_host_only(const hx_session *s)
+{
+    const hx_engine *e = &s->e;
+    if (!e->be[HX_DEV_ACCEL] || e->accel_on_host) return HX_OK;
+    for (int i = 0; i < e->g->n; i++) {
+        const hx_tensor *u = e->g->tensors[i];
+        if (u->kind != HX_TENSOR_UPDATE || u->op == HX_OP_EMBEDDING_UPDATE) continue;
+        if (hx__dev_of(e, i) != HX_DEV_HOST)
+            return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: data parallel (config.comm) "
+                             "sums the gradients in host memory, and the update of '%s' runs on the "
+                             "%s device (its gradient stays in device memory; summing it there over "
+                             "NCCL is not joined to sessions yet): put the optimizer on the host "
+                             "(hetex gpt --offload optimizer, or the update ops' target CPU)",
+                             u->param->name, e->be[HX_DEV_ACCEL]->name);
+        const hx_tensor *r = hx__zero_replica(u);
+        if (e->cfg.zero_stage && hx__dev_of(e, r->id) != HX_DEV_HOST)
+            return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO stage %d gathers the "
+                             "parameters in host memory, and '%s' lives on the %s device: keep it on "
+                             "the host (the optimizer on the host, or offload_param=cpu), or use "
+                             "zero_stage 0", e->cfg.zero_stage, r->name, e->be[HX_DEV_ACCEL]->name);
+    }
+    return HX_OK;
+}
+
 hx_status hx__session_dp_setup(hx_session *s)
 {
     hx_comm *c = s->e.cfg.comm;
@@ -29,10 +59,7 @@ hx_status hx__session_dp_setup(hx_session *s)
         return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO stage %d with embedding tables "
                          "(table '%s') is not built: train sharded tables with zero_stage 0",
                          s->e.cfg.zero_stage, g->tables[0].table->name);
-    if (s->e.be[HX_DEV_ACCEL] && !s->e.accel_on_host)
-        return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: data parallel (config.comm) sums "
-                         "gradients in host memory; on CUDA the gradients are in GPU memory and the "
-                         "NCCL path is not joined to sessions yet: use accelerator EMU or NONE");
+    if ((st = on_host_only(s))) return st;
     s->dp_index = malloc(sizeof *s->dp_index * (size_t)(g->n ? g->n : 1));
     size_t *bytes = malloc(sizeof *bytes * (size_t)(g->n ? g->n : 1));
     if (!s->dp_index || !bytes) {
@@ -74,6 +101,9 @@ hx_status hx__session_dp_grads(hx_session *s, const hx_plan *p)
         int home;
         const hx_tensor *u = hx__plan_grad(p, i, &v, &home);
         int k = s->dp_index[u->id];
+        if (k >= 0 && home != HX_DEV_HOST && !s->e.accel_on_host) /* on_host_only: never */
+            st = hx__error(HX_ERR_INTERNAL, "hx_session_run: data parallel: the gradient of '%s' is "
+                           "in device memory at the sums", u->param->name);
         if (k >= 0) at[k % 2][k / 2] = v;
     }
     for (int grp = 0; grp < 2 && !st; grp++)

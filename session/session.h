@@ -86,6 +86,12 @@ hx_status hx__session_zero_gather(hx_session *s);
 /* HX_OK unless t is sharded and (write) cannot be written, or (read) is
  * held by another rank: then the error, naming fn and the owner. */
 hx_status hx__session_zero_access(const hx_session *s, const char *fn, const hx_tensor *t, bool write);
+/* What every rank reads of update u's parameter after the update: its
+ * half copy, else the parameter itself. */
+static inline const hx_tensor *hx__zero_replica(const hx_tensor *u)
+{
+    return u->attr.i[0] > 0 ? u->src[u->attr.i[0]] : u->src[0];
+}
 /* The zero_* fields of hx_memory_stats. */
 void hx__session_zero_stats(const hx_session *s, hx_memory_stats *out);
 

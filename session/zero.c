@@ -31,12 +31,6 @@ static bool sharded_src(const hx_tensor *u, int j, int stage)
     return j >= 2 ? j != half : j == 0 && half > 0;
 }
 
-/* What every rank reads of u's parameter after the update. */
-static const hx_tensor *replica(const hx_tensor *u)
-{
-    return u->attr.i[0] > 0 ? u->src[u->attr.i[0]] : u->src[0];
-}
-
 /* HX_DEBUG=zero: per dtype group, the chunks and what this rank owns. */
 static void debug_layout(const hx_session *s)
 {
@@ -85,16 +79,17 @@ hx_status hx__session_zero_setup(hx_session *s)
         int k = s->dp_index[i];
         if (k < 0) continue;
         int owner = hx__dp_owner(s->dp[k % 2], k / 2);
-        if (hx_tensor_nbytes(replica(u)) > hx_tensor_nbytes(u->src[1]))
+        const hx_tensor *r = hx__zero_replica(u);
+        if (hx_tensor_nbytes(r) > hx_tensor_nbytes(u->src[1]))
             return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO: '%s' (%s) is larger than "
-                             "its gradient '%s' (%s), whose chunks carry it to the ranks", replica(u)->name,
-                             hx_dtype_name(replica(u)->dtype), u->src[1]->name, hx_dtype_name(u->src[1]->dtype));
-        if (stage == 3 && hx__dev_of(e, replica(u)->id) != HX_DEV_HOST)
+                             "its gradient '%s' (%s), whose chunks carry it to the ranks", r->name,
+                             hx_dtype_name(r->dtype), u->src[1]->name, hx_dtype_name(u->src[1]->dtype));
+        if (stage == 3 && hx__dev_of(e, r->id) != HX_DEV_HOST)
             return hx__error(HX_ERR_UNSUPPORTED, "hx_session_create: ZeRO stage 3 gathers the "
                              "parameters into host memory, and '%s' lives on the accelerator: set "
                              "offload_param=cpu (every parameter on the host, fetched to the device "
-                             "chunk by chunk), or use zero_stage 2", replica(u)->name);
-        if (stage == 3) s->zero3_key[replica(u)->id] = k;
+                             "chunk by chunk), or use zero_stage 2", r->name);
+        if (stage == 3) s->zero3_key[r->id] = k;
         s->zero_owner[i] = owner;
         s->zero_skip[i] = owner != rank;
         for (int j = 0; j < u->n_src; j++) {
@@ -175,7 +170,7 @@ hx_status hx__session_zero_gather(hx_session *s)
         for (int i = 0; i < g->n; i++) {
             int k = s->dp_index[i];
             if (k < 0 || k % 2 != grp) continue;
-            const hx_tensor *r = replica(g->tensors[i]);
+            const hx_tensor *r = hx__zero_replica(g->tensors[i]);
             vals[k / 2] = e->persist[r->id];
             bytes[k / 2] = hx_tensor_nbytes(r);
         }

@@ -7,7 +7,10 @@
 #     parameters on the host, as it requires), whose val losses must equal
 #     the same run without MPI (one rank sums nothing: the ZeRO session's
 #     sharding, gathers and the host chunks it reduces in run, and change
-#     no value).
+#     no value): the optimizer on the host (gpt's default on cuda), so that
+#     the ranks sum the gradients in host memory;
+#   - the optimizer on the device (--offload none) with --zero 0: refused,
+#     naming the update whose gradient stays in GPU memory.
 # Into $OUT/mpi.log (or gpu-out/). LIMIT seconds per run (60).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,8 +35,24 @@ run() {
 }
 run "$bin/test_gpu_nccl"
 small="--layers 2 --heads 4 --width 128 --context 64 --batch 32 --steps 100 --eval-every 50 --eval-iters 4 --dtype bf16 --accelerator cuda"
-run .gpu-libs/bin/hetex gpt $small
-for s in 0 1 2; do run "$bin/hetex" gpt $small --zero $s; done
-run .gpu-libs/bin/hetex gpt $small --offload-config offload_param=cpu
+val() { # the final val loss of the run whose "== command" line is exactly $*
+  awk -v c="== $*" '$0 == c {on = 1; next} on && /^== exit/ {exit} on && /final val loss/ {sub(/.*final val loss /, ""); print; exit}' "$log"
+}
+same() { # the val loss of run B must equal run A's, digit for digit
+  local a b
+  a=$(val "$1") b=$(val "$2")
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then r="same val loss $a"; else r="DIFFER: '$a' against '$b'"; fi
+  echo "check: $(echo "$2" | grep -o -- '--zero [0-3].*') against no MPI: $r" | tee -a "$log"
+}
+plain=".gpu-libs/bin/hetex gpt $small"
+run $plain
+for s in 0 1 2; do run "$bin/hetex" gpt $small --zero $s; same "$plain" "$bin/hetex gpt $small --zero $s"; done
+run $plain --offload-config offload_param=cpu
 run "$bin/hetex" gpt $small --zero 3 --offload-config offload_param=cpu
-grep -E "^== |summary:|^zero:" "$log"
+same "$plain --offload-config offload_param=cpu" "$bin/hetex gpt $small --zero 3 --offload-config offload_param=cpu"
+# the optimizer on the device: its gradients stay in GPU memory, refused by name
+run "$bin/hetex" gpt $small --offload none --zero 0
+grep -A3 -F -- "--offload none --zero 0" "$log" | grep -q "runs on the cuda device" &&
+  echo "check: --offload none --zero 0 refused, naming the device update" | tee -a "$log" ||
+  echo "check: --offload none --zero 0 NOT refused as expected" | tee -a "$log"
+grep -E "^== |summary:|^zero:|hx_session_create" "$log"
