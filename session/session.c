@@ -36,6 +36,7 @@ void hx_session_free(hx_session *s)
     hx__exec_free(&s->e);
     hx__dp_free(s->dp[0]);
     hx__dp_free(s->dp[1]);
+    hx__nccl_free(s->nccl);
     free(s->dp_index);
     hx__session_zero_free(s);
     /* before the loop below: the residency's host copies are its own */

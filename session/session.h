@@ -35,6 +35,10 @@ struct hx_session {
     struct hx_dp *dp[2];
     int *dp_index;
     int64_t dp_n[2];
+    /* on CUDA, the gradients of the updates on the device, summed in place
+     * over NCCL (NULL: none), and how many */
+    struct hx_nccl *nccl;
+    int64_t nccl_n;
     /* ZeRO (cfg.zero_stage >= 1, zero.c), per tensor id: the rank that
      * owns an update node and its sources but the gradient (-1: none),
      * the updates this rank leaves out (engine.update_skip), the sharded

@@ -9,8 +9,9 @@
 #     sharding, gathers and the host chunks it reduces in run, and change
 #     no value): the optimizer on the host (gpt's default on cuda), so that
 #     the ranks sum the gradients in host memory;
-#   - the optimizer on the device (--offload none) with --zero 0: refused,
-#     naming the update whose gradient stays in GPU memory.
+#   - the optimizer on the device (--offload none): --zero 0 sums the
+#     gradients in GPU memory over NCCL (the same val loss as without MPI),
+#     --zero 1 is refused, naming the update on the device.
 # Into $OUT/mpi.log (or gpu-out/). LIMIT seconds per run (60).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -50,10 +51,17 @@ for s in 0 1 2; do run "$bin/hetex" gpt $small --zero $s; same "$plain" "$bin/he
 run $plain --offload-config offload_param=cpu
 run "$bin/hetex" gpt $small --zero 3 --offload-config offload_param=cpu
 same "$plain --offload-config offload_param=cpu" "$bin/hetex gpt $small --zero 3 --offload-config offload_param=cpu"
-# the optimizer on the device: its gradients stay in GPU memory, refused by name
-run "$bin/hetex" gpt $small --offload none --zero 0
-awk -v c="== $bin/hetex gpt $small --offload none --zero 0" '$0 == c {on = 1; next} on && /^== exit/ {exit} on' "$log" |
+# the optimizer on the device: its gradients stay in GPU memory, summed
+# there over NCCL at stage 0; the sharding stages refuse it by name
+run $plain --offload none
+HX_DEBUG=zero run "$bin/hetex" gpt $small --offload none --zero 0
+grep -q "gradients summed in cuda device memory over NCCL" "$log" &&
+  echo "check: --offload none --zero 0 sums over NCCL (HX_DEBUG=zero says so)" | tee -a "$log" ||
+  echo "check: --offload none --zero 0 did NOT say it sums over NCCL" | tee -a "$log"
+same "$plain --offload none" "$bin/hetex gpt $small --offload none --zero 0"
+run "$bin/hetex" gpt $small --offload none --zero 1
+awk -v c="== $bin/hetex gpt $small --offload none --zero 1" '$0 == c {on = 1; next} on && /^== exit/ {exit} on' "$log" |
   grep -q "runs on the cuda device" &&
-  echo "check: --offload none --zero 0 refused, naming the device update" | tee -a "$log" ||
-  echo "check: --offload none --zero 0 NOT refused as expected" | tee -a "$log"
-grep -E "^== |summary:|^zero:|hx_session_create" "$log"
+  echo "check: --offload none --zero 1 refused, naming the device update" | tee -a "$log" ||
+  echo "check: --offload none --zero 1 NOT refused as expected" | tee -a "$log"
+grep -E "^== |summary:|^zero:|^check:|hetex zero:|hx_session_create" "$log"
