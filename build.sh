@@ -19,7 +19,8 @@
 #                              (clang, build-fuzz/); a finding fails with its input
 #                              in build-fuzz/artifacts/
 #   ./build.sh fuzz-seeds      rewrite the seed corpora tests/fuzz/corpus/ (files hetex
-#                              writes for the targets' models)
+#                              writes for the targets' models; the sharded checkpoints
+#                              under mpirun -np 2)
 # CC picks the compiler (cmake's default: cc); with another one than cc or gcc
 # the build folders are named after it (CC=clang: build-clang/,
 # build-clang-address-undefined/), so both builds live side by side.
@@ -188,7 +189,12 @@ case "$cmd" in
   fuzz-seeds)
     fuzz_build fuzz_seeds
     mkdir -p build-fuzz/tmp
-    ASAN_OPTIONS=detect_leaks=1 TMPDIR=$root/build-fuzz/tmp build-fuzz/fuzz_seeds ;;
+    ASAN_OPTIONS=detect_leaks=1 TMPDIR=$root/build-fuzz/tmp build-fuzz/fuzz_seeds
+    # fuzz_zero_load's sharded checkpoints, saved by 2 ranks (Open MPI's
+    # leaks past MPI_Finalize suppressed as for the tests labelled mpi)
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mca_base_component_disable_dlclose=1 \
+      ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$root/tests/mpi/lsan.supp \
+      TMPDIR=$root/build-fuzz/tmp mpirun --oversubscribe -np 2 build-fuzz/fuzz_seeds zero ;;
   sanitize)
     san=${1:-address,undefined}
     dir=$bdir-$(echo "$san" | tr ',' '-')

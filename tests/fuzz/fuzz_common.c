@@ -27,7 +27,7 @@ const char *fuzz_file(const char *what, const uint8_t *data, size_t size)
     return path[k];
 }
 
-void fuzz_session_model_make(fuzz_session_model *m)
+void fuzz_session_model_make(fuzz_session_model *m, hx_comm *comm, int zero_stage)
 {
     memset(m, 0, sizeof *m);
     m->g = hx_graph_create();
@@ -48,6 +48,9 @@ void fuzz_session_model_make(fuzz_session_model *m)
     c.accelerator = HX_ACCELERATOR_EMU;
     c.n_threads = 1;
     c.loss_scale.enabled = true;
+    c.comm = comm;
+    c.zero_stage = zero_stage;
+    if (zero_stage == 3) c.offload.offload_param = HX_OFFLOAD_CPU;
     if (hx_session_create(m->g, &c, &m->s)) die("session model session");
     for (int i = 0; i < 4 * 6; i++) m->xv[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
     for (int i = 0; i < 4; i++) m->lv[i] = i % 3;

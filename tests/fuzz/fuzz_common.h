@@ -16,8 +16,8 @@
  * not hetex. */
 const char *fuzz_file(const char *what, const uint8_t *data, size_t size);
 
-/* The session model of fuzz_session_load: a two-layer MLP (Adam, loss
- * scaling) on emu with one run's feeds. */
+/* The session model of fuzz_session_load and fuzz_zero_load: a two-layer
+ * MLP (Adam, loss scaling) on emu with one run's feeds. */
 typedef struct fuzz_session_model {
     hx_graph *g;
     hx_session *s;
@@ -27,8 +27,10 @@ typedef struct fuzz_session_model {
 } fuzz_session_model;
 
 /* Builds it (aborting on a failure: the model is fixed); free with
- * fuzz_session_model_free. One training step with its feeds: its status. */
-void fuzz_session_model_make(fuzz_session_model *m);
+ * fuzz_session_model_free. comm NULL: a session of one process; else data
+ * parallel over comm at ZeRO stage zero_stage (3: offload_param=cpu, as
+ * stage 3 needs). One training step with its feeds: its status. */
+void fuzz_session_model_make(fuzz_session_model *m, hx_comm *comm, int zero_stage);
 hx_status fuzz_session_model_step(fuzz_session_model *m);
 void fuzz_session_model_free(fuzz_session_model *m);
 

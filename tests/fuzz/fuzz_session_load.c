@@ -15,7 +15,7 @@ static float w1_before[6 * 5];
 
 static void setup(void)
 {
-    fuzz_session_model_make(&model);
+    fuzz_session_model_make(&model, NULL, 0);
     const char *p = fuzz_file("pristine", NULL, 0);
     strcpy(pristine, p);
     if (hx_session_save(model.s, pristine) ||

@@ -1,7 +1,8 @@
 /* Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/):
  * files hetex wrote for the targets' own models (checkpoints, tables, a
  * recorded memory trace, a generated Criteo TSV), lines of data/adult,
- * and small graph programs and offload specs. Run by
+ * and small graph programs and offload specs; with the argument "zero"
+ * (under mpirun) only the sharded checkpoints of fuzz_zero_load. Run by
  * `./build.sh fuzz-seeds` from the source root; the corpora are kept in
  * the tree, so this runs again only when a format or a model changes. */
 #include "fuzz_common.h"
@@ -53,10 +54,61 @@ static void seed_file(const char *target, const char *name, const void *prefix, 
     free(b);
 }
 
+/* Sharded checkpoints of the session model (fuzz_zero_load's input: flags
+ * 0, the shard files, the manifest) saved after two steps at ZeRO stages
+ * 1-3 by every rank of MPI_COMM_WORLD (`fuzz_seeds zero` under mpirun
+ * -np 2); rank 0 writes the seeds. */
+static void zero_seeds(void)
+{
+    hx_comm *c = NULL;
+    if (hx_comm_create(NULL, &c)) die("communicator");
+    int ranks = hx_comm_size(c);
+    if (ranks > 4) die("zero seeds: more than 4 ranks (fuzz_zero_load reads at most 4 shard files)");
+    const char *dir = getenv("TMPDIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/hx_fuzz_seed_zero", dir && *dir ? dir : "/tmp");
+    for (int stage = 1; stage <= 3; stage++) {
+        fuzz_session_model m;
+        fuzz_session_model_make(&m, c, stage);
+        for (int i = 0; i < 2; i++)
+            if (fuzz_session_model_step(&m)) die("zero step");
+        if (hx_session_save(m.s, path)) die("zero save");
+        fuzz_session_model_free(&m);
+        if (hx_comm_rank(c)) continue;
+        unsigned char *body = NULL;
+        size_t nb = 0, n;
+        FILE *f = open_memstream((char **)&body, &nb);
+        if (!f) die("zero seed");
+        const unsigned char head[2] = {0, (unsigned char)ranks};
+        fwrite(head, 1, 2, f);
+        for (int r = 0; r < ranks; r++) {
+            char *file = hx__shard_file(path, 1, r, ranks);
+            unsigned char *b = file ? slurp(file, &n) : NULL;
+            const unsigned char len[4] = {n & 255, n >> 8 & 255, n >> 16 & 255, n >> 24 & 255};
+            if (!b) die("zero seed");
+            fwrite(len, 1, 4, f);
+            fwrite(b, 1, n, f);
+            remove(file);
+            free(file);
+            free(b);
+        }
+        unsigned char *mb = slurp(path, &n);
+        fwrite(mb, 1, n, f);
+        free(mb);
+        remove(path);
+        if (fclose(f)) die("zero seed");
+        char name[32];
+        snprintf(name, sizeof name, "stage%d_np%d", stage, ranks);
+        seed("zero_load", name, NULL, 0, body, nb);
+        free(body);
+    }
+    hx_comm_free(c);
+}
+
 static void session_seeds(void)
 {
     fuzz_session_model m;
-    fuzz_session_model_make(&m);
+    fuzz_session_model_make(&m, NULL, 0);
     const char *p = fuzz_file("seed_ckpt", NULL, 0);
     if (hx_session_save(m.s, p)) die("save");
     seed_file("session_load", "fresh", NULL, 0, p);
@@ -163,7 +215,7 @@ static void memtrace_seeds(void)
     const char *p = fuzz_file("seed_trace", NULL, 0);
     setenv("HX_MEMTRACE", p, 1);
     fuzz_session_model m;
-    fuzz_session_model_make(&m);
+    fuzz_session_model_make(&m, NULL, 0);
     if (fuzz_session_model_step(&m)) die("trace step");
     fuzz_session_model_free(&m);
     unsetenv("HX_MEMTRACE");
@@ -267,8 +319,12 @@ static void offload_seeds(void)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "zero")) { /* under mpirun */
+        zero_seeds();
+        return 0;
+    }
     session_seeds();
     table_seeds();
     memtrace_seeds();
