@@ -101,6 +101,11 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_widedeep_servers COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_servers.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli> ${PROJECT_SOURCE_DIR}/data/adult)
   set_tests_properties(mpi_widedeep_servers PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  # hetex widedeep --save/--resume with --shards and --servers: a checkpoint
+  # of either mode resumed at other rank counts, in the other mode and alone
+  add_test(NAME mpi_widedeep_resume COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_resume.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli> ${PROJECT_SOURCE_DIR}/data/adult)
+  set_tests_properties(mpi_widedeep_resume PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   foreach(name mpi_gpt_zero mpi_gpt_zero_ckpt mpi_killed_rank mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
           mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4 mpi_zero_ckpt)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")

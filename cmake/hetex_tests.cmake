@@ -130,6 +130,7 @@ hx_test(mpi_ps_np2               60       mpi)
 hx_test(mpi_ps_np3               90       mpi)
 hx_test(mpi_ps_np4               120      mpi)
 hx_test(mpi_widedeep_servers     240      mpi io)
+hx_test(mpi_widedeep_resume      300      mpi io)
 hx_test(mpi_ps_killed_server     90       mpi)
 hx_test(mpi_ps_killed_worker     90       mpi)
 

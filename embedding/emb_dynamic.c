@@ -231,6 +231,22 @@ static hx_status dyn_load(hx_emb_table *t, const char *path, hx_emb_err *err)
     return HX_OK;
 }
 
+hx_status hx_emb_dynamic_map_from(hx_emb_table *t, const int64_t *words, int64_t n, hx_emb_idmap **out,
+                                  hx_emb_err *err)
+{
+    dyn *d = as_dyn(t);
+    *out = NULL;
+    if (!d) return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "embedding: not a DYNAMIC table");
+    return hx_emb_idmap_serial_read(&d->mcfg, words, n, out, err);
+}
+
+void hx_emb_dynamic_set_map(hx_emb_table *t, hx_emb_idmap *m)
+{
+    dyn *d = as_dyn(t);
+    hx_emb_idmap_free(d->map);
+    d->map = m;
+}
+
 static void dyn_free(hx_emb_table *t)
 {
     dyn *d = (dyn *)t;

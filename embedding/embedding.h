@@ -449,6 +449,12 @@ hx_status hx_emb_dynamic_create(const hx_emb_table_config *cfg,
 /* The parts of a dynamic table (NULL unless t is one). */
 hx_emb_idmap *hx_emb_dynamic_idmap(hx_emb_table *t);
 hx_emb_table *hx_emb_dynamic_local(hx_emb_table *t);
+/* A map of t's configuration from serialised words (hx_emb_idmap_serial_*),
+ * and the map that replaces t's (the old one freed): a checkpoint's keys
+ * moved to the table that now holds them (embedding/shard_rekey.c). */
+hx_status hx_emb_dynamic_map_from(hx_emb_table *t, const int64_t *words, int64_t n, hx_emb_idmap **out,
+                                  hx_emb_err *err);
+void hx_emb_dynamic_set_map(hx_emb_table *t, hx_emb_idmap *m);
 
 /* ---- shared inside embedding/ --------------------------------------------------------- */
 

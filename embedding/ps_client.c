@@ -5,8 +5,9 @@
  * staleness bound asks for, and pools them as a local table would
  * (hx__shard_pool); an update pushes each unique id's summed gradient to
  * its server, one push to every server each step (empty ones too: a
- * server applies a step when every worker's push of it has come). The
- * worker holds no rows beyond one call's. */
+ * server applies a step when every worker's push of it has come); a save
+ * asks the servers to save the table once they have applied every push
+ * this worker made. The worker holds no rows beyond one call's. */
 #include "embedding/ps_impl.h"
 
 #include <stdlib.h>
@@ -202,10 +203,41 @@ static hx_status ps_backward_update(hx_emb_table *t, const hx_emb_query *q, cons
     return st;
 }
 
+/* A save by the servers, once they have applied every push this worker
+ * made (embedding/ps_serve.c): one request to each, their replies awaited. */
 static hx_status ps_save(hx_emb_table *t, const char *path, hx_emb_err *err)
 {
-    return hx_emb_fail(err, HX_ERR_UNSUPPORTED, "a worker holds no rows of a server-mode table: save it on "
-                       "the servers (hx_embedding_table_save there, after hx_ps_serve returns)");
+    hx_emb_ps *c = (hx_emb_ps *)t;
+    hx_ps *ps = c->ps;
+    size_t len = strlen(path);
+    if (!len || len > 4096)
+        return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "server-mode save: a path of %zu bytes: give 1 to 4096",
+                           len);
+    char *buf = malloc(sizeof(ps_req) + len);
+    if (!buf) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server-mode save: out of memory");
+    pthread_mutex_lock(&c->lock);
+    ps_req h = {.kind = PS_SAVE, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq, .step = c->pushes,
+                .need = c->pushes, .n = (int64_t)len};
+    memcpy(buf, &h, sizeof h);
+    memcpy(buf + sizeof h, path, len);
+    hx_status st = HX_OK;
+    for (int j = 0; j < ps->S && !st; j++)
+        if ((st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, sizeof h + len)))
+            st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
+    free(buf);
+    /* every server's answer (a failed save fails on all of them: the first one's message) */
+    for (int j = 0; j < ps->S && !st; j++) {
+        hx_msg m;
+        if ((st = wait_reply(c, j, h.seq, &m, err))) break;
+        const ps_reply *rp = m.data;
+        if (rp->status)
+            st = hx_emb_fail(err, (hx_status)rp->status, "server rank %d: %.*s", ps->W + j,
+                             (int)(m.n - sizeof *rp < (size_t)rp->msglen ? m.n - sizeof *rp : (size_t)rp->msglen),
+                             (const char *)(rp + 1));
+        free(m.data);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return st;
 }
 
 static hx_status ps_load(hx_emb_table *t, const char *path, hx_emb_err *err)

@@ -1,6 +1,7 @@
 /* Server mode's state and messages, shared by embedding/ps*.c only. A
  * worker's request is a ps_req followed by n local ids (as the servers'
- * shard places them) and, for a push, n gradient rows of dim floats; a
+ * shard places them) and, for a push, n gradient rows of dim floats (a
+ * save: n bytes of the checkpoint's path, no NUL); a
  * server's reply a ps_reply followed by n x width floats, or msglen bytes
  * of an error message. Requests go with tag PS_TAG_REQ, so a worker's
  * requests reach a server in the order sent; replies of table i with tag
@@ -16,15 +17,15 @@
 #include <pthread.h>
 
 enum { PS_TAG_REQ = 1, PS_TAG_REPLY = 16, PS_MAX_TABLES = 16000 };
-enum { PS_PULL = 1, PS_PUSH, PS_FINISH };
+enum { PS_PULL = 1, PS_PUSH, PS_FINISH, PS_SAVE };
 
 typedef struct ps_req {
     int64_t kind, table;
     int64_t hash;     /* the table's configuration, as the worker created it */
     int64_t seq;      /* the worker's request number, echoed by the reply */
-    int64_t step;     /* push: its step (0, 1, ...); pull: the worker's pushes so far */
-    int64_t need;     /* pull: the steps that must be applied first */
-    int64_t n;        /* ids */
+    int64_t step;     /* push: its step (0, 1, ...); pull, save: the worker's pushes so far */
+    int64_t need;     /* pull, save: the steps that must be applied first */
+    int64_t n;        /* ids (save: bytes of the path) */
     int64_t k;        /* pull: HX_EMB_SHARD_ROWS, or an optimizer state array */
     int64_t train;    /* pull: a training lookup */
     int64_t optim;    /* push: the worker's optimizer kind */
@@ -42,7 +43,7 @@ typedef struct ps_push {
     struct ps_push *next;
 } ps_push;
 
-/* A pull waiting for the steps it needs. */
+/* A pull (or a save) waiting for the steps it needs. */
 typedef struct ps_pull {
     hx_msg m;
     struct ps_pull *next;
@@ -58,7 +59,7 @@ typedef struct ps_entry {
     /* server, while serving */
     int64_t applied;      /* steps applied */
     ps_push **head, **tail; /* per worker, in step order */
-    ps_pull *pulls;
+    ps_pull *pulls;       /* and saves */
     hx_emb_workspace *ws;
 } ps_entry;
 

@@ -4,7 +4,11 @@
  * is applied to the shard as collective mode's owner applies one (the
  * workers' rows concatenated in worker order, one fused backward_update
  * that sums each id's rows in that order); a pull is answered as soon as
- * its table has applied the steps it needs (at once, or after a step). */
+ * its table has applied the steps it needs (at once, or after a step), and
+ * a worker's save of a table waits as a pull does, then runs the table's
+ * collective save over the servers (each server takes that request at the
+ * same step: the one after the saving worker's last push, whose next push
+ * comes after it). */
 #include "embedding/ps_impl.h"
 
 #include <stdio.h>
@@ -84,6 +88,30 @@ static hx_status answer(server *sv, ps_entry *e, const hx_msg *m)
     return x;
 }
 
+/* A worker's save of e, its steps applied: the shard's save, collective
+ * over the servers (each reaches it at the same step), and its status to
+ * the worker. */
+static hx_status save_table(server *sv, ps_entry *e, const hx_msg *m)
+{
+    const ps_req *h = m->data;
+    char *path = malloc((size_t)h->n + 1);
+    hx_emb_err err;
+    hx_status st = path ? HX_OK : hx_emb_fail(&err, HX_ERR_OUT_OF_MEMORY, "out of host memory");
+    if (path) {
+        memcpy(path, h + 1, (size_t)h->n);
+        path[h->n] = 0;
+    }
+    if (!st) st = hx_emb_table_save(e->impl, path, &err);
+    free(path);
+    return reply(sv, m->src, h, st, err.msg, e->applied, NULL, 0, 0);
+}
+
+/* A pull or a save whose steps are applied. */
+static hx_status respond(server *sv, ps_entry *e, const hx_msg *m)
+{
+    return ((const ps_req *)m->data)->kind == PS_SAVE ? save_table(sv, e, m) : answer(sv, e, m);
+}
+
 /* Applies every step of e that has all its pushes. */
 static hx_status apply_steps(server *sv, ps_entry *e)
 {
@@ -157,7 +185,7 @@ static hx_status serve_pulls(server *sv, ps_entry *e)
             pp = &p->next;
             continue;
         }
-        st = answer(sv, e, &p->m);
+        st = respond(sv, e, &p->m);
         *pp = p->next;
         free(p->m.data);
         free(p);
@@ -188,7 +216,7 @@ static hx_status take(server *sv, hx_msg *m)
     }
     ps_entry *e = hx__ps_entry(ps, h->table);
     char why[300] = "";
-    size_t want = sizeof *h + (h->n >= 0 ? (size_t)h->n * sizeof(int64_t) : 0) +
+    size_t want = sizeof *h + (h->n >= 0 ? (size_t)h->n * (h->kind == PS_SAVE ? 1 : sizeof(int64_t)) : 0) +
                   (h->kind == PS_PUSH && e && e->shard && h->n >= 0 ? (size_t)(h->n * e->shard->base.dim) * sizeof(float) : 0);
     if (!e || !e->shard)
         snprintf(why, sizeof why, "table %lld: this server has no such table (create every table on every rank, "
@@ -196,20 +224,21 @@ static hx_status take(server *sv, hx_msg *m)
     else if ((uint64_t)h->hash != e->hash)
         snprintf(why, sizeof why, "table '%s': worker rank %d created it otherwise than the servers (rows, dim, "
                  "dtype, initialiser, seed, ids, sharding, optimizer must be alike on every rank)", e->name, w);
-    else if ((h->kind != PS_PULL && h->kind != PS_PUSH) || h->n < 0 || m->n != want)
+    else if ((h->kind != PS_PULL && h->kind != PS_PUSH && h->kind != PS_SAVE) || h->n < 0 || m->n != want ||
+             (h->kind == PS_SAVE && (!h->n || memchr(h + 1, 0, (size_t)h->n))))
         snprintf(why, sizeof why, "table '%s': a malformed request of %zu bytes from worker rank %d", e->name, m->n, w);
     else if (h->kind == PS_PUSH && h->optim != e->shard->optim.kind)
         snprintf(why, sizeof why, "table '%s': worker rank %d pushes for %s, the servers apply %s: set the same "
                  "optimizer on every rank", e->name, w, hx_emb_optim_name((hx_emb_optim_kind)h->optim),
                  hx_emb_optim_name(e->shard->optim.kind));
     if (*why) {
-        hx_status st = h->kind == PS_PULL ? reply(sv, w, h, HX_ERR_INVALID_ARGUMENT, why, 0, NULL, 0, 0) : HX_OK;
+        hx_status st = h->kind != PS_PUSH ? reply(sv, w, h, HX_ERR_INVALID_ARGUMENT, why, 0, NULL, 0, 0) : HX_OK;
         free(m->data);
         return st ? st : hx__error(HX_ERR_INVALID_ARGUMENT, "hx_ps_serve: %s", why);
     }
-    if (h->kind == PS_PULL) {
+    if (h->kind != PS_PUSH) {
         if (h->need <= e->applied) {
-            hx_status st = answer(sv, e, m);
+            hx_status st = respond(sv, e, m);
             free(m->data);
             return st;
         }

@@ -7,7 +7,8 @@
  * r div N, and that local row starts as global row r would (the
  * initialiser's row_stride/row_offset); a DYNAMIC table keeps key k on
  * rank XXH3(k) mod N, in that rank's own id map (capacity ceil(rows / N),
- * frequency filter and expiry per shard). Table-wise, the whole table is
+ * frequency filter and expiry per shard; its checkpoint loads at another
+ * layout with every key re-hashed to its new owner). Table-wise, the whole table is
  * one local table on one rank. A rank may hold no rows of a table.
  *
  * A lookup (the table's lookup_rows): the caller's ids, de-duplicated
@@ -88,6 +89,12 @@ bool hx_emb_shard_is_manifest(const char *path);
  * shards, row-wise or table-wise): every shard file checked against the
  * manifest and read first; dst changes only once all of them were. */
 hx_status hx_emb_shard_load_local(hx_emb_local *dst, const char *path, hx_emb_err *err);
+/* A DYNAMIC table of one process (rows in memory) loads a DYNAMIC table's
+ * sharded checkpoint (any number of shards, either layout): every key of
+ * every shard with its count, clock, row and state, rows handed out anew
+ * in key order; dst changes only once every shard was read and the keys
+ * with a row fit its rows (else HX_ERR_OUT_OF_MEMORY). */
+hx_status hx_emb_shard_load_dynamic(hx_emb_table *dst, const char *path, hx_emb_err *err);
 
 /* What the exchanges moved, this rank, since creation. */
 typedef struct hx_emb_shard_stats {

@@ -12,7 +12,11 @@
  * has done so puts the rows and their optimizer state where the table now
  * keeps them: a fixed table saved at N shards (row-wise or table-wise)
  * loads at any number of ranks, and into a table of one process without
- * MPI; a DYNAMIC table loads at the layout and rank count it was saved at. */
+ * MPI. A DYNAMIC table loaded at the layout and rank count it was saved at
+ * takes its own shard's map as saved; at another one, or into a DYNAMIC
+ * table of one process, the keys of every shard are re-hashed to the
+ * ranks that now own them, with their counts, clocks, rows and state
+ * (embedding/shard_rekey.c). */
 #define _GNU_SOURCE
 #include "embedding/shard_impl.h"
 
@@ -192,9 +196,10 @@ bool hx_emb_shard_is_manifest(const char *path)
 }
 
 /* Shard s of m, checked against the manifest, read into a local table of
- * its own shaped by tc (rows starting as the whole table's would). */
+ * its own shaped by tc (rows starting as the whole table's would), or a
+ * dynamic one of mcfg's map (its capacity the shard's rows). */
 static hx_status load_shard(const manifest *m, const char *path, int64_t s, const hx_emb_table_config *tc,
-                            hx_emb_table **out, hx_emb_err *err)
+                            const hx_emb_idmap_config *mcfg, hx_emb_table **out, hx_emb_err *err)
 {
     char *p = hx__shard_file(path, m->gen, s, m->shards);
     if (!p) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "out of memory");
@@ -211,9 +216,13 @@ static hx_status load_shard(const manifest *m, const char *path, int64_t s, cons
     c.lazy_init = 1;
     c.nthreads = 1;
     c.backing_file = c.ssd_path = NULL;
-    c.row_stride = m->layout == LAYOUT_ROWS ? m->shards : 0;
-    c.row_offset = s;
-    if (!st) st = hx_emb_local_create(&c, out, err);
+    if (!m->dynamic) { /* a dynamic shard's rows start as its own (hx__shard_make_part) */
+        c.row_stride = m->layout == LAYOUT_ROWS ? m->shards : 0;
+        c.row_offset = s;
+    }
+    hx_emb_idmap_config mc = *mcfg;
+    mc.capacity = c.rows;
+    if (!st) st = m->dynamic ? hx_emb_dynamic_create(&c, &mc, out, err) : hx_emb_local_create(&c, out, err);
     if (!st && (st = hx_emb_table_load(*out, p, err))) {
         hx_emb_table_free(*out);
         *out = NULL;
@@ -273,15 +282,16 @@ static hx_status copy_in(const manifest *m, hx_emb_table *const *src, const plac
     return HX_OK;
 }
 
-/* The loaded shards this placement needs (all of them where it holds rows). */
-static hx_status load_fixed(const manifest *m, const char *path, const hx_emb_table_config *tc, bool holds,
-                            hx_emb_table ***out, hx_emb_err *err)
+/* The loaded shards this placement needs (all of them where it holds rows;
+ * mc: a DYNAMIC table's map). */
+static hx_status load_all(const manifest *m, const char *path, const hx_emb_table_config *tc,
+                          const hx_emb_idmap_config *mc, bool holds, hx_emb_table ***out, hx_emb_err *err)
 {
     *out = calloc((size_t)m->shards, sizeof **out);
     if (!*out) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "out of memory");
     hx_status st = HX_OK;
     for (int64_t s = 0; s < m->shards && holds && !st; s++)
-        if (m->srows[s] > 0) st = load_shard(m, path, s, tc, &(*out)[s], err);
+        if (m->srows[s] > 0) st = load_shard(m, path, s, tc, mc, &(*out)[s], err);
     return st;
 }
 
@@ -315,13 +325,53 @@ hx_status hx_emb_shard_load_local(hx_emb_local *dst, const char *path, hx_emb_er
     tc.dtype = dst->dtype;
     tc.init = dst->init;
     tc.optim = dst->optim;
+    hx_emb_idmap_config mc = {0};
     st = fits(&m, path, dst->base.rows, dst->base.dim, dst->dtype, false, err);
-    if (!st) st = load_fixed(&m, path, &tc, true, &src, err);
+    if (!st) st = load_all(&m, path, &tc, &mc, true, &src, err);
     place_now pn = {1, 0, 0, false};
     if (!st) st = copy_in(&m, src, &pn, dst, err);
     free_srcs(src, m.shards);
     manifest_free(&m);
     return st;
+}
+
+static bool any_key(const void *ctx, int64_t key)
+{
+    (void)ctx, (void)key;
+    return true;
+}
+
+hx_status hx_emb_shard_load_dynamic(hx_emb_table *dst, const char *path, hx_emb_err *err)
+{
+    hx_emb_local *l = hx_emb_as_local(hx_emb_dynamic_local(dst));
+    if (!l)
+        return hx_emb_fail(err, HX_ERR_UNSUPPORTED, "a DYNAMIC table's sharded checkpoint loads into a DYNAMIC "
+                           "table in memory");
+    manifest m;
+    hx_status st = manifest_read(path, &m, err);
+    if (st) return st;
+    hx_emb_table **src = NULL;
+    hx_emb_table_config tc = hx_emb_table_config_default(l->base.rows, l->base.dim);
+    tc.dtype = l->dtype;
+    tc.init = l->init;
+    tc.optim = l->optim;
+    hx_emb_idmap_config mc = {0}; /* the saved maps are read as they were (capacity: each shard's rows) */
+    st = fits(&m, path, l->base.rows, l->base.dim, l->dtype, true, err);
+    if (!st) st = load_all(&m, path, &tc, &mc, true, &src, err);
+    if (!st) st = hx__shard_rekey(src, m.shards, any_key, NULL, dst, err);
+    free_srcs(src, m.shards);
+    manifest_free(&m);
+    return st;
+}
+
+/* Whether this rank of shard s owns key. */
+static bool owns_key(const void *ctx, int64_t key)
+{
+    const hx_emb_shard *s = ctx;
+    int owner;
+    int64_t local;
+    hx__shard_place(s, key, &owner, &local);
+    return owner == s->rank;
 }
 
 hx_status hx__shard_load(hx_emb_table *t, const char *path, hx_emb_err *err)
@@ -334,13 +384,18 @@ hx_status hx__shard_load(hx_emb_table *t, const char *path, hx_emb_err *err)
     hx_emb_table **src = NULL, *fresh = NULL, *fresh_part = NULL;
     hx_status own = manifest_read(path, &m, &mine);
     if (!own) own = fits(&m, path, s->base.rows, s->base.dim, s->tc.dtype, s->dynamic, &mine);
-    if (!own && s->dynamic) {
-        /* a DYNAMIC table's maps do not reshard: the layout it was saved at */
-        if (m.shards != s->size || m.layout != (int64_t)s->table_wise || (s->table_wise && m.owner != s->owner))
-            own = hx_emb_fail(&mine, HX_ERR_UNSUPPORTED, "%s was saved at %" PRId64 " shards (%s); a DYNAMIC "
-                              "table loads at the layout and number of ranks it was saved at, here %d (%s)",
-                              path, m.shards, layout_name[m.layout], s->size, layout_name[s->table_wise]);
-        else if (s->part && !(own = hx__shard_make_part(s, &fresh, &fresh_part, &mine))) {
+    bool same = !own && m.shards == s->size && m.layout == (int64_t)s->table_wise &&
+                (!s->table_wise || m.owner == s->owner);
+    if (!own && s->dynamic && !same) {
+        /* another layout: every shard's keys, those this rank now owns kept */
+        hx_emb_table_config tc = s->tc;
+        tc.optim = s->optim;
+        own = load_all(&m, path, &tc, &s->mc, s->part != NULL, &src, &mine);
+        if (!own && s->part && !(own = hx__shard_make_part(s, &fresh, &fresh_part, &mine)))
+            own = hx__shard_rekey(src, m.shards, owns_key, s, fresh, &mine);
+    } else if (!own && s->dynamic) {
+        /* the layout it was saved at: this rank's own shard as saved */
+        if (s->part && !(own = hx__shard_make_part(s, &fresh, &fresh_part, &mine))) {
             char *p = hx__shard_file(path, m.gen, s->rank, m.shards);
             uint64_t h = 0;
             int64_t bytes = 0;
@@ -354,7 +409,7 @@ hx_status hx__shard_load(hx_emb_table *t, const char *path, hx_emb_err *err)
     } else if (!own) {
         hx_emb_table_config tc = s->tc;
         tc.optim = s->optim;
-        own = load_fixed(&m, path, &tc, s->part != NULL, &src, &mine);
+        own = load_all(&m, path, &tc, &s->mc, s->part != NULL, &src, &mine);
     }
     hx_status st = hx__shard_agree(s, HX_EMB_X_LOAD, own, &mine, err);
     if (!st && s->dynamic && fresh) {

@@ -110,6 +110,15 @@ hx_status hx__shard_make_part(hx_emb_shard *s, hx_emb_table **part, hx_emb_table
 hx_status hx__shard_save(hx_emb_table *t, const char *path, hx_emb_err *err);
 hx_status hx__shard_load(hx_emb_table *t, const char *path, hx_emb_err *err);
 
+/* The keys of a DYNAMIC table's saved shards src[0 .. nsrc) (dynamic
+ * tables as loaded; NULL: a shard of no rows) that mine(ctx, key) picks,
+ * with their counts, clocks, rows and state, into dynamic table dst, whose
+ * map they replace (embedding/shard_rekey.c); dst is unchanged on failure
+ * (HX_ERR_OUT_OF_MEMORY: more keys with a row than dst has rows, or out of
+ * memory; HX_ERR_UNSUPPORTED: dst's rows are not a table in memory). */
+hx_status hx__shard_rekey(hx_emb_table *const *src, int64_t nsrc, bool (*mine)(const void *ctx, int64_t key),
+                          const void *ctx, hx_emb_table *dst, hx_emb_err *err);
+
 /* A sparse gradient (ids as the ops give them, rows) applied by the
  * owners as one optimizer step. */
 hx_status hx__shard_update(hx_emb_shard *s, const hx_emb_sparse_grad *g, int64_t step,

@@ -449,10 +449,11 @@ hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path)
     pthread_mutex_lock(&t->lock);
     /* a sharded table's checkpoint into a fixed table of one process */
     bool shards = !t->shard && !t->client && hx_emb_shard_is_manifest(path);
-    if (shards && (t->ssd || t->ids == HX_EMBEDDING_IDS_DYNAMIC))
-        st = hx_emb_fail(&err, HX_ERR_UNSUPPORTED, "a sharded checkpoint loads into a ROWS or MODULO "
-                         "table in memory (a DYNAMIC table's maps, or a table on disk, take their own "
-                         "checkpoints)");
+    if (shards && t->ssd)
+        st = hx_emb_fail(&err, HX_ERR_UNSUPPORTED, "a sharded checkpoint loads into a table in memory "
+                         "(a table on disk takes its own checkpoints)");
+    else if (shards && t->ids == HX_EMBEDDING_IDS_DYNAMIC)
+        st = hx_emb_shard_load_dynamic(t->impl, path, &err);
     else if (shards) {
         if (t->dev) hx_emb_devcache_drop(t->dev); /* written back: a failed load keeps the rows */
         st = hx_emb_shard_load_local(t->local, path, &err);

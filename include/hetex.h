@@ -1058,11 +1058,17 @@ HX_API hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, con
  * it reads against the manifest, reads them all, and changes the table on
  * every rank only once every rank has: a ROWS or MODULO table saved at N
  * ranks (row-wise or table-wise) loads at any number of ranks, and into a
- * table of one process (no communicator, no MPI needed); a DYNAMIC table
- * loads at the layout and number of ranks it was saved at
- * (HX_ERR_UNSUPPORTED otherwise). A shard file that does not match the
+ * table of one process (no communicator, no MPI needed); so does a DYNAMIC
+ * table (into a DYNAMIC one in memory): at another layout every saved key
+ * goes to the rank that now owns it with its frequency-filter count,
+ * expiry clock, row and optimizer state, its row handed out anew (in key
+ * order; HX_ERR_OUT_OF_MEMORY where a rank's keys with a row outnumber its
+ * rows). A shard file that does not match the
  * manifest fails the load with HX_ERR_CORRUPT naming it; a failure on one
- * rank fails every rank.
+ * rank fails every rank. A worker's server-mode table (config.ps): save
+ * has the servers save it once every push this worker made is applied
+ * (one worker calls it; see hx_ps), load fails with HX_ERR_UNSUPPORTED
+ * (the servers load it before hx_ps_serve).
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t or path NULL; load: the file has
  *               another optimizer's state than the table's, or a DYNAMIC
  *               table's map for another kind of table); HX_ERR_STATE (save:
@@ -1319,7 +1325,12 @@ HX_API uint64_t hx_comm_bytes_sent(const hx_comm *c);
  * the servers' tables are consistent and can be saved. Server-held tables
  * are saved and loaded on the servers (hx_embedding_table_save/_load,
  * collective over the servers: the sharded checkpoint, loadable at any
- * number of servers or shards and into a table of one process). */
+ * number of servers or shards and into a table of one process); a save
+ * may also come from one worker while the servers serve: its
+ * hx_embedding_table_save returns once every server has saved the table
+ * as it stands after every push that worker made (the other workers' pushes
+ * of later steps wait meanwhile; the same failures as the servers' own
+ * save). */
 typedef struct hx_ps hx_ps;
 
 typedef struct hx_ps_config {

@@ -146,6 +146,22 @@ void wd_worker_stats(const wd_options *o);
 void wd_feeds_slice(const wd_model *m, const wd_feed *fd, int64_t batch, int slice,
                     const wd_features *wf, hx_feed feeds[WD_N_FEEDS]);
 
+/* --save, --resume (wd_ckpt.c): a checkpoint folder of the session, both
+ * tables and meta (the epochs done, --seed, --batch). save: after epoch
+ * epochs_done, on every rank (--shards: collective; --servers: worker 0
+ * asks the servers to save the tables; the servers do not call it); the
+ * error is said on stderr. check: false after saying why when --save
+ * names a folder that is not a checkpoint's (--shards, --servers: before
+ * any rank writes; one process: cli_ckpt_begin checks). resume: the
+ * session into s (NULL on a server) and the tables (not on a worker of
+ * --servers), *epochs the epochs done; a checkpoint taken at any number
+ * of ranks or servers, or (without --shards, --servers) by one process;
+ * msg gets the example's own errors. */
+hx_status wd_ckpt_save(const wd_options *o, hx_session *s, const wd_model *m, int epochs_done);
+bool wd_ckpt_check(const wd_options *o);
+hx_status wd_ckpt_resume(const wd_options *o, hx_session *s, const wd_model *m, int *epochs, char *msg,
+                         size_t len);
+
 /* `hetex widedeep ...` */
 int wd_main(int argc, char **argv);
 

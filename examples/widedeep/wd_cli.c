@@ -50,6 +50,9 @@ static const char usage[] =
     "  --trace PATH            Chrome trace of the run (chrome://tracing, Perfetto)\n"
     "  --save DIR              checkpoint folder, replaced as a whole after every epoch\n"
     "  --resume DIR            continue from a checkpoint folder (the same --seed, --batch)\n"
+    "                          (with --shards or --servers the tables are saved shard by\n"
+    "                          shard: such a checkpoint resumes at any number of ranks or\n"
+    "                          servers, in either mode, or in one process)\n"
     "  --curve PATH            per-epoch metrics as CSV (and PATH.png where gnuplot exists)\n"
     "  --metrics PATH          JSON lines: every step's loss, every epoch's test metrics\n"
     "                          (appended to on --resume; 'hetex plot PATH' draws them)\n"
@@ -312,62 +315,12 @@ static hx_status evaluate(job *j, wd_metrics *out)
     return st ? st : rw;
 }
 
-/* ---- checkpoints: a folder (cli/cli.h: committed as a set) holding the
- * session, both tables and what the run was (meta) ---------------------------- */
-
-static hx_status save(const job *j, int epochs_done)
-{
-    cli_ckpt c;
-    if (!cli_ckpt_begin("widedeep", "--save", j->o.save, &c)) return HX_ERR_IO;
-    hx_status st = hx_session_save(j->s, cli_ckpt_file(&c, "session"));
-    if (!st) st = hx_embedding_table_save(j->m.deep, cli_ckpt_file(&c, "deep"));
-    if (!st) st = hx_embedding_table_save(j->m.wide, cli_ckpt_file(&c, "wide"));
-    const char *p = st ? NULL : cli_ckpt_file(&c, "meta");
-    FILE *f = p ? fopen(p, "w") : NULL;
-    bool ok = f && fprintf(f, "hetex widedeep checkpoint 2\nepochs %d\nseed %llu\nbatch %lld\n%s",
-                           epochs_done, (unsigned long long)j->o.seed, (long long)j->o.batch,
-                           j->o.partial_batch ? "partial-batch\n" : "") > 0;
-    if (f && fclose(f)) ok = false;
-    if (st || !ok) {
-        if (!st) fprintf(stderr, "hetex widedeep: cannot write '%s'\n", p);
-        else cli_error("widedeep", "--save", hx_last_error());
-        cli_ckpt_abort(&c);
-        return st ? st : HX_ERR_IO;
-    }
-    return cli_ckpt_commit(&c) ? HX_OK : HX_ERR_IO;
-}
-
+/* --resume: the checkpoint's session and tables (wd_ckpt.c), then the
+ * reader's shuffle as it was after those epochs. */
 static hx_status resume(job *j)
 {
-    char p[2100];
-    const char *dir = j->o.resume;
-    snprintf(p, sizeof p, "%s/meta", dir);
-    FILE *f = fopen(p, "r");
-    int epochs = -1;
-    unsigned long long seed = 0;
-    long long batch = 0;
-    char partial[16] = "";
-    bool ok = f && fscanf(f, "hetex widedeep checkpoint 2\nepochs %d\nseed %llu\nbatch %lld",
-                          &epochs, &seed, &batch) == 3;
-    if (ok && fscanf(f, " %15s", partial) == 1 && strcmp(partial, "partial-batch")) ok = false;
-    if (f) fclose(f);
-    if (!ok || epochs < 0 || epochs > 100000) {
-        snprintf(j->msg, sizeof j->msg, "--resume '%s' is not a widedeep checkpoint folder (its "
-                 "meta file is missing or not one)", dir);
-        return HX_ERR_CORRUPT;
-    }
-    if (seed != j->o.seed || batch != j->o.batch || !*partial != !j->o.partial_batch) {
-        snprintf(j->msg, sizeof j->msg, "--resume '%s' was made with --seed %llu --batch %lld%s; "
-                 "resume with the same", dir, seed, batch,
-                 *partial ? " --partial-batch" : " and without --partial-batch");
-        return HX_ERR_INVALID_ARGUMENT;
-    }
-    snprintf(p, sizeof p, "%s/session", dir);
-    hx_status st = hx_session_load(j->s, p);
-    snprintf(p, sizeof p, "%s/deep", dir);
-    if (!st) st = hx_embedding_table_load(j->m.deep, p);
-    snprintf(p, sizeof p, "%s/wide", dir);
-    if (!st) st = hx_embedding_table_load(j->m.wide, p);
+    int epochs = 0;
+    hx_status st = wd_ckpt_resume(&j->o, j->s, &j->m, &epochs, j->msg, sizeof j->msg);
     for (int e = 0; e < epochs && !st; e++) st = hx_reader_rewind(j->train); /* its shuffle */
     j->epochs_done = epochs;
     return st;
@@ -434,7 +387,8 @@ static hx_status setup(job *j)
     wd_options lo = *o; /* the graph takes this rank's slice */
     lo.batch = j->lb;
     if (!st) st = wd_model_build(&lo, &j->wf, &j->m);
-    if (!st && o->ps && hx_ps_is_server(o->ps)) return HX_OK; /* a server: the tables only */
+    if (!st && o->ps && hx_ps_is_server(o->ps)) /* a server: the tables only */
+        return o->resume ? resume(j) : HX_OK;
     if (!st) st = wd_feed_alloc(&j->wf, o->batch, &j->fd);
     if (!st) st = wd_feed_alloc(&j->wf, o->batch, &j->fd_next);
     hx_session_config sc = hx_session_config_default();
@@ -567,7 +521,7 @@ int wd_main(int argc, char **argv)
         cli_metrics_num(&j.metrics, "test_accuracy", m.accuracy);
         cli_metrics_num(&j.metrics, "examples_per_s", rate);
         if (!cli_metrics_end(&j.metrics)) goto out;
-        if (o->save && save(&j, e)) {
+        if (o->save && wd_ckpt_save(o, j.s, &j.m, e)) {
             fprintf(stderr, "hetex widedeep: epoch %d was not saved\n", e);
             goto out;
         }

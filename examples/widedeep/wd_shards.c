@@ -46,11 +46,15 @@ hx_status wd_shards_start(wd_options *o, int *rank, char *msg, size_t len)
     int spread = o->shards ? o->shards : o->servers;
     const char *flag = o->shards ? "--shards" : "--servers";
     if (!spread) return HX_OK;
-    if ((o->shards && o->batch % o->shards) || o->save || o->resume || o->deep_on_disk) {
+    if ((o->shards && o->batch % o->shards) || o->deep_on_disk) {
         snprintf(msg, len, "%s %d: %s", flag, spread,
                  o->shards && o->batch % o->shards ? "--batch (the global batch) must be a multiple of it"
-                                                   : "--save, --resume and --deep-table-on-disk are not "
-                                                     "built for sharded tables yet");
+                                                   : "--deep-table-on-disk is not built for sharded tables "
+                                                     "yet");
+        return HX_ERR_INVALID_ARGUMENT;
+    }
+    if (!wd_ckpt_check(o)) {
+        snprintf(msg, len, "--save: said above");
         return HX_ERR_INVALID_ARGUMENT;
     }
     hx_status st = hx_comm_create(NULL, &o->comm);

@@ -15,21 +15,28 @@
  * bitwise the same run to run. No pull was answered ahead of an applied
  * push. An id outside 'user' fed on the last worker fails its run with
  * HX_ERR_INDEX naming the id, and every server's rows stay as they were;
- * the next step trains as the others. The servers then save their tables
- * (per-server files and a manifest) and the save loads into a table of
- * one process equal to the servers' rows.
+ * the next step trains as the others. Worker 0 then has the servers save
+ * every table (a path they cannot write fails naming a server, and they
+ * go on serving): each save loads into a table of one process equal,
+ * bitwise, to the rows and state the worker reads from the servers. The
+ * servers then save their tables themselves (per-server files and a
+ * manifest) and the save loads into a table of one process equal to the
+ * servers' rows.
  *
  * staleness: with staleness 2 and no data parallel session (so the
  * workers are not kept in step by the dense sums), worker 0 runs fast
  * while the others sleep each step: no pull is ever answered more than 2
  * steps ahead of the applied pushes (on the workers and on the servers),
  * and worker 0 reaches the bound (the instrument sees what it checks).
+ * Worker 0's save right after its last push holds every step it pushed
+ * applied (the servers wait for the slow workers' pushes of them): what
+ * a read then returns.
  *
  * cap: a per-rank cap (hx_ps_config.rank_bytes) that the whole table
  * exceeds: two servers hold it, each under the cap, and the workers read
  * every row while holding none; one server refuses it naming the cap.
  *
- * refusals: the roles' arguments; DYNAMIC tables; a worker's save. */
+ * refusals: the roles' arguments; DYNAMIC tables. */
 #include "dist/dist.h"
 #include "hetex_checks.h"
 #include "mpi_world.h"
@@ -159,9 +166,26 @@ static void test_train(void)
         OK(run(sa, &lone, &bt, 0, &l));
         for (int k = 0; k < NT; k++) compare_table(&pm, &cm, k, 0, "a step after the failed run");
     }
-    /* a worker saves nothing: the servers hold the rows */
-    CHECK(hx_embedding_table_save(pm.t[0], "/nonexistent/x") == HX_ERR_UNSUPPORTED &&
-          strstr(hx_last_error(), "servers"), "a worker's save: %s", hx_last_error());
+    /* worker 0 has the servers save every table as it stands after its
+     * pushes (a path they cannot write fails on it naming a server, and
+     * they go on serving); each save loads into a table of one process
+     * equal to the servers' rows and state, bitwise */
+    if (w == 0 && sp) {
+        hx_status bad = hx_embedding_table_save(pm.t[0], "/nonexistent/x");
+        CHECK(bad == HX_ERR_IO && strstr(hx_last_error(), "server rank"), "a save the servers cannot write: %s: %s",
+              hx_status_name(bad), hx_last_error());
+        for (int k = 0; k < NT; k++) {
+            char path[320];
+            snprintf(path, sizeof path, "%s/%s-mid", dir, specs[k].name);
+            OK(hx_embedding_table_save(pm.t[k], path));
+            model lm;
+            memset(&lm, 0, sizeof lm);
+            lm.t[k] = make_table(&specs[k], NULL, NULL);
+            OK(hx_embedding_table_load(lm.t[k], path));
+            compare_table(&pm, &lm, k, 0, "saved by the servers at worker 0's request");
+            OK(hx_embedding_table_free(lm.t[k]));
+        }
+    }
     free(ids);
     free(before);
     free(after);
@@ -221,6 +245,30 @@ static void test_staleness(void)
     if (w == 0 && W > 1)
         CHECK(st.max_staleness == K, "the fast worker never reached the bound (%lld of %d): the test sees nothing",
               (long long)st.max_staleness, K);
+    /* the fast worker's save, right after its last push: the servers save
+     * once every step it pushed is applied (the slow workers' pushes of
+     * those steps too), so the save holds what a read (which waits alike)
+     * then reads */
+    char dir[256];
+    if (w == 0 && test_make_tmpdir(dir, sizeof dir, "hx-mpi-ps-stale")) {
+        char path[320];
+        snprintf(path, sizeof path, "%s/user", dir);
+        OK(hx_embedding_table_save(t, path));
+        hx_embedding_table *lone = make_table(&specs[0], NULL, NULL);
+        OK(hx_embedding_table_load(lone, path));
+        int64_t R = specs[0].rows, *all = malloc(sizeof(int64_t) * (size_t)R);
+        float *a = malloc(sizeof(float) * (size_t)(R * D)), *b = malloc(sizeof(float) * (size_t)(R * D));
+        for (int64_t i = 0; i < R; i++) all[i] = i;
+        OK(hx_embedding_table_read_rows(t, all, R, a));
+        OK(hx_embedding_table_read_rows(lone, all, R, b));
+        CHECK(!memcmp(a, b, sizeof(float) * (size_t)(R * D)), "worker 0's save right after its last push holds "
+              "other rows than it then reads from the servers");
+        OK(hx_embedding_table_free(lone));
+        free(all);
+        free(a);
+        free(b);
+        test_remove_tree(dir);
+    }
     hx_session_free(s);
     hx_graph_free(g);
     OK(hx_embedding_table_free(t));

@@ -18,7 +18,9 @@
  * refused; checkpoints of the tables (per-shard files and a manifest)
  * load at the same rank count, at half of it (a communicator split from
  * the world) and into a table of one process, and a corrupt shard is
- * refused everywhere, the tables as they were. */
+ * refused everywhere, the tables as they were; a DYNAMIC table's
+ * checkpoint loads at half the ranks and in one process, every key
+ * re-hashed to its new owner with its row, state and filter count. */
 #include "dist/dist.h"
 #include "hetex_checks.h"
 #include "mpi_world.h"
@@ -377,6 +379,145 @@ static void test_checkpoint(void)
     model_free(&sh);
 }
 
+/* A lookup graph of n keys over DYNAMIC table t and its session (c: data
+ * parallel over c, or one process). */
+static hx_session *dyn_session(hx_embedding_table *t, int64_t n, hx_comm *c, hx_graph **g, hx_tensor **ids,
+                               hx_tensor **x)
+{
+    *g = hx_graph_create();
+    int64_t xs[2] = {n, D};
+    *ids = hx_graph_input(*g, "ids", HX_DTYPE_I64, 1, &n);
+    *x = hx_graph_input(*g, "x", HX_DTYPE_F32, 2, xs);
+    OK(hx_graph_backward(*g, hx_reduce_sum(*g, hx_mul(*g, hx_embedding_lookup(*g, t, *ids), *x), 0, NULL, false)));
+    hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    OK(hx_graph_apply_optimizer(*g, NULL, &sgd));
+    hx_session_config cfg = config(c);
+    return test_session_with(*g, &cfg, "dynamic reshard");
+}
+
+/* The keys every rank fed (those of a world of `size` ranks) and one never
+ * seen; their rows and Adagrad state (as read on any rank) into rows, st. */
+enum { RK = 5 };
+static int64_t reshard_keys(int64_t *k)
+{
+    int64_t n = 0;
+    for (int r = 0; r < size; r++) {
+        k[n++] = 1000 + r;                                   /* twice a step: a row at step 0 */
+        k[n++] = 3000 + r;                                   /* once a step: a row at step 1 */
+        for (int s = 0; s < 3; s++) k[n++] = 2000 + 7 * r + s; /* once in all: counted, no row */
+    }
+    k[n++] = 42;
+    return n;
+}
+
+static void read_keys(hx_embedding_table *t, const int64_t *k, int64_t n, float *rows, float *st)
+{
+    OK(hx_embedding_table_read_rows(t, k, n, rows));
+    OK(hx_embedding_table_read_state(t, 0, k, n, st));
+}
+
+/* A DYNAMIC table's checkpoint at another layout: saved at this rank count
+ * after 3 steps (min_count 2: keys fed twice a step or once every step
+ * hold rows, keys fed once are still counting), it loads at half the
+ * ranks and in one process with every key's row and state bitwise as
+ * saved; a key counted once gets its row when fed once more (its count
+ * moved with it), and one never seen reads as zeros. */
+static void test_dynamic_reshard(void)
+{
+    char dir[256] = "", path[320];
+    if (rank == 0 && !test_make_tmpdir(dir, sizeof dir, "hx-mpi-dyn")) CHECK(false, "no temporary folder");
+    hx_coll *q = NULL;
+    OK(hx__comm_broadcast(comm, dir, sizeof dir / 8, HX_DTYPE_I64, 0, &q));
+    OK(hx__coll_wait(q));
+    snprintf(path, sizeof path, "%s/dynr", dir);
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "dynr";
+    ec.rows = 64;
+    ec.dim = D;
+    ec.ids = HX_EMBEDDING_IDS_DYNAMIC;
+    ec.min_count = 2;
+    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
+    ec.comm = comm;
+    ec.sharding = HX_EMBEDDING_SHARD_ROWS;
+    ec.n_threads = 1;
+    hx_embedding_table *t = NULL;
+    OK(hx_embedding_table_create(&ec, &t));
+    if (!t) return;
+    hx_graph *g;
+    hx_tensor *ids, *x;
+    hx_session *s = dyn_session(t, 4, comm, &g, &ids, &x);
+    float xv[4 * D];
+    for (int i = 0; i < 4 * D; i++) xv[i] = 0.25f * (float)(i % 5) - 0.5f;
+    for (int step = 0; step < 3 && s; step++) {
+        int64_t k[4] = {1000 + rank, 1000 + rank, 3000 + rank, 2000 + 7 * rank + step};
+        hx_feed f[2] = {{NULL, ids, k, sizeof k}, {NULL, x, xv, sizeof xv}};
+        OK(hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN));
+    }
+    int64_t keys[4 * RK + 1];
+    int64_t n = reshard_keys(keys);
+    float ref[2][(4 * RK + 1) * D] = {{0}}, got[2][(4 * RK + 1) * D] = {{0}}; /* past n keys: zeros */
+    read_keys(t, keys, n, ref[0], ref[1]);
+    fold(ref, sizeof ref);
+    bool held = true;
+    for (int64_t i = 0; i < n; i++) {
+        bool any = false;
+        for (int c = 0; c < D; c++) any |= ref[0][i * D + c] != 0;
+        held &= any == (i < n - 1 && i % RK < 2);
+    }
+    CHECK(held, "before the save: the keys fed twice a step or every step hold rows, the others none");
+    OK(hx_embedding_table_save(t, path));
+    hx_session_free(s);
+    hx_graph_free(g);
+    OK(hx_embedding_table_free(t));
+    /* at half the ranks (of a world of 2 or 4; one rank: the same layout) */
+    MPI_Comm half;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    hx_comm_config hc = hx_comm_config_default();
+    hc.mpi_comm = &half;
+    hc.timeout_s = 60;
+    hx_comm *hcomm = NULL;
+    OK(hx_comm_create(&hc, &hcomm));
+    ec.comm = hcomm;
+    t = NULL;
+    if (hcomm) OK(hx_embedding_table_create(&ec, &t));
+    if (t) {
+        OK(hx_embedding_table_load(t, path));
+        read_keys(t, keys, n, got[0], got[1]);
+        CHECK(!memcmp(ref, got, sizeof ref), "loaded at %d of %d ranks: a key's row or state differs from the "
+              "save's", hx_comm_size(hcomm), size);
+        OK(hx_embedding_table_free(t));
+    }
+    hx_comm_free(hcomm);
+    MPI_Comm_free(&half);
+    /* in one process: then each key counted once is fed once more */
+    ec.comm = NULL;
+    t = NULL;
+    OK(hx_embedding_table_create(&ec, &t));
+    if (t) {
+        OK(hx_embedding_table_load(t, path));
+        read_keys(t, keys, n, got[0], got[1]);
+        CHECK(!memcmp(ref, got, sizeof ref), "loaded in one process: a key's row or state differs from the save's");
+        s = dyn_session(t, 4, NULL, &g, &ids, &x);
+        int64_t k[4] = {2000, 2005, 2002, 2000 + 7 * (size - 1) + 1};
+        hx_feed f[2] = {{NULL, ids, k, sizeof k}, {NULL, x, xv, sizeof xv}};
+        if (s) OK(hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN));
+        float r[4 * D];
+        OK(hx_embedding_table_read_rows(t, k, 4, r));
+        bool rows = true;
+        for (int i = 0; i < 4; i++) {
+            bool any = false;
+            for (int c = 0; c < D; c++) any |= r[i * D + c] != 0;
+            rows &= any == (i != 1); /* 2005 was never fed */
+        }
+        CHECK(rows, "keys counted once before the save hold rows when fed once more; a key never fed none");
+        hx_session_free(s);
+        hx_graph_free(g);
+        OK(hx_embedding_table_free(t));
+    }
+    barrier();
+    if (rank == 0 && *dir) test_remove_tree(dir);
+}
+
 /* A model of tables alone (no dense parameter): the ranks' gradients are
  * averaged all the same, so the table trains as one process would. The
  * Adagrad table ('item', accumulators from 0.1) with small gradients: its
@@ -510,6 +651,7 @@ int main(int argc, char **argv)
         {"dynamic", test_dynamic},
         {"mismatch", test_mismatch},
         {"checkpoint", test_checkpoint},
+        {"dynamic_reshard", test_dynamic_reshard},
         {"tables_only", test_tables_only},
         {"device_cache_refused", test_device_cache_refused},
     };
