@@ -22,7 +22,8 @@
  *                 plan's transient arena is one block, so that replay is
  *                 trivial and shown only for contrast). Skipped (a JSON line
  *                 says why) without the CLI or data/.
- * Usage: bench_memory [--dir DIR] [--mib SIZE] [--reps N] (DIR: /tmp). */
+ * Usage: bench_memory [--dir DIR] [--mib SIZE] [--reps N] [--only chunks]
+ * (DIR: /tmp; --only chunks: the machine line and the chunks cases). */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "memory/caching_baseline.h"
 #include "memory/chunks.h"
@@ -252,10 +253,12 @@ static void chunks_case(void)
         hx_mem_err err;
         double t0 = now();
         hx_chunk_search_run(sz, n, &s, &p, &err);
-        printf("{\"bench\":\"memory\",\"case\":\"chunks_gpt_24x1024_fp16\",\"range_mib\":[%zu,%zu],"
-               "\"step\":1024,\"chunk_mib\":%.3f,\"chunks\":%lld,\"own_chunks\":%lld,\"waste_mib\":%.2f,"
-               "\"waste_pct\":%.3f,\"search_s\":%.3f}\n", ranges[i][0], ranges[i][1], mib(p.chunk_size),
-               (long long)p.n_chunks, (long long)p.n_own, mib(p.waste), 100 * p.waste_fraction, now() - t0);
+        printf("{\"bench\":\"memory\",\"case\":\"chunks_gpt_24x1024_fp16\",\"range\":\"%zu-%zu MiB\","
+               "\"range_mib\":[%zu,%zu],"
+               "\"step\":1024,\"chunk_mib\":%.3f,\"chunks\":%lld,\"last_chunk_mib\":%.3f,\"own_chunks\":%lld,"
+               "\"waste_mib\":%.2f,\"waste_pct\":%.3f,\"search_s\":%.3f}\n", ranges[i][0], ranges[i][1],
+               ranges[i][0], ranges[i][1], mib(p.chunk_size), (long long)p.n_chunks, mib(p.last_chunk),
+               (long long)p.n_own, mib(p.waste), 100 * p.waste_fraction, now() - t0);
     }
 }
 
@@ -319,16 +322,26 @@ int main(int argc, char **argv)
     const char *dir = "/tmp";
     size_t size_mib = 256;
     int reps = 3;
+    const char *only = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
         else if (!strcmp(argv[i], "--mib")) size_mib = strtoull(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--only")) only = argv[i + 1];
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double load[1] = {0};
     getloadavg(load, 1);
     printf("{\"bench\":\"memory\",\"case\":\"machine\",\"cores\":%ld,\"loadavg\":%.2f,\"dir\":\"%s\"}\n",
            cores, load[0], dir);
+    if (only && !strcmp(only, "chunks")) {
+        chunks_case();
+        return 0;
+    }
+    if (only) {
+        fprintf(stderr, "bench_memory: --only takes 'chunks', not '%s'\n", only);
+        return 2;
+    }
     size_t n;
     hx_gpt_trace_shape big = {24, 1024, 16, 1024, 4, 50257, 3}, mid = {12, 768, 12, 512, 8, 50257, 3},
                        small = {6, 256, 4, 128, 4, 4096, 3};

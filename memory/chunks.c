@@ -32,6 +32,11 @@ static void layout(const size_t *sizes, int64_t n, size_t chunk, size_t align, s
         if (chunk_of) chunk_of[i] = open, offset_of[i] = off;
         used = off + sz;
     }
+    if (open >= 0) { /* the last chunk ends at its last parameter, rounded to the step */
+        size_t last = hx__mem_round(used, own_round);
+        p->last_chunk = last < chunk ? last : chunk;
+        p->total_bytes -= chunk - p->last_chunk;
+    }
     p->waste = p->total_bytes - p->param_bytes;
     p->waste_fraction = p->total_bytes ? (double)p->waste / p->total_bytes : 0;
 }

@@ -3,10 +3,18 @@
  * parameter goes into the open chunk when it fits there (at an offset
  * aligned to param_align), else it closes that chunk and opens the next;
  * a parameter larger than a chunk gets a chunk of its own (its size
- * rounded up to the search step) and the open chunk stays open.
+ * rounded up to the search step) and the open chunk stays open. The last
+ * chunk ends at its last parameter's end rounded up to the step (as an own
+ * chunk is), never past chunk_size: no parameter comes after it to fill
+ * its tail, and where hetex gives chunks memory it sizes them by what they
+ * hold (dist/dp_layout.c: a chunk group is as long as its longest used
+ * chunk). Parameters never split across chunks (a parameter is read from
+ * one chunk), so the other chunks' tails stay: a parameter that did not
+ * fit one moved to the next.
  *
  * Waste is every byte of chunk memory that holds no parameter: alignment
- * gaps, unused chunk tails, and the rounding of own chunks. The search
+ * gaps, unused chunk tails, and the rounding of own chunks and of the last
+ * chunk. The search
  * tries every chunk size in [min_chunk, max_chunk] in steps of `step` and
  * keeps the one with the least waste (the smaller on a tie). */
 #ifndef HX_MEM_CHUNKS_H
@@ -22,7 +30,8 @@ typedef struct hx_chunk_search {
 
 typedef struct hx_chunk_plan {
     size_t chunk_size;
-    int64_t n_chunks;       /* chunks of chunk_size */
+    int64_t n_chunks;       /* chunks of chunk_size (the last: last_chunk bytes) */
+    size_t last_chunk;      /* the last chunk's bytes (0: no chunk of chunk_size) */
     int64_t n_own;          /* parameters larger than a chunk, each in a chunk of its own */
     size_t param_bytes;     /* the parameters' bytes */
     size_t total_bytes;     /* all chunks */

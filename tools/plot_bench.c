@@ -90,6 +90,9 @@ static const bench_plot table[] = {
          "GPT training tokens/s before and after the house moves"),
     BARS("house-before-after-", "-embedding", "bench=embedding", "case,ids,threads", "tree",
          "samples_per_s", "samples/s", "embedding ops before and after the house moves"),
+    BARS("memory-chunks-", "", "case=chunks_gpt_24x1024_fp16", "range", NULL, "waste_pct",
+         "% of chunk memory holding no parameter", "chunk-size search on the GPT 24x1024 fp16 "
+         "layout: waste of the best chunk size in each range"),
     RATIO("memory-", "", NULL, "case", NULL, "pools_ratio,baseline_ratio",
           "peak reserved over peak live", "device memory: peak reserved over peak live bytes "
           "(line at 1: no waste), hetex's pools against a caching baseline"),
