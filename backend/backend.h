@@ -62,6 +62,11 @@ struct hx_backend {
     hx_status (*event_record)(hx_backend *b, hx_event *e, hx_stream *s);
     hx_status (*stream_wait)(hx_backend *b, hx_stream *s, hx_event *e); /* s waits for e */
     hx_status (*event_sync)(hx_backend *b, hx_event *e);                 /* host waits for e */
+    /* Without waiting: *done is whether the work on e's stream before its
+     * last record has completed (an event never recorded: true). Any
+     * thread; an error is the backend's (a failed stream's own error comes
+     * from its next sync). */
+    hx_status (*event_query)(hx_backend *b, hx_event *e, bool *done);
     /* Copies ordered on stream s; the host buffer must stay valid until s
      * has passed the copy. */
     hx_status (*copy_h2d)(hx_backend *b, hx_stream *s, hx_h2d_copy c);

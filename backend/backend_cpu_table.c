@@ -70,7 +70,7 @@ hx_status hx__backend_cpu_create(hx_backend **out)
         .stream_sync = hx__inline_stream_sync,
         .event_create = hx__inline_event_create, .event_destroy = hx__inline_event_destroy,
         .event_record = hx__inline_event_record, .stream_wait = hx__inline_stream_wait,
-        .event_sync = hx__inline_event_sync,
+        .event_sync = hx__inline_event_sync, .event_query = hx__inline_event_query,
         .copy_h2d = cpu_h2d, .copy_d2h = cpu_d2h,
         .kernel = cpu_kernel, .launch = cpu_launch,
         .stats = cpu_stats, .destroy = cpu_destroy,

@@ -330,6 +330,21 @@ static hx_status cuda_event_sync(hx_backend *b, hx_event *e)
     return st;
 }
 
+/* cudaEventQuery: cudaErrorNotReady is "not yet", not an error. */
+static hx_status cuda_event_query(hx_backend *b, hx_event *e, bool *done)
+{
+    *done = false;
+    hx_status st = on_device(cb(b), "event_query");
+    if (st) return st;
+    cudaError_t r = cudaEventQuery(e->ev);
+    if (r == cudaErrorNotReady) {
+        cudaGetLastError(); /* not left as the next call's error */
+        return HX_OK;
+    }
+    *done = r == cudaSuccess;
+    return cuda_err(r, "cudaEventQuery");
+}
+
 /* ---- copies ----------------------------------------------------------------------------- */
 
 static bool is_pinned(const void *p)
@@ -610,7 +625,7 @@ static hx_status create(const hx_session_config *cfg, hx_trace_hooks tracing, in
         .stream_sync = cuda_stream_sync,
         .event_create = cuda_event_create, .event_destroy = cuda_event_destroy,
         .event_record = cuda_event_record, .stream_wait = cuda_stream_wait,
-        .event_sync = cuda_event_sync,
+        .event_sync = cuda_event_sync, .event_query = cuda_event_query,
         .copy_h2d = cuda_h2d, .copy_d2h = cuda_d2h,
         .kernel = cuda_kernel, .launch = cuda_launch,
         .stats = cuda_stats, .destroy = cuda_destroy,

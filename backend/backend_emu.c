@@ -410,6 +410,15 @@ static hx_status emu_event_sync(hx_backend *b, hx_event *ev)
     return st ? hx__error(st, "%s", msg) : HX_OK;
 }
 
+static hx_status emu_event_query(hx_backend *b, hx_event *ev, bool *done)
+{
+    hx_stream *w;
+    uint64_t until;
+    event_point((emu_backend *)b, ev, &w, &until);
+    *done = !w || __atomic_load_n(&w->completed, __ATOMIC_SEQ_CST) >= until;
+    return HX_OK;
+}
+
 static hx_status emu_h2d(hx_backend *b, hx_stream *s, hx_h2d_copy c)
 {
     return enqueue(s, &(emu_op){.kind = OP_H2D, .out = c.dev, .src = c.host, .n = c.bytes,
@@ -482,7 +491,7 @@ hx_status hx__backend_emu_create(size_t capacity, const hx_emu_options *opt, hx_
         .stream_sync = emu_stream_sync,
         .event_create = emu_event_create, .event_destroy = emu_event_destroy,
         .event_record = emu_event_record, .stream_wait = emu_stream_wait,
-        .event_sync = emu_event_sync,
+        .event_sync = emu_event_sync, .event_query = emu_event_query,
         .copy_h2d = emu_h2d, .copy_d2h = emu_d2h,
         .kernel = emu_kernel, .launch = emu_launch,
         .stats = emu_stats, .destroy = emu_destroy,

@@ -32,3 +32,9 @@ hx_status hx__inline_event_record(hx_backend *b, hx_event *e, hx_stream *s)
 
 hx_status hx__inline_stream_wait(hx_backend *b, hx_stream *s, hx_event *e) { return HX_OK; }
 hx_status hx__inline_event_sync(hx_backend *b, hx_event *e) { return HX_OK; }
+
+hx_status hx__inline_event_query(hx_backend *b, hx_event *e, bool *done)
+{
+    *done = true; /* the work completed on the calling thread when it was submitted */
+    return HX_OK;
+}

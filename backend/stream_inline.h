@@ -18,5 +18,6 @@ void hx__inline_event_destroy(hx_backend *b, hx_event *e);
 hx_status hx__inline_event_record(hx_backend *b, hx_event *e, hx_stream *s);
 hx_status hx__inline_stream_wait(hx_backend *b, hx_stream *s, hx_event *e);
 hx_status hx__inline_event_sync(hx_backend *b, hx_event *e);
+hx_status hx__inline_event_query(hx_backend *b, hx_event *e, bool *done);
 
 #endif

@@ -1726,7 +1726,7 @@ typedef struct hx_session_config {
      * reads it (offload.prefetch_depth groups ahead, in the same order on
      * every rank) and freed after the last (once before the backward's
      * first step and once from it on; a group a copy to the device reads,
-     * offload_param=cpu, at the end of the forward and backward): every
+     * offload_param=cpu, once the copy stream has passed that copy): every
      * run of a stage-3 session is collective, inference too, so the ranks
      * make the same runs in the same order (one that does not waits for
      * the others until comm's timeout). Stage 3

@@ -114,6 +114,7 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
                                                          .bytes = n, .why = why})
                  : acc->copy_d2h(acc, st_, (hx_d2h_copy){.host = sp->out, .dev = sp->in[0],
                                                          .bytes = n, .why = why});
+        if (!st) st = hx__gather_step_queued(r->e, sp, st_); /* what it read may go once copied */
     }
     if (timing) {
         hx_status end = acc->time_end(acc, st_);

@@ -66,13 +66,17 @@ static inline bool hx__residency_holds(const hx_engine *e, int id)
 /* Parameters that live on other ranks (ZeRO stage 3, session/zero3.c):
  * the executor calls ready before each step it runs (from any executor
  * thread; it returns once the gathered bytes the step reads are in host
- * memory and its inputs point at them) and done after each host step has
- * run (from the thread that ran it), so that what the step read may be
- * freed; a step on a stream gets no done (its bytes live to the phase's
- * end). Both are thread-safe. */
+ * memory and its inputs point at them), done after each host step has
+ * run (from the thread that ran it) and queued after each copy step it
+ * submitted to a stream s of the accelerator (with the executor's lock
+ * held: it must not block), so that what the step read may be freed: at
+ * once after a host step, after a copy once s has passed it (an event
+ * recorded on s after the copy, queried without waiting). All three are
+ * thread-safe. */
 struct hx_param_gather {
     hx_status (*ready)(hx_param_gather *g, const hx_step *sp);
     void (*done)(hx_param_gather *g, const hx_step *sp);
+    hx_status (*queued)(hx_param_gather *g, const hx_step *sp, hx_stream *s);
 };
 
 /* The executor, before plan step sp: what it reads is in host memory. */
@@ -86,6 +90,13 @@ static inline hx_status hx__residency_step_ready(const hx_engine *e, const hx_st
 static inline void hx__gather_step_done(const hx_engine *e, const hx_step *sp)
 {
     if (e->gather) e->gather->done(e->gather, sp);
+}
+
+/* The executor, after copy step sp was submitted to the accelerator's
+ * stream s (its lock held). */
+static inline hx_status hx__gather_step_queued(const hx_engine *e, const hx_step *sp, hx_stream *s)
+{
+    return e->gather ? e->gather->queued(e->gather, sp, s) : HX_OK;
 }
 
 #endif

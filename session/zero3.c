@@ -12,11 +12,21 @@
  * the same). Before a step runs, the gathers up to the last window it
  * reads plus offload.prefetch_depth are started, in that order, and the
  * windows it reads are waited for; its inputs then point into their
- * buffers. After the last reader of a window has run on the host its
- * buffer is freed; a window a stream reads (a copy to the device,
- * offload_param=cpu) is freed at the phase's end, when the streams are
- * done with it. No rank reads through another's owner in place: the
- * owner's own chunks are read where they are kept. */
+ * buffers. A window is freed once its last reader is done: at once when
+ * that was a host step; when the readers include copies to the device
+ * (offload_param=cpu), once the copy stream has passed the last of them:
+ * an event recorded on the stream after each such copy, queried without
+ * waiting whenever a step is ready, done or queued. Before a gather would
+ * hold more than the plan's prediction (planned_peak: every window freed
+ * after its last reader, in plan order), the windows whose copies are
+ * still in flight are waited for, oldest first; the windows a step reads
+ * are gathered in any case, those prefetched beyond them only while they
+ * fit, so that one host lane gathers at most the plan's peak although the
+ * executor submits a stream's copies as soon as their units may go (before
+ * host steps earlier in plan order). Readers of one window on two
+ * streams: freed at the phase's end. No rank reads through
+ * another's owner in place: the owner's own chunks are read where they are
+ * kept. */
 #include "session/session.h"
 #include "dist/dist.h"
 
@@ -30,11 +40,15 @@ typedef struct window {
     int64_t g;            /* its chunk group */
     int first;            /* its first reader (phase-0 step) */
     int readers, left;    /* steps that read it; of them not run yet (this run) */
-    bool stream;          /* a stream reads it: freed at the phase's end */
+    bool stream;          /* a copy to the device reads it */
     int bind_lo, bind_hi; /* its inputs: sch->bind[bind_lo .. bind_hi) */
     size_t bytes;
+    hx_event *ev;         /* stream: recorded after each copy that read it */
     char *buf;            /* this run: its buffer (NULL: not gathered or freed) */
     hx_coll *q;           /* this run: its gather in flight */
+    hx_stream *on;        /* this run: the stream ev was recorded on (NULL: none) */
+    bool pending;         /* this run: every reader done, copies maybe in flight */
+    bool two_streams;     /* this run: read on two streams (freed at the end) */
 } window;
 
 /* Input j of step `step` reads tensor id from its window's buffer, at off. */
@@ -80,9 +94,11 @@ static int replica_key(const hx_session *s, int id)
     return s->zero3_key[id];
 }
 
-static void schedule_free(schedule *c)
+static void schedule_free(schedule *c, hx_backend *acc)
 {
     if (!c) return;
+    for (int x = 0; x < c->n_win; x++)
+        if (c->w[x].ev) acc->event_destroy(acc, c->w[x].ev);
     free(c->w);
     free(c->bind);
     free(c->need);
@@ -148,8 +164,7 @@ static size_t planned_peak(const schedule *c, int depth)
         for (; issued < c->n_win && issued <= c->need[k] + depth; issued++) now += c->w[issued].bytes;
         if (now > peak) peak = now;
         for (int i = c->read_lo[k]; i < c->read_lo[k + 1]; i++) {
-            const window *w = &c->w[c->reads[i]];
-            if (!--left[c->reads[i]] && !w->stream) now -= w->bytes;
+            if (!--left[c->reads[i]]) now -= c->w[c->reads[i]].bytes;
         }
     }
     free(left);
@@ -247,6 +262,9 @@ static hx_status build(hx_zero3 *z, const hx_plan *p, schedule **out)
         }
     }
     free(fill);
+    hx_backend *acc = s->e.be[HX_DEV_ACCEL];
+    for (int x = 0; x < c->n_win && !st; x++)
+        if (c->w[x].stream) st = acc->event_create(acc, &c->w[x].ev);
     if (st) goto out;
     c->n_bind = n_bind;
     c->planned = planned_peak(c, s->e.cfg.offload.prefetch_depth);
@@ -258,7 +276,7 @@ static hx_status build(hx_zero3 *z, const hx_plan *p, schedule **out)
 out:
     free(win_of);
     free(step_win);
-    if (st) schedule_free(c);
+    if (st) schedule_free(c, s->e.be[HX_DEV_ACCEL]);
     else *out = c;
     return st;
 }
@@ -312,7 +330,44 @@ static void release(hx_zero3 *z, int x)
     }
     free(w->buf);
     w->buf = NULL;
+    w->pending = false;
     z->resident -= w->bytes;
+}
+
+/* Window x's readers are all done (lock held): freed now when none was a
+ * copy, else once its event says the copies are (reclaim). */
+static void finished(hx_zero3 *z, int x)
+{
+    window *w = &z->cur->w[x];
+    if (!w->on) release(z, x);
+    else if (!w->two_streams) w->pending = true;
+}
+
+/* Frees the pending windows whose copies the stream has passed (lock held). */
+static void reclaim(hx_zero3 *z)
+{
+    hx_backend *acc = z->s->e.be[HX_DEV_ACCEL];
+    for (int x = 0; x < z->issued && !z->err; x++) {
+        window *w = &z->cur->w[x];
+        bool copied = false;
+        if (!w->pending) continue;
+        fail(z, acc->event_query(acc, w->ev, &copied));
+        if (copied && !z->err) release(z, x);
+    }
+}
+
+/* Room for `bytes` more within the plan's peak (lock held): the pending
+ * windows waited for, oldest first, while they are needed for it. */
+static void make_room(hx_zero3 *z, size_t bytes)
+{
+    hx_backend *acc = z->s->e.be[HX_DEV_ACCEL];
+    reclaim(z);
+    for (int x = 0; x < z->issued && !z->err && z->resident + bytes > z->cur->planned; x++) {
+        window *w = &z->cur->w[x];
+        if (!w->pending) continue;
+        fail(z, acc->event_sync(acc, w->ev));
+        if (!z->err) release(z, x);
+    }
 }
 
 static hx_status ready(hx_param_gather *g, const hx_step *sp)
@@ -325,9 +380,16 @@ static hx_status ready(hx_param_gather *g, const hx_step *sp)
         pthread_mutex_unlock(&z->mu);
         return HX_OK;
     }
+    /* the windows it reads, and (prefetch) the next ones while they fit the
+     * plan's peak: a stream's copies may be submitted before host steps
+     * that come earlier in plan order, whose windows are still held */
     int depth = z->s->e.cfg.offload.prefetch_depth;
-    for (; !z->err && z->issued < c->n_win && z->issued <= c->need[k] + depth; z->issued++)
-        issue(z, z->issued);
+    for (; !z->err && z->issued < c->n_win && z->issued <= c->need[k] + depth; z->issued++) {
+        size_t bytes = c->w[z->issued].bytes;
+        make_room(z, bytes);
+        if (z->issued > c->need[k] && z->resident + bytes > c->planned) break;
+        if (!z->err) issue(z, z->issued);
+    }
     for (int i = c->read_lo[k]; i < c->read_lo[k + 1] && !z->err; i++) {
         window *w = &c->w[c->reads[i]];
         hx_status st = hx__coll_wait(w->q);
@@ -349,9 +411,33 @@ static void done(hx_param_gather *g, const hx_step *sp)
     for (int i = c && k >= 0 && k < c->n_steps ? c->read_lo[k] : 0;
          c && k >= 0 && k < c->n_steps && i < c->read_lo[k + 1]; i++) {
         window *w = &c->w[c->reads[i]];
-        if (!--w->left && !w->stream) release(z, c->reads[i]);
+        if (!--w->left) finished(z, c->reads[i]);
     }
+    if (c) reclaim(z);
     pthread_mutex_unlock(&z->mu);
+}
+
+static hx_status queued(hx_param_gather *g, const hx_step *sp, hx_stream *s)
+{
+    hx_zero3 *z = of(g);
+    hx_backend *acc = z->s->e.be[HX_DEV_ACCEL];
+    pthread_mutex_lock(&z->mu);
+    schedule *c = z->cur;
+    int k = c ? (int)(sp - c->steps) : -1;
+    if (c && k >= 0 && k < c->n_steps) {
+        for (int i = c->read_lo[k]; i < c->read_lo[k + 1] && !z->err; i++) {
+            window *w = &c->w[c->reads[i]];
+            if (w->on && w->on != s) w->two_streams = true;
+            w->on = s;
+            fail(z, acc->event_record(acc, w->ev, s));
+            if (!--w->left) finished(z, c->reads[i]);
+        }
+        reclaim(z);
+    }
+    hx_status st = z->err;
+    if (st) hx__error(st, "%s", z->msg);
+    pthread_mutex_unlock(&z->mu);
+    return st;
 }
 
 /* Plan p's schedule, built on first use. */
@@ -387,7 +473,12 @@ hx_status hx__session_zero3_begin(hx_session *s, const hx_plan *p)
     schedule *c = NULL;
     hx_status st = schedule_of(z, p, &c);
     if (st) return st;
-    for (int x = 0; x < c->n_win; x++) c->w[x].left = c->w[x].readers;
+    for (int x = 0; x < c->n_win; x++) {
+        window *w = &c->w[x];
+        w->left = w->readers;
+        w->on = NULL;
+        w->pending = w->two_streams = false;
+    }
     z->issued = 0;
     z->err = HX_OK;
     z->cur = c;
@@ -422,7 +513,7 @@ hx_status hx__session_zero3_create(hx_session *s)
         free(z);
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     }
-    z->hooks = (hx_param_gather){.ready = ready, .done = done};
+    z->hooks = (hx_param_gather){.ready = ready, .done = done, .queued = queued};
     z->s = s;
     s->zero3 = z;
     s->e.gather = &z->hooks;
@@ -433,7 +524,7 @@ void hx__session_zero3_free(hx_session *s)
 {
     hx_zero3 *z = s->zero3;
     if (!z) return;
-    for (int i = 0; i < z->n_sch; i++) schedule_free(z->sch[i]);
+    for (int i = 0; i < z->n_sch; i++) schedule_free(z->sch[i], s->e.be[HX_DEV_ACCEL]);
     free(z->sch);
     pthread_mutex_destroy(&z->mu);
     free(z);

@@ -117,6 +117,8 @@ static void check_events_and_overlap(hx_backend *b)
     CHECK(b->event_create(b, &e) == HX_OK, "%s", hx_last_error());
     CHECK(b->event_record(b, e, ss[0]) == HX_OK && b->stream_wait(b, ss[1], e) == HX_OK &&
               b->event_sync(b, e) == HX_OK, "%s", hx_last_error());
+    bool done = false; /* cudaEventQuery: done once event_sync has returned */
+    CHECK(b->event_query(b, e, &done) == HX_OK && done, "event_query after event_sync: %s", hx_last_error());
     b->event_destroy(b, e);
 
     run_lanes(b, ss, 2, bufs, 5); /* warm-up */
