@@ -41,6 +41,12 @@ if(HX_HAVE_MPI)
   foreach(np 1 2 4)
     add_test(NAME mpi_zero_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:mpi_zero>)
   endforeach()
+  # the gradient sums start during the backward (tests/mpi/mpi_zero_overlap.c)
+  add_executable(mpi_zero_overlap ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_zero_overlap.c)
+  target_link_libraries(mpi_zero_overlap PRIVATE hx_testlib)
+  foreach(np 2 4)
+    add_test(NAME mpi_zero_overlap_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:mpi_zero_overlap>)
+  endforeach()
   # sharded ZeRO checkpoints: saved at 4 ranks, loaded at 4, 2 and 1 (no
   # MPI), damaged shards refused, jobs killed mid-save (tests/mpi/zero_ckpt.sh)
   add_executable(mpi_zero_ckpt ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_zero_ckpt.c ${HX_EXAMPLE_SOURCES_gpt})
@@ -112,7 +118,8 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_netns_tcp COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/netns_tcp.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
   foreach(name mpi_netns_tcp mpi_gpt_zero mpi_gpt_zero_ckpt mpi_killed_rank mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
-          mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4 mpi_zero_ckpt)
+          mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4 mpi_zero_ckpt
+          mpi_zero_overlap_np2 mpi_zero_overlap_np4)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   endforeach()
 endif()

@@ -23,7 +23,7 @@ struct hx_coll {
     MPI_Datatype mt;
     int64_t count;
     uint64_t seq;
-    int phase;         /* 0: the exchange; 1: an all-reduce's gather; 2: done */
+    int phase;         /* 0: the exchange; 1: an all-reduce's gather; 2: done; 3: failed */
     MPI_Request *reqs; /* this phase's messages: peer[i], recv[i] */
     int *peer;
     bool *recv;
@@ -77,6 +77,7 @@ static hx_status failv(hx_coll *q, const char *fmt, ...)
     va_end(ap);
     hx_comm *c = q->c;
     c->broken = true;
+    q->phase = 3; /* failed: tests and waits touch its buffers no more */
     hx__mpi_lock();
     for (int i = 0; i < q->n; i++)
         if (q->reqs[i] != MPI_REQUEST_NULL && q->recv[i]) MPI_Cancel(&q->reqs[i]);
@@ -233,6 +234,9 @@ static hx_status local_step(hx_coll *q)
 hx_status hx__coll_test(hx_coll *q, bool *done)
 {
     *done = false;
+    if (q->phase == 3)
+        return hx__error(HX_ERR_COMM, "hetex dist: %s #%llu on rank %d: it failed before (its first "
+                         "error said why)", kind_name[q->kind], (unsigned long long)q->seq, q->c->rank);
     if (q->phase == 2) {
         *done = true;
         return HX_OK;

@@ -82,26 +82,45 @@ uint64_t hx__comm_bytes_sent(const hx_comm *c);
  * fewest bytes once the chunk count is padded to a multiple of the N
  * ranks; chunk k (and every gradient in it) belongs to rank k mod N.
  * Stage 1 sums every chunk on every rank as stage 0 does; stage 2 keeps
- * only this rank's chunks (hx__dp_reduce_scatter). Chunks are dealt so
+ * only this rank's chunks (hx__dp_sum). Chunks are dealt so
  * that each rank owns as many, the fullest first, each to the least
  * loaded rank (dp_layout.h). */
 typedef struct hx_dp hx_dp;
 hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk_size, hx_dtype dt,
                         int stage, hx_dp **out);
 void hx__dp_free(hx_dp *d);
-/* Stage 0, 1: grads[i], gradient i's host-addressable values, summed in
- * place. */
-hx_status hx__dp_all_reduce(hx_dp *d, void *const *grads);
-/* Stage 2: the sum of every gradient this rank owns written over it (the
- * others' are left as they were), group after group of N chunks through
- * one send buffer, each a reduce-scatter: rank-order sums, bitwise those
- * of hx__dp_all_reduce. */
-hx_status hx__dp_reduce_scatter(hx_dp *d, void *const *grads);
+/* The sums, unit by unit: a unit is a chunk at stages 0 and 1 (an
+ * all-reduce: every rank gets the chunk's sum) and a group of N chunks
+ * (every rank's g-th) at stage 2 (a reduce-scatter: each rank gets its own
+ * chunk's sum); rank-order sums either way, so the bits do not depend on
+ * which units are in flight together or when they start. grads[i] is
+ * gradient i's host-addressable value. Every rank must start the same
+ * units in the same order (any order; the communicator's sequence). */
+int64_t hx__dp_units(const hx_dp *d);
+int64_t hx__dp_unit_of(const hx_dp *d, int64_t i); /* gradient i's unit */
+/* Whether a unit (or a group's all-gather) may start now: ZeRO's group
+ * collectives use one of a few buffers (3): a reduce-scatter's is free
+ * once its sum is done, an all-gather's once it is finished. */
+bool hx__dp_can_start(const hx_dp *d);
+/* Copies unit x's gradients (only those are read) into its buffer and
+ * starts its sum (needs hx__dp_can_start). */
+hx_status hx__dp_start(hx_dp *d, int64_t x, void *const *grads);
+/* Moves unit x's sum on without blocking; *done once it is complete (a
+ * unit not started is done). */
+hx_status hx__dp_test(hx_dp *d, int64_t x, bool *done);
+/* Waits for unit x's sum and (grads not NULL) writes it over its
+ * gradients: at stage 2 over this rank's own only (the others' are left
+ * as they were). */
+hx_status hx__dp_finish(hx_dp *d, int64_t x, void *const *grads);
+/* Every unit in order, started and finished: the sums of every gradient
+ * (stage 2: of this rank's own), written over them. */
+hx_status hx__dp_sum(hx_dp *d, void *const *grads);
 int64_t hx__dp_chunks(const hx_dp *d);        /* holding gradients */
 int64_t hx__dp_padded_chunks(const hx_dp *d); /* ZeRO: a multiple of N */
 size_t hx__dp_chunk_size(const hx_dp *d);     /* ZeRO: the one chunk size */
-/* The host bytes the sums go through: all chunks together (ZeRO: and one
- * group's buffer; stage 2: only this rank's chunks and that buffer). */
+/* The host bytes the sums go through: all chunks together (stage 2:
+ * only this rank's chunks) and, with ZeRO, up to 3 groups' buffers (the
+ * group collectives that may be in flight at once). */
 size_t hx__dp_chunk_bytes(const hx_dp *d);
 /* Stage 2: this rank's chunks of summed gradients (else 0). */
 size_t hx__dp_grad_shard_bytes(const hx_dp *d);
@@ -109,8 +128,16 @@ size_t hx__dp_grad_shard_bytes(const hx_dp *d);
 int hx__dp_owner(const hx_dp *d, int64_t i);
 /* ZeRO, after the updates: vals[i] (val_bytes[i] <= gradient i's bytes,
  * host-addressable) of every gradient an owner holds to every other rank,
- * group after group, each an all-gather through one buffer of N blocks. */
+ * group after group, each an all-gather through a buffer of N blocks.
+ * all_gather does every group in turn; share_start starts group g's
+ * (needs hx__dp_can_start; reads this rank's own values of the group),
+ * hx__dp_test moves it on, and share_finish waits for it and writes the
+ * others' values of the group into vals (NULL: dropped), freeing its
+ * buffer. Groups may be in flight together, in any order the same on
+ * every rank. */
 hx_status hx__dp_all_gather(hx_dp *d, void *const *vals, const size_t *val_bytes);
+hx_status hx__dp_share_start(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes);
+hx_status hx__dp_share_finish(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes);
 /* ZeRO stage 3, one group at a time: the groups (every rank's g-th chunk;
  * 0 at stage 0), group g's buffer bytes (N blocks of its longest used
  * chunk), gradient i's group and its offset in its group's buffer (what

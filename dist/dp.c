@@ -12,6 +12,7 @@
 #include "dist/dp_layout.h"
 #include "memory/memory.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,10 +36,19 @@ struct hx_dp {
     size_t *group_len;    /* per group: each rank's block, its longest used chunk */
     size_t *own_lo;       /* stage 2, per group: where this rank's block is in own */
     char *own;            /* stage 2: this rank's chunks, group after group */
-    char *group;          /* one group's N blocks */
+    char *group;          /* n_slots buffers of N blocks of group_max (all-gathers: the first) */
     size_t group_max;     /* the longest group_len */
-    hx_coll **q;          /* per chunk, in flight */
+    int n_slots;          /* ZeRO: groups whose collectives may be in flight at once (stage 0: 1) */
+    bool *slot_busy;      /* ZeRO, per slot: a reduce-scatter or all-gather uses it */
+    int *slot_of;         /* ZeRO, per group: the slot its collective uses, -1 */
+    bool *gathering;      /* ZeRO, per group: its all-gather keeps its slot until finished */
+    int free_slots;
+    hx_coll **q;          /* per unit (stage 2: group, else chunk): its sum in flight */
 };
+
+/* ZeRO's group buffers: the groups whose reduce-scatters (stage 2) or
+ * all-gathers may be in flight at once. */
+enum { DP_SLOTS = 3 };
 
 void hx__dp_free(hx_dp *d)
 {
@@ -55,6 +65,9 @@ void hx__dp_free(hx_dp *d)
     free(d->own_lo);
     free(d->own);
     free(d->group);
+    free(d->slot_busy);
+    free(d->slot_of);
+    free(d->gathering);
     free(d->q);
     free(d);
 }
@@ -86,10 +99,17 @@ static hx_status group_buffers(hx_dp *d, const hx_dp_layout *z)
         int64_t k = z->chunk_of[i];
         d->in_group[i] = (size_t)z->rank_of[k] * d->group_len[z->group_of[k]] + z->offset_of[i];
     }
-    d->group = calloc((size_t)ranks, d->group_max ? d->group_max : 1);
+    d->n_slots = d->n_groups > 1 ? (d->n_groups < DP_SLOTS ? (int)d->n_groups : DP_SLOTS) : 1;
+    d->free_slots = d->n_slots;
+    d->group = calloc((size_t)d->n_slots * (size_t)ranks, d->group_max ? d->group_max : 1);
+    d->slot_busy = calloc((size_t)d->n_slots, sizeof *d->slot_busy);
+    d->slot_of = malloc(ng * sizeof *d->slot_of);
+    d->gathering = calloc(ng, sizeof *d->gathering);
     if (d->stage == 2) d->own = calloc(d->own_lo[d->n_groups] ? d->own_lo[d->n_groups] : 1, 1);
-    if (!d->group || (d->stage == 2 && !d->own))
-        return no_memory((d->stage == 2 ? d->own_lo[d->n_groups] : 0) + ranks * d->group_max);
+    if (!d->group || !d->slot_busy || !d->slot_of || !d->gathering || (d->stage == 2 && !d->own))
+        return no_memory((d->stage == 2 ? d->own_lo[d->n_groups] : 0) +
+                         (size_t)d->n_slots * ranks * d->group_max);
+    for (size_t g = 0; g < ng; g++) d->slot_of[g] = -1;
     return HX_OK;
 }
 
@@ -160,7 +180,7 @@ int64_t hx__dp_chunks(const hx_dp *d) { return d->n_chunks; }
 
 size_t hx__dp_chunk_bytes(const hx_dp *d)
 {
-    size_t groups = d->stage ? (size_t)hx_comm_size(d->c) * d->group_max : 0;
+    size_t groups = d->stage ? (size_t)d->n_slots * (size_t)hx_comm_size(d->c) * d->group_max : 0;
     if (d->stage == 2) return d->own_lo[d->n_groups] + groups;
     return d->chunk_lo[d->n_chunks] + groups;
 }
@@ -194,33 +214,38 @@ hx_status hx__dp_gather_start(hx_dp *d, int64_t g, void *buf, hx_coll **out)
                                (int64_t)(len / hx_dtype_size(d->dt)), d->dt, out);
 }
 
-/* Waits for the first `started` collectives of q (each freed, also after
- * a failure); st: the failure so far. */
-static hx_status wait_all(hx_dp *d, int64_t started, hx_status st)
+/* Stage 2: the send buffer of slot `slot` (N blocks of the longest group). */
+static char *slot_buf(const hx_dp *d, int slot)
 {
-    for (int64_t k = 0; k < started; k++) {
-        hx_status w = hx__coll_wait(d->q[k]);
-        if (!st) st = w;
-    }
-    return st;
+    return d->group + (size_t)slot * (size_t)hx_comm_size(d->c) * d->group_max;
 }
 
-hx_status hx__dp_all_reduce(hx_dp *d, void *const *grads)
+int64_t hx__dp_units(const hx_dp *d) { return d->stage == 2 ? d->n_groups : d->n_chunks; }
+
+int64_t hx__dp_unit_of(const hx_dp *d, int64_t i)
 {
-    if (d->stage == 2)
-        return hx__error(HX_ERR_INTERNAL, "hetex dist: an all-reduce of ZeRO stage 2's chunks");
-    for (int64_t i = 0; i < d->n; i++) memcpy(d->stage_buf + d->at[i], grads[i], d->bytes[i]);
-    hx_status st = HX_OK;
-    int64_t started = 0;
-    for (; started < d->n_chunks && !st; started++) {
-        char *lo = d->stage_buf + d->chunk_lo[started];
-        int64_t count = (int64_t)((d->chunk_lo[started + 1] - d->chunk_lo[started]) / hx_dtype_size(d->dt));
-        st = hx__comm_all_reduce(d->c, lo, lo, count, d->dt, &d->q[started]);
-        if (st) d->q[started] = NULL;
-    }
-    if ((st = wait_all(d, started, st))) return st;
-    for (int64_t i = 0; i < d->n; i++) memcpy(grads[i], d->stage_buf + d->at[i], d->bytes[i]);
-    return HX_OK;
+    return d->stage == 2 ? d->chunk_group[d->chunk_of[i]] : d->chunk_of[i];
+}
+
+bool hx__dp_can_start(const hx_dp *d) { return d->stage == 0 || d->free_slots > 0; }
+
+/* A free slot's buffer, now unit x's (one is free: hx__dp_can_start). */
+static char *take_slot(hx_dp *d, int64_t x)
+{
+    int slot = 0;
+    while (d->slot_busy[slot]) slot++;
+    d->slot_busy[slot] = true;
+    d->slot_of[x] = slot;
+    d->free_slots--;
+    return slot_buf(d, slot);
+}
+
+static void give_slot(hx_dp *d, int64_t x)
+{
+    if (d->slot_of[x] < 0) return;
+    d->slot_busy[d->slot_of[x]] = false;
+    d->slot_of[x] = -1;
+    d->free_slots++;
 }
 
 /* Gradient i is in group g and (mine) on this rank's chunk, or not. */
@@ -230,45 +255,117 @@ static bool in(const hx_dp *d, int64_t i, int64_t g, bool mine)
     return d->chunk_group[k] == g && (d->chunk_rank[k] == hx_comm_rank(d->c)) == mine;
 }
 
-hx_status hx__dp_reduce_scatter(hx_dp *d, void *const *grads)
+hx_status hx__dp_start(hx_dp *d, int64_t x, void *const *grads)
 {
-    if (d->stage != 2)
-        return hx__error(HX_ERR_INTERNAL, "hetex dist: a reduce-scatter of stage %d's chunks", d->stage);
-    int ranks = hx_comm_size(d->c), rank = hx_comm_rank(d->c);
     size_t esz = hx_dtype_size(d->dt);
-    hx_status st = HX_OK;
-    /* group after group through one buffer: the rank's own blocks are all that stays */
-    for (int64_t g = 0; g < d->n_groups && !st; g++) {
-        size_t len = d->group_len[g];
-        memset(d->group, 0, (size_t)ranks * len);
+    hx_status st;
+    if (d->stage != 2) { /* the chunk's gradients into its place, summed there */
         for (int64_t i = 0; i < d->n; i++)
-            if (d->chunk_group[d->chunk_of[i]] == g) memcpy(d->group + d->in_group[i], grads[i], d->bytes[i]);
-        st = hx__comm_reduce_scatter(d->c, d->group, d->own + d->own_lo[g], (int64_t)(len / esz), d->dt,
-                                     &d->q[0]);
-        if (!st) st = wait_all(d, 1, st);
-        for (int64_t i = 0; i < d->n && !st; i++)
-            if (in(d, i, g, true))
-                memcpy(grads[i], d->own + d->own_lo[g] + d->in_group[i] - (size_t)rank * len, d->bytes[i]);
+            if (d->chunk_of[i] == x) memcpy(d->stage_buf + d->at[i], grads[i], d->bytes[i]);
+        char *lo = d->stage_buf + d->chunk_lo[x];
+        st = hx__comm_all_reduce(d->c, lo, lo, (int64_t)((d->chunk_lo[x + 1] - d->chunk_lo[x]) / esz),
+                                 d->dt, &d->q[x]);
+    } else { /* the group's N blocks in a free slot; this rank's sums into own */
+        size_t len = d->group_len[x];
+        char *buf = take_slot(d, x);
+        memset(buf, 0, (size_t)hx_comm_size(d->c) * len);
+        for (int64_t i = 0; i < d->n; i++)
+            if (d->chunk_group[d->chunk_of[i]] == x) memcpy(buf + d->in_group[i], grads[i], d->bytes[i]);
+        st = hx__comm_reduce_scatter(d->c, buf, d->own + d->own_lo[x], (int64_t)(len / esz), d->dt,
+                                     &d->q[x]);
+        if (st) give_slot(d, x);
     }
+    if (st) d->q[x] = NULL;
+    return st;
+}
+
+/* Unit x's collective is over (waited for, freed): its slot is free again
+ * (an all-gather's once its values are copied out). */
+static hx_status ended(hx_dp *d, int64_t x, hx_status st)
+{
+    d->q[x] = NULL;
+    if (d->stage == 2 && !d->gathering[x]) give_slot(d, x); /* a reduce-scatter's */
+    return st;
+}
+
+hx_status hx__dp_test(hx_dp *d, int64_t x, bool *done)
+{
+    *done = !d->q[x];
+    if (*done) return HX_OK;
+    hx_status st = hx__coll_test(d->q[x], done);
+    if (!st && !*done) return HX_OK;
+    if (!st) return ended(d, x, hx__coll_wait(d->q[x])); /* done: frees it */
+    char msg[1024]; /* the wait that frees it says only that it failed: keep the first message */
+    snprintf(msg, sizeof msg, "%s", hx_last_error());
+    hx__coll_wait(d->q[x]);
+    return ended(d, x, hx__error(st, "%s", msg));
+}
+
+hx_status hx__dp_finish(hx_dp *d, int64_t x, void *const *grads)
+{
+    hx_status st = d->q[x] ? ended(d, x, hx__coll_wait(d->q[x])) : HX_OK;
+    if (st || !grads) return st;
+    if (d->stage != 2) {
+        for (int64_t i = 0; i < d->n; i++)
+            if (d->chunk_of[i] == x) memcpy(grads[i], d->stage_buf + d->at[i], d->bytes[i]);
+        return HX_OK;
+    }
+    size_t mine = (size_t)hx_comm_rank(d->c) * d->group_len[x];
+    for (int64_t i = 0; i < d->n; i++)
+        if (in(d, i, x, true)) memcpy(grads[i], d->own + d->own_lo[x] + d->in_group[i] - mine, d->bytes[i]);
+    return HX_OK;
+}
+
+hx_status hx__dp_sum(hx_dp *d, void *const *grads)
+{
+    int64_t n = hx__dp_units(d), done = 0;
+    hx_status st = HX_OK;
+    for (int64_t x = 0; x < n && !st; x++) {
+        while (!hx__dp_can_start(d) && !st) st = hx__dp_finish(d, done++, grads); /* the oldest */
+        if (!st) st = hx__dp_start(d, x, grads);
+        if (st) n = x; /* x was not started */
+    }
+    for (; done < n; done++) {
+        hx_status w = hx__dp_finish(d, done, st ? NULL : grads);
+        if (!st) st = w;
+    }
+    return st;
+}
+
+hx_status hx__dp_share_start(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes)
+{
+    size_t len = d->group_len[g], mine = (size_t)hx_comm_rank(d->c) * len;
+    char *buf = take_slot(d, g);
+    for (int64_t i = 0; i < d->n; i++)
+        if (in(d, i, g, true)) memcpy(buf + d->in_group[i], vals[i], val_bytes[i]);
+    hx_status st = hx__comm_all_gather(d->c, buf + mine, buf, (int64_t)(len / hx_dtype_size(d->dt)),
+                                       d->dt, &d->q[g]);
+    if (st) {
+        d->q[g] = NULL;
+        give_slot(d, g);
+    } else {
+        d->gathering[g] = true;
+    }
+    return st;
+}
+
+hx_status hx__dp_share_finish(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes)
+{
+    hx_status st = d->q[g] ? ended(d, g, hx__coll_wait(d->q[g])) : HX_OK;
+    const char *buf = d->slot_of[g] >= 0 ? slot_buf(d, d->slot_of[g]) : NULL;
+    for (int64_t i = 0; i < d->n && !st && vals && buf; i++)
+        if (in(d, i, g, false)) memcpy(vals[i], buf + d->in_group[i], val_bytes[i]);
+    d->gathering[g] = false;
+    give_slot(d, g);
     return st;
 }
 
 hx_status hx__dp_all_gather(hx_dp *d, void *const *vals, const size_t *val_bytes)
 {
-    if (!d->stage)
-        return hx__error(HX_ERR_INTERNAL, "hetex dist: an all-gather of stage 0's chunks");
-    int rank = hx_comm_rank(d->c);
-    size_t esz = hx_dtype_size(d->dt);
     hx_status st = HX_OK;
     for (int64_t g = 0; g < d->n_groups && !st; g++) {
-        size_t len = d->group_len[g];
-        for (int64_t i = 0; i < d->n; i++)
-            if (in(d, i, g, true)) memcpy(d->group + d->in_group[i], vals[i], val_bytes[i]);
-        st = hx__comm_all_gather(d->c, d->group + (size_t)rank * len, d->group, (int64_t)(len / esz),
-                                 d->dt, &d->q[0]);
-        if (!st) st = wait_all(d, 1, st);
-        for (int64_t i = 0; i < d->n && !st; i++)
-            if (in(d, i, g, false)) memcpy(vals[i], d->group + d->in_group[i], val_bytes[i]);
+        st = hx__dp_share_start(d, g, vals, val_bytes);
+        if (!st) st = hx__dp_share_finish(d, g, vals, val_bytes);
     }
     return st;
 }

@@ -1736,6 +1736,14 @@ typedef struct hx_session_config {
      * (HX_ERR_UNSUPPORTED); without comm anything but 0 is
      * HX_ERR_INVALID_ARGUMENT. */
     int zero_stage;
+    /* Data parallel at stages 0-2: false (the default) starts each chunk's
+     * gradient sum (at stage 2 each group of N chunks') during the
+     * backward, as soon as the steps that write its gradients have run,
+     * the chunks in one order on every rank, and drives the sums in flight
+     * while the backward goes on; true starts them after the backward (for
+     * comparison). Same bits either way. Stage 3 starts them after the
+     * backward (its parameter gathers share the communicator). */
+    bool no_comm_overlap;
     hx_emu_host_cost emu_host_cost; /* all 0: host kernels at host speed */
     /* Automatic placement (see below) */
     bool auto_placement;          /* ops and parameters left at DEFAULT are AUTO: false */
@@ -2157,6 +2165,10 @@ typedef struct hx_train_stats {
     double grad_norm;      /* the last HX_RUN_TRAIN run's global gradient norm (dense
                               parameters, unscaled, before clipping; Inf or NaN when
                               that step was skipped or failed) */
+    double comm_wait_s;    /* data parallel: seconds the training runs so far spent, after
+                              the backward and after the updates, on gradient sums and
+                              parameter all-gathers (starting what was left, waiting for
+                              what was in flight): the communication not hidden */
 } hx_train_stats;
 /* The training counters now.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (s or out NULL).

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct run {
     hx_engine *e;
@@ -104,17 +105,17 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
         }
         if (sp->fn) {
             st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
-            continue;
+        } else if (!(st = hx__residency_step_ready(r->e, sp))) { /* its source in host memory */
+            hx_copy_label why = {sp->node->name, hx__copy_role_name(p->step_role[k])};
+            size_t n = hx_tensor_nbytes(sp->node);
+            st = x->lane == HX_LANE_H2D
+                     ? acc->copy_h2d(acc, st_, (hx_h2d_copy){.dev = sp->out, .host = sp->in[0],
+                                                             .bytes = n, .why = why})
+                     : acc->copy_d2h(acc, st_, (hx_d2h_copy){.host = sp->out, .dev = sp->in[0],
+                                                             .bytes = n, .why = why});
+            if (!st) st = hx__gather_step_queued(r->e, sp, st_); /* what it read may go once copied */
         }
-        if ((st = hx__residency_step_ready(r->e, sp))) break; /* its source in host memory */
-        hx_copy_label why = {sp->node->name, hx__copy_role_name(p->step_role[k])};
-        size_t n = hx_tensor_nbytes(sp->node);
-        st = x->lane == HX_LANE_H2D
-                 ? acc->copy_h2d(acc, st_, (hx_h2d_copy){.dev = sp->out, .host = sp->in[0],
-                                                         .bytes = n, .why = why})
-                 : acc->copy_d2h(acc, st_, (hx_d2h_copy){.host = sp->out, .dev = sp->in[0],
-                                                         .bytes = n, .why = why});
-        if (!st) st = hx__gather_step_queued(r->e, sp, st_); /* what it read may go once copied */
+        if (!st && r->e->watch) st = r->e->watch->submitted(r->e->watch, sp, st_);
     }
     if (timing) {
         hx_status end = acc->time_end(acc, st_);
@@ -316,6 +317,22 @@ hx_status hx__exec_reserve(hx_engine *e, int lanes)
     return HX_OK;
 }
 
+/* The calling thread has nothing to run: the watch's progress (lock
+ * released), then a wait for work (lock held on entry and exit) of 50 us,
+ * doubling to 800 us the longer it idles (idle: such waits in a row), so
+ * that an idle rank leaves the cores to the streams and the other ranks. */
+static void idle_progress(hx_exec_state *x, hx_step_watch *w, long idle)
+{
+    pthread_mutex_unlock(&x->mu);
+    w->progress(w);
+    pthread_mutex_lock(&x->mu);
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_nsec += (50L << (idle < 4 ? idle : 4)) * 1000; /* 50 us .. 800 us */
+    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&x->wake, &x->mu, &t);
+}
+
 hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exec *ex_host,
                          const hx_exec *ex_dev)
 {
@@ -358,12 +375,14 @@ hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exe
         else if (done) resolved(x, &r, u);
     }
     pthread_cond_broadcast(&x->wake);
-    while (r.err ? r.running : r.host_done < r.n_host) {
-        if (!r.err && r.head < r.tail) take_and_run(x, &r, e->stream[HX_DEV_HOST], x->caller_lane);
+    for (long idle = 0; r.err ? r.running : r.host_done < r.n_host;) {
+        if (!r.err && r.head < r.tail) take_and_run(x, &r, e->stream[HX_DEV_HOST], x->caller_lane), idle = 0;
+        else if (e->watch && !r.err) idle_progress(x, e->watch, idle++);
         else pthread_cond_wait(&x->wake, &x->mu);
     }
     x->cur = NULL;
     pthread_mutex_unlock(&x->mu);
+    if (e->watch && !r.err) e->watch->drain(e->watch);
     hx_backend *acc = e->be[HX_DEV_ACCEL];
     hx_stream *streams[3] = {e->stream[HX_DEV_ACCEL], e->copy_stream[0], e->copy_stream[1]};
     for (int i = 0; acc && i < 3; i++) {

@@ -79,6 +79,24 @@ struct hx_param_gather {
     hx_status (*queued)(hx_param_gather *g, const hx_step *sp, hx_stream *s);
 };
 
+/* What follows a phase as it runs (data parallel: session/dp_overlap.c
+ * starts each chunk's gradient sum once the steps that write its
+ * gradients are done, and drives the sums in flight): the executor calls
+ * submitted after it has put step sp on stream s (with its lock held: no
+ * waiting; a failure fails the phase), host_done after a host step ran
+ * (from the thread that ran it), progress while the calling thread has no
+ * host unit to run (no lock held), and drain once every unit of the phase
+ * has been run or submitted, before it synchronises the streams (returns
+ * once the stream steps submitted were seen done, so that their sums are
+ * under way before the phase ends). All thread-safe; failures of the last
+ * three are the watcher's to report. */
+struct hx_step_watch {
+    hx_status (*submitted)(hx_step_watch *w, const hx_step *sp, hx_stream *s);
+    void (*host_done)(hx_step_watch *w, const hx_step *sp);
+    void (*progress)(hx_step_watch *w);
+    void (*drain)(hx_step_watch *w);
+};
+
 /* The executor, before plan step sp: what it reads is in host memory. */
 static inline hx_status hx__residency_step_ready(const hx_engine *e, const hx_step *sp)
 {
@@ -90,6 +108,7 @@ static inline hx_status hx__residency_step_ready(const hx_engine *e, const hx_st
 static inline void hx__gather_step_done(const hx_engine *e, const hx_step *sp)
 {
     if (e->gather) e->gather->done(e->gather, sp);
+    if (e->watch) e->watch->host_done(e->watch, sp);
 }
 
 /* The executor, after copy step sp was submitted to the accelerator's

@@ -50,6 +50,7 @@ typedef struct hx_cpu_budget hx_cpu_budget;
 typedef struct hx_dpu hx_dpu;
 typedef struct hx_residency hx_residency;
 typedef struct hx_param_gather hx_param_gather;
+typedef struct hx_step_watch hx_step_watch;
 
 /* What a session's plans are built for and run on: the placed graph, the
  * devices with their streams, the host lanes and the persistent storage.
@@ -96,6 +97,9 @@ typedef struct hx_engine {
     /* parameters other ranks hold, gathered for the phase-0 steps that read
      * them (ZeRO stage 3: residency.h's hx_param_gather); NULL: none */
     hx_param_gather *gather;
+    /* follows the phase being run step by step (data parallel's gradient
+     * sums during the backward: residency.h's hx_step_watch); NULL: none */
+    hx_step_watch *watch;
 } hx_engine;
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */

@@ -1,5 +1,6 @@
 /* Data parallel (hx_session_config.comm): before the gradient scan, every
- * dense gradient is summed over the ranks, chunk by chunk (dist/dp.c), f32
+ * dense gradient is summed over the ranks, chunk by chunk (dist/dp.c,
+ * started during the backward by dp_overlap.c), f32
  * and bf16 gradients in chunks of their own dtype, in the graph's order of
  * update nodes so that every rank lays them out alike (ZeRO stages 2 and 3:
  * each chunk's sum only on its owner; the owners: zero.c); the average's 1/N
@@ -111,45 +112,31 @@ hx_status hx__session_dp_setup(hx_session *s)
                                &s->dp[grp]);
     }
     free(bytes);
+    if (!st) st = hx__session_dp_overlap_create(s);
     if (!st && s->e.cfg.zero_stage) st = hx__session_zero_setup(s);
     return st;
 }
 
-hx_status hx__session_dp_grads(hx_session *s, const hx_plan *p)
+hx_status hx__session_dp_nccl(hx_session *s, const hx_plan *p)
 {
-    void **at[2] = {calloc((size_t)(s->dp_n[0] + 1), sizeof(void *)), calloc((size_t)(s->dp_n[1] + 1), sizeof(void *))};
-    hx_status st = at[0] && at[1] ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
+    hx_status st = HX_OK;
     int64_t n_nccl = 0;
-    for (int i = 0; i < hx__plan_grad_count(p) && !st; i++) {
+    for (int i = 0; i < hx__plan_grad_count(p) && !st && s->nccl; i++) {
         void *v;
         int home;
         const hx_tensor *u = hx__plan_grad(p, i, &v, &home);
-        int k = s->dp_index[u->id];
-        if (k >= 0) at[k % 2][k / 2] = v;
-        if (s->nccl && on_nccl(&s->e, u->id)) {
-            const hx_tensor *gr = u->src[1];
-            if (home != HX_DEV_ACCEL) /* never: plan.c copies out only the host updates' gradients */
-                st = hx__error(HX_ERR_INTERNAL, "hx_session_run: data parallel: the gradient of '%s' "
-                               "is not on the device its update runs on", u->param->name);
-            else st = hx__nccl_all_reduce(s->nccl, v, hx_tensor_numel(gr), gr->dtype, NULL);
-            n_nccl++;
-        }
+        if (!on_nccl(&s->e, u->id)) continue;
+        const hx_tensor *gr = u->src[1];
+        if (home != HX_DEV_ACCEL) /* never: plan.c copies out only the host updates' gradients */
+            st = hx__error(HX_ERR_INTERNAL, "hx_session_run: data parallel: the gradient of '%s' "
+                           "is not on the device its update runs on", u->param->name);
+        else st = hx__nccl_all_reduce(s->nccl, v, hx_tensor_numel(gr), gr->dtype, NULL);
+        n_nccl++;
     }
     if (!st && s->nccl) st = hx__nccl_sync(s->nccl, NULL);
     if (!st && n_nccl != s->nccl_n) /* every rank must sum the same gradients */
         st = hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: data parallel sums every dense "
                        "gradient of the graph each training run; this run updates only some");
-    for (int grp = 0; grp < 2 && !st; grp++)
-        for (int64_t k = 0; k < s->dp_n[grp] && !st; k++)
-            if (!at[grp][k]) /* every rank must sum the same chunks */
-                st = hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: data parallel sums every dense "
-                               "gradient of the graph each training run; this run updates only some");
-    for (int grp = 0; grp < 2 && !st; grp++)
-        if (s->dp[grp])
-            st = s->e.cfg.zero_stage >= 2 ? hx__dp_reduce_scatter(s->dp[grp], at[grp])
-                                          : hx__dp_all_reduce(s->dp[grp], at[grp]);
-    free(at[0]);
-    free(at[1]);
     return st;
 }
 

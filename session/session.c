@@ -34,6 +34,7 @@ void hx_session_free(hx_session *s)
         hx__placement_units_debug(s); /* not printed yet: fewer runs than that */
     hx__dpu_free(&s->e);
     hx__exec_free(&s->e);
+    hx__session_dp_overlap_free(s); /* its events: before the backends go */
     hx__dp_free(s->dp[0]);
     hx__dp_free(s->dp[1]);
     hx__nccl_free(s->nccl);
@@ -383,20 +384,29 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     hx_exec ex[2][2]; /* [phase][host lanes, device] */
     hx__plan_contexts(p, &run, ex);
     if (!hx__dpu_reads_no_master(p) && (st = hx__dpu_settle(&s->e))) return st;
+    int n_updates;
+    hx__plan_steps(p, 1, &n_updates);
+    bool summing = train && n_updates && hx__session_dp_on(s);
     if ((st = hx__session_zero3_begin(s, p))) return st; /* stage 3: the gathers */
+    if (summing && (st = hx__session_dp_begin(s, p))) { /* the sums, during the backward */
+        hx__session_zero3_end(s);
+        return st;
+    }
     st = hx__exec_phase(&s->e, p, 0, &ex[0][0], &ex[0][1]);
     hx_status gathered = hx__session_zero3_end(s);
     if (!st) st = gathered;
+    if (st && summing) hx__session_dp_abort(s);
     if (st) return st;
-    if ((st = hx__dpu_settle(&s->e)) || !train) return st; /* the update of the step before */
-    int n_updates;
-    hx__plan_steps(p, 1, &n_updates);
+    if ((st = hx__dpu_settle(&s->e)) || !train) { /* the update of the step before */
+        if (summing) hx__session_dp_abort(s);
+        return st;
+    }
     if (!n_updates) { /* a training run without updates */
         s->stats.step++;
         return HX_OK;
     }
 
-    if (hx__session_dp_on(s) && (st = hx__session_dp_grads(s, p))) return st;
+    if (summing && ((st = hx__session_dp_grads(s)) || (st = hx__session_dp_nccl(s, p)))) return st;
     const hx_tensor *bad;
     double sumsq;
     if ((st = hx__scan_grads(&s->e, p, ex[1], &bad, &sumsq))) return st;
@@ -418,10 +428,13 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     ex[1][0].grad_clip = ex[1][1].grad_clip = clip;
     bool delay = s->e.cfg.delayed_param_update && s->stats.step >= s->e.cfg.dpu_warmup_steps &&
             hx__dpu_plan_ok(p);
+    bool sharing = s->zero_owner && s->e.cfg.zero_stage < 3; /* the owners' parameters to every rank */
+    if (sharing && (st = hx__session_dp_share_begin(s, p))) return st;
     if (delay) st = hx__dpu_launch(&s->e, p, &ex[1][0]);
     else if (s->e.residency) st = s->e.residency->update(s->e.residency, p, &ex[1][0]);
     else st = hx__exec_phase(&s->e, p, 1, &ex[1][0], &ex[1][1]);
-    if (!st && s->zero_owner && s->e.cfg.zero_stage < 3) st = hx__session_zero_gather(s);
+    if (sharing && st) hx__session_dp_abort(s);
+    else if (sharing) st = hx__session_dp_share_end(s);
     if (st) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps >= ls->growth_interval) { /* >=: a loaded count may be past it */

@@ -39,6 +39,7 @@ struct hx_session {
      * over NCCL (NULL: none), and how many */
     struct hx_nccl *nccl;
     int64_t nccl_n;
+    struct hx_dp_overlap *dp_overlap; /* their sums during the backward (dp_overlap.c) */
     /* ZeRO (cfg.zero_stage >= 1, zero.c), per tensor id: the rank that
      * owns an update node and its sources but the gradient (-1: none),
      * the updates this rank leaves out (engine.update_skip), the sharded
@@ -65,11 +66,45 @@ struct hx_session {
 hx_status hx__session_enter(hx_session *s, const char *fn);
 void hx__session_leave(hx_session *s);
 
-/* data_parallel.c: the gradient chunks of cfg.comm (none without one),
- * and a training run's sum of every dense gradient over the ranks. */
+/* data_parallel.c: the gradient chunks of cfg.comm (none without one);
+ * nccl: after phase 0 of a training run of p, the gradients of the
+ * updates on a CUDA device summed in place over NCCL (HX_ERR_UNSUPPORTED
+ * when p does not update them all). */
 hx_status hx__session_dp_setup(hx_session *s);
-hx_status hx__session_dp_grads(hx_session *s, const hx_plan *p);
+hx_status hx__session_dp_nccl(hx_session *s, const hx_plan *p);
 bool hx__session_dp_on(const hx_session *s);
+/* dp_overlap.c: a training run's sum of every dense gradient over the
+ * ranks, started during its backward, and (stages 1, 2) the all-gather of
+ * the updated parameters, started during the updates (see there). begin,
+ * before phase 0 of a training run of p that updates: p's schedule (built
+ * on its first run), the engine's watch (HX_ERR_UNSUPPORTED when p does
+ * not update every dense gradient); after phase 0, grads (the rest
+ * started, every sum waited for and written over the gradients). Then at
+ * stages 1 and 2 share_begin before phase 1 and share_end after it (each
+ * owner's parameters written over the others' copies). When a phase
+ * fails, abort (the collectives in flight waited for and dropped) instead
+ * of grads or share_end. grads and share_end add their time to
+ * stats.comm_wait_s. create/free: with the chunks. */
+typedef struct hx_dp_overlap hx_dp_overlap;
+hx_status hx__session_dp_overlap_create(hx_session *s);
+void hx__session_dp_overlap_free(hx_session *s);
+hx_status hx__session_dp_begin(hx_session *s, const hx_plan *p);
+hx_status hx__session_dp_grads(hx_session *s);
+hx_status hx__session_dp_share_begin(hx_session *s, const hx_plan *p);
+hx_status hx__session_dp_share_end(hx_session *s);
+void hx__session_dp_abort(hx_session *s);
+/* Tests: the last training run's events of phase `phase` in order: 'D'
+ * host step v of the phase has run, 'R' unit v (its place in the start
+ * order) is ready (every step of this rank writing what it sends has
+ * run), 'S' unit v starts, 'F' unit v's collective was seen complete
+ * during the phase (its group buffer free again; an all-gather's values
+ * written), 'E' the phase is over (the units started after it wait for
+ * the step); at most 4096 of them. */
+typedef struct hx_dp_event {
+    char kind;
+    int v;
+} hx_dp_event;
+const hx_dp_event *hx__session_dp_log(const hx_session *s, int phase, int *n);
 size_t hx__session_dp_chunk_bytes(const hx_session *s); /* all groups' chunks */
 /* dp_check.c: the ranks run the same graph, seed, chunk size and ZeRO stage, else
  * HX_ERR_INVALID_ARGUMENT on every rank naming the first difference. */
@@ -85,8 +120,11 @@ void hx__session_zero_free(hx_session *s);
 /* Stage 2: the gradient norm's sum of squares and the first update whose
  * gradient is not finite, from the owners' scan sums of p (plan order). */
 hx_status hx__session_zero_norm(hx_session *s, const hx_plan *p, const hx_tensor **bad, double *sumsq);
-/* After the updates: each owner's half copies (else f32 parameters) to every rank. */
-hx_status hx__session_zero_gather(hx_session *s);
+/* Per gradient of dtype group grp (its order there), what every rank
+ * reads of its parameter (hx__zero_replica): that tensor's storage and
+ * bytes, what the owners send to every rank after the updates
+ * (dp_overlap.c). */
+void hx__session_zero_replicas(const hx_session *s, int grp, void **vals, size_t *bytes);
 /* HX_OK unless t is sharded and (write) cannot be written, or (read) is
  * held by another rank: then the error, naming fn and the owner. */
 hx_status hx__session_zero_access(const hx_session *s, const char *fn, const hx_tensor *t, bool write);

@@ -156,29 +156,16 @@ hx_status hx__session_zero_norm(hx_session *s, const hx_plan *p, const hx_tensor
     return st;
 }
 
-hx_status hx__session_zero_gather(hx_session *s)
+void hx__session_zero_replicas(const hx_session *s, int grp, void **vals, size_t *bytes)
 {
-    hx_engine *e = &s->e;
-    const hx_graph *g = e->g;
-    size_t n = (size_t)(g->n ? g->n : 1);
-    void **vals = malloc(n * sizeof *vals);
-    size_t *bytes = malloc(n * sizeof *bytes);
-    hx_status st = vals && bytes ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
-    /* per dtype group, in its gradients' order: what every rank reads of each parameter */
-    for (int grp = 0; grp < 2 && !st; grp++) {
-        if (!s->dp[grp]) continue;
-        for (int i = 0; i < g->n; i++) {
-            int k = s->dp_index[i];
-            if (k < 0 || k % 2 != grp) continue;
-            const hx_tensor *r = hx__zero_replica(g->tensors[i]);
-            vals[k / 2] = e->persist[r->id];
-            bytes[k / 2] = hx_tensor_nbytes(r);
-        }
-        st = hx__dp_all_gather(s->dp[grp], vals, bytes);
+    const hx_graph *g = s->e.g;
+    for (int i = 0; i < g->n; i++) {
+        int k = s->dp_index[i];
+        if (k < 0 || k % 2 != grp) continue;
+        const hx_tensor *r = hx__zero_replica(g->tensors[i]);
+        vals[k / 2] = s->e.persist[r->id];
+        bytes[k / 2] = hx_tensor_nbytes(r);
     }
-    free(vals);
-    free(bytes);
-    return st;
 }
 
 hx_status hx__session_zero_access(const hx_session *s, const char *fn, const hx_tensor *t, bool write)

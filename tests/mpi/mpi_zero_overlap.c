@@ -1,0 +1,186 @@
+/* Data parallel's gradient sums during the backward and (ZeRO stages 1
+ * and 2) the all-gathers of the updated parameters during the updates
+ * (session/dp_overlap.c), under mpirun, checked by the order of events,
+ * not by times: a session
+ * of the deep MLP (6 layers, f32, Adam) trains beside one with
+ * no_comm_overlap on the same feeds, at stages 0, 1 and 2, and from the
+ * overlapping session's log of its last run (hx__session_dp_log):
+ * - no unit's sum starts before every step writing its gradients has run
+ *   (its 'R'), and the units start in their order;
+ * - on the CPU with one thread (every step on the calling thread, in
+ *   order), a unit that may start does so before the next step runs: no
+ *   step ('D') comes between the moment the next unit in order is ready
+ *   and its start;
+ * - at stages 0 and 1 all but the units whose last writer is phase 0's
+ *   last step start during the backward (before 'E'; at stage 2 at least
+ *   one: a start may wait for a send buffer, 'F' in the log), where the
+ *   session without overlap starts none;
+ * the same three for the all-gathers in the updates' log (stages 1, 2:
+ * a group's all-gather after this rank's updates of it; at least one
+ * during the updates when there are several groups); and the two
+ * sessions hold the same bits in every parameter and report the same
+ * gradient norms. On emu (the MLP on the device, its gradient
+ * copies and kernels on streams) the first check and the bits. At stage 2
+ * a unit may start only while one of the 3 send buffers is free: the log
+ * says when one is freed ('F'). */
+#include "deep_mlp.h"
+#include "dist/dist.h"
+#include "hetex_checks.h"
+#include "mpi_world.h"
+#include "session/session.h"
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { STEPS = 3, B = 8, W = 8, LAYERS = 6 };
+
+static hx_comm *comm;
+static int rank, size;
+
+static hx_session_config config(int stage, hx_accelerator acc, bool no_overlap)
+{
+    hx_session_config cfg = hx_session_config_default();
+    cfg.n_threads = 1;
+    cfg.accelerator = acc;
+    cfg.comm = comm;
+    cfg.zero_stage = stage;
+    cfg.no_comm_overlap = no_overlap;
+    cfg.offload.chunk_size = 2 * W * W * sizeof(float); /* several chunks */
+    return cfg;
+}
+
+/* What the log of one run shows. */
+typedef struct order {
+    int early;  /* starts before their unit was ready, or out of order */
+    int late;   /* steps run while the next unit could have started */
+    int during; /* starts before the phase's end */
+    int units;  /* started in all */
+} order;
+
+static order read_log(const hx_session *s, int phase, int slots)
+{
+    int n, busy = 0; /* group buffers in use (ZeRO) */
+    const hx_dp_event *ev = hx__session_dp_log(s, phase, &n);
+    order o = {0};
+    bool ready[256] = {0}, over = false;
+    for (int i = 0; i < n; i++) {
+        int v = ev[i].v;
+        switch (ev[i].kind) {
+        case 'R':
+            if (v >= 0 && v < 256) ready[v] = true;
+            break;
+        case 'S':
+            o.early += v != o.units || v >= 256 || !ready[v];
+            o.units++;
+            o.during += !over;
+            busy++;
+            break;
+        case 'F':
+            busy--;
+            break;
+        case 'D':
+            o.late += !over && o.units < 256 && ready[o.units] && busy < slots;
+            break;
+        case 'E':
+            over = true;
+            break;
+        }
+    }
+    return o;
+}
+
+static void overlap_case(int stage, hx_accelerator acc)
+{
+    char what[64];
+    snprintf(what, sizeof what, "stage %d on %s", stage, acc == HX_ACCELERATOR_NONE ? "the cpu" : "emu");
+    deep_mlp ma; /* both sessions run its graph */
+    if (deep_mlp_build(B / size, W, LAYERS, &ma)) {
+        CHECK(false, "deep_mlp_build: %s", hx_last_error());
+        return;
+    }
+    hx_session_config ca = config(stage, acc, false), cb = config(stage, acc, true);
+    hx_session *a = test_session_with(ma.g, &ca, what), *b = test_session_with(ma.g, &cb, "no overlap");
+    int rows = B / size;
+    float x[B * W], y[B * W];
+    test_rng rng = test_rng_make(7);
+    for (int s = 0; s < STEPS && a && b; s++) {
+        test_fill_uniform(&rng, x, B * W, -1, 1);
+        test_fill_uniform(&rng, y, B * W, -1, 1);
+        hx_feed fa[2] = {{NULL, ma.x, x + rank * rows * W, sizeof(float) * rows * W},
+                         {NULL, ma.y, y + rank * rows * W, sizeof(float) * rows * W}};
+        OK(hx_session_run(a, fa, 2, NULL, 0, HX_RUN_TRAIN));
+        OK(hx_session_run(b, fa, 2, NULL, 0, HX_RUN_TRAIN));
+        hx_train_stats ta, tb;
+        OK(hx_session_train_stats(a, &ta));
+        OK(hx_session_train_stats(b, &tb));
+        CHECK(ta.grad_norm == tb.grad_norm, "%s: step %d: gradient norm %.17g, without overlap %.17g",
+              what, s, ta.grad_norm, tb.grad_norm);
+    }
+    if (a && b) {
+        deep_mlp_check_same_params(a, b, &ma, what);
+        int64_t units = hx__dp_units(a->dp[0]);
+        int slots = stage < 2 ? (int)units : (units < 3 ? (int)units : 3); /* dist/dp.c's */
+        order o = read_log(a, 0, slots), ob = read_log(b, 0, slots);
+        CHECK(o.units == units && ob.units == units, "%s: rank %d: %d and %d of %lld units started",
+              what, rank, o.units, ob.units, (long long)units);
+        CHECK(!o.early, "%s: rank %d: %d sums started before their gradients were complete or out of "
+              "order", what, rank, o.early);
+        CHECK(ob.during == 0, "%s: rank %d: without overlap %d sums started during the backward", what,
+              rank, ob.during);
+        if (acc == HX_ACCELERATOR_NONE) {
+            /* the units whose last writer is the backward's last step can start only after it */
+            const hx_plan *p = a->last_plan;
+            int n, at_end = 0;
+            const hx_step *st = hx__plan_steps(p, 0, &n);
+            for (int i = 0; i < hx__plan_grad_count(p); i++) {
+                void *v;
+                int home;
+                const hx_tensor *u = hx__plan_grad(p, i, &v, &home);
+                at_end += st[n - 1].node == u->src[1];
+            }
+            CHECK(!o.late, "%s: rank %d: %d steps ran while a sum could have started", what, rank, o.late);
+            CHECK(o.during >= (stage < 2 ? units - at_end : 1), "%s: rank %d: %d of %lld sums started "
+                  "during the backward (%d gradients written by its last step)", what, rank, o.during,
+                  (long long)units, at_end);
+        }
+        if (stage) { /* the all-gathers of the updated parameters, during the updates */
+            int64_t groups = hx__dp_groups(a->dp[0]);
+            order g = read_log(a, 1, groups < 3 ? (int)groups : 3), gb = read_log(b, 1, 3);
+            CHECK(g.units == groups && gb.units == groups, "%s: rank %d: %d and %d of %lld all-gathers "
+                  "started", what, rank, g.units, gb.units, (long long)groups);
+            CHECK(!g.early, "%s: rank %d: %d all-gathers started before their updates or out of order",
+                  what, rank, g.early);
+            CHECK(gb.during == 0, "%s: rank %d: without overlap %d all-gathers started during the updates",
+                  what, rank, gb.during);
+            if (acc == HX_ACCELERATOR_NONE) {
+                CHECK(!g.late, "%s: rank %d: %d updates ran while an all-gather could have started", what,
+                      rank, g.late);
+                CHECK(groups < 2 || g.during > 0, "%s: rank %d: none of %lld all-gathers started during "
+                      "the updates", what, rank, (long long)groups);
+            }
+        }
+    }
+    hx_session_free(a);
+    hx_session_free(b);
+    deep_mlp_free(&ma);
+}
+
+static void test_cpu(void) { overlap_case(0, HX_ACCELERATOR_NONE), overlap_case(1, HX_ACCELERATOR_NONE), overlap_case(2, HX_ACCELERATOR_NONE); }
+static void test_emu(void) { overlap_case(0, HX_ACCELERATOR_EMU), overlap_case(1, HX_ACCELERATOR_EMU), overlap_case(2, HX_ACCELERATOR_EMU); }
+
+static int setup(void)
+{
+    comm = mpi_world_open(60, &rank, &size);
+    return comm ? 0 : 1;
+}
+
+static void teardown(void) { hx_comm_free(comm); }
+
+int main(int argc, char **argv)
+{
+    static const test_case cases[] = {{"cpu", test_cpu}, {"emu", test_emu}};
+    test_options o = {.setup = setup, .teardown = teardown};
+    return test_main_with(argc, argv, "mpi_zero_overlap", cases, TEST_COUNT(cases), &o);
+}
