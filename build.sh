@@ -44,6 +44,8 @@ need_pkgs() {
   # Open MPI: the communicators (dist/) and the tests labelled mpi
   command -v mpirun >/dev/null || missing+=(openmpi-bin)
   [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || missing+=(libopenmpi-dev)
+  # ip: mpi_netns_tcp's two network namespaces (it skips, saying why, where they cannot be made)
+  command -v ip >/dev/null || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
   # hetex plot and widedeep --curve draw PNGs through gnuplot
   command -v gnuplot >/dev/null || missing+=(gnuplot-nox)
   # --tensorboard's event files: protobuf-c encodes them
