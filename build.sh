@@ -11,7 +11,7 @@
 #                              as METRICS.png (hetex plot, through gnuplot)
 #   ./build.sh install --prefix DIR
 #   ./build.sh sanitize [address,undefined|thread] [ARGS]   test suite in a sanitizer
-#                              build (thread: the tests labelled sched)
+#                              build (thread: the tests labelled sched and tsan)
 #   ./build.sh arrows          check the includes against docs/arrows.txt and redraw
 #                              docs/architecture.dot (and .svg where Graphviz is)
 #   ./build.sh fuzz NAME|all SECONDS   run fuzz target tests/fuzz/fuzz_NAME.c (all: each
@@ -96,8 +96,9 @@ build() { # dir, extra cmake args...
 tests_labelled() { (cd "$1" && ctest -N -L "$2") | sed -n 's/^ *Test *#[0-9]*: //p'; }
 
 # ThreadSanitizer runs the tests labelled sched (the concurrent executor:
-# streams, host lanes, the memory plan under concurrency); the rest of the
-# suite has no threads of ours. OMP_THREAD_LIMIT=1 keeps OpenMP (kernels,
+# streams, host lanes, the memory plan under concurrency) and tsan (server
+# mode under mpirun: a server's loop beside the workers' sessions); the rest
+# of the suite has no threads of ours. OMP_THREAD_LIMIT=1 keeps OpenMP (kernels,
 # OpenBLAS) on the calling thread: libgomp is not instrumented, so its
 # barriers would show as races. Function entry/exit is not instrumented
 # either (reports show the racing frame only): the embedding kernels'
@@ -206,8 +207,9 @@ case "$cmd" in
       # timeouts x10: TSan runs these tests 5-15x slower than Release
       configure "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san" \
         -DHX_TEST_TIMEOUT_SCALE=10 "-DCMAKE_C_FLAGS=--param=tsan-instrument-func-entry-exit=0"
-      cmake --build "$dir" -j "$jobs" --target $(tests_labelled "$dir" sched)
-      set -- -L sched "$@"
+      # (a test is its target, but an MPI test mpi_X_npN, which runs target mpi_X)
+      cmake --build "$dir" -j "$jobs" --target $(tests_labelled "$dir" 'sched|tsan' | sed 's/_np[0-9]*$//' | sort -u)
+      set -- -L 'sched|tsan' "$@"
       export OMP_THREAD_LIMIT=1 # only here (OpenBLAS's own threading spins forever under it; gemm.c keeps OpenBLAS on one thread)
     else
       # timeouts x4: ASan and UBSan run the tests 2-4x slower than Release

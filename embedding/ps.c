@@ -164,9 +164,6 @@ hx_status hx__ps_table_create(const hx_embedding_config *cfg, const hx_emb_table
     if (cfg->comm)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s '%s': give comm (collective mode) or ps (server "
                          "mode), not both", fn, name);
-    if (cfg->ids == HX_EMBEDDING_IDS_DYNAMIC)
-        return hx__error(HX_ERR_UNSUPPORTED, "%s '%s': server mode (ps) serves ROWS and MODULO tables; "
-                         "shard a DYNAMIC table in collective mode (comm)", fn, name);
     hx_emb_shard_config sc;
     hx_status st = hx__embedding_shard_config(cfg, tc, mc, ps->S, &sc);
     if (st) return st;

@@ -43,10 +43,14 @@ static hx_status wait_reply(hx_emb_ps *c, int j, int64_t seq, hx_msg *m, hx_emb_
 
 /* Rows (k HX_EMB_SHARD_ROWS) or state array k of r's ids, width floats
  * each, into got (r->U x width, r->send's order), from the servers once
- * they have applied `need` steps. */
-static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, bool train, int64_t need, int64_t width,
-                      float *got, hx_emb_err *err)
+ * they have applied `need` steps. A DYNAMIC table's training pull (q: its
+ * query) goes to every server, empty or not, numbered, with each id's
+ * occurrences where a frequency filter counts them (cnt, r->send's
+ * order). */
+static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, const hx_emb_query *q, const int64_t *cnt,
+                      int64_t need, int64_t width, float *got, hx_emb_err *err)
 {
+    bool train = q && q->train, group = train && c->route.dynamic;
     hx_ps *ps = c->ps;
     if (ps->rank_bytes && (size_t)(r->U * width) * sizeof(float) > ps->rank_bytes)
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode: one pull of %lld rows of %lld floats "
@@ -55,17 +59,19 @@ static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, bool train, in
                            ps->rank_bytes);
     int64_t seq = ++c->seq;
     ps_req h = {.kind = PS_PULL, .table = c->index, .hash = (int64_t)c->hash, .seq = seq, .step = c->pushes,
-                .need = need, .k = k, .train = train};
+                .need = need, .k = k, .train = train, .qstep = q ? q->step : 0, .tpull = group ? c->tpulls++ : -1,
+                .counts = cnt != NULL};
     uint64_t bytes = 0;
     hx_status st = HX_OK;
     for (int j = 0; j < ps->S && !st; j++) {
-        if (!r->scount[j]) continue;
+        if (!r->scount[j] && !group) continue;
         h.n = r->scount[j];
-        size_t n = sizeof h + (size_t)h.n * sizeof(int64_t);
+        size_t n = sizeof h + (size_t)h.n * sizeof(int64_t) * (cnt ? 2 : 1);
         char *buf = malloc(n);
         if (!buf) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode: out of memory");
         memcpy(buf, &h, sizeof h);
         memcpy(buf + sizeof h, r->send + r->sdispl[j], (size_t)h.n * sizeof(int64_t));
+        if (cnt) memcpy(buf + sizeof h + (size_t)h.n * sizeof(int64_t), cnt + r->sdispl[j], (size_t)h.n * sizeof(int64_t));
         st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, n);
         free(buf);
         if (st) return hx_emb_fail(err, st, "server mode: %s", hx_last_error());
@@ -73,7 +79,7 @@ static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, bool train, in
     }
     int64_t stale = 0;
     for (int j = 0; j < ps->S && !st; j++) {
-        if (!r->scount[j]) continue;
+        if (!r->scount[j] && !group) continue;
         hx_msg m;
         if ((st = wait_reply(c, j, seq, &m, err))) break;
         const ps_reply *rp = m.data;
@@ -109,10 +115,11 @@ static hx_status ps_lookup(hx_emb_table *t, const hx_emb_query *q, float *out, i
     hx_status st = hx_emb_query_check(q, &nbags, err);
     if (!st && nbags > 0 && !out)
         st = hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "server-mode embedding lookup: out is NULL");
-    /* an id outside the table fails here, before anything is sent */
-    if (!st) st = hx_emb_check_ids(q, c->base.rows, c->route.oob, &c->oob_count, "lookup (server mode)", err);
+    /* an id outside the table fails here, before anything is sent (a DYNAMIC table's ids are keys) */
+    if (!st && !c->route.dynamic)
+        st = hx_emb_check_ids(q, c->base.rows, c->route.oob, &c->oob_count, "lookup (server mode)", err);
     if (st) return st;
-    int64_t *ids = NULL;
+    int64_t *ids = NULL, *cnt = NULL;
     signed char *skip = NULL;
     float *rows = NULL;
     hx_emb_route r;
@@ -122,11 +129,19 @@ static hx_status ps_lookup(hx_emb_table *t, const hx_emb_query *q, float *out, i
     if (!st) st = hx__shard_route_plan(&c->route, ids, q->n, skip, true, &r, err);
     if (!st && !(rows = malloc((size_t)(r.U * dim + 1) * sizeof *rows)))
         st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server-mode embedding lookup: out of memory");
-    if (!st) st = pull(c, &r, HX_EMB_SHARD_ROWS, q->train, need_of(c), dim, rows, err);
+    /* a frequency filter counts occurrences: each unique id's go with it (as collective mode's) */
+    if (!st && c->route.dynamic && q->train && c->route.mc.min_count > 1) {
+        if (!(cnt = calloc((size_t)(r.U + 1), sizeof *cnt)))
+            st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server-mode embedding lookup: out of memory");
+        for (int64_t i = 0; i < q->n && !st; i++)
+            if (r.inv[i] >= 0) cnt[r.inv[i]]++;
+    }
+    if (!st) st = pull(c, &r, HX_EMB_SHARD_ROWS, q, cnt, need_of(c), dim, rows, err);
     pthread_mutex_unlock(&c->lock);
     if (!st) st = hx__shard_pool(&c->route, q, &r, rows, out, argmax, err);
     free(rows);
     free(ids);
+    free(cnt);
     free(skip);
     hx__shard_route_free(&r);
     return st;
@@ -140,8 +155,8 @@ static hx_status push(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, h
     int64_t dim = c->base.dim, n = g->n;
     signed char *skip = malloc((size_t)(n ? n : 1));
     if (!skip) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server-mode embedding update: out of memory");
-    for (int64_t i = 0; i < n; i++) /* OOB_ZERO: no update */
-        skip[i] = g->ids[i] < 0 || g->ids[i] >= c->base.rows;
+    for (int64_t i = 0; i < n; i++) /* OOB_ZERO: no update (a DYNAMIC table's ids are keys) */
+        skip[i] = !c->route.dynamic && (g->ids[i] < 0 || g->ids[i] >= c->base.rows);
     hx_emb_route r;
     pthread_mutex_lock(&c->lock);
     hx_status st = hx__shard_route_plan(&c->route, g->ids, n, skip, false, &r, err);
@@ -192,7 +207,7 @@ static hx_status ps_backward_update(hx_emb_table *t, const hx_emb_query *q, cons
                                     int64_t step, hx_emb_workspace *ws, hx_emb_err *err)
 {
     hx_emb_ps *c = (hx_emb_ps *)t;
-    hx_status st = c->route.oob == HX_EMB_OOB_ERROR
+    hx_status st = c->route.oob == HX_EMB_OOB_ERROR && !c->route.dynamic
                        ? hx_emb_check_ids(q, c->base.rows, c->route.oob, NULL, "update (server mode)", err)
                        : HX_OK;
     hx_emb_sparse_grad g;
@@ -295,7 +310,7 @@ hx_status hx__ps_read(hx_emb_ps *c, int k, const int64_t *ids, int64_t n, float 
     if (n < 0 || (n && (!ids || !out)))
         return hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT, "%s: %lld ids at %p, out at %p", fn, (long long)n,
                            (const void *)ids, (void *)out);
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n && !c->route.dynamic; i++)
         if (ids[i] < 0 || ids[i] >= c->base.rows)
             return hx_emb_fail(err, HX_ERR_INDEX, "%s: id %lld at position %lld is outside the table's rows "
                                "[0, %lld)", fn, (long long)ids[i], (long long)i, (long long)c->base.rows);
@@ -306,7 +321,7 @@ hx_status hx__ps_read(hx_emb_ps *c, int k, const int64_t *ids, int64_t n, float 
     if (!st && !(got = malloc((size_t)(r.U * width + 1) * sizeof *got)))
         st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     /* every push of this worker applied first */
-    if (!st) st = pull(c, &r, k, false, c->pushes, width, got, err);
+    if (!st) st = pull(c, &r, k, NULL, NULL, c->pushes, width, got, err);
     pthread_mutex_unlock(&c->lock);
     for (int64_t i = 0; i < n && !st; i++) memcpy(out + i * width, got + r.inv[i] * width, (size_t)width * sizeof *out);
     free(got);

@@ -1,7 +1,8 @@
 /* Server mode's state and messages, shared by embedding/ps*.c only. A
  * worker's request is a ps_req followed by n local ids (as the servers'
- * shard places them) and, for a push, n gradient rows of dim floats (a
- * save: n bytes of the checkpoint's path, no NUL); a
+ * shard places them; a DYNAMIC table's keys) and, for a push, n gradient
+ * rows of dim floats (a pull with counts: n occurrence counts; a save: n
+ * bytes of the checkpoint's path, no NUL); a
  * server's reply a ps_reply followed by n x width floats, or msglen bytes
  * of an error message. Requests go with tag PS_TAG_REQ, so a worker's
  * requests reach a server in the order sent; replies of table i with tag
@@ -30,6 +31,11 @@ typedef struct ps_req {
     int64_t train;    /* pull: a training lookup */
     int64_t optim;    /* push: the worker's optimizer kind */
     int64_t optstep;  /* push: the optimizer's t */
+    int64_t qstep;    /* pull: the query's step (a DYNAMIC map's clock) */
+    int64_t tpull;    /* a DYNAMIC table's training pull: this worker's count of them
+                         before it (the servers answer the workers' k-th ones together);
+                         else -1 */
+    int64_t counts;   /* 1: n occurrence counts follow the ids (a frequency filter) */
 } ps_req;
 
 typedef struct ps_reply {
@@ -43,7 +49,8 @@ typedef struct ps_push {
     struct ps_push *next;
 } ps_push;
 
-/* A pull (or a save) waiting for the steps it needs. */
+/* A pull (or a save) waiting for the steps it needs; a DYNAMIC table's
+ * training pull waiting for the other workers' of its index. */
 typedef struct ps_pull {
     hx_msg m;
     struct ps_pull *next;
@@ -60,6 +67,7 @@ typedef struct ps_entry {
     int64_t applied;      /* steps applied */
     ps_push **head, **tail; /* per worker, in step order */
     ps_pull *pulls;       /* and saves */
+    ps_pull **thead, **ttail; /* per worker: a DYNAMIC table's training pulls, in order */
     hx_emb_workspace *ws;
 } ps_entry;
 
@@ -86,6 +94,7 @@ struct hx_emb_ps {
     hx_emb_shard route;   /* placement over the servers only (hx__shard_init_place) */
     char name[64];
     int64_t pushes, seq;
+    int64_t tpulls;       /* DYNAMIC: training pulls sent */
     pthread_mutex_t lock; /* one request at a time */
     _Atomic int64_t oob_count;
 };

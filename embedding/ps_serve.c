@@ -8,7 +8,10 @@
  * a worker's save of a table waits as a pull does, then runs the table's
  * collective save over the servers (each server takes that request at the
  * same step: the one after the saving worker's last push, whose next push
- * comes after it). */
+ * comes after it). A DYNAMIC table's training pulls are answered
+ * together: the workers' k-th ones, once all are here, as one lookup of
+ * their keys in worker order (collective mode's order), so keys get their
+ * rows, and filter counts their occurrences, as they would there. */
 #include "embedding/ps_impl.h"
 
 #include <stdio.h>
@@ -62,20 +65,26 @@ static hx_status answer(server *sv, ps_entry *e, const hx_msg *m)
     else if (state && (h->k < 0 || h->k >= ns))
         st = hx_emb_fail(&err, HX_ERR_INVALID_ARGUMENT, "table '%s': state array %lld: the servers' optimizer "
                          "(%s) keeps %d", e->name, (long long)h->k, hx_emb_optim_name(s->optim.kind), ns);
-    for (int64_t i = 0; i < h->n && !st; i++)
+    for (int64_t i = 0; i < h->n && !st && !s->dynamic; i++)
         if (ids[i] < 0 || ids[i] >= l->base.rows)
             st = hx_emb_fail(&err, HX_ERR_INDEX, "table '%s': local row %lld outside server %d's %lld rows",
                              e->name, (long long)ids[i], ps->index, (long long)l->base.rows);
     float *out = st ? NULL : malloc((size_t)(h->n * width + 1) * sizeof *out);
     float *tmp = st ? NULL : malloc((size_t)hx_emb_row_stride(dim, HX_DTYPE_F32) * sizeof *tmp);
-    if (!st && (!out || !tmp)) st = hx_emb_fail(&err, HX_ERR_OUT_OF_MEMORY, "out of host memory");
+    int64_t *rows = st || !state ? NULL : malloc((size_t)(h->n + 1) * sizeof *rows);
+    if (!st && (!out || !tmp || (state && !rows))) st = hx_emb_fail(&err, HX_ERR_OUT_OF_MEMORY, "out of host memory");
     if (!st && !state) {
         hx_emb_query q = hx_emb_query_rows(ids, h->n);
         q.train = (int)h->train;
+        q.step = h->qstep;
         st = hx_emb_table_lookup(s->part, &q, out, NULL, &err);
     }
+    if (!st && state) { /* a DYNAMIC key's row (-1: none, read as the state's start) */
+        if (s->dynamic) st = hx_emb_idmap_map(hx_emb_dynamic_idmap(s->part), ids, h->n, 0, 0, rows, NULL, NULL, &err);
+        else memcpy(rows, ids, (size_t)h->n * sizeof *rows);
+    }
     for (int64_t i = 0; i < h->n && !st && state; i++) {
-        hx_emb_local_read_state(l, (int)h->k, ids[i], tmp);
+        hx_emb_local_read_state(l, (int)h->k, rows[i], tmp);
         memcpy(out + i * width, tmp, (size_t)width * sizeof *out);
     }
     pthread_mutex_lock(&ps->lock);
@@ -85,7 +94,86 @@ static hx_status answer(server *sv, ps_entry *e, const hx_msg *m)
     hx_status x = reply(sv, m->src, h, st, err.msg, e->applied, out, h->n, width);
     free(out);
     free(tmp);
+    free(rows);
     return x;
+}
+
+/* The workers' k-th training pulls of a DYNAMIC table, once each worker's
+ * is here (or it finished) and the steps they need are applied: one
+ * lookup over their keys in worker order (each repeated by its count where
+ * a frequency filter counts them), as collective mode's owner looks up
+ * the ranks' keys in rank order, so that keys get their rows in the same
+ * order (the first copy's row goes back); each worker gets its keys'. */
+static hx_status answer_group(server *sv, ps_entry *e)
+{
+    hx_ps *ps = sv->ps;
+    hx_emb_shard *s = e->shard;
+    int W = ps->W;
+    int64_t dim = s->base.dim;
+    for (;;) {
+        const ps_req *first = NULL;
+        int64_t total = 0;
+        for (int w = 0; w < W; w++) {
+            ps_pull *p = e->thead[w];
+            if (!p && !sv->finished[w]) return HX_OK; /* waits for w */
+            if (!p) continue;
+            const ps_req *h = p->m.data;
+            if (h->need > e->applied) return HX_OK;
+            if (first && h->tpull != first->tpull)
+                return hx__error(HX_ERR_STATE, "hx_ps_serve: table '%s': worker rank %d made training lookup %lld "
+                                 "while another made %lld: every worker makes the same lookups in the same order",
+                                 e->name, w, (long long)h->tpull, (long long)first->tpull);
+            if (!first) first = h;
+            const int64_t *cnt = (const int64_t *)(h + 1) + h->n;
+            for (int64_t i = 0; i < h->n; i++) total += h->counts && cnt[i] > 1 ? cnt[i] : 1;
+        }
+        if (!first) return HX_OK;
+        int64_t *keys = malloc((size_t)(total + 1) * sizeof *keys);
+        float *all = malloc((size_t)(total * dim + 1) * sizeof *all);
+        hx_emb_err err;
+        hx_status st = keys && all ? HX_OK : hx_emb_fail(&err, HX_ERR_OUT_OF_MEMORY, "out of host memory");
+        int64_t k = 0;
+        for (int w = 0; w < W && !st; w++) {
+            if (!e->thead[w]) continue;
+            const ps_req *h = e->thead[w]->m.data;
+            const int64_t *id = (const int64_t *)(h + 1), *cnt = id + h->n;
+            for (int64_t i = 0; i < h->n; i++)
+                for (int64_t c = 0; c < (h->counts && cnt[i] > 1 ? cnt[i] : 1); c++) keys[k++] = id[i];
+        }
+        if (!st && total) {
+            hx_emb_query q = hx_emb_query_rows(keys, total);
+            q.train = 1;
+            q.step = first->qstep;
+            st = hx_emb_table_lookup(s->part, &q, all, NULL, &err);
+        }
+        free(keys);
+        /* each worker's rows: the first copy of each of its keys */
+        float *out = st ? NULL : malloc((size_t)(total * dim + 1) * sizeof *out);
+        if (!st && !out) st = hx_emb_fail(&err, HX_ERR_OUT_OF_MEMORY, "out of host memory");
+        hx_status x = HX_OK;
+        k = 0;
+        for (int w = 0; w < W && !x; w++) {
+            ps_pull *p = e->thead[w];
+            if (!p) continue;
+            const ps_req *h = p->m.data;
+            const int64_t *cnt = (const int64_t *)(h + 1) + h->n;
+            for (int64_t i = 0; i < h->n && !st; i++) {
+                memcpy(out + i * dim, all + k * dim, (size_t)dim * sizeof *out);
+                k += h->counts && cnt[i] > 1 ? cnt[i] : 1;
+            }
+            x = reply(sv, p->m.src, h, st, err.msg, e->applied, out, h->n, dim);
+            pthread_mutex_lock(&ps->lock);
+            ps->stats.pulls++;
+            pthread_mutex_unlock(&ps->lock);
+            e->thead[w] = p->next;
+            if (!p->next) e->ttail[w] = NULL;
+            free(p->m.data);
+            free(p);
+        }
+        free(all);
+        free(out);
+        if (x) return x;
+    }
 }
 
 /* A worker's save of e, its steps applied: the shard's save, collective
@@ -148,7 +236,7 @@ static hx_status apply_steps(server *sv, ps_entry *e)
             memcpy(rows + at * dim, pid + p->h->n, (size_t)(p->h->n * dim) * sizeof *rows);
             at += p->h->n;
         }
-        for (int64_t i = 0; i < n && !st; i++)
+        for (int64_t i = 0; i < n && !st && !s->dynamic; i++)
             if (ids[i] < 0 || !s->part || ids[i] >= s->part->rows)
                 st = hx_emb_fail(&err, HX_ERR_INDEX, "a push of local row %lld, outside server %d's rows",
                                  (long long)ids[i], ps->index);
@@ -168,6 +256,9 @@ static hx_status apply_steps(server *sv, ps_entry *e)
             free(p->m.data);
             free(p);
         }
+        /* a DYNAMIC map expires its keys as a table of one process does after an update */
+        if (!st && s->dynamic && s->mc.expire_after > 0 && optstep % s->mc.expire_after == 0)
+            hx_emb_idmap_expire(hx_emb_dynamic_idmap(s->part), optstep);
         e->applied++;
         pthread_mutex_lock(&ps->lock);
         ps->stats.steps++;
@@ -190,7 +281,7 @@ static hx_status serve_pulls(server *sv, ps_entry *e)
         free(p->m.data);
         free(p);
     }
-    return st;
+    return st ? st : answer_group(sv, e);
 }
 
 /* A request: checked against its table, then queued or answered (m's data
@@ -216,7 +307,8 @@ static hx_status take(server *sv, hx_msg *m)
     }
     ps_entry *e = hx__ps_entry(ps, h->table);
     char why[300] = "";
-    size_t want = sizeof *h + (h->n >= 0 ? (size_t)h->n * (h->kind == PS_SAVE ? 1 : sizeof(int64_t)) : 0) +
+    size_t want = sizeof *h +
+                  (h->n >= 0 ? (size_t)h->n * (h->kind == PS_SAVE ? 1 : sizeof(int64_t) * (h->counts ? 2 : 1)) : 0) +
                   (h->kind == PS_PUSH && e && e->shard && h->n >= 0 ? (size_t)(h->n * e->shard->base.dim) * sizeof(float) : 0);
     if (!e || !e->shard)
         snprintf(why, sizeof why, "table %lld: this server has no such table (create every table on every rank, "
@@ -225,16 +317,35 @@ static hx_status take(server *sv, hx_msg *m)
         snprintf(why, sizeof why, "table '%s': worker rank %d created it otherwise than the servers (rows, dim, "
                  "dtype, initialiser, seed, ids, sharding, optimizer must be alike on every rank)", e->name, w);
     else if ((h->kind != PS_PULL && h->kind != PS_PUSH && h->kind != PS_SAVE) || h->n < 0 || m->n != want ||
-             (h->kind == PS_SAVE && (!h->n || memchr(h + 1, 0, (size_t)h->n))))
+             (h->kind == PS_SAVE && (!h->n || memchr(h + 1, 0, (size_t)h->n))) ||
+             (h->counts && (h->kind != PS_PULL || h->tpull < 0)) ||
+             (h->kind == PS_PULL && h->tpull >= 0 && (!e->shard->dynamic || !h->train)))
         snprintf(why, sizeof why, "table '%s': a malformed request of %zu bytes from worker rank %d", e->name, m->n, w);
     else if (h->kind == PS_PUSH && h->optim != e->shard->optim.kind)
         snprintf(why, sizeof why, "table '%s': worker rank %d pushes for %s, the servers apply %s: set the same "
                  "optimizer on every rank", e->name, w, hx_emb_optim_name((hx_emb_optim_kind)h->optim),
                  hx_emb_optim_name(e->shard->optim.kind));
+    for (int64_t i = 0; !*why && h->counts && i < h->n; i++) { /* occurrences of one call's id */
+        int64_t c = ((const int64_t *)(h + 1))[h->n + i];
+        if (c < 1 || c > ((int64_t)1 << 32))
+            snprintf(why, sizeof why, "table '%s': worker rank %d counted an id %lld times", e->name, w, (long long)c);
+    }
     if (*why) {
         hx_status st = h->kind != PS_PUSH ? reply(sv, w, h, HX_ERR_INVALID_ARGUMENT, why, 0, NULL, 0, 0) : HX_OK;
         free(m->data);
         return st ? st : hx__error(HX_ERR_INVALID_ARGUMENT, "hx_ps_serve: %s", why);
+    }
+    if (h->kind == PS_PULL && h->tpull >= 0) { /* answered with the other workers' (answer_group) */
+        ps_pull *p = malloc(sizeof *p);
+        if (!p) {
+            free(m->data);
+            return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory");
+        }
+        *p = (ps_pull){*m, NULL};
+        if (e->ttail[w]) e->ttail[w]->next = p;
+        else e->thead[w] = p;
+        e->ttail[w] = p;
+        return answer_group(sv, e);
     }
     if (h->kind != PS_PUSH) {
         if (h->need <= e->applied) {
@@ -278,9 +389,9 @@ static hx_status check_silent(server *sv)
         ps_entry *e = ps->tables[i];
         if (!e->shard) continue;
         bool waiting = e->pulls != NULL;
-        for (int w = 0; w < ps->W && !waiting; w++) waiting = e->head[w] != NULL;
+        for (int w = 0; w < ps->W && !waiting; w++) waiting = e->head[w] || e->thead[w];
         for (int w = 0; w < ps->W && waiting; w++)
-            if (!e->head[w] && !sv->finished[w] && now - sv->heard[w] > ps->timeout_s)
+            if (!e->head[w] && !e->thead[w] && !sv->finished[w] && now - sv->heard[w] > ps->timeout_s)
                 return hx__error(HX_ERR_COMM, "hx_ps_serve (server rank %d): worker rank %d sent nothing for %g s "
                                  "while step %lld of table '%s' waited for it (it died or hangs; "
                                  "hx_ps_config.timeout_s sets the limit): the tables hold every step before it "
@@ -321,8 +432,17 @@ static void drain(server *sv, hx_status st)
                 free(p->m.data);
                 free(p);
             }
+        for (int w = 0; e->thead && w < ps->W; w++)
+            for (ps_pull *p = e->thead[w], *n; p; p = n) {
+                n = p->next;
+                if (st) reply(sv, p->m.src, p->m.data, st, sv->why, e->applied, NULL, 0, 0);
+                free(p->m.data);
+                free(p);
+            }
         free(e->head);
+        free(e->thead);
         e->head = e->tail = NULL;
+        e->thead = e->ttail = NULL;
         hx_emb_workspace_free(e->ws);
         e->ws = NULL;
     }
@@ -344,8 +464,10 @@ hx_status hx_ps_serve(hx_ps *ps)
         ps_entry *e = ps->tables[i];
         e->head = calloc((size_t)ps->W * 2, sizeof *e->head);
         e->tail = e->head ? e->head + ps->W : NULL;
+        e->thead = calloc((size_t)ps->W * 2, sizeof *e->thead);
+        e->ttail = e->thead ? e->thead + ps->W : NULL;
         e->ws = hx_emb_workspace_create();
-        if (!e->head || !e->ws) st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory");
+        if (!e->head || !e->thead || !e->ws) st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory");
     }
     for (long idle = 0; !st && !all_done(&sv);) {
         hx_msg m;

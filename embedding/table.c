@@ -594,8 +594,9 @@ hx_status hx__embedding_update(hx_embedding_table *t, const hx_emb_query *qs,
             atomic_fetch_add(&t->updates, 1);
             atomic_store(&t->last_step, step);
             if (t->expire_after > 0 && step % t->expire_after == 0) {
-                /* a shard expires its own map (where it holds one) */
-                hx_emb_table *m = t->shard ? hx_emb_shard_part(t->shard) : t->impl;
+                /* a shard expires its own map (where it holds one); a worker's
+                 * server-mode table holds none (its servers expire theirs) */
+                hx_emb_table *m = t->client ? NULL : t->shard ? hx_emb_shard_part(t->shard) : t->impl;
                 if (m) hx_emb_idmap_expire(hx_emb_dynamic_idmap(m), step);
             }
         }

@@ -914,8 +914,13 @@ typedef struct hx_embedding_config {
     /* Server mode (see "parameter servers"): the table's rows live on ps's
      * servers (sharding and shard_rank as above, over the servers; comm must
      * be NULL). Every rank creates it alike; a worker uses it as any table
-     * (no exchange at creation), a server holds its shard. ROWS and MODULO
-     * tables (DYNAMIC: HX_ERR_UNSUPPORTED), in memory. */
+     * (no exchange at creation), a server holds its shard, in memory. A
+     * DYNAMIC table's keys live on server XXH3(key) mod S, in its own map;
+     * the workers' k-th training lookups are answered together, their keys
+     * looked up in worker order (the frequency filter counting every
+     * occurrence), so keys get rows as collective mode over the workers
+     * gives them; each server expires its map after the steps
+     * (expire_after) as one process does. */
     hx_ps *ps;
 } hx_embedding_config;
 #define HX_EMBEDDING_CACHE_DEFAULT ((size_t)256 << 20)

@@ -36,7 +36,7 @@
  * exceeds: two servers hold it, each under the cap, and the workers read
  * every row while holding none; one server refuses it naming the cap.
  *
- * refusals: the roles' arguments; DYNAMIC tables. */
+ * refusals: the roles' arguments; comm and ps together. */
 #include "dist/dist.h"
 #include "hetex_checks.h"
 #include "mpi_world.h"
@@ -276,6 +276,157 @@ static void test_staleness(void)
     hx_ps_free(ps);
 }
 
+/* A DYNAMIC table (min_count 2, expire_after 3, Adagrad) of name on ps or
+ * over c: keys get rows on their servers or owners. */
+static hx_embedding_table *dyn_table(const char *name, hx_comm *c, hx_ps *ps)
+{
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = name;
+    ec.rows = 64;
+    ec.dim = D;
+    ec.ids = HX_EMBEDDING_IDS_DYNAMIC;
+    ec.min_count = 2;
+    ec.expire_after = 3;
+    ec.seed = 7;
+    ec.init = hx_init_uniform(-0.5, 0.5);
+    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
+    ec.optimizer.initial_accumulator = 0.1;
+    ec.n_threads = 1;
+    ec.comm = c;
+    ec.ps = ps;
+    ec.sharding = HX_EMBEDDING_SHARD_ROWS;
+    hx_embedding_table *t = NULL;
+    OK(hx_embedding_table_create(&ec, &t));
+    return t;
+}
+
+enum { DN = 5, DSTEPS = 8, DKEYS = 16 };
+
+/* Worker w's keys at step s: one fed twice a step (a row at once), one fed
+ * once every step (a row at its second), one fed once in all (counting,
+ * no row), and at steps 0-1 one that then goes unseen (its row expires). */
+static void dyn_keys(int w, int s, int64_t *k)
+{
+    k[0] = k[1] = 100 + w;
+    k[2] = 200 + w;
+    k[3] = 300 + 10 * w + s;
+    k[4] = s < 2 ? 400 + w : 100 + w;
+}
+
+/* A lookup of DN keys over t (io: its ids, x and the loss, the sum of its
+ * rows times x) and its session data parallel over the workers. */
+static hx_session *dyn_session(hx_embedding_table *t, hx_comm *wc, hx_graph **g, hx_tensor *io[3])
+{
+    *g = hx_graph_create();
+    int64_t n = DN, xs[2] = {DN, D};
+    io[0] = hx_graph_input(*g, "ids", HX_DTYPE_I64, 1, &n);
+    io[1] = hx_graph_input(*g, "x", HX_DTYPE_F32, 2, xs);
+    io[2] = hx_reduce_sum(*g, hx_mul(*g, hx_embedding_lookup(*g, t, io[0]), io[1]), 0, NULL, false);
+    OK(hx_graph_backward(*g, io[2]));
+    hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    OK(hx_graph_apply_optimizer(*g, NULL, &sgd));
+    hx_session_config cfg = config(wc);
+    return test_session_with(*g, &cfg, "dynamic");
+}
+
+/* DYNAMIC tables in server mode: each worker's keys (admitted by the
+ * frequency filter, counted, expired) trained through the servers and, in
+ * the same run, through a collective table over the workers. Where the
+ * servers are as many as the workers (np 2: 1 and 1; np 4: 2 and 2) keys
+ * land on the same parts in the same order, so every step's loss and
+ * every key's row and state are bitwise collective mode's; at np 3 (2
+ * workers, 1 server) the keys' rows start elsewhere, and the run checks
+ * what the filter and expiry leave. Worker 0 then has the servers save
+ * the table, which loads into a DYNAMIC table of one process with every
+ * key's row and state as the servers hold them. */
+static void test_dynamic(void)
+{
+    hx_ps *ps = make_ps(0);
+    if (!ps) return;
+    hx_embedding_table *tp = dyn_table("dynp", NULL, ps);
+    if (hx_ps_is_server(ps)) {
+        OK(hx_ps_serve(ps));
+        OK(hx_embedding_table_free(tp));
+        hx_ps_free(ps);
+        return;
+    }
+    hx_comm *wc = hx_ps_workers(ps);
+    int W = hx_comm_size(wc), w = hx_ps_index(ps), S = size - W;
+    hx_embedding_table *tc = dyn_table("dync", wc, NULL);
+    hx_graph *gp, *gc;
+    hx_tensor *iop[3], *ioc[3];
+    hx_session *sp = tp ? dyn_session(tp, wc, &gp, iop) : NULL, *sc = tc ? dyn_session(tc, wc, &gc, ioc) : NULL;
+    float xv[DN * D];
+    for (int i = 0; i < DN * D; i++) xv[i] = 0.25f * (float)(i % 7) - 0.75f;
+    for (int s = 0; s < DSTEPS && sp && sc; s++) {
+        int64_t k[DN];
+        dyn_keys(w, s, k);
+        float lp = 0, lc = 0;
+        hx_feed fp[2] = {{NULL, iop[0], k, sizeof k}, {NULL, iop[1], xv, sizeof xv}};
+        hx_feed fc[2] = {{NULL, ioc[0], k, sizeof k}, {NULL, ioc[1], xv, sizeof xv}};
+        hx_fetch f1 = {NULL, iop[2], &lp, sizeof lp}, f2 = {NULL, ioc[2], &lc, sizeof lc};
+        OK(hx_session_run(sp, fp, 2, &f1, 1, HX_RUN_TRAIN));
+        OK(hx_session_run(sc, fc, 2, &f2, 1, HX_RUN_TRAIN));
+        if (S == W) CHECK(lp == lc, "step %d: server mode's loss %.9g, collective mode's %.9g", s, lp, lc);
+    }
+    /* every worker's keys, and one never fed */
+    int64_t keys[DKEYS * 4 + 1], n = 0;
+    for (int v = 0; v < W; v++) {
+        keys[n++] = 100 + v;
+        keys[n++] = 200 + v;
+        keys[n++] = 300 + 10 * v;
+        keys[n++] = 400 + v;
+    }
+    keys[n++] = 999;
+    float rp[(DKEYS * 4 + 1) * D], rc[(DKEYS * 4 + 1) * D], ap[(DKEYS * 4 + 1) * D], ac[(DKEYS * 4 + 1) * D];
+    OK(hx_embedding_table_read_rows(tp, keys, n, rp));
+    OK(hx_embedding_table_read_state(tp, 0, keys, n, ap));
+    OK(hx_embedding_table_read_rows(tc, keys, n, rc));
+    OK(hx_embedding_table_read_state(tc, 0, keys, n, ac));
+    if (S == W) {
+        CHECK(!memcmp(rp, rc, sizeof(float) * (size_t)(n * D)) && !memcmp(ap, ac, sizeof(float) * (size_t)(n * D)),
+              "%d servers, %d workers: a DYNAMIC table's rows or state differ from collective mode's", S, W);
+        fold(rp, sizeof(float) * (size_t)(n * D));
+    }
+    /* rows held: 100+v (twice a step), 200+v (every step); none: 300+10v
+     * (fed once), 400+v (unseen since step 1: expired at step 6), 999 */
+    bool ok = true;
+    for (int64_t i = 0; i < n; i++) {
+        bool any = false;
+        for (int c = 0; c < D; c++) any |= rp[i * D + c] != 0;
+        ok &= any == (i < n - 1 && i % 4 < 2);
+    }
+    CHECK(ok, "server mode: keys fed twice a step or every step hold rows; keys fed once, expired or never "
+          "fed hold none");
+    hx_embedding_stats st;
+    OK(hx_embedding_table_stats(tp, &st));
+    if (w == 0) { /* the servers' save loads into one process as they hold it */
+        char dir[256];
+        if (test_make_tmpdir(dir, sizeof dir, "hx-mpi-ps-dyn")) {
+            char path[320];
+            snprintf(path, sizeof path, "%s/dynp", dir);
+            OK(hx_embedding_table_save(tp, path));
+            hx_embedding_table *lone = dyn_table("dynp", NULL, NULL);
+            OK(hx_embedding_table_load(lone, path));
+            float r1[(DKEYS * 4 + 1) * D], a1[(DKEYS * 4 + 1) * D];
+            OK(hx_embedding_table_read_rows(lone, keys, n, r1));
+            OK(hx_embedding_table_read_state(lone, 0, keys, n, a1));
+            CHECK(!memcmp(rp, r1, sizeof(float) * (size_t)(n * D)) && !memcmp(ap, a1, sizeof(float) * (size_t)(n * D)),
+                  "the servers' save of a DYNAMIC table loads into one process otherwise");
+            OK(hx_embedding_table_free(lone));
+            test_remove_tree(dir);
+        }
+    }
+    hx_session_free(sp);
+    hx_session_free(sc);
+    hx_graph_free(gp);
+    hx_graph_free(gc);
+    OK(hx_embedding_table_free(tp));
+    OK(hx_embedding_table_free(tc));
+    OK(hx_ps_finish(ps));
+    hx_ps_free(ps);
+}
+
 /* A per-rank cap of 400 KiB and a table of 3000 x 32 f32 rows with
  * Adagrad's state (768 KiB): at 4 ranks each of the 2 servers holds half
  * (384 KiB, under the cap) and the workers read every row while holding
@@ -349,12 +500,8 @@ static void test_refusals(void)
     hx_embedding_config ec = hx_embedding_config_default();
     ec.rows = 10;
     ec.dim = 2;
-    ec.ids = HX_EMBEDDING_IDS_DYNAMIC;
     ec.ps = ps;
     hx_embedding_table *t = NULL;
-    CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_UNSUPPORTED && strstr(hx_last_error(), "DYNAMIC"),
-          "a DYNAMIC table in server mode: %s", hx_last_error());
-    ec.ids = HX_EMBEDDING_IDS_ROWS;
     ec.comm = world;
     CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_INVALID_ARGUMENT && strstr(hx_last_error(), "not both"),
           "comm and ps: %s", hx_last_error());
@@ -387,6 +534,7 @@ int main(int argc, char **argv)
     static const test_case cases[] = {
         {"train", test_train},
         {"staleness", test_staleness},
+        {"dynamic", test_dynamic},
         {"cap", test_cap},
         {"refusals", test_refusals},
     };
