@@ -129,6 +129,9 @@ static const bench_plot table[] = {
           "ZeRO: model-state bytes on rank 0 against ranks, by stage"),
     LINES("zero-", "-comm", "rank=0", "ranks", "stage,offload_param", "bytes_per_step", "bytes a step",
           "ZeRO: bytes rank 0 sends a step against ranks, by stage"),
+    LINES("zero-cpu-2026-11-26-s12", "-hidden", "rank=0", "ranks", "stage,offload_param", "hidden_share",
+          "1 - comm wait with overlap / without", "ZeRO: share of the communication hidden, rank 0, "
+          "by stage (median wait a step)"),
 };
 enum { N_ROWS = (int)(sizeof table / sizeof table[0]) };
 
