@@ -103,6 +103,7 @@ hx_test(test_widedeep            60       io embedding)
 hx_test(test_gpu_backend         120      gpu)
 hx_test(test_gpu_backend_ops     120      gpu)
 hx_test(test_gpu_cudnn          120      gpu)
+hx_test(test_gpu_devcache        120      gpu)
 hx_test(test_gpu_kernels         120      gpu)
 hx_test(test_gpu_nccl            120      gpu mpi)
 

@@ -85,7 +85,9 @@ void hx_emb_slots_resolve(const hx_emb_slots *s, int64_t *out, int64_t n);
  * of C rows: the device's memory; the emulated device runs the host
  * kernels on it), and every call makes the rows it touches resident, then
  * runs the local table's own lookup or update on the slot ids, so its
- * results are bitwise those of the host table. Misses are copied in from
+ * results are bitwise those of the host table. The slots are host pages
+ * until a session binds them to its emulated device's memory
+ * (hx_emb_devcache_bind), where they count against the device's cap. Misses are copied in from
  * the host table in one batch per call (params and state: a lazy row not
  * yet written comes in as its initial value and start state), dirty
  * victims written back to it with their state in the same batch. Save
@@ -98,10 +100,14 @@ typedef struct hx_emb_devcache_stats {
     int64_t cache_rows, resident, dirty;
     uint64_t lookups, hits;      /* as hx_emb_ssd_stats */
     uint64_t rows_in, rows_out;  /* rows (with state) copied in from / written back to the host */
+    uint64_t rows_init;          /* misses on lazy rows never written: initialised in the slot,
+                                    nothing copied */
     uint64_t bytes_in, bytes_out;
     uint64_t prefetched;         /* rows copied in ahead by hx_emb_devcache_prefetch */
     uint64_t evictions;
     int64_t calls;               /* calls that made rows resident */
+    size_t bytes;                /* the slots: rows and their state */
+    int on_device;               /* 1: the slots are in a device's memory (bound) */
 } hx_emb_devcache_stats;
 
 /* Tests: write-backs to skip (a broken cache that must fail them). */
@@ -142,6 +148,16 @@ void hx_emb_devcache_drop(hx_emb_devcache *t);
 hx_status hx_emb_devcache_set_optim(hx_emb_devcache *t, const hx_emb_optim *optim, int nthreads,
                                     hx_emb_err *err);
 void hx_emb_devcache_stats_get(const hx_emb_devcache *t, hx_emb_devcache_stats *out);
+/* Moves the slots into mem's memory: new slots are allocated there
+ * (mem->what names them in the device's report), the cache is written back
+ * and emptied, and the host-page slots are kept aside. mem NULL takes them
+ * back: written back, the device's slots freed, the host-page slots in use
+ * again (never fails). On failure (the allocator's status: a device's cap;
+ * HX_ERR_STATE when already bound) the cache is as it was. Rows fill the
+ * slots again as calls use them. */
+hx_status hx_emb_devcache_bind(hx_emb_devcache *t, const hx_emb_mem *mem, hx_emb_err *err);
+/* Bytes of the slots (rows and optimizer state). */
+size_t hx_emb_devcache_bytes(const hx_emb_devcache *t);
 void hx_emb_devcache_set_faults(hx_emb_devcache *t, const hx_emb_devcache_faults *f);
 
 #endif

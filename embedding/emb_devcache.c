@@ -2,6 +2,7 @@
  * front of a host local table. A call maps its rows to slots (misses
  * copied in from the host, dirty victims written back, one batch per
  * call), then runs the local table's lookup or update on the slot ids. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,8 @@
 struct hx_emb_devcache {
     hx_emb_table base;
     hx_emb_local *host, *cache;
+    hx_emb_local *spare;          /* bound to a device: the host-page slots, kept so that
+                                     taking the cache back cannot fail; else NULL */
     hx_emb_slots slots;
     int64_t C;
     hx_emb_oob oob;
@@ -30,7 +33,9 @@ struct hx_emb_devcache {
     int64_t *prow, *pfree, npfree;
     uint64_t *pgen, gen;
     float *tmp;
-    uint64_t rows_in, rows_out, prefetched;
+    hx_emb_table_config ccfg; /* the cache's local table, as created */
+    char what[200];           /* names the slots in a device's memory report */
+    uint64_t rows_in, rows_out, rows_init, prefetched;
     int64_t calls;
     hx_emb_devcache_faults faults;
 };
@@ -64,11 +69,17 @@ static bool host_cold(const hx_emb_devcache *t, int64_t r)
     return h->lazy && !((atomic_load_explicit(&h->ready[r >> 6], memory_order_relaxed) >> (r & 63)) & 1);
 }
 
-/* Host row r into record rec (or *cold when it is a lazy row not yet written). */
+/* Host row r into record rec, or *cold when it is a lazy row not yet
+ * written: nothing is copied, the slot takes its initial value where it
+ * lives (counted apart). */
 static void copy_in(hx_emb_devcache *t, int64_t r, char *rec, uint8_t *cold)
 {
     *cold = host_cold(t, r);
-    if (!*cold) pack(t, t->host, r, rec);
+    if (*cold) {
+        t->rows_init++;
+        return;
+    }
+    pack(t, t->host, r, rec);
     t->rows_in++;
 }
 
@@ -318,10 +329,11 @@ void hx_emb_devcache_stats_get(const hx_emb_devcache *t, hx_emb_devcache_stats *
 {
     const hx_emb_slots *s = &t->slots;
     *out = (hx_emb_devcache_stats){.cache_rows = t->C, .lookups = s->lookups, .hits = s->hits,
-                                   .rows_in = t->rows_in, .rows_out = t->rows_out,
+                                   .rows_in = t->rows_in, .rows_out = t->rows_out, .rows_init = t->rows_init,
                                    .bytes_in = t->rows_in * payload(t), .bytes_out = t->rows_out * payload(t),
                                    .prefetched = t->prefetched, .evictions = s->evictions,
-                                   .calls = t->calls};
+                                   .calls = t->calls, .bytes = hx_emb_devcache_bytes(t),
+                                   .on_device = t->cache->mem.alloc != NULL};
     for (int64_t k = 0; k < t->C; k++) {
         out->resident += s->slot_row[k] >= 0;
         out->dirty += s->dirty[k];
@@ -334,12 +346,46 @@ hx_status hx_emb_devcache_set_optim(hx_emb_devcache *t, const hx_emb_optim *opti
     hx_emb_devcache_drop(t);
     hx_status st = hx_emb_local_set_optim(&t->host->base, optim, nthreads, err);
     if (!st) st = hx_emb_local_set_optim(&t->cache->base, optim, 1, err);
+    if (!st && t->spare) st = hx_emb_local_set_optim(&t->spare->base, optim, 1, err);
     if (!st) {
         t->ns = hx_emb_optim_nstate(optim->kind);
         t->rowwise = optim->kind == HX_EMB_OPTIM_ROW_ADAGRAD;
         t->sfloats = t->rowwise ? 1 : (size_t)t->base.dim;
     }
     return st;
+}
+
+hx_status hx_emb_devcache_bind(hx_emb_devcache *t, const hx_emb_mem *mem, hx_emb_err *err)
+{
+    if (!mem) {
+        if (!t->spare) return HX_OK;
+        hx_emb_devcache_drop(t);
+        hx_emb_table_free(&t->cache->base);
+        t->cache = t->spare;
+        t->spare = NULL;
+        return HX_OK;
+    }
+    if (t->spare) return hx_emb_fail(err, HX_ERR_STATE, "embedding device cache: already in a device's memory");
+    hx_emb_mem m = *mem;
+    snprintf(t->what, sizeof t->what, "%s", mem->what ? mem->what : "an embedding device cache");
+    m.what = t->what;
+    hx_emb_table_config cc = t->ccfg;
+    cc.mem = &m;
+    cc.optim = t->host->optim;
+    hx_emb_table *nc;
+    hx_status st = hx_emb_local_create(&cc, &nc, err);
+    if (st) return st;
+    hx_emb_devcache_drop(t); /* every dirty row written back: the new slots start empty */
+    t->spare = t->cache;
+    t->cache = hx_emb_as_local(nc);
+    t->cache->init = t->host->init;
+    return HX_OK;
+}
+
+size_t hx_emb_devcache_bytes(const hx_emb_devcache *t)
+{
+    const hx_emb_local *c = t->cache;
+    return c->reg[0].bytes + c->reg[1].bytes + c->reg[2].bytes + c->reg[3].bytes;
 }
 
 /* ---- the interface ------------------------------------------------------------------------- */
@@ -383,6 +429,7 @@ static void ops_free(hx_emb_table *tt)
 {
     hx_emb_devcache *t = (hx_emb_devcache *)tt;
     hx_emb_table_free(t->cache ? &t->cache->base : NULL);
+    hx_emb_table_free(t->spare ? &t->spare->base : NULL);
     hx_emb_table_free(t->host ? &t->host->base : NULL);
     hx_emb_slots_free(&t->slots);
     hx_emb_rowmap_free(&t->pmap);
@@ -450,6 +497,7 @@ hx_status hx_emb_devcache_create(const hx_emb_table_config *cfg, hx_emb_table **
     t->pbytes = (size_t)cfg->dim * t->host->esize;
     t->sfloats = t->rowwise ? 1 : (size_t)cfg->dim;
     t->rec = t->pbytes + 2 * (size_t)cfg->dim * 4; /* room for any optimizer's state */
+    t->ccfg = cc;
     t->faults.skip_writeback_row = -1;
     t->tmp = malloc((size_t)t->host->gstride * sizeof *t->tmp);
     t->pbuf = malloc((size_t)t->C * t->rec);

@@ -335,6 +335,17 @@ static hx_status region_map(hx_emb_local *t, int i, size_t bytes, hx_emb_region 
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     memset(reg, 0, sizeof *reg);
+    if (t->mem.alloc && i < 3) { /* the params and state of a device cache's slots */
+        static const char *const names[3] = {"rows", "optimizer state", "optimizer state"};
+        char what[96];
+        snprintf(what, sizeof what, "%s of %s", names[i], t->mem.what);
+        void *p;
+        hx_status st = t->mem.alloc(t->mem.ctx, bytes ? bytes : 1, what, &p);
+        if (st) return hx_emb_fail(err, st, "%s", hx_last_error());
+        memset(p, 0, bytes);
+        *reg = (hx_emb_region){p, NULL, 0, bytes};
+        return HX_OK;
+    }
     if (t->backing_fd >= 0 && i < 3) {
         size_t off = region_offset(t, i), end = off + align_up(bytes, HUGE_ALIGN);
         off_t cur = lseek(t->backing_fd, 0, SEEK_END);
@@ -365,9 +376,10 @@ static hx_status region_map(hx_emb_local *t, int i, size_t bytes, hx_emb_region 
     return HX_OK;
 }
 
-static void region_unmap(hx_emb_region *reg)
+static void region_unmap(const hx_emb_local *t, hx_emb_region *reg)
 {
     if (reg->map) munmap(reg->map, reg->len);
+    else if (reg->ptr && t->mem.alloc) t->mem.free(t->mem.ctx, reg->ptr);
     memset(reg, 0, sizeof *reg);
 }
 
@@ -458,12 +470,12 @@ hx_status hx_emb_local_set_optim(hx_emb_table *tt, const hx_emb_optim *optim, in
     for (int k = 0; k < ns; k++) {
         st = region_map(t, 1 + k, bytes, &nreg[k], err);
         if (st) {
-            for (int j = 0; j < k; j++) region_unmap(&nreg[j]);
+            for (int j = 0; j < k; j++) region_unmap(t, &nreg[j]);
             return st;
         }
     }
     for (int k = 0; k < 2; k++) {
-        region_unmap(&t->reg[1 + k]);
+        region_unmap(t, &t->reg[1 + k]);
         t->reg[1 + k] = nreg[k];
         t->state[k] = nreg[k].ptr;
     }
@@ -482,7 +494,7 @@ hx_emb_local *hx_emb_as_local(hx_emb_table *t)
 static void local_free(hx_emb_table *tt)
 {
     hx_emb_local *t = (hx_emb_local *)tt;
-    for (int i = 0; i < 4; i++) region_unmap(&t->reg[i]);
+    for (int i = 0; i < 4; i++) region_unmap(t, &t->reg[i]);
     if (t->backing_fd >= 0) close(t->backing_fd);
     free(t->backing_path);
     free(t);
@@ -527,8 +539,9 @@ hx_status hx_emb_local_create(const hx_emb_table_config *cfg, hx_emb_table **out
     t->optim.kind = HX_EMB_OPTIM_NONE;
     t->lazy = cfg->lazy_init != 0;
     t->backing_fd = -1;
+    if (cfg->mem) t->mem = *cfg->mem;
     size_t pbytes = (size_t)cfg->rows * (size_t)t->stride * t->esize;
-    t->huge = cfg->backing_file == NULL &&
+    t->huge = cfg->backing_file == NULL && !cfg->mem &&
               (cfg->huge_pages > 0 || (cfg->huge_pages < 0 && pbytes >= HUGE_MIN_BYTES));
     if (cfg->backing_file) {
         t->backing_path = strdup(cfg->backing_file);

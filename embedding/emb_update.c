@@ -54,6 +54,20 @@ static upd make_upd(hx_emb_local *t, int64_t step)
     return u;
 }
 
+hx_emb_step_plan hx_emb_step_plan_of(const hx_emb_optim *o, int64_t step)
+{
+    hx_emb_local t = {.optim = *o};
+    upd u = make_upd(&t, step);
+    hx_emb_step_plan p = {.kind = o->kind, .ra_clr = u.ra_clr, .ra_eps = u.ra_eps, .ra_wd = u.ra_wd};
+    switch (o->kind) {
+    case HX_EMB_OPTIM_LAZY_ADAM: p.plan = hx_optim_plan_lazy_adam_rows(&u.adam, step); break;
+    case HX_EMB_OPTIM_ADAGRAD: p.plan = hx_optim_plan_adagrad_rows(&u.ada, step); break;
+    case HX_EMB_OPTIM_FTRL: p.plan = hx_optim_plan_ftrl_rows(&u.ftrl); break;
+    default: break;
+    }
+    return p;
+}
+
 /* Per-thread buffers: the chunk's gradients and ids; for f16/bf16 tables
  * f32 copies of its params and state; a row of scratch. */
 typedef struct tbuf {

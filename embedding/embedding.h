@@ -44,6 +44,7 @@
 
 #include "hetex.h"
 #include "core/core.h" /* HX_TSAN */
+#include "kernels/cpu/hx_kernels.h" /* hx_optim_plan */
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -128,6 +129,19 @@ typedef enum hx_emb_oob {
     HX_EMB_OOB_ZERO   /* reads as a zero row, gets no update, counted in the stats */
 } hx_emb_oob;
 
+/* Memory for a local table's params and state other than host pages: an
+ * emulated device's (host-addressable: the table's own code runs on it).
+ * alloc returns a block of at least `bytes` or fails with its status and
+ * hx_last_error() saying why (a device's cap, with its report); `what`
+ * names the block in that report. what names the table's use (kept: a
+ * string that outlives the table). */
+typedef struct hx_emb_mem {
+    void *ctx;
+    hx_status (*alloc)(void *ctx, size_t bytes, const char *what, void **out);
+    void (*free)(void *ctx, void *p);
+    const char *what;
+} hx_emb_mem;
+
 typedef struct hx_emb_table_config {
     int64_t rows, dim;
     hx_dtype dtype;           /* HX_DTYPE_F32, F16 or BF16 (optimizer state is f32) */
@@ -150,6 +164,9 @@ typedef struct hx_emb_table_config {
     int64_t device_cache_rows; /* > 0: hot rows and their state in a device cache of this
                                   many rows in front of the table (cache.h; not with
                                   ssd_path) */
+    const struct hx_emb_mem *mem; /* NULL: params and state in host pages; else from this
+                                     allocator (a device cache's slots; not with
+                                     backing_file, lazy_init or huge_pages) */
     int64_t row_stride;       /* > 0: row r starts as row r * row_stride + row_offset of a
                                  whole table (a row-wise shard's rows); 0: as row r */
     int64_t row_offset;
@@ -361,6 +378,7 @@ typedef struct hx_emb_local {
     float *state[2];
     _Atomic uint64_t *ready;
     hx_emb_region reg[4];  /* params, state 0, state 1, ready bitmap */
+    hx_emb_mem mem;        /* the config's (alloc NULL: host pages) */
     int backing_fd;        /* -1 for anonymous memory */
     char *backing_path;
     _Atomic int64_t oob_count;
@@ -502,6 +520,18 @@ void hx_emb_local_init_row_as(hx_emb_local *t, int64_t r, int64_t as_row, float 
 /* After a load into an eager table: rows whose bit is clear in the file's
  * ready bitmap get their initial value and start state. */
 void hx_emb_local_init_unready(hx_emb_local *t, const uint64_t *file_ready, int nthreads);
+/* The scalars of one sparse step t = step of optimizer o, as the local
+ * table's update uses them, for kernels that apply the same update
+ * elsewhere (kernels/gpu, over a device cache's rows): LazyAdam, Adagrad
+ * and FTRL run plan (kernels/cpu/optim.h's row kernels' plan); row-wise
+ * Adagrad (embedding.h's formula) runs clr = (f)(lr / (1 + (t - 1) *
+ * lr_decay)), eps and wd as f32. */
+typedef struct hx_emb_step_plan {
+    hx_emb_optim_kind kind;
+    hx_optim_plan plan;
+    float ra_clr, ra_eps, ra_wd;
+} hx_emb_step_plan;
+hx_emb_step_plan hx_emb_step_plan_of(const hx_emb_optim *o, int64_t step);
 /* Number of optimizer state arrays of a kind (0, 1 or 2), and whether one
  * array holds a float per row (row-wise Adagrad) instead of a row. */
 int hx_emb_optim_nstate(hx_emb_optim_kind kind);

@@ -208,6 +208,25 @@ hx_emb_optim_kind hx__embedding_optim_kind(const hx_embedding_table *t)
 
 void hx__embedding_use(hx_embedding_table *t, int delta) { atomic_fetch_add(&t->graphs, delta); }
 
+hx_status hx__embedding_cache_bind(hx_embedding_table *t, const hx_emb_mem *mem, const void *owner)
+{
+    if (!t->dev) return HX_OK;
+    hx_status st = HX_OK;
+    hx_emb_err err;
+    pthread_mutex_lock(&t->lock);
+    if (mem ? !t->dev_owner : t->dev_owner == owner) {
+        size_t bytes = hx_emb_devcache_bytes(t->dev);
+        st = hx_emb_devcache_bind(t->dev, mem, &err);
+        if (!st) t->dev_owner = mem ? owner : NULL;
+        else
+            st = hx__error(st, "embedding table '%s': its device cache (device_cache_rows, %zu bytes of "
+                           "rows and optimizer state) does not fit the device: %s; lower "
+                           "device_cache_rows or raise max_device_memory", t->name, bytes, err.msg);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return st;
+}
+
 hx_status hx__embedding_hold(hx_embedding_table *t, bool alone, const char *fn)
 {
     int n = atomic_load(&t->users);
@@ -504,8 +523,11 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
                                 .device_rows_out = (int64_t)ds.rows_out,
                                 .device_bytes_in = (int64_t)ds.bytes_in,
                                 .device_bytes_out = (int64_t)ds.bytes_out,
+                                .device_rows_init = (int64_t)ds.rows_init,
                                 .device_rows_prefetched = (int64_t)ds.prefetched,
-                                .device_cache_calls = ds.calls};
+                                .device_cache_calls = ds.calls,
+                                .device_cache_bytes = ds.bytes,
+                                .device_cache_on_device = ds.on_device};
     hx__embedding_idmap_stats(t, hx_emb_dynamic_idmap(t->impl), out);
     return HX_OK;
 }

@@ -20,6 +20,7 @@ struct hx_embedding_table {
     hx_emb_ssd *ssd;      /* a table on disk (ssd_path), else NULL */
     hx_emb_devcache *dev; /* a device cache in front of the table (device_cache_rows; local
                              is then its host table), else NULL */
+    const void *dev_owner; /* the session whose device holds the cache's slots, else NULL */
     hx_emb_shard *shard;  /* a sharded table (config.comm; impl is it, local NULL), else NULL */
     hx_ps *ps;            /* server mode (config.ps): the servers' shard is `shard` on a
                              server; on a worker `client` (impl is it, local NULL) */
@@ -75,6 +76,16 @@ hx_status hx__embedding_shard_stats(const hx_embedding_table *t, hx_embedding_st
  * a DYNAMIC table into *out, read under t's lock; map NULL: nothing. */
 void hx__embedding_idmap_stats(const hx_embedding_table *t, const hx_emb_idmap *map,
                                hx_embedding_stats *out);
+
+/* A session puts the device cache of t (device_cache_rows) in its
+ * device's memory (mem), or (mem NULL) takes it back to host pages: only
+ * the session that put it there takes it back, and a cache another
+ * session's device holds stays there. Under the table's lock; the cache is
+ * written back and emptied (hx_emb_devcache_bind). Tables without a
+ * device cache: nothing. Fails as the allocator does (the device's cap),
+ * with hx_last_error() naming the table, the bytes and what to change;
+ * the cache then stays where it was. */
+hx_status hx__embedding_cache_bind(hx_embedding_table *t, const hx_emb_mem *mem, const void *owner);
 
 /* A graph starts (+1) or stops (-1) using t. */
 void hx__embedding_use(hx_embedding_table *t, int delta);

@@ -878,9 +878,17 @@ typedef struct hx_embedding_config {
      * hx_embedding_table_prefetch copies the next batch's rows in ahead.
      * One step may touch at most this many distinct rows of the table
      * (else the run fails with HX_ERR_OUT_OF_MEMORY naming the count).
-     * The cache is host memory on every backend today (the emulated
-     * device's kernels are the host's; the CUDA kernels are not wired).
-     * Not with comm, ps or ssd_path (HX_ERR_UNSUPPORTED). 0: none. */
+     * A session with an emulated accelerator holds the cache's rows and
+     * state in its device memory (counted against max_device_memory, in
+     * hx_memory_stats.device_used_bytes; hx_session_create fails with
+     * HX_ERR_DEVICE_OOM naming the table when they do not fit) from its
+     * creation until it is freed (the cache is then written back and
+     * returns to host memory); the lookups and updates of cached rows
+     * run the host's kernels on that memory, as every emulated kernel
+     * does. Elsewhere (no session, or a CUDA device: the CUDA kernels
+     * exist, kernels/gpu/emb_cache.cu, but are not wired) the cache is
+     * host memory. Not with comm, ps or ssd_path (HX_ERR_UNSUPPORTED).
+     * 0: none. */
     int64_t device_cache_rows;
     /* Tables over several processes (README, "Sharded tables"). comm NULL:
      * the table lives in this process. Else the table is sharded over
@@ -1124,8 +1132,14 @@ typedef struct hx_embedding_stats {
     int64_t device_rows_in, device_rows_out;      /* rows (with their state) copied in from
                                                      the host table / written back to it */
     int64_t device_bytes_in, device_bytes_out;
-    int64_t device_rows_prefetched;               /* of device_rows_in: by _prefetch */
+    int64_t device_rows_init;                     /* misses on lazy rows never written: the
+                                                     slot takes the initial value, nothing
+                                                     is copied (not in device_rows_in) */
+    int64_t device_rows_prefetched;               /* of device_rows_in and _init: by _prefetch */
     int64_t device_cache_calls;                   /* lookups and updates through the cache */
+    size_t device_cache_bytes;                    /* the cache's rows and their state */
+    int device_cache_on_device;                   /* 1 while a session's (emulated) device
+                                                     memory holds them, 0 in host memory */
 } hx_embedding_stats;
 /* The table's counts and sizes now. A sharded table: rows and dim are the
  * whole table's, the rest this rank's share (rows_assigned: rows it holds

@@ -43,6 +43,7 @@ void hx_session_free(hx_session *s)
     /* before the loop below: the residency's host copies are its own */
     if (s->e.residency) s->e.residency->destroy(s->e.residency);
     hx__engine_free_plans(&s->e);
+    hx__session_unbind_caches(s); /* before the device's memory goes */
     for (int i = 0; s->e.persist && i < s->e.g->n; i++) {
         if (!s->e.persist[i]) continue;
         hx_backend *b = s->e.be[hx__dev_of(&s->e, i)];
@@ -244,6 +245,7 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!st && s->e.cfg.offload.offload_param == HX_OFFLOAD_DISK)
         st = hx__disk_create(&s->e, &s->e.residency);
     if (!st) st = alloc_persistent(s);
+    if (!st) st = hx__session_bind_caches(s);
     if (!st && !s->e.residency) st = hx__half_copies_refresh(&s->e, NULL); /* else by its init */
     if (!st) st = hx__scan_alloc(&s->e);
     if (!st && s->e.residency) st = s->e.residency->init(s->e.residency);

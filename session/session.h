@@ -66,6 +66,11 @@ struct hx_session {
 hx_status hx__session_enter(hx_session *s, const char *fn);
 void hx__session_leave(hx_session *s);
 
+/* The graph's embedding tables with a device cache: their slots into an
+ * emulated device's memory (creation; fails as the device's cap), and back
+ * to host pages (free). session/emb_caches.c. */
+hx_status hx__session_bind_caches(hx_session *s);
+void hx__session_unbind_caches(hx_session *s);
 /* data_parallel.c: the gradient chunks of cfg.comm (none without one);
  * nccl: after phase 0 of a training run of p, the gradients of the
  * updates on a CUDA device summed in place over NCCL (HX_ERR_UNSUPPORTED

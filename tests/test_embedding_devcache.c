@@ -9,7 +9,9 @@
  * the cache; read-ahead; the hit rate on Zipf(1.05) ids against uniform
  * ids; a call that needs more rows than the cache holds; bad configs; and
  * a deliberately broken cache (one write-back skipped) that the
- * comparison catches. */
+ * comparison catches. The model's sessions run on the emulated device,
+ * which holds the cache's slots (their bytes in its memory, a cap too
+ * small refused); rows moved per step are the misses plus the write-backs. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -88,7 +90,13 @@ typedef struct model {
     hx_tensor *ids, *off, *y, *loss, *w1, *w2;
 } model;
 
-static int model_make(model *m, hx_embedding_table *t)
+/* cap > 0: an emulated device of cap bytes; returns whether the session
+ * was made (its status in *st when st is not NULL). */
+static int model_make_cap(model *m, hx_embedding_table *t, size_t cap, hx_status *st);
+
+static int model_make(model *m, hx_embedding_table *t) { return model_make_cap(m, t, 0, NULL); }
+
+static int model_make_cap(model *m, hx_embedding_table *t, size_t cap, hx_status *st)
 {
     memset(m, 0, sizeof *m);
     m->g = hx_graph_create();
@@ -109,8 +117,17 @@ static int model_make(model *m, hx_embedding_table *t)
     hx_optimizer_config adam = hx_optimizer_config_default(HX_OPTIMIZER_ADAM);
     adam.lr = 0.01;
     OK(hx_graph_apply_optimizer(m->g, NULL, &adam));
-    m->s = test_session(m->g, HX_ACCELERATOR_EMU, 2);
-    return m->s != NULL;
+    if (!cap) {
+        m->s = test_session(m->g, HX_ACCELERATOR_EMU, 2);
+        return m->s != NULL;
+    }
+    hx_session_config c = hx_session_config_default();
+    c.accelerator = HX_ACCELERATOR_EMU;
+    c.n_threads = 2;
+    c.max_device_memory = cap;
+    hx_status s = hx_session_create(m->g, &c, &m->s);
+    if (st) *st = s;
+    return s == HX_OK;
 }
 
 static void model_free(model *m)
@@ -155,6 +172,11 @@ static int train(hx_embedding_table *t, hx_embedding_ids mode, bool prefetch, fl
         model_free(&m);
         return 0;
     }
+    hx_embedding_stats ts;
+    OK(hx_embedding_table_stats(t, &ts));
+    CHECK(ts.device_cache_on_device == (ts.device_cache_rows > 0),
+          "a session on the emulated device holds the cache's slots (%d, cache of %lld rows)",
+          ts.device_cache_on_device, (long long)ts.device_cache_rows);
     test_rng r = test_rng_make(7);
     int64_t ids[2][B * F], off[B];
     float y[2][B];
@@ -194,7 +216,7 @@ static void run_model(hx_embedding_ids mode, hx_embedding_optimizer_kind k, hx_d
         hx_embedding_stats st;
         OK(hx_embedding_table_stats(cached, &st));
         CHECK(st.device_cache_rows == CACHE && st.device_cache_hits * 2 < st.device_cache_lookups &&
-                  st.device_rows_out > 0 && st.device_rows_in >= st.device_rows_out &&
+                  st.device_rows_out > 0 && st.device_rows_in + st.device_rows_init >= st.device_rows_out &&
                   (!prefetch || st.device_rows_prefetched > 0),
               "%s: a cache of %lld rows: most lookups miss (%lld of %lld hit), %lld rows in (%lld ahead), %lld "
               "written back", name, (long long)st.device_cache_rows, (long long)st.device_cache_hits,
@@ -271,7 +293,7 @@ static void eviction_and_break(void)
 {
     hx_embedding_stats st;
     CHECK(few_rows(-1, &st), "a cache of 3 rows: 40 steps bitwise equal to no cache");
-    CHECK(st.device_cache_rows == 3 && st.device_rows_out > 20 && st.device_rows_in > 20,
+    CHECK(st.device_cache_rows == 3 && st.device_rows_out > 20 && st.device_rows_in + st.device_rows_init > 20,
           "rows in (%lld) and written back (%lld) under a budget of 3 rows", (long long)st.device_rows_in,
           (long long)st.device_rows_out);
     /* The same run with one write-back dropped (row 0 is written back: every row is touched and
@@ -344,7 +366,16 @@ static void checkpoint(void)
     float l1[STEPS], l2[STEPS], w1[DIM * H + H], w2[DIM * H + H];
     if (!a || !b || !train(a, HX_EMBEDDING_IDS_DYNAMIC, false, l1, w1) || !train(b, HX_EMBEDDING_IDS_DYNAMIC, true, l2, w2))
         goto out;
-    hx_embedding_stats s1, s2;
+    /* The session wrote the cache back when it was freed; one more step
+     * on the tables alone leaves dirty rows for the save to write. */
+    hx_embedding_stats s0, s1, s2;
+    OK(hx_embedding_table_stats(b, &s0));
+    CHECK(!s0.device_cache_on_device && s0.device_rows_out > 0, "the freed session took the cache back, written back");
+    int64_t keys[ROWS];
+    all_keys(HX_EMBEDDING_IDS_DYNAMIC, keys); /* steps on the pool's first 8 keys */
+    test_rng ra = test_rng_make(12), rb = test_rng_make(12);
+    OK(table_step(a, keys, 8, STEPS + 1, &ra));
+    OK(table_step(b, keys, 8, STEPS + 1, &rb));
     OK(hx_embedding_table_stats(b, &s1));
     OK(hx_embedding_table_save(a, pa));
     OK(hx_embedding_table_save(b, pb));
@@ -436,6 +467,100 @@ out:
     hx_embedding_table_free(b);
 }
 
+/* The slots in the emulated device's memory: the table's stats give their
+ * bytes (rows and LazyAdam's two state arrays), the session's device
+ * memory holds them beside the model's (against the same model without a
+ * cache), and they go back to host memory, written back, with the
+ * session. A device that holds the model but not the cache refuses the
+ * session, naming the table and what to change. */
+static void device_memory(void)
+{
+    enum { BIG = 100000, BIGCACHE = 50000 };
+    hx_embedding_table *plain = make_table(HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_OPTIMIZER_LAZY_ADAM, HX_DTYPE_F32, BIG, 0),
+                       *cached = make_table(HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_OPTIMIZER_LAZY_ADAM, HX_DTYPE_F32, BIG,
+                                            BIGCACHE);
+    model a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    size_t row = (size_t)hx_emb_row_stride(DIM, HX_DTYPE_F32) * sizeof(float), want = (size_t)BIGCACHE * 3 * row;
+    hx_embedding_stats st;
+    if (!plain || !cached) goto out;
+    OK(hx_embedding_table_stats(cached, &st));
+    CHECK(!st.device_cache_on_device && st.device_cache_bytes == want, "no session: host memory, %zu bytes (want %zu)",
+          st.device_cache_bytes, want);
+    if (!model_make(&a, plain) || !model_make(&b, cached)) goto out;
+    OK(hx_embedding_table_stats(cached, &st));
+    CHECK(st.device_cache_on_device && st.device_cache_bytes == want, "the session's device holds the slots (%d, %zu bytes)",
+          st.device_cache_on_device, st.device_cache_bytes);
+    hx_memory_stats ma, mb;
+    OK(hx_session_memory_stats(a.s, &ma));
+    OK(hx_session_memory_stats(b.s, &mb));
+    size_t diff = mb.device_used_bytes - ma.device_used_bytes;
+    printf("# device memory: %zu bytes without the cache, %zu with (cache %zu)\n", ma.device_used_bytes,
+           mb.device_used_bytes, want);
+    CHECK(mb.device_used_bytes >= ma.device_used_bytes + want && diff <= want + 4096,
+          "the device holds the cache's %zu bytes beside the model: %zu more than without", want, diff);
+    model_free(&b);
+    memset(&b, 0, sizeof b);
+    OK(hx_embedding_table_stats(cached, &st));
+    CHECK(!st.device_cache_on_device && st.device_cache_bytes == want, "back in host memory with the session");
+    /* 4 MiB holds the model, not the 9.6 MB cache */
+    model c;
+    hx_status cs = HX_OK;
+    CHECK(model_make_cap(&c, plain, (size_t)4 << 20, &cs), "the model alone fits 4 MiB: %s", hx_last_error());
+    model_free(&c);
+    CHECK(!model_make_cap(&c, cached, (size_t)4 << 20, &cs) && cs == HX_ERR_DEVICE_OOM &&
+              strstr(hx_last_error(), "'items'") && strstr(hx_last_error(), "device_cache_rows") &&
+              strstr(hx_last_error(), "max_device_memory"),
+          "a cache larger than the device: %d %s", cs, hx_last_error());
+    model_free(&c);
+    OK(hx_embedding_table_stats(cached, &st));
+    CHECK(!st.device_cache_on_device, "the refused session left the cache in host memory");
+out:
+    model_free(&a);
+    model_free(&b);
+    hx_embedding_table_free(plain);
+    hx_embedding_table_free(cached);
+}
+
+/* Rows moved per step are the misses (copied in, or initialised in the
+ * slot for lazy rows never written) plus the write-backs (every victim of
+ * a training step is dirty): the counts of data moved against the
+ * policy's own counts, step by step, on Zipf(1.05) ids over a lazy table. */
+static void rows_moved(void)
+{
+    enum { R = 5000, N = 64, C = 400 };
+    hx_embedding_table *t = make_table(HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_OPTIMIZER_ADAGRAD, HX_DTYPE_F32, R, C);
+    if (!t) return;
+    zipf z = zipf_make(1.05, R);
+    rng_state = 99;
+    test_rng r = test_rng_make(8);
+    hx_emb_devcache_stats a, b;
+    uint64_t moved = 0, lookups = 0, bad = 0;
+    for (int64_t step = 1; step <= 60; step++) {
+        int64_t ids[N];
+        for (int i = 0; i < N; i++) ids[i] = zipf_draw(&z) - 1;
+        hx_emb_devcache_stats_get(t->dev, &a);
+        if (table_step(t, ids, N, step, &r)) {
+            CHECK(0, "step %lld: %s", (long long)step, hx_last_error());
+            break;
+        }
+        hx_emb_devcache_stats_get(t->dev, &b);
+        uint64_t in = b.rows_in + b.rows_init - a.rows_in - a.rows_init, out = b.rows_out - a.rows_out;
+        uint64_t misses = (b.lookups - b.hits) - (a.lookups - a.hits), evicted = b.evictions - a.evictions;
+        bad += in != misses || out != evicted;
+        moved += in + out;
+        lookups += b.lookups - a.lookups;
+    }
+    CHECK(!bad, "%llu of 60 steps moved other than their misses and write-backs", (unsigned long long)bad);
+    CHECK(b.evictions > 0 && b.rows_init > 0 && b.rows_in > 0,
+          "the run evicted (%llu), initialised cold rows (%llu) and copied rows in (%llu)",
+          (unsigned long long)b.evictions, (unsigned long long)b.rows_init, (unsigned long long)b.rows_in);
+    printf("# %llu rows moved in 60 steps against %llu without the cache (each distinct row in, its gradient out)\n",
+           (unsigned long long)moved, (unsigned long long)(2 * lookups));
+    hx_embedding_table_free(t);
+}
+
 static const test_case cases[] = {
     {"model_rows", model_rows},
     {"model_modulo", model_modulo},
@@ -445,6 +570,8 @@ static const test_case cases[] = {
     {"checkpoint", checkpoint},
     {"zipf_hit_rate", zipf_hit_rate},
     {"limits", limits},
+    {"device_memory", device_memory},
+    {"rows_moved", rows_moved},
 };
 
 int main(int argc, char **argv)

@@ -247,6 +247,11 @@ hx_optim_plan hx_optim_plan_adam(const hx_adam_hp *hp, int64_t t, const hx_optim
 hx_optim_plan hx_optim_plan_adagrad(const hx_adagrad_hp *hp, int64_t t, const hx_optim_io *io);
 hx_optim_plan hx_optim_plan_sgd(const hx_sgd_hp *hp, int64_t t, const hx_optim_io *io);
 hx_optim_plan hx_optim_plan_ftrl(const hx_ftrl_hp *hp, const hx_optim_io *io);
+/* The plans the row kernels (hx_optim_lazy_adam_rows, _adagrad_rows,
+ * _ftrl_rows) run at step `step`: f32 gradients, unscale = clip = 1. */
+hx_optim_plan hx_optim_plan_lazy_adam_rows(const hx_adam_hp *hp, int64_t step);
+hx_optim_plan hx_optim_plan_adagrad_rows(const hx_adagrad_hp *hp, int64_t step);
+hx_optim_plan hx_optim_plan_ftrl_rows(const hx_ftrl_hp *hp);
 
 /* Whether x / b may take the multiply-and-correct form (optim_body.h). */
 static inline int hx_optim_div_fast(float b)

@@ -335,26 +335,44 @@ static hx_optim_plan rows_plan(hx_optim_kind kind)
     return pl;
 }
 
-int hx_optim_lazy_adam_rows(float *param, float *m, float *v, int64_t step, const hx_adam_hp *hp,
-                            const hx_optim_rows *r, int64_t *bad_pos)
+hx_optim_plan hx_optim_plan_lazy_adam_rows(const hx_adam_hp *hp, int64_t step)
 {
     hx_optim_plan pl = rows_plan(HX_OPT_ADAM);
     adam_scalars(&pl, hp, step, 1);
+    return pl;
+}
+
+hx_optim_plan hx_optim_plan_adagrad_rows(const hx_adagrad_hp *hp, int64_t step)
+{
+    hx_optim_plan pl = rows_plan(HX_OPT_ADAGRAD);
+    adagrad_scalars(&pl, hp, step);
+    return pl;
+}
+
+hx_optim_plan hx_optim_plan_ftrl_rows(const hx_ftrl_hp *hp)
+{
+    hx_optim_plan pl = rows_plan(HX_OPT_FTRL);
+    ftrl_scalars(&pl, hp);
+    return pl;
+}
+
+int hx_optim_lazy_adam_rows(float *param, float *m, float *v, int64_t step, const hx_adam_hp *hp,
+                            const hx_optim_rows *r, int64_t *bad_pos)
+{
+    hx_optim_plan pl = hx_optim_plan_lazy_adam_rows(hp, step);
     return rows_run(&pl, param, m, v, r, bad_pos);
 }
 
 int hx_optim_adagrad_rows(float *param, float *sum, int64_t step, const hx_adagrad_hp *hp,
                           const hx_optim_rows *r, int64_t *bad_pos)
 {
-    hx_optim_plan pl = rows_plan(HX_OPT_ADAGRAD);
-    adagrad_scalars(&pl, hp, step);
+    hx_optim_plan pl = hx_optim_plan_adagrad_rows(hp, step);
     return rows_run(&pl, param, sum, NULL, r, bad_pos);
 }
 
 int hx_optim_ftrl_rows(float *param, float *accum, float *linear, const hx_ftrl_hp *hp,
                        const hx_optim_rows *r, int64_t *bad_pos)
 {
-    hx_optim_plan pl = rows_plan(HX_OPT_FTRL);
-    ftrl_scalars(&pl, hp);
+    hx_optim_plan pl = hx_optim_plan_ftrl_rows(hp);
     return rows_run(&pl, param, accum, linear, r, bad_pos);
 }

@@ -226,6 +226,55 @@ hx_gk_status hx_gk_batchnorm_backward_gamma(const hx_gk_ctx *c, hx_kdtype dt, vo
 hx_gk_status hx_gk_optim_update(const hx_gk_ctx *c, const hx_optim_plan *pl, float *param,
                                 float *s1, float *s2, const void *grad, void *half, int64_t n);
 
+/* ---- a device cache of embedding rows (emb_cache.cu) -------------------------------------------
+ * The host table's kernels (embedding/: lookup and bags, the summed
+ * gradient of each touched row, the sparse optimizer steps) over the rows
+ * of a cache held on the device, bit for bit: each output element is
+ * computed by one thread in the host's order, one IEEE rounding per
+ * operation. The cache: `param`, C slot rows of pstride elements of dt
+ * (f32, f16, bf16; a row's first dim are its values) and f32 state rows
+ * of sstride floats (row-wise Adagrad: one float per slot). Slot ids are
+ * i64 device arrays; in a query -1 is the padding id (skipped, with
+ * has_padding) and any other negative id a zero row (an id outside the
+ * table, read as zeros). Slots are not checked against C: the caller's
+ * map made them. Modes as embedding.h's hx_emb_mode: */
+#define HX_GK_EMB_ROWS 0
+#define HX_GK_EMB_SUM 1
+#define HX_GK_EMB_MEAN 2
+#define HX_GK_EMB_MAX 3
+/* ROWS: out (n, dim) = the slot rows of slots (f32). SUM, MEAN, MAX:
+ * out (nbags, dim), bag b over positions [bounds[b], bounds[b + 1])
+ * (bounds: nbags + 1 values), as embedding.h's queries: sums in order of
+ * position (weights: SUM only, w * row), MEAN times RN(1 / count), MAX the
+ * first largest with argmax (nbags, dim) its position (-1 for an empty
+ * bag; argmax may be NULL). */
+hx_gk_status hx_gk_emb_bag(const hx_gk_ctx *c, hx_kdtype dt, const void *param, int64_t pstride,
+                           int64_t dim, const int64_t *slots, int64_t n, int mode,
+                           const int64_t *bounds, int64_t nbags, const float *weights,
+                           int has_padding, float *out, int64_t *argmax);
+/* G (U, dim) = the summed gradient of each of U touched rows: row u sums,
+ * over its positions pos[start[u] .. start[u + 1]) in that order,
+ * scale[j] * dout[bag_of[j]] (MAX: dout[bag_of[j]][k] where
+ * argmax[bag_of[j]][k] == j), as hx_emb_group_sum. */
+hx_gk_status hx_gk_emb_grad_sum(const hx_gk_ctx *c, int mode, const float *dout,
+                                const int64_t *argmax, int64_t dim, const int64_t *start,
+                                int64_t U, const uint32_t *pos, const int64_t *bag_of,
+                                const float *scale, float *G);
+/* One step of LazyAdam, Adagrad or FTRL (pl: hx_optim_plan_*_rows) on the
+ * U distinct slots `slots` with gradients G (U, dim): params read as f32,
+ * updated as the row kernels of kernels/cpu/optim.h do and rounded to dt;
+ * state s0 (and s1: LazyAdam v, FTRL linear) in place. */
+hx_gk_status hx_gk_emb_rows_update(const hx_gk_ctx *c, const hx_optim_plan *pl, hx_kdtype dt,
+                                   void *param, int64_t pstride, float *s0, float *s1,
+                                   int64_t sstride, const int64_t *slots, int64_t U,
+                                   const float *G, int64_t dim);
+/* Row-wise Adagrad (embedding.h's formula; clr, eps, wd from
+ * hx_emb_step_plan_of) on U distinct slots, one accumulator per slot in acc. */
+hx_gk_status hx_gk_emb_rows_row_adagrad(const hx_gk_ctx *c, float clr, float eps, float wd,
+                                        hx_kdtype dt, void *param, int64_t pstride, float *acc,
+                                        const int64_t *slots, int64_t U, const float *G,
+                                        int64_t dim);
+
 /* ---- convolutions through cuDNN (conv_cudnn.c) ----------------------------------------------
  * hetex's cuDNN convolutions (conv_cudnn.c), built when cuDNN is found
  * (HX_HAVE_CUDNN; cmake/hetex_cuda.cmake): forward, backward data and

@@ -36,7 +36,7 @@ mkdir -p "$dest/debs" "$dest/bin" "$dest/cuda"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DHX_CUDA=ON -DHX_MPI=OFF \
   -DCMAKE_CUDA_ARCHITECTURES="${HX_GPU_ARCH:-90-real}" \
   -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" >/dev/null
-cmake --build "$build" -j "$(nproc)" --target test_gpu_kernels test_gpu_backend test_gpu_backend_ops test_gpu_cudnn bench_cuda \
+cmake --build "$build" -j "$(nproc)" --target test_gpu_kernels test_gpu_backend test_gpu_backend_ops test_gpu_cudnn test_gpu_devcache bench_cuda \
   hetex_cli
 for f in "$build"/test_gpu_* "$build"/bench_cuda "$build"/hetex; do
   [ -x "$f" ] && cp "$f" "$dest/bin/"
