@@ -102,12 +102,16 @@ static hx_emb_local *make_table(hx_dtype dt, int64_t dim, hx_emb_optim_kind kind
         exit(1);
     }
     hx_emb_local *L = hx_emb_as_local(t);
-    /* random state of the kind's ranges (sums and accumulators positive) */
+    /* random state of the kind's ranges (sums and accumulators positive);
+     * a row's padding keeps its start value, as in any table (the host's
+     * row kernels run over the padding with zero gradients, a no-op there) */
     int ns = hx_emb_optim_nstate(kind);
-    int64_t per = kind == HX_EMB_OPTIM_ROW_ADAGRAD ? 1 : L->gstride;
+    int rowwise = kind == HX_EMB_OPTIM_ROW_ADAGRAD;
     for (int k = 0; k < ns; k++) {
         int positive = kind != HX_EMB_OPTIM_FTRL ? k == 1 || kind != HX_EMB_OPTIM_LAZY_ADAM : k == 0;
-        test_fill_uniform(&R, L->state[k], SLOTS * per, positive ? 0.05 : -0.5, positive ? 1.0 : 0.5);
+        for (int64_t r = 0; r < SLOTS; r++)
+            test_fill_uniform(&R, L->state[k] + (rowwise ? r : r * L->gstride), rowwise ? 1 : dim,
+                              positive ? 0.05 : -0.5, positive ? 1.0 : 0.5);
     }
     return L;
 }
