@@ -10,13 +10,23 @@
  *             host: dim floats each way); its step time
  *   cache     the same steps with caches of several fractions of the table,
  *             after warm-up steps that fill them: the hit rate, rows moved
- *             (misses in, dirty victims written back, each with its state:
- *             3 x dim floats for LazyAdam) a step over no_cache's, bytes
- *             likewise, and the step time over no_cache's (the cost of
- *             the cache's bookkeeping on the host, where emu runs it)
+ *             (misses copied in, dirty victims written back, each with its
+ *             state: 3 x dim floats for LazyAdam; a miss on a lazy row never
+ *             written copies nothing, its slot takes the initial value:
+ *             counted apart as rows_init) a step over no_cache's, the misses
+ *             plus write-backs over no_cache's (every miss counted as moved),
+ *             bytes likewise, and the step time over no_cache's (the cost of
+ *             the cache's bookkeeping on the host, where emu runs it); also
+ *             the rows moved against a step that moves every id's row and
+ *             gradient (2 x 106,496, no de-duplication), and the ceiling of
+ *             the hit rate (ideal_hit_rate: the best static cache of that
+ *             size, computed from the id distribution)
  * One JSON object per case.
- *   bench_devcache [--rows N (4000000)] [--steps N (20)] [--warmup N (10)] */
+ *   bench_devcache [--rows N (4000000)] [--steps N (20)] [--warmup N (10)]
+ *                  [--eager 1: rows written at creation, so that every miss
+ *                   copies a row, as in a long run's steady state] */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,18 +50,38 @@ static void draw(bool zipfian, const zipf *z, int64_t rows, int64_t *ids)
     for (int64_t i = 0; i < N; i++) ids[i] = zipfian ? zipf_draw(z) - 1 : (int64_t)(rng_next() % (uint64_t)rows);
 }
 
+/* The hit rate over a step's distinct rows of the best cache of C rows
+ * that never changes (the C most likely rows: the oracle static cache): a
+ * row of probability q appears in a step of N ids with probability
+ * 1 - (1 - q)^N. Uniform ids: C / rows. No policy that holds C rows beats
+ * it by much on independent steps. */
+static double ideal_hit_rate(bool zipfian, int64_t rows, int64_t C)
+{
+    if (!zipfian) return (double)C / (double)rows;
+    double z = 0, in = 0, all = 0;
+    for (int64_t k = 1; k <= rows; k++) z += pow((double)k, -1.05);
+    for (int64_t k = 1; k <= rows; k++) {
+        double p = -expm1((double)N * log1p(-pow((double)k, -1.05) / z));
+        all += p;
+        if (k <= C) in += p;
+    }
+    return in / all;
+}
+
 typedef struct result {
-    double ms, hit_rate, looked_up, moved, bytes, ahead;
+    double ms, hit_rate, looked_up, moved, bytes, ahead, init, misses, writebacks;
 } result;
 
 /* warmup + steps steps on a new table with a cache of cache_rows (0: none);
  * the measured steps' figures. */
+static bool eager; /* --eager: every row written at creation (no lazy rows: every miss copies) */
+
 static int run(bool zipfian, int64_t rows, int64_t cache_rows, int warmup, int steps, result *out)
 {
     hx_embedding_config c = hx_embedding_config_default();
     c.rows = rows;
     c.dim = DIM;
-    c.lazy_init = true;
+    c.lazy_init = !eager;
     c.seed = 1;
     c.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_LAZY_ADAM);
     c.n_threads = 1;
@@ -104,8 +134,11 @@ static int run(bool zipfian, int64_t rows, int64_t cache_rows, int warmup, int s
     double bytes = cache_rows ? (double)(b.device_bytes_in - a.device_bytes_in + b.device_bytes_out - a.device_bytes_out) / steps
                               : moved * DIM * 4; /* a row in, its gradient out: no state moves */
     int64_t lk = b.device_cache_lookups - a.device_cache_lookups;
+    double init = (double)(b.device_rows_init - a.device_rows_init) / steps;
     *out = (result){dt / steps * 1e3, lk ? (double)(b.device_cache_hits - a.device_cache_hits) / (double)lk : 0, looked,
-                    moved, bytes, (double)(b.device_rows_prefetched - a.device_rows_prefetched) / steps};
+                    moved, bytes, (double)(b.device_rows_prefetched - a.device_rows_prefetched) / steps, init,
+                    (double)(lk - (b.device_cache_hits - a.device_cache_hits)) / steps,
+                    (double)(b.device_rows_out - a.device_rows_out) / steps};
     free(ids[0]);
     free(ids[1]);
     free(outv);
@@ -122,8 +155,9 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--rows")) rows = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--eager")) eager = atoi(argv[i + 1]) != 0;
         else {
-            fprintf(stderr, "usage: bench_devcache [--rows N] [--steps N] [--warmup N]\n");
+            fprintf(stderr, "usage: bench_devcache [--rows N] [--steps N] [--warmup N] [--eager 0|1]\n");
             return 2;
         }
     }
@@ -135,9 +169,9 @@ int main(int argc, char **argv)
     double load;
     machine(model, sizeof model, &load);
     printf("{\"bench\":\"devcache\",\"case\":\"setup\",\"cpu\":\"%s\",\"load_1min\":%.2f,\"rows\":%lld,\"dim\":%d,"
-           "\"samples\":%d,\"bag\":%d,\"optimizer\":\"lazy_adam\",\"steps\":%d,\"warmup\":%d}\n",
-           model, load, (long long)rows, DIM, SAMPLES, BAG, steps, warmup);
-    static const double fractions[] = {0.05, 0.1, 0.2};
+           "\"samples\":%d,\"bag\":%d,\"optimizer\":\"lazy_adam\",\"steps\":%d,\"warmup\":%d,\"lazy\":%d}\n",
+           model, load, (long long)rows, DIM, SAMPLES, BAG, steps, warmup, !eager);
+    static const double fractions[] = {0.05, 0.1};
     int rc = 0;
     for (int zf = 1; zf >= 0 && !rc; zf--) {
         const char *idn = zf ? "zipf1.05" : "uniform";
@@ -147,18 +181,22 @@ int main(int argc, char **argv)
                "\"rows_looked_up_per_step\":%.0f,\"rows_moved_per_step\":%.0f,\"bytes_moved_per_step\":%.0f}\n",
                idn, (long long)rows, base.ms, base.looked_up, base.moved, base.bytes);
         fflush(stdout);
-        for (int f = 0; f < 3 && !rc; f++) {
+        for (int f = 0; f < 2 && !rc; f++) {
             int64_t cr = (int64_t)(fractions[f] * (double)rows);
             result r;
             if ((rc = run(zf, rows, cr, warmup, steps, &r))) break;
             printf("{\"bench\":\"devcache\",\"case\":\"cache\",\"ids\":\"%s\",\"rows\":%lld,\"cache_rows\":%lld,"
                    "\"cache_fraction\":%.2f,\"ms_per_step\":%.2f,\"hit_rate\":%.4f,\"rows_looked_up_per_step\":%.0f,"
                    "\"rows_moved_per_step\":%.0f,\"rows_ahead_per_step\":%.0f,\"bytes_moved_per_step\":%.0f,"
-                   "\"moved_over_no_cache\":%.4f,\"fewer_rows_moved\":%.4f,\"bytes_over_no_cache\":%.4f,"
+                   "\"misses_per_step\":%.0f,\"rows_init_per_step\":%.0f,\"writebacks_per_step\":%.0f,"
+                   "\"moved_over_no_cache\":%.4f,\"fewer_rows_moved\":%.4f,"
+                   "\"fewer_misses_plus_writebacks\":%.4f,\"fewer_rows_moved_than_every_id\":%.4f,"
+                   "\"ideal_hit_rate\":%.4f,\"bytes_over_no_cache\":%.4f,"
                    "\"time_over_no_cache\":%.3f}\n",
                    idn, (long long)rows, (long long)cr, fractions[f], r.ms, r.hit_rate, r.looked_up, r.moved,
-                   r.ahead, r.bytes, r.moved / base.moved, 1 - r.moved / base.moved, r.bytes / base.bytes,
-                   r.ms / base.ms);
+                   r.ahead, r.bytes, r.misses, r.init, r.writebacks, r.moved / base.moved, 1 - r.moved / base.moved,
+                   1 - (r.misses + r.writebacks) / base.moved, 1 - r.moved / (2.0 * N),
+                   ideal_hit_rate(zf, rows, cr), r.bytes / base.bytes, r.ms / base.ms);
             fflush(stdout);
         }
     }
