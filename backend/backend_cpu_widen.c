@@ -23,10 +23,17 @@ static size_t f32_bytes(const hx_tensor *t)
 hx_status hx__cpu_widen(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_tensor *y,
                         void *out, void *const *in)
 {
-    int n = y->n_src, nt = ex->nthreads;
+    return hx__cpu_widen_reading(f32_kernel, ex, y, out, in, (const hx_tensor *const *)y->src,
+                                 y->n_src);
+}
+
+hx_status hx__cpu_widen_reading(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_tensor *y,
+                                void *out, void *const *in, const hx_tensor *const *src, int n)
+{
+    int nt = ex->nthreads;
     size_t bytes = is_half(y->dtype) ? f32_bytes(y) : 0;
     for (int k = 0; k < n; k++)
-        if (is_half(y->src[k]->dtype)) bytes += f32_bytes(y->src[k]);
+        if (is_half(src[k]->dtype)) bytes += f32_bytes(src[k]);
     if (!bytes) return f32_kernel(ex, y, out, in);
 
     char *scratch = aligned_alloc(ALIGN, bytes);
@@ -38,7 +45,7 @@ hx_status hx__cpu_widen(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_ten
     void *win[n > 0 ? n : 1];
     size_t off = 0;
     for (int k = 0; k < n; k++) {
-        const hx_tensor *x = y->src[k];
+        const hx_tensor *x = src[k];
         win[k] = in[k];
         if (!is_half(x->dtype)) continue;
         win[k] = scratch + off;

@@ -11,5 +11,9 @@
  * they are. Fails with HX_ERR_OUT_OF_MEMORY when the scratch cannot be had. */
 hx_status hx__cpu_widen(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_tensor *y,
                         void *out, void *const *in);
+/* The same for a node that reads other tensors than its sources (a host
+ * fusion, graph.h's lowering): in[k] holds src[k], k < n. */
+hx_status hx__cpu_widen_reading(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_tensor *y,
+                                void *out, void *const *in, const hx_tensor *const *src, int n);
 
 #endif

@@ -73,7 +73,8 @@ int main(int argc, char **argv)
             hx_k_bias_add_f32(C1, C1, bias, M, N, nt);
             if (sh->act >= 0) hx_k_unary_f32((hx_unary_op)sh->act, C1, C1, M * N, nt);
             double t2 = now();
-            hx_k_gemm_bias_act_f32(0, 0, 1, M, N, K, A, K, 0, B, N, 0, bias, sh->act, C2, N, 0, nt);
+            hx_k_gemm_bias_act_f32(0, 0, 1, M, N, K, A, K, 0, B, N, 0, bias, sh->act, HX_K_F32,
+                                   C2, N, 0, nt);
             double t3 = now();
             if (t1 - t0 < best[0]) best[0] = t1 - t0;
             if (t2 - t0 < best[1]) best[1] = t2 - t0;

@@ -290,7 +290,13 @@ void hx__recompute_end(hx_graph *g, hx_recompute *r, bool failed);
  * conv_gemm pair as one cuDNN convolution of x and w, where the device has
  * a kernel for it. On the host (fusion): bias_add(matmul(x, w), b), and an
  * activation of that, as one GEMM whose epilogue adds the bias and applies
- * the activation to each tile while it is in cache. The graph stays as
+ * the activation to each tile while it is in cache; and layernorm(add(x,
+ * r)) as one pass over rows that writes both the sum (which other nodes
+ * read: the next residual, the layernorm's gradients) and the layernorm,
+ * where every other reader of the sum depends on the layernorm's output
+ * (so runs after the kernel wrote it); the add itself runs nothing then
+ * (HX_LOWER_WRITTEN_BY_READER) and the layernorm reads the sum as its last
+ * source, so the plan keeps its buffer alive and ordered. The graph stays as
  * built (sessions share it); the session keeps, per tensor id, how it runs
  * the node (hx_lowered) and its plans read through it (hx__read_src). The
  * values the group wrote inside (the columns; the matmul's product) are
@@ -310,13 +316,17 @@ typedef enum hx_lower_kind {
     HX_LOWER_MATMUL_BIAS_RELU,       /* host: relu(bias_add(matmul(x, w), b)): in x, w, b */
     HX_LOWER_MATMUL_BIAS_GELU,       /* host: gelu (tanh form) of the same */
     HX_LOWER_MATMUL_BIAS_GELU_ERF,   /* host: gelu_erf of the same */
+    HX_LOWER_ADD_LAYERNORM,          /* host: layernorm(s = add(x, r), gamma, beta): in x, r,
+                                        gamma, beta, and s, which the kernel writes */
+    HX_LOWER_WRITTEN_BY_READER,      /* host: the add s above: runs nothing (in its
+                                        own sources); its reader's kernel writes it */
     HX_LOWER_COUNT
 } hx_lower_kind;
 #define HX_LOWERED_OP(kind) ((hx_op)(HX_OP_COUNT + (int)(kind)))
-#define HX_LOWER_MAX_READ 3
+#define HX_LOWER_MAX_READ 5
 typedef struct hx_lowered {
     int8_t kind;   /* hx_lower_kind */
-    int8_t n_read; /* sources read (2 or 3) */
+    int8_t n_read; /* sources read (2 to 5) */
     int8_t path[HX_LOWER_MAX_READ][3]; /* see above */
 } hx_lowered;
 /* Source j of node t as a plan reads it: through the lowering `low` (per
@@ -344,6 +354,12 @@ static inline hx_op hx__run_op(const hx_tensor *t, const hx_lowered *low)
 static inline bool hx__lower_on_host(hx_lower_kind kind)
 {
     return kind >= HX_LOWER_MATMUL_BIAS && kind < HX_LOWER_COUNT;
+}
+/* Whether kind is a host GEMM with an epilogue (its group: the node, then
+ * down its source 0 to the matmul, whose nodes no plan runs). */
+static inline bool hx__lower_fuses_matmul(hx_lower_kind kind)
+{
+    return kind >= HX_LOWER_MATMUL_BIAS && kind <= HX_LOWER_MATMUL_BIAS_GELU_ERF;
 }
 /* Lowers what it can of g: a node whose group has a kernel on its target
  * (target[] after placement; has_kernel(ctx, target, HX_LOWERED_OP(kind),

@@ -3,8 +3,10 @@
  * graph/ops_conv.c) and its two gradients as cuDNN calls of x, w and dy,
  * where the device backend has those kernels. On the host (fusion, unless
  * the session turns it off): a matmul, its bias_add and an activation of
- * that as one GEMM with an epilogue (kernels/cpu/gemm.c). The graph is not
- * changed; the answer is a per-node table the session's plans read through. */
+ * that as one GEMM with an epilogue (kernels/cpu/gemm.c); a layernorm of an
+ * add as one pass that writes the sum too (kernels/cpu/rows.c). The graph
+ * is not changed; the answer is a per-node table the session's plans read
+ * through. */
 #include "graph/graph.h"
 
 #include <stdlib.h>
@@ -17,26 +19,31 @@ typedef struct rule {
     hx_lower_kind kind;
     int8_t n_read;
     int8_t path[HX_LOWER_MAX_READ][3];
+    bool writes_inner; /* the value inside (via_op[0]'s) is still read by others: the
+                          kernel writes it, and its node runs nothing */
 } rule;
 
 #define NO HX_OP_COUNT
 static const rule rules[] = {
     {HX_OP_CONV_GEMM, {HX_OP_IM2COL, NO}, 0, HX_LOWER_CONV2D, 2,
-     {{0, 0, -1}, {1, -1, -1}, {-1, -1, -1}}},
+     {{0, 0, -1}, {1, -1, -1}}, false},
     {HX_OP_COL2IM, {HX_OP_CONV_GEMM_BACKWARD_COLS, NO}, 0, HX_LOWER_CONV2D_BACKWARD_DATA, 2,
-     {{0, 0, -1}, {0, 1, -1}, {-1, -1, -1}}},
+     {{0, 0, -1}, {0, 1, -1}}, false},
     {HX_OP_CONV_GEMM_BACKWARD_W, {HX_OP_IM2COL, NO}, 1, HX_LOWER_CONV2D_BACKWARD_FILTER, 2,
-     {{0, -1, -1}, {1, 0, -1}, {-1, -1, -1}}},
+     {{0, -1, -1}, {1, 0, -1}}, false},
     /* host: act(bias_add(matmul(x, w), b)) reads x, w, b */
     {HX_OP_RELU, {HX_OP_BIAS_ADD, HX_OP_MATMUL}, 0, HX_LOWER_MATMUL_BIAS_RELU, 3,
-     {{0, 0, 0}, {0, 0, 1}, {0, 1, -1}}},
+     {{0, 0, 0}, {0, 0, 1}, {0, 1, -1}}, false},
     {HX_OP_GELU, {HX_OP_BIAS_ADD, HX_OP_MATMUL}, 0, HX_LOWER_MATMUL_BIAS_GELU, 3,
-     {{0, 0, 0}, {0, 0, 1}, {0, 1, -1}}},
+     {{0, 0, 0}, {0, 0, 1}, {0, 1, -1}}, false},
     {HX_OP_GELU_ERF, {HX_OP_BIAS_ADD, HX_OP_MATMUL}, 0, HX_LOWER_MATMUL_BIAS_GELU_ERF, 3,
-     {{0, 0, 0}, {0, 0, 1}, {0, 1, -1}}},
+     {{0, 0, 0}, {0, 0, 1}, {0, 1, -1}}, false},
     /* host: bias_add(matmul(x, w), b) */
     {HX_OP_BIAS_ADD, {HX_OP_MATMUL, NO}, 0, HX_LOWER_MATMUL_BIAS, 3,
-     {{0, 0, -1}, {0, 1, -1}, {1, -1, -1}}},
+     {{0, 0, -1}, {0, 1, -1}, {1, -1, -1}}, false},
+    /* host: layernorm(s = add(x, r), gamma, beta) reads x, r, gamma, beta, writes s */
+    {HX_OP_LAYERNORM, {HX_OP_ADD, NO}, 0, HX_LOWER_ADD_LAYERNORM, 5,
+     {{0, 0, -1}, {0, 1, -1}, {1, -1, -1}, {2, -1, -1}, {0, -1, -1}}, true},
 };
 enum { N_RULES = sizeof rules / sizeof rules[0] };
 
@@ -65,21 +72,86 @@ int *hx__lower_readers(const hx_graph *g, bool recompute)
     return readers;
 }
 
+/* Whether node t reads `of`, directly or through other nodes (as plans
+ * read sources before lowering: hx__src with the recompute switch; a
+ * lowering only shortens such paths). Creation order is topological, so
+ * only nodes made after `of` are searched, each once. Out of memory: false,
+ * which only forgoes a fusion. */
+static bool depends_on(const hx_tensor *t, const hx_tensor *of, bool recompute)
+{
+    int span = t->id - of->id; /* nodes of, ..., t */
+    if (span <= 0) return false;
+    bool *seen = calloc((size_t)span + 1, sizeof *seen);
+    const hx_tensor **stack = malloc(((size_t)span + 1) * sizeof *stack);
+    bool found = false;
+    int top = 0;
+    if (seen && stack) {
+        stack[top++] = t;
+        seen[span] = true;
+    }
+    while (top && !found) {
+        const hx_tensor *u = stack[--top];
+        for (int j = 0; j < u->n_src && !found; j++) {
+            const hx_tensor *s = hx__src(u, j, recompute);
+            found = s == of;
+            if (!found && s->id > of->id && s->id < t->id && !seen[s->id - of->id]) {
+                seen[s->id - of->id] = true;
+                stack[top++] = s;
+            }
+        }
+    }
+    free(seen);
+    free(stack);
+    return found;
+}
+/* Why the sum `add` that layernorm `ln` reads cannot be written by ln's
+ * fused kernel, or NULL: it must add two tensors of its own shape, and
+ * every other node reading it must be on the host and depend on ln's
+ * output (so it runs after ln's kernel wrote the sum). */
+static const char *sum_why_not(const hx_tensor *ln, const hx_tensor *add, const hx_target *target,
+                               bool recompute)
+{
+    for (int k = 0; k < 2; k++) {
+        const hx_tensor *x = add->src[k];
+        bool same = x->ndim == add->ndim;
+        for (int d = 0; same && d < add->ndim; d++) same = x->shape[d] == add->shape[d];
+        if (!same) return "the add broadcasts (the fused kernel adds two tensors of one shape)";
+    }
+    const hx_graph *g = ln->graph;
+    for (int i = add->id + 1; i < g->n; i++) {
+        const hx_tensor *u = g->tensors[i];
+        if (u == ln) continue;
+        bool reads = false;
+        for (int j = 0; j < u->n_src && !reads; j++) reads = hx__src(u, j, recompute) == add;
+        if (!reads) continue;
+        if (target[i] != HX_TARGET_CPU) return "the sum is read on the device too";
+        if (!depends_on(u, ln, recompute))
+            return "another node reading the sum does not depend on the layernorm (it could "
+                   "run before the fused kernel wrote the sum)";
+    }
+    return NULL;
+}
+
 /* Why host group `in` (n nodes) of rule r cannot be fused, or NULL. */
 static const char *host_why_not(const rule *r, const hx_tensor *const *in, int n,
                                 const hx_target *target, const int *readers,
-                                hx_has_kernel_fn has_kernel, void *ctx)
+                                hx_has_kernel_fn has_kernel, void *ctx, bool recompute)
 {
     for (int k = 0; k < n; k++)
         if (target[in[k]->id] != HX_TARGET_CPU) return "a node of the group is on the device";
-    for (int k = 1; k < n; k++)
+    const char *why = r->writes_inner ? sum_why_not(in[0], in[1], target, recompute) : NULL;
+    if (why) return why;
+    for (int k = 1; k < n && !r->writes_inner; k++)
         if (readers[in[k]->id] != 1)
             return k + 1 < n ? "its input (the bias_add) is read by other nodes too (in "
                                "training the activation's gradient reads it)"
                              : "the matmul's product is read by other nodes too";
-    if (!has_kernel(ctx, HX_TARGET_CPU, HX_LOWERED_OP(r->kind), in[0]->dtype))
-        return "no fused kernel for this dtype (f32 only: a 16-bit chain rounds between "
-               "its ops)";
+    if (!has_kernel(ctx, HX_TARGET_CPU, HX_LOWERED_OP(r->kind), in[0]->dtype) ||
+        (r->writes_inner &&
+         !has_kernel(ctx, HX_TARGET_CPU, HX_LOWERED_OP(HX_LOWER_WRITTEN_BY_READER), in[1]->dtype)))
+        return r->writes_inner ? "no fused kernel for this dtype (f32 only: a 16-bit sum is "
+                                 "rounded before the layernorm reads it)"
+                               : "no fused kernel for this dtype";
     return NULL;
 }
 
@@ -88,7 +160,17 @@ static void set(hx_lowered *low, const hx_tensor *t, const rule *r)
     low[t->id].kind = (int8_t)r->kind;
     low[t->id].n_read = r->n_read;
     for (int j = 0; j < HX_LOWER_MAX_READ; j++)
-        for (int k = 0; k < 3; k++) low[t->id].path[j][k] = r->path[j][k];
+        for (int k = 0; k < 3; k++) low[t->id].path[j][k] = j < r->n_read ? r->path[j][k] : -1;
+}
+
+/* t runs nothing: its reader's kernel writes it; it reads its own sources
+ * (so it runs after them, and its output's lifetime starts with them). */
+static void set_written(hx_lowered *low, const hx_tensor *t)
+{
+    low[t->id].kind = (int8_t)HX_LOWER_WRITTEN_BY_READER;
+    low[t->id].n_read = (int8_t)t->n_src;
+    for (int j = 0; j < HX_LOWER_MAX_READ; j++)
+        for (int k = 0; k < 3; k++) low[t->id].path[j][k] = (int8_t)(k || j >= t->n_src ? -1 : j);
 }
 
 hx_status hx__lower(const hx_graph *g, const hx_target *target, hx_has_kernel_fn has_kernel,
@@ -114,14 +196,17 @@ hx_status hx__lower(const hx_graph *g, const hx_target *target, hx_has_kernel_fn
             if (!n) continue;
             bool ok = hx__lower_on_host(r->kind)
                               ? host_fusion && !host_why_not(r, in, n, target, readers,
-                                                             has_kernel, ctx)
+                                                             has_kernel, ctx, recompute)
                               : target[i] == HX_TARGET_DEVICE &&
                                         has_kernel(ctx, HX_TARGET_DEVICE,
                                                    HX_LOWERED_OP(r->kind), t->dtype);
-            if (!ok) continue;
+            if (!ok || (r->writes_inner && low[in[1]->id].kind)) continue; /* one writer */
             set(low, t, r);
             ++*n_lowered;
-            if (n == 3 && low[in[1]->id].kind) {
+            if (r->writes_inner) {
+                set_written(low, in[1]);
+                ++*n_lowered;
+            } else if (n == 3 && low[in[1]->id].kind) {
                 low[in[1]->id].kind = HX_LOWER_NONE;
                 --*n_lowered;
             }
@@ -157,6 +242,8 @@ const char *hx__lower_name(hx_lower_kind kind)
     case HX_LOWER_MATMUL_BIAS_RELU: return "fused matmul + bias + relu";
     case HX_LOWER_MATMUL_BIAS_GELU: return "fused matmul + bias + gelu";
     case HX_LOWER_MATMUL_BIAS_GELU_ERF: return "fused matmul + bias + gelu_erf";
+    case HX_LOWER_ADD_LAYERNORM: return "fused add + layernorm";
+    case HX_LOWER_WRITTEN_BY_READER: return "written by its reader's fused kernel";
     default: return "none";
     }
 }
@@ -175,7 +262,9 @@ const char *hx__lower_why_not(const hx_tensor *t, const hx_target *target, const
         for (int q = 0; q < N_RULES; q++) {
             const hx_tensor *in[3];
             int n = hx__lower_on_host(rules[q].kind) ? group_of(&rules[q], t, recompute, in) : 0;
-            if (n) return host_why_not(&rules[q], in, n, target, readers, has_kernel, ctx);
+            if (n)
+                return host_why_not(&rules[q], in, n, target, readers, has_kernel, ctx,
+                                    recompute);
         }
         return NULL;
     }

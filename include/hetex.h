@@ -1772,8 +1772,11 @@ typedef struct hx_session_config {
      * host as one GEMM that adds the bias to each tile of the product while
      * it is in cache, and an activation of it (relu, gelu, gelu_erf) too
      * where nothing else reads the pre-activation (inference; in training
-     * the activation's gradient reads it), for f32 nodes; results are
-     * bitwise those of the ops run one by one. HX_DEBUG=placement names
+     * the activation's gradient reads it), for f32, f16 and bf16 nodes; and
+     * layernorm(add(x, r)) (f32, no broadcast) as one pass that writes the
+     * sum too, where every other reader of the sum depends on the
+     * layernorm; results are bitwise those of the ops run one by one.
+     * HX_DEBUG=placement names
      * each fusion and why each candidate was not fused. true: every op runs
      * as built (for comparison). */
     bool no_host_fusion;

@@ -36,6 +36,17 @@ void hx__debug_lowering(const hx_session *s, hx_has_kernel_fn has_kernel)
     for (int i = 0; i < g->n; i++) {
         const hx_tensor *t = g->tensors[i];
         if (t->recompute_of && !rc) continue; /* not planned: gradients read the originals */
+        hx_lower_kind lk = low ? (hx_lower_kind)low[i].kind : HX_LOWER_NONE;
+        if (lk == HX_LOWER_WRITTEN_BY_READER) continue; /* its layernorm's line says */
+        if (lk == HX_LOWER_ADD_LAYERNORM) {
+            const hx_tensor *sum = hx__read_src(t, 4, rc, low);
+            fprintf(stderr, "hetex fusion: '%s' (%s) -> %s of '%s' + '%s': writes the sum '%s' "
+                    "too (a step that runs nothing holds it), whose other readers all run "
+                    "after this\n", t->name, hx__ops[t->op].name, hx__lower_name(lk),
+                    hx__read_src(t, 0, rc, low)->name, hx__read_src(t, 1, rc, low)->name,
+                    sum->name);
+            continue;
+        }
         if (low && low[i].kind && hx__lower_on_host((hx_lower_kind)low[i].kind)) {
             fprintf(stderr, "hetex fusion: '%s' (%s) -> %s of '%s', '%s' and '%s': each "
                     "value inside is read by the next op only; '%s' is not planned\n", t->name,

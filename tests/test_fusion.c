@@ -12,16 +12,30 @@
  *   fuses the forward activations (their pre-activation is read by the
  *   recomputed copy's gradient, not by them), gives the bits of the
  *   unfused one, and every fused node reads its group's own matmul inputs;
- * - why not: bf16 nodes, and a bias_add on the host of a matmul on the
- *   (emulated) device, are not fused, and hx__lower_why_not says so.
- * The fused kernel's bits against the chain's at 1-3 threads are
- * test_kernels' gemm_fused; the unfused ops' double references and finite
- * differences are test_ops'. */
+ * - half: the same MLP stored in bf16 and in f16 fuses as in f32 (the
+ *   epilogue rounds each stage through the dtype), and training and
+ *   inference give the unfused session's bits;
+ * - why not: a bias_add on the host of a matmul on the (emulated) device
+ *   is not fused, nor (in training) the activation whose gradient reads
+ *   the pre-activation, and hx__lower_why_not says so.
+ * Residual add + layernorm (HX_LOWER_ADD_LAYERNORM), on a net of two
+ * pre-norm residual blocks and a final layernorm:
+ * - residual: the two layernorms of a residual sum run as one kernel that
+ *   writes the sum too, the adds' steps run nothing; loss, output and every
+ *   gradient bitwise the unfused session's at 1 and 2 threads; the
+ *   gradients agree with central finite differences of a double reference
+ *   of the net;
+ * - residual_why_not: a sum some node reads without depending on the
+ *   layernorm, and an add that broadcasts, are not fused (and say why).
+ * The fused kernels' bits against their chains at 1-3 threads are
+ * test_kernels' gemm_fused and add_layernorm; the unfused ops' double
+ * references and finite differences are test_ops'. */
 #include "hetex.h"
 #include "testutil.h"
 #include "session/session.h"
 #include "scheduler/plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +108,8 @@ static result run(hx_session *s, const net *m, bool train)
     memset(&r, 0, sizeof r);
     hx_feed f = {NULL, m->x, xv, sizeof xv};
     hx_fetch out[2 + 2 * LAYERS] = {{NULL, m->loss, &r.loss, sizeof r.loss},
-                                    {NULL, m->act[LAYERS - 1], r.out, sizeof r.out}};
+                                    {NULL, m->act[LAYERS - 1], r.out,
+                                     hx_tensor_nbytes(m->act[LAYERS - 1])}};
     int n = 2;
     for (int l = 0; train && l < LAYERS; l++)
         for (int k = 0; k < 2; k++) {
@@ -203,6 +218,36 @@ static void test_recompute(void)
     hx_graph_free(m.g);
 }
 
+/* bf16 and f16: training fuses the bias_adds, inference the activations,
+ * each bitwise the unfused chain (which rounds after every op). */
+static void test_half(void)
+{
+    for (int h = 0; h < 2; h++) {
+        hx_dtype dt = h ? HX_DTYPE_F16 : HX_DTYPE_BF16;
+        for (int train = 0; train < 2; train++) {
+            net m = build(dt, train, false, HX_TARGET_CPU, HX_TARGET_CPU);
+            hx_session *on = session(&m, true, false, HX_ACCELERATOR_NONE);
+            hx_session *off = session(&m, false, false, HX_ACCELERATOR_NONE);
+            if (on && off) {
+                int fused = train ? lowered_as(on, m.ba, HX_LOWER_MATMUL_BIAS)
+                                  : lowered_as(on, m.act, HX_LOWER_MATMUL_BIAS_GELU) +
+                                            lowered_as(on, m.act, HX_LOWER_MATMUL_BIAS_RELU) +
+                                            lowered_as(on, m.act, HX_LOWER_MATMUL_BIAS_GELU_ERF);
+                CHECK(fused == LAYERS && on->n_lowered == LAYERS, "%s %s: %d of %d groups fused",
+                      hx_dtype_name(dt), train ? "train" : "inference", fused, LAYERS);
+                result want = run(off, &m, train), got = run(on, &m, train);
+                CHECK(!memcmp(&got, &want, sizeof got),
+                      "%s %s: fused bitwise the unfused chain (loss %.9g vs %.9g)",
+                      hx_dtype_name(dt), train ? "train" : "inference", got.loss, want.loss);
+                CHECK(got.loss > 0, "%s: a loss was computed", hx_dtype_name(dt));
+            }
+            hx_session_free(on);
+            hx_session_free(off);
+            hx_graph_free(m.g);
+        }
+    }
+}
+
 static bool has_kernel(void *ctx, hx_target t, hx_op op, hx_dtype dt)
 {
     const hx_session *s = ctx;
@@ -213,18 +258,237 @@ static bool has_kernel(void *ctx, hx_target t, hx_op op, hx_dtype dt)
 static void test_why_not(void)
 {
     for (int k = 0; k < 2; k++) {
-        net m = build(k ? HX_DTYPE_F32 : HX_DTYPE_BF16, true, false, HX_TARGET_CPU,
+        net m = build(HX_DTYPE_F32, true, false, HX_TARGET_CPU,
                       k ? HX_TARGET_DEVICE : HX_TARGET_CPU);
         hx_session *s = session(&m, true, false, k ? HX_ACCELERATOR_EMU : HX_ACCELERATOR_NONE);
         if (!s) continue;
-        CHECK(!s->e.lowered && s->n_lowered == 0, "%s: nothing fused",
-              k ? "on the device" : "bf16");
+        CHECK(k ? !s->e.lowered && s->n_lowered == 0 : s->n_lowered == LAYERS,
+              "%s: %d fused", k ? "on the device" : "on the host", s->n_lowered);
         int *readers = hx__lower_readers(m.g, false);
-        const char *why = hx__lower_why_not(m.ba[0], s->e.target, s->e.lowered, has_kernel,
-                                            s, true, false, readers);
-        CHECK(why && strstr(why, k ? "device" : "dtype"), "why not: %s", why ? why : "(none)");
+        /* k 0: the activation, whose gradient reads its bias_add */
+        const char *why = hx__lower_why_not(k ? m.ba[0] : m.act[0], s->e.target, s->e.lowered,
+                                            has_kernel, s, true, false, readers);
+        CHECK(why && strstr(why, k ? "device" : "read by other nodes"), "why not: %s",
+              why ? why : "(none)");
         free(readers);
         hx_session_free(s);
+        hx_graph_free(m.g);
+    }
+}
+
+/* ---- residual add + layernorm ----------------------------------------------------- */
+
+enum { RB = 2, RT = 3, RD = 40, RN = RB * RT * RD };
+
+typedef struct resnet {
+    hx_graph *g;
+    hx_tensor *x0, *gam[3], *bet[3], *ln[3], *sum[2], *out, *loss;
+} resnet;
+
+static float rv[RN]; /* the loss's random weights */
+
+/* ln0 = LN(x0); s0 = x0 + gelu(ln0); ln1 = LN(s0); s1 = s0 + gelu(ln1);
+ * out = ln2 = LN(s1); loss = sum(out^2 * R) (not linear in out: with
+ * sum(out * R) the layernorm's gradients would not depend on its output,
+ * could run before it, and it would rightly not be fused). With broadcast,
+ * s0 adds a [RD] vector (not fusable); with side, loss also reads s0 * s0,
+ * which does not depend on ln1. */
+static resnet build_res(bool broadcast, bool side)
+{
+    resnet m = {.g = hx_graph_create()};
+    int64_t xs[3] = {RB, RT, RD}, ds[1] = {RD};
+    m.x0 = hx_graph_param(m.g, "x0", HX_DTYPE_F32, 3, xs, hx_init_uniform(-1, 1));
+    hx_graph_push_target(m.g, HX_TARGET_CPU);
+    for (int l = 0; l < 3; l++) {
+        char name[16];
+        snprintf(name, sizeof name, "gamma%d", l);
+        m.gam[l] = hx_graph_param(m.g, name, HX_DTYPE_F32, 1, ds, hx_init_uniform(0.5, 1.5));
+        snprintf(name, sizeof name, "beta%d", l);
+        m.bet[l] = hx_graph_param(m.g, name, HX_DTYPE_F32, 1, ds, hx_init_uniform(-0.5, 0.5));
+    }
+    hx_tensor *h = m.x0;
+    for (int l = 0; l < 2; l++) {
+        m.ln[l] = hx_layernorm(m.g, h, m.gam[l], m.bet[l], 1e-5f);
+        hx_tensor *f = hx_gelu(m.g, m.ln[l]);
+        h = m.sum[l] = broadcast && l == 0 ? hx_add(m.g, f, m.bet[2]) : hx_add(m.g, h, f);
+    }
+    m.out = m.ln[2] = hx_layernorm(m.g, h, m.gam[2], m.bet[2], 1e-5f);
+    hx_tensor *r = hx_graph_constant(m.g, "R", HX_DTYPE_F32, 3, xs, rv);
+    static const int all[3] = {0, 1, 2};
+    hx_tensor *prod = hx_mul(m.g, hx_mul(m.g, m.out, m.out), r);
+    if (side) prod = hx_add(m.g, prod, hx_mul(m.g, m.sum[0], m.sum[0]));
+    m.loss = hx_reduce_sum(m.g, prod, 3, all, false);
+    hx_graph_pop_target(m.g);
+    CHECK(m.loss != NULL, "build_res: %s", hx_last_error());
+    CHECK(hx_graph_backward(m.g, m.loss) == HX_OK, "backward: %s", hx_last_error());
+    return m;
+}
+
+typedef struct res_result {
+    float loss, out[RN], sum[2][RN], gx[RN], gg[3][RD], gb[3][RD];
+} res_result;
+
+static res_result run_res(hx_session *s, const resnet *m)
+{
+    res_result r;
+    memset(&r, 0, sizeof r);
+    hx_fetch f[4 + 6 + 1] = {{NULL, m->loss, &r.loss, sizeof r.loss},
+                             {NULL, m->out, r.out, sizeof r.out},
+                             {NULL, m->sum[0], r.sum[0], sizeof r.sum[0]},
+                             {NULL, m->sum[1], r.sum[1], sizeof r.sum[1]}};
+    int n = 4;
+    for (int l = 0; l < 3; l++) {
+        f[n++] = (hx_fetch){NULL, hx_tensor_grad(m->gam[l]), r.gg[l], sizeof r.gg[l]};
+        f[n++] = (hx_fetch){NULL, hx_tensor_grad(m->bet[l]), r.gb[l], sizeof r.gb[l]};
+    }
+    f[n++] = (hx_fetch){NULL, hx_tensor_grad(m->x0), r.gx, sizeof r.gx};
+    CHECK(hx_session_run(s, NULL, 0, f, n, 0) == HX_OK, "run: %s", hx_last_error());
+    return r;
+}
+
+/* The net of build_res(false, false) in double: its loss. */
+static double gelu_d(double x)
+{
+    return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+static void ln_d(double *y, const double *x, const double *g, const double *b)
+{
+    for (int r = 0; r < RB * RT; r++) {
+        double mean = 0, var = 0;
+        for (int j = 0; j < RD; j++) mean += x[r * RD + j] / RD;
+        for (int j = 0; j < RD; j++) var += (x[r * RD + j] - mean) * (x[r * RD + j] - mean) / RD;
+        double rstd = 1 / sqrt(var + 1e-5);
+        for (int j = 0; j < RD; j++) y[r * RD + j] = (x[r * RD + j] - mean) * rstd * g[j] + b[j];
+    }
+}
+static double loss_d(const double *x0, double gam[3][RD], double bet[3][RD])
+{
+    static double h[RN], y[RN];
+    memcpy(h, x0, sizeof h);
+    for (int l = 0; l < 2; l++) {
+        ln_d(y, h, gam[l], bet[l]);
+        for (int i = 0; i < RN; i++) h[i] += gelu_d(y[i]);
+    }
+    ln_d(y, h, gam[2], bet[2]);
+    double loss = 0;
+    for (int i = 0; i < RN; i++) loss += y[i] * y[i] * rv[i];
+    return loss;
+}
+
+/* Analytic gradient g (n) of value v (n, double) against central
+ * differences of loss_d. */
+static void check_fd(const char *what, double *v, const float *g, int n, double *x0,
+                     double gam[3][RD], double bet[3][RD])
+{
+    double worst = 0, scale = 0;
+    int at = -1;
+    double fds[RN];
+    for (int i = 0; i < n; i++) {
+        double keep = v[i], e = 1e-4;
+        v[i] = keep + e;
+        double up = loss_d(x0, gam, bet);
+        v[i] = keep - e;
+        double dn = loss_d(x0, gam, bet);
+        v[i] = keep;
+        fds[i] = (up - dn) / (2 * e);
+        scale = fmax(scale, fabs(fds[i]));
+    }
+    for (int i = 0; i < n; i++) {
+        double err = fabs(g[i] - fds[i]) / (1e-3 * scale + 1e-2 * fabs(fds[i]) + 1e-6);
+        if (err > worst) worst = err, at = i;
+    }
+    CHECK(worst <= 1, "%s: element %d: analytic %.7g, finite difference %.7g (scale %.3g)", what,
+          at, at < 0 ? 0.0 : g[at], at < 0 ? 0.0 : fds[at], scale);
+}
+
+static hx_session *res_session(const resnet *m, bool fuse, int threads)
+{
+    hx_session_config c = hx_session_config_default();
+    c.accelerator = HX_ACCELERATOR_NONE;
+    c.n_threads = threads;
+    c.no_host_fusion = !fuse;
+    hx_session *s = NULL;
+    CHECK(hx_session_create(m->g, &c, &s) == HX_OK, "session: %s", hx_last_error());
+    return s;
+}
+
+static void test_residual(void)
+{
+    resnet m = build_res(false, false);
+    hx_session *off = res_session(&m, false, 2), *on1 = res_session(&m, true, 1),
+               *on2 = res_session(&m, true, 2);
+    if (!off || !on1 || !on2) goto done;
+    const hx_lowered *low = on2->e.lowered;
+    for (int l = 1; l < 3; l++) {
+        const hx_tensor *ln = m.ln[l], *sum = m.sum[l - 1];
+        CHECK(low && low[ln->id].kind == HX_LOWER_ADD_LAYERNORM &&
+                  low[sum->id].kind == HX_LOWER_WRITTEN_BY_READER,
+              "'%s' fused with its add '%s'", ln->name, sum->name);
+        CHECK(low && hx__n_read(ln, low) == 5 && hx__read(&on2->e, ln, 0) == sum->src[0] &&
+                  hx__read(&on2->e, ln, 1) == sum->src[1] &&
+                  hx__read(&on2->e, ln, 2) == m.gam[l] && hx__read(&on2->e, ln, 3) == m.bet[l] &&
+                  hx__read(&on2->e, ln, 4) == sum,
+              "'%s' reads x, r, gamma, beta and the sum it writes", ln->name);
+    }
+    CHECK(low && !low[m.ln[0]->id].kind && on2->n_lowered == 4,
+          "the first layernorm (of a parameter) is not fused; %d nodes lowered", on2->n_lowered);
+    res_result want = run_res(off, &m), got1 = run_res(on1, &m), got2 = run_res(on2, &m);
+    CHECK(!memcmp(&got1, &want, sizeof want) && !memcmp(&got2, &want, sizeof want),
+          "fused (1 and 2 threads) bitwise the unfused: loss %.9g / %.9g vs %.9g, out[0] %.9g "
+          "vs %.9g, sum[1][0] %.9g vs %.9g", got1.loss, got2.loss, want.loss, got2.out[0],
+          want.out[0], got2.sum[1][0], want.sum[1][0]);
+    /* gradients against finite differences of the double reference */
+    static double x0[RN], gam[3][RD], bet[3][RD];
+    float buf[RN];
+    CHECK(hx_session_read(on2, m.x0, buf, sizeof buf) == HX_OK, "read x0: %s", hx_last_error());
+    for (int i = 0; i < RN; i++) x0[i] = buf[i];
+    for (int l = 0; l < 3; l++) {
+        CHECK(hx_session_read(on2, m.gam[l], buf, RD * sizeof(float)) == HX_OK, "read: %s",
+              hx_last_error());
+        for (int j = 0; j < RD; j++) gam[l][j] = buf[j];
+        CHECK(hx_session_read(on2, m.bet[l], buf, RD * sizeof(float)) == HX_OK, "read: %s",
+              hx_last_error());
+        for (int j = 0; j < RD; j++) bet[l][j] = buf[j];
+    }
+    CHECK(fabs(got2.loss - loss_d(x0, gam, bet)) <= 1e-4 * (1 + fabs(got2.loss)),
+          "loss %.9g, the double reference's %.9g", got2.loss, loss_d(x0, gam, bet));
+    check_fd("d loss / d x0", x0, got2.gx, RN, x0, gam, bet);
+    for (int l = 0; l < 3; l++) {
+        char what[40];
+        snprintf(what, sizeof what, "d loss / d gamma%d", l);
+        check_fd(what, gam[l], got2.gg[l], RD, x0, gam, bet);
+        snprintf(what, sizeof what, "d loss / d beta%d", l);
+        check_fd(what, bet[l], got2.gb[l], RD, x0, gam, bet);
+    }
+done:
+    hx_session_free(off);
+    hx_session_free(on1);
+    hx_session_free(on2);
+    hx_graph_free(m.g);
+}
+
+static void test_residual_why_not(void)
+{
+    for (int k = 0; k < 2; k++) {
+        resnet m = build_res(k == 0, k == 1);
+        hx_session *on = res_session(&m, true, 2), *off = res_session(&m, false, 2);
+        if (on && off) {
+            const hx_lowered *low = on->e.lowered;
+            CHECK(!(low && low[m.ln[1]->id].kind) && low && low[m.ln[2]->id].kind,
+                  "%s: the first sum's layernorm is not fused, the second's is",
+                  k ? "a side reader" : "broadcast");
+            int *readers = hx__lower_readers(m.g, false);
+            const char *why = hx__lower_why_not(m.ln[1], on->e.target, low, has_kernel, on, true,
+                                                false, readers);
+            CHECK(why && strstr(why, k ? "does not depend" : "broadcasts"), "why not: %s",
+                  why ? why : "(none)");
+            free(readers);
+            res_result want = run_res(off, &m), got = run_res(on, &m);
+            CHECK(!memcmp(&got, &want, sizeof want), "%s: bitwise the unfused session",
+                  k ? "side reader" : "broadcast");
+        }
+        hx_session_free(on);
+        hx_session_free(off);
         hx_graph_free(m.g);
     }
 }
@@ -233,12 +497,16 @@ static const test_case cases[] = {
     {"train", test_train},
     {"inference", test_inference},
     {"recompute", test_recompute},
+    {"half", test_half},
     {"why_not", test_why_not},
+    {"residual", test_residual},
+    {"residual_why_not", test_residual_why_not},
 };
 
 int main(int argc, char **argv)
 {
     rng = test_rng_make(4242);
     test_fill_uniform(&rng, xv, B * T * D0, -1, 1);
+    test_fill_uniform(&rng, rv, RN, -1, 1);
     return test_main(argc, argv, "fusion", cases, TEST_COUNT(cases));
 }

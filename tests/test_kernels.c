@@ -450,6 +450,47 @@ static void test_layernorm(test_rng *r)
     }
 }
 
+/* The fused residual add + layernorm (hx_k_add_layernorm_f32): the sum and
+ * the layernorm bitwise hx_k_binary_f32's add then
+ * hx_k_layernorm_forward_f32, at 1 to 3 threads, on one row, a few, and
+ * more than the parallel threshold; also with the sum written over x (the
+ * kernel allows it). The layernorm's own double reference and finite
+ * differences are test_layernorm's. */
+static void test_add_layernorm(test_rng *r)
+{
+    static const int64_t shapes[][2] = {{1, 7}, {5, 40}, {2048, 128}, {33, 1}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int64_t rows = shapes[c][0], n = shapes[c][1], total = rows * n;
+        float *x = falloc(total), *res = falloc(total), *gamma = falloc(n), *beta = falloc(n);
+        float *s_want = falloc(total), *y_want = falloc(total), *s = falloc(total),
+              *y = falloc(total);
+        test_fill_uniform(r, x, total, -3, 3);
+        test_fill_uniform(r, res, total, -3, 3);
+        test_fill_uniform(r, gamma, n, 0.5, 1.5);
+        test_fill_uniform(r, beta, n, -1, 1);
+        int64_t shape[2] = {rows, n}, st[2] = {n, 1};
+        hx_k_binary_f32(HX_BINARY_ADD, s_want, x, st, res, st, shape, 2, 1);
+        hx_k_layernorm_forward_f32(y_want, s_want, gamma, beta, 1e-5f, rows, n, 1);
+        for (int nt = 1; nt <= 4; nt++) {
+            float *sum = s, *xin = x;
+            if (nt == 4) { /* the sum over x: a copy of x, overwritten */
+                memcpy(s, x, (size_t)total * sizeof *s);
+                xin = s;
+            }
+            if (nt < 4) test_fill_uniform(r, s, total, -9, 9);
+            test_fill_uniform(r, y, total, -9, 9);
+            hx_k_add_layernorm_f32(sum, y, xin, res, gamma, beta, 1e-5f, rows, n,
+                                   nt < 4 ? nt : 2);
+            CHECK(same_bits(s, s_want, (size_t)total * 4) && same_bits(y, y_want, (size_t)total * 4),
+                  "add_layernorm (%lld, %lld) %s %d threads: sum %s, layernorm %s", (long long)rows,
+                  (long long)n, nt == 4 ? "sum over x," : "", nt < 4 ? nt : 2,
+                  same_bits(s, s_want, (size_t)total * 4) ? "bitwise" : "differs",
+                  same_bits(y, y_want, (size_t)total * 4) ? "bitwise" : "differs");
+        }
+        free(x), free(res), free(gamma), free(beta), free(s_want), free(y_want), free(s), free(y);
+    }
+}
+
 /* ====================================================================== */
 /* reduce_sum, copy_strided                                                 */
 
@@ -923,13 +964,25 @@ static void test_gemm(test_rng *r)
     check_gemm(r, 0, 0, 2, 4, 5, 0, 0, 1.0f, 0.5f, 1); /* K = 0: C = beta * C */
 }
 
+/* x (n) rounded to dt and back through hx_k_cast (dt F32: unchanged). */
+static void round_through(float *x, hx_kdtype dt, int64_t n)
+{
+    if (dt == HX_K_F32) return;
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    hx_k_cast(h, dt, x, HX_K_F32, n, 1);
+    hx_k_cast(x, HX_K_F32, h, dt, n, 1);
+    free(h);
+}
+
 /* The fused GEMM (hx_k_gemm_bias_act_f32): bitwise hx_k_gemm_f32, then
  * hx_k_bias_add_f32, then hx_k_unary_f32, at 1 to 3 threads, on shapes of
  * one tile and of several (128 x 256 tiles: M 300, N 530), transposed or
  * not, batched with a shared B; without activation and with a bias also
- * within the GEMM's bound of the double reference sum + bias. */
+ * within the GEMM's bound of the double reference sum + bias. With round
+ * f16 or bf16, the chain rounds through that dtype after each of its
+ * three ops (what the ops stored in 16 bits do). */
 static void check_gemm_fused(test_rng *r, int ta, int tb, int64_t batch, int64_t M, int64_t N,
-                             int64_t K, int act, int with_bias)
+                             int64_t K, int act, int with_bias, hx_kdtype round)
 {
     int64_t lda = ta ? M : K, ldb = tb ? K : N, sa = M * K, sb = 0, nc = batch * M * N;
     float *A = falloc(batch * sa), *B = falloc(K * N), *bias = falloc(N);
@@ -938,21 +991,25 @@ static void check_gemm_fused(test_rng *r, int ta, int tb, int64_t batch, int64_t
     test_fill_uniform(r, B, K * N, -1, 1);
     test_fill_uniform(r, bias, N, -2, 2);
     hx_k_gemm_f32(ta, tb, batch, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, chain, N, M * N, 1);
+    round_through(chain, round, nc);
     if (with_bias) hx_k_bias_add_f32(chain, chain, bias, batch * M, N, 1);
+    if (with_bias) round_through(chain, round, nc);
     if (act >= 0) hx_k_unary_f32((hx_unary_op)act, chain, chain, nc, 1);
+    if (act >= 0) round_through(chain, round, nc);
     for (int nt = 1; nt <= 3; nt++) {
         test_fill_uniform(r, got, nc, -9, 9); /* every element written */
         hx_k_gemm_bias_act_f32(ta, tb, batch, M, N, K, A, lda, sa, B, ldb, sb,
-                               with_bias ? bias : NULL, act, got, N, M * N, nt);
+                               with_bias ? bias : NULL, act, round, got, N, M * N, nt);
         int64_t bad = -1;
         for (int64_t c = 0; c < nc && bad < 0; c++)
             if (memcmp(&got[c], &chain[c], sizeof(float))) bad = c;
         CHECK(bad < 0, "gemm_bias_act ta=%d tb=%d batch=%lld M=%lld N=%lld K=%lld act %d bias "
-              "%d threads %d: element %lld is %.9g, the chain's %.9g", ta, tb, (long long)batch,
-              (long long)M, (long long)N, (long long)K, act, with_bias, nt, (long long)bad,
-              bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : chain[bad]);
+              "%d round %d threads %d: element %lld is %.9g, the chain's %.9g", ta, tb,
+              (long long)batch, (long long)M, (long long)N, (long long)K, act, with_bias,
+              (int)round, nt, (long long)bad, bad < 0 ? 0.0 : got[bad],
+              bad < 0 ? 0.0 : chain[bad]);
     }
-    for (int64_t c = 0; act < 0 && c < nc; c++) { /* the double reference */
+    for (int64_t c = 0; act < 0 && round == HX_K_F32 && c < nc; c++) { /* the double reference */
         int64_t b = c / (M * N), i = c / N % M, j = c % N;
         double sum = with_bias ? bias[j] : 0, sabs = fabs(sum);
         for (int64_t k = 0; k < K; k++) {
@@ -975,11 +1032,18 @@ static void test_gemm_fused(test_rng *r)
     for (int a = 0; a < 4; a++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
-                check_gemm_fused(r, ta, tb, 1, 7, 17, 5, acts[a], 1);
-                check_gemm_fused(r, ta, tb, 2, 300, 530, 33, acts[a], 1);
+                check_gemm_fused(r, ta, tb, 1, 7, 17, 5, acts[a], 1, HX_K_F32);
+                check_gemm_fused(r, ta, tb, 2, 300, 530, 33, acts[a], 1, HX_K_F32);
             }
-    check_gemm_fused(r, 0, 0, 3, 40, 96, 64, HX_UNARY_GELU, 0); /* activation, no bias */
-    check_gemm_fused(r, 0, 1, 1, 129, 257, 0, HX_UNARY_GELU_ERF, 1); /* K = 0: act(bias) */
+    check_gemm_fused(r, 0, 0, 3, 40, 96, 64, HX_UNARY_GELU, 0, HX_K_F32); /* no bias */
+    check_gemm_fused(r, 0, 1, 1, 129, 257, 0, HX_UNARY_GELU_ERF, 1, HX_K_F32); /* K 0 */
+    /* a 16-bit chain: each stage rounded (one tile and several) */
+    for (int a = 0; a < 4; a++)
+        for (int h = 0; h < 2; h++) {
+            hx_kdtype dt = h ? HX_K_BF16 : HX_K_F16;
+            check_gemm_fused(r, 0, 0, 1, 7, 17, 5, acts[a], 1, dt);
+            check_gemm_fused(r, 1, 0, 2, 300, 530, 33, acts[a], 1, dt);
+        }
 }
 
 /* ====================================================================== */
@@ -1259,6 +1323,7 @@ static void unary_case(void) { test_unary(&rng); }
 static void scale_bias_case(void) { test_scale_bias(&rng); }
 static void softmax_case(void) { test_softmax(&rng); }
 static void layernorm_case(void) { test_layernorm(&rng); }
+static void add_layernorm_case(void) { test_add_layernorm(&rng); }
 static void reduce_case(void) { test_reduce(&rng); }
 static void copy_case(void) { test_copy(&rng); }
 static void casts_case(void) { test_casts(&rng); }
@@ -1277,6 +1342,7 @@ static const test_case cases[] = {
     {"scale_bias", scale_bias_case},
     {"softmax", softmax_case},
     {"layernorm", layernorm_case},
+    {"add_layernorm", add_layernorm_case},
     {"reduce", reduce_case},
     {"copy", copy_case},
     {"casts", casts_case},

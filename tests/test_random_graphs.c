@@ -274,7 +274,7 @@ static int fused_away(const hx_session *s)
     int n = 0;
     for (int k = 0; p && low && k < p->n_steps; k++) {
         const hx_tensor *t = p->steps[k].node;
-        if (!p->steps[k].fn || !hx__lower_on_host((hx_lower_kind)low[t->id].kind)) continue;
+        if (!p->steps[k].fn || !hx__lower_fuses_matmul((hx_lower_kind)low[t->id].kind)) continue;
         for (const hx_tensor *u = t->src[0];; u = u->src[0]) {
             bool planned = false;
             for (int q = 0; q < p->n_steps && !planned; q++)

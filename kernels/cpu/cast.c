@@ -420,3 +420,15 @@ void hx_k_cast(void *y, hx_kdtype ydt, const void *x, hx_kdtype xdt, int64_t n, 
                    hi - lo, isa);
     }
 }
+
+void hx__round_through(float *x, hx_kdtype dt, int64_t n)
+{
+    if (dt != HX_K_F16 && dt != HX_K_BF16) return;
+    hx_isa isa = hx_k_isa();
+    uint16_t half[CAST_CHUNK];
+    for (int64_t i = 0; i < n; i += CAST_CHUNK) {
+        int64_t m = n - i < CAST_CHUNK ? n - i : CAST_CHUNK;
+        cast_slice(half, dt, x + i, HX_K_F32, m, isa);
+        cast_slice(x + i, HX_K_F32, half, dt, m, isa);
+    }
+}

@@ -12,7 +12,10 @@
  * activation to each tile right after its GEMM, on the same thread, while
  * the tile (at most 128 x 256 floats) is still in cache: the same GEMM
  * calls, then per element the same addition as hx_k_bias_add_f32 and the
- * same function as hx_k_unary_f32, so its bits equal that chain's. */
+ * same function as hx_k_unary_f32, so its bits equal that chain's. For a
+ * chain stored in f16 or bf16 it rounds each row through that dtype after
+ * the GEMM, after the bias and after the activation, as each op of the
+ * 16-bit chain rounds its output. */
 #include <stdint.h>
 
 #include <cblas.h>
@@ -49,6 +52,7 @@ typedef struct gemm_args {
     int64_t tiles_m, tiles_n;
     const float *bias; /* NULL: none */
     int act;           /* an hx_unary_op, or -1: none */
+    hx_kdtype round;   /* the epilogue rounds through it after each stage (F32: not) */
 } gemm_args;
 
 /* Tile t: batch t / (tiles_m * tiles_n), then row tile, then column tile. */
@@ -64,9 +68,15 @@ static void gemm_tile(const gemm_args *g, int64_t t)
     gemm_forward(g->ta, g->tb, m, n, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
     for (int64_t i = 0; (g->bias || g->act >= 0) && i < m; i++) {
         float *row = C + i * g->ldc;
-        if (g->bias)
+        hx__round_through(row, g->round, n);
+        if (g->bias) {
             for (int64_t j = 0; j < n; j++) row[j] = row[j] + g->bias[j0 + j];
-        if (g->act >= 0) hx__unary_forward((hx_unary_op)g->act, row, row, n);
+            hx__round_through(row, g->round, n);
+        }
+        if (g->act >= 0) {
+            hx__unary_forward((hx_unary_op)g->act, row, row, n);
+            hx__round_through(row, g->round, n);
+        }
     }
 }
 
@@ -98,18 +108,19 @@ void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
     if (batch <= 0 || M <= 0 || N <= 0) return;
     gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc,
                    stride_a, stride_b, stride_c, (M + GEMM_TILE_M - 1) / GEMM_TILE_M,
-                   (N + GEMM_TILE_N - 1) / GEMM_TILE_N, NULL, -1};
+                   (N + GEMM_TILE_N - 1) / GEMM_TILE_N, NULL, -1, HX_K_F32};
     gemm_run(&g, batch, nthreads);
 }
 
 void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N,
                             int64_t K, const float *A, int64_t lda, int64_t stride_a,
                             const float *B, int64_t ldb, int64_t stride_b, const float *bias,
-                            int act, float *C, int64_t ldc, int64_t stride_c, int nthreads)
+                            int act, hx_kdtype round, float *C, int64_t ldc, int64_t stride_c,
+                            int nthreads)
 {
     if (batch <= 0 || M <= 0 || N <= 0) return;
     gemm_args g = {trans_a, trans_b, M, N, K, 1.0f, 0.0f, A, B, C, lda, ldb, ldc,
                    stride_a, stride_b, stride_c, (M + GEMM_TILE_M - 1) / GEMM_TILE_M,
-                   (N + GEMM_TILE_N - 1) / GEMM_TILE_N, bias, act};
+                   (N + GEMM_TILE_N - 1) / GEMM_TILE_N, bias, act, round};
     gemm_run(&g, batch, nthreads);
 }

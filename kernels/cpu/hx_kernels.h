@@ -71,6 +71,13 @@ void hx_k_log_softmax_backward_f32(float *dx, const float *dy, const float *y, i
 void hx_k_layernorm_forward_f32(float *y, const float *x, const float *gamma,
                                 const float *beta, float eps, int64_t rows, int64_t n,
                                 int nthreads);
+/* s = x + res, then y = layernorm(s) as above, row by row in one pass over
+ * threads (each row's sum written, then normalised while in cache):
+ * bitwise hx_k_binary_f32's add then hx_k_layernorm_forward_f32, at any
+ * thread count. s may be x or res; y must not overlap s, x or res. */
+void hx_k_add_layernorm_f32(float *s, float *y, const float *x, const float *res,
+                            const float *gamma, const float *beta, float eps, int64_t rows,
+                            int64_t n, int nthreads);
 /* dx for the layernorm above (mean and rstd recomputed from x). */
 void hx_k_layernorm_backward_x_f32(float *dx, const float *dy, const float *x,
                                    const float *gamma, float eps, int64_t rows, int64_t n,
@@ -117,11 +124,15 @@ void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
  * none), then C = act(C) (an hx_unary_op; -1: none), applied to each tile
  * of C on the thread that computed it, right after its GEMM: bitwise
  * hx_k_gemm_f32, then hx_k_bias_add_f32, then hx_k_unary_f32, at any
- * thread count. */
+ * thread count. round HX_K_F16 or HX_K_BF16: C is rounded to that dtype
+ * (and back) after the GEMM, after the bias and after the activation, so
+ * that C holds bitwise what the same three ops stored in that dtype give
+ * (each rounds its output once); HX_K_F32: no rounding. */
 void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N,
                             int64_t K, const float *A, int64_t lda, int64_t stride_a,
                             const float *B, int64_t ldb, int64_t stride_b, const float *bias,
-                            int act, float *C, int64_t ldc, int64_t stride_c, int nthreads);
+                            int act, hx_kdtype round, float *C, int64_t ldc, int64_t stride_c,
+                            int nthreads);
 
 /* ---- convolutional networks (conv.c, pool.c, batchnorm.c) ----------------- */
 

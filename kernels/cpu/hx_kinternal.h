@@ -115,4 +115,9 @@ static inline int hx_k_check_ids(const void *ids, hx_kdtype id_dt, int64_t n, in
  * epilogue (gemm.c) on each tile row. */
 void hx__unary_forward(hx_unary_op op, float *y, const float *x, int64_t n);
 
+/* x (n) = x rounded to dt (HX_K_F16 or HX_K_BF16) and widened back, on the
+ * calling thread, with hx_k_cast's rounding (nearest even); HX_K_F32 leaves
+ * x as it is. The fused GEMM's epilogue rounds a 16-bit chain's stages so. */
+void hx__round_through(float *x, hx_kdtype dt, int64_t n);
+
 #endif

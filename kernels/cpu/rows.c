@@ -62,6 +62,25 @@ void hx_k_layernorm_forward_f32(float *y, const float *x, const float *gamma,
     EACH_ROW(nthreads, rows, n, p->layernorm_forward(y + r * n, x + r * n, gamma, beta, eps, n));
 }
 
+/* One row of hx_k_add_layernorm_f32. */
+static void add_layernorm_row(const hx_rows_path *p, float *s, float *y, const float *x,
+                              const float *res, const float *gamma, const float *beta, float eps,
+                              int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) s[j] = x[j] + res[j];
+    p->layernorm_forward(y, s, gamma, beta, eps, n);
+}
+
+void hx_k_add_layernorm_f32(float *s, float *y, const float *x, const float *res,
+                            const float *gamma, const float *beta, float eps, int64_t rows,
+                            int64_t n, int nthreads)
+{
+    const hx_rows_path *p = hx__rows();
+    EACH_ROW(nthreads, rows, n,
+             add_layernorm_row(p, s + r * n, y + r * n, x + r * n, res + r * n, gamma, beta,
+                               eps, n));
+}
+
 void hx_k_layernorm_backward_x_f32(float *dx, const float *dy, const float *x,
                                    const float *gamma, float eps, int64_t rows, int64_t n,
                                    int nthreads)
