@@ -119,9 +119,10 @@ hx_status hx__session_dp_setup(hx_session *s)
 
 hx_status hx__session_dp_nccl(hx_session *s, const hx_plan *p)
 {
+    if (!s->nccl) return HX_OK;
     hx_status st = HX_OK;
     int64_t n_nccl = 0;
-    for (int i = 0; i < hx__plan_grad_count(p) && !st && s->nccl; i++) {
+    for (int i = 0; i < hx__plan_grad_count(p) && !st; i++) {
         void *v;
         int home;
         const hx_tensor *u = hx__plan_grad(p, i, &v, &home);
@@ -133,7 +134,7 @@ hx_status hx__session_dp_nccl(hx_session *s, const hx_plan *p)
         else st = hx__nccl_all_reduce(s->nccl, v, hx_tensor_numel(gr), gr->dtype, NULL);
         n_nccl++;
     }
-    if (!st && s->nccl) st = hx__nccl_sync(s->nccl, NULL);
+    if (!st) st = hx__nccl_sync(s->nccl, NULL);
     if (!st && n_nccl != s->nccl_n) /* every rank must sum the same gradients */
         st = hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: data parallel sums every dense "
                        "gradient of the graph each training run; this run updates only some");

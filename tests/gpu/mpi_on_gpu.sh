@@ -36,9 +36,10 @@ run() {
 }
 run "$bin/test_gpu_nccl"
 small="--layers 2 --heads 4 --width 128 --context 64 --batch 32 --steps 100 --eval-every 50 --eval-iters 4 --dtype bf16 --accelerator cuda"
-val() { # the final val loss of the run whose "== command" line is exactly $*
-  awk -v c="== $*" '$0 == c {on = 1; next} on && /^== exit/ {exit} on && /final val loss/ {sub(/.*final val loss /, ""); print; exit}' "$log"
+output() { # what the run whose "== command" line is exactly $* printed
+  awk -v c="== $*" '$0 == c {on = 1; next} on && /^== exit/ {exit} on' "$log"
 }
+val() { output "$@" | sed -n 's/.*final val loss //p' | head -1; }
 same() { # the val loss of run B must equal run A's, digit for digit
   local a b
   a=$(val "$1") b=$(val "$2")
@@ -60,8 +61,7 @@ grep -q "gradients summed in cuda device memory over NCCL" "$log" &&
   echo "check: --offload none --zero 0 did NOT say it sums over NCCL" | tee -a "$log"
 same "$plain --offload none" "$bin/hetex gpt $small --offload none --zero 0"
 run "$bin/hetex" gpt $small --offload none --zero 1
-awk -v c="== $bin/hetex gpt $small --offload none --zero 1" '$0 == c {on = 1; next} on && /^== exit/ {exit} on' "$log" |
-  grep -q "runs on the cuda device" &&
+output "$bin/hetex" gpt $small --offload none --zero 1 | grep -q "runs on the cuda device" &&
   echo "check: --offload none --zero 1 refused, naming the device update" | tee -a "$log" ||
   echo "check: --offload none --zero 1 NOT refused as expected" | tee -a "$log"
 grep -E "^== |summary:|^zero:|^check:|hetex zero:|hx_session_create" "$log"
