@@ -127,6 +127,36 @@ fuzz_run() { # name seconds
     -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/$name-" "$work" "tests/fuzz/corpus/$name"
 }
 
+# Targets $2... for $1 seconds each, $jobs at a time (each is one thread:
+# the 2 cores of CI fuzz two at once); each one's output is printed whole
+# when it ends, and the run fails naming every target that found something.
+fuzz_all() { # seconds names...
+  local secs=$1 n failed="" logs=build-fuzz/logs
+  shift
+  mkdir -p "$logs"
+  local -a names=("$@") pids=()
+  local i=0 running=0
+  for n in "${names[@]}"; do
+    if [ "$running" -ge "$jobs" ]; then
+      fuzz_collect "${names[i]}" "${pids[i]}" || failed="$failed ${names[i]}"
+      i=$((i + 1)) running=$((running - 1))
+    fi
+    fuzz_run "$n" "$secs" >"$logs/$n.log" 2>&1 &
+    pids+=($!) running=$((running + 1))
+  done
+  for (( ; i < ${#names[@]}; i++)); do
+    fuzz_collect "${names[i]}" "${pids[i]}" || failed="$failed ${names[i]}"
+  done
+  [ -z "$failed" ] || { echo "build.sh fuzz: a finding in:$failed (inputs in build-fuzz/artifacts/)" >&2; return 1; }
+}
+
+fuzz_collect() { # name pid: wait for it, print its log
+  local rc=0
+  wait "$2" || rc=$?
+  cat "build-fuzz/logs/$1.log"
+  return "$rc"
+}
+
 # Build folders: build/ for cc or gcc, build-<compiler>/ for another CC.
 cc_name=$(basename "${CC:-cc}")
 case "$cc_name" in cc|gcc) bdir=build ;; *) bdir=build-$cc_name ;; esac
@@ -188,7 +218,7 @@ case "$cmd" in
       [ -e "tests/fuzz/fuzz_$n.c" ] || { echo "build.sh: no fuzz target '$n' (tests/fuzz/fuzz_$n.c)" >&2; exit 2; }
     done
     fuzz_build $(for n in $names; do echo "fuzz_$n"; done)
-    for n in $names; do fuzz_run "$n" "$secs"; done ;;
+    fuzz_all "$secs" $names ;;
   fuzz-seeds)
     fuzz_build fuzz_seeds
     mkdir -p build-fuzz/tmp
