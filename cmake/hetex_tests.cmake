@@ -17,9 +17,11 @@ function(hx_test name timeout)
     return()
   endif()
   math(EXPR scaled "${timeout} * ${HX_TEST_TIMEOUT_SCALE}")
-  # 77: the runner's "every case skipped" (tests/util/test_main.h)
+  # 77: the runner's "every case skipped" (tests/util/test_main.h). COST:
+  # a fresh clone has no timings for ctest -j to start the slow tests first
+  # with, and the timeout is set by how slow a test is
   set_tests_properties(${name} PROPERTIES LABELS "${ARGN}" TIMEOUT ${scaled}
-                       SKIP_RETURN_CODE 77)
+                       SKIP_RETURN_CODE 77 COST ${timeout})
 endfunction()
 
 # Release times on 2 shared cores (ctest -j1, 2026-11-26): test_optim 33 s,
