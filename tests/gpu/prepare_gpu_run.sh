@@ -15,6 +15,8 @@
 #          at run time, and gpu_env.sh finds the GPU image's (PyTorch's).
 #   --mpi  adds Open MPI's runtime packages and the MPI + NCCL programs
 #          (bin-mpi/) for tests/gpu/mpi_on_gpu.sh
+#   --host-cpu  adds the host kernels' tests and bench_optim (bin-cpu/) for
+#          tests/gpu/host_cpu_on_gpu.sh
 # Then carry .gpu-libs (and nothing else ignored) and run tests/gpu/run_on_gpu.sh there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,7 +67,18 @@ for arg in "$@"; do
     cp "$mbuild"/test_gpu_nccl "$mbuild"/hetex "$dest/bin-mpi/"
     strip "$dest"/bin-mpi/* 2>/dev/null || true
     ;;
-  *) echo "prepare_gpu_run.sh: unknown argument '$arg' (--with-cublas, --mpi)" >&2; exit 2 ;;
+  --host-cpu)
+    # The host kernels' tests and the optimizer benchmark, for
+    # tests/gpu/host_cpu_on_gpu.sh: the GPU machine's CPU is another one
+    # than this (16 cores, maybe AVX-512), and the kernels pick their path
+    # at run time, so these programs built here run its own.
+    mkdir -p "$dest/bin-cpu"
+    cmake --build "$build" -j "$(nproc)" --target test_vmath test_kernels test_optim test_embedding_optim bench_optim
+    cp "$build"/test_vmath "$build"/test_kernels "$build"/test_optim "$build"/test_embedding_optim \
+      "$build"/bench_optim "$dest/bin-cpu/"
+    strip "$dest"/bin-cpu/* 2>/dev/null || true
+    ;;
+  *) echo "prepare_gpu_run.sh: unknown argument '$arg' (--with-cublas, --mpi, --host-cpu)" >&2; exit 2 ;;
   esac
 done
 du -sh "$dest" "$dest"/*
