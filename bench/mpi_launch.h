@@ -1,7 +1,7 @@
-/* For the benchmarks that run as MPI jobs (bench_zero, bench_ps): run
- * plainly, the program starts itself under mpirun at 1, 2 and 4 ranks
- * with --rank, where each rank does the work; its JSON lines come out of
- * the ranks. */
+/* For the benchmarks that run as MPI jobs (bench_zero, bench_ps,
+ * bench_pin): run plainly, the program starts itself under mpirun (at 1,
+ * 2 and 4 ranks, or the ones it names) with --rank, where each rank does
+ * the work; its JSON lines come out of the ranks. */
 #ifndef HX_BENCH_MPI_LAUNCH_H
 #define HX_BENCH_MPI_LAUNCH_H
 
@@ -10,9 +10,12 @@
 #include <string.h>
 #include <unistd.h>
 
-/* rank_main() when argv says --rank; else the three mpirun jobs of this
- * executable, 1 when one of them fails (name: the benchmark's, for errors). */
-static inline int bench_mpi_main(const char *name, int argc, char **argv, int (*rank_main)(void))
+/* rank_main() when argv says --rank; else one mpirun job of this
+ * executable per entry of ranks (n of them), with mpirun's options
+ * `opts` (such as "--bind-to none"; "" for none), 1 when one of them
+ * fails (name: the benchmark's, for errors). */
+static inline int bench_mpi_main_at(const char *name, int argc, char **argv, int (*rank_main)(void),
+                                    const int *ranks, int n, const char *opts)
 {
     if (argc > 1 && !strcmp(argv[1], "--rank")) return rank_main();
     char self[4096];
@@ -24,11 +27,10 @@ static inline int bench_mpi_main(const char *name, int argc, char **argv, int (*
     self[len] = 0;
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0); /* CI and this machine run as root */
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    const int ranks[3] = {1, 2, 4};
     int rc = 0;
-    for (int i = 0; i < 3; i++) {
-        char cmd[4200];
-        snprintf(cmd, sizeof cmd, "mpirun --oversubscribe -np %d '%s' --rank", ranks[i], self);
+    for (int i = 0; i < n; i++) {
+        char cmd[4400];
+        snprintf(cmd, sizeof cmd, "mpirun --oversubscribe %s -np %d '%s' --rank", opts, ranks[i], self);
         fflush(stdout);
         if (system(cmd) != 0) {
             fprintf(stderr, "%s: %s failed\n", name, cmd);
@@ -36,6 +38,13 @@ static inline int bench_mpi_main(const char *name, int argc, char **argv, int (*
         }
     }
     return rc;
+}
+
+/* bench_mpi_main_at at 1, 2 and 4 ranks, mpirun's default binding. */
+static inline int bench_mpi_main(const char *name, int argc, char **argv, int (*rank_main)(void))
+{
+    static const int ranks[3] = {1, 2, 4};
+    return bench_mpi_main_at(name, argc, argv, rank_main, ranks, 3, "");
 }
 
 #endif

@@ -47,6 +47,14 @@ if(HX_HAVE_MPI)
   foreach(np 2 4)
     add_test(NAME mpi_zero_overlap_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:mpi_zero_overlap>)
   endforeach()
+  # the host update threads pinned to cores, each rank to its own (tests/mpi/mpi_pin.c)
+  add_executable(mpi_pin ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_pin.c)
+  target_link_libraries(mpi_pin PRIVATE hx_testlib MPI::MPI_C)
+  # (mpirun binds each rank to a core of its own by default: np 1 unbound
+  # has both cores, np 2 the ranks share them or keep mpirun's)
+  add_test(NAME mpi_pin_np1 COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none -np 1 $<TARGET_FILE:mpi_pin>)
+  add_test(NAME mpi_pin_np2 COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 2 $<TARGET_FILE:mpi_pin>)
+  add_test(NAME mpi_pin_np2_unbound COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none -np 2 $<TARGET_FILE:mpi_pin>)
   # sharded ZeRO checkpoints: saved at 4 ranks, loaded at 4, 2 and 1 (no
   # MPI), damaged shards refused, jobs killed mid-save (tests/mpi/zero_ckpt.sh)
   add_executable(mpi_zero_ckpt ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_zero_ckpt.c ${HX_EXAMPLE_SOURCES_gpt})
@@ -119,7 +127,7 @@ if(HX_HAVE_MPI)
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
   foreach(name mpi_netns_tcp mpi_gpt_zero mpi_gpt_zero_ckpt mpi_killed_rank mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
           mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4 mpi_zero_ckpt
-          mpi_zero_overlap_np2 mpi_zero_overlap_np4)
+          mpi_zero_overlap_np2 mpi_zero_overlap_np4 mpi_pin_np1 mpi_pin_np2 mpi_pin_np2_unbound)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   endforeach()
 endif()

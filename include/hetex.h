@@ -1763,6 +1763,24 @@ typedef struct hx_session_config {
      * comparison). Same bits either way. Stage 3 starts them after the
      * backward (its parameter gathers share the communicator). */
     bool no_comm_overlap;
+    /* Host update threads pinned to cores: false (the default) leaves the
+     * threads where the OS puts them. true binds each thread that runs a
+     * dense optimizer update on the host (the lane's thread and its kernel
+     * threads: the AVX AdamW over this rank's shard with ZeRO, every
+     * parameter's without) to one core for the update, and restores its
+     * mask after (other kernels and the caller's thread stay unpinned).
+     * The cores are the ones the creating thread may run on
+     * (sched_getaffinity at creation: taskset or mpirun's binding narrow
+     * them), shared out over the ranks of comm that may run on the same
+     * ones (the same hostname and mask; without comm, one rank; ranks that
+     * mpirun bound to cores of their own keep them): local rank L of S
+     * takes k = cores / S of them, from the L*k-th on, disjoint from the
+     * other ranks', and its n_threads threads take them in order (thread
+     * j: core j mod k). Where the mask is too small (fewer cores than
+     * ranks: ranks share a core; fewer than n_threads per rank: threads
+     * share) hetex says so once on stderr.
+     * HX_DEBUG=pin prints each thread's core. Same bits pinned or not. */
+    bool pin_update_threads;
     hx_emu_host_cost emu_host_cost; /* all 0: host kernels at host speed */
     /* Automatic placement (see below) */
     bool auto_placement;          /* ops and parameters left at DEFAULT are AUTO: false */
@@ -2191,6 +2209,9 @@ typedef struct hx_train_stats {
                               the backward and after the updates, on gradient sums and
                               parameter all-gathers (starting what was left, waiting for
                               what was in flight): the communication not hidden */
+    double host_update_s;  /* seconds the dense optimizer updates on the host took so far,
+                              each from its launch to its end (pinning included), summed
+                              over the lanes that ran them, the delayed update's too */
 } hx_train_stats;
 /* The training counters now.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (s or out NULL).

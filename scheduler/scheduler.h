@@ -90,6 +90,8 @@ typedef struct hx_engine {
     bool time_units; /* the executor times each unit it runs (hx_unit_clock) */
     /* emu's simulated host (hx_emu_host_cost): when it is next free */
     _Atomic double sim_host_free;
+    /* seconds the dense updates on the host took (update.c; hx_train_stats) */
+    _Atomic double host_update_s;
     /* per tensor id (NULL: none): an update node that phase 1 leaves out
      * (data parallel ZeRO: another rank owns its parameter); its copies
      * still run */
@@ -100,7 +102,34 @@ typedef struct hx_engine {
     /* follows the phase being run step by step (data parallel's gradient
      * sums during the backward: residency.h's hx_step_watch); NULL: none */
     hx_step_watch *watch;
+    /* the host update threads' cores (hx_session_config.pin_update_threads,
+     * pin.c); NULL: not pinned */
+    struct hx_pin *pin;
 } hx_engine;
+
+/* Pinning the host update threads (pin.c). Slot j of a session's n_threads
+ * is bound to core hx__pin_core(p, j): the cores sched_getaffinity allows,
+ * local_rank's share of them over the local_size ranks on this host (rank:
+ * for messages). Fails: HX_ERR_OUT_OF_MEMORY. */
+typedef struct hx_pin hx_pin;
+hx_status hx__pin_create(int nthreads, int local_rank, int local_size, int rank, hx_pin **out);
+void hx__pin_free(hx_pin *p);
+int hx__pin_slots(const hx_pin *p);
+int hx__pin_core(const hx_pin *p, int slot);
+/* Around a host update launched with nthreads kernel threads, from the
+ * thread that launches it: enter binds each thread of the team to a
+ * free slot's core; leave records what each saw and restores its mask. */
+void hx__pin_enter(hx_pin *p, int nthreads);
+void hx__pin_leave(hx_pin *p, int nthreads);
+/* What the last thread that held slot j saw just after its update's
+ * kernel (tests): the core it ran on (sched_getcpu; -1 before any),
+ * its affinity mask's lowest core and size, and how many updates ran
+ * on the slot. */
+typedef struct hx_pin_seen {
+    _Atomic int cpu, mask_first, mask_count;
+    _Atomic long runs;
+} hx_pin_seen;
+const hx_pin_seen *hx__pin_seen(const hx_pin *p, int slot);
 
 /* Builds the plan for these fetch ids (sorted, unique) and flag. */
 hx_status hx__plan_build(hx_engine *e, const int *fetch_ids, int n_fetch, bool train,

@@ -9,7 +9,9 @@
  * that runs it; device steps go through the accelerator's backend, which
  * traces its own. So every optimizer launch of a run, synchronous, delayed
  * or disk-streamed, is counted and traced, and returns its status. With
- * emu's simulated host costs (hx_emu_host_cost) set, each host launch lasts its floor. */
+ * emu's simulated host costs (hx_emu_host_cost) set, each host launch lasts its floor.
+ * A dense update runs on threads pinned to cores where the session pins
+ * them (pin.c), and its time adds to the engine's host_update_s. */
 #include "scheduler/scheduler.h"
 
 double hx__sim_host_floor(const hx_engine *e, const hx_tensor *node)
@@ -42,7 +44,14 @@ hx_status hx__host_launch(hx_engine *e, hx_stream *stream, hx_trace_lane *lane, 
 {
     hx_backend *host = e->be[HX_DEV_HOST];
     double t0 = hx__now();
+    bool pin = e->pin && hx__is_dense_update(sp->node);
+    if (pin) hx__pin_enter(e->pin, ex->nthreads);
     hx_status st = host->launch(host, stream, sp->fn, ex, sp->node, sp->out, in);
+    if (pin) hx__pin_leave(e->pin, ex->nthreads);
+    if (hx__is_dense_update(sp->node)) {
+        double took = hx__now() - t0, was = atomic_load(&e->host_update_s);
+        while (!atomic_compare_exchange_weak(&e->host_update_s, &was, was + took)) {}
+    }
     if (!st) sim_host_hold(e, sp->node, t0, ex->nthreads, cores);
     int8_t kind = e->lowered ? e->lowered[sp->node->id].kind : HX_LOWER_NONE;
     if (lane) /* a fused node by its fusion's name: its time is the whole group's */

@@ -3,13 +3,19 @@
  * train different models or start different collectives and hang. Each
  * rank hashes a description of every tensor; the hashes are compared over
  * the communicator, and where they differ the first differing tensor's
- * description from every rank is gathered to name it. */
+ * description from every rank is gathered to name it. The same gather
+ * carries a hash of each rank's hostname and allowed cores, from which
+ * each rank learns its place among the ranks that may run on the same
+ * cores (scheduler/pin.c shares them out). */
+#define _GNU_SOURCE
 #include "session/session.h"
 #include "dist/dist.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { DESC = 192 }; /* bytes of one tensor's description (a multiple of 8) */
 
@@ -65,10 +71,16 @@ hx_status hx__session_dp_check(hx_session *s)
     hx_comm *c = s->e.cfg.comm;
     const hx_graph *g = s->e.g;
     int size = hx_comm_size(c), rank = hx_comm_rank(c);
-    /* per rank: tensor count, graph hash, seed, chunk size, ZeRO stage */
-    enum { K = 5 };
+    /* per rank: tensor count, graph hash, seed, chunk size, ZeRO stage, cores */
+    enum { K = 6 };
+    char host[256] = {0};
+    cpu_set_t cores;
+    CPU_ZERO(&cores);
+    if (gethostname(host, sizeof host - 1)) host[0] = 0; /* no name: one host */
+    if (sched_getaffinity(0, sizeof cores, &cores)) CPU_ZERO(&cores);
+    uint64_t where = fnv(fnv(1469598103934665603ull, host, strlen(host)), &cores, sizeof cores);
     int64_t mine[K] = {g->n, 0, (int64_t)s->e.cfg.seed, (int64_t)s->e.cfg.offload.chunk_size,
-                       s->e.cfg.zero_stage};
+                       s->e.cfg.zero_stage, (int64_t)where};
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < g->n; i++) {
         uint64_t th = tensor_hash(g->tensors[i]);
@@ -90,6 +102,13 @@ hx_status hx__session_dp_check(hx_session *s)
                            (long long)all[4], r, (long long)all[K * r + 2],
                            (long long)all[K * r + 3], (long long)all[K * r + 4]);
         }
+    s->local_rank = 0;
+    s->local_size = 0;
+    for (int r = 0; r < size && !st; r++) {
+        bool here = all[K * r + 5] == mine[5];
+        s->local_rank += here && r < rank;
+        s->local_size += here;
+    }
     if (st || diff < 0) {
         free(all);
         return st;

@@ -34,6 +34,7 @@ void hx_session_free(hx_session *s)
         hx__placement_units_debug(s); /* not printed yet: fewer runs than that */
     hx__dpu_free(&s->e);
     hx__exec_free(&s->e);
+    hx__pin_free(s->e.pin);
     hx__session_dp_overlap_free(s); /* its events: before the backends go */
     hx__dp_free(s->dp[0]);
     hx__dp_free(s->dp[1]);
@@ -233,6 +234,7 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!s) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     s->stats.loss_scale = ls->enabled ? ls->initial_scale : 1.0;
     s->lr_scale = 1.0;
+    s->local_size = 1;
     s->e.g = g;
     s->e.cfg = c;
     s->e.nthreads = c.n_threads ? c.n_threads : omp_get_num_procs();
@@ -251,6 +253,9 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!st && s->e.residency) st = s->e.residency->init(s->e.residency);
     if (!st) st = plan_training_step(s);
     if (!st) st = hx__session_dp_setup(s);
+    if (!st && c.pin_update_threads) /* the cores of the ranks on this host: after dp_setup */
+        st = hx__pin_create(s->e.nthreads, s->local_rank, s->local_size,
+                            c.comm ? hx_comm_rank(c.comm) : 0, &s->e.pin);
     if (st) {
         hx_session_free(s);
         return st;
@@ -267,6 +272,7 @@ hx_status hx_session_train_stats(const hx_session *s, hx_train_stats *out)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_train_stats: %s is NULL",
                          s ? "out" : "session");
     *out = s->stats;
+    out->host_update_s = atomic_load(&s->e.host_update_s); /* the delayed update's thread adds too */
     return HX_OK;
 }
 

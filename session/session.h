@@ -40,6 +40,9 @@ struct hx_session {
     struct hx_nccl *nccl;
     int64_t nccl_n;
     struct hx_dp_overlap *dp_overlap; /* their sums during the backward (dp_overlap.c) */
+    /* this rank among comm's ranks that may run on the same cores (the same
+     * host and affinity mask: dp_check.c); 0 of 1 without comm */
+    int local_rank, local_size;
     /* ZeRO (cfg.zero_stage >= 1, zero.c), per tensor id: the rank that
      * owns an update node and its sources but the gradient (-1: none),
      * the updates this rank leaves out (engine.update_skip), the sharded

@@ -23,6 +23,7 @@ typedef struct options {
     const char *offload_config; /* hx_offload_config_parse's key=value,... */
     bool recompute; /* recompute every block in backward (offload.recompute) */
     bool no_fusion; /* hx_session_config.no_host_fusion: every op as built */
+    bool pin;       /* hx_session_config.pin_update_threads */
     bool quiet;                 /* no progress output */
     double progress_interval;   /* seconds between progress lines off a terminal */
     int zero;                   /* data parallel under mpirun: the ZeRO stage; -1: off */
@@ -60,6 +61,9 @@ static const char usage[] =
     "  --offload none|optimizer   optimizer on the device, or AdamW on the host (optimizer)\n"
     "  --max-device-memory N[K|M|G]   accelerator memory cap\n"
     "  --threads N --seed N\n"
+    "  --pin-update-threads    bind each thread of the host optimizer updates to a core, each\n"
+    "                          rank of --zero on this host to its own cores (HX_DEBUG=pin\n"
+    "                          prints them; off)\n"
     "  --quiet                 no progress output\n"
     "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n"
     "  --save DIR              checkpoint folder, replaced as a whole at every evaluation,\n"
@@ -122,6 +126,7 @@ static int parse(int argc, char **argv, options *o)
         CLI_FLAG_SWITCH("--quiet", &o->quiet),
         CLI_FLAG_SWITCH("--recompute", &o->recompute),
         CLI_FLAG_SWITCH("--no-fusion", &o->no_fusion),
+        CLI_FLAG_SWITCH("--pin-update-threads", &o->pin),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
         CLI_FLAG_NUM("--zero", CLI_INT, &o->zero, 0, 3),
         CLI_FLAG_TEXT("--save", &o->save),
@@ -333,6 +338,7 @@ int gpt_main(int argc, char **argv)
     }
     cfg.offload.recompute |= o.recompute;
     cfg.no_host_fusion = o.no_fusion;
+    cfg.pin_update_threads = o.pin;
     cfg.auto_placement = o.model.placement == HX_TARGET_AUTO;
     cfg.comm = comm;
     cfg.zero_stage = comm ? o.zero : 0;

@@ -31,10 +31,26 @@ for z in 0 1 2 3; do
   if [ $z = 0 ]; then mv "$out.loss" "$ref"
   else cmp -s "$out.loss" "$ref" || { rm -f "$out.loss"; fail "--zero $z: losses differ from stage 0's"; }; rm -f "$out.loss"; fi
 done
+# pinned host updates: each rank on its own core of the two (unbound by
+# mpirun), said by HX_DEBUG=pin, the same losses; a value to the switch refused
+HX_DEBUG=pin "$mpirun" --oversubscribe --bind-to none -np 2 "$hetex" gpt --zero 2 --pin-update-threads \
+  --threads 1 --batch 4 $small >"$out" 2>&1 || fail "--pin-update-threads: the run failed"
+for r in 0 1; do
+  grep -q "^hetex pin: rank $r (local rank $r of 2, 2 cores allowed): update threads 0 -> core [0-9]*$" "$out" ||
+    fail "--pin-update-threads: rank $r: no line naming its core"
+done
+[ "$(sed -n 's/^hetex pin: rank . .*-> core //p' "$out" | sort -u | wc -l)" = 2 ] ||
+  fail "--pin-update-threads: the two ranks did not get a core each"
+grep -E '^(step|summary)' "$out" | sed 's/ [0-9.]* steps\/s.*//; s/ in [0-9.]*s (.*)//' >"$out.loss"
+cmp -s "$out.loss" "$ref" || { rm -f "$out.loss"; fail "--pin-update-threads: losses differ from stage 0's"; }
+rm -f "$out.loss"
+rc=0
+"$hetex" gpt --pin-update-threads=1 >"$out" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "pin-update-threads takes no value" "$out" || fail "--pin-update-threads=1 not refused (rc $rc)"
 rc=0
 "$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 3 --offload none --batch 4 $small >"$out" 2>&1 || rc=$?
 [ "$rc" -ne 0 ] && grep -q "ZeRO stage 3 gathers .* set offload_param=cpu" "$out" || fail "--zero 3 --offload none not refused (rc $rc)"
 rc=0
 "$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 0 --batch 3 $small >"$out" 2>&1 || rc=$?
 [ "$rc" -ne 0 ] && grep -q "must be a multiple of the 2 ranks" "$out" || fail "--batch 3 on 2 ranks not refused (rc $rc)"
-echo "gpt_zero: hetex gpt --zero 0, 1, 2 and 3 ran on 2 ranks with the same losses; --zero 3 with the parameters on the device and an odd batch refused"
+echo "gpt_zero: hetex gpt --zero 0, 1, 2 and 3 ran on 2 ranks with the same losses (2 also pinned); --zero 3 with the parameters on the device and an odd batch refused"
