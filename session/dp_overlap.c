@@ -24,8 +24,11 @@
  * waiting. Progress (starting ready units, moving the collectives in
  * flight on, copying out a finished all-gather: Open MPI here has no
  * progress thread) runs after every host step, while the calling thread
- * has no host work, and until the streams have passed their writers; one
- * thread at a time drives it, the others go on.
+ * waits for host work, and, once the phase's host steps are done, each
+ * time the streams pass a writer (the thread sleeps on the writer's
+ * event in between: polling there woke it 200-300 times a step, each
+ * wake taken from the computation on a shared core); one thread at a
+ * time drives it, the others go on.
  *
  * After each phase, finish starts what is left, waits for every unit and
  * writes the results (sums over the gradients, the others' parameters
@@ -358,16 +361,31 @@ static hx_status submitted(hx_step_watch *w, const hx_step *sp, hx_stream *s)
     return HX_OK;
 }
 
+/* After the phase's host steps, until the streams have passed every
+ * writer: sleeps on the earliest pending writer's event (the thread wakes
+ * when its stream gets there, and takes no core meanwhile), then drives
+ * progress (which sees every writer passed by then). */
 static void drain(hx_step_watch *w)
 {
     hx_dp_overlap *o = (hx_dp_overlap *)w;
-    for (long idle = 0;; idle++) {
+    hx_backend *acc = o->s->e.be[HX_DEV_ACCEL];
+    for (;;) {
         pthread_mutex_lock(&o->mu);
-        bool left = o->cur->n_pend > 0;
+        schedule *c = o->cur;
+        int k = -1;
+        for (int i = 0; i < c->n_pend; i++)
+            if (k < 0 || c->pend[i] < k) k = c->pend[i];
+        if (k >= 0) note(o, 'W', k);
         pthread_mutex_unlock(&o->mu);
-        if (!left) return;
+        if (k < 0) return;
+        hx_status st = acc->event_sync(acc, c->ev[k]);
+        if (st) { /* the backend's error, reported after the phase */
+            pthread_mutex_lock(&o->prog);
+            fail(o, st);
+            pthread_mutex_unlock(&o->prog);
+            return;
+        }
         progress(w);
-        hx__msg_idle(idle);
     }
 }
 

@@ -106,8 +106,9 @@ void hx__session_dp_abort(hx_session *s);
  * order) is ready (every step of this rank writing what it sends has
  * run), 'S' unit v starts, 'F' unit v's collective was seen complete
  * during the phase (its group buffer free again; an all-gather's values
- * written), 'E' the phase is over (the units started after it wait for
- * the step); at most 4096 of them. */
+ * written), 'W' after the phase's host steps the thread sleeps until
+ * the streams pass step v (a writer), 'E' the phase is over (the units
+ * started after it wait for the step); at most 4096 of them. */
 typedef struct hx_dp_event {
     char kind;
     int v;

@@ -20,7 +20,10 @@
  * during the updates when there are several groups); and the two
  * sessions hold the same bits in every parameter and report the same
  * gradient norms. On emu (the MLP on the device, its gradient
- * copies and kernels on streams) the first check and the bits. At stage 2
+ * copies and kernels on streams) the first check and the bits. Once its
+ * host steps are done the thread sleeps until the streams pass the
+ * next writer, at most once per gradient ('W' in the log; it polled
+ * every 20-200 us before, hundreds of times a step). At stage 2
  * a unit may start only while one of the 3 send buffers is free: the log
  * says when one is freed ('F'). */
 #include "deep_mlp.h"
@@ -48,11 +51,13 @@ static hx_session_config config(int stage, hx_accelerator acc, bool no_overlap)
     cfg.zero_stage = stage;
     cfg.no_comm_overlap = no_overlap;
     cfg.offload.chunk_size = 2 * W * W * sizeof(float); /* several chunks */
+    cfg.emu_cost.launch_latency_s = 5e-4; /* emu: the backward's streams take a while */
     return cfg;
 }
 
 /* What the log of one run shows. */
 typedef struct order {
+    int waits;  /* sleeps until a stream passed a writer ('W') */
     int early;  /* starts before their unit was ready, or out of order */
     int late;   /* steps run while the next unit could have started */
     int during; /* starts before the phase's end */
@@ -85,6 +90,9 @@ static order read_log(const hx_session *s, int phase, int slots)
             break;
         case 'E':
             over = true;
+            break;
+        case 'W':
+            o.waits++;
             break;
         }
     }
@@ -129,6 +137,11 @@ static void overlap_case(int stage, hx_accelerator acc)
               "order", what, rank, o.early);
         CHECK(ob.during == 0, "%s: rank %d: without overlap %d sums started during the backward", what,
               rank, ob.during);
+        /* after its host steps the thread sleeps on the streams' writers,
+         * once each at most, instead of polling (which took the cores from
+         * the computation it waits for) */
+        CHECK(o.waits <= hx__plan_grad_count(a->last_plan), "%s: rank %d: %d waits for the streams "
+              "in the backward, for %d gradients", what, rank, o.waits, hx__plan_grad_count(a->last_plan));
         if (acc == HX_ACCELERATOR_NONE) {
             /* the units whose last writer is the backward's last step can start only after it */
             const hx_plan *p = a->last_plan;
