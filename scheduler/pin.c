@@ -95,11 +95,13 @@ hx_status hx__pin_create(int nthreads, int local_rank, int local_size, int rank,
     }
     for (int j = 0; j < nthreads; j++) p->core[j] = cores[first + j % k];
     for (int j = 0; j < nthreads; j++) atomic_store(&p->seen[j].cpu, -1);
-    if (hx__debug("pin")) {
-        fprintf(stderr, "hetex pin: rank %d (local rank %d of %d, %d cores allowed): update threads",
-                rank, local_rank, local_size, n_cores);
-        for (int j = 0; j < nthreads; j++) fprintf(stderr, "%s %d -> core %d", j ? "," : "", j, p->core[j]);
-        fprintf(stderr, "\n");
+    if (hx__debug("pin")) { /* one write: the ranks' lines do not interleave */
+        char line[1024];
+        size_t at = (size_t)snprintf(line, sizeof line, "hetex pin: rank %d (local rank %d of %d, %d "
+                                     "cores allowed): update threads", rank, local_rank, local_size, n_cores);
+        for (int j = 0; j < nthreads && at < sizeof line; j++)
+            at += (size_t)snprintf(line + at, sizeof line - at, "%s %d -> core %d", j ? "," : "", j, p->core[j]);
+        fprintf(stderr, "%s\n", line);
     }
     free(cores);
     *out = p;
