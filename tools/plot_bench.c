@@ -104,6 +104,9 @@ static const bench_plot table[] = {
     RATIO("overlap-", "", "bench=overlap", "case,threads", NULL, "step_over_max",
           "step time over the longer lane's", "host and device lanes: step time over the longer "
           "lane's (line at 1: full overlap; #k: the k-th run)"),
+    RATIO("pin-", "", NULL, "ranks,rank,load,rep", NULL, "pinned_over_unpinned,ratio_pinned,ratio_unpinned",
+          "GB/s over unpinned's or the ceiling's", "host AdamW per rank, update threads pinned: GB/s "
+          "over unpinned's, and each over the ceiling in the same run (line at 1)"),
     RATIO("placement-", "", NULL, "graph,nodes", "device_speedup",
           "auto_vs_best_single_side,auto_vs_best_manual", "automatic placement's time over the best other's",
           "automatic placement: step time over the best single side's or hand placement's (line at 1: equal)"),
@@ -132,6 +135,9 @@ static const bench_plot table[] = {
     LINES("zero-cpu-2026-11-26-s12", "-hidden", "rank=0", "ranks", "stage,offload_param", "hidden_share",
           "1 - comm wait with overlap / without", "ZeRO: share of the communication hidden, rank 0, "
           "by stage (median wait a step)"),
+    LINES("zero-cpu-2026-11-26-s13", "-hidden", "rank=0", "ranks", "stage,offload_param,rep", "hidden_share",
+          "1 - comm wait with overlap / without", "ZeRO: share of the communication hidden, rank 0, "
+          "by stage and run (median wait a step)"),
 };
 enum { N_ROWS = (int)(sizeof table / sizeof table[0]) };
 
