@@ -153,12 +153,9 @@ static hx_status post_phase(hx_coll *q)
     for (int j = 0; j < c->size && st == HX_OK; j++) {
         if (j == r) continue;
         switch (q->kind) {
-        case REDUCE_SCATTER: /* every rank's block r to my slot for it; my block j to j */
-            st = post(q, true, j, (char *)q->tmp + (size_t)j * (size_t)q->count * q->esz, q->count);
-            if (st == HX_OK) st = post(q, false, j, q->send + (size_t)j * (size_t)q->count * q->esz, q->count);
-            break;
+        case REDUCE_SCATTER: /* as an all-reduce's exchange */
         case ALL_REDUCE:
-            if (q->phase == 0) {
+            if (q->phase == 0) { /* every rank's block r to my slot for it; my block j to j */
                 st = post(q, true, j, (char *)q->tmp + (size_t)j * (size_t)block_n(q, r) * q->esz,
                           block_n(q, r));
                 if (st == HX_OK) st = post(q, false, j, q->send + (size_t)block_lo(q, j) * q->esz, block_n(q, j));
@@ -168,8 +165,8 @@ static hx_status post_phase(hx_coll *q)
             }
             break;
         case ALL_GATHER:
-            st = post(q, true, j, q->out + (size_t)j * (size_t)q->count * q->esz, q->count);
-            if (st == HX_OK) st = post(q, false, j, q->send, q->count);
+            st = post(q, true, j, q->out + (size_t)block_lo(q, j) * q->esz, block_n(q, j));
+            if (st == HX_OK) st = post(q, false, j, q->send, block_n(q, r));
             break;
         case ALL_TO_ALL_V: { /* lo: send counts, displs, recv counts, displs */
             const int64_t *sc = q->lo, *sd = sc + c->size, *rc = sd + c->size, *rd = rc + c->size;
@@ -214,15 +211,14 @@ static hx_status local_step(hx_coll *q)
     if (q->kind == REDUCE_SCATTER || q->kind == ALL_REDUCE) {
         const char **src = malloc((size_t)c->size * sizeof *src);
         if (!src) return failv(q, "out of host memory for its sum");
-        int64_t n = q->kind == REDUCE_SCATTER ? q->count : block_n(q, r);
-        int64_t lo = q->kind == REDUCE_SCATTER ? (int64_t)r * q->count : block_lo(q, r);
+        int64_t n = block_n(q, r), lo = block_lo(q, r);
         for (int i = 0; i < c->size; i++)
             src[i] = i == r ? q->send + (size_t)lo * q->esz : (char *)q->tmp + (size_t)i * (size_t)n * q->esz;
         sum_blocks(q, src, q->out + (size_t)(q->kind == ALL_REDUCE ? lo : 0) * q->esz, n);
         free(src);
     } else if (q->kind == ALL_GATHER) {
-        char *mine = q->out + (size_t)r * (size_t)q->count * q->esz;
-        if (mine != q->send) memmove(mine, q->send, (size_t)q->count * q->esz);
+        char *mine = q->out + (size_t)block_lo(q, r) * q->esz;
+        if (mine != q->send) memmove(mine, q->send, (size_t)block_n(q, r) * q->esz);
     } else if (q->kind == ALL_TO_ALL_V) {
         const int64_t *sc = q->lo, *sd = sc + c->size, *rd = sd + 2 * c->size;
         if (sc[r] && q->out + (size_t)rd[r] * q->esz != q->send + (size_t)sd[r] * q->esz)
@@ -415,22 +411,80 @@ hx_status hx__comm_all_reduce(hx_comm *c, const void *send, void *recv, int64_t 
     return coll_start(q, out);
 }
 
-hx_status hx__comm_reduce_scatter(hx_comm *c, const void *send, void *recv, int64_t count,
-                                  hx_dtype dt, hx_coll **out)
+/* q's block bounds (size+1 elements): block j is counts[j] long (counts
+ * NULL: every block `each`), back to back; refuses a negative count. */
+static hx_status block_bounds(hx_coll *q, const int64_t *counts, int64_t each)
+{
+    int size = q->c->size;
+    hx_status st = alloc_or_fail(q, (void **)&q->lo, (size_t)(size + 1) * sizeof *q->lo);
+    if (st != HX_OK) return st;
+    q->lo[0] = 0;
+    for (int j = 0; j < size; j++) q->lo[j + 1] = q->lo[j] + (counts ? counts[j] : each);
+    return HX_OK;
+}
+
+/* The total of counts[0..size-1] into *total, or an error naming the bad one. */
+static hx_status count_total(const hx_comm *c, const char *name, const int64_t *counts, int64_t *total)
+{
+    *total = 0;
+    if (!c) return HX_OK; /* coll_new refuses it */
+    if (!counts) return hx__error(HX_ERR_INVALID_ARGUMENT, "hetex dist: %s: the counts are NULL", name);
+    for (int j = 0; j < c->size; j++) {
+        if (counts[j] < 0 || counts[j] > INT64_MAX / 16 / c->size)
+            return hx__error(HX_ERR_INVALID_ARGUMENT, "hetex dist: %s: rank %d's count is %lld (give "
+                             "each rank's block length, 0 or more)", name, j, (long long)counts[j]);
+        *total += counts[j];
+    }
+    return HX_OK;
+}
+
+/* A reduce-scatter of blocks counts[j] long (counts NULL: `count` each). */
+static hx_status reduce_scatter(hx_comm *c, const void *send, void *recv, const int64_t *counts,
+                                int64_t count, hx_dtype dt, hx_coll **out)
 {
     hx_coll *q;
     hx_status st = coll_new(c, REDUCE_SCATTER, send, recv, count, dt, true, &q);
-    if (st != HX_OK) return st;
-    if ((st = alloc_or_fail(q, &q->tmp, (size_t)c->size * (size_t)count * q->esz))) return st;
+    if (st != HX_OK || (st = block_bounds(q, counts, count))) return st;
+    if ((st = alloc_or_fail(q, &q->tmp, (size_t)c->size * (size_t)block_n(q, c->rank) * q->esz))) return st;
+    return coll_start(q, out);
+}
+
+hx_status hx__comm_reduce_scatter(hx_comm *c, const void *send, void *recv, int64_t count,
+                                  hx_dtype dt, hx_coll **out)
+{
+    return reduce_scatter(c, send, recv, NULL, count, dt, out);
+}
+
+hx_status hx__comm_reduce_scatter_v(hx_comm *c, const void *send, void *recv, const int64_t *counts,
+                                    hx_dtype dt, hx_coll **out)
+{
+    int64_t total;
+    hx_status st = count_total(c, "reduce_scatter", counts, &total);
+    return st ? st : reduce_scatter(c, send, recv, counts, total, dt, out);
+}
+
+/* An all-gather of blocks counts[j] long (counts NULL: `count` each). */
+static hx_status all_gather(hx_comm *c, const void *send, void *recv, const int64_t *counts,
+                            int64_t count, hx_dtype dt, hx_coll **out)
+{
+    hx_coll *q;
+    hx_status st = coll_new(c, ALL_GATHER, send, recv, count, dt, false, &q);
+    if (st != HX_OK || (st = block_bounds(q, counts, count))) return st;
     return coll_start(q, out);
 }
 
 hx_status hx__comm_all_gather(hx_comm *c, const void *send, void *recv, int64_t count, hx_dtype dt,
                               hx_coll **out)
 {
-    hx_coll *q;
-    hx_status st = coll_new(c, ALL_GATHER, send, recv, count, dt, false, &q);
-    return st != HX_OK ? st : coll_start(q, out);
+    return all_gather(c, send, recv, NULL, count, dt, out);
+}
+
+hx_status hx__comm_all_gather_v(hx_comm *c, const void *send, void *recv, const int64_t *counts,
+                                hx_dtype dt, hx_coll **out)
+{
+    int64_t total;
+    hx_status st = count_total(c, "all_gather", counts, &total);
+    return st ? st : all_gather(c, send, recv, counts, total, dt, out);
 }
 
 hx_status hx__comm_all_to_all_v(hx_comm *c, const void *send, const int64_t *send_counts,

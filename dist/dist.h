@@ -42,6 +42,18 @@ hx_status hx__comm_reduce_scatter(hx_comm *c, const void *send, void *recv, int6
  * (recv holds size*count). send == recv + r*count is in place. Any dtype. */
 hx_status hx__comm_all_gather(hx_comm *c, const void *send, void *recv, int64_t count,
                               hx_dtype dt, hx_coll **out);
+/* The same with blocks of their own lengths, the same counts[] (size
+ * entries, each >= 0, copied) on every rank: block j is counts[j]
+ * elements at the sum of counts[0..j-1], back to back. Rank r receives its
+ * block's sum (counts[r] elements) into recv / sends its counts[r]
+ * elements of send; a rank's 0-long block sends and receives nothing, so
+ * each rank sends exactly the other ranks' blocks (reduce-scatter) or
+ * its own block to each other rank (all-gather). In place as above, at
+ * its block's start. HX_ERR_INVALID_ARGUMENT naming a negative count. */
+hx_status hx__comm_reduce_scatter_v(hx_comm *c, const void *send, void *recv, const int64_t *counts,
+                                    hx_dtype dt, hx_coll **out);
+hx_status hx__comm_all_gather_v(hx_comm *c, const void *send, void *recv, const int64_t *counts,
+                                hx_dtype dt, hx_coll **out);
 /* Rank r sends send_counts[j] elements from send + send_displs[j] to rank
  * j, and receives recv_counts[j] from rank j into recv + recv_displs[j]
  * (in elements; the arrays have size entries and are copied). */
@@ -78,21 +90,22 @@ uint64_t hx__comm_bytes_sent(const hx_comm *c);
  * flight together.
  * ZeRO (stage 1, 2): chunks of one size, at least the largest gradient
  * and at most chunk_size (0: 32 MiB) where that allows, chosen among
- * the sizes that cut the gradients into k*N chunks (k = 1..16) for the
- * fewest bytes once the chunk count is padded to a multiple of the N
- * ranks; chunk k (and every gradient in it) belongs to rank k mod N.
- * Stage 1 sums every chunk on every rank as stage 0 does; stage 2 keeps
- * only this rank's chunks (hx__dp_sum). Chunks are dealt so
- * that each rank owns as many, the fullest first, each to the least
- * loaded rank (dp_layout.h). */
+ * the sizes that cut the gradients into k*N chunks (k = 1..32) for the
+ * least loaded busiest rank (dp_layout.h). Chunks are dealt so that each
+ * rank owns as many (or one fewer), the fullest first, each to the least
+ * loaded rank; group g is every rank's g-th chunk. Both stages keep only
+ * the sums of this rank's chunks (a reduce-scatter per group whose
+ * blocks are its chunks' used bytes, nothing padded: each rank sends the
+ * others' chunks of the group, hx__comm_reduce_scatter_v); stage 1 differs
+ * only in that hx__dp_grad_shard_bytes counts no shard (it keeps every
+ * gradient's memory anyway). */
 typedef struct hx_dp hx_dp;
 hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk_size, hx_dtype dt,
                         int stage, hx_dp **out);
 void hx__dp_free(hx_dp *d);
-/* The sums, unit by unit: a unit is a chunk at stages 0 and 1 (an
- * all-reduce: every rank gets the chunk's sum) and a group of N chunks
- * (every rank's g-th) at stage 2 (a reduce-scatter: each rank gets its own
- * chunk's sum); rank-order sums either way, so the bits do not depend on
+/* The sums, unit by unit: a unit is a chunk at stage 0 (an all-reduce:
+ * every rank gets the chunk's sum) and a group of chunks (every rank's
+ * g-th) with ZeRO (a reduce-scatter: each rank gets its own chunk's sum); rank-order sums either way, so the bits do not depend on
  * which units are in flight together or when they start. grads[i] is
  * gradient i's host-addressable value. Every rank must start the same
  * units in the same order (any order; the communicator's sequence). */
@@ -109,18 +122,19 @@ hx_status hx__dp_start(hx_dp *d, int64_t x, void *const *grads);
  * unit not started is done). */
 hx_status hx__dp_test(hx_dp *d, int64_t x, bool *done);
 /* Waits for unit x's sum and (grads not NULL) writes it over its
- * gradients: at stage 2 over this rank's own only (the others' are left
+ * gradients: with ZeRO over this rank's own only (the others' are left
  * as they were). */
 hx_status hx__dp_finish(hx_dp *d, int64_t x, void *const *grads);
 /* Every unit in order, started and finished: the sums of every gradient
- * (stage 2: of this rank's own), written over them. */
+ * (ZeRO: of this rank's own), written over them. */
 hx_status hx__dp_sum(hx_dp *d, void *const *grads);
 int64_t hx__dp_chunks(const hx_dp *d);        /* holding gradients */
-int64_t hx__dp_padded_chunks(const hx_dp *d); /* ZeRO: a multiple of N */
+int64_t hx__dp_padded_chunks(const hx_dp *d); /* ZeRO: groups times N (chunk slots) */
 size_t hx__dp_chunk_size(const hx_dp *d);     /* ZeRO: the one chunk size */
-/* The host bytes the sums go through: all chunks together (stage 2:
- * only this rank's chunks) and, with ZeRO, up to 3 groups' buffers (the
- * group collectives that may be in flight at once). */
+/* The host bytes the sums go through: stage 0 all chunks together; ZeRO
+ * this rank's chunks and up to 3 groups' buffers (the group collectives
+ * that may be in flight at once; a group's buffer is its chunks' used
+ * bytes). */
 size_t hx__dp_chunk_bytes(const hx_dp *d);
 /* Stage 2: this rank's chunks of summed gradients (else 0). */
 size_t hx__dp_grad_shard_bytes(const hx_dp *d);
@@ -128,7 +142,8 @@ size_t hx__dp_grad_shard_bytes(const hx_dp *d);
 int hx__dp_owner(const hx_dp *d, int64_t i);
 /* ZeRO, after the updates: vals[i] (val_bytes[i] <= gradient i's bytes,
  * host-addressable) of every gradient an owner holds to every other rank,
- * group after group, each an all-gather through a buffer of N blocks.
+ * group after group, each an all-gather through the group's buffer (its
+ * chunks' used bytes: hx__comm_all_gather_v).
  * all_gather does every group in turn; share_start starts group g's
  * (needs hx__dp_can_start; reads this rank's own values of the group),
  * hx__dp_test moves it on, and share_finish waits for it and writes the
@@ -139,8 +154,8 @@ hx_status hx__dp_all_gather(hx_dp *d, void *const *vals, const size_t *val_bytes
 hx_status hx__dp_share_start(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes);
 hx_status hx__dp_share_finish(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes);
 /* ZeRO stage 3, one group at a time: the groups (every rank's g-th chunk;
- * 0 at stage 0), group g's buffer bytes (N blocks of its longest used
- * chunk), gradient i's group and its offset in its group's buffer (what
+ * 0 at stage 0), group g's buffer bytes (its chunks' used bytes, rank
+ * after rank, 0 for a rank with none), gradient i's group and its offset in its group's buffer (what
  * stands in for it there may be shorter: it starts at the same place).
  * gather_start begins the in-place all-gather of group g into buf (those
  * bytes; this rank's block, filled by the caller, goes to every rank):

@@ -1,13 +1,13 @@
 /* Data parallel: the ranks' gradients (f32 or bf16) summed, moved as whole
  * chunks of the layout (dp_layout.c) over the gradients in a fixed order,
  * the same on every rank; a chunk is sent up to the end of its last
- * gradient (its used bytes), not its empty tail. Stage 0 and 1 sum every
- * chunk on every rank (all-reduce); with ZeRO (stage >= 1) each rank owns
- * as many chunks of one size, group g being every rank's g-th chunk:
- * stage 2 sends each chunk's sum to its owner only (a reduce-scatter per
- * group of blocks as long as its longest chunk), and after the updates
- * each owner's values go to every rank the same way (an all-gather per
- * group). */
+ * gradient (its used bytes), not its empty tail. Stage 0 sums every chunk
+ * on every rank (all-reduce); with ZeRO (stage >= 1) each rank owns as
+ * many chunks of one size, group g being every rank's g-th chunk: each
+ * chunk's sum goes to its owner only (a reduce-scatter per group whose
+ * blocks are the group's chunks, each exactly as long as its used bytes:
+ * nothing padded), and after the updates each owner's values go to every
+ * rank the same way (an all-gather per group). */
 #include "dist/dist.h"
 #include "dist/dp_layout.h"
 #include "memory/memory.h"
@@ -22,32 +22,34 @@ struct hx_dp {
     int stage;
     int64_t n;            /* gradients */
     size_t *bytes;        /* each one's */
-    size_t *at;           /* stage 0, 1: each one's offset in stage_buf */
+    size_t *at;           /* stage 0: each one's offset in stage_buf */
     int64_t *chunk_of;    /* each one's chunk */
     int64_t n_chunks;     /* holding gradients */
-    size_t *chunk_lo;     /* stage 0, 1: chunk k is stage_buf [chunk_lo[k], chunk_lo[k+1]) */
-    char *stage_buf;      /* stage 0, 1: the chunks' used bytes, back to back */
+    size_t *chunk_lo;     /* stage 0: chunk k is stage_buf [chunk_lo[k], chunk_lo[k+1]) */
+    char *stage_buf;      /* stage 0: the chunks' used bytes, back to back */
     size_t chunk;         /* the chunk size */
     /* ZeRO */
     int *chunk_rank;      /* per chunk: its owner */
     int64_t *chunk_group; /* per chunk: its place among its owner's chunks */
     int64_t n_groups;     /* ceil(chunks / N) */
     size_t *in_group;     /* per gradient: its offset in its group's buffer */
-    size_t *group_len;    /* per group: each rank's block, its longest used chunk */
-    size_t *own_lo;       /* stage 2, per group: where this rank's block is in own */
-    char *own;            /* stage 2: this rank's chunks, group after group */
-    char *group;          /* n_slots buffers of N blocks of group_max (all-gathers: the first) */
-    size_t group_max;     /* the longest group_len */
+    size_t *blk;          /* per group N+1 bounds: rank j's block (its chunk) is
+                           * [blk[j], blk[j+1]) of the group's buffer, in bytes */
+    int64_t *counts;      /* per group N: the blocks' elements */
+    size_t *own_lo;       /* per group: where this rank's block is in own */
+    char *own;            /* this rank's chunks, group after group */
+    char *group;          /* n_slots buffers of group_max bytes */
+    size_t group_max;     /* the largest group's bytes */
     int n_slots;          /* ZeRO: groups whose collectives may be in flight at once (stage 0: 1) */
     bool *slot_busy;      /* ZeRO, per slot: a reduce-scatter or all-gather uses it */
     int *slot_of;         /* ZeRO, per group: the slot its collective uses, -1 */
     bool *gathering;      /* ZeRO, per group: its all-gather keeps its slot until finished */
     int free_slots;
-    hx_coll **q;          /* per unit (stage 2: group, else chunk): its sum in flight */
+    hx_coll **q;          /* per unit (ZeRO: group, else chunk): its sum in flight */
 };
 
-/* ZeRO's group buffers: the groups whose reduce-scatters (stage 2) or
- * all-gathers may be in flight at once. */
+/* ZeRO's group buffers: the groups whose reduce-scatters or all-gathers
+ * may be in flight at once. */
 enum { DP_SLOTS = 3 };
 
 void hx__dp_free(hx_dp *d)
@@ -61,7 +63,8 @@ void hx__dp_free(hx_dp *d)
     free(d->chunk_rank);
     free(d->chunk_group);
     free(d->in_group);
-    free(d->group_len);
+    free(d->blk);
+    free(d->counts);
     free(d->own_lo);
     free(d->own);
     free(d->group);
@@ -78,42 +81,53 @@ static hx_status no_memory(size_t bytes)
                      "for %zu bytes of gradient chunks", bytes);
 }
 
-/* ZeRO's group buffers from layout z: per group its block length, each
- * gradient's place in its group's buffer, the buffer (stage 2 also this
- * rank's blocks, group after group). */
+/* Group g's bounds: rank j's block. */
+static size_t *bounds(const hx_dp *d, int64_t g)
+{
+    return d->blk + (size_t)g * (size_t)(hx_comm_size(d->c) + 1);
+}
+
+/* ZeRO's group buffers from layout z: per group its blocks (each rank's
+ * chunk of it, 0 bytes where it has none), each gradient's place in its
+ * group's buffer, the slots' buffers and this rank's blocks, group after
+ * group. */
 static hx_status group_buffers(hx_dp *d, const hx_dp_layout *z)
 {
-    int ranks = hx_comm_size(d->c);
-    size_t ng = (size_t)(d->n_groups ? d->n_groups : 1);
-    d->group_len = malloc(ng * sizeof *d->group_len);
+    int ranks = hx_comm_size(d->c), rank = hx_comm_rank(d->c);
+    size_t ng = (size_t)(d->n_groups ? d->n_groups : 1), esz = hx_dtype_size(d->dt);
+    d->blk = calloc(ng * (size_t)(ranks + 1), sizeof *d->blk);
+    d->counts = calloc(ng * (size_t)ranks, sizeof *d->counts);
     d->own_lo = calloc(ng + 1, sizeof *d->own_lo);
     d->in_group = malloc((size_t)(d->n ? d->n : 1) * sizeof *d->in_group);
-    if (!d->group_len || !d->own_lo || !d->in_group)
+    if (!d->blk || !d->counts || !d->own_lo || !d->in_group)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    hx__dp_layout_groups(z, ranks, d->group_len);
+    for (int64_t k = 0; k < z->n_chunks; k++)
+        d->counts[(size_t)z->group_of[k] * (size_t)ranks + (size_t)z->rank_of[k]] = (int64_t)(z->used[k] / esz);
     for (int64_t g = 0; g < d->n_groups; g++) {
-        d->own_lo[g + 1] = d->own_lo[g] + d->group_len[g];
-        if (d->group_len[g] > d->group_max) d->group_max = d->group_len[g];
+        size_t *b = bounds(d, g);
+        const int64_t *n = d->counts + (size_t)g * (size_t)ranks;
+        for (int j = 0; j < ranks; j++) b[j + 1] = b[j] + (size_t)n[j] * esz;
+        d->own_lo[g + 1] = d->own_lo[g] + (size_t)n[rank] * esz;
+        if (b[ranks] > d->group_max) d->group_max = b[ranks];
     }
     for (int64_t i = 0; i < d->n; i++) {
         int64_t k = z->chunk_of[i];
-        d->in_group[i] = (size_t)z->rank_of[k] * d->group_len[z->group_of[k]] + z->offset_of[i];
+        d->in_group[i] = bounds(d, z->group_of[k])[z->rank_of[k]] + z->offset_of[i];
     }
     d->n_slots = d->n_groups > 1 ? (d->n_groups < DP_SLOTS ? (int)d->n_groups : DP_SLOTS) : 1;
     d->free_slots = d->n_slots;
-    d->group = calloc((size_t)d->n_slots * (size_t)ranks, d->group_max ? d->group_max : 1);
+    d->group = calloc((size_t)d->n_slots, d->group_max ? d->group_max : 1);
     d->slot_busy = calloc((size_t)d->n_slots, sizeof *d->slot_busy);
     d->slot_of = malloc(ng * sizeof *d->slot_of);
     d->gathering = calloc(ng, sizeof *d->gathering);
-    if (d->stage == 2) d->own = calloc(d->own_lo[d->n_groups] ? d->own_lo[d->n_groups] : 1, 1);
-    if (!d->group || !d->slot_busy || !d->slot_of || !d->gathering || (d->stage == 2 && !d->own))
-        return no_memory((d->stage == 2 ? d->own_lo[d->n_groups] : 0) +
-                         (size_t)d->n_slots * ranks * d->group_max);
+    d->own = calloc(d->own_lo[d->n_groups] ? d->own_lo[d->n_groups] : 1, 1);
+    if (!d->group || !d->slot_busy || !d->slot_of || !d->gathering || !d->own)
+        return no_memory(d->own_lo[d->n_groups] + (size_t)d->n_slots * d->group_max);
     for (size_t g = 0; g < ng; g++) d->slot_of[g] = -1;
     return HX_OK;
 }
 
-/* Stage 0 and 1's buffer from layout z: the chunks' used bytes back to back. */
+/* Stage 0's buffer from layout z: the chunks' used bytes back to back. */
 static hx_status summed_buffer(hx_dp *d, const hx_dp_layout *z)
 {
     d->chunk_lo = calloc((size_t)d->n_chunks + 1, sizeof *d->chunk_lo);
@@ -160,7 +174,7 @@ hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk
         d->q = calloc((size_t)(d->n_chunks ? d->n_chunks : 1), sizeof *d->q);
         if (!d->q) st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     }
-    if (!st && stage != 2) st = summed_buffer(d, &z);
+    if (!st && !stage) st = summed_buffer(d, &z);
     if (!st && stage) st = group_buffers(d, &z);
     if (!st) { /* the layout's arrays d keeps */
         d->chunk_of = z.chunk_of, z.chunk_of = NULL;
@@ -180,9 +194,8 @@ int64_t hx__dp_chunks(const hx_dp *d) { return d->n_chunks; }
 
 size_t hx__dp_chunk_bytes(const hx_dp *d)
 {
-    size_t groups = d->stage ? (size_t)d->n_slots * (size_t)hx_comm_size(d->c) * d->group_max : 0;
-    if (d->stage == 2) return d->own_lo[d->n_groups] + groups;
-    return d->chunk_lo[d->n_chunks] + groups;
+    if (d->stage) return d->own_lo[d->n_groups] + (size_t)d->n_slots * d->group_max;
+    return d->chunk_lo[d->n_chunks];
 }
 
 size_t hx__dp_chunk_size(const hx_dp *d) { return d->chunk; }
@@ -198,10 +211,7 @@ size_t hx__dp_grad_shard_bytes(const hx_dp *d) { return d->stage == 2 ? d->own_l
 
 int64_t hx__dp_groups(const hx_dp *d) { return d->stage ? d->n_groups : 0; }
 
-size_t hx__dp_group_bytes(const hx_dp *d, int64_t g)
-{
-    return (size_t)hx_comm_size(d->c) * d->group_len[g];
-}
+size_t hx__dp_group_bytes(const hx_dp *d, int64_t g) { return bounds(d, g)[hx_comm_size(d->c)]; }
 
 int64_t hx__dp_group_of(const hx_dp *d, int64_t i) { return d->chunk_group[d->chunk_of[i]]; }
 
@@ -209,22 +219,18 @@ size_t hx__dp_in_group(const hx_dp *d, int64_t i) { return d->in_group[i]; }
 
 hx_status hx__dp_gather_start(hx_dp *d, int64_t g, void *buf, hx_coll **out)
 {
-    size_t len = d->group_len[g];
-    return hx__comm_all_gather(d->c, (char *)buf + (size_t)hx_comm_rank(d->c) * len, buf,
-                               (int64_t)(len / hx_dtype_size(d->dt)), d->dt, out);
+    return hx__comm_all_gather_v(d->c, (char *)buf + bounds(d, g)[hx_comm_rank(d->c)], buf,
+                                 d->counts + (size_t)g * (size_t)hx_comm_size(d->c), d->dt, out);
 }
 
-/* Stage 2: the send buffer of slot `slot` (N blocks of the longest group). */
-static char *slot_buf(const hx_dp *d, int slot)
-{
-    return d->group + (size_t)slot * (size_t)hx_comm_size(d->c) * d->group_max;
-}
+/* ZeRO: the buffer of slot `slot` (the largest group's bytes). */
+static char *slot_buf(const hx_dp *d, int slot) { return d->group + (size_t)slot * d->group_max; }
 
-int64_t hx__dp_units(const hx_dp *d) { return d->stage == 2 ? d->n_groups : d->n_chunks; }
+int64_t hx__dp_units(const hx_dp *d) { return d->stage ? d->n_groups : d->n_chunks; }
 
 int64_t hx__dp_unit_of(const hx_dp *d, int64_t i)
 {
-    return d->stage == 2 ? d->chunk_group[d->chunk_of[i]] : d->chunk_of[i];
+    return d->stage ? d->chunk_group[d->chunk_of[i]] : d->chunk_of[i];
 }
 
 bool hx__dp_can_start(const hx_dp *d) { return d->stage == 0 || d->free_slots > 0; }
@@ -259,20 +265,19 @@ hx_status hx__dp_start(hx_dp *d, int64_t x, void *const *grads)
 {
     size_t esz = hx_dtype_size(d->dt);
     hx_status st;
-    if (d->stage != 2) { /* the chunk's gradients into its place, summed there */
+    if (!d->stage) { /* the chunk's gradients into its place, summed there */
         for (int64_t i = 0; i < d->n; i++)
             if (d->chunk_of[i] == x) memcpy(d->stage_buf + d->at[i], grads[i], d->bytes[i]);
         char *lo = d->stage_buf + d->chunk_lo[x];
         st = hx__comm_all_reduce(d->c, lo, lo, (int64_t)((d->chunk_lo[x + 1] - d->chunk_lo[x]) / esz),
                                  d->dt, &d->q[x]);
-    } else { /* the group's N blocks in a free slot; this rank's sums into own */
-        size_t len = d->group_len[x];
+    } else { /* the group's blocks in a free slot; this rank's sums into own */
         char *buf = take_slot(d, x);
-        memset(buf, 0, (size_t)hx_comm_size(d->c) * len);
+        memset(buf, 0, hx__dp_group_bytes(d, x));
         for (int64_t i = 0; i < d->n; i++)
             if (d->chunk_group[d->chunk_of[i]] == x) memcpy(buf + d->in_group[i], grads[i], d->bytes[i]);
-        st = hx__comm_reduce_scatter(d->c, buf, d->own + d->own_lo[x], (int64_t)(len / esz), d->dt,
-                                     &d->q[x]);
+        st = hx__comm_reduce_scatter_v(d->c, buf, d->own + d->own_lo[x],
+                                       d->counts + (size_t)x * (size_t)hx_comm_size(d->c), d->dt, &d->q[x]);
         if (st) give_slot(d, x);
     }
     if (st) d->q[x] = NULL;
@@ -284,7 +289,7 @@ hx_status hx__dp_start(hx_dp *d, int64_t x, void *const *grads)
 static hx_status ended(hx_dp *d, int64_t x, hx_status st)
 {
     d->q[x] = NULL;
-    if (d->stage == 2 && !d->gathering[x]) give_slot(d, x); /* a reduce-scatter's */
+    if (d->stage && !d->gathering[x]) give_slot(d, x); /* a reduce-scatter's */
     return st;
 }
 
@@ -305,12 +310,12 @@ hx_status hx__dp_finish(hx_dp *d, int64_t x, void *const *grads)
 {
     hx_status st = d->q[x] ? ended(d, x, hx__coll_wait(d->q[x])) : HX_OK;
     if (st || !grads) return st;
-    if (d->stage != 2) {
+    if (!d->stage) {
         for (int64_t i = 0; i < d->n; i++)
             if (d->chunk_of[i] == x) memcpy(grads[i], d->stage_buf + d->at[i], d->bytes[i]);
         return HX_OK;
     }
-    size_t mine = (size_t)hx_comm_rank(d->c) * d->group_len[x];
+    size_t mine = bounds(d, x)[hx_comm_rank(d->c)];
     for (int64_t i = 0; i < d->n; i++)
         if (in(d, i, x, true)) memcpy(grads[i], d->own + d->own_lo[x] + d->in_group[i] - mine, d->bytes[i]);
     return HX_OK;
@@ -334,12 +339,12 @@ hx_status hx__dp_sum(hx_dp *d, void *const *grads)
 
 hx_status hx__dp_share_start(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes)
 {
-    size_t len = d->group_len[g], mine = (size_t)hx_comm_rank(d->c) * len;
+    size_t mine = bounds(d, g)[hx_comm_rank(d->c)];
     char *buf = take_slot(d, g);
     for (int64_t i = 0; i < d->n; i++)
         if (in(d, i, g, true)) memcpy(buf + d->in_group[i], vals[i], val_bytes[i]);
-    hx_status st = hx__comm_all_gather(d->c, buf + mine, buf, (int64_t)(len / hx_dtype_size(d->dt)),
-                                       d->dt, &d->q[g]);
+    hx_status st = hx__comm_all_gather_v(d->c, buf + mine, buf,
+                                         d->counts + (size_t)g * (size_t)hx_comm_size(d->c), d->dt, &d->q[g]);
     if (st) {
         d->q[g] = NULL;
         give_slot(d, g);

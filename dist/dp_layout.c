@@ -80,12 +80,17 @@ hx_status hx__dp_layout(hx_dp_layout *z, const size_t *bytes, int64_t n, size_t 
 size_t hx__dp_layout_groups(const hx_dp_layout *z, int ranks, size_t *len)
 {
     int64_t n_groups = (z->n_chunks + ranks - 1) / ranks;
+    size_t total = 0, most = 0;
     for (int64_t g = 0; g < n_groups; g++) len[g] = 0;
-    for (int64_t k = 0; k < z->n_chunks; k++)
-        if (z->used[k] > len[z->group_of[k]]) len[z->group_of[k]] = z->used[k];
-    size_t sum = 0;
-    for (int64_t g = 0; g < n_groups; g++) sum += len[g];
-    return sum * (size_t)ranks;
+    for (int64_t k = 0; k < z->n_chunks; k++) len[z->group_of[k]] += z->used[k], total += z->used[k];
+    for (int r = 0; r < ranks; r++) {
+        size_t own = 0;
+        for (int64_t k = 0; k < z->n_chunks; k++)
+            if (z->rank_of[k] == r) own += z->used[k];
+        size_t sent = total - own + (size_t)(ranks - 1) * own;
+        if (sent > most) most = sent;
+    }
+    return most;
 }
 
 hx_status hx__dp_layout_zero(hx_dp_layout *z, const size_t *bytes, int64_t n, size_t cap, size_t esz,

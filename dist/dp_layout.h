@@ -35,13 +35,15 @@ hx_status hx__dp_layout(hx_dp_layout *z, const size_t *bytes, int64_t n, size_t 
  * the largest gradient (no chunk of its own), at most cap where that
  * allows; of the sizes that cut the gradients into k*N chunks (k = 1..32),
  * the one whose busiest rank owns the fewest gradient bytes, then whose
- * groups (every rank's g-th chunk) send the fewest bytes, then the
+ * busiest sender (hx__dp_layout_groups) sends the fewest, then the
  * smaller. */
 hx_status hx__dp_layout_zero(hx_dp_layout *z, const size_t *bytes, int64_t n, size_t cap, size_t esz,
                              int ranks, size_t *chunk_size);
 /* Per group of z (ceil(chunks / ranks) of them) the used bytes of its
- * longest chunk into len; returns ranks times their sum (what a rank
- * sends in a reduce-scatter or all-gather of every group). */
+ * chunks into len (each rank's block of the group is its chunk, exactly:
+ * 0 bytes where it has none); returns the most bytes a rank sends in a
+ * reduce-scatter and an all-gather of every group (the other ranks'
+ * blocks, then its own to each other rank). */
 size_t hx__dp_layout_groups(const hx_dp_layout *z, int ranks, size_t *len);
 
 #endif

@@ -2,7 +2,7 @@
  * dense gradient is summed over the ranks, chunk by chunk (dist/dp.c,
  * started during the backward by dp_overlap.c), f32
  * and bf16 gradients in chunks of their own dtype, in the graph's order of
- * update nodes so that every rank lays them out alike (ZeRO stages 2 and 3:
+ * update nodes so that every rank lays them out alike (ZeRO stages 1-3:
  * each chunk's sum only on its owner; the owners: zero.c); the average's 1/N
  * goes with the loss scale's unscaling into the updates (session.c). On
  * CUDA a gradient whose update runs on the device stays there and is summed

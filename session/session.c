@@ -418,7 +418,7 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     const hx_tensor *bad;
     double sumsq;
     if ((st = hx__scan_grads(&s->e, p, ex[1], &bad, &sumsq))) return st;
-    if (s->e.cfg.zero_stage >= 2 && (st = hx__session_zero_norm(s, p, &bad, &sumsq))) return st;
+    if (s->e.cfg.zero_stage && (st = hx__session_zero_norm(s, p, &bad, &sumsq))) return st;
     s->stats.grad_norm = sqrt(sumsq) * unscale;
     if (bad && !scaling)
         return hx__error(HX_ERR_NUMERIC,

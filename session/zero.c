@@ -5,12 +5,13 @@
  * others' storage is freed at creation and their updates are left out of
  * phase 1 (engine.update_skip). After the updates each owner's chunks of
  * what every rank reads of its parameters (the half copy, else the f32
- * parameter itself) go to every rank (dist/dp.c's all-gather). At stage 2
- * each rank has summed only its own gradients, so the gradient norm and
- * the Inf/NaN check come from the owners' per-parameter sums of squares,
- * gathered and added in plan order as the scan adds them: bitwise stage
- * 0's norm. Stage 3 sums as stage 2, shards the replicas too (what every
- * rank reads: the half copy, else the f32 parameter) and gathers them for
+ * parameter itself) go to every rank (dist/dp.c's all-gather). Each rank
+ * sums only its own gradients (a reduce-scatter at every stage), so the
+ * gradient norm and the Inf/NaN check come from the owners' per-parameter
+ * sums of squares, gathered and added in plan order as the scan adds
+ * them: bitwise stage 0's norm. Stage 1 differs from stage 2 only in the
+ * memory it accounts (every gradient's). Stage 3 sums as stage 2, shards
+ * the replicas too (what every rank reads: the half copy, else the f32 parameter) and gathers them for
  * the forward and backward (zero3.c) instead of after the updates. */
 #include "session/session.h"
 #include "dist/dist.h"

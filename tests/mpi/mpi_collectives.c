@@ -2,7 +2,8 @@
  * a serial reference every rank computes from every rank's inputs (they
  * come from seeds): sums in rank order in f32 (bf16: rounded once), so the
  * results are bitwise equal to the reference. Also in-place calls, blocks
- * split into several messages, two collectives in flight at once, the bytes
+ * split into several messages, blocks of their own lengths (the _v
+ * variants), two collectives in flight at once, the bytes
  * each rank sends, bad input, a timeout naming the rank that did not come,
  * and MPI's start and end: hetex starts and finalises it; with --user-mpi
  * the program does, and hetex works on a communicator the program split.
@@ -155,6 +156,62 @@ static void test_all_gather(void)
         }
 }
 
+/* Block j of case k is (5 + 37*j + 11*k) % 53 elements long, rank 1's
+ * (where there is one) 0 in case 0: blocks of their own lengths. */
+static int64_t v_count(int j, int k) { return j == 1 && k == 0 ? 0 : (5 + 37 * j + 11 * k) % 53; }
+
+/* reduce_scatter_v and all_gather_v against the serial reference, in place
+ * and not, f32 and bf16: each rank gets exactly its block, and sends
+ * exactly the others' blocks (reduce-scatter) or its own to each other
+ * rank (all-gather), nothing padded. */
+static void test_variable_blocks(void)
+{
+    int64_t *n = malloc((size_t)size * sizeof *n), *lo = malloc((size_t)(size + 1) * sizeof *lo);
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < 2; t++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                hx_dtype dt = sum_types[t];
+                size_t esz = hx_dtype_size(dt);
+                lo[0] = 0;
+                for (int j = 0; j < size; j++) n[j] = v_count(j, k), lo[j + 1] = lo[j] + n[j];
+                int64_t total = lo[size];
+                int tag = 800 + k * 10 + t;
+                char *send = inputs(rank, tag, total, dt), *want = reference_sum(tag, total, dt);
+                char *recv = inplace ? send + (size_t)lo[rank] * esz : malloc((size_t)(n[rank] ? n[rank] : 1) * esz);
+                char what[96];
+                snprintf(what, sizeof what, "reduce_scatter_v case %d %s%s", k, hx_dtype_name(dt),
+                         inplace ? " in place" : "");
+                uint64_t sent0 = hx__comm_bytes_sent(comm);
+                hx_coll *q = NULL;
+                OK(run(hx__comm_reduce_scatter_v(comm, send, recv, n, dt, &q), &q));
+                same(what, recv, want + (size_t)lo[rank] * esz, (size_t)n[rank] * esz);
+                uint64_t rs_bytes = (uint64_t)(total - n[rank]) * esz;
+                CHECK(hx__comm_bytes_sent(comm) - sent0 == rs_bytes, "%s: rank %d sent %llu bytes, want %llu",
+                      what, rank, (unsigned long long)(hx__comm_bytes_sent(comm) - sent0),
+                      (unsigned long long)rs_bytes);
+                if (!inplace) free(recv);
+                free(send);
+                /* every rank's block of `want`, gathered */
+                char *all = malloc((size_t)(total ? total : 1) * esz), *mine = malloc((size_t)(n[rank] ? n[rank] : 1) * esz);
+                memcpy(mine, want + (size_t)lo[rank] * esz, (size_t)n[rank] * esz);
+                if (inplace) memcpy(all + (size_t)lo[rank] * esz, mine, (size_t)n[rank] * esz);
+                snprintf(what, sizeof what, "all_gather_v case %d %s%s", k, hx_dtype_name(dt),
+                         inplace ? " in place" : "");
+                sent0 = hx__comm_bytes_sent(comm);
+                OK(run(hx__comm_all_gather_v(comm, inplace ? all + (size_t)lo[rank] * esz : mine, all, n, dt, &q), &q));
+                same(what, all, want, (size_t)total * esz);
+                uint64_t ag_bytes = (uint64_t)(size - 1) * (uint64_t)n[rank] * esz;
+                CHECK(hx__comm_bytes_sent(comm) - sent0 == ag_bytes, "%s: rank %d sent %llu bytes, want %llu",
+                      what, rank, (unsigned long long)(hx__comm_bytes_sent(comm) - sent0),
+                      (unsigned long long)ag_bytes);
+                free(all);
+                free(mine);
+                free(want);
+            }
+    free(n);
+    free(lo);
+}
+
 /* Rank i sends rank j (3 + 5*i + 2*j) % 11 elements (some zero). */
 static int64_t a2a_count(int i, int j) { return (3 + 5 * i + 2 * j) % 11; }
 
@@ -280,6 +337,10 @@ static void test_bad_input(void)
     c[rank] = -1;
     STATUS_IS(hx__comm_all_to_all_v(comm, x, c, z, x, c, z, HX_DTYPE_F32, &q), HX_ERR_INVALID_ARGUMENT,
               "count is -1");
+    STATUS_IS(hx__comm_reduce_scatter_v(comm, x, x, c, HX_DTYPE_F32, &q), HX_ERR_INVALID_ARGUMENT,
+              "count is -1");
+    STATUS_IS(hx__comm_all_gather_v(comm, x, x, NULL, HX_DTYPE_F32, &q), HX_ERR_INVALID_ARGUMENT,
+              "counts are NULL");
     free(c);
     free(z);
     hx_comm_config cfg = hx_comm_config_default();
@@ -390,6 +451,7 @@ int main(int argc, char **argv)
     static const test_case cases[] = {
         {"all_reduce", test_all_reduce},     {"reduce_scatter", test_reduce_scatter},
         {"all_gather", test_all_gather},     {"all_to_all_v", test_all_to_all_v},
+        {"variable_blocks", test_variable_blocks},
         {"broadcast", test_broadcast},       {"pieces", test_pieces},
         {"overlap_and_bytes", test_overlap_and_bytes}, {"bad_input", test_bad_input},
         {"timeout", test_timeout},           {"finalize", test_finalize},

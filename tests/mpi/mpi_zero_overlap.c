@@ -11,10 +11,11 @@
  *   order), a unit that may start does so before the next step runs: no
  *   step ('D') comes between the moment the next unit in order is ready
  *   and its start;
- * - at stages 0 and 1 all but the units whose last writer is phase 0's
- *   last step start during the backward (before 'E'; at stage 2 at least
- *   one: a start may wait for a send buffer, 'F' in the log), where the
- *   session without overlap starts none;
+ * - at stage 0 all but the units whose last writer is phase 0's last
+ *   step start during the backward (before 'E'; at stages 1 and 2, whose
+ *   units are groups reduce-scattered, at least one: a start may wait for
+ *   a send buffer, 'F' in the log), where the session without overlap
+ *   starts none;
  * the same three for the all-gathers in the updates' log (stages 1, 2:
  * a group's all-gather after this rank's updates of it; at least one
  * during the updates when there are several groups); and the two
@@ -23,7 +24,7 @@
  * copies and kernels on streams) the first check and the bits. Once its
  * host steps are done the thread sleeps until the streams pass the
  * next writer, at most once per gradient ('W' in the log; it polled
- * every 20-200 us before, hundreds of times a step). At stage 2
+ * every 20-200 us before, hundreds of times a step). At stages 1 and 2
  * a unit may start only while one of the 3 send buffers is free: the log
  * says when one is freed ('F'). */
 #include "deep_mlp.h"
@@ -129,7 +130,7 @@ static void overlap_case(int stage, hx_accelerator acc)
     if (a && b) {
         deep_mlp_check_same_params(a, b, &ma, what);
         int64_t units = hx__dp_units(a->dp[0]);
-        int slots = stage < 2 ? (int)units : (units < 3 ? (int)units : 3); /* dist/dp.c's */
+        int slots = !stage ? (int)units : (units < 3 ? (int)units : 3); /* dist/dp.c's */
         order o = read_log(a, 0, slots), ob = read_log(b, 0, slots);
         CHECK(o.units == units && ob.units == units, "%s: rank %d: %d and %d of %lld units started",
               what, rank, o.units, ob.units, (long long)units);
@@ -154,7 +155,7 @@ static void overlap_case(int stage, hx_accelerator acc)
                 at_end += st[n - 1].node == u->src[1];
             }
             CHECK(!o.late, "%s: rank %d: %d steps ran while a sum could have started", what, rank, o.late);
-            CHECK(o.during >= (stage < 2 ? units - at_end : 1), "%s: rank %d: %d of %lld sums started "
+            CHECK(o.during >= (!stage ? units - at_end : 1), "%s: rank %d: %d of %lld sums started "
                   "during the backward (%d gradients written by its last step)", what, rank, o.during,
                   (long long)units, at_end);
         }
