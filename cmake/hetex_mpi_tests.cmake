@@ -122,6 +122,11 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_widedeep_servers COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_servers.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli> ${PROJECT_SOURCE_DIR}/data/adult)
   set_tests_properties(mpi_widedeep_servers PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
+  # hetex widedeep --criteo-generate with tables over a per-rank cap: one
+  # rank refused, --shards 2 and --servers 2 train alike under it
+  add_test(NAME mpi_widedeep_criteo COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_criteo.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
+  set_tests_properties(mpi_widedeep_criteo PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
   # hetex widedeep --save/--resume with --shards and --servers: a checkpoint
   # of either mode resumed at other rank counts, in the other mode and alone
   add_test(NAME mpi_widedeep_resume COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_resume.sh

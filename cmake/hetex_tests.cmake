@@ -144,6 +144,7 @@ hx_test(mpi_ps_np3               90       mpi tsan)
 hx_test(mpi_ps_np4               120      mpi tsan)
 hx_test(mpi_widedeep_servers     240      mpi io)
 hx_test(mpi_widedeep_resume      300      mpi io)
+hx_test(mpi_widedeep_criteo      180      mpi io)
 hx_test(mpi_ps_killed_server     90       mpi)
 hx_test(mpi_ps_killed_worker     90       mpi)
 

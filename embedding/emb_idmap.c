@@ -361,6 +361,12 @@ void hx_emb_idmap_stats_get(const hx_emb_idmap *m, hx_emb_idmap_stats *s)
     s->filtered = m->filtered;
 }
 
+size_t hx_emb_idmap_bytes(const hx_emb_idmap *m)
+{
+    return sizeof *m + (size_t)m->nslots * sizeof(slot) + (size_t)m->fcap * sizeof(int64_t) +
+           (size_t)m->logcap * sizeof(undo);
+}
+
 /* ---- serialisation ---------------------------------------------------------------------------- */
 
 int64_t hx_emb_idmap_serial_size(const hx_emb_idmap *m)

@@ -444,6 +444,9 @@ typedef struct hx_emb_idmap_stats {
     int64_t admitted, evicted, expired, filtered; /* totals; filtered: occurrences given no row */
 } hx_emb_idmap_stats;
 void hx_emb_idmap_stats_get(const hx_emb_idmap *m, hx_emb_idmap_stats *s);
+/* The bytes the map has allocated now (itself, its slots, free queue and
+ * undo log); it grows as keys arrive. */
+size_t hx_emb_idmap_bytes(const hx_emb_idmap *m);
 
 /* The map as i64 words, for save files: [next_row, n_free, free rows...,
  * n_entries, (key, row, count, last_seen) per entry]. size returns the

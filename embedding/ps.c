@@ -181,10 +181,8 @@ hx_status hx__ps_table_create(const hx_embedding_config *cfg, const hx_emb_table
             return hx__emb_error(st, &err, "%s '%s' (server %d of %d)", fn, name, ps->index, ps->S);
         }
         e->shard = hx_emb_as_shard(e->impl);
-        hx_emb_local *l = hx_emb_shard_local(e->shard);
-        hx_emb_local_stats ls = {0};
-        hx_status own = l ? hx_emb_local_stats_get(&l->base, &ls, &err) : HX_OK;
-        e->bytes = ls.bytes;
+        hx_status own = HX_OK;
+        e->bytes = hx_emb_shard_bytes(e->shard);
         if (!own && ps->rank_bytes && ps->held_bytes + e->bytes > ps->rank_bytes)
             own = hx_emb_fail(&err, HX_ERR_OUT_OF_MEMORY, "server rank %d would hold %zu bytes of tables "
                               "(this one's rows and state: %zu), over the per-rank cap of %zu "

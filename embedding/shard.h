@@ -46,6 +46,8 @@ typedef struct hx_emb_shard_config {
     bool dynamic;           /* ids are keys (a DYNAMIC table), else rows */
     hx_emb_table_config tc; /* the whole table's: rows is every shard's together */
     hx_emb_idmap_config mc; /* dynamic: the whole table's map (capacity = tc.rows) */
+    size_t rank_bytes;      /* > 0: creation fails on every rank when a rank's part
+                               allocates more (hx_emb_shard_bytes) */
 } hx_emb_shard_config;
 
 /* A sharded table: collective over cfg->comm (every rank calls it with the
@@ -60,6 +62,10 @@ hx_emb_table *hx_emb_shard_part(hx_emb_shard *s);
 /* The local table holding this rank's rows and state (a dynamic part's
  * storage), NULL where it holds none. */
 hx_emb_local *hx_emb_shard_local(hx_emb_shard *s);
+/* The bytes this rank's part has allocated: its rows and optimizer state
+ * (a lazy table's ready bits) and a DYNAMIC part's id map (as it is now:
+ * it grows with the keys); 0 where it holds none. */
+size_t hx_emb_shard_bytes(hx_emb_shard *s);
 int hx_emb_shard_rank(const hx_emb_shard *s);
 int hx_emb_shard_size(const hx_emb_shard *s);
 bool hx_emb_shard_table_wise(const hx_emb_shard *s);

@@ -240,6 +240,15 @@ static const hx_emb_ops shard_ops = {"sharded", shard_lookup, shard_apply, shard
 hx_emb_shard *hx_emb_as_shard(hx_emb_table *t) { return t && t->ops == &shard_ops ? (hx_emb_shard *)t : NULL; }
 hx_emb_table *hx_emb_shard_part(hx_emb_shard *s) { return s->part; }
 hx_emb_local *hx_emb_shard_local(hx_emb_shard *s) { return s->local; }
+
+size_t hx_emb_shard_bytes(hx_emb_shard *s)
+{
+    hx_emb_local_stats ls = {0};
+    hx_emb_err err;
+    if (s->local && hx_emb_local_stats_get(&s->local->base, &ls, &err)) ls.bytes = 0; /* never: a local table */
+    hx_emb_idmap *m = s->dynamic && s->part ? hx_emb_dynamic_idmap(s->part) : NULL;
+    return ls.bytes + (m ? hx_emb_idmap_bytes(m) : 0);
+}
 int hx_emb_shard_rank(const hx_emb_shard *s) { return s->rank; }
 int hx_emb_shard_size(const hx_emb_shard *s) { return s->size; }
 bool hx_emb_shard_table_wise(const hx_emb_shard *s) { return s->table_wise; }
@@ -365,6 +374,14 @@ hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out
     hx_emb_table *storage = NULL;
     hx_status pst = st ? HX_OK : hx__shard_make_part(s, &s->part, &storage, &perr);
     s->local = hx_emb_as_local(storage);
+    size_t held = pst ? 0 : hx_emb_shard_bytes(s);
+    if (!st && !pst && cfg->rank_bytes && held > cfg->rank_bytes)
+        pst = hx_emb_fail(&perr, HX_ERR_OUT_OF_MEMORY,
+                          "rank %d's shard allocates %zu bytes (%lld of the table's %lld rows with their "
+                          "optimizer state), over the per-rank cap of %zu bytes (rank_bytes): shard it over "
+                          "more ranks (at least %zu) or raise the cap", s->rank, held,
+                          (long long)(s->local ? s->local->base.rows : 0), (long long)cfg->tc.rows,
+                          cfg->rank_bytes, (held * (size_t)N + cfg->rank_bytes - 1) / cfg->rank_bytes);
     if (!st) st = hx__shard_agree(s, HX_EMB_X_CREATE, pst, &perr, err);
     if (st) {
         shard_free(&s->base);

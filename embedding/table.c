@@ -101,6 +101,9 @@ static hx_status to_configs(const hx_embedding_config *c, hx_emb_table_config *t
                                "its own gradient would not match the owner's row"
                              : "the host cache of a table on disk would need to hand its "
                                "rows to a second cache");
+    if (c->rank_bytes && !c->comm && !c->ps)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s '%s': rank_bytes %zu caps one rank's shard of a "
+                         "sharded table: give comm or ps too, or leave it 0", fn, name, c->rank_bytes);
     if (c->n_threads < 0 || c->min_count < 0 || c->expire_after < 0)
         return hx__error(HX_ERR_INVALID_ARGUMENT,
                          "%s '%s': n_threads %d, min_count %lld and expire_after %lld must be "

@@ -26,7 +26,7 @@ hx_status hx__embedding_shard_config(const hx_embedding_config *cfg, const hx_em
     size_t bytes = (size_t)tc->rows * (size_t)hx_emb_row_stride(tc->dim, tc->dtype) *
                    (tc->dtype == HX_DTYPE_F32 ? 4 : 2);
     *sc = (hx_emb_shard_config){.comm = cfg->comm, .dynamic = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC,
-                                .tc = *tc, .mc = *mc};
+                                .tc = *tc, .mc = *mc, .rank_bytes = cfg->rank_bytes};
     sc->table_wise = cfg->sharding == HX_EMBEDDING_SHARD_TABLE ||
                      (cfg->sharding == HX_EMBEDDING_SHARD_AUTO && bytes < HX_EMBEDDING_SHARD_TABLE_BYTES);
     sc->owner = cfg->shard_rank >= 0 ? cfg->shard_rank
@@ -82,7 +82,7 @@ hx_status hx__embedding_shard_stats(const hx_embedding_table *t, hx_embedding_st
     ls.oob_ids = ss.out_of_range;
     *out = (hx_embedding_stats){.rows = t->impl->rows, .dim = t->impl->dim, .rows_assigned = ls.rows_ready,
                                 .out_of_range = ls.oob_ids, .updates = atomic_load(&t->updates),
-                                .last_step = atomic_load(&t->last_step), .bytes = ls.bytes,
+                                .last_step = atomic_load(&t->last_step), .bytes = hx_emb_shard_bytes(s),
                                 .graphs = atomic_load(&t->graphs)};
     hx_emb_table *part = hx_emb_shard_part(s);
     hx__embedding_idmap_stats(t, part ? hx_emb_dynamic_idmap(part) : NULL, out);

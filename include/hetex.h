@@ -919,6 +919,16 @@ typedef struct hx_embedding_config {
     hx_embedding_sharding sharding; /* AUTO */
     int shard_rank;           /* SHARD_TABLE: the rank holding the table; -1: the
                                  table's name hashed (XXH3) mod the ranks */
+    size_t rank_bytes;        /* comm or ps: a cap on the bytes one rank's shard of this
+                                 table allocates (its rows, their optimizer state, a lazy
+                                 table's ready bits, a DYNAMIC shard's id map as created),
+                                 the figure hx_embedding_table_stats reports as bytes; a
+                                 shard over it fails creation on every rank with
+                                 HX_ERR_OUT_OF_MEMORY naming the table, the rank, its bytes
+                                 and the cap (after allocating it: a cap for planning, not
+                                 a guard against the allocation itself); a DYNAMIC shard's
+                                 map grows past it with its keys. 0: no cap
+                                 (hx_ps_config.rank_bytes caps a server's tables together) */
     /* Server mode (see "parameter servers"): the table's rows live on ps's
      * servers (sharding and shard_rank as above, over the servers; comm must
      * be NULL). Every rank creates it alike; a worker uses it as any table
@@ -958,7 +968,9 @@ HX_API hx_embedding_config hx_embedding_config_default(void);
  *               differ: every rank fails, naming the first that differs);
  *               HX_ERR_UNSUPPORTED (with backing_file or ssd_path; a build
  *               without MPI); HX_ERR_COMM (the communicator's
- *               collectives); a failure on one rank fails every rank.
+ *               collectives); HX_ERR_OUT_OF_MEMORY (a shard over
+ *               rank_bytes); a failure on one rank fails every rank.
+ *               rank_bytes without comm or ps: HX_ERR_INVALID_ARGUMENT.
  *               device_cache_rows also: HX_ERR_INVALID_ARGUMENT (negative);
  *               HX_ERR_UNSUPPORTED (with comm, ps or ssd_path).
  *   On failure: *out is NULL (unless out is NULL) and nothing is kept.
@@ -2473,6 +2485,9 @@ HX_API hx_status hx_reader_stats_get(const hx_reader *r, hx_reader_stats *out);
 typedef struct hx_generator_config {
     uint64_t seed;
     int64_t n_rows;            /* rows per epoch (1 << 20) */
+    int64_t first_row;         /* the index of the epoch's first row, >= 0 (0): a held-out
+                                  set of the same law is rows [n_rows, ...) of the training
+                                  set's seed (first_row = its n_rows) */
     int64_t batch_size;        /* 4096 */
     int n_numeric;             /* 13 */
     int n_categorical;         /* 26 */

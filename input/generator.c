@@ -57,6 +57,9 @@ static hx_status check(const hx_generator_config *c, const char *w)
     if (c->n_rows < 0 || c->batch_size < 1)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: n_rows %lld must be >= 0 and batch_size %lld >= 1",
                          w, (long long)c->n_rows, (long long)c->batch_size);
+    if (c->first_row < 0 || c->first_row > INT64_MAX - c->n_rows)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: first_row %lld must be >= 0 and first_row + n_rows "
+                         "(%lld) at most 2^63 - 1", w, (long long)c->first_row, (long long)c->n_rows);
     if (c->n_numeric < 0 || c->n_categorical < 0 || c->n_numeric > 4096 || c->n_categorical > 4096)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: n_numeric %d and n_categorical %d must be in 0..4096",
                          w, c->n_numeric, c->n_categorical);
@@ -167,7 +170,7 @@ hx_status hx_generator_next(hx_generator *g, const hx_batch **out)
     if (n <= 0) return HX_OK;
     int64_t first = g->next_row;
 #pragma omp parallel for num_threads(g->cfg.n_threads) schedule(static) if (n >= 256)
-    for (int64_t r = 0; r < n; r++) make_row(g, first + r, &g->rows, r, &g->logits[r]);
+    for (int64_t r = 0; r < n; r++) make_row(g, g->cfg.first_row + first + r, &g->rows, r, &g->logits[r]);
     g->rows.n = n;
     g->next_row += n;
     g->any = true;

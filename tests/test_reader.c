@@ -483,6 +483,22 @@ static void test_criteo_round_trip(void)
         at += a->n;
     }
     CHECK(same && at == 6000, "rows do not depend on the batch size");
+    /* first_row k: the rows from k on of the same seed (a held-out set) */
+    hx_generator_config g3 = g;
+    g3.first_row = 1000;
+    g3.n_rows = 5000;
+    hx_generator *gen3;
+    CHECK(hx_generator_create(&g3, &gen3) == HX_OK, "%s", hx_last_error());
+    at = 1000;
+    same = 1;
+    while (same && hx_generator_next(gen3, &a) == HX_OK && a) {
+        same &= memcmp(a->categorical, b->categorical + at * 26, (size_t)a->n * 26 * 8) == 0 &&
+                memcmp(a->numeric, b->numeric + at * 13, (size_t)a->n * 13 * 4) == 0 &&
+                memcmp(a->labels, b->labels + at, (size_t)a->n * 4) == 0;
+        at += a->n;
+    }
+    CHECK(same && at == 6000, "first_row 1000: rows 1000.. of the same seed (to row %lld)", (long long)at);
+    hx_generator_free(gen3);
     hx_generator_free(gen);
     hx_generator_free(gen2);
     remove(path);
@@ -617,6 +633,10 @@ static void test_errors(void)
     gc = hx_generator_config_default();
     gc.missing_rate = 1.5;
     CHECK(hx_generator_create(&gc, &g) == HX_ERR_INVALID_ARGUMENT, "missing rate 1.5");
+    gc = hx_generator_config_default();
+    gc.first_row = -1;
+    CHECK(hx_generator_create(&gc, &g) == HX_ERR_INVALID_ARGUMENT && strstr(hx_last_error(), "first_row"),
+          "first_row -1: %s", hx_last_error());
     gc = hx_generator_config_default();
     gc.n_rows = 10;
     CHECK(hx_generator_write_tsv(&gc, "/nonexistent/dir/x.tsv") == HX_ERR_IO, "unwritable path: %s",

@@ -1,6 +1,7 @@
 /* The wide & deep example: its AUC against a pairwise reference (with
  * ties), a short deterministic training run on Adult, checkpoint resume
- * equality, and a corrupt checkpoint refused. */
+ * equality, and a corrupt checkpoint refused; Criteo-schema input from
+ * files and generated. */
 #include "hetex_run.h"
 #include "testutil.h"
 #include "tmpdir.h"
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* P(positive scores above negative) + 0.5 P(tie), over all pairs. */
@@ -165,6 +167,49 @@ static void test_device_cache(const char *data, const char *dir)
     CHECK(test_same_file(plain, cached), "the curve with a device cache of 90 rows equals the one without");
 }
 
+/* Criteo's schema: generator files read through --criteo DIR train as
+ * --criteo-generate's own (the same rows: the curve byte for byte), and
+ * learn the planted model; Criteo-only flags without Criteo input, and
+ * both inputs at once, are refused naming the flags. */
+static void test_criteo(const char *dir)
+{
+    char folder[512], path[600], a[512], b[512];
+    snprintf(folder, sizeof folder, "%s/criteo", dir);
+    CHECK(mkdir(folder, 0700) == 0, "mkdir %s", folder);
+    hx_generator_config gc = hx_generator_config_default();
+    gc.seed = 1; /* widedeep's default --seed */
+    gc.vocab_size = 5000;
+    for (int k = 0; k < 2; k++) {
+        gc.n_rows = k ? 1024 : 4096;
+        gc.first_row = k ? 4096 : 0;
+        snprintf(path, sizeof path, "%s/%s", folder, k ? "test.tsv" : "train.tsv");
+        CHECK(hx_generator_write_tsv(&gc, path) == HX_OK, "%s", hx_last_error());
+    }
+    snprintf(a, sizeof a, "%s/criteo-files.csv", dir);
+    snprintf(b, sizeof b, "%s/criteo-generated.csv", dir);
+    const char *files[] = {"widedeep", "--criteo", folder, "--hash-buckets", "1000", "--threads", "2", "--quiet",
+                           "--batch", "256", "--epochs", "2", "--curve", a};
+    const char *generated[] = {"widedeep", "--criteo-generate", "4096", "--criteo-vocab", "5000", "--hash-buckets",
+                               "1000", "--threads", "2", "--quiet", "--batch", "256", "--epochs", "2", "--curve", b};
+    fflush(stdout);
+    CHECK(wd_main(14, (char **)files) == 0 && wd_main(16, (char **)generated) == 0, "Criteo from files and "
+          "generated: %s", hx_last_error());
+    CHECK(test_same_file(a, b), "--criteo DIR of the generator's files trains as --criteo-generate");
+    FILE *f = fopen(a, "r");
+    char line[256];
+    double auc = 0, acc = 0, tl, vl;
+    int e, epochs = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "%d,%lf,%lf,%lf,%lf", &e, &tl, &vl, &auc, &acc) == 5) epochs++;
+    if (f) fclose(f);
+    CHECK(epochs == 2 && auc > 0.72, "the planted model learnt: AUC %.4f after %d epochs (want > 0.72)", auc,
+          epochs);
+    const char *stray[] = {"widedeep", "--hash-buckets", "10", "--epochs", "1"};
+    CHECK(wd_main(5, (char **)stray) == 2, "--hash-buckets without Criteo input refused");
+    const char *both[] = {"widedeep", "--criteo", folder, "--criteo-generate", "100"};
+    CHECK(wd_main(5, (char **)both) == 2, "--criteo with --criteo-generate refused");
+}
+
 static char data_dir[512], out_dir[64];
 
 static int setup(void)
@@ -179,6 +224,7 @@ static void teardown(void) { test_remove_tree(out_dir); }
 static void training(void) { test_training(data_dir, out_dir); }
 static void on_disk(void) { test_on_disk(data_dir, out_dir); }
 static void device_cache(void) { test_device_cache(data_dir, out_dir); }
+static void criteo(void) { test_criteo(out_dir); }
 
 /* The example's graph with every op AUTO on emu simulating a device 20x
  * faster than the host and an 8 GB/s link: the lookups and sparse updates
@@ -265,6 +311,7 @@ static const test_case cases[] = {
     {"training", training},
     {"on_disk", on_disk},
     {"device_cache", device_cache},
+    {"criteo", criteo},
     {"auto_placement", auto_placement},
 };
 

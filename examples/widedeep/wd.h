@@ -51,6 +51,16 @@ typedef struct wd_options {
     int staleness;             /* --servers: steps a worker may run ahead of the applied pushes */
     hx_ps *ps;                 /* --servers: the roles (wd_shards_start) */
     double progress_interval;  /* seconds between progress lines off a terminal */
+    /* Criteo-schema input (13 integer, 26 categorical columns) in place of Adult: */
+    const char *criteo;        /* a folder holding train.tsv and test.tsv (Criteo's TSV), or NULL */
+    int64_t criteo_generate;   /* > 0: that many training rows (and a quarter as many test rows)
+                                  from hx_generator into a temporary folder (wd_criteo_generate) */
+    int64_t criteo_vocab;      /* the generator's ids per categorical column */
+    double criteo_zipf;        /* the generator's Zipf exponent (0: uniform ids) */
+    int64_t hash_buckets;      /* Criteo: deep and wide rows per categorical column */
+    size_t table_bytes;        /* > 0: the per-rank cap on table memory (--shards: each rank's
+                                  shards, hx_embedding_config.rank_bytes; --servers: each
+                                  server's, hx_ps_config.rank_bytes) */
 } wd_options;
 wd_options wd_options_default(void);
 
@@ -67,7 +77,21 @@ typedef struct wd_features {
  * then rewound. */
 hx_status wd_features_fit(hx_reader *train, const hx_reader_config *rc, int64_t cross_buckets,
                           wd_features *out);
+/* The same for Criteo's columns (a reader of hx_reader_config_criteo):
+ * the integers log1p-standardised, each categorical id hashed into
+ * hash_buckets rows of the deep table and of the wide one. */
+hx_status wd_features_fit_criteo(hx_reader *train, const hx_reader_config *rc, int64_t hash_buckets,
+                                 wd_features *out);
 void wd_features_free(wd_features *wf);
+
+/* --criteo-generate: writes train.tsv (o->criteo_generate rows) and
+ * test.tsv (a quarter as many, at least one --batch, the rows after the
+ * training rows of the same seed) from hx_generator (--seed, --criteo-vocab,
+ * --criteo-zipf) into a new folder under $TMPDIR (or /tmp), its path into
+ * dir (every rank writes its own, the same rows); HX_OK, or an error with
+ * msg. wd_criteo_remove removes them. */
+hx_status wd_criteo_generate(const wd_options *o, char *dir, size_t dir_len, char *msg, size_t msg_len);
+void wd_criteo_remove(const char *dir);
 
 /* One batch as the graph feeds it, for a fixed batch size B. */
 typedef struct wd_feed {

@@ -18,7 +18,7 @@ wd_options wd_options_default(void)
                         .embedding_optimizer = HX_EMBEDDING_OPTIMIZER_ADAGRAD, .lr_wide = 0.05,
                         .l1_wide = 0.001, .l2_wide = 0.001, .cross_buckets = 1000,
                         .deep_cache_bytes = (size_t)64 << 20,
-                        .progress_interval = 10};
+                        .progress_interval = 10, .criteo_zipf = -1};
 }
 
 static const char usage[] =
@@ -66,6 +66,22 @@ static const char usage[] =
     "                          data parallel among them); --batch is the global batch\n"
     "  --staleness K           --servers: a worker may run K steps ahead of the applied\n"
     "                          pushes (0: synchronous, the default)\n"
+    "  --table-memory-per-rank N[K|M|G]   with --shards or --servers: a cap on one rank's\n"
+    "                          table memory (rows and optimizer state as allocated); a rank\n"
+    "                          whose shards exceed it refuses at creation, naming the table\n"
+    "                          (--shards: the deep table's shard against N, the wide one's\n"
+    "                          against what it left; --servers: each server's tables together)\n"
+    "  --criteo DIR            Criteo-schema input in place of Adult: DIR holds train.tsv and\n"
+    "                          test.tsv in Criteo's TSV format (label, 13 integers, 26\n"
+    "                          hexadecimal ids); the integers log1p-standardised, each\n"
+    "                          categorical column hashed into --hash-buckets rows of the deep\n"
+    "                          and the wide table\n"
+    "  --criteo-generate N     Criteo-schema input generated instead (hx_generator: --seed's\n"
+    "                          planted model): N training rows and N/4 (at least --batch) test\n"
+    "                          rows, written to a temporary folder removed at the end\n"
+    "  --criteo-vocab N --criteo-zipf X   the generator's ids per column and their Zipf\n"
+    "                          exponent, 0: uniform (10000, 1.05)\n"
+    "  --hash-buckets N        Criteo: rows per categorical column in each table (10000)\n"
     "  --quiet                 no progress output\n"
     "  --progress-interval S   seconds between progress lines when not on a terminal (10)\n";
 
@@ -109,6 +125,12 @@ static int parse(int argc, char **argv, wd_options *o)
         CLI_FLAG_NUM("--servers", CLI_INT, &o->servers, 1, 4095),
         CLI_FLAG_NUM("--staleness", CLI_INT, &o->staleness, 0, 1000),
         CLI_FLAG_ABOVE("--progress-interval", &o->progress_interval, 0, 3600),
+        CLI_FLAG_NUM("--table-memory-per-rank", CLI_BYTES, &o->table_bytes, 1, 1ull << 50),
+        CLI_FLAG_TEXT("--criteo", &o->criteo),
+        CLI_FLAG_NUM("--criteo-generate", CLI_INT64, &o->criteo_generate, 1, (int64_t)1 << 32),
+        CLI_FLAG_NUM("--criteo-vocab", CLI_INT64, &o->criteo_vocab, 1, (int64_t)1 << 32),
+        CLI_FLAG_NUM("--criteo-zipf", CLI_DOUBLE, &o->criteo_zipf, 0, 100),
+        CLI_FLAG_NUM("--hash-buckets", CLI_INT64, &o->hash_buckets, 1, (int64_t)1 << 32),
     };
     const cli_command c = {.name = "widedeep", .usage = usage, .flags = flags,
                            .n_flags = CLI_COUNT(flags)};
@@ -117,7 +139,8 @@ static int parse(int argc, char **argv, wd_options *o)
     o->accelerator = (hx_accelerator)accel;
     o->placement = places[place];
     static char data[4096];
-    if (!strcmp(o->data, wd_options_default().data)) o->data = cli_data_path(o->data, data, sizeof data);
+    bool data_given = strcmp(o->data, wd_options_default().data) != 0;
+    if (!data_given) o->data = cli_data_path(o->data, data, sizeof data);
     o->embedding_optimizer = emb ? HX_EMBEDDING_OPTIMIZER_LAZY_ADAM : HX_EMBEDDING_OPTIMIZER_ADAGRAD;
     if (o->partial_batch && (o->shards || o->servers))
         return cli_flag_error("widedeep", "--partial-batch with --shards or --servers is not built: a "
@@ -125,6 +148,29 @@ static int parse(int argc, char **argv, wd_options *o)
     if (o->shards && o->servers)
         return cli_flag_error("widedeep", "--shards (collective mode) and --servers (server mode) are "
                               "two ways to spread the tables: give one");
+    bool criteo = o->criteo || o->criteo_generate;
+    if (o->criteo && o->criteo_generate)
+        return cli_flag_error("widedeep", "--criteo DIR reads Criteo files, --criteo-generate N makes them: "
+                              "give one");
+    if (criteo && o->deep_on_disk)
+        return cli_flag_error("widedeep", "--deep-table-on-disk is for Adult's deep table; leave it out "
+                              "with --criteo or --criteo-generate");
+    /* 0 and -1: not given */
+    if (!criteo && (o->hash_buckets || o->criteo_vocab || o->criteo_zipf >= 0))
+        return cli_flag_error("widedeep", "--hash-buckets, --criteo-vocab and --criteo-zipf are for Criteo "
+                              "input: give --criteo DIR or --criteo-generate N too");
+    if (o->criteo && (o->criteo_vocab || o->criteo_zipf >= 0))
+        return cli_flag_error("widedeep", "--criteo-vocab and --criteo-zipf shape generated data: give "
+                              "--criteo-generate N, or leave them out with --criteo DIR");
+    if (criteo && data_given)
+        return cli_flag_error("widedeep", "--data names Adult's folder; Criteo input comes from --criteo DIR "
+                              "or --criteo-generate N: give one");
+    if (!o->hash_buckets) o->hash_buckets = 10000;
+    if (!o->criteo_vocab) o->criteo_vocab = 10000;
+    if (o->criteo_zipf < 0) o->criteo_zipf = 1.05;
+    if (o->table_bytes && !o->shards && !o->servers)
+        return cli_flag_error("widedeep", "--table-memory-per-rank caps each rank's shards of the tables: give "
+                              "--shards N or --servers S too (one rank: mpirun -np 1 hetex widedeep --shards 1)");
     if (o->staleness && !o->servers)
         return cli_flag_error("widedeep", "--staleness is for server mode: give --servers too");
     if (o->save && !cli_check_output("widedeep", "--save", o->save, CLI_PATH_DIR)) return 2;
@@ -159,6 +205,8 @@ typedef struct job {
     int rank;            /* --shards: this rank, whose slice of every batch it feeds */
     int64_t lb;          /* rows a step feeds this rank: --batch / --shards */
     char msg[1200];      /* the example's own errors (else hx_last_error()) */
+    char gen_dir[1024];  /* --criteo-generate: its folder, removed at the end; "" */
+    char source[1200];   /* what it trains on, in words */
 } job;
 
 /* The next batch of the training file into fd (the short last one with
@@ -351,28 +399,59 @@ static void summary(job *j, const wd_metrics *m, double seconds)
     cli_print_placement(stdout, "widedeep", j->s);
 }
 
+/* The tables' shapes (Criteo) and this rank's share of them against
+ * --table-memory-per-rank (--shards); false after saying why not. */
+static bool tables_said(const job *j)
+{
+    const wd_options *o = &j->o;
+    hx_embedding_stats d, w;
+    if (hx_embedding_table_stats(j->m.deep, &d) || hx_embedding_table_stats(j->m.wide, &w)) {
+        cli_error("widedeep", "the tables' stats", hx_last_error());
+        return false;
+    }
+    if (o->criteo || o->criteo_generate)
+        printf("hetex widedeep: 13 numeric and %d categorical columns, each hashed into %lld rows: deep table "
+               "%lld x %lld, wide table %lld x 1\n", j->wf.n_deep, (long long)o->hash_buckets,
+               (long long)d.rows, (long long)d.dim, (long long)w.rows);
+    if (o->shards && o->table_bytes)
+        printf("hetex widedeep: rank 0's shards: %zu bytes (deep %zu, wide %zu: rows and optimizer state), "
+               "under the cap of %zu bytes a rank (--table-memory-per-rank)\n", d.bytes + w.bytes, d.bytes,
+               w.bytes, o->table_bytes);
+    return true;
+}
+
 static hx_status setup(job *j)
 {
     const wd_options *o = &j->o;
-    char path[1024];
-    j->train_cfg = hx_reader_config_adult(false);
+    char path[1200];
+    bool criteo = o->criteo || o->criteo_generate;
+    j->train_cfg = criteo ? hx_reader_config_criteo() : hx_reader_config_adult(false);
     j->train_cfg.batch_size = o->batch;
     j->train_cfg.n_threads = o->reader_threads;
     j->train_cfg.shuffle_rows = 1 << 15;
     j->train_cfg.shuffle_seed = o->seed;
-    j->test_cfg = hx_reader_config_adult(true);
+    j->test_cfg = criteo ? hx_reader_config_criteo() : hx_reader_config_adult(true);
     j->test_cfg.batch_size = o->batch;
     j->test_cfg.n_threads = o->reader_threads;
-    char test_path[1024];
-    snprintf(path, sizeof path, "%s/adult.data", o->data);
-    snprintf(test_path, sizeof test_path, "%s/adult.test", o->data);
+    char test_path[1200];
     wd_input train, test;
     hx_status st = wd_shards_start(&j->o, &j->rank, j->msg, sizeof j->msg);
     j->lb = o->batch / wd_slices(o);
+    if (!st && o->criteo_generate)
+        st = wd_criteo_generate(o, j->gen_dir, sizeof j->gen_dir, j->msg, sizeof j->msg);
+    const char *dir = o->criteo ? o->criteo : o->criteo_generate ? j->gen_dir : o->data;
+    snprintf(path, sizeof path, "%s/%s", dir, criteo ? "train.tsv" : "adult.data");
+    snprintf(test_path, sizeof test_path, "%s/%s", dir, criteo ? "test.tsv" : "adult.test");
+    if (o->criteo_generate)
+        snprintf(j->source, sizeof j->source, "Criteo schema generated (%lld training rows, ids of %lld per "
+                 "column, Zipf %g)", (long long)o->criteo_generate, (long long)o->criteo_vocab, o->criteo_zipf);
+    else
+        snprintf(j->source, sizeof j->source, "%s%s", criteo ? "Criteo schema " : "", dir);
     if (!st && ((st = hx_reader_open(path, &j->train_cfg, &j->train)) ||
                 (st = hx_reader_open(test_path, &j->test_cfg, &j->test))) && st == HX_ERR_IO)
-        snprintf(j->msg, sizeof j->msg, "%s (give --data DIR, a folder holding adult.data and "
-                 "adult.test)", hx_last_error());
+        snprintf(j->msg, sizeof j->msg, "%s (give %s)", hx_last_error(),
+                 criteo ? "--criteo DIR, a folder holding train.tsv and test.tsv in Criteo's TSV format"
+                        : "--data DIR, a folder holding adult.data and adult.test");
     if (!st) st = wd_input_check(j->train, path, o->batch, o->partial_batch, false, &train, j->msg,
                                  sizeof j->msg);
     if (!st) st = wd_input_check(j->test, test_path, o->batch, false, true, &test, j->msg,
@@ -383,10 +462,16 @@ static hx_status setup(job *j)
     j->steps = train.rows / o->batch + (short_rows > 0);
     if (*train.malformed_text) printf("hetex widedeep: '%s': %s\n", path, train.malformed_text);
     if (*test.malformed_text) printf("hetex widedeep: '%s': %s\n", test_path, test.malformed_text);
-    if (!st) st = wd_features_fit(j->train, &j->train_cfg, o->cross_buckets, &j->wf);
+    if (!st)
+        st = criteo ? wd_features_fit_criteo(j->train, &j->train_cfg, o->hash_buckets, &j->wf)
+                    : wd_features_fit(j->train, &j->train_cfg, o->cross_buckets, &j->wf);
     wd_options lo = *o; /* the graph takes this rank's slice */
     lo.batch = j->lb;
-    if (!st) st = wd_model_build(&lo, &j->wf, &j->m);
+    if (!st && (st = wd_model_build(&lo, &j->wf, &j->m)) == HX_ERR_OUT_OF_MEMORY && o->table_bytes)
+        snprintf(j->msg, sizeof j->msg, "%s (--table-memory-per-rank %zu: %s)", hx_last_error(), o->table_bytes,
+                 o->shards ? "a rank's deep shard is checked against it, its wide shard against what the deep one "
+                             "left; give more ranks or a larger cap"
+                           : "each server's tables together; give more servers or a larger cap");
     if (!st && o->ps && hx_ps_is_server(o->ps)) /* a server: the tables only */
         return o->resume ? resume(j) : HX_OK;
     if (!st) st = wd_feed_alloc(&j->wf, o->batch, &j->fd);
@@ -425,6 +510,7 @@ static void teardown(job *j)
     free(j->probs);
     free(j->labels);
     wd_shards_stop(&j->o);
+    wd_criteo_remove(j->gen_dir);
 }
 
 int wd_main(int argc, char **argv)
@@ -450,8 +536,9 @@ int wd_main(int argc, char **argv)
     }
     if (curve && !j.epochs_done) fprintf(curve, "epoch,train_loss,test_loss,test_auc,test_accuracy\n");
     if (!cli_metrics_open(&j.metrics, "widedeep", o->metrics, o->tensorboard, j.epochs_done > 0)) goto out;
-    printf("hetex widedeep: %s, batch %lld, %d epochs%s\n", o->data, (long long)o->batch, o->epochs,
+    printf("hetex widedeep: %s, batch %lld, %d epochs%s\n", j.source, (long long)o->batch, o->epochs,
            j.epochs_done ? " (resumed)" : "");
+    if (!tables_said(&j)) goto out;
     if (j.train_rows % o->batch && o->partial_batch)
         printf("hetex widedeep: %lld full batches and a short one of %lld rows an epoch "
                "(--partial-batch): all %lld rows trained\n", (long long)(j.train_rows / o->batch),

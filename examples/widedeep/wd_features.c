@@ -1,7 +1,9 @@
-/* Adult's feature columns (after TensorFlow's census wide & deep example)
- * and the batches the graph feeds. */
+/* Adult's feature columns (after TensorFlow's census wide & deep example),
+ * Criteo's (its 13 integers log1p-standardised, its 26 categorical ids
+ * hashed into --hash-buckets rows each), and the batches the graph feeds. */
 #include "wd.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,41 @@ enum { N_NUMERIC = 6, N_CATEGORICAL = 8 };
 enum { COL_VOCAB = N_NUMERIC, COL_AGE_BUCKETS = COL_VOCAB + N_CATEGORICAL, COL_CROSS,
        N_CROSSES = 3, N_COLUMNS = COL_CROSS + N_CROSSES };
 static const double age_boundaries[] = {18, 25, 30, 35, 40, 45, 50, 55, 60, 65};
+
+/* The features of columns cols (the first n_numeric numeric) fitted on
+ * train, the id columns deep_cols (one per categorical column of the
+ * batch) feeding one deep table. */
+static hx_status fit(hx_reader *train, const hx_feature_column *cols, int n_cols, int n_numeric,
+                     int *deep_cols, int n_deep, wd_features *out)
+{
+    hx_embedding_column emb = {"deep", deep_cols, n_deep, 1};
+    hx_features_config fc = hx_features_config_default();
+    fc.columns = cols;
+    fc.n_columns = n_cols;
+    fc.embeddings = &emb;
+    fc.n_embeddings = 1;
+    fc.n_numeric = n_numeric;
+    fc.n_categorical = n_deep;
+
+    out->n_deep = n_deep;
+    out->deep_offsets = malloc(sizeof *out->deep_offsets * (size_t)n_deep);
+    out->deep_columns = malloc(sizeof *out->deep_columns * (size_t)n_deep);
+    if (!out->deep_offsets || !out->deep_columns) {
+        wd_features_free(out);
+        return HX_ERR_OUT_OF_MEMORY;
+    }
+    hx_status st = hx_features_create(&fc, &out->f);
+    if (!st) st = hx_features_fit(out->f, train);
+    if (!st) st = hx_features_shape_get(out->f, &out->shape);
+    if (!st) st = hx_features_embedding(out->f, 0, &out->deep_rows, out->deep_offsets);
+    for (int k = 0; k < n_deep && !st; k++) {
+        hx_feature_info info;
+        st = hx_features_info(out->f, deep_cols[k], &info);
+        out->deep_columns[k] = info.index;
+    }
+    if (st) wd_features_free(out);
+    return st;
+}
 
 static int vocab_col(const char *name)
 {
@@ -64,33 +101,35 @@ hx_status wd_features_fit(hx_reader *train, const hx_reader_config *rc, int64_t 
     }
     int deep_cols[N_CATEGORICAL];
     for (int k = 0; k < N_CATEGORICAL; k++) deep_cols[k] = COL_VOCAB + k;
-    hx_embedding_column emb = {"deep", deep_cols, N_CATEGORICAL, 1};
-    hx_features_config fc = hx_features_config_default();
-    fc.columns = cols;
-    fc.n_columns = N_COLUMNS;
-    fc.embeddings = &emb;
-    fc.n_embeddings = 1;
-    fc.n_numeric = N_NUMERIC;
-    fc.n_categorical = N_CATEGORICAL;
+    return fit(train, cols, N_COLUMNS, N_NUMERIC, deep_cols, N_CATEGORICAL, out);
+}
 
-    out->n_deep = N_CATEGORICAL;
-    out->deep_offsets = malloc(sizeof *out->deep_offsets * N_CATEGORICAL);
-    out->deep_columns = malloc(sizeof *out->deep_columns * N_CATEGORICAL);
-    if (!out->deep_offsets || !out->deep_columns) {
-        wd_features_free(out);
-        return HX_ERR_OUT_OF_MEMORY;
+enum { CRITEO_NUMERIC = 13, CRITEO_CATEGORICAL = 26 };
+
+hx_status wd_features_fit_criteo(hx_reader *train, const hx_reader_config *rc, int64_t hash_buckets,
+                                 wd_features *out)
+{
+    memset(out, 0, sizeof *out);
+    hx_feature_column cols[CRITEO_NUMERIC + CRITEO_CATEGORICAL];
+    char names[CRITEO_NUMERIC + CRITEO_CATEGORICAL][8];
+    int deep_cols[CRITEO_CATEGORICAL];
+    for (int k = 0; k < CRITEO_NUMERIC + CRITEO_CATEGORICAL; k++) {
+        bool num = k < CRITEO_NUMERIC;
+        snprintf(names[k], sizeof names[k], "%c%d", num ? 'I' : 'C', num ? k + 1 : k - CRITEO_NUMERIC + 1);
+        cols[k] = hx_feature_column_default(num ? HX_FEATURE_NUMERIC : HX_FEATURE_HASHED, names[k],
+                                            hx_reader_config_find(rc, names[k]));
+        if (num) {
+            cols[k].log1p = true;
+            cols[k].standardize = true;
+            continue;
+        }
+        cols[k].hash_buckets = hash_buckets;
+        cols[k].hash_seed = 0xc417e0 + (uint64_t)k;
+        cols[k].wide = true;
+        deep_cols[k - CRITEO_NUMERIC] = k;
     }
-    hx_status st = hx_features_create(&fc, &out->f);
-    if (!st) st = hx_features_fit(out->f, train);
-    if (!st) st = hx_features_shape_get(out->f, &out->shape);
-    if (!st) st = hx_features_embedding(out->f, 0, &out->deep_rows, out->deep_offsets);
-    for (int k = 0; k < N_CATEGORICAL && !st; k++) {
-        hx_feature_info info;
-        st = hx_features_info(out->f, COL_VOCAB + k, &info);
-        out->deep_columns[k] = info.index;
-    }
-    if (st) wd_features_free(out);
-    return st;
+    return fit(train, cols, CRITEO_NUMERIC + CRITEO_CATEGORICAL, CRITEO_NUMERIC, deep_cols,
+               CRITEO_CATEGORICAL, out);
 }
 
 void wd_features_free(wd_features *wf)

@@ -51,8 +51,12 @@ static hx_status tables(const wd_options *o, const wd_features *wf, wd_model *m)
     ec.comm = o->ps ? NULL : o->comm; /* --shards */
     ec.ps = o->ps;                     /* --servers */
     ec.sharding = HX_EMBEDDING_SHARD_ROWS;
+    bool capped = o->table_bytes && !o->ps; /* --servers: hx_ps_config.rank_bytes caps them together */
+    ec.rank_bytes = capped ? o->table_bytes : 0;
     hx_status st = hx_embedding_table_create(&ec, &m->deep);
     if (st) return st;
+    hx_embedding_stats ds;
+    if ((st = hx_embedding_table_stats(m->deep, &ds))) return st;
     ec = hx_embedding_config_default();
     ec.name = "wide";
     ec.rows = wf->shape.wide_dim;
@@ -66,6 +70,8 @@ static hx_status tables(const wd_options *o, const wd_features *wf, wd_model *m)
     ec.comm = o->ps ? NULL : o->comm;
     ec.ps = o->ps;
     ec.sharding = HX_EMBEDDING_SHARD_ROWS;
+    /* the wide shard gets what the deep one left of the rank's cap (at least a byte: refused then) */
+    ec.rank_bytes = !capped ? 0 : ds.bytes < o->table_bytes ? o->table_bytes - ds.bytes : 1;
     return hx_embedding_table_create(&ec, &m->wide);
 }
 

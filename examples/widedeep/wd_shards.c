@@ -35,6 +35,7 @@ static hx_status start_servers(wd_options *o, int *rank, char *msg, size_t len)
     pc.comm = o->comm;
     pc.servers = o->servers;
     pc.staleness = o->staleness;
+    pc.rank_bytes = o->table_bytes;
     hx_status st = hx_ps_create(&pc, &o->ps);
     if (!st) *rank = hx_ps_index(o->ps);
     return st;
@@ -94,8 +95,10 @@ int wd_serve(wd_options *o)
     int rank = hx_comm_rank(o->comm);
     if (hx_ps_stats_get(o->ps, &st)) return 1;
     printf("hetex widedeep: rank %d is server %d of %d: it holds %lld rows of the deep and wide tables "
-           "(%.1f MiB with their optimizer state)\n", rank, hx_ps_index(o->ps), o->servers,
+           "(%.1f MiB with their optimizer state", rank, hx_ps_index(o->ps), o->servers,
            (long long)st.rows_held, (double)st.bytes_held / (1 << 20));
+    if (o->table_bytes) printf(": %zu bytes, under the cap of %zu bytes a rank", st.bytes_held, o->table_bytes);
+    printf(")\n");
     fflush(stdout);
     hx_status rc = hx_ps_serve(o->ps);
     hx_ps_stats_get(o->ps, &st);

@@ -145,8 +145,8 @@ class Reader:
 
 class Generator:
     """Generator(**fields): Criteo-schema rows as a pure function of (seed, row)
-    (hx_generator_config fields by name: seed, n_rows, batch_size, n_numeric,
-    n_categorical, vocab_size, zipf_exponent, missing_rate, bias,
+    (hx_generator_config fields by name: seed, n_rows, first_row, batch_size,
+    n_numeric, n_categorical, vocab_size, zipf_exponent, missing_rate, bias,
     weight_scale, n_threads). Iterate it for an epoch of Batches; logits()
     gives the planted logits of the last batch; write_tsv(path, **fields)
     writes a file the "criteo" Reader reads back."""

@@ -167,6 +167,73 @@ static void test_device_cache_refused(void)
     hx_embedding_table_free(t);
 }
 
+/* rank_bytes, the per-rank cap: a shard's bytes are its rows and Adagrad
+ * state as allocated (exactly rows * dim * 4 * 2 here), the figure the
+ * stats report and the cap is checked against (a cap of the largest
+ * shard's bytes is taken, one byte less refused on every rank naming the
+ * table, the rank and its bytes); a cap of 0.6 of the whole table refuses
+ * it on one rank and takes it on 2 or 4; a table of one process refuses
+ * the field. */
+static void test_rank_cap(void)
+{
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "capped";
+    ec.rows = 1000;
+    ec.dim = 16;
+    ec.n_threads = 1;
+    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
+    ec.sharding = HX_EMBEDDING_SHARD_ROWS;
+    hx_embedding_table *t = NULL;
+    ec.rank_bytes = 1 << 20;
+    CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_INVALID_ARGUMENT && !t &&
+              strstr(hx_last_error(), "rank_bytes") && strstr(hx_last_error(), "capped"),
+          "rank_bytes on a table of one process: %s", hx_last_error());
+    ec.rank_bytes = 0;
+    OK(hx_embedding_table_create(&ec, &t));
+    hx_embedding_stats es;
+    OK(hx_embedding_table_stats(t, &es));
+    size_t whole = es.bytes;
+    hx_embedding_table_free(t);
+    t = NULL;
+    CHECK(whole == (size_t)1000 * 16 * 4 * 2, "one process: %zu bytes for 1000 rows of 16 with Adagrad", whole);
+
+    ec.comm = comm;
+    OK(hx_embedding_table_create(&ec, &t));
+    OK(hx_embedding_table_stats(t, &es));
+    size_t mine = es.bytes, rows_here = (size_t)((1000 - rank + size - 1) / size);
+    unsigned long long m = mine, most = 0;
+    MPI_Allreduce(&m, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    hx_embedding_table_free(t);
+    t = NULL;
+    CHECK(mine == rows_here * 16 * 4 * 2, "rank %d's shard: %zu bytes for %zu rows", rank, mine, rows_here);
+
+    ec.rank_bytes = (size_t)most;
+    OK(hx_embedding_table_create(&ec, &t));
+    OK(hx_embedding_table_stats(t, &es));
+    CHECK(es.bytes <= ec.rank_bytes && es.bytes == mine, "under a cap of the largest shard: %zu bytes", es.bytes);
+    hx_embedding_table_free(t);
+    t = NULL;
+
+    ec.rank_bytes = (size_t)most - 1;
+    CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_OUT_OF_MEMORY && !t && strstr(hx_last_error(), "capped"),
+          "a cap one byte under the largest shard refused on rank %d: %s", rank, hx_last_error());
+    if (mine == most) {
+        char want[128];
+        snprintf(want, sizeof want, "rank %d's shard allocates %zu bytes", rank, mine);
+        CHECK(strstr(hx_last_error(), want) && strstr(hx_last_error(), "cap of"), "the message names rank, bytes "
+              "and cap: %s", hx_last_error());
+    }
+
+    ec.rank_bytes = whole * 6 / 10;
+    hx_status st = hx_embedding_table_create(&ec, &t);
+    if (size == 1)
+        CHECK(st == HX_ERR_OUT_OF_MEMORY && !t && strstr(hx_last_error(), "more ranks (at least 2)"),
+              "the whole table over 0.6 of itself refused on one rank: %s", hx_last_error());
+    else
+        CHECK(st == HX_OK && t, "a cap of 0.6 of the table at %d ranks: %s", size, hx_last_error());
+    hx_embedding_table_free(t);
+}
+
 /* A DYNAMIC table sharded by key hash: keys get rows on their owners, a
  * training lookup assigns them, and ids the map has never seen read as
  * zeros; reading it is the same on every rank. */
@@ -654,6 +721,7 @@ int main(int argc, char **argv)
         {"dynamic_reshard", test_dynamic_reshard},
         {"tables_only", test_tables_only},
         {"device_cache_refused", test_device_cache_refused},
+        {"rank_cap", test_rank_cap},
     };
     test_options o = {.setup = setup, .teardown = teardown};
     return test_main_with(argc, argv, "mpi_shard", cases, TEST_COUNT(cases), &o);
