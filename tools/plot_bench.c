@@ -135,6 +135,9 @@ static const bench_plot table[] = {
     LINES("zero-cpu-2026-11-26-s12", "-hidden", "rank=0", "ranks", "stage,offload_param", "hidden_share",
           "1 - comm wait with overlap / without", "ZeRO: share of the communication hidden, rank 0, "
           "by stage (median wait a step)"),
+    LINES("zero-cpu-2026-11-26-s13-bytes", "-ratio", NULL, "ranks", "stage,offload_param,rank", "bytes_ratio",
+          "bytes a step over the minimum", "ZeRO: bytes each rank sends a step over the theoretical "
+          "minimum of its stage, against ranks (no padding: variable-length blocks)"),
     LINES("zero-cpu-2026-11-26-s13", "-hidden", "rank=0", "ranks", "stage,offload_param,rep", "hidden_share",
           "1 - comm wait with overlap / without", "ZeRO: share of the communication hidden, rank 0, "
           "by stage and run (median wait a step)"),
