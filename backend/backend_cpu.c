@@ -24,12 +24,17 @@ static int64_t numel(const hx_tensor *t) { return hx_tensor_numel(t); }
 
 /* ---- matmul ------------------------------------------------------------------ */
 
+/* f32, or f16 / bf16 through hx_k_gemm_half (f32 products, no f32 copy of
+ * x or of the product; bitwise widening and rounding, backend_cpu_fused.c) */
 LAUNCH(matmul)
 {
     hx__gemm_args g = hx__matmul_args(y);
-    hx_k_gemm_f32(g.ta, g.tb, g.batch, g.M, g.N, g.K, 1.0f, X(0), g.lda, g.a_stride, X(1), g.ldb,
-                  g.b_stride, 0.0f, out, g.ldc, g.c_stride, NT);
-    return HX_OK;
+    if (y->dtype == HX_DTYPE_F32) {
+        hx_k_gemm_f32(g.ta, g.tb, g.batch, g.M, g.N, g.K, 1.0f, X(0), g.lda, g.a_stride, X(1),
+                      g.ldb, g.b_stride, 0.0f, out, g.ldc, g.c_stride, NT);
+        return HX_OK;
+    }
+    return hx__cpu_gemm_half(ex, y, &g, out, in[0], in[1], NULL, -1);
 }
 
 /* ---- elementwise --------------------------------------------------------------------- */
@@ -352,7 +357,7 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
 
 /* Ops whose launcher above computes on f32 buffers. */
 static const bool computes_f32[HX_OP_COUNT] = {
-    [HX_OP_MATMUL] = 1, [HX_OP_ADD] = 1, [HX_OP_SUB] = 1, [HX_OP_MUL] = 1, [HX_OP_DIV] = 1,
+    [HX_OP_ADD] = 1, [HX_OP_SUB] = 1, [HX_OP_MUL] = 1, [HX_OP_DIV] = 1,
     [HX_OP_SCALE] = 1, [HX_OP_BIAS_ADD] = 1, [HX_OP_RELU] = 1, [HX_OP_GELU] = 1,
     [HX_OP_GELU_ERF] = 1,
     [HX_OP_SIGMOID] = 1, [HX_OP_TANH] = 1, [HX_OP_EXP] = 1, [HX_OP_LOG] = 1, [HX_OP_SQRT] = 1,

@@ -3,11 +3,13 @@
  * one GEMM whose epilogue adds the bias and applies the activation to each
  * tile (kernels/cpu/gemm.c), bitwise the ops run one by one. in[] is x, w,
  * b; the matmul's shapes and transposes are the group's matmul node's. A
- * group stored in f16 or bf16 has x, w and b widened to f32 (exactly) and
- * the epilogue rounds each stage through the dtype as each op of the chain
- * rounds its output; the result is rounded once more, exactly.
+ * group stored in f16 or bf16 runs hx_k_gemm_half (x, w and b widened
+ * exactly, per panel for x), whose epilogue rounds each stage through the
+ * dtype as each op of the chain rounds its output.
  * layernorm(s = add(x, r)) runs as one pass over rows writing s and the
- * layernorm (kernels/cpu/rows.c), f32; the add's own step runs nothing. */
+ * layernorm (kernels/cpu/rows.c), in f32, or for f16 / bf16 widening each
+ * row and rounding the sum and the output as the chain does (bitwise); the
+ * add's own step runs nothing. */
 #include "backend/backend.h"
 #include "backend/backend_cpu_widen.h"
 #include "backend/node_args.h"
@@ -19,48 +21,43 @@ static const hx_tensor *bias_add_of(const hx_tensor *y)
     return y->op == HX_OP_BIAS_ADD ? y : y->src[0];
 }
 
-/* in[] as f32: y's own buffers, or widened ones (then out is f32 scratch
- * and y->dtype says what each stage rounds through). */
-static hx_status fused_f32(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in,
-                           int act)
+static hx_status fused(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in, int act)
 {
     hx__gemm_args g = hx__matmul_args(bias_add_of(y)->src[0]);
+    if (y->dtype != HX_DTYPE_F32) return hx__cpu_gemm_half(ex, y, &g, out, in[0], in[1], in[2], act);
     hx_k_gemm_bias_act_f32(g.ta, g.tb, g.batch, g.M, g.N, g.K, in[0], g.lda, g.a_stride, in[1],
-                           g.ldb, g.b_stride, in[2], act, (hx_kdtype)y->dtype, out, g.ldc,
-                           g.c_stride, ex->nthreads);
+                           g.ldb, g.b_stride, in[2], act, HX_K_F32, out, g.ldc, g.c_stride,
+                           ex->nthreads);
     return HX_OK;
 }
 
-static hx_status fused(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_tensor *y, void *out,
-                       void *const *in)
-{
-    if (y->dtype == HX_DTYPE_F32) return f32_kernel(ex, y, out, in);
-    const hx_tensor *ba = bias_add_of(y), *mm = ba->src[0];
-    const hx_tensor *src[3] = {mm->src[0], mm->src[1], ba->src[1]};
-    return hx__cpu_widen_reading(f32_kernel, ex, y, out, in, src, 3);
-}
-
 #define FUSED(name, act)                                                                    \
-    static hx_status name##_f32(const hx_exec *ex, const hx_tensor *y, void *out,           \
-                                void *const *in)                                            \
-    {                                                                                       \
-        return fused_f32(ex, y, out, in, act);                                              \
-    }                                                                                       \
     static hx_status name(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in) \
     {                                                                                       \
-        return fused(name##_f32, ex, y, out, in);                                           \
+        return fused(ex, y, out, in, act);                                                  \
     }
 FUSED(matmul_bias, -1)
 FUSED(matmul_bias_relu, HX_UNARY_RELU)
 FUSED(matmul_bias_gelu, HX_UNARY_GELU)
 FUSED(matmul_bias_gelu_erf, HX_UNARY_GELU_ERF)
 
-/* in: x, r, gamma, beta, then s (the add's output, written here) */
+/* in: x, r, gamma, beta, then s (the add's output, written here); all of
+ * y's dtype (the add and the layernorm take sources of one float dtype) */
 static hx_status add_layernorm(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in)
 {
     hx__rows_args r = hx__rows_of(y);
-    hx_k_add_layernorm_f32(in[4], out, in[0], in[1], in[2], in[3], y->attr.f[0], r.rows, r.cols,
-                           ex->nthreads);
+    if (y->dtype == HX_DTYPE_F32) {
+        hx_k_add_layernorm_f32(in[4], out, in[0], in[1], in[2], in[3], y->attr.f[0], r.rows,
+                               r.cols, ex->nthreads);
+        return HX_OK;
+    }
+    if (hx_k_add_layernorm_half(in[4], out, in[0], in[1], in[2], in[3], (hx_kdtype)y->dtype,
+                                y->attr.f[0], r.rows, r.cols, ex->nthreads))
+        return hx__error(HX_ERR_OUT_OF_MEMORY,
+                         "%s '%s' (%s, fused add + layernorm): out of host memory for its f32 "
+                         "row scratch (%d threads, %lld columns); free host memory or use fewer "
+                         "threads", hx__ops[y->op].name, y->name, hx_dtype_name(y->dtype),
+                         ex->nthreads, (long long)r.cols);
     return HX_OK;
 }
 
@@ -72,10 +69,9 @@ static hx_status written_by_reader(const hx_exec *ex, const hx_tensor *y, void *
 
 hx_launch_fn hx__cpu_fused_kernel(hx_op op, hx_dtype dt)
 {
-    if (dt == HX_DTYPE_F32 && op == HX_LOWERED_OP(HX_LOWER_ADD_LAYERNORM)) return add_layernorm;
-    if (dt == HX_DTYPE_F32 && op == HX_LOWERED_OP(HX_LOWER_WRITTEN_BY_READER))
-        return written_by_reader;
     if (dt != HX_DTYPE_F32 && dt != HX_DTYPE_F16 && dt != HX_DTYPE_BF16) return NULL;
+    if (op == HX_LOWERED_OP(HX_LOWER_ADD_LAYERNORM)) return add_layernorm;
+    if (op == HX_LOWERED_OP(HX_LOWER_WRITTEN_BY_READER)) return written_by_reader;
     if (op == HX_LOWERED_OP(HX_LOWER_MATMUL_BIAS)) return matmul_bias;
     if (op == HX_LOWERED_OP(HX_LOWER_MATMUL_BIAS_RELU)) return matmul_bias_relu;
     if (op == HX_LOWERED_OP(HX_LOWER_MATMUL_BIAS_GELU)) return matmul_bias_gelu;

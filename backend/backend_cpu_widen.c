@@ -1,5 +1,6 @@
 /* f16/bf16 nodes on f32 CPU kernels: storage half, arithmetic f32. Every
- * float op's kernel in kernels/cpu computes on f32 buffers; for a node stored
+ * float op's kernel in kernels/cpu computes on f32 buffers (the GEMMs take
+ * 16-bit storage themselves: hx__cpu_gemm_half); for a node stored
  * in a 16-bit float this widens its float inputs exactly, runs the kernel,
  * and rounds its output once. Conversions are elementwise, so results stay
  * the same at any thread count. Scratch is taken per launch (launches run
@@ -23,14 +24,8 @@ static size_t f32_bytes(const hx_tensor *t)
 hx_status hx__cpu_widen(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_tensor *y,
                         void *out, void *const *in)
 {
-    return hx__cpu_widen_reading(f32_kernel, ex, y, out, in, (const hx_tensor *const *)y->src,
-                                 y->n_src);
-}
-
-hx_status hx__cpu_widen_reading(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_tensor *y,
-                                void *out, void *const *in, const hx_tensor *const *src, int n)
-{
-    int nt = ex->nthreads;
+    const hx_tensor *const *src = (const hx_tensor *const *)y->src;
+    int nt = ex->nthreads, n = y->n_src;
     size_t bytes = is_half(y->dtype) ? f32_bytes(y) : 0;
     for (int k = 0; k < n; k++)
         if (is_half(src[k]->dtype)) bytes += f32_bytes(src[k]);
@@ -63,4 +58,18 @@ hx_status hx__cpu_widen_reading(hx_launch_fn f32_kernel, const hx_exec *ex, cons
 void hx__host_round(void *dst, hx_dtype dt, const float *src, int64_t n, int nthreads)
 {
     hx_k_cast(dst, (hx_kdtype)dt, src, HX_K_F32, n, nthreads);
+}
+
+hx_status hx__cpu_gemm_half(const hx_exec *ex, const hx_tensor *y, const hx__gemm_args *g,
+                            void *out, const void *x, const void *w, const void *b, int act)
+{
+    if (hx_k_gemm_half(g->ta, g->tb, g->batch, g->M, g->N, g->K, x, g->lda, g->a_stride, w,
+                       g->ldb, g->b_stride, b, act, (hx_kdtype)y->dtype, out, g->ldc,
+                       g->c_stride, ex->nthreads))
+        return hx__error(HX_ERR_OUT_OF_MEMORY,
+                         "%s '%s' (%s): out of host memory for the f32 scratch of a 16-bit GEMM "
+                         "(%lld x %lld x %lld, %d threads); free host memory or use fewer "
+                         "threads", hx__ops[y->op].name, y->name, hx_dtype_name(y->dtype),
+                         (long long)g->M, (long long)g->K, (long long)g->N, ex->nthreads);
+    return HX_OK;
 }

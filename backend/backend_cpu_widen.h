@@ -3,6 +3,7 @@
 #define HX_BACKEND_CPU_WIDEN_H
 
 #include "backend/launch.h"
+#include "backend/node_args.h"
 
 /* Runs f32_kernel (a launcher that reads and writes f32 buffers) on node y
  * whose float inputs and output are stored as f16 or bf16: widens those
@@ -11,9 +12,11 @@
  * they are. Fails with HX_ERR_OUT_OF_MEMORY when the scratch cannot be had. */
 hx_status hx__cpu_widen(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_tensor *y,
                         void *out, void *const *in);
-/* The same for a node that reads other tensors than its sources (a host
- * fusion, graph.h's lowering): in[k] holds src[k], k < n. */
-hx_status hx__cpu_widen_reading(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_tensor *y,
-                                void *out, void *const *in, const hx_tensor *const *src, int n);
+/* Node y's GEMM g (x, w in y's dtype, f16 or bf16) through hx_k_gemm_half:
+ * out = act(x w + b) (b NULL: no bias; act an hx_unary_op or -1), each
+ * stage rounded to y's dtype as the ops one by one round their outputs.
+ * Fails with HX_ERR_OUT_OF_MEMORY when its f32 scratch cannot be had. */
+hx_status hx__cpu_gemm_half(const hx_exec *ex, const hx_tensor *y, const hx__gemm_args *g,
+                            void *out, const void *x, const void *w, const void *b, int act);
 
 #endif

@@ -149,9 +149,7 @@ static const char *host_why_not(const rule *r, const hx_tensor *const *in, int n
     if (!has_kernel(ctx, HX_TARGET_CPU, HX_LOWERED_OP(r->kind), in[0]->dtype) ||
         (r->writes_inner &&
          !has_kernel(ctx, HX_TARGET_CPU, HX_LOWERED_OP(HX_LOWER_WRITTEN_BY_READER), in[1]->dtype)))
-        return r->writes_inner ? "no fused kernel for this dtype (f32 only: a 16-bit sum is "
-                                 "rounded before the layernorm reads it)"
-                               : "no fused kernel for this dtype";
+        return "no fused kernel for this dtype";
     return NULL;
 }
 

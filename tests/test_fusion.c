@@ -25,6 +25,8 @@
  *   gradient bitwise the unfused session's at 1 and 2 threads; the
  *   gradients agree with central finite differences of a double reference
  *   of the net;
+ * - residual_half: the same net stored in bf16 and in f16 fuses the same
+ *   two layernorms (hx_k_add_layernorm_half) and gives the unfused bits;
  * - residual_why_not: a sum some node reads without depending on the
  *   layernorm, and an add that broadcasts, are not fused (and say why).
  * The fused kernels' bits against their chains at 1-3 threads are
@@ -287,13 +289,19 @@ typedef struct resnet {
 
 static float rv[RN]; /* the loss's random weights */
 
+/* t in dt (a cast when dt is not t's) */
+static hx_tensor *half(hx_graph *g, hx_tensor *t, hx_dtype dt)
+{
+    return dt == t->dtype ? t : hx_cast(g, t, dt);
+}
+
 /* ln0 = LN(x0); s0 = x0 + gelu(ln0); ln1 = LN(s0); s1 = s0 + gelu(ln1);
  * out = ln2 = LN(s1); loss = sum(out^2 * R) (not linear in out: with
  * sum(out * R) the layernorm's gradients would not depend on its output,
  * could run before it, and it would rightly not be fused). With broadcast,
  * s0 adds a [RD] vector (not fusable); with side, loss also reads s0 * s0,
  * which does not depend on ln1. */
-static resnet build_res(bool broadcast, bool side)
+static resnet build_res(bool broadcast, bool side, hx_dtype dt)
 {
     resnet m = {.g = hx_graph_create()};
     int64_t xs[3] = {RB, RT, RD}, ds[1] = {RD};
@@ -306,13 +314,15 @@ static resnet build_res(bool broadcast, bool side)
         snprintf(name, sizeof name, "beta%d", l);
         m.bet[l] = hx_graph_param(m.g, name, HX_DTYPE_F32, 1, ds, hx_init_uniform(-0.5, 0.5));
     }
-    hx_tensor *h = m.x0;
+    hx_tensor *h = half(m.g, m.x0, dt), *gam[3], *bet[3];
+    for (int l = 0; l < 3; l++) gam[l] = half(m.g, m.gam[l], dt), bet[l] = half(m.g, m.bet[l], dt);
     for (int l = 0; l < 2; l++) {
-        m.ln[l] = hx_layernorm(m.g, h, m.gam[l], m.bet[l], 1e-5f);
+        m.ln[l] = hx_layernorm(m.g, h, gam[l], bet[l], 1e-5f);
         hx_tensor *f = hx_gelu(m.g, m.ln[l]);
-        h = m.sum[l] = broadcast && l == 0 ? hx_add(m.g, f, m.bet[2]) : hx_add(m.g, h, f);
+        h = m.sum[l] = broadcast && l == 0 ? hx_add(m.g, f, bet[2]) : hx_add(m.g, h, f);
     }
-    m.out = m.ln[2] = hx_layernorm(m.g, h, m.gam[2], m.bet[2], 1e-5f);
+    m.ln[2] = hx_layernorm(m.g, h, gam[2], bet[2], 1e-5f);
+    m.out = dt == HX_DTYPE_F32 ? m.ln[2] : hx_cast(m.g, m.ln[2], HX_DTYPE_F32);
     hx_tensor *r = hx_graph_constant(m.g, "R", HX_DTYPE_F32, 3, xs, rv);
     static const int all[3] = {0, 1, 2};
     hx_tensor *prod = hx_mul(m.g, hx_mul(m.g, m.out, m.out), r);
@@ -334,8 +344,8 @@ static res_result run_res(hx_session *s, const resnet *m)
     memset(&r, 0, sizeof r);
     hx_fetch f[4 + 6 + 1] = {{NULL, m->loss, &r.loss, sizeof r.loss},
                              {NULL, m->out, r.out, sizeof r.out},
-                             {NULL, m->sum[0], r.sum[0], sizeof r.sum[0]},
-                             {NULL, m->sum[1], r.sum[1], sizeof r.sum[1]}};
+                             {NULL, m->sum[0], r.sum[0], hx_tensor_nbytes(m->sum[0])},
+                             {NULL, m->sum[1], r.sum[1], hx_tensor_nbytes(m->sum[1])}};
     int n = 4;
     for (int l = 0; l < 3; l++) {
         f[n++] = (hx_fetch){NULL, hx_tensor_grad(m->gam[l]), r.gg[l], sizeof r.gg[l]};
@@ -414,7 +424,7 @@ static hx_session *res_session(const resnet *m, bool fuse, int threads)
 
 static void test_residual(void)
 {
-    resnet m = build_res(false, false);
+    resnet m = build_res(false, false, HX_DTYPE_F32);
     hx_session *off = res_session(&m, false, 2), *on1 = res_session(&m, true, 1),
                *on2 = res_session(&m, true, 2);
     if (!off || !on1 || !on2) goto done;
@@ -467,10 +477,39 @@ done:
     hx_graph_free(m.g);
 }
 
+/* The residual net stored in bf16 and in f16 (x0, gamma and beta cast):
+ * both sums' layernorms fused (hx_k_add_layernorm_half), loss, output, sums
+ * and gradients bitwise the unfused session's at 1 and 2 threads. */
+static void test_residual_half(void)
+{
+    for (int h = 0; h < 2; h++) {
+        hx_dtype dt = h ? HX_DTYPE_F16 : HX_DTYPE_BF16;
+        resnet m = build_res(false, false, dt);
+        hx_session *off = res_session(&m, false, 2), *on1 = res_session(&m, true, 1),
+                   *on2 = res_session(&m, true, 2);
+        if (off && on1 && on2) {
+            const hx_lowered *low = on2->e.lowered;
+            for (int l = 1; l < 3; l++)
+                CHECK(low && low[m.ln[l]->id].kind == HX_LOWER_ADD_LAYERNORM &&
+                          low[m.sum[l - 1]->id].kind == HX_LOWER_WRITTEN_BY_READER,
+                      "%s: '%s' fused with its add", hx_dtype_name(dt), m.ln[l]->name);
+            res_result want = run_res(off, &m), got1 = run_res(on1, &m), got2 = run_res(on2, &m);
+            CHECK(!memcmp(&got1, &want, sizeof want) && !memcmp(&got2, &want, sizeof want),
+                  "%s: fused (1 and 2 threads) bitwise the unfused: loss %.9g / %.9g vs %.9g",
+                  hx_dtype_name(dt), got1.loss, got2.loss, want.loss);
+            CHECK(want.loss != 0, "%s: a loss was computed", hx_dtype_name(dt));
+        }
+        hx_session_free(off);
+        hx_session_free(on1);
+        hx_session_free(on2);
+        hx_graph_free(m.g);
+    }
+}
+
 static void test_residual_why_not(void)
 {
     for (int k = 0; k < 2; k++) {
-        resnet m = build_res(k == 0, k == 1);
+        resnet m = build_res(k == 0, k == 1, HX_DTYPE_F32);
         hx_session *on = res_session(&m, true, 2), *off = res_session(&m, false, 2);
         if (on && off) {
             const hx_lowered *low = on->e.lowered;
@@ -500,6 +539,7 @@ static const test_case cases[] = {
     {"half", test_half},
     {"why_not", test_why_not},
     {"residual", test_residual},
+    {"residual_half", test_residual_half},
     {"residual_why_not", test_residual_why_not},
 };
 

@@ -491,6 +491,68 @@ static void test_add_layernorm(test_rng *r)
     }
 }
 
+/* hx_k_add_layernorm_half in bf16 and f16: the sum and the output bitwise
+ * the 16-bit chain run op by op as the CPU backend runs it (inputs widened
+ * with hx_k_cast, hx_k_binary_f32's add rounded to the dtype, the rounded
+ * sum widened, hx_k_layernorm_forward_f32, rounded), at 1 to 3 threads and
+ * with the sum written over x, on the shapes of test_add_layernorm (large
+ * values too, where rounding the sum before the layernorm matters). */
+static void test_add_layernorm_half(test_rng *r)
+{
+    static const int64_t shapes[][2] = {{1, 7}, {5, 40}, {2048, 128}, {33, 1}};
+    for (int h = 0; h < 2; h++) {
+        hx_kdtype dt = h ? HX_K_F16 : HX_K_BF16;
+        for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+            int64_t rows = shapes[c][0], n = shapes[c][1], total = rows * n;
+            float *xf = falloc(total), *rf = falloc(total), *gf = falloc(n), *bf = falloc(n);
+            float *sf = falloc(total), *yf = falloc(total);
+            uint16_t *x = malloc((size_t)total * 2), *res = malloc((size_t)total * 2);
+            uint16_t *gamma = malloc((size_t)n * 2), *beta = malloc((size_t)n * 2);
+            uint16_t *s_want = malloc((size_t)total * 2), *y_want = malloc((size_t)total * 2);
+            uint16_t *s = malloc((size_t)total * 2), *y = malloc((size_t)total * 2);
+            test_fill_uniform(r, xf, total, -300, 300);
+            test_fill_uniform(r, rf, total, -3, 3);
+            test_fill_uniform(r, gf, n, 0.5, 1.5);
+            test_fill_uniform(r, bf, n, -1, 1);
+            hx_k_cast(x, dt, xf, HX_K_F32, total, 1);
+            hx_k_cast(res, dt, rf, HX_K_F32, total, 1);
+            hx_k_cast(gamma, dt, gf, HX_K_F32, n, 1);
+            hx_k_cast(beta, dt, bf, HX_K_F32, n, 1);
+            /* the chain: widen, add, round; widen, layernorm, round */
+            hx_k_cast(xf, HX_K_F32, x, dt, total, 1);
+            hx_k_cast(rf, HX_K_F32, res, dt, total, 1);
+            hx_k_cast(gf, HX_K_F32, gamma, dt, n, 1);
+            hx_k_cast(bf, HX_K_F32, beta, dt, n, 1);
+            int64_t shape[2] = {rows, n}, st[2] = {n, 1};
+            hx_k_binary_f32(HX_BINARY_ADD, sf, xf, st, rf, st, shape, 2, 1);
+            hx_k_cast(s_want, dt, sf, HX_K_F32, total, 1);
+            hx_k_cast(sf, HX_K_F32, s_want, dt, total, 1);
+            hx_k_layernorm_forward_f32(yf, sf, gf, bf, 1e-5f, rows, n, 1);
+            hx_k_cast(y_want, dt, yf, HX_K_F32, total, 1);
+            for (int nt = 1; nt <= 4; nt++) {
+                uint16_t *sum = s, *xin = x;
+                if (nt == 4) { /* the sum over x: a copy of x, overwritten */
+                    memcpy(s, x, (size_t)total * 2);
+                    xin = s;
+                } else
+                    memset(s, 0x5a, (size_t)total * 2);
+                memset(y, 0xa5, (size_t)total * 2);
+                int rc = hx_k_add_layernorm_half(sum, y, xin, res, gamma, beta, dt, 1e-5f, rows,
+                                                 n, nt < 4 ? nt : 2);
+                int ss = same_bits(s, s_want, (size_t)total * 2),
+                     sy = same_bits(y, y_want, (size_t)total * 2);
+                CHECK(rc == 0 && ss && sy,
+                      "add_layernorm_half %s (%lld, %lld) %s %d threads: rc %d, sum %s, "
+                      "layernorm %s", dt == HX_K_F16 ? "f16" : "bf16", (long long)rows,
+                      (long long)n, nt == 4 ? "sum over x," : "", nt < 4 ? nt : 2, rc,
+                      ss ? "bitwise" : "differs", sy ? "bitwise" : "differs");
+            }
+            free(xf), free(rf), free(gf), free(bf), free(sf), free(yf), free(x), free(res);
+            free(gamma), free(beta), free(s_want), free(y_want), free(s), free(y);
+        }
+    }
+}
+
 /* ====================================================================== */
 /* reduce_sum, copy_strided                                                 */
 
@@ -1046,6 +1108,100 @@ static void test_gemm_fused(test_rng *r)
         }
 }
 
+/* hx_k_gemm_half against what it replaces (A, B and the bias widened with
+ * hx_k_cast, hx_k_gemm_bias_act_f32 rounding through dt, C rounded):
+ * bitwise at 1 to 3 threads (thread ranges that start inside a row panel
+ * too), with leading dimensions wider than the matrices (pad), B shared by
+ * the batch (stride 0) or one per batch, and K 0; the plain product also
+ * against a double reference of the widened values within the dtype's
+ * rounding. */
+static void check_gemm_half(test_rng *r, int ta, int tb, int64_t batch, int64_t M, int64_t N,
+                            int64_t K, int act, int with_bias, hx_kdtype dt, int b_each,
+                            int64_t pad)
+{
+    int64_t arows = ta ? K : M, acols = (ta ? M : K), brows = tb ? N : K, bcols = tb ? K : N;
+    int64_t lda = acols + pad, ldb = bcols + pad, ldc = N + pad, sa = arows * lda;
+    int64_t sb = b_each ? brows * ldb : 0, sc = M * ldc, nb = b_each ? batch : 1;
+    int64_t na = batch * sa, nbt = nb * brows * ldb, nc = batch * sc;
+    float *A = falloc(na), *B = falloc(nbt), *bias = falloc(N), *C = falloc(nc);
+    uint16_t *a16 = malloc((size_t)(na > 0 ? na : 1) * 2), *b16 = malloc((size_t)(nbt > 0 ? nbt : 1) * 2);
+    uint16_t *bias16 = malloc((size_t)N * 2), *want = malloc((size_t)nc * 2),
+             *got = malloc((size_t)nc * 2);
+    test_fill_uniform(r, A, na, -1, 1);
+    test_fill_uniform(r, B, nbt, -1, 1);
+    test_fill_uniform(r, bias, N, -2, 2);
+    hx_k_cast(a16, dt, A, HX_K_F32, na, 1);
+    hx_k_cast(b16, dt, B, HX_K_F32, nbt, 1);
+    hx_k_cast(bias16, dt, bias, HX_K_F32, N, 1);
+    hx_k_cast(A, HX_K_F32, a16, dt, na, 1); /* the widened values */
+    hx_k_cast(B, HX_K_F32, b16, dt, nbt, 1);
+    hx_k_cast(bias, HX_K_F32, bias16, dt, N, 1);
+    test_fill_uniform(r, C, nc, -9, 9);
+    hx_k_gemm_bias_act_f32(ta, tb, batch, M, N, K, A, lda, sa, B, ldb, sb,
+                           with_bias ? bias : NULL, act, dt, C, ldc, sc, 1);
+    hx_k_cast(want, dt, C, HX_K_F32, nc, 1);
+    char what[160];
+    snprintf(what, sizeof what, "gemm_half %s ta=%d tb=%d batch=%lld M=%lld N=%lld K=%lld act %d "
+             "bias %d B %s pad %lld", dt == HX_K_BF16 ? "bf16" : "f16", ta, tb, (long long)batch,
+             (long long)M, (long long)N, (long long)K, act, with_bias, b_each ? "each" : "shared",
+             (long long)pad);
+    for (int nt = 1; nt <= 3; nt++) {
+        memcpy(got, want, (size_t)nc * 2); /* the padding must stay as it is */
+        for (int64_t b = 0; b < batch; b++)
+            for (int64_t i = 0; i < M; i++)
+                memset(got + b * sc + i * ldc, 0x5a, (size_t)N * 2); /* every element written */
+        int rc = hx_k_gemm_half(ta, tb, batch, M, N, K, a16, lda, sa, b16, ldb, sb,
+                                with_bias ? bias16 : NULL, act, dt, got, ldc, sc, nt);
+        int64_t bad = -1;
+        for (int64_t c = 0; c < nc && bad < 0; c++)
+            if (got[c] != want[c]) bad = c;
+        CHECK(rc == 0 && bad < 0, "%s, %d threads: rc %d, element %lld is 0x%04x, the widened "
+              "path's 0x%04x", what, nt, rc, (long long)bad, bad < 0 ? 0 : got[bad],
+              bad < 0 ? 0 : want[bad]);
+    }
+    float *gf = falloc(nc);
+    hx_k_cast(gf, HX_K_F32, got, dt, nc, 1);
+    double u = dt == HX_K_BF16 ? 0x1p-8 : 0x1p-11; /* the dtype's rounding, relative */
+    for (int64_t c = 0; act < 0 && !with_bias && c < nc; c++) { /* the double reference */
+        int64_t b = c / sc, i = c % sc / ldc, j = c % ldc;
+        if (j >= N) continue;
+        double sum = 0, sabs = 0;
+        for (int64_t k = 0; k < K; k++) {
+            double p = (double)A[b * sa + (ta ? k * lda + i : i * lda + k)] *
+                       B[(b_each ? b * sb : 0) + (tb ? j * ldb + k : k * ldb + j)];
+            sum += p, sabs += fabs(p);
+        }
+        if (!(fabs(gf[c] - sum) <= u * fabs(sum) + 1e-5 * sabs + 1e-7)) {
+            CHECK(0, "%s: element %lld is %.9g, the double reference %.9g", what, (long long)c,
+                  gf[c], sum);
+            break;
+        }
+    }
+    free(A), free(B), free(bias), free(C), free(a16), free(b16), free(bias16), free(want);
+    free(got), free(gf);
+}
+
+static void test_gemm_half(test_rng *r)
+{
+    static const int acts[] = {-1, HX_UNARY_RELU, HX_UNARY_GELU, HX_UNARY_GELU_ERF};
+    for (int h = 0; h < 2; h++) {
+        hx_kdtype dt = h ? HX_K_BF16 : HX_K_F16;
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                check_gemm_half(r, ta, tb, 1, 7, 17, 5, -1, 0, dt, 0, 0);
+                check_gemm_half(r, ta, tb, 2, 300, 530, 33, -1, 0, dt, 1, 0);
+                check_gemm_half(r, ta, tb, 1, 300, 530, 33, -1, 0, dt, 0, 3);
+            }
+        for (int a = 0; a < 4; a++) {
+            check_gemm_half(r, 0, 0, 1, 7, 17, 5, acts[a], 1, dt, 0, 0);
+            check_gemm_half(r, 1, 0, 2, 300, 530, 33, acts[a], 1, dt, 0, 0);
+        }
+        check_gemm_half(r, 0, 1, 3, 40, 96, 64, HX_UNARY_GELU, 0, dt, 1, 2); /* no bias */
+        check_gemm_half(r, 0, 0, 1, 129, 257, 0, HX_UNARY_GELU_ERF, 1, dt, 0, 0); /* K 0 */
+        check_gemm_half(r, 0, 0, 1, 2048, 512, 128, HX_UNARY_GELU, 1, dt, 0, 0); /* GPT fc */
+    }
+}
+
 /* ====================================================================== */
 /* gather, scatter-add                                                      */
 
@@ -1324,12 +1480,14 @@ static void scale_bias_case(void) { test_scale_bias(&rng); }
 static void softmax_case(void) { test_softmax(&rng); }
 static void layernorm_case(void) { test_layernorm(&rng); }
 static void add_layernorm_case(void) { test_add_layernorm(&rng); }
+static void add_layernorm_half_case(void) { test_add_layernorm_half(&rng); }
 static void reduce_case(void) { test_reduce(&rng); }
 static void copy_case(void) { test_copy(&rng); }
 static void casts_case(void) { test_casts(&rng); }
 static void sumsq_case(void) { test_sumsq(&rng); }
 static void gemm_case(void) { test_gemm(&rng); }
 static void gemm_fused_case(void) { test_gemm_fused(&rng); }
+static void gemm_half_case(void) { test_gemm_half(&rng); }
 static void gather_scatter_case(void) { test_gather_scatter(&rng); }
 static void mask_dropout_case(void) { test_mask_dropout(&rng); }
 static void losses_case(void) { test_losses(&rng); }
@@ -1343,12 +1501,14 @@ static const test_case cases[] = {
     {"softmax", softmax_case},
     {"layernorm", layernorm_case},
     {"add_layernorm", add_layernorm_case},
+    {"add_layernorm_half", add_layernorm_half_case},
     {"reduce", reduce_case},
     {"copy", copy_case},
     {"casts", casts_case},
     {"sumsq", sumsq_case},
     {"gemm", gemm_case},
     {"gemm_fused", gemm_fused_case},
+    {"gemm_half", gemm_half_case},
     {"gather_scatter", gather_scatter_case},
     {"mask_dropout", mask_dropout_case},
     {"losses", losses_case},

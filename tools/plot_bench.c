@@ -83,6 +83,9 @@ static const bench_plot table[] = {
     BARS("host-kernels-", "-gpt-peer", "case=run", "config,dtype,rep", NULL,
          "hetex_tokens_per_s,torch_tokens_per_s", "tokens/s",
          "GPT on the CPU: hetex against PyTorch, runs interleaved"),
+    RATIO("hostk-", "", "bench=gemm_half", "case", NULL, "half_over_widened,ratio_to_f32",
+          "time over hx_k_gemm_half's", "bf16 GEMM: the widened path's time and the f32 GEMM's "
+          "over hx_k_gemm_half's, same run (line at 1)"),
     RATIO("house-before-after-", "-optim", "bench=optim", "case,threads", "tree", "ratio",
           "GB/s over the ceiling's", "optimizer updates before and after the house moves: GB/s "
           "over the same-shape ceiling"),

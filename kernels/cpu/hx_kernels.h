@@ -78,6 +78,16 @@ void hx_k_layernorm_forward_f32(float *y, const float *x, const float *gamma,
 void hx_k_add_layernorm_f32(float *s, float *y, const float *x, const float *res,
                             const float *gamma, const float *beta, float eps, int64_t rows,
                             int64_t n, int nthreads);
+/* The same for a chain stored in dt (HX_K_F16 or HX_K_BF16; every pointer
+ * holds dt): s = x + res summed in f32 and rounded to dt, then y = the
+ * layernorm of that rounded sum in f32, rounded to dt: bitwise the 16-bit
+ * chain whose add and layernorm each widen their inputs and round their
+ * output, at any thread count. s may be x or res; y must not overlap s, x
+ * or res. Returns 0, or -1 when its f32 row scratch ((2 + 2 nthreads) n
+ * floats) cannot be allocated (nothing written then). */
+int hx_k_add_layernorm_half(void *s, void *y, const void *x, const void *res, const void *gamma,
+                            const void *beta, hx_kdtype dt, float eps, int64_t rows, int64_t n,
+                            int nthreads);
 /* dx for the layernorm above (mean and rstd recomputed from x). */
 void hx_k_layernorm_backward_x_f32(float *dx, const float *dy, const float *x,
                                    const float *gamma, float eps, int64_t rows, int64_t n,
@@ -133,6 +143,21 @@ void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, 
                             const float *B, int64_t ldb, int64_t stride_b, const float *bias,
                             int act, hx_kdtype round, float *C, int64_t ldc, int64_t stride_c,
                             int nthreads);
+
+/* hx_k_gemm_bias_act_f32 with A, B, bias and C stored in dt (HX_K_F16 or
+ * HX_K_BF16; strides and leading dimensions in elements): the products
+ * summed in f32, C rounded to dt after the GEMM, the bias and the
+ * activation; bitwise widening A, B and the bias exactly, running
+ * hx_k_gemm_bias_act_f32 with round dt and rounding C, at any thread count
+ * (bias NULL and act -1: a plain matmul, C rounded once). Widens B and the
+ * bias whole but A one row panel per thread and rounds C tile by tile (no
+ * f32 copy of A or C). C must not overlap A, B or the bias. Returns 0, or
+ * -1 when the f32 scratch (B, the bias and per thread 128 (K + 256)
+ * floats) cannot be allocated (C not written then). */
+int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                   const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb,
+                   int64_t stride_b, const void *bias, int act, hx_kdtype dt, void *C,
+                   int64_t ldc, int64_t stride_c, int nthreads);
 
 /* ---- convolutional networks (conv.c, pool.c, batchnorm.c) ----------------- */
 

@@ -81,6 +81,45 @@ void hx_k_add_layernorm_f32(float *s, float *y, const float *x, const float *res
                                eps, n));
 }
 
+/* One row of hx_k_add_layernorm_half: the chain's add (widened, summed in
+ * f32, rounded to dt into s), then its layernorm on the rounded sum widened
+ * again, rounded into y. w holds 2n floats. */
+static void add_layernorm_half_row(const hx_rows_path *p, void *s, void *y, const void *x,
+                                   const void *res, hx_kdtype dt, const float *gamma,
+                                   const float *beta, float eps, int64_t n, float *w)
+{
+    float *a = w, *b = w + n;
+    hx_k_cast(a, HX_K_F32, x, dt, n, 1);
+    hx_k_cast(b, HX_K_F32, res, dt, n, 1);
+    for (int64_t j = 0; j < n; j++) a[j] = a[j] + b[j];
+    hx_k_cast(s, dt, a, HX_K_F32, n, 1);
+    hx__round_through(a, dt, n);
+    p->layernorm_forward(b, a, gamma, beta, eps, n);
+    hx_k_cast(y, dt, b, HX_K_F32, n, 1);
+}
+
+int hx_k_add_layernorm_half(void *s, void *y, const void *x, const void *res, const void *gamma,
+                            const void *beta, hx_kdtype dt, float eps, int64_t rows, int64_t n,
+                            int nthreads)
+{
+    const hx_rows_path *p = hx__rows();
+    /* a row's scratch: 2n floats per thread of EACH_ROW's team (one when it
+     * runs serially: then omp_get_thread_num() may be a caller's team's) */
+    int nt = rows_go_parallel(rows, n, nthreads) ? nthreads : 1;
+    float *w = malloc((size_t)(2 + 2 * nt) * (size_t)n * sizeof(float));
+    if (!w) return -1;
+    hx_k_cast(w, HX_K_F32, gamma, dt, n, 1);
+    hx_k_cast(w + n, HX_K_F32, beta, dt, n, 1);
+    size_t es = hx_k_dtype_size(dt);
+    EACH_ROW(nthreads, rows, n,
+             add_layernorm_half_row(p, (char *)s + r * n * es, (char *)y + r * n * es,
+                                    (const char *)x + r * n * es, (const char *)res + r * n * es,
+                                    dt, w, w + n, eps, n,
+                                    w + (2 + 2 * (int64_t)(nt > 1 ? omp_get_thread_num() : 0)) * n));
+    free(w);
+    return 0;
+}
+
 void hx_k_layernorm_backward_x_f32(float *dx, const float *dy, const float *x,
                                    const float *gamma, float eps, int64_t rows, int64_t n,
                                    int nthreads)
