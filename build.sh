@@ -237,8 +237,8 @@ case "$cmd" in
       # timeouts x10: TSan runs these tests 5-15x slower than Release
       configure "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san" \
         -DHX_TEST_TIMEOUT_SCALE=10 "-DCMAKE_C_FLAGS=--param=tsan-instrument-func-entry-exit=0"
-      # (a test is its target, but an MPI test mpi_X_npN, which runs target mpi_X)
-      cmake --build "$dir" -j "$jobs" --target $(tests_labelled "$dir" 'sched|tsan' | sed 's/_np[0-9]*$//' | sort -u)
+      # (a test is its target, but an MPI test mpi_X_npN or mpi_X_npN_VARIANT, which runs target mpi_X)
+      cmake --build "$dir" -j "$jobs" --target $(tests_labelled "$dir" 'sched|tsan' | sed -E 's/_np[0-9]+(_[a-z0-9_]+)?$//' | sort -u)
       set -- -L 'sched|tsan' "$@"
       export OMP_THREAD_LIMIT=1 # only here (OpenBLAS's own threading spins forever under it; gemm.c keeps OpenBLAS on one thread)
     else
