@@ -44,11 +44,11 @@ hx_status hx__host_launch(hx_engine *e, hx_stream *stream, hx_trace_lane *lane, 
 {
     hx_backend *host = e->be[HX_DEV_HOST];
     double t0 = hx__now();
-    bool pin = e->pin && hx__is_dense_update(sp->node);
+    bool update = hx__is_dense_update(sp->node), pin = e->pin && update;
     if (pin) hx__pin_enter(e->pin, ex->nthreads);
     hx_status st = host->launch(host, stream, sp->fn, ex, sp->node, sp->out, in);
     if (pin) hx__pin_leave(e->pin, ex->nthreads);
-    if (hx__is_dense_update(sp->node)) {
+    if (update) {
         double took = hx__now() - t0, was = atomic_load(&e->host_update_s);
         while (!atomic_compare_exchange_weak(&e->host_update_s, &was, was + took)) {}
     }
