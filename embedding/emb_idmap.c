@@ -41,6 +41,8 @@ struct hx_emb_idmap {
     int64_t admitted, evicted, expired, filtered;
     undo *log;
     int64_t nlog, logcap;
+    hx_emb_budget *budget; /* NULL: none */
+    size_t charged;        /* bytes charged to it */
 };
 
 void hx_emb_hash_strings(const char *const *strs, const size_t *lens, int64_t n, uint64_t seed,
@@ -142,6 +144,7 @@ hx_status hx_emb_idmap_create(const hx_emb_idmap_config *cfg, hx_emb_idmap **out
 void hx_emb_idmap_free(hx_emb_idmap *m)
 {
     if (!m) return;
+    if (m->budget) hx_emb_budget_give(m->budget, m->charged);
     free(m->slots);
     free(m->freeq);
     free(m->log);
@@ -270,6 +273,195 @@ int64_t hx_emb_idmap_expire(hx_emb_idmap *m, int64_t step)
     return freed;
 }
 
+/* ---- the byte budget ---------------------------------------------------------------------- */
+
+hx_emb_budget *hx_emb_budget_take(hx_emb_budget *b, size_t n)
+{
+    for (hx_emb_budget *p = b; p; p = p->parent) {
+        size_t was = atomic_fetch_add(&p->used, n);
+        if (p->cap && was + n > p->cap) {
+            for (hx_emb_budget *q = b; q != p->parent; q = q->parent) atomic_fetch_sub(&q->used, n);
+            return p;
+        }
+    }
+    return NULL;
+}
+
+void hx_emb_budget_give(hx_emb_budget *b, size_t n)
+{
+    for (hx_emb_budget *p = b; p; p = p->parent) atomic_fetch_sub(&p->used, n);
+}
+
+/* The free-row queue sized for every row (under a budget it never grows). */
+static hx_status reserve_freeq(hx_emb_idmap *m, hx_emb_err *err)
+{
+    if (m->fcap >= m->cfg.capacity) return HX_OK;
+    int64_t *q = realloc(m->freeq, (size_t)m->cfg.capacity * sizeof(int64_t));
+    if (!q) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding id map: out of memory");
+    m->freeq = q;
+    m->fcap = m->cfg.capacity;
+    return HX_OK;
+}
+
+/* Under a budget the undo log lives for one call. */
+static void drop_log(hx_emb_idmap *m)
+{
+    if (!m->budget) return;
+    free(m->log);
+    m->log = NULL;
+    m->logcap = 0;
+}
+
+hx_status hx_emb_idmap_set_budget(hx_emb_idmap *m, hx_emb_budget *b, hx_emb_err *err)
+{
+    if (m->budget) hx_emb_budget_give(m->budget, m->charged);
+    m->budget = NULL;
+    m->charged = 0;
+    if (!b) return HX_OK;
+    hx_status st = reserve_freeq(m, err);
+    if (st) return st;
+    free(m->log);
+    m->log = NULL;
+    m->logcap = 0;
+    size_t bytes = hx_emb_idmap_bytes(m);
+    hx_emb_budget *full = hx_emb_budget_take(b, bytes);
+    if (full)
+        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding id map: its %zu bytes (slots for %lld keys, a "
+                           "queue for its %lld rows) are over the cap of %zu bytes (%zu charged before it)",
+                           bytes, (long long)m->nslots / 2, (long long)m->cfg.capacity, full->cap,
+                           (size_t)atomic_load(&full->used));
+    m->budget = b;
+    m->charged = bytes;
+    return HX_OK;
+}
+
+hx_status hx_emb_idmap_fits(hx_emb_idmap *m, const hx_emb_idmap *old, hx_emb_err *err)
+{
+    if (!old->budget) return HX_OK;
+    hx_status st = reserve_freeq(m, err);
+    if (st) return st;
+    size_t bytes = sizeof *m + (size_t)m->nslots * sizeof(slot) + (size_t)m->fcap * sizeof(int64_t);
+    for (const hx_emb_budget *p = old->budget; p; p = p->parent)
+        if (p->cap && atomic_load(&p->used) - old->charged + bytes > p->cap)
+            return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding id map: the loaded map's %zu bytes (%lld "
+                               "keys) do not fit the cap of %zu bytes in place of the map's %zu", bytes,
+                               (long long)m->live, p->cap, old->charged);
+    return HX_OK;
+}
+
+void hx_emb_idmap_replace(hx_emb_idmap *m, hx_emb_idmap *old)
+{
+    hx_emb_budget *b = old->budget;
+    if (!b) return;
+    hx_emb_budget_give(b, old->charged);
+    old->budget = NULL;
+    old->charged = 0;
+    free(m->log);
+    m->log = NULL;
+    m->logcap = 0;
+    m->charged = hx_emb_idmap_bytes(m);
+    m->budget = b;
+    /* checked by hx_emb_idmap_fits: charged even where a peer took the room since */
+    for (hx_emb_budget *p = b; p; p = p->parent) atomic_fetch_add(&p->used, m->charged);
+}
+
+static bool in_sorted(const int64_t *u, int64_t n, int64_t key)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (u[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && u[lo] == key;
+}
+
+/* Whether slot sl may make room for a call of the keys u (sorted, nu) at
+ * step: a key not of the call, seen before it, pending (rows 0) or with a
+ * row (rows 1). */
+static bool may_go(const slot *sl, int rows, int64_t step, const int64_t *u, int64_t nu)
+{
+    if (sl->row == EMPTY || sl->row == TOMB || (rows ? sl->row < 0 : sl->row != PENDING)) return false;
+    return sl->last < step && !in_sorted(u, nu, sl->key);
+}
+
+/* Forgets the keys of may_go(rows) seen longest ago, all of that step
+ * (rows freed to the queue in ascending order). Returns keys forgotten. */
+static int64_t forget_oldest(hx_emb_idmap *m, int rows, int64_t step, const int64_t *u, int64_t nu)
+{
+    int64_t oldest = INT64_MAX, gone = 0, first = m->ftail;
+    for (int64_t s = 0; s < m->nslots; s++)
+        if (may_go(&m->slots[s], rows, step, u, nu) && m->slots[s].last < oldest) oldest = m->slots[s].last;
+    for (int64_t s = 0; s < m->nslots && oldest != INT64_MAX; s++) {
+        slot *sl = &m->slots[s];
+        if (sl->last != oldest || !may_go(sl, rows, step, u, nu)) continue;
+        if (sl->row >= 0) {
+            m->freeq[m->ftail++] = sl->row; /* sized for every row */
+            m->keys--;
+            m->evicted++;
+        }
+        sl->row = TOMB;
+        m->live--;
+        m->tombs++;
+        gone++;
+    }
+    if (m->ftail > first) qsort(m->freeq + first, (size_t)(m->ftail - first), sizeof(int64_t), cmp_i64);
+    return gone;
+}
+
+/* Under a budget: slots for the call's new keys at a load of at most one
+ * half, grown as the budget allows, else made by forgetting keys
+ * (hx_emb_idmap_set_budget); the map is unchanged on failure. */
+static hx_status room_within(hx_emb_idmap *m, const int64_t *keys, int64_t n, int64_t step, hx_emb_err *err)
+{
+    int64_t *u = malloc((size_t)(n ? n : 1) * sizeof *u), nu = 0, fresh = 0;
+    if (!u) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding id map: out of memory");
+    memcpy(u, keys, (size_t)n * sizeof *u);
+    qsort(u, (size_t)n, sizeof *u, cmp_i64);
+    for (int64_t i = 0; i < n; i++)
+        if (!nu || u[nu - 1] != u[i]) u[nu++] = u[i];
+    for (int64_t i = 0; i < nu; i++) fresh += find(m, u[i]) < 0;
+    hx_status st = HX_OK;
+    int64_t want = MIN_SLOTS;
+    while (want < 2 * (m->live + fresh)) want *= 2;
+    hx_emb_budget *full = want > m->nslots ? hx_emb_budget_take(m->budget, (size_t)(want - m->nslots) * sizeof(slot))
+                                           : NULL;
+    if (want > m->nslots && !full) {
+        size_t add = (size_t)(want - m->nslots) * sizeof(slot);
+        if (rehash(m, want)) {
+            hx_emb_budget_give(m->budget, add);
+            st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding id map: out of memory growing to %lld keys",
+                             (long long)(m->live + fresh));
+        } else {
+            m->charged += add;
+        }
+    } else if (2 * (m->live + m->tombs + fresh) > m->nslots) { /* room within the slots it has */
+        int64_t drop = m->live + fresh - m->nslots / 2, pending = 0, held = 0;
+        bool evict = m->cfg.on_full == HX_EMB_FULL_EVICT;
+        for (int64_t s = 0; s < m->nslots && drop > 0; s++) {
+            pending += may_go(&m->slots[s], 0, step, u, nu);
+            held += evict && may_go(&m->slots[s], 1, step, u, nu);
+        }
+        if (drop > pending + held)
+            st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding id map: %lld keys held and %lld new ones of "
+                             "this call need %lld slots (%zu bytes), over what the cap of %zu bytes leaves; "
+                             "%lld keys could make room%s: raise the cap, shard over more ranks, %s",
+                             (long long)m->live, (long long)fresh, (long long)want,
+                             (size_t)want * sizeof(slot), full->cap, (long long)(pending + held),
+                             evict ? "" : " without evicting keys that hold a row",
+                             evict ? "or give smaller calls" : "or let the table evict (evict_when_full)");
+        while (!st && drop > 0) {
+            int64_t gone = forget_oldest(m, 0, step, u, nu);
+            if (!gone) gone = forget_oldest(m, 1, step, u, nu);
+            drop -= gone;
+        }
+        if (!st && rehash(m, m->nslots)) /* the tombstones go */
+            st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding id map: out of memory");
+    }
+    free(u);
+    return st;
+}
+
 /* ---- mapping ---------------------------------------------------------------------------------- */
 
 hx_status hx_emb_idmap_map(hx_emb_idmap *m, const int64_t *keys, int64_t n, int train,
@@ -288,10 +480,15 @@ hx_status hx_emb_idmap_map(hx_emb_idmap *m, const int64_t *keys, int64_t n, int 
     }
     /* Room for every key of the call at a load of at most one half, so no
      * rehash happens below and the undo log stays valid. */
-    if (2 * (m->live + m->tombs + n) > m->nslots && rehash(m, 2 * (m->live + n)))
-        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding id map: out of memory growing to %lld keys",
-                           (long long)(m->live + n));
     freeq_compact(m);
+    if (2 * (m->live + m->tombs + n) > m->nslots) {
+        hx_status st = m->budget ? room_within(m, keys, n, step, err)
+                       : rehash(m, 2 * (m->live + n))
+                           ? hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding id map: out of memory growing "
+                                         "to %lld keys", (long long)(m->live + n))
+                           : HX_OK;
+        if (st) return st;
+    }
     m->nlog = 0;
     saved sv = save_counts(m);
     int64_t nf = 0, need = m->cfg.min_count > 1 ? m->cfg.min_count : 1;
@@ -324,6 +521,7 @@ hx_status hx_emb_idmap_map(hx_emb_idmap *m, const int64_t *keys, int64_t n, int 
             if (row < 0) {
                 int64_t key = sl->key;
                 rollback(m, &sv);
+                drop_log(m);
                 return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY,
                                    "embedding id map: full: all %lld rows are held%s; key %lld at position %lld "
                                    "needs one. Raise the capacity, expire keys, or evict (evict_when_full)",
@@ -342,10 +540,12 @@ hx_status hx_emb_idmap_map(hx_emb_idmap *m, const int64_t *keys, int64_t n, int 
         m->filtered += sl->row < 0;
     }
     m->nlog = 0;
+    drop_log(m);
     if (n_fresh) *n_fresh = nf;
     return HX_OK;
 oom:
     rollback(m, &sv);
+    drop_log(m);
     return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding id map: out of memory");
 }
 

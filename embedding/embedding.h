@@ -415,6 +415,19 @@ typedef struct hx_emb_idmap_config {
 
 typedef struct hx_emb_idmap hx_emb_idmap;
 
+/* A cap on the bytes a sharded table's rank holds (hetex.h's rank_bytes):
+ * used counts what is charged; a charge must fit here and in every parent
+ * (a server's cap over its tables). cap 0: counted, not capped. */
+typedef struct hx_emb_budget {
+    size_t cap;
+    _Atomic size_t used;
+    struct hx_emb_budget *parent;
+} hx_emb_budget;
+/* Charges n bytes to b and its parents: NULL, or the first one that it
+ * would take over its cap (nothing is charged then). */
+hx_emb_budget *hx_emb_budget_take(hx_emb_budget *b, size_t n);
+void hx_emb_budget_give(hx_emb_budget *b, size_t n);
+
 hx_status hx_emb_idmap_create(const hx_emb_idmap_config *cfg, hx_emb_idmap **out,
                               hx_emb_err *err);
 void hx_emb_idmap_free(hx_emb_idmap *m);
@@ -431,6 +444,23 @@ void hx_emb_idmap_free(hx_emb_idmap *m);
 hx_status hx_emb_idmap_map(hx_emb_idmap *m, const int64_t *keys, int64_t n, int train,
                            int64_t step, int64_t *rows_out, int64_t *fresh, int64_t *n_fresh,
                            hx_emb_err *err);
+/* Puts m's bytes under budget b from now on (NULL: none): its free-row
+ * queue is sized for every row at once, its undo log is freed after each
+ * call, and its slots grow only as b allows. A training call whose new
+ * keys need more slots than b allows first forgets the counting (pending)
+ * keys seen longest ago (they hold no row: a frequency filter's
+ * candidates, whose counts start again), then, under HX_EMB_FULL_EVICT,
+ * evicts the keys with a row seen longest ago (before this step), never a
+ * key of the call; when that is not enough the call fails with
+ * HX_ERR_OUT_OF_MEMORY naming the keys, the bytes and the cap, and the map
+ * is as before it. Fails (HX_ERR_OUT_OF_MEMORY) when m's bytes do not fit
+ * b; m is then not under b. */
+hx_status hx_emb_idmap_set_budget(hx_emb_idmap *m, hx_emb_budget *b, hx_emb_err *err);
+/* Whether m can take the place of old under old's budget (sizes m's queue
+ * as set_budget does; HX_ERR_OUT_OF_MEMORY naming the bytes and the cap
+ * when not); then hx_emb_idmap_replace moves old's charge to m. */
+hx_status hx_emb_idmap_fits(hx_emb_idmap *m, const hx_emb_idmap *old, hx_emb_err *err);
+void hx_emb_idmap_replace(hx_emb_idmap *m, hx_emb_idmap *old);
 /* Forgets every key last seen before step - expire_after (and counting
  * keys without a row likewise); their rows become free. Returns how many
  * keys held a row. */
@@ -445,7 +475,7 @@ typedef struct hx_emb_idmap_stats {
 } hx_emb_idmap_stats;
 void hx_emb_idmap_stats_get(const hx_emb_idmap *m, hx_emb_idmap_stats *s);
 /* The bytes the map has allocated now (itself, its slots, free queue and
- * undo log); it grows as keys arrive. */
+ * undo log); it grows as keys arrive (up to its budget's cap). */
 size_t hx_emb_idmap_bytes(const hx_emb_idmap *m);
 
 /* The map as i64 words, for save files: [next_row, n_free, free rows...,

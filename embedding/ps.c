@@ -41,7 +41,7 @@ hx_status hx_ps_create(const hx_ps_config *cfg, hx_ps **out)
     ps->index = ps->server ? rank - ps->W : rank;
     ps->staleness = cfg->staleness;
     ps->timeout_s = cfg->timeout_s;
-    ps->rank_bytes = cfg->rank_bytes;
+    ps->rank_bytes = ps->held.cap = cfg->rank_bytes;
     pthread_mutex_init(&ps->lock, NULL);
     hx_status st = hx__mailbox_create(cfg->comm, &ps->mb);
     if (!st) st = hx__comm_split(cfg->comm, ps->server, &ps->role);
@@ -97,7 +97,7 @@ hx_status hx_ps_stats_get(hx_ps *ps, hx_ps_stats *out)
     *out = ps->stats;
     if (ps->server) {
         out->rows_held = 0;
-        out->bytes_held = ps->held_bytes;
+        out->bytes_held = atomic_load(&ps->held.used);
         for (int i = 0; i < ps->n_tables; i++) {
             hx_emb_local *l = ps->tables[i]->shard ? hx_emb_shard_local(ps->tables[i]->shard) : NULL;
             if (l) out->rows_held += l->base.rows;
@@ -121,9 +121,7 @@ void hx__ps_forget(hx_ps *ps, hx_emb_table *impl)
     for (int i = 0; i < ps->n_tables; i++)
         if (ps->tables[i]->impl == impl) {
             ps->tables[i]->impl = NULL;
-            ps->tables[i]->shard = NULL;
-            ps->held_bytes -= ps->tables[i]->bytes;
-            ps->tables[i]->bytes = 0;
+            ps->tables[i]->shard = NULL; /* its bytes go back to ps->held as it is freed */
         }
     pthread_mutex_unlock(&ps->lock);
 }
@@ -146,12 +144,73 @@ static hx_status add_entry(hx_ps *ps, ps_entry *e, int *index)
     if (!st) {
         *index = ps->n_tables;
         ps->tables[ps->n_tables++] = e;
-        ps->held_bytes += e->bytes;
     }
     pthread_mutex_unlock(&ps->lock);
     return st == HX_ERR_SHAPE ? hx__error(st, "hx_embedding_table_create '%s': a ps serves at most %d tables",
                                           e->name, PS_MAX_TABLES)
            : st ? hx__error(st, "hx_embedding_table_create '%s': out of host memory", e->name) : HX_OK;
+}
+
+/* Undoes add_entry of the table being created (the registry's last). */
+static void drop_entry(hx_ps *ps, ps_entry *e)
+{
+    pthread_mutex_lock(&ps->lock);
+    if (ps->n_tables && ps->tables[ps->n_tables - 1] == e) ps->n_tables--;
+    pthread_mutex_unlock(&ps->lock);
+}
+
+/* The servers' verdict on table `index` (st, msg: agreed among them),
+ * from server 0 to every worker: a ps_reply whose seq is the index,
+ * followed by the message when st fails. On a refusal the servers wait
+ * (up to the timeout) until the workers have it, so that the job ends
+ * now, not at a pull's timeout. */
+static hx_status send_verdict(hx_ps *ps, int index, hx_status st, const char *msg)
+{
+    size_t ml = st ? strlen(msg) : 0;
+    char *buf = malloc(sizeof(ps_reply) + ml + 1);
+    if (!buf) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_embedding_table_create: out of host memory");
+    ps_reply r = {.status = st, .seq = index, .msglen = (int64_t)ml};
+    memcpy(buf, &r, sizeof r);
+    memcpy(buf + sizeof r, msg, ml);
+    hx_status x = HX_OK;
+    for (int w = 0; w < ps->W && !x && ps->index == 0; w++)
+        x = hx__msg_send(ps->mb, w, PS_TAG_CREATE, buf, sizeof r + ml);
+    free(buf);
+    int peer = -1;
+    if (!x && st && !hx__msg_flush(ps->mb, ps->timeout_s, &peer))
+        x = hx__error(HX_ERR_COMM, "hx_embedding_table_create: worker rank %d did not take the servers' "
+                      "refusal within %g s", peer, ps->timeout_s);
+    return x;
+}
+
+/* A worker: the servers' verdict on table `index`, within the timeout. */
+static hx_status take_verdict(hx_ps *ps, int index, const char *name)
+{
+    const char *fn = "hx_embedding_table_create";
+    double t0 = hx__now();
+    hx_msg m;
+    for (long idle = 0;; idle++) {
+        bool got = false;
+        hx_status st = hx__msg_poll(ps->mb, ps->W, PS_TAG_CREATE, &m, &got);
+        if (st) return st;
+        if (got) break;
+        if (hx__now() - t0 > ps->timeout_s)
+            return hx__error(HX_ERR_COMM, "%s '%s': parameter server rank %d (server 0 of %d) did not say "
+                             "within %g s whether the servers hold the table: it died or hangs "
+                             "(hx_ps_config.timeout_s sets the limit)", fn, name, ps->W, ps->S, ps->timeout_s);
+        hx__msg_idle(idle);
+    }
+    const ps_reply *r = m.data;
+    hx_status st = HX_OK;
+    if (m.n < sizeof *r || r->msglen < 0 || m.n != sizeof *r + (size_t)r->msglen || r->seq != index)
+        st = hx__error(HX_ERR_STATE, "%s '%s': the servers answered for table %lld, this worker creates its "
+                       "table %d: create every table on every rank, in the same order", fn, name,
+                       m.n >= sizeof *r ? (long long)r->seq : -1LL, index);
+    else if (r->status)
+        st = hx__error((hx_status)r->status, "%s '%s': the servers refused it: %.*s", fn, name, (int)r->msglen,
+                       (const char *)(r + 1));
+    free(m.data);
+    return st;
 }
 
 hx_status hx__ps_table_create(const hx_embedding_config *cfg, const hx_emb_table_config *tc,
@@ -172,43 +231,47 @@ hx_status hx__ps_table_create(const hx_embedding_config *cfg, const hx_emb_table
     snprintf(e->name, sizeof e->name, "%s", name);
     e->hash = hx__shard_config_hash(&sc);
     int index = -1;
-    if (ps->server) {
-        hx_emb_err err;
-        sc.comm = ps->role;
-        st = hx_emb_shard_create(&sc, &e->impl, &err);
+    if (!ps->server) { /* the servers' verdict decides: a refusal fails every rank now */
+        if (!(st = add_entry(ps, e, &index)) && !(e->impl = hx__ps_client_create(ps, &sc, name, e->hash, index)))
+            st = hx__error(HX_ERR_OUT_OF_MEMORY, "%s '%s': out of host memory", fn, name);
+        hx_status v = index >= 0 ? take_verdict(ps, index, name) : HX_OK;
+        if (!st) st = v;
         if (st) {
+            drop_entry(ps, e);
+            hx_emb_table_free(e->impl);
             free(e);
-            return hx__emb_error(st, &err, "%s '%s' (server %d of %d)", fn, name, ps->index, ps->S);
+            return st;
         }
+        *out = e->impl;
+        return HX_OK;
+    }
+    hx_emb_err err;
+    sc.comm = ps->role;
+    sc.counted = true; /* under ps->held: a DYNAMIC map grows within the server's cap */
+    st = hx_emb_shard_create(&sc, &e->impl, &err); /* agreed among the servers */
+    if (!st) {
         e->shard = hx_emb_as_shard(e->impl);
+        size_t bytes = hx_emb_shard_bytes(e->shard), before = atomic_load(&ps->held.used);
         hx_status own = HX_OK;
-        e->bytes = hx_emb_shard_bytes(e->shard);
-        if (!own && ps->rank_bytes && ps->held_bytes + e->bytes > ps->rank_bytes)
+        if (hx_emb_budget_take(&ps->held, bytes))
             own = hx_emb_fail(&err, HX_ERR_OUT_OF_MEMORY, "server rank %d would hold %zu bytes of tables "
-                              "(this one's rows and state: %zu), over the per-rank cap of %zu "
-                              "(hx_ps_config.rank_bytes): add servers or raise the cap", ps->rank,
-                              ps->held_bytes + e->bytes, e->bytes, ps->rank_bytes);
+                              "(table '%s''s rows and state%s: %zu), over the per-rank cap of %zu "
+                              "(hx_ps_config.rank_bytes): add servers or raise the cap", ps->rank, before + bytes,
+                              name, sc.dynamic ? ", its id map with a queue for every row" : "", bytes,
+                              ps->rank_bytes);
+        else
+            hx_emb_shard_budget_under(e->shard, &ps->held); /* given back as the shard is freed */
+        if (!own && (own = add_entry(ps, e, &index)))
+            hx_emb_fail(&err, own, "%s", hx_last_error());
         st = hx__shard_agree(e->shard, HX_EMB_X_CREATE, own, &err, &err);
-        if (st) {
-            hx_emb_table_free(e->impl);
-            free(e);
-            return hx__emb_error(st, &err, "%s '%s'", fn, name);
-        }
-        if ((st = add_entry(ps, e, &index))) {
-            hx_emb_table_free(e->impl);
-            free(e);
-            return st;
-        }
-    } else {
-        if ((st = add_entry(ps, e, &index))) {
-            free(e);
-            return st;
-        }
-        e->impl = hx__ps_client_create(ps, &sc, name, e->hash, index);
-        if (!e->impl) {
-            hx__ps_forget(ps, NULL);
-            return hx__error(HX_ERR_OUT_OF_MEMORY, "%s '%s': out of host memory", fn, name);
-        }
+        if (st && index >= 0) drop_entry(ps, e);
+    }
+    hx_status v = send_verdict(ps, ps->n_tables - !st, st, err.msg);
+    if (!st && v) drop_entry(ps, e);
+    if (st || v) {
+        hx_emb_table_free(e->impl);
+        free(e);
+        return st ? hx__emb_error(st, &err, "%s '%s'", fn, name) : v;
     }
     *out = e->impl;
     return HX_OK;

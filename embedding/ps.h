@@ -12,8 +12,10 @@ typedef struct hx_emb_ps hx_emb_ps; /* before the include: embedding.h's headers
 
 /* The table cfg asks for of cfg->ps (tc, mc: its embedding/ configs):
  * registered with the ps in creation order; a server's is a shard over
- * the servers (collective over them), a worker's an hx_emb_ps (no
- * exchange). Errors through hx__error. */
+ * the servers (collective over them, under the server's cap), a
+ * worker's an hx_emb_ps; every rank returns the servers' verdict (server
+ * 0 tells each worker), so a refusal fails every rank at once. Errors
+ * through hx__error. */
 hx_status hx__ps_table_create(const hx_embedding_config *cfg, const hx_emb_table_config *tc,
                               const hx_emb_idmap_config *mc, hx_emb_table **out);
 /* The table impl (either role) is being freed: the ps forgets it. */

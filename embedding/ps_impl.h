@@ -7,7 +7,9 @@
  * of an error message. Requests go with tag PS_TAG_REQ, so a worker's
  * requests reach a server in the order sent; replies of table i with tag
  * PS_TAG_REPLY + i, so threads working on different tables each wait for
- * their own. */
+ * their own. A table's creation ends with the servers' verdict (tag
+ * PS_TAG_CREATE, from server 0 to each worker: a ps_reply whose seq is
+ * the table's index, and the message of a refusal). */
 #ifndef HX_EMBEDDING_PS_IMPL_H
 #define HX_EMBEDDING_PS_IMPL_H
 
@@ -17,7 +19,7 @@
 
 #include <pthread.h>
 
-enum { PS_TAG_REQ = 1, PS_TAG_REPLY = 16, PS_MAX_TABLES = 16000 };
+enum { PS_TAG_REQ = 1, PS_TAG_CREATE = 2, PS_TAG_REPLY = 16, PS_MAX_TABLES = 16000 };
 enum { PS_PULL = 1, PS_PUSH, PS_FINISH, PS_SAVE };
 
 typedef struct ps_req {
@@ -62,7 +64,6 @@ typedef struct ps_entry {
     uint64_t hash;
     hx_emb_table *impl;   /* the worker's hx_emb_ps or the server's shard; NULL once freed */
     hx_emb_shard *shard;  /* server */
-    size_t bytes;         /* server: its shard's rows and state */
     /* server, while serving */
     int64_t applied;      /* steps applied */
     ps_push **head, **tail; /* per worker, in step order */
@@ -78,7 +79,8 @@ struct hx_ps {
     bool server, served, finished;
     int staleness;
     double timeout_s;
-    size_t rank_bytes, held_bytes;
+    hx_emb_budget held;   /* a server's tables' bytes, capped at rank_bytes */
+    size_t rank_bytes;
     pthread_mutex_t lock; /* the registry and the stats */
     ps_entry **tables;
     int n_tables, cap;

@@ -47,7 +47,10 @@ typedef struct hx_emb_shard_config {
     hx_emb_table_config tc; /* the whole table's: rows is every shard's together */
     hx_emb_idmap_config mc; /* dynamic: the whole table's map (capacity = tc.rows) */
     size_t rank_bytes;      /* > 0: creation fails on every rank when a rank's part
-                               allocates more (hx_emb_shard_bytes) */
+                               allocates more (hx_emb_shard_bytes), and a DYNAMIC
+                               part's map grows only within it */
+    bool counted;           /* count the part's bytes (hx_emb_shard_budget) even
+                               without rank_bytes: a parent cap is linked later */
 } hx_emb_shard_config;
 
 /* A sharded table: collective over cfg->comm (every rank calls it with the
@@ -64,8 +67,14 @@ hx_emb_table *hx_emb_shard_part(hx_emb_shard *s);
 hx_emb_local *hx_emb_shard_local(hx_emb_shard *s);
 /* The bytes this rank's part has allocated: its rows and optimizer state
  * (a lazy table's ready bits) and a DYNAMIC part's id map (as it is now:
- * it grows with the keys); 0 where it holds none. */
+ * it grows with the keys, within rank_bytes where the shard is capped:
+ * embedding.h's hx_emb_idmap_set_budget); 0 where it holds none. */
 size_t hx_emb_shard_bytes(hx_emb_shard *s);
+/* Puts the shard's counted bytes (rank_bytes or counted) under parent as
+ * well, which has been charged them (hx_emb_shard_bytes); from then on a
+ * DYNAMIC map grows only within both, and freeing the shard gives them
+ * back to parent. */
+void hx_emb_shard_budget_under(hx_emb_shard *s, hx_emb_budget *parent);
 int hx_emb_shard_rank(const hx_emb_shard *s);
 int hx_emb_shard_size(const hx_emb_shard *s);
 bool hx_emb_shard_table_wise(const hx_emb_shard *s);

@@ -411,8 +411,12 @@ hx_status hx__shard_load(hx_emb_table *t, const char *path, hx_emb_err *err)
         tc.optim = s->optim;
         own = load_all(&m, path, &tc, &s->mc, s->part != NULL, &src, &mine);
     }
+    /* a capped shard's loaded map must fit where the map it replaces was */
+    if (!own && s->dynamic && fresh)
+        own = hx_emb_idmap_fits(hx_emb_dynamic_idmap(fresh), hx_emb_dynamic_idmap(s->part), &mine);
     hx_status st = hx__shard_agree(s, HX_EMB_X_LOAD, own, &mine, err);
     if (!st && s->dynamic && fresh) {
+        hx_emb_idmap_replace(hx_emb_dynamic_idmap(fresh), hx_emb_dynamic_idmap(s->part));
         hx_emb_table_free(s->part);
         s->part = fresh;
         s->local = hx_emb_as_local(fresh_part);

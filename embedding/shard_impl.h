@@ -19,6 +19,8 @@ struct hx_emb_shard {
     hx_emb_optim optim;
     hx_emb_table_config tc; /* the whole table's, as created */
     hx_emb_idmap_config mc;
+    hx_emb_budget budget;   /* this rank's bytes, capped at rank_bytes (counted or capped
+                               shards; a DYNAMIC part's map charges its growth here) */
     hx_emb_table *part;     /* this rank's rows: NULL where it holds none */
     hx_emb_local *local;    /* part's storage */
     pthread_mutex_t lock;   /* one exchange at a time (one thread per communicator) */

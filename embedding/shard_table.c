@@ -227,7 +227,8 @@ static hx_status shard_backward_update(hx_emb_table *t, const hx_emb_query *q, c
 static void shard_free(hx_emb_table *t)
 {
     hx_emb_shard *s = (hx_emb_shard *)t;
-    hx_emb_table_free(s->part);
+    hx_emb_table_free(s->part); /* a map's charge goes back with it */
+    if (s->budget.parent) hx_emb_budget_give(s->budget.parent, atomic_load(&s->budget.used));
     hx_emb_workspace_free(s->ws);
     hx_comm_free(s->comm);
     pthread_mutex_destroy(&s->lock);
@@ -249,6 +250,7 @@ size_t hx_emb_shard_bytes(hx_emb_shard *s)
     hx_emb_idmap *m = s->dynamic && s->part ? hx_emb_dynamic_idmap(s->part) : NULL;
     return ls.bytes + (m ? hx_emb_idmap_bytes(m) : 0);
 }
+void hx_emb_shard_budget_under(hx_emb_shard *s, hx_emb_budget *parent) { s->budget.parent = parent; }
 int hx_emb_shard_rank(const hx_emb_shard *s) { return s->rank; }
 int hx_emb_shard_size(const hx_emb_shard *s) { return s->size; }
 bool hx_emb_shard_table_wise(const hx_emb_shard *s) { return s->table_wise; }
@@ -329,6 +331,30 @@ void hx__shard_init_place(hx_emb_shard *s, const hx_emb_shard_config *cfg, int s
 
 uint64_t hx__shard_config_hash(const hx_emb_shard_config *c) { return config_hash(c); }
 
+/* This rank's part charged to s->budget (cap rank_bytes): its rows and
+ * state, then a DYNAMIC part's map, which grows within the budget from
+ * now on (hx_emb_idmap_set_budget). */
+static hx_status charge_part(hx_emb_shard *s, size_t cap, int N, hx_emb_err *err)
+{
+    hx_emb_idmap *m = s->dynamic && s->part ? hx_emb_dynamic_idmap(s->part) : NULL;
+    s->budget.cap = cap;
+    hx_emb_err merr;
+    hx_status st = hx_emb_budget_take(&s->budget, hx_emb_shard_bytes(s)) ? HX_ERR_OUT_OF_MEMORY : HX_OK;
+    if (!st && m) { /* the map's bytes were in the figure above: charged by the map itself from now on */
+        hx_emb_budget_give(&s->budget, hx_emb_idmap_bytes(m));
+        st = hx_emb_idmap_set_budget(m, &s->budget, &merr);
+    }
+    size_t held = hx_emb_shard_bytes(s);
+    if (!st || !cap || held <= cap) return st ? hx_emb_fail(err, st, "%s", merr.msg) : HX_OK;
+    return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY,
+                       "rank %d's shard allocates %zu bytes (%lld of the table's %lld rows with their optimizer "
+                       "state%s), over the per-rank cap of %zu bytes (rank_bytes): shard it over more ranks "
+                       "(at least %zu) or raise the cap", s->rank, held,
+                       (long long)(s->local ? s->local->base.rows : 0), (long long)s->tc.rows,
+                       m ? ", and its id map with a queue for every row" : "", cap,
+                       (held * (size_t)N + cap - 1) / cap);
+}
+
 hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out, hx_emb_err *err)
 {
     *out = NULL;
@@ -374,14 +400,7 @@ hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out
     hx_emb_table *storage = NULL;
     hx_status pst = st ? HX_OK : hx__shard_make_part(s, &s->part, &storage, &perr);
     s->local = hx_emb_as_local(storage);
-    size_t held = pst ? 0 : hx_emb_shard_bytes(s);
-    if (!st && !pst && cfg->rank_bytes && held > cfg->rank_bytes)
-        pst = hx_emb_fail(&perr, HX_ERR_OUT_OF_MEMORY,
-                          "rank %d's shard allocates %zu bytes (%lld of the table's %lld rows with their "
-                          "optimizer state), over the per-rank cap of %zu bytes (rank_bytes): shard it over "
-                          "more ranks (at least %zu) or raise the cap", s->rank, held,
-                          (long long)(s->local ? s->local->base.rows : 0), (long long)cfg->tc.rows,
-                          cfg->rank_bytes, (held * (size_t)N + cfg->rank_bytes - 1) / cfg->rank_bytes);
+    if (!st && !pst && (cfg->rank_bytes || cfg->counted)) pst = charge_part(s, cfg->rank_bytes, N, &perr);
     if (!st) st = hx__shard_agree(s, HX_EMB_X_CREATE, pst, &perr, err);
     if (st) {
         shard_free(&s->base);

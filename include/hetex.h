@@ -926,13 +926,28 @@ typedef struct hx_embedding_config {
                                  shard over it fails creation on every rank with
                                  HX_ERR_OUT_OF_MEMORY naming the table, the rank, its bytes
                                  and the cap (after allocating it: a cap for planning, not
-                                 a guard against the allocation itself); a DYNAMIC shard's
-                                 map grows past it with its keys. 0: no cap
+                                 a guard against the allocation itself). A DYNAMIC shard
+                                 under a cap (this one or hx_ps_config.rank_bytes) holds
+                                 it as its keys arrive: its map keeps a queue for every
+                                 row from creation (counted) and grows its key slots only
+                                 within the cap; when a training lookup's new keys need
+                                 more, the owner first forgets the counting keys (below
+                                 min_count: no row yet) seen longest ago, then, with
+                                 evict_when_full, evicts the keys with a row seen longest
+                                 ago (before this step; never one of the call's), as
+                                 Monolith's tables filter and expire rather than stop a
+                                 job; when that is not enough (or without
+                                 evict_when_full) the lookup fails on every rank with
+                                 HX_ERR_OUT_OF_MEMORY naming the keys, the bytes and the
+                                 cap, and the map is as before it. 0: no cap
                                  (hx_ps_config.rank_bytes caps a server's tables together) */
     /* Server mode (see "parameter servers"): the table's rows live on ps's
      * servers (sharding and shard_rank as above, over the servers; comm must
      * be NULL). Every rank creates it alike; a worker uses it as any table
-     * (no exchange at creation), a server holds its shard, in memory. A
+     * (its creation returns once the servers have created theirs: a
+     * server's refusal, such as hx_ps_config.rank_bytes, fails every
+     * rank's creation at once with the server's error), a server holds
+     * its shard, in memory. A
      * DYNAMIC table's keys live on server XXH3(key) mod S, in its own map;
      * the workers' k-th training lookups are answered together, their keys
      * looked up in worker order (the frequency filter counting every
@@ -970,6 +985,10 @@ HX_API hx_embedding_config hx_embedding_config_default(void);
  *               without MPI); HX_ERR_COMM (the communicator's
  *               collectives); HX_ERR_OUT_OF_MEMORY (a shard over
  *               rank_bytes); a failure on one rank fails every rank.
+ *               ps also: whatever a server's creation fails with (its
+ *               shard over rank_bytes or hx_ps_config.rank_bytes:
+ *               HX_ERR_OUT_OF_MEMORY), on every rank; HX_ERR_COMM (a
+ *               worker's: server 0 silent for hx_ps_config.timeout_s).
  *               rank_bytes without comm or ps: HX_ERR_INVALID_ARGUMENT.
  *               device_cache_rows also: HX_ERR_INVALID_ARGUMENT (negative);
  *               HX_ERR_UNSUPPORTED (with comm, ps or ssd_path).
@@ -977,7 +996,8 @@ HX_API hx_embedding_config hx_embedding_config_default(void);
  *   Ownership:  cfg and its strings are copied; the table is the caller's:
  *               free it with hx_embedding_table_free.
  *   Threads:    any thread; with comm, every rank of comm calls it, in the
- *               same order as its other collective calls on comm.
+ *               same order as its other collective calls on comm; with ps,
+ *               every rank of the ps calls it, tables in the same order.
  */
 HX_API hx_status hx_embedding_table_create(const hx_embedding_config *cfg,
                                            hx_embedding_table **out);
@@ -1371,7 +1391,12 @@ typedef struct hx_ps_config {
     double timeout_s;     /* a silent server (for a worker) or worker (for a server)
                              is dead after this long: 60 */
     size_t rank_bytes;    /* a cap on one rank's table memory (a server's rows and
-                             state of all tables; a worker's rows of one pull); 0: none */
+                             state of all tables, their DYNAMIC maps as they grow:
+                             hx_embedding_config.rank_bytes says how; a worker's rows
+                             of one pull); a server over it refuses the table it
+                             creates, and every rank's hx_embedding_table_create
+                             fails with HX_ERR_OUT_OF_MEMORY naming that server, the
+                             table, the bytes and the cap; 0: none */
 } hx_ps_config;
 /* Every field at the default noted above (comm NULL: must be set).
  *   Fails:      never.

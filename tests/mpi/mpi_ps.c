@@ -34,7 +34,11 @@
  *
  * cap: a per-rank cap (hx_ps_config.rank_bytes) that the whole table
  * exceeds: two servers hold it, each under the cap, and the workers read
- * every row while holding none; one server refuses it naming the cap.
+ * every row while holding none; one server refuses it, and every rank's
+ * creation fails at once (in seconds) naming the server, the table, the
+ * bytes and the cap.
+ *
+ * dynamic_cap: DYNAMIC shards under a cap on the servers (dyn_cap.h).
  *
  * refusals: the roles' arguments; comm and ps together. */
 #include "dist/dist.h"
@@ -43,6 +47,7 @@
 #include "testutil.h"
 #include "tmpdir.h"
 #include "shard_model.h"
+#include "dyn_cap.h"
 
 #include <time.h>
 
@@ -428,15 +433,19 @@ static void test_dynamic(void)
 }
 
 /* A per-rank cap of 400 KiB and a table of 3000 x 32 f32 rows with
- * Adagrad's state (768 KiB): at 4 ranks each of the 2 servers holds half
- * (384 KiB, under the cap) and the workers read every row while holding
- * none; with one server the table is refused on it, naming the cap. */
+ * Adagrad's state (768000 bytes): at 4 ranks each of the 2 servers holds half
+ * (384000 bytes, under the cap) and the workers read every row while holding
+ * none; with one server the table is refused on every rank at creation
+ * (the workers within seconds, not at a pull's timeout: the servers'
+ * verdict comes with the creation), naming the server, the table, the
+ * bytes and the cap. */
 static void test_cap(void)
 {
     hx_ps_config pc = hx_ps_config_default();
     pc.comm = world;
     pc.servers = size >= 4 ? 2 : 1;
     pc.rank_bytes = 400 << 10;
+    pc.timeout_s = 30;
     hx_ps *ps = NULL;
     OK(hx_ps_create(&pc, &ps));
     if (!ps) return;
@@ -450,10 +459,17 @@ static void test_cap(void)
     ec.ps = ps;
     hx_embedding_table *t = NULL;
     bool server = hx_ps_is_server(ps);
-    if (pc.servers == 1 && server) {
-        CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_OUT_OF_MEMORY && strstr(hx_last_error(), "cap") &&
-              strstr(hx_last_error(), "add servers"), "one server over the cap: %s", hx_last_error());
-    } else if (pc.servers == 2) {
+    if (pc.servers == 1) {
+        char want[160];
+        snprintf(want, sizeof want, "server rank %d would hold 768000 bytes of tables (table 'big''s rows and "
+                 "state: 768000), over the per-rank cap of 409600", size - 1);
+        double t0 = hx__now();
+        hx_status st = hx_embedding_table_create(&ec, &t);
+        double took = hx__now() - t0;
+        CHECK(st == HX_ERR_OUT_OF_MEMORY && !t && strstr(hx_last_error(), want) && strstr(hx_last_error(), "add servers"),
+              "one server over the cap, rank %d: %s", rank, hx_last_error());
+        CHECK(took < 10, "rank %d learnt of the refusal after %.1f s", rank, took);
+    } else {
         OK(hx_embedding_table_create(&ec, &t));
     }
     if (server) {
@@ -480,6 +496,84 @@ static void test_cap(void)
     }
     OK(hx_embedding_table_free(t));
     if (!server) OK(hx_ps_finish(ps));
+    hx_ps_free(ps);
+}
+
+/* DYNAMIC shards under a cap (tests/mpi/dyn_cap.h) on the servers: the
+ * workers train, the servers hold the maps. Counting keys: without the
+ * cap a server's shard grows past it; under it every server's stays under
+ * it and the keys with a row train bitwise as without it. New keys past
+ * the map's room: without eviction a step fails on every worker with
+ * HX_ERR_OUT_OF_MEMORY naming the map, the cap and evict_when_full (the
+ * servers go on serving), and every row reads as before it; with eviction
+ * every step trains, the servers under the cap, and keys were evicted;
+ * likewise under the server's own cap (hx_ps_config.rank_bytes), which
+ * counts the map's growth in bytes_held. */
+static void test_dynamic_cap(void)
+{
+    hx_ps *ps = make_ps(0);
+    if (!ps) return;
+    int S = size >= 4 ? 2 : 1;
+    size_t cap = cap_bytes();
+    hx_embedding_table *t[4] = {cap_table(NULL, ps, S, "filter_free", CAP_FILTER, false),
+                                cap_table(NULL, ps, S, "filter", CAP_FILTER, true),
+                                cap_table(NULL, ps, S, "full", CAP_ERROR, true),
+                                cap_table(NULL, ps, S, "evict", CAP_EVICT, true)};
+    if (hx_ps_is_server(ps)) {
+        OK(hx_ps_serve(ps));
+        hx_embedding_stats es[4];
+        for (int i = 0; i < 4; i++) OK(hx_embedding_table_stats(t[i], &es[i]));
+        CHECK(es[0].bytes > cap, "server rank %d: without the cap the counting keys took %zu bytes (the cap: %zu)",
+              rank, es[0].bytes, cap);
+        CHECK(es[1].bytes <= cap && es[2].bytes <= cap && es[3].bytes <= cap && es[3].evictions > 0,
+              "server rank %d under the cap: %zu, %zu, %zu bytes of %zu; %lld keys evicted", rank, es[1].bytes,
+              es[2].bytes, es[3].bytes, cap, (long long)es[3].evictions);
+    } else {
+        hx_comm *wc = hx_ps_workers(ps);
+        int w = hx_ps_index(ps);
+        cap_result r[4];
+        cap_train(t[0], wc, CAP_FILTER, w, CAP_STEPS, &r[0]);
+        cap_train(t[1], wc, CAP_FILTER, w, CAP_STEPS, &r[1]);
+        CHECK(r[0].steps == CAP_STEPS && r[1].steps == CAP_STEPS && !memcmp(r[0].hot, r[1].hot, sizeof r[0].hot),
+              "counting keys under the cap: %d steps (%s); the keys with a row trained as without it", r[1].steps,
+              r[1].why);
+        cap_train(t[2], wc, CAP_ERROR, w, CAP_STEPS, &r[2]);
+        CHECK(r[2].failed == HX_ERR_OUT_OF_MEMORY && r[2].steps > 0 && strstr(r[2].why, "embedding id map") &&
+                  strstr(r[2].why, "evict_when_full") && strstr(r[2].why, "cap of") && r[2].kept,
+              "new keys past the map's room without eviction: step %d: %s; rows as before: %d", r[2].steps,
+              r[2].why, r[2].kept);
+        cap_train(t[3], wc, CAP_EVICT, w, CAP_STEPS, &r[3]);
+        CHECK(r[3].steps == CAP_STEPS, "with eviction: %d steps (%s)", r[3].steps, r[3].why);
+    }
+    for (int i = 0; i < 4; i++) OK(hx_embedding_table_free(t[i]));
+    if (!hx_ps_is_server(ps)) OK(hx_ps_finish(ps));
+    hx_ps_free(ps);
+
+    /* the server's own cap (hx_ps_config.rank_bytes) over an uncapped
+     * table: the map grows within it, counted in bytes_held */
+    hx_ps_config pc = hx_ps_config_default();
+    pc.comm = world;
+    pc.servers = S;
+    pc.rank_bytes = cap;
+    OK(hx_ps_create(&pc, &ps));
+    if (!ps) return;
+    hx_embedding_table *e = cap_table(NULL, ps, S, "evict_server_cap", CAP_EVICT, false);
+    if (hx_ps_is_server(ps)) {
+        OK(hx_ps_serve(ps));
+        hx_embedding_stats es;
+        hx_ps_stats st;
+        OK(hx_embedding_table_stats(e, &es));
+        OK(hx_ps_stats_get(ps, &st));
+        CHECK(es.bytes <= cap && st.bytes_held == es.bytes && es.evictions > 0, "server rank %d under its own cap: "
+              "%zu bytes (%zu held) of %zu, %lld keys evicted", rank, es.bytes, st.bytes_held, cap,
+              (long long)es.evictions);
+    } else {
+        cap_result r;
+        cap_train(e, hx_ps_workers(ps), CAP_EVICT, hx_ps_index(ps), CAP_STEPS, &r);
+        CHECK(r.steps == CAP_STEPS, "with eviction under the server's cap: %d steps (%s)", r.steps, r.why);
+    }
+    OK(hx_embedding_table_free(e));
+    if (!hx_ps_is_server(ps)) OK(hx_ps_finish(ps));
     hx_ps_free(ps);
 }
 
@@ -536,6 +630,7 @@ int main(int argc, char **argv)
         {"staleness", test_staleness},
         {"dynamic", test_dynamic},
         {"cap", test_cap},
+        {"dynamic_cap", test_dynamic_cap},
         {"refusals", test_refusals},
     };
     test_options o = {.setup = setup, .teardown = teardown};

@@ -27,6 +27,7 @@
 #include "testutil.h"
 #include "tmpdir.h"
 #include "shard_model.h"
+#include "dyn_cap.h"
 
 #include <mpi.h>
 
@@ -232,6 +233,57 @@ static void test_rank_cap(void)
     else
         CHECK(st == HX_OK && t, "a cap of 0.6 of the table at %d ranks: %s", size, hx_last_error());
     hx_embedding_table_free(t);
+}
+
+/* DYNAMIC shards under a cap (tests/mpi/dyn_cap.h) in collective mode:
+ * every rank trains and owns a shard. Counting keys: without the cap a
+ * rank's shard grows past it, under it every shard stays under it after
+ * every step and the keys with a row train bitwise as without it. New
+ * keys past the map's room: without eviction a step fails on every rank
+ * with HX_ERR_OUT_OF_MEMORY (the full shard's rank naming the map, the
+ * cap and evict_when_full, the others naming that rank),
+ * and every row read before it reads the same after; with eviction every
+ * step trains, each shard under the cap, and keys were evicted. */
+static void test_dynamic_cap(void)
+{
+    size_t cap = cap_bytes();
+    cap_result free_run, capped;
+    hx_embedding_table *t = cap_table(comm, NULL, size, "filter", CAP_FILTER, false);
+    cap_train(t, comm, CAP_FILTER, rank, CAP_STEPS, &free_run);
+    OK(hx_embedding_table_free(t));
+    unsigned long long most = free_run.most, top = 0;
+    MPI_Allreduce(&most, &top, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(free_run.steps == CAP_STEPS && top > cap, "without the cap the counting keys take a shard to %llu "
+          "bytes (the cap: %zu)", top, cap);
+
+    t = cap_table(comm, NULL, size, "filter", CAP_FILTER, true);
+    cap_train(t, comm, CAP_FILTER, rank, CAP_STEPS, &capped);
+    OK(hx_embedding_table_free(t));
+    CHECK(capped.steps == CAP_STEPS && capped.most <= cap && capped.most > 0, "under the cap: %d steps (%s), "
+          "rank %d's shard at most %zu bytes of %zu", capped.steps, capped.why, rank, capped.most, cap);
+    CHECK(!memcmp(capped.hot, free_run.hot, sizeof capped.hot), "the keys with a row trained as without the cap");
+
+    cap_result err;
+    t = cap_table(comm, NULL, size, "full", CAP_ERROR, true);
+    cap_train(t, comm, CAP_ERROR, rank, CAP_STEPS, &err);
+    OK(hx_embedding_table_free(t));
+    int own = err.failed == HX_ERR_OUT_OF_MEMORY && strstr(err.why, "embedding id map") &&
+              strstr(err.why, "evict_when_full") && strstr(err.why, "cap of"), owners = 0;
+    MPI_Allreduce(&own, &owners, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(err.failed == HX_ERR_OUT_OF_MEMORY && err.steps > 0 && owners > 0 &&
+              (own || strstr(err.why, "failed its part of a training lookup (HX_ERR_OUT_OF_MEMORY")),
+          "new keys past the map's room without eviction: step %d: %s (%d ranks name the map)", err.steps, err.why,
+          owners);
+    CHECK(err.kept && err.most <= cap, "the refused step changed no row (%d); %zu bytes", err.kept, err.most);
+
+    cap_result ev;
+    t = cap_table(comm, NULL, size, "evict", CAP_EVICT, true);
+    cap_train(t, comm, CAP_EVICT, rank, CAP_STEPS, &ev);
+    hx_embedding_stats es;
+    OK(hx_embedding_table_stats(t, &es));
+    OK(hx_embedding_table_free(t));
+    CHECK(ev.steps == CAP_STEPS && ev.most <= cap && es.evictions > 0, "with eviction: %d steps (%s), %zu bytes, "
+          "%lld keys evicted on rank %d", ev.steps, ev.why, ev.most, (long long)es.evictions, rank);
 }
 
 /* A DYNAMIC table sharded by key hash: keys get rows on their owners, a
@@ -722,6 +774,7 @@ int main(int argc, char **argv)
         {"tables_only", test_tables_only},
         {"device_cache_refused", test_device_cache_refused},
         {"rank_cap", test_rank_cap},
+        {"dynamic_cap", test_dynamic_cap},
     };
     test_options o = {.setup = setup, .teardown = teardown};
     return test_main_with(argc, argv, "mpi_shard", cases, TEST_COUNT(cases), &o);
