@@ -1,7 +1,10 @@
 /* The CPU backend's kernel table: one launcher per op, turning a node's
- * shapes and attributes into a call of a kernels/cpu function. Launchers of
- * float ops read and write f32; f16/bf16 nodes reach them through the
- * widening path (backend_cpu_widen.c). Data movement is dtype-size aware. */
+ * shapes and attributes into a call of a kernels/cpu function. The
+ * elementwise, softmax and layernorm launchers take f32, f16 and bf16 (the
+ * kernels' *_half entry points widen 16-bit rows on the fly); the other
+ * float ops' launchers read and write f32, and f16/bf16 nodes reach them
+ * through the widening path (backend_cpu_widen.c). Data movement is
+ * dtype-size aware. */
 #include "backend/backend_cpu_conv.h"
 #include "backend/backend_cpu_embedding.h"
 #include "backend/backend_cpu_widen.h"
@@ -19,6 +22,9 @@ _Static_assert((int)HX_K_F32 == (int)HX_DTYPE_F32 && (int)HX_K_F16 == (int)HX_DT
 #define NT (ex->nthreads)
 #define X(i) ((const float *)in[i])
 #define SRC(i) (y->src[i])
+/* launchers that take every float dtype: whether y is f32, else its 16-bit dtype */
+#define F32 (y->dtype == HX_DTYPE_F32)
+#define DT ((hx_kdtype)y->dtype)
 
 static int64_t numel(const hx_tensor *t) { return hx_tensor_numel(t); }
 
@@ -43,7 +49,11 @@ static hx_status binary(const hx_exec *ex, hx_binary_op op, const hx_tensor *y, 
                         void *const *in)
 {
     hx__binary_args b = hx__binary_of(y);
-    hx_k_binary_f32(op, out, X(0), b.a_strides, X(1), b.b_strides, y->shape, y->ndim, NT);
+    if (F32)
+        hx_k_binary_f32(op, out, X(0), b.a_strides, X(1), b.b_strides, y->shape, y->ndim, NT);
+    else
+        hx_k_binary_half(op, out, in[0], b.a_strides, in[1], b.b_strides, y->shape, y->ndim, DT,
+                         NT);
     return HX_OK;
 }
 
@@ -52,20 +62,27 @@ LAUNCH(sub) { return binary(ex, HX_BINARY_SUB, y, out, in); }
 LAUNCH(mul) { return binary(ex, HX_BINARY_MUL, y, out, in); }
 LAUNCH(div) { return binary(ex, HX_BINARY_DIV, y, out, in); }
 
-LAUNCH(scale) { hx_k_scale_f32(out, X(0), y->attr.f[0], numel(y), NT); return HX_OK; }
+LAUNCH(scale)
+{
+    if (F32) hx_k_scale_f32(out, X(0), y->attr.f[0], numel(y), NT);
+    else hx_k_scale_half(out, in[0], y->attr.f[0], DT, numel(y), NT);
+    return HX_OK;
+}
 
 LAUNCH(bias_add)
 {
     hx__rows_args r = hx__rows_of(y);
-    hx_k_bias_add_f32(out, X(0), X(1), r.rows, r.cols, NT);
+    if (F32) hx_k_bias_add_f32(out, X(0), X(1), r.rows, r.cols, NT);
+    else hx_k_bias_add_half(out, in[0], in[1], DT, r.rows, r.cols, NT);
     return HX_OK;
 }
 
-#define UNARY(name, op)                                         \
-    LAUNCH(name)                                                \
-    {                                                           \
-        hx_k_unary_f32(op, out, X(0), numel(y), NT);            \
-        return HX_OK;                                           \
+#define UNARY(name, op)                                                      \
+    LAUNCH(name)                                                             \
+    {                                                                        \
+        if (F32) hx_k_unary_f32(op, out, X(0), numel(y), NT);                \
+        else hx_k_unary_half(op, out, in[0], DT, numel(y), NT);              \
+        return HX_OK;                                                        \
     }
 UNARY(relu, HX_UNARY_RELU)
 UNARY(gelu, HX_UNARY_GELU)
@@ -80,8 +97,12 @@ UNARY(sqrt_, HX_UNARY_SQRT)
 #define UNARY_BACKWARD(name, op, uses_x)                                              \
     LAUNCH(name)                                                                      \
     {                                                                                 \
-        hx_k_unary_backward_f32(op, out, X(0), uses_x ? X(1) : NULL,                  \
-                                uses_x ? NULL : X(1), numel(y), NT);                  \
+        if (F32)                                                                      \
+            hx_k_unary_backward_f32(op, out, X(0), uses_x ? X(1) : NULL,              \
+                                    uses_x ? NULL : X(1), numel(y), NT);              \
+        else                                                                          \
+            hx_k_unary_backward_half(op, out, in[0], uses_x ? in[1] : NULL,           \
+                                     uses_x ? NULL : in[1], DT, numel(y), NT);        \
         return HX_OK;                                                                 \
     }
 UNARY_BACKWARD(relu_backward, HX_UNARY_RELU, 1)
@@ -94,25 +115,65 @@ UNARY_BACKWARD(tanh_backward, HX_UNARY_TANH, 0)
 
 #define ROWS(t) hx__rows_of(t).rows, hx__rows_of(t).cols
 
-LAUNCH(softmax) { hx_k_softmax_forward_f32(out, X(0), ROWS(y), NT); return HX_OK; }
-LAUNCH(log_softmax) { hx_k_log_softmax_forward_f32(out, X(0), ROWS(y), NT); return HX_OK; }
-LAUNCH(softmax_backward) { hx_k_softmax_backward_f32(out, X(0), X(1), ROWS(y), NT); return HX_OK; }
+/* A 16-bit row kernel's result: -1 when its f32 row scratch could not be had. */
+static hx_status rows_half(const hx_exec *ex, const hx_tensor *y, const hx_tensor *rows_of,
+                           int rc)
+{
+    return rc ? hx__cpu_row_scratch_error(ex, y, hx__rows_of(rows_of).cols) : HX_OK;
+}
+
+LAUNCH(softmax)
+{
+    if (F32) hx_k_softmax_forward_f32(out, X(0), ROWS(y), NT);
+    else return rows_half(ex, y, y, hx_k_softmax_forward_half(out, in[0], DT, ROWS(y), NT));
+    return HX_OK;
+}
+
+LAUNCH(log_softmax)
+{
+    if (F32) hx_k_log_softmax_forward_f32(out, X(0), ROWS(y), NT);
+    else return rows_half(ex, y, y, hx_k_log_softmax_forward_half(out, in[0], DT, ROWS(y), NT));
+    return HX_OK;
+}
+
+LAUNCH(softmax_backward)
+{
+    if (F32) hx_k_softmax_backward_f32(out, X(0), X(1), ROWS(y), NT);
+    else
+        return rows_half(ex, y, y,
+                         hx_k_softmax_backward_half(out, in[0], in[1], DT, ROWS(y), NT));
+    return HX_OK;
+}
+
 LAUNCH(log_softmax_backward)
 {
-    hx_k_log_softmax_backward_f32(out, X(0), X(1), ROWS(y), NT);
+    if (F32) hx_k_log_softmax_backward_f32(out, X(0), X(1), ROWS(y), NT);
+    else
+        return rows_half(ex, y, y,
+                         hx_k_log_softmax_backward_half(out, in[0], in[1], DT, ROWS(y), NT));
     return HX_OK;
 }
 
 LAUNCH(layernorm)
 {
-    hx_k_layernorm_forward_f32(out, X(0), X(1), X(2), y->attr.f[0], ROWS(y), NT);
+    float eps = y->attr.f[0];
+    if (F32) hx_k_layernorm_forward_f32(out, X(0), X(1), X(2), eps, ROWS(y), NT);
+    else
+        return rows_half(ex, y, y,
+                         hx_k_layernorm_forward_half(out, in[0], in[1], in[2], DT, eps, ROWS(y),
+                                                     NT));
     return HX_OK;
 }
 
 /* in: dy, x, gamma */
 LAUNCH(layernorm_backward_x)
 {
-    hx_k_layernorm_backward_x_f32(out, X(0), X(1), X(2), y->attr.f[0], ROWS(y), NT);
+    float eps = y->attr.f[0];
+    if (F32) hx_k_layernorm_backward_x_f32(out, X(0), X(1), X(2), eps, ROWS(y), NT);
+    else
+        return rows_half(ex, y, y,
+                         hx_k_layernorm_backward_x_half(out, in[0], in[1], in[2], DT, eps,
+                                                        ROWS(y), NT));
     return HX_OK;
 }
 
@@ -120,7 +181,12 @@ LAUNCH(layernorm_backward_x)
 LAUNCH(layernorm_backward_gamma)
 {
     const hx_tensor *x = SRC(1);
-    hx_k_layernorm_backward_gamma_f32(out, X(0), X(1), y->attr.f[0], ROWS(x), NT);
+    float eps = y->attr.f[0];
+    if (F32) hx_k_layernorm_backward_gamma_f32(out, X(0), X(1), eps, ROWS(x), NT);
+    else
+        return rows_half(ex, y, x,
+                         hx_k_layernorm_backward_gamma_half(out, in[0], in[1], DT, eps, ROWS(x),
+                                                            NT));
     return HX_OK;
 }
 
@@ -355,19 +421,12 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
     [HX_OP_EMBEDDING_BAG_WEIGHTS_BACKWARD] = hx__cpu_embedding_bag_weights_backward,
 };
 
-/* Ops whose launcher above computes on f32 buffers. */
+/* Ops whose launcher above computes on f32 buffers (the others take every
+ * float dtype, or are not float ops). */
 static const bool computes_f32[HX_OP_COUNT] = {
-    [HX_OP_ADD] = 1, [HX_OP_SUB] = 1, [HX_OP_MUL] = 1, [HX_OP_DIV] = 1,
-    [HX_OP_SCALE] = 1, [HX_OP_BIAS_ADD] = 1, [HX_OP_RELU] = 1, [HX_OP_GELU] = 1,
-    [HX_OP_GELU_ERF] = 1,
-    [HX_OP_SIGMOID] = 1, [HX_OP_TANH] = 1, [HX_OP_EXP] = 1, [HX_OP_LOG] = 1, [HX_OP_SQRT] = 1,
-    [HX_OP_SOFTMAX] = 1, [HX_OP_LOG_SOFTMAX] = 1, [HX_OP_LAYERNORM] = 1, [HX_OP_REDUCE_SUM] = 1,
+    [HX_OP_REDUCE_SUM] = 1,
     [HX_OP_CAUSAL_MASK] = 1, [HX_OP_CROSS_ENTROPY] = 1, [HX_OP_BCE_LOGITS] = 1,
-    [HX_OP_DROPOUT] = 1, [HX_OP_RELU_BACKWARD] = 1, [HX_OP_GELU_BACKWARD] = 1,
-    [HX_OP_GELU_ERF_BACKWARD] = 1,
-    [HX_OP_SIGMOID_BACKWARD] = 1, [HX_OP_TANH_BACKWARD] = 1, [HX_OP_SOFTMAX_BACKWARD] = 1,
-    [HX_OP_LOG_SOFTMAX_BACKWARD] = 1, [HX_OP_LAYERNORM_BACKWARD_X] = 1,
-    [HX_OP_LAYERNORM_BACKWARD_GAMMA] = 1, [HX_OP_SUM_TO] = 1, [HX_OP_SCATTER_ADD] = 1,
+    [HX_OP_DROPOUT] = 1, [HX_OP_SUM_TO] = 1, [HX_OP_SCATTER_ADD] = 1,
     [HX_OP_CROSS_ENTROPY_BACKWARD] = 1, [HX_OP_BCE_LOGITS_BACKWARD] = 1,
     [HX_OP_IM2COL] = 1, [HX_OP_COL2IM] = 1, [HX_OP_CONV_GEMM] = 1,
     [HX_OP_CONV_GEMM_BACKWARD_COLS] = 1, [HX_OP_CONV_GEMM_BACKWARD_W] = 1, [HX_OP_MAX_POOL] = 1,

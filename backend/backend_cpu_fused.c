@@ -9,7 +9,10 @@
  * layernorm(s = add(x, r)) runs as one pass over rows writing s and the
  * layernorm (kernels/cpu/rows.c), in f32, or for f16 / bf16 widening each
  * row and rounding the sum and the output as the chain does (bitwise); the
- * add's own step runs nothing. */
+ * add's own step runs nothing.
+ * In training, gelu(x) keeps gelu'(x) (f32) behind its values
+ * (hx__gelu_saved_at) and its gradient multiplies dy by it: bitwise the
+ * gelu and gelu_backward kernels, in f32 and through 16-bit storage. */
 #include "backend/backend.h"
 #include "backend/backend_cpu_widen.h"
 #include "backend/node_args.h"
@@ -53,11 +56,26 @@ static hx_status add_layernorm(const hx_exec *ex, const hx_tensor *y, void *out,
     }
     if (hx_k_add_layernorm_half(in[4], out, in[0], in[1], in[2], in[3], (hx_kdtype)y->dtype,
                                 y->attr.f[0], r.rows, r.cols, ex->nthreads))
-        return hx__error(HX_ERR_OUT_OF_MEMORY,
-                         "%s '%s' (%s, fused add + layernorm): out of host memory for its f32 "
-                         "row scratch (%d threads, %lld columns); free host memory or use fewer "
-                         "threads", hx__ops[y->op].name, y->name, hx_dtype_name(y->dtype),
-                         ex->nthreads, (long long)r.cols);
+        return hx__cpu_row_scratch_error(ex, y, r.cols);
+    return HX_OK;
+}
+
+/* in: x; the derivative goes behind y's values */
+static hx_status gelu_save(const hx_exec *ex, const hx_tensor *y, void *out, void *const *in)
+{
+    hx_k_gelu_save(out, (float *)((char *)out + hx__gelu_saved_at(y)), in[0],
+                   (hx_kdtype)y->dtype, hx_tensor_numel(y), ex->nthreads);
+    return HX_OK;
+}
+
+/* in: dy, then the gelu's buffer (y = gelu_backward's source 2, or its
+ * recomputed twin: the same shape and dtype) */
+static hx_status gelu_backward_saved(const hx_exec *ex, const hx_tensor *y, void *out,
+                                     void *const *in)
+{
+    const float *d = (const float *)((const char *)in[1] + hx__gelu_saved_at(y->src[2]));
+    hx_k_gelu_backward_saved(out, in[0], d, (hx_kdtype)y->dtype, hx_tensor_numel(y),
+                             ex->nthreads);
     return HX_OK;
 }
 
@@ -76,5 +94,7 @@ hx_launch_fn hx__cpu_fused_kernel(hx_op op, hx_dtype dt)
     if (op == HX_LOWERED_OP(HX_LOWER_MATMUL_BIAS_RELU)) return matmul_bias_relu;
     if (op == HX_LOWERED_OP(HX_LOWER_MATMUL_BIAS_GELU)) return matmul_bias_gelu;
     if (op == HX_LOWERED_OP(HX_LOWER_MATMUL_BIAS_GELU_ERF)) return matmul_bias_gelu_erf;
+    if (op == HX_LOWERED_OP(HX_LOWER_GELU_SAVE)) return gelu_save;
+    if (op == HX_LOWERED_OP(HX_LOWER_GELU_BACKWARD_SAVED)) return gelu_backward_saved;
     return NULL;
 }

@@ -1,6 +1,7 @@
-/* f16/bf16 nodes on f32 CPU kernels: storage half, arithmetic f32. Every
- * float op's kernel in kernels/cpu computes on f32 buffers (the GEMMs take
- * 16-bit storage themselves: hx__cpu_gemm_half); for a node stored
+/* f16/bf16 nodes on f32 CPU kernels: storage half, arithmetic f32. The
+ * float ops whose kernels in kernels/cpu compute on f32 buffers only (the
+ * GEMMs, elementwise, softmax and layernorm kernels take 16-bit storage
+ * themselves: hx__cpu_gemm_half, the *_half kernels); for a node stored
  * in a 16-bit float this widens its float inputs exactly, runs the kernel,
  * and rounds its output once. Conversions are elementwise, so results stay
  * the same at any thread count. Scratch is taken per launch (launches run
@@ -53,6 +54,15 @@ hx_status hx__cpu_widen(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_ten
         hx_k_cast(out, (hx_kdtype)y->dtype, wout, HX_K_F32, hx_tensor_numel(y), nt);
     free(scratch);
     return st;
+}
+
+hx_status hx__cpu_row_scratch_error(const hx_exec *ex, const hx_tensor *y, int64_t cols)
+{
+    return hx__error(HX_ERR_OUT_OF_MEMORY,
+                     "%s '%s' (%s): out of host memory for its f32 row scratch (%d threads, "
+                     "%lld columns); free host memory or use fewer threads",
+                     hx__ops[y->op].name, y->name, hx_dtype_name(y->dtype), ex->nthreads,
+                     (long long)cols);
 }
 
 void hx__host_round(void *dst, hx_dtype dt, const float *src, int64_t n, int nthreads)

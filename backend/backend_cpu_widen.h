@@ -1,4 +1,5 @@
-/* The CPU backend's f16/bf16 path for kernels that compute in f32. */
+/* The CPU backend's f16/bf16 path for kernels that compute in f32, and
+ * the errors of its 16-bit kernels. */
 #ifndef HX_BACKEND_CPU_WIDEN_H
 #define HX_BACKEND_CPU_WIDEN_H
 
@@ -18,5 +19,9 @@ hx_status hx__cpu_widen(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_ten
  * Fails with HX_ERR_OUT_OF_MEMORY when its f32 scratch cannot be had. */
 hx_status hx__cpu_gemm_half(const hx_exec *ex, const hx_tensor *y, const hx__gemm_args *g,
                             void *out, const void *x, const void *w, const void *b, int act);
+
+/* The error of node y's 16-bit row kernel whose f32 row scratch (rows of
+ * `cols`) could not be had: HX_ERR_OUT_OF_MEMORY, naming the node. */
+hx_status hx__cpu_row_scratch_error(const hx_exec *ex, const hx_tensor *y, int64_t cols);
 
 #endif

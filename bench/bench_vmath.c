@@ -10,6 +10,15 @@
  * shapes, on this CPU's path against the scalar path (the same source
  * compiled without vector ISA: the same bits) and the copy of the same
  * bytes: "speedup" is scalar time / path time.
+ * Last, bf16 storage at the GPT example's shapes on 2 threads: each
+ * elementwise, softmax and layernorm kernel's *_half entry point (16-bit
+ * rows widened on the fly) against the chain the CPU backend ran before
+ * (f32 scratch taken per launch, inputs widened with hx_k_cast, the f32
+ * kernel, the output rounded: backend_cpu_widen.c) and against the f32
+ * kernel on f32 data, interleaved: "chain_over_half" is chain time / half
+ * time, "f32_over_half" f32 time / half time (same bits: test_half_kernels).
+ * And GELU forward + backward with the derivative kept against recomputed
+ * (bench_gelu_saved).
  *
  *   bench_vmath [N...]     element counts (default 65536 and 16M) */
 #include <math.h>
@@ -183,6 +192,175 @@ static int bench_rows(int64_t total)
     return 0;
 }
 
+enum { H_GELU, H_GELU_BWD, H_ADD, H_SOFTMAX, H_SOFTMAX_BWD, H_LN, H_LN_BWD_X, H_N };
+static const char *const HNAME[H_N] = {"gelu", "gelu_backward", "add", "softmax",
+                                       "softmax_backward", "layernorm", "layernorm_backward_x"};
+
+/* Kernel f on (rows, n) in dt: the f32 kernel on f32 buffers (dt f32) or
+ * the 16-bit one; x, dy, y of rows x n, g of n. */
+static void run_half(int f, hx_kdtype dt, void *y, const void *x, const void *dy, const void *g,
+                     int64_t rows, int64_t n, int nt)
+{
+    const int64_t shape[1] = {rows * n}, st[1] = {1};
+    int64_t N = rows * n;
+    int rc = 0;
+    if (dt == HX_K_F32) {
+        switch (f) {
+        case H_GELU: hx_k_unary_f32(HX_UNARY_GELU, y, x, N, nt); break;
+        case H_GELU_BWD: hx_k_unary_backward_f32(HX_UNARY_GELU, y, dy, x, NULL, N, nt); break;
+        case H_ADD: hx_k_binary_f32(HX_BINARY_ADD, y, x, st, dy, st, shape, 1, nt); break;
+        case H_SOFTMAX: hx_k_softmax_forward_f32(y, x, rows, n, nt); break;
+        case H_SOFTMAX_BWD: hx_k_softmax_backward_f32(y, dy, x, rows, n, nt); break;
+        case H_LN: hx_k_layernorm_forward_f32(y, x, g, g, 1e-5f, rows, n, nt); break;
+        case H_LN_BWD_X: hx_k_layernorm_backward_x_f32(y, dy, x, g, 1e-5f, rows, n, nt); break;
+        }
+        return;
+    }
+    switch (f) {
+    case H_GELU: hx_k_unary_half(HX_UNARY_GELU, y, x, dt, N, nt); break;
+    case H_GELU_BWD: hx_k_unary_backward_half(HX_UNARY_GELU, y, dy, x, NULL, dt, N, nt); break;
+    case H_ADD: hx_k_binary_half(HX_BINARY_ADD, y, x, st, dy, st, shape, 1, dt, nt); break;
+    case H_SOFTMAX: rc = hx_k_softmax_forward_half(y, x, dt, rows, n, nt); break;
+    case H_SOFTMAX_BWD: rc = hx_k_softmax_backward_half(y, dy, x, dt, rows, n, nt); break;
+    case H_LN: rc = hx_k_layernorm_forward_half(y, x, g, g, dt, 1e-5f, rows, n, nt); break;
+    case H_LN_BWD_X: rc = hx_k_layernorm_backward_x_half(y, dy, x, g, dt, 1e-5f, rows, n, nt); break;
+    }
+    if (rc) fprintf(stderr, "bench_vmath: %s: out of memory\n", HNAME[f]);
+}
+
+/* The chain the CPU backend ran before for a bf16 node: f32 scratch for
+ * every 16-bit input and the output (taken and freed per launch), the
+ * inputs widened, the f32 kernel, the output rounded. */
+static void run_chain(int f, void *y, const void *x, const void *dy, const void *g, int64_t rows,
+                      int64_t n, int nt)
+{
+    int64_t N = rows * n;
+    int two = f == H_GELU_BWD || f == H_ADD || f == H_SOFTMAX_BWD || f == H_LN_BWD_X;
+    int gam = f == H_LN || f == H_LN_BWD_X;
+    size_t bytes = ((size_t)N * (2 + two) + (gam ? 2 * (size_t)n : 0)) * 4;
+    float *w = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!w) {
+        fprintf(stderr, "bench_vmath: out of memory for the chain\n");
+        return;
+    }
+    float *wx = w, *wy = w + N, *wdy = w + 2 * N, *wg = w + (2 + two) * N;
+    hx_k_cast(wx, HX_K_F32, x, HX_K_BF16, N, nt);
+    if (two) hx_k_cast(wdy, HX_K_F32, dy, HX_K_BF16, N, nt);
+    if (gam) hx_k_cast(wg, HX_K_F32, g, HX_K_BF16, n, nt);
+    run_half(f, HX_K_F32, wy, wx, wdy, wg, rows, n, nt);
+    hx_k_cast(y, HX_K_BF16, wy, HX_K_F32, N, nt);
+    free(w);
+}
+
+/* bf16 kernels at the GPT example's shapes (default config: batch 32 x
+ * context 64 rows; the MLP's 512 wide activations, the attention's rows of
+ * 64 over 4 heads, the 128 wide residual), 2 threads. */
+static int bench_half(void)
+{
+    static const struct { int f; int64_t rows, n; } shapes[] = {
+        {H_GELU, 2048, 512},     {H_GELU_BWD, 2048, 512}, {H_ADD, 2048, 128},
+        {H_SOFTMAX, 8192, 64},   {H_SOFTMAX_BWD, 8192, 64}, {H_LN, 2048, 128},
+        {H_LN_BWD_X, 2048, 128}};
+    const int nt = 2;
+    int64_t most = (int64_t)2048 * 512;
+    float *x = malloc(most * 4), *dy = malloc(most * 4), *y = malloc(most * 4),
+          *g = malloc(4096 * 4);
+    uint16_t *hx = malloc(most * 2), *hdy = malloc(most * 2), *hy = malloc(most * 2),
+             *hg = malloc(4096 * 2);
+    if (!x || !dy || !y || !g || !hx || !hdy || !hy || !hg) {
+        fprintf(stderr, "bench_vmath: out of memory for the bf16 kernels\n");
+        return 1;
+    }
+    uint64_t s = 4242;
+    for (int64_t i = 0; i < most; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 40) / (double)(1ull << 24) * 8.0 - 4.0);
+        dy[i] = (float)((double)((s >> 8) & 0xFFFF) / 65536.0 - 0.5);
+    }
+    for (int i = 0; i < 4096; i++) g[i] = 1.0f + (float)i / 8192.0f;
+    hx_k_cast(hx, HX_K_BF16, x, HX_K_F32, most, 1);
+    hx_k_cast(hdy, HX_K_BF16, dy, HX_K_F32, most, 1);
+    hx_k_cast(hg, HX_K_BF16, g, HX_K_F32, 4096, 1);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int f = shapes[k].f;
+        int64_t rows = shapes[k].rows, n = shapes[k].n;
+        double best[3] = {1e30, 1e30, 1e30};
+        for (int r = -1; r < 40; r++)
+            for (int m = 0; m < 3; m++) {
+                double t0 = now();
+                if (m == 0) run_half(f, HX_K_BF16, hy, hx, hdy, hg, rows, n, nt);
+                else if (m == 1) run_chain(f, hy, hx, hdy, hg, rows, n, nt);
+                else run_half(f, HX_K_F32, y, x, dy, g, rows, n, nt);
+                double dt = now() - t0;
+                if (r >= 0 && dt < best[m]) best[m] = dt;
+            }
+        printf("{\"bench\":\"vmath\",\"case\":\"bf16\",\"fn\":\"%s\",\"rows\":%lld,\"n\":%lld,"
+               "\"threads\":%d,\"isa\":\"%s\",\"half_ms\":%.3f,\"chain_ms\":%.3f,\"f32_ms\":%.3f,"
+               "\"chain_over_half\":%.2f,\"f32_over_half\":%.2f}\n",
+               HNAME[f], (long long)rows, (long long)n, nt, hx_k_isa_name(hx_k_isa()),
+               best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, best[1] / best[0], best[2] / best[0]);
+        fflush(stdout);
+    }
+    free(x), free(dy), free(y), free(g), free(hx), free(hdy), free(hy), free(hg);
+    return 0;
+}
+
+/* GELU's forward and backward at the GPT example's MLP activation (2048 x
+ * 512), 2 threads, f32 and bf16: the forward keeping its derivative and
+ * the backward multiplying by it (what a host training session runs now)
+ * against gelu then gelu_backward recomputing the sigmoid from x,
+ * interleaved; "recompute_over_saved" is the pair's time over the saving
+ * pair's. */
+static int bench_gelu_saved(void)
+{
+    const int64_t n = (int64_t)2048 * 512;
+    const int nt = 2;
+    float *x = malloc(n * 4), *dy = malloc(n * 4), *y = malloc(n * 4), *dx = malloc(n * 4),
+          *d = malloc(n * 4);
+    uint16_t *hx = malloc(n * 2), *hdy = malloc(n * 2);
+    if (!x || !dy || !y || !dx || !d || !hx || !hdy) {
+        fprintf(stderr, "bench_vmath: out of memory for the gelu pair\n");
+        return 1;
+    }
+    uint64_t s = 99;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 40) / (double)(1ull << 24) * 8.0 - 4.0);
+        dy[i] = (float)((double)((s >> 8) & 0xFFFF) / 65536.0 - 0.5);
+    }
+    hx_k_cast(hx, HX_K_BF16, x, HX_K_F32, n, 1);
+    hx_k_cast(hdy, HX_K_BF16, dy, HX_K_F32, n, 1);
+    for (int h = 0; h < 2; h++) {
+        hx_kdtype dt = h ? HX_K_BF16 : HX_K_F32;
+        const void *in = h ? (const void *)hx : x, *din = h ? (const void *)hdy : dy;
+        double best[2] = {1e30, 1e30};
+        for (int r = -1; r < 40; r++)
+            for (int m = 0; m < 2; m++) {
+                double t0 = now();
+                if (m == 0) {
+                    hx_k_gelu_save(y, d, in, dt, n, nt);
+                    hx_k_gelu_backward_saved(dx, din, d, dt, n, nt);
+                } else if (h) {
+                    hx_k_unary_half(HX_UNARY_GELU, y, in, dt, n, nt);
+                    hx_k_unary_backward_half(HX_UNARY_GELU, dx, din, in, NULL, dt, n, nt);
+                } else {
+                    hx_k_unary_f32(HX_UNARY_GELU, y, x, n, nt);
+                    hx_k_unary_backward_f32(HX_UNARY_GELU, dx, dy, x, NULL, n, nt);
+                }
+                double t = now() - t0;
+                if (r >= 0 && t < best[m]) best[m] = t;
+            }
+        printf("{\"bench\":\"vmath\",\"case\":\"gelu_saved\",\"dtype\":\"%s\",\"n\":%lld,"
+               "\"threads\":%d,\"isa\":\"%s\",\"saved_ms\":%.3f,\"recompute_ms\":%.3f,"
+               "\"recompute_over_saved\":%.2f}\n",
+               h ? "bf16" : "f32", (long long)n, nt, hx_k_isa_name(hx_k_isa()), best[0] * 1e3,
+               best[1] * 1e3, best[1] / best[0]);
+        fflush(stdout);
+    }
+    free(x), free(dy), free(y), free(dx), free(d), free(hx), free(hdy);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int64_t sizes[8] = {65536, (int64_t)16 << 20};
@@ -236,5 +414,6 @@ int main(int argc, char **argv)
         free(dy);
         free(y);
     }
-    return bench_rows((int64_t)256 << 10) || bench_rows((int64_t)4 << 20);
+    return bench_rows((int64_t)256 << 10) || bench_rows((int64_t)4 << 20) || bench_half() ||
+           bench_gelu_saved();
 }

@@ -296,7 +296,10 @@ void hx__recompute_end(hx_graph *g, hx_recompute *r, bool failed);
  * where every other reader of the sum depends on the layernorm's output
  * (so runs after the kernel wrote it); the add itself runs nothing then
  * (HX_LOWER_WRITTEN_BY_READER) and the layernorm reads the sum as its last
- * source, so the plan keeps its buffer alive and ordered. The graph stays as
+ * source, so the plan keeps its buffer alive and ordered. In training, a
+ * host gelu whose gradient (gelu_backward(dy, x, y)) is on the host too
+ * keeps its derivative behind its output, and the gradient reads dy and y
+ * (not x) and multiplies: one sigmoid a step instead of two. The graph stays as
  * built (sessions share it); the session keeps, per tensor id, how it runs
  * the node (hx_lowered) and its plans read through it (hx__read_src). The
  * values the group wrote inside (the columns; the matmul's product) are
@@ -320,13 +323,18 @@ typedef enum hx_lower_kind {
                                         gamma, beta, and s, which the kernel writes */
     HX_LOWER_WRITTEN_BY_READER,      /* host: the add s above: runs nothing (in its
                                         own sources); its reader's kernel writes it */
+    HX_LOWER_GELU_SAVE,              /* host, training: gelu(x) whose gradient reads it:
+                                        in x; writes its derivative (f32) behind its
+                                        values (hx__gelu_saved_at) */
+    HX_LOWER_GELU_BACKWARD_SAVED,    /* host: gelu_backward(dy, x, y) of such a gelu:
+                                        in dy, y; dx = dy times the saved derivative */
     HX_LOWER_COUNT
 } hx_lower_kind;
 #define HX_LOWERED_OP(kind) ((hx_op)(HX_OP_COUNT + (int)(kind)))
 #define HX_LOWER_MAX_READ 5
 typedef struct hx_lowered {
     int8_t kind;   /* hx_lower_kind */
-    int8_t n_read; /* sources read (2 to 5) */
+    int8_t n_read; /* sources read (1 to 5) */
     int8_t path[HX_LOWER_MAX_READ][3]; /* see above */
 } hx_lowered;
 /* Source j of node t as a plan reads it: through the lowering `low` (per
@@ -372,6 +380,25 @@ static inline bool hx__lower_fuses_matmul(hx_lower_kind kind)
 hx_status hx__lower(const hx_graph *g, const hx_target *target, hx_has_kernel_fn has_kernel,
                     void *ctx, bool host_fusion, bool recompute, hx_lowered **out,
                     int *n_lowered);
+/* A gelu lowered HX_LOWER_GELU_SAVE keeps its derivative (numel f32) in
+ * its own buffer, this many bytes in (its values, rounded up to 64 bytes);
+ * hx__lowered_out_bytes is that buffer's size. The host is where the
+ * memory is: the derivative is a planned activation like the gelu's
+ * output, freed after the backward, and the gelu's input is then freed
+ * after the forward (the gradient no longer reads it). */
+static inline size_t hx__gelu_saved_at(const hx_tensor *y)
+{
+    return (hx_tensor_nbytes(y) + 63) / 64 * 64;
+}
+/* The bytes of the buffer holding node t's output as a plan runs it:
+ * hx_tensor_nbytes, and a saving gelu's derivative (low: per tensor id,
+ * NULL: nothing lowered). */
+static inline size_t hx__lowered_out_bytes(const hx_tensor *t, const hx_lowered *low)
+{
+    if (!low || low[t->id].kind != HX_LOWER_GELU_SAVE) return hx_tensor_nbytes(t);
+    return hx__gelu_saved_at(t) + (size_t)hx_tensor_numel(t) * sizeof(float);
+}
+
 /* The workspace bound of lowered node t of this kind: the bytes of the
  * columns the lowering left out (the im2col output it no longer reads, or
  * the column gradient). A lowered kernel takes at most this much scratch,

@@ -4,7 +4,9 @@
  * where the device backend has those kernels. On the host (fusion, unless
  * the session turns it off): a matmul, its bias_add and an activation of
  * that as one GEMM with an epilogue (kernels/cpu/gemm.c); a layernorm of an
- * add as one pass that writes the sum too (kernels/cpu/rows.c). The graph
+ * add as one pass that writes the sum too (kernels/cpu/rows.c); in
+ * training, a gelu that keeps its derivative for its gradient, which then
+ * multiplies (kernels/cpu/elementwise.c). The graph
  * is not changed; the answer is a per-node table the session's plans read
  * through. */
 #include "graph/graph.h"
@@ -171,6 +173,39 @@ static void set_written(hx_lowered *low, const hx_tensor *t)
         for (int k = 0; k < 3; k++) low[t->id].path[j][k] = (int8_t)(k || j >= t->n_src ? -1 : j);
 }
 
+/* The gradient of host gelu y that may read its saved derivative instead
+ * of its input, or NULL: a gelu_backward on the host reading y as its
+ * third source (the rule in op_table.c builds it so), both with kernels
+ * for it. Out of memory never happens here. */
+static const hx_tensor *saving_gelu_backward(const hx_graph *g, const hx_tensor *y,
+                                             const hx_target *target, hx_has_kernel_fn has_kernel,
+                                             void *ctx, bool recompute)
+{
+    if (y->op != HX_OP_GELU || target[y->id] != HX_TARGET_CPU ||
+        !has_kernel(ctx, HX_TARGET_CPU, HX_LOWERED_OP(HX_LOWER_GELU_SAVE), y->dtype) ||
+        !has_kernel(ctx, HX_TARGET_CPU, HX_LOWERED_OP(HX_LOWER_GELU_BACKWARD_SAVED), y->dtype))
+        return NULL;
+    for (int i = y->id + 1; i < g->n; i++) {
+        const hx_tensor *b = g->tensors[i];
+        if (b->op == HX_OP_GELU_BACKWARD && b->n_src == 3 && hx__src(b, 2, recompute) == y)
+            return target[i] == HX_TARGET_CPU ? b : NULL;
+    }
+    return NULL;
+}
+
+static void set_gelu_save(hx_lowered *low, const hx_tensor *y, const hx_tensor *b)
+{
+    for (int j = 0; j < HX_LOWER_MAX_READ; j++)
+        for (int k = 0; k < 3; k++) low[y->id].path[j][k] = low[b->id].path[j][k] = -1;
+    low[y->id].kind = (int8_t)HX_LOWER_GELU_SAVE;
+    low[y->id].n_read = 1;
+    low[y->id].path[0][0] = 0; /* x */
+    low[b->id].kind = (int8_t)HX_LOWER_GELU_BACKWARD_SAVED;
+    low[b->id].n_read = 2;
+    low[b->id].path[0][0] = 0; /* dy */
+    low[b->id].path[1][0] = 2; /* y, its derivative behind it */
+}
+
 hx_status hx__lower(const hx_graph *g, const hx_target *target, hx_has_kernel_fn has_kernel,
                     void *ctx, bool host_fusion, bool recompute, hx_lowered **out,
                     int *n_lowered)
@@ -210,6 +245,13 @@ hx_status hx__lower(const hx_graph *g, const hx_target *target, hx_has_kernel_fn
             }
             break;
         }
+        const hx_tensor *b = host_fusion && !low[i].kind
+                                     ? saving_gelu_backward(g, t, target, has_kernel, ctx, recompute)
+                                     : NULL;
+        if (b) {
+            set_gelu_save(low, t, b);
+            *n_lowered += 2;
+        }
     }
     free(readers);
     if (!*n_lowered) {
@@ -242,6 +284,8 @@ const char *hx__lower_name(hx_lower_kind kind)
     case HX_LOWER_MATMUL_BIAS_GELU_ERF: return "fused matmul + bias + gelu_erf";
     case HX_LOWER_ADD_LAYERNORM: return "fused add + layernorm";
     case HX_LOWER_WRITTEN_BY_READER: return "written by its reader's fused kernel";
+    case HX_LOWER_GELU_SAVE: return "gelu keeping its derivative for the backward";
+    case HX_LOWER_GELU_BACKWARD_SAVED: return "gelu backward from the saved derivative";
     default: return "none";
     }
 }
@@ -255,7 +299,8 @@ const char *hx__lower_why_not(const hx_tensor *t, const hx_target *target, const
         if (!host_fusion || !readers) return NULL;
         for (int i = t->id + 1; low && t->op == HX_OP_BIAS_ADD && i < t->graph->n; i++)
             for (int j = 0; j < t->graph->tensors[i]->n_src; j++)
-                if (hx__src(t->graph->tensors[i], j, recompute) == t && low[i].kind)
+                if (hx__src(t->graph->tensors[i], j, recompute) == t &&
+                    hx__lower_fuses_matmul((hx_lower_kind)low[i].kind))
                     return NULL; /* inside its reader's fusion */
         for (int q = 0; q < N_RULES; q++) {
             const hx_tensor *in[3];

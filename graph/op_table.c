@@ -116,7 +116,14 @@ RULE(bias_add_backward)
 
 /* relu and the gelus differentiate through x; sigmoid and tanh through y. */
 RULE(relu_backward) { dx[0] = pair_node(g, HX_OP_RELU_BACKWARD, dy, SRC(0), SRC(0), NULL); return HX_OK; }
-RULE(gelu_backward) { dx[0] = pair_node(g, HX_OP_GELU_BACKWARD, dy, SRC(0), SRC(0), NULL); return HX_OK; }
+/* gelu_backward(dy, x, y): the kernels read dy and x; a host session may
+ * have y keep gelu's derivative and read dy and y instead (lower.c) */
+RULE(gelu_backward)
+{
+    hx_tensor *src[3] = {dy, SRC(0), y};
+    dx[0] = grad_node(g, HX_OP_GELU_BACKWARD, 3, src, SRC(0), NULL);
+    return HX_OK;
+}
 RULE(gelu_erf_backward) { dx[0] = pair_node(g, HX_OP_GELU_ERF_BACKWARD, dy, SRC(0), SRC(0), NULL); return HX_OK; }
 RULE(sigmoid_backward) { dx[0] = pair_node(g, HX_OP_SIGMOID_BACKWARD, dy, y, SRC(0), NULL); return HX_OK; }
 RULE(tanh_backward) { dx[0] = pair_node(g, HX_OP_TANH_BACKWARD, dy, y, SRC(0), NULL); return HX_OK; }

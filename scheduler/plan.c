@@ -166,8 +166,9 @@ static void add_lifetime(builder *b, int dev, int id, int pos, int unit, int ste
      * its step: the readers of the home's value keep extending that one */
     if (step < 0 || hx__dev_of(b->e, id) != dev) b->lt_of[dev * b->n + id] = b->n_lt[dev];
     if (step >= 0) b->copy_lt[step] = b->n_lt[dev];
-    b->lt[dev][b->n_lt[dev]++] = (lifetime){
-            id, pos, pos, align_up(hx_tensor_nbytes(b->e->g->tensors[id])), 0, unit, -1, step};
+    const hx_tensor *t = b->e->g->tensors[id];
+    size_t bytes = step < 0 ? hx__lowered_out_bytes(t, b->e->lowered) : hx_tensor_nbytes(t);
+    b->lt[dev][b->n_lt[dev]++] = (lifetime){id, pos, pos, align_up(bytes), 0, unit, -1, step};
 }
 
 /* Adds unit u to x's other units. */
@@ -677,8 +678,12 @@ hx_status hx__plan_build(hx_engine *e, const int *fetch_ids, int n_fetch, bool t
         goto fail;
     for (int i = 0; i < HX_NDEV * n; i++) p->offset[i] = -1;
     for (int d = 0; d < HX_NDEV; d++) {
-        for (int l = 0; l < b.n_lt[d]; l++)
-            p->transient_tensor_bytes[d] += hx_tensor_nbytes(g->tensors[b.lt[d][l].id]);
+        for (int l = 0; l < b.n_lt[d]; l++) {
+            const hx_tensor *t = g->tensors[b.lt[d][l].id];
+            p->transient_tensor_bytes[d] += b.lt[d][l].step < 0
+                                                    ? hx__lowered_out_bytes(t, e->lowered)
+                                                    : hx_tensor_nbytes(t);
+        }
         p->arena_bytes[d] = assign_offsets(b.lt[d], b.n_lt[d]);
         if (p->arena_bytes[d] == SIZE_MAX) goto oom;
         for (int l = 0; l < b.n_lt[d]; l++) {

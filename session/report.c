@@ -47,6 +47,14 @@ void hx__debug_lowering(const hx_session *s, hx_has_kernel_fn has_kernel)
                     sum->name);
             continue;
         }
+        if (lk == HX_LOWER_GELU_BACKWARD_SAVED) continue; /* its gelu's line says */
+        if (lk == HX_LOWER_GELU_SAVE) {
+            fprintf(stderr, "hetex fusion: '%s' (%s) -> %s: writes gelu' of '%s' (f32) behind "
+                    "its values; its gradient reads it and not '%s'\n", t->name,
+                    hx__ops[t->op].name, hx__lower_name(lk), hx__read_src(t, 0, rc, low)->name,
+                    hx__read_src(t, 0, rc, low)->name);
+            continue;
+        }
         if (low && low[i].kind && hx__lower_on_host((hx_lower_kind)low[i].kind)) {
             fprintf(stderr, "hetex fusion: '%s' (%s) -> %s of '%s', '%s' and '%s': each "
                     "value inside is read by the next op only; '%s' is not planned\n", t->name,

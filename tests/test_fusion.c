@@ -139,16 +139,34 @@ static int lowered_as(const hx_session *s, hx_tensor *const *ts, hx_lower_kind k
     return n;
 }
 
+/* The gelu_backward node of gelu y (its gradient reads y as source 2). */
+static const hx_tensor *gelu_backward_of(const net *m, const hx_tensor *y)
+{
+    for (int i = y->id + 1; i < m->g->n; i++) {
+        const hx_tensor *t = m->g->tensors[i];
+        if (t->op == HX_OP_GELU_BACKWARD && t->n_src == 3 && t->src[2] == y) return t;
+    }
+    return NULL;
+}
+
 static void test_train(void)
 {
     net m = build(HX_DTYPE_F32, true, false, HX_TARGET_CPU, HX_TARGET_CPU);
     hx_session *on = session(&m, true, false, HX_ACCELERATOR_NONE);
     hx_session *off = session(&m, false, false, HX_ACCELERATOR_NONE);
     if (!on || !off) return;
-    CHECK(lowered_as(on, m.ba, HX_LOWER_MATMUL_BIAS) == LAYERS && on->n_lowered == LAYERS &&
-              !off->e.lowered && off->n_lowered == 0,
-          "%d of %d bias_adds fused (%d lowered in all), %d without fusion",
-          lowered_as(on, m.ba, HX_LOWER_MATMUL_BIAS), LAYERS, on->n_lowered, off->n_lowered);
+    /* and the gelu (layer 0) keeps its derivative for its gradient: 2 more */
+    CHECK(lowered_as(on, m.ba, HX_LOWER_MATMUL_BIAS) == LAYERS && on->n_lowered == LAYERS + 2 &&
+              lowered_as(on, m.act, HX_LOWER_GELU_SAVE) == 1 && !off->e.lowered &&
+              off->n_lowered == 0,
+          "%d of %d bias_adds fused, %d gelu saving (%d lowered in all), %d without fusion",
+          lowered_as(on, m.ba, HX_LOWER_MATMUL_BIAS), LAYERS,
+          lowered_as(on, m.act, HX_LOWER_GELU_SAVE), on->n_lowered, off->n_lowered);
+    const hx_tensor *gb = gelu_backward_of(&m, m.act[0]);
+    CHECK(gb && on->e.lowered && on->e.lowered[gb->id].kind == HX_LOWER_GELU_BACKWARD_SAVED &&
+              hx__n_read(gb, on->e.lowered) == 2 && hx__read(&on->e, gb, 1) == m.act[0] &&
+              hx__n_read(m.act[0], on->e.lowered) == 1,
+          "the gelu's gradient reads dy and the gelu (its saved derivative), not its input");
     for (int l = 0; l < LAYERS && on->e.lowered; l++) {
         const hx_tensor *t = m.ba[l];
         CHECK(hx__n_read(t, on->e.lowered) == 3 && hx__read(&on->e, t, 0) == m.mm[l]->src[0] &&
@@ -202,7 +220,7 @@ static void test_recompute(void)
     for (int i = 0; redo->e.lowered && i < m.g->n; i++) {
         const hx_tensor *t = m.g->tensors[i];
         hx_lower_kind k = (hx_lower_kind)redo->e.lowered[i].kind;
-        if (k < HX_LOWER_MATMUL_BIAS_RELU) continue;
+        if (k < HX_LOWER_MATMUL_BIAS_RELU || !hx__lower_fuses_matmul(k)) continue;
         acts++;
         const hx_tensor *mm = t->src[0]->src[0];
         CHECK(!t->recompute_of && hx__read(&redo->e, t, 0) == mm->src[0] &&
@@ -210,6 +228,15 @@ static void test_recompute(void)
               "fused '%s' is a forward original reading its own matmul's sources", t->name);
     }
     CHECK(acts == LAYERS, "%d forward activations fused when recomputing", acts);
+    /* the gradient reads the recomputed gelu, which keeps the derivative
+     * (the forward original is fused with its matmul: nothing else reads its
+     * input) */
+    const hx_tensor *gb = gelu_backward_of(&m, m.act[0]);
+    CHECK(gb && m.act[0]->recomputed && redo->e.lowered &&
+              redo->e.lowered[m.act[0]->recomputed->id].kind == HX_LOWER_GELU_SAVE &&
+              redo->e.lowered[m.act[0]->id].kind == HX_LOWER_MATMUL_BIAS_GELU &&
+              hx__read(&redo->e, gb, 1) == m.act[0]->recomputed,
+          "recomputing: the recomputed gelu keeps its derivative, its gradient reads that");
     result want = run(plain, &m, true), got = run(redo, &m, true), kept = run(keep, &m, true);
     CHECK(redo->last_plan->n_recomputed > 0, "the plan recomputes");
     CHECK(!memcmp(&got, &want, sizeof got) && !memcmp(&kept, &want, sizeof got),
@@ -235,8 +262,11 @@ static void test_half(void)
                                   : lowered_as(on, m.act, HX_LOWER_MATMUL_BIAS_GELU) +
                                             lowered_as(on, m.act, HX_LOWER_MATMUL_BIAS_RELU) +
                                             lowered_as(on, m.act, HX_LOWER_MATMUL_BIAS_GELU_ERF);
-                CHECK(fused == LAYERS && on->n_lowered == LAYERS, "%s %s: %d of %d groups fused",
-                      hx_dtype_name(dt), train ? "train" : "inference", fused, LAYERS);
+                /* training: the gelu keeps its derivative too (2 nodes) */
+                CHECK(fused == LAYERS && on->n_lowered == LAYERS + 2 * train &&
+                          lowered_as(on, m.act, HX_LOWER_GELU_SAVE) == train,
+                      "%s %s: %d of %d groups fused", hx_dtype_name(dt),
+                      train ? "train" : "inference", fused, LAYERS);
                 result want = run(off, &m, train), got = run(on, &m, train);
                 CHECK(!memcmp(&got, &want, sizeof got),
                       "%s %s: fused bitwise the unfused chain (loss %.9g vs %.9g)",
@@ -264,11 +294,14 @@ static void test_why_not(void)
                       k ? HX_TARGET_DEVICE : HX_TARGET_CPU);
         hx_session *s = session(&m, true, false, k ? HX_ACCELERATOR_EMU : HX_ACCELERATOR_NONE);
         if (!s) continue;
-        CHECK(k ? !s->e.lowered && s->n_lowered == 0 : s->n_lowered == LAYERS,
-              "%s: %d fused", k ? "on the device" : "on the host", s->n_lowered);
+        /* the host gelu keeps its derivative either way (2 nodes) */
+        CHECK(lowered_as(s, m.act, HX_LOWER_GELU_SAVE) == 1 &&
+                  s->n_lowered == (k ? 2 : LAYERS + 2) &&
+                  lowered_as(s, m.ba, HX_LOWER_MATMUL_BIAS) == (k ? 0 : LAYERS),
+              "%s: %d lowered", k ? "matmuls on the device" : "on the host", s->n_lowered);
         int *readers = hx__lower_readers(m.g, false);
-        /* k 0: the activation, whose gradient reads its bias_add */
-        const char *why = hx__lower_why_not(k ? m.ba[0] : m.act[0], s->e.target, s->e.lowered,
+        /* k 0: the relu, whose gradient reads its bias_add */
+        const char *why = hx__lower_why_not(k ? m.ba[0] : m.act[1], s->e.target, s->e.lowered,
                                             has_kernel, s, true, false, readers);
         CHECK(why && strstr(why, k ? "device" : "read by other nodes"), "why not: %s",
               why ? why : "(none)");
@@ -440,7 +473,9 @@ static void test_residual(void)
                   hx__read(&on2->e, ln, 4) == sum,
               "'%s' reads x, r, gamma, beta and the sum it writes", ln->name);
     }
-    CHECK(low && !low[m.ln[0]->id].kind && on2->n_lowered == 4,
+    /* 4: the two fused layernorms and their sums; 4 more: both gelus keep
+     * their derivatives for their gradients */
+    CHECK(low && !low[m.ln[0]->id].kind && on2->n_lowered == 4 + 4,
           "the first layernorm (of a parameter) is not fused; %d nodes lowered", on2->n_lowered);
     res_result want = run_res(off, &m), got1 = run_res(on1, &m), got2 = run_res(on2, &m);
     CHECK(!memcmp(&got1, &want, sizeof want) && !memcmp(&got2, &want, sizeof want),

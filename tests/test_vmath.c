@@ -18,7 +18,9 @@
  *                        by a central difference).
  * The row kernels (kernels/cpu/rows_body.h: softmax, log-softmax, layernorm
  * and its backward) give the same bits on every path as on the scalar one,
- * at lengths around the vector widths, and match a double reference. */
+ * at lengths around the vector widths, and match a double reference. GELU
+ * with its derivative kept for the backward gives gelu's and
+ * gelu_backward's bits. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
@@ -198,6 +200,37 @@ static void accuracy_and_paths(void)
     free(yv);
 }
 
+/* GELU keeping its derivative (gelu_save, times_saved): on every path and
+ * every input of the sweep, y is gelu's bits and dy times the saved
+ * derivative is gelu_backward's, with dy random (a NaN, an inf and a zero
+ * among them: NaN in either input, which one comes out). */
+static void gelu_saved(void)
+{
+    int64_t n;
+    float *x = make_inputs(&n);
+    size_t bytes = (size_t)n * sizeof(float);
+    float *dy = malloc(bytes), *y0 = malloc(bytes), *dx0 = malloc(bytes), *y = malloc(bytes),
+          *g = malloc(bytes), *dx = malloc(bytes);
+    test_rng r = test_rng_make(29);
+    for (int64_t i = 0; i < n; i++) dy[i] = (float)test_rng_uniform(&r, -2.0, 2.0);
+    dy[0] = NAN, dy[1] = -INFINITY, dy[2] = 0.0f, dy[n - 1] = NAN; /* x[n - 1] is -NaN */
+    for (int k = 0; k < 3; k++) {
+        if (!path_available(k)) continue;
+        const hx_vmath_path *p = PATHS[k];
+        p->gelu(y0, x, n);
+        p->gelu_backward(dx0, dy, x, n);
+        /* odd lengths: the tails go through the staging copy */
+        for (int64_t m = n; m > n - 3; m--) {
+            p->gelu_save(y, g, x, m);
+            p->times_saved(dx, dy, g, m);
+            CHECK(!memcmp(y, y0, (size_t)m * 4) && !memcmp(dx, dx0, (size_t)m * 4),
+                  "%s, %lld elements: gelu_save / times_saved differ from gelu / gelu_backward",
+                  PATH_NAMES[k], (long long)m);
+        }
+    }
+    free(x), free(dy), free(y0), free(dx0), free(y), free(g), free(dx);
+}
+
 /* Softmax's helper: e^(x - shift) elementwise as exp, and the sum in
  * hx_k_sum_f32's order, at lengths around the vector widths. */
 static void exp_shift_sum(void)
@@ -355,6 +388,7 @@ int main(int argc, char **argv)
     static const test_case cases[] = {
         {"accuracy_and_paths", accuracy_and_paths},
         {"exp_shift_sum", exp_shift_sum},
+        {"gelu_saved", gelu_saved},
         {"row_kernels", row_kernels},
     };
     return test_main(argc, argv, "test_vmath", cases, TEST_COUNT(cases));

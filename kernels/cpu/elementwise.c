@@ -1,23 +1,58 @@
 /* Elementwise kernels: binary ops with broadcasting, unary ops and their
  * backward, scale, bias add. Every output element depends on its inputs
- * only, so results are bitwise the same at any thread count. */
+ * only, so results are bitwise the same at any thread count.
+ *
+ * On 16-bit storage (f16, bf16; the *_half entry points) no f32 copy of a
+ * tensor is made: each thread's slice goes through HX_K_HALF_BLOCK elements
+ * at a time, widened exactly into stack buffers, computed by the same f32
+ * function as the f32 kernel into another (not in place: the plain loops
+ * are vectorised where output and input do not overlap) and rounded once
+ * to the dtype. Since every
+ * element takes the same operations wherever its block starts, the bits are
+ * those of widening the whole tensors, running the f32 kernel and rounding
+ * its output, at any thread count. */
 #include <math.h>
 #include <stdint.h>
 
 #include "hx_kinternal.h"
 #include "vmath.h"
 
+/* Runs `call` (which reads lo and hi) on [0, n), split over nthreads
+ * threads in slices cut at multiples of `align` elements when n is large
+ * enough. */
+#define EACH_SLICE(n, nthreads, align, call)                                       \
+    do {                                                                          \
+        if (!hx_k_go_parallel(n, nthreads)) {                                     \
+            int64_t lo = 0, hi = (n);                                             \
+            call;                                                                 \
+        } else {                                                                  \
+            _Pragma("omp parallel num_threads(nthreads)")                         \
+            {                                                                     \
+                int64_t lo, hi;                                                   \
+                hx_k_thread_slice(n, align, &lo, &hi);                            \
+                call;                                                             \
+            }                                                                     \
+        }                                                                         \
+    } while (0)
+
+/* A 16-bit slice's threads own whole cache lines too. */
+#define HALF_ALIGN 32
+
 /* ---- binary ------------------------------------------------------------- */
 
+/* x op y; where both are NaN, x's (quiet), whichever operand order the
+ * compiler gives the instruction in each loop below: every loop, and so
+ * every 16-bit block, gives the same bits. */
 HX_INLINE float binop(hx_binary_op op, float x, float y)
 {
+    float r = 0.0f;
     switch (op) {
-    case HX_BINARY_ADD: return x + y;
-    case HX_BINARY_SUB: return x - y;
-    case HX_BINARY_MUL: return x * y;
-    case HX_BINARY_DIV: return x / y;
+    case HX_BINARY_ADD: r = x + y; break;
+    case HX_BINARY_SUB: r = x - y; break;
+    case HX_BINARY_MUL: r = x * y; break;
+    case HX_BINARY_DIV: r = x / y; break;
     }
-    return 0.0f;
+    return x != x ? x + x : r;
 }
 
 // out (n) = a (n, stride sa) op b (n, stride sb); sa, sb are 1 or 0 on the
@@ -50,11 +85,43 @@ static void binary_row_op(hx_binary_op op, float *out, const float *a, int64_t s
     }
 }
 
+/* f (m) = x (m, element stride s, dt) widened; returns the stride to read f
+ * with (0: x is one value repeated). */
+static int64_t widen_strided(float *f, const void *x, int64_t s, hx_kdtype dt, int64_t m)
+{
+    if (s == 0 || s == 1) {
+        hx__widen(f, x, dt, s ? m : 1);
+        return s;
+    }
+    uint16_t h[HX_K_HALF_BLOCK];
+    for (int64_t k = 0; k < m; k++) h[k] = ((const uint16_t *)x)[k * s];
+    hx__widen(f, h, dt, m);
+    return 1;
+}
+
+/* out (n) = a (n, stride sa) op b (n, stride sb), all of dt. */
+static void binary_run(hx_binary_op op, hx_kdtype dt, void *out, const void *a, int64_t sa,
+                       const void *b, int64_t sb, int64_t n)
+{
+    if (dt == HX_K_F32) {
+        binary_row_op(op, out, a, sa, b, sb, n);
+        return;
+    }
+    float fa[HX_K_HALF_BLOCK], fb[HX_K_HALF_BLOCK], fo[HX_K_HALF_BLOCK];
+    for (int64_t i = 0; i < n; i += HX_K_HALF_BLOCK) {
+        int64_t m = hx__half_block(n - i);
+        int64_t ua = widen_strided(fa, hx__at(a, dt, i * sa), sa, dt, m);
+        int64_t ub = widen_strided(fb, hx__at(b, dt, i * sb), sb, dt, m);
+        binary_row_op(op, fo, fa, ua, fb, ub, m);
+        hx__narrow(hx__at_mut(out, dt, i), dt, fo, m);
+    }
+}
+
 /* Elements [lo, hi) of the row-major output of `shape` (nd >= 1 dims):
  * walks the index like an odometer, one innermost run at a time. */
-static void binary_range(hx_binary_op op, float *out, const float *a, const int64_t *sa,
-                         const float *b, const int64_t *sb, const int64_t *shape, int nd,
-                         int64_t lo, int64_t hi)
+static void binary_range(hx_binary_op op, hx_kdtype dt, void *out, const void *a,
+                         const int64_t *sa, const void *b, const int64_t *sb,
+                         const int64_t *shape, int nd, int64_t lo, int64_t hi)
 {
     int64_t idx[HX_K_MAX_DIMS] = {0};
     int64_t ao = 0, bo = 0;
@@ -68,7 +135,8 @@ static void binary_range(hx_binary_op op, float *out, const float *a, const int6
     for (int64_t i = lo; i < hi;) {
         int64_t len = shape[last] - idx[last];
         if (len > hi - i) len = hi - i;
-        binary_row_op(op, out + i, a + ao, sa[last], b + bo, sb[last], len);
+        binary_run(op, dt, hx__at_mut(out, dt, i), hx__at(a, dt, ao), sa[last], hx__at(b, dt, bo),
+                   sb[last], len);
         i += len;
         idx[last] += len;
         ao += len * sa[last];
@@ -82,9 +150,9 @@ static void binary_range(hx_binary_op op, float *out, const float *a, const int6
     }
 }
 
-void hx_k_binary_f32(hx_binary_op op, float *out, const float *a, const int64_t *a_strides,
-                     const float *b, const int64_t *b_strides, const int64_t *shape, int ndim,
-                     int nthreads)
+static void binary(hx_binary_op op, hx_kdtype dt, void *out, const void *a,
+                   const int64_t *a_strides, const void *b, const int64_t *b_strides,
+                   const int64_t *shape, int ndim, int nthreads)
 {
     /* Drop size-1 dims and merge a dim into the one outside it when both
      * operands step through the pair as one run (stride_outer ==
@@ -112,19 +180,22 @@ void hx_k_binary_f32(hx_binary_op op, float *out, const float *a, const int64_t 
         sa[0] = sb[0] = 0;
         nd = 1;
     }
-    if (!hx_k_go_parallel(total, nthreads)) {
-        if (nd == 1) /* one run: contiguous, or one side a scalar */
-            binary_row_op(op, out, a, sa[0], b, sb[0], total);
-        else
-            binary_range(op, out, a, sa, b, sb, sh, nd, 0, total);
-        return;
-    }
-#pragma omp parallel num_threads(nthreads)
-    {
-        int64_t lo, hi;
-        hx_k_thread_slice(total, 16, &lo, &hi);
-        binary_range(op, out, a, sa, b, sb, sh, nd, lo, hi);
-    }
+    EACH_SLICE(total, nthreads, dt == HX_K_F32 ? 16 : HALF_ALIGN,
+               binary_range(op, dt, out, a, sa, b, sb, sh, nd, lo, hi));
+}
+
+void hx_k_binary_f32(hx_binary_op op, float *out, const float *a, const int64_t *a_strides,
+                     const float *b, const int64_t *b_strides, const int64_t *shape, int ndim,
+                     int nthreads)
+{
+    binary(op, HX_K_F32, out, a, a_strides, b, b_strides, shape, ndim, nthreads);
+}
+
+void hx_k_binary_half(hx_binary_op op, void *out, const void *a, const int64_t *a_strides,
+                      const void *b, const int64_t *b_strides, const int64_t *shape, int ndim,
+                      hx_kdtype dt, int nthreads)
+{
+    binary(op, dt, out, a, a_strides, b, b_strides, shape, ndim, nthreads);
 }
 
 /* ---- unary forward ------------------------------------------------------ */
@@ -176,16 +247,25 @@ void hx__unary_forward(hx_unary_op op, float *y, const float *x, int64_t n)
 
 void hx_k_unary_f32(hx_unary_op op, float *y, const float *x, int64_t n, int nthreads)
 {
-    if (!hx_k_go_parallel(n, nthreads)) {
-        hx__unary_forward(op, y, x, n);
-        return;
+    EACH_SLICE(n, nthreads, 16, hx__unary_forward(op, y + lo, x + lo, hi - lo));
+}
+
+static void unary_half(hx_unary_op op, void *y, const void *x, hx_kdtype dt, int64_t lo,
+                       int64_t hi)
+{
+    float f[HX_K_HALF_BLOCK], o[HX_K_HALF_BLOCK];
+    for (int64_t i = lo; i < hi; i += HX_K_HALF_BLOCK) {
+        int64_t m = hx__half_block(hi - i);
+        hx__widen(f, hx__at(x, dt, i), dt, m);
+        hx__unary_forward(op, o, f, m);
+        hx__narrow(hx__at_mut(y, dt, i), dt, o, m);
     }
-#pragma omp parallel num_threads(nthreads)
-    {
-        int64_t lo, hi;
-        hx_k_thread_slice(n, 16, &lo, &hi);
-        hx__unary_forward(op, y + lo, x + lo, hi - lo);
-    }
+}
+
+void hx_k_unary_half(hx_unary_op op, void *y, const void *x, hx_kdtype dt, int64_t n,
+                     int nthreads)
+{
+    EACH_SLICE(n, nthreads, HALF_ALIGN, unary_half(op, y, x, dt, lo, hi));
 }
 
 /* ---- unary backward ----------------------------------------------------- */
@@ -252,16 +332,77 @@ static void unary_backward(hx_unary_op op, float *dx, const float *dy, const flo
 void hx_k_unary_backward_f32(hx_unary_op op, float *dx, const float *dy, const float *x,
                              const float *y, int64_t n, int nthreads)
 {
-    if (!hx_k_go_parallel(n, nthreads)) {
-        unary_backward(op, dx, dy, x, y, n);
-        return;
+    EACH_SLICE(n, nthreads, 16,
+               unary_backward(op, dx + lo, dy + lo, x ? x + lo : x, y ? y + lo : y, hi - lo));
+}
+
+static void unary_backward_half(hx_unary_op op, void *dx, const void *dy, const void *x,
+                                const void *y, hx_kdtype dt, int64_t lo, int64_t hi)
+{
+    float d[HX_K_HALF_BLOCK], v[HX_K_HALF_BLOCK], o[HX_K_HALF_BLOCK];
+    const void *xy = x ? x : y;
+    for (int64_t i = lo; i < hi; i += HX_K_HALF_BLOCK) {
+        int64_t m = hx__half_block(hi - i);
+        hx__widen(d, hx__at(dy, dt, i), dt, m);
+        hx__widen(v, hx__at(xy, dt, i), dt, m);
+        unary_backward(op, o, d, x ? v : NULL, x ? NULL : v, m);
+        hx__narrow(hx__at_mut(dx, dt, i), dt, o, m);
     }
-#pragma omp parallel num_threads(nthreads)
-    {
-        int64_t lo, hi;
-        hx_k_thread_slice(n, 16, &lo, &hi);
-        unary_backward(op, dx + lo, dy + lo, x ? x + lo : x, y ? y + lo : y, hi - lo);
+}
+
+void hx_k_unary_backward_half(hx_unary_op op, void *dx, const void *dy, const void *x,
+                              const void *y, hx_kdtype dt, int64_t n, int nthreads)
+{
+    EACH_SLICE(n, nthreads, HALF_ALIGN, unary_backward_half(op, dx, dy, x, y, dt, lo, hi));
+}
+
+/* ---- GELU with its derivative kept for the backward ---------------------- */
+
+static void gelu_save_half(void *y, float *d, const void *x, hx_kdtype dt, int64_t lo,
+                           int64_t hi)
+{
+    const hx_vmath_path *p = hx__vmath();
+    float f[HX_K_HALF_BLOCK], o[HX_K_HALF_BLOCK];
+    for (int64_t i = lo; i < hi; i += HX_K_HALF_BLOCK) {
+        int64_t m = hx__half_block(hi - i);
+        hx__widen(f, hx__at(x, dt, i), dt, m);
+        p->gelu_save(o, d + i, f, m);
+        hx__narrow(hx__at_mut(y, dt, i), dt, o, m);
     }
+}
+
+void hx_k_gelu_save(void *y, float *d, const void *x, hx_kdtype dt, int64_t n, int nthreads)
+{
+    const hx_vmath_path *p = hx__vmath();
+    if (dt == HX_K_F32)
+        EACH_SLICE(n, nthreads, 16,
+                   p->gelu_save((float *)y + lo, d + lo, (const float *)x + lo, hi - lo));
+    else
+        EACH_SLICE(n, nthreads, HALF_ALIGN, gelu_save_half(y, d, x, dt, lo, hi));
+}
+
+static void gelu_backward_saved_half(void *dx, const void *dy, const float *d, hx_kdtype dt,
+                                     int64_t lo, int64_t hi)
+{
+    const hx_vmath_path *p = hx__vmath();
+    float f[HX_K_HALF_BLOCK], o[HX_K_HALF_BLOCK];
+    for (int64_t i = lo; i < hi; i += HX_K_HALF_BLOCK) {
+        int64_t m = hx__half_block(hi - i);
+        hx__widen(f, hx__at(dy, dt, i), dt, m);
+        p->times_saved(o, f, d + i, m);
+        hx__narrow(hx__at_mut(dx, dt, i), dt, o, m);
+    }
+}
+
+void hx_k_gelu_backward_saved(void *dx, const void *dy, const float *d, hx_kdtype dt, int64_t n,
+                              int nthreads)
+{
+    const hx_vmath_path *p = hx__vmath();
+    if (dt == HX_K_F32)
+        EACH_SLICE(n, nthreads, 16,
+                   p->times_saved((float *)dx + lo, (const float *)dy + lo, d + lo, hi - lo));
+    else
+        EACH_SLICE(n, nthreads, HALF_ALIGN, gelu_backward_saved_half(dx, dy, d, dt, lo, hi));
 }
 
 /* ---- scale, bias add ---------------------------------------------------- */
@@ -274,24 +415,43 @@ static void scale_forward(float *y, const float *x, float s, int64_t n)
 
 void hx_k_scale_f32(float *y, const float *x, float s, int64_t n, int nthreads)
 {
-    if (!hx_k_go_parallel(n, nthreads)) {
-        scale_forward(y, x, s, n);
-        return;
-    }
-#pragma omp parallel num_threads(nthreads)
-    {
-        int64_t lo, hi;
-        hx_k_thread_slice(n, 16, &lo, &hi);
-        scale_forward(y + lo, x + lo, s, hi - lo);
+    EACH_SLICE(n, nthreads, 16, scale_forward(y + lo, x + lo, s, hi - lo));
+}
+
+static void scale_half(void *y, const void *x, float s, hx_kdtype dt, int64_t lo, int64_t hi)
+{
+    float f[HX_K_HALF_BLOCK], o[HX_K_HALF_BLOCK];
+    for (int64_t i = lo; i < hi; i += HX_K_HALF_BLOCK) {
+        int64_t m = hx__half_block(hi - i);
+        hx__widen(f, hx__at(x, dt, i), dt, m);
+        scale_forward(o, f, s, m);
+        hx__narrow(hx__at_mut(y, dt, i), dt, o, m);
     }
 }
 
+void hx_k_scale_half(void *y, const void *x, float s, hx_kdtype dt, int64_t n, int nthreads)
+{
+    EACH_SLICE(n, nthreads, HALF_ALIGN, scale_half(y, x, s, dt, lo, hi));
+}
+
 // y (rows, n) = x (rows, n) + b (n): a binary add with b broadcast over rows
-void hx_k_bias_add_f32(float *y, const float *x, const float *b, int64_t rows, int64_t n,
-                       int nthreads)
+static void bias_add(void *y, const void *x, const void *b, hx_kdtype dt, int64_t rows,
+                     int64_t n, int nthreads)
 {
     const int64_t shape[2] = {rows, n};
     const int64_t x_strides[2] = {n, 1};
     const int64_t b_strides[2] = {0, 1};
-    hx_k_binary_f32(HX_BINARY_ADD, y, x, x_strides, b, b_strides, shape, 2, nthreads);
+    binary(HX_BINARY_ADD, dt, y, x, x_strides, b, b_strides, shape, 2, nthreads);
+}
+
+void hx_k_bias_add_f32(float *y, const float *x, const float *b, int64_t rows, int64_t n,
+                       int nthreads)
+{
+    bias_add(y, x, b, HX_K_F32, rows, n, nthreads);
+}
+
+void hx_k_bias_add_half(void *y, const void *x, const void *b, hx_kdtype dt, int64_t rows,
+                        int64_t n, int nthreads)
+{
+    bias_add(y, x, b, dt, rows, n, nthreads);
 }

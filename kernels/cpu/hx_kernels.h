@@ -55,6 +55,34 @@ void hx_k_scale_f32(float *y, const float *x, float s, int64_t n, int nthreads);
 void hx_k_bias_add_f32(float *y, const float *x, const float *b, int64_t rows, int64_t n,
                        int nthreads);
 
+/* GELU (tanh form) that keeps its derivative for the backward: y =
+ * gelu(x) and d (n, f32 whatever dt is) = gelu'(x), from one sigmoid: y is
+ * the bits of hx_k_unary_f32 (dt f32) or of its 16-bit chain
+ * (hx_k_unary_half), d those that hx_k_unary_backward_f32 multiplies dy by.
+ * x and y hold dt (f32, f16 or bf16). */
+void hx_k_gelu_save(void *y, float *d, const void *x, hx_kdtype dt, int64_t n, int nthreads);
+/* dx = dy * d, d from hx_k_gelu_save of x: bitwise hx_k_unary_backward_f32
+ * (HX_UNARY_GELU) of dy and x (dt f32), or hx_k_unary_backward_half of them
+ * (f16, bf16); dx and dy hold dt. */
+void hx_k_gelu_backward_saved(void *dx, const void *dy, const float *d, hx_kdtype dt, int64_t n,
+                              int nthreads);
+
+/* The kernels above on 16-bit storage: every pointer holds dt (HX_K_F16 or
+ * HX_K_BF16), arithmetic is f32, each output rounded once (nearest even):
+ * bitwise hx_k_cast of the inputs to f32, the f32 kernel, hx_k_cast of its
+ * output to dt, at any thread count, with no f32 copy of a tensor (blocks of
+ * 512 elements widened on the stack). They do not fail. */
+void hx_k_binary_half(hx_binary_op op, void *out, const void *a, const int64_t *a_strides,
+                      const void *b, const int64_t *b_strides, const int64_t *shape, int ndim,
+                      hx_kdtype dt, int nthreads);
+void hx_k_unary_half(hx_unary_op op, void *y, const void *x, hx_kdtype dt, int64_t n,
+                     int nthreads);
+void hx_k_unary_backward_half(hx_unary_op op, void *dx, const void *dy, const void *x,
+                              const void *y, hx_kdtype dt, int64_t n, int nthreads);
+void hx_k_scale_half(void *y, const void *x, float s, hx_kdtype dt, int64_t n, int nthreads);
+void hx_k_bias_add_half(void *y, const void *x, const void *b, hx_kdtype dt, int64_t rows,
+                        int64_t n, int nthreads);
+
 /* ---- rows: softmax, log-softmax, layernorm (last axis) ------------------ */
 
 void hx_k_softmax_forward_f32(float *y, const float *x, int64_t rows, int64_t n, int nthreads);
@@ -94,6 +122,30 @@ void hx_k_layernorm_backward_x_f32(float *dx, const float *dy, const float *x,
                                    int nthreads);
 /* dgamma (n) = sum over rows of dy * xhat. Deterministic for a thread count. */
 void hx_k_layernorm_backward_gamma_f32(float *dgamma, const float *dy, const float *x,
+                                       float eps, int64_t rows, int64_t n, int nthreads);
+
+/* The row kernels above on 16-bit storage: every pointer (gamma, beta and
+ * dgamma too) holds dt (HX_K_F16 or HX_K_BF16); each row's inputs are
+ * widened exactly into per-thread f32 row buffers, the f32 row kernel runs
+ * on them and its output is rounded once (dgamma: summed in f32, rounded at
+ * the end): bitwise hx_k_cast of the inputs, the f32 kernel, hx_k_cast of
+ * its output, at any thread count. Each returns 0, or -1 when its f32 row
+ * scratch (a few rows per thread; the backward of gamma also 2 floats per
+ * row) cannot be allocated (nothing written then). */
+int hx_k_softmax_forward_half(void *y, const void *x, hx_kdtype dt, int64_t rows, int64_t n,
+                              int nthreads);
+int hx_k_softmax_backward_half(void *dx, const void *dy, const void *y, hx_kdtype dt,
+                               int64_t rows, int64_t n, int nthreads);
+int hx_k_log_softmax_forward_half(void *y, const void *x, hx_kdtype dt, int64_t rows,
+                                  int64_t n, int nthreads);
+int hx_k_log_softmax_backward_half(void *dx, const void *dy, const void *y, hx_kdtype dt,
+                                   int64_t rows, int64_t n, int nthreads);
+int hx_k_layernorm_forward_half(void *y, const void *x, const void *gamma, const void *beta,
+                                hx_kdtype dt, float eps, int64_t rows, int64_t n, int nthreads);
+int hx_k_layernorm_backward_x_half(void *dx, const void *dy, const void *x, const void *gamma,
+                                   hx_kdtype dt, float eps, int64_t rows, int64_t n,
+                                   int nthreads);
+int hx_k_layernorm_backward_gamma_half(void *dgamma, const void *dy, const void *x, hx_kdtype dt,
                                        float eps, int64_t rows, int64_t n, int nthreads);
 
 /* ---- reductions and data movement ---------------------------------------- */

@@ -120,4 +120,40 @@ void hx__unary_forward(hx_unary_op op, float *y, const float *x, int64_t n);
  * x as it is. The fused GEMM's epilogue rounds a 16-bit chain's stages so. */
 void hx__round_through(float *x, hx_kdtype dt, int64_t n);
 
+/* ---- 16-bit storage ---- */
+
+/* Elements a 16-bit (f16, bf16) elementwise kernel widens at a time into
+ * f32 stack buffers (2 KiB each: they stay in L1 between the widening, the
+ * f32 function and the rounding). */
+#define HX_K_HALF_BLOCK 512
+
+/* The length of the block a loop over HX_K_HALF_BLOCK blocks is at, with
+ * `left` elements left. */
+static inline int64_t hx__half_block(int64_t left)
+{
+    return left < HX_K_HALF_BLOCK ? left : HX_K_HALF_BLOCK;
+}
+
+/* Element i of a dt array, as bytes. */
+static inline const char *hx__at(const void *p, hx_kdtype dt, int64_t i)
+{
+    return (const char *)p + i * (int64_t)hx_k_dtype_size(dt);
+}
+static inline char *hx__at_mut(void *p, hx_kdtype dt, int64_t i)
+{
+    return (char *)p + i * (int64_t)hx_k_dtype_size(dt);
+}
+
+/* f (n) = h (n, dt) widened exactly, on the calling thread. */
+static inline void hx__widen(float *f, const void *h, hx_kdtype dt, int64_t n)
+{
+    hx_k_cast(f, HX_K_F32, h, dt, n, 1);
+}
+
+/* h (n, dt) = f (n) rounded with hx_k_cast's rounding, on the calling thread. */
+static inline void hx__narrow(void *h, hx_kdtype dt, const float *f, int64_t n)
+{
+    hx_k_cast(h, dt, f, HX_K_F32, n, 1);
+}
+
 #endif

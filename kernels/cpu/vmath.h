@@ -35,6 +35,11 @@ typedef struct hx_vmath_path {
     void (*gelu_backward)(float *dx, const float *dy, const float *x, int64_t n);
     void (*gelu_erf)(float *y, const float *x, int64_t n); /* x Phi(x) */
     void (*gelu_erf_backward)(float *dx, const float *dy, const float *x, int64_t n);
+    /* y = gelu(x) and g = gelu'(x) (tanh form), each the bits of gelu and
+     * of the derivative gelu_backward multiplies by, one sigmoid for both */
+    void (*gelu_save)(float *y, float *g, const float *x, int64_t n);
+    /* dx = dy * g, g from gelu_save: gelu_backward's bits for the same x */
+    void (*times_saved)(float *dx, const float *dy, const float *g, int64_t n);
     /* y = e^(x - shift); returns sum(y) in hx_k_sum_f32's order */
     float (*exp_shift_sum)(float *y, const float *x, float shift, int64_t n);
 } hx_vmath_path;

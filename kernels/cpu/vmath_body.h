@@ -1,5 +1,6 @@
 /* Vector transcendentals (exp, tanh, sigmoid, GELU in its tanh and erf
- * forms and their derivatives), written once over a small vector vocabulary. Each path's file
+ * forms and their derivatives; GELU with its derivative kept for the
+ * backward), written once over a small vector vocabulary. Each path's file
  * (vmath_scalar.c, vmath_avx2.c, vmath_avx512.c) defines the vocabulary
  * (the float words from vec_<path>.h, shared with optim_*.c; the rest itself),
  * turns off fp-contract and includes this file once, so that every path
@@ -108,26 +109,44 @@ HX_INLINE V vm_gelu_arg(V x, V x2)
 }
 
 /* GELU, tanh form: 0.5 x (1 + tanh(u)) = x sigma(2u), which does not cancel
- * for negative x as 1 + tanh(u) does. sigma(2u) = 0 (x -> -inf) gives -0,
- * not -inf * 0. */
-HX_INLINE V vm_gelu(V x)
+ * for negative x as 1 + tanh(u) does; from s = sigma(2u). sigma(2u) = 0
+ * (x -> -inf) gives -0, not -inf * 0. */
+HX_INLINE V vm_gelu_of(V x, V s)
 {
-    V s = vm_sigma(vm_gelu_arg(x, V_MUL(x, x)), NULL);
     return vm_nan_in(x, V_SEL(V_EQ(s, V_SET1(0.0f)), V_SET1(-0.0f), V_MUL(x, s)));
 }
 
-/* d/dx x sigma(2u) = s + x s (1 - s) 2u'(x), u' = sqrt(2/pi) (1 + 3k x^2).
- * Where s (1 - s) is 0 the second term's limit is 0 (x -> +-inf), not
- * inf * 0. */
+/* d/dx x sigma(2u) = s + x s (1 - s) 2u'(x), u' = sqrt(2/pi) (1 + 3k x^2),
+ * from x^2, s and sc = 1 - s. Where s (1 - s) is 0 the second term's limit
+ * is 0 (x -> +-inf), not inf * 0. NaN only where x is NaN. */
+HX_INLINE V vm_gelu_grad_of(V x, V x2, V s, V sc)
+{
+    V ss = V_MUL(s, sc);
+    V du = V_MUL(V_SET1(2.0f * VM_GELU_C), V_FMA(V_SET1(3.0f * VM_GELU_K), x2, V_SET1(1.0f)));
+    V g = V_FMA(V_MUL(x, du), ss, s);
+    return vm_nan_in(x, V_SEL(V_EQ(ss, V_SET1(0.0f)), s, g));
+}
+
+HX_INLINE V vm_gelu(V x) { return vm_gelu_of(x, vm_sigma(vm_gelu_arg(x, V_MUL(x, x)), NULL)); }
+
 HX_INLINE V vm_gelu_grad(V x)
 {
     V x2 = V_MUL(x, x);
     V sc;
     V s = vm_sigma(vm_gelu_arg(x, x2), &sc);
-    V ss = V_MUL(s, sc);
-    V du = V_MUL(V_SET1(2.0f * VM_GELU_C), V_FMA(V_SET1(3.0f * VM_GELU_K), x2, V_SET1(1.0f)));
-    V g = V_FMA(V_MUL(x, du), ss, s);
-    return vm_nan_in(x, V_SEL(V_EQ(ss, V_SET1(0.0f)), s, g));
+    return vm_gelu_grad_of(x, x2, s, sc);
+}
+
+/* GELU and, into *g, its derivative: one sigma for both, the same bits as
+ * vm_gelu and vm_gelu_grad (sigma's value does not depend on whether
+ * 1 - sigma is asked for too). */
+HX_INLINE V vm_gelu_and_grad(V x, V *g)
+{
+    V x2 = V_MUL(x, x);
+    V sc;
+    V s = vm_sigma(vm_gelu_arg(x, x2), &sc);
+    *g = vm_gelu_grad_of(x, x2, s, sc);
+    return vm_gelu_of(x, s);
 }
 
 /* erfcx(a) = e^(a^2) erfc(a) for a in [0, 14.5] (past 10.2, e^(-a^2) is
@@ -259,6 +278,44 @@ VM_MAP1(vm_gelu_erf_n, vm_gelu_erf)
 VM_MAP_GRAD(vm_gelu_backward_n, vm_gelu_grad)
 VM_MAP_GRAD(vm_gelu_erf_backward_n, vm_gelu_erf_grad)
 
+/* y (n) = gelu(x), g (n) = gelu'(x) */
+static void vm_gelu_save_n(float *y, float *g, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    V gv;
+    for (; i + W <= n; i += W) {
+        V_STORE(y + i, vm_gelu_and_grad(V_LOAD(x + i), &gv));
+        V_STORE(g + i, gv);
+    }
+    if (i < n) {
+        float t[W] = {0}, tg[W];
+        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+        V_STORE(t, vm_gelu_and_grad(V_LOAD(t), &gv));
+        V_STORE(tg, gv);
+        memcpy(y + i, t, (size_t)(n - i) * sizeof(float));
+        memcpy(g + i, tg, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+/* dx (n) = dy (n) * g (n), g = f'(x) saved by the forward: vm_times_grad's
+ * bits, since g is NaN exactly where x is, and then x's NaN made quiet. */
+static void vm_times_saved_n(float *dx, const float *dy, const float *g, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + W <= n; i += W) {
+        V gv = V_LOAD(g + i), dyv = V_LOAD(dy + i);
+        V_STORE(dx + i, vm_times_grad(dyv, gv, gv));
+    }
+    if (i < n) {
+        float tg[W] = {0}, tdy[W] = {0};
+        memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(tdy, dy + i, (size_t)(n - i) * sizeof(float));
+        V gv = V_LOAD(tg), dyv = V_LOAD(tdy);
+        V_STORE(tg, vm_times_grad(dyv, gv, gv));
+        memcpy(dx + i, tg, (size_t)(n - i) * sizeof(float));
+    }
+}
+
 /* y (n) = e^(x (n) - shift), returning the sum of y in the order of
  * hx_k_sum_f32 (16 partial sums, fixed tree) so softmax needs one pass. */
 static float vm_exp_shift_sum_n(float *y, const float *x, float shift, int64_t n)
@@ -283,5 +340,7 @@ const hx_vmath_path PATH = {
     .gelu_backward = vm_gelu_backward_n,
     .gelu_erf = vm_gelu_erf_n,
     .gelu_erf_backward = vm_gelu_erf_backward_n,
+    .gelu_save = vm_gelu_save_n,
+    .times_saved = vm_times_saved_n,
     .exp_shift_sum = vm_exp_shift_sum_n,
 };
