@@ -91,9 +91,10 @@ uint64_t hx__comm_bytes_sent(const hx_comm *c);
  * ZeRO (stage 1, 2): chunks of one size, at least the largest gradient
  * and at most chunk_size (0: 32 MiB) where that allows, chosen among
  * the sizes that cut the gradients into k*N chunks (k = 1..32) for the
- * least loaded busiest rank (dp_layout.h). Chunks are dealt so that each
- * rank owns as many (or one fewer), the fullest first, each to the least
- * loaded rank; group g is every rank's g-th chunk. Both stages keep only
+ * least loaded busiest rank (dp_layout.h). Chunks are dealt the fullest
+ * first, each to the least loaded rank; a group is a run of neighbouring
+ * chunks in execution order with different owners, so the backward
+ * completes the groups one after another. Both stages keep only
  * the sums of this rank's chunks (a reduce-scatter per group whose
  * blocks are its chunks' used bytes, nothing padded: each rank sends the
  * others' chunks of the group, hx__comm_reduce_scatter_v); stage 1 differs
@@ -104,8 +105,8 @@ hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk
                         int stage, hx_dp **out);
 void hx__dp_free(hx_dp *d);
 /* The sums, unit by unit: a unit is a chunk at stage 0 (an all-reduce:
- * every rank gets the chunk's sum) and a group of chunks (every rank's
- * g-th) with ZeRO (a reduce-scatter: each rank gets its own chunk's sum); rank-order sums either way, so the bits do not depend on
+ * every rank gets the chunk's sum) and a group of chunks (neighbours, at
+ * most one of each rank) with ZeRO (a reduce-scatter: each rank gets its own chunk's sum); rank-order sums either way, so the bits do not depend on
  * which units are in flight together or when they start. grads[i] is
  * gradient i's host-addressable value. Every rank must start the same
  * units in the same order (any order; the communicator's sequence). */
@@ -153,8 +154,8 @@ int hx__dp_owner(const hx_dp *d, int64_t i);
 hx_status hx__dp_all_gather(hx_dp *d, void *const *vals, const size_t *val_bytes);
 hx_status hx__dp_share_start(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes);
 hx_status hx__dp_share_finish(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes);
-/* ZeRO stage 3, one group at a time: the groups (every rank's g-th chunk;
- * 0 at stage 0), group g's buffer bytes (its chunks' used bytes, rank
+/* ZeRO stage 3, one group at a time: the groups (runs of neighbouring
+ * chunks, at most one of each rank; 0 at stage 0), group g's buffer bytes (its chunks' used bytes, rank
  * after rank, 0 for a rank with none), gradient i's group and its offset in its group's buffer (what
  * stands in for it there may be shorter: it starts at the same place).
  * gather_start begins the in-place all-gather of group g into buf (those

@@ -2,12 +2,14 @@
  * chunks of the layout (dp_layout.c) over the gradients in a fixed order,
  * the same on every rank; a chunk is sent up to the end of its last
  * gradient (its used bytes), not its empty tail. Stage 0 sums every chunk
- * on every rank (all-reduce); with ZeRO (stage >= 1) each rank owns as
- * many chunks of one size, group g being every rank's g-th chunk: each
- * chunk's sum goes to its owner only (a reduce-scatter per group whose
- * blocks are the group's chunks, each exactly as long as its used bytes:
- * nothing padded), and after the updates each owner's values go to every
- * rank the same way (an all-gather per group). */
+ * on every rank (all-reduce); with ZeRO (stage >= 1) each chunk (of one
+ * size) has an owner, and the groups are runs of neighbouring chunks in
+ * execution order, at most one of each rank (dp_layout.h): each chunk's
+ * sum goes to its owner only (a reduce-scatter per group whose blocks are
+ * the group's chunks, each exactly as long as its used bytes: nothing
+ * padded; a rank with no chunk in the group has an empty block), and
+ * after the updates each owner's values go to every rank the same way (an
+ * all-gather per group). */
 #include "dist/dist.h"
 #include "dist/dp_layout.h"
 #include "memory/memory.h"
@@ -30,8 +32,8 @@ struct hx_dp {
     size_t chunk;         /* the chunk size */
     /* ZeRO */
     int *chunk_rank;      /* per chunk: its owner */
-    int64_t *chunk_group; /* per chunk: its place among its owner's chunks */
-    int64_t n_groups;     /* ceil(chunks / N) */
+    int64_t *chunk_group; /* per chunk: its group */
+    int64_t n_groups;     /* ZeRO: the layout's groups */
     size_t *in_group;     /* per gradient: its offset in its group's buffer */
     size_t *blk;          /* per group N+1 bounds: rank j's block (its chunk) is
                            * [blk[j], blk[j+1]) of the group's buffer, in bytes */
@@ -170,7 +172,7 @@ hx_status hx__dp_create(hx_comm *c, const size_t *bytes, int64_t n, size_t chunk
         memcpy(d->bytes, bytes, (size_t)n * sizeof *bytes);
         d->chunk = chunk_size;
         d->n_chunks = z.n_chunks;
-        d->n_groups = (d->n_chunks + ranks - 1) / ranks;
+        d->n_groups = stage ? z.n_groups : 0;
         d->q = calloc((size_t)(d->n_chunks ? d->n_chunks : 1), sizeof *d->q);
         if (!d->q) st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     }

@@ -10,9 +10,8 @@ hx_status hx__dp_layout_init(hx_dp_layout *z, int64_t n, int ranks)
     size_t nn = (size_t)(n ? n : 1);
     *z = (hx_dp_layout){.chunk_of = calloc(nn, sizeof *z->chunk_of),
                         .offset_of = calloc(nn, sizeof *z->offset_of),
-                        .placed = calloc((size_t)ranks, sizeof *z->placed),
                         .load = calloc((size_t)ranks, sizeof *z->load)};
-    if (z->chunk_of && z->offset_of && z->placed && z->load) return HX_OK;
+    if (z->chunk_of && z->offset_of && z->load) return HX_OK;
     hx__dp_layout_free(z);
     return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
 }
@@ -21,7 +20,6 @@ void hx__dp_layout_free(hx_dp_layout *z)
 {
     free(z->chunk_of);
     free(z->group_of);
-    free(z->placed);
     free(z->offset_of);
     free(z->fill);
     free(z->used);
@@ -30,22 +28,30 @@ void hx__dp_layout_free(hx_dp_layout *z)
     *z = (hx_dp_layout){0};
 }
 
-/* Deals the chunks to the ranks (see hx__dp_layout). */
+/* Deals the chunks to the ranks and groups them (see hx__dp_layout). */
 static void balance(hx_dp_layout *z, int ranks)
 {
-    int64_t per = (z->n_chunks + ranks - 1) / ranks;
-    for (int r = 0; r < ranks; r++) z->load[r] = 0, z->placed[r] = 0;
+    for (int r = 0; r < ranks; r++) z->load[r] = 0;
     for (int64_t k = 0; k < z->n_chunks; k++) z->rank_of[k] = -1;
     for (int64_t done = 0; done < z->n_chunks; done++) {
         int64_t next = -1; /* the fullest chunk not dealt yet (the first on a tie) */
         for (int64_t k = 0; k < z->n_chunks; k++)
             if (z->rank_of[k] < 0 && (next < 0 || z->fill[k] > z->fill[next])) next = k;
-        int to = -1; /* the least loaded rank with a place (the lower on a tie) */
-        for (int r = 0; r < ranks; r++)
-            if (z->placed[r] < per && (to < 0 || z->load[r] < z->load[to])) to = r;
+        int to = 0; /* the least loaded rank (the lower on a tie) */
+        for (int r = 1; r < ranks; r++)
+            if (z->load[r] < z->load[to]) to = r;
         z->rank_of[next] = to;
-        z->group_of[next] = z->placed[to]++;
         z->load[to] += z->fill[next];
+    }
+    /* groups: runs of neighbours in execution order, each rank's chunk once */
+    int64_t in_group = 0; /* chunks in the open group */
+    z->n_groups = 0;
+    for (int64_t k = 0; k < z->n_chunks; k++) {
+        bool taken = false;
+        for (int64_t j = k - in_group; j < k && !taken; j++) taken = z->rank_of[j] == z->rank_of[k];
+        if (!k || taken) z->n_groups++, in_group = 0;
+        z->group_of[k] = z->n_groups - 1;
+        in_group++;
     }
 }
 
@@ -79,9 +85,8 @@ hx_status hx__dp_layout(hx_dp_layout *z, const size_t *bytes, int64_t n, size_t 
 
 size_t hx__dp_layout_groups(const hx_dp_layout *z, int ranks, size_t *len)
 {
-    int64_t n_groups = (z->n_chunks + ranks - 1) / ranks;
     size_t total = 0, most = 0;
-    for (int64_t g = 0; g < n_groups; g++) len[g] = 0;
+    for (int64_t g = 0; g < z->n_groups; g++) len[g] = 0;
     for (int64_t k = 0; k < z->n_chunks; k++) len[z->group_of[k]] += z->used[k], total += z->used[k];
     for (int r = 0; r < ranks; r++) {
         size_t own = 0;

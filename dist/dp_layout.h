@@ -11,12 +11,11 @@
 
 /* Per gradient its chunk and offset in it; per chunk its gradient bytes
  * (fill), its used bytes (to its last gradient's end) and (ZeRO) its owner
- * and place among the owner's chunks. */
+ * and its group (n_groups of them). */
 typedef struct hx_dp_layout {
-    int64_t n_chunks, *chunk_of, *group_of;
+    int64_t n_chunks, n_groups, *chunk_of, *group_of;
     size_t *offset_of, *fill, *used;
     int *rank_of;
-    int64_t *placed; /* per rank: scratch */
     size_t *load;    /* per rank: the gradient bytes it owns */
 } hx_dp_layout;
 
@@ -25,10 +24,15 @@ hx_status hx__dp_layout_init(hx_dp_layout *z, int64_t n, int ranks);
 void hx__dp_layout_free(hx_dp_layout *z);
 /* Lays the n gradients of bytes[i] bytes (elements of esz) out in chunks
  * of cs (stage 0: a gradient larger gets a chunk of its own) into z; with
- * ranks > 0 deals the chunks to the ranks (each ceil(chunks / ranks) of
- * them, empty ones padding the count: the fullest first, each to the
- * least loaded rank with a place left). HX_ERR_INVALID_ARGUMENT naming the
- * layout's complaint, HX_ERR_OUT_OF_MEMORY. */
+ * ranks > 0 deals the chunks to the ranks (the fullest first, each to the
+ * least loaded rank) and groups them in execution order: a group is a run
+ * of neighbouring chunks of different owners (a chunk whose owner has one
+ * in the open group opens the next), so that the backward completes the
+ * groups one after the other, the last group first. Before session 14
+ * group g was every rank's g-th chunk: a group mixed chunks from anywhere
+ * in the order and was complete only when its earliest was.
+ * HX_ERR_INVALID_ARGUMENT naming the layout's complaint,
+ * HX_ERR_OUT_OF_MEMORY. */
 hx_status hx__dp_layout(hx_dp_layout *z, const size_t *bytes, int64_t n, size_t cs, size_t esz,
                         int ranks);
 /* ZeRO's chunk size for the gradients, z left laid out with it: at least
@@ -39,7 +43,7 @@ hx_status hx__dp_layout(hx_dp_layout *z, const size_t *bytes, int64_t n, size_t 
  * smaller. */
 hx_status hx__dp_layout_zero(hx_dp_layout *z, const size_t *bytes, int64_t n, size_t cap, size_t esz,
                              int ranks, size_t *chunk_size);
-/* Per group of z (ceil(chunks / ranks) of them) the used bytes of its
+/* Per group of z (n_groups of them) the used bytes of its
  * chunks into len (each rank's block of the group is its chunk, exactly:
  * 0 bytes where it has none); returns the most bytes a rank sends in a
  * reduce-scatter and an all-gather of every group (the other ranks'

@@ -1733,8 +1733,9 @@ typedef struct hx_session_config {
     int dpu_warmup_steps;
     /* Device gradients that an update on the host reads are copied there
      * as backward makes them: the device's work is cut after every
-     * grad_bucket_bytes of them (0: 4 MiB), and each bucket's copies run
-     * while backward goes on. */
+     * grad_bucket_bytes of them (0: 4 MiB, or with data parallel the
+     * chunk size its gradients are summed in where that is smaller), and
+     * each bucket's copies run while backward goes on. */
     size_t grad_bucket_bytes;
     hx_offload_config offload;    /* hx_offload_config_default(): no offload; see above */
     /* Data parallel over comm's ranks (NULL: none), ZeRO stage 0 (PyTorch's

@@ -1,7 +1,7 @@
 /* Data parallel's communication under the computation: each unit of
  * dist/dp.c is summed over the ranks as soon as the phase-0 steps that
  * write its gradients are done, while the rest of the backward runs (a
- * chunk at stages 0 and 1, a group of N chunks at stage 2), and at stages
+ * chunk at stage 0, a group of neighbouring chunks with ZeRO), and at stages
  * 1 and 2 each chunk group's updated parameters go to every rank (its
  * all-gather) as soon as this rank's phase-1 steps that write or copy
  * them are done, while the other updates run.
@@ -426,7 +426,9 @@ static hx_status begin(hx_dp_overlap *o, const hx_plan *p, int phase)
     o->cur = c;
     for (int j = 0; j < c->n_units; j++)
         if (!c->left[j]) note(o, 'R', j);
-    if (!s->e.cfg.no_comm_overlap && s->e.cfg.zero_stage < 3) s->e.watch = &o->hooks;
+    if (s->e.cfg.no_comm_overlap || s->e.cfg.zero_stage == 3) return HX_OK;
+    s->e.watch = &o->hooks;
+    progress(&o->hooks); /* the units ready at once (a group of only others' chunks) go first */
     return HX_OK;
 }
 
@@ -502,6 +504,26 @@ hx_status hx__session_dp_share_end(hx_session *s) { return end(s->dp_overlap); }
 
 void hx__session_dp_abort(hx_session *s) { abort_phase(s->dp_overlap); }
 
+/* The device's gradient copies to the host leave bucket by bucket
+ * (grad_bucket_bytes, plan_units.c): where the config leaves the size to
+ * hetex (0), a bucket is at most the chunk the gradients are summed in,
+ * so that a unit's gradients reach the host as the backward makes them.
+ * With 4 MiB buckets a model of less than that copied every gradient
+ * after its whole backward, and every unit was ready only then (bench
+ * zero at 2 ranks, session 14: every group at the backward's end). The
+ * plans made before (session creation's training step) are dropped and
+ * made again with these buckets at their first use. */
+static void buckets(hx_session *s)
+{
+    size_t b = HX_GRAD_BUCKET_BYTES;
+    if (s->e.cfg.grad_bucket_bytes) return;
+    for (int grp = 0; grp < 2; grp++)
+        if (s->dp[grp] && hx__dp_chunk_size(s->dp[grp]) < b) b = hx__dp_chunk_size(s->dp[grp]);
+    if (b == HX_GRAD_BUCKET_BYTES) return;
+    s->e.cfg.grad_bucket_bytes = b;
+    hx__engine_free_plans(&s->e);
+}
+
 hx_status hx__session_dp_overlap_create(hx_session *s)
 {
     hx_dp_overlap *o = calloc(1, sizeof *o);
@@ -525,6 +547,7 @@ hx_status hx__session_dp_overlap_create(hx_session *s)
     }
     o->hooks = (hx_step_watch){.submitted = submitted, .host_done = host_done, .progress = progress,
                                .drain = drain};
+    buckets(s);
     o->s = s;
     s->dp_overlap = o;
     return HX_OK;

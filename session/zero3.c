@@ -1,8 +1,9 @@
 /* ZeRO stage 3: what every rank reads of each parameter (its half copy,
  * else the f32 parameter) is sharded too (zero.c keeps only the owner's);
  * the forward and backward read the others' from transient buffers,
- * gathered chunk group by chunk group (dist/dp.c's groups: every rank's
- * g-th chunk) as the executor reaches the steps that read them
+ * gathered chunk group by chunk group (dist/dp.c's groups: runs of
+ * neighbouring chunks, at most one of each rank) as the executor reaches
+ * the steps that read them
  * (scheduler/residency.h's hx_param_gather).
  *
  * A plan's schedule: a group's readers among phase 0's steps (in plan

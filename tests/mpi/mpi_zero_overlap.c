@@ -5,6 +5,13 @@
  * of the deep MLP (6 layers, f32, Adam) trains beside one with
  * no_comm_overlap on the same feeds, at stages 0, 1 and 2, and from the
  * overlapping session's log of its last run (hx__session_dp_log):
+ * - the units follow the backward: the steps that make one unit's
+ *   gradients never come between the first and the last of another's
+ *   (ZeRO's groups are runs of neighbouring chunks; groups of every
+ *   rank's g-th chunk, before session 14, failed this at stages 1 and 2);
+ * - on emu the backward's device work is cut into buckets of at most a
+ *   chunk, so the gradient copies leave as it goes (with the 4 MiB
+ *   default it was one piece here, every copy after it);
  * - no unit's sum starts before every step writing its gradients has run
  *   (its 'R'), and the units start in their order;
  * - on the CPU with one thread (every step on the calling thread, in
@@ -16,12 +23,12 @@
  *   units are groups reduce-scattered, at least one: a start may wait for
  *   a send buffer, 'F' in the log), where the session without overlap
  *   starts none;
- * the same three for the all-gathers in the updates' log (stages 1, 2:
+ * the last three for the all-gathers in the updates' log (stages 1, 2:
  * a group's all-gather after this rank's updates of it; at least one
  * during the updates when there are several groups); and the two
  * sessions hold the same bits in every parameter and report the same
  * gradient norms. On emu (the MLP on the device, its gradient
- * copies and kernels on streams) the first check and the bits. Once its
+ * copies and kernels on streams) the first three checks and the bits. Once its
  * host steps are done the thread sleeps until the streams pass the
  * next writer, at most once per gradient ('W' in the log; it polled
  * every 20-200 us before, hundreds of times a step). At stages 1 and 2
@@ -100,6 +107,41 @@ static order read_log(const hx_session *s, int phase, int slots)
     return o;
 }
 
+/* The backward's gradients, as the sums read them: per unit (a chunk at
+ * stage 0, a group with ZeRO) the first and last phase-0 step that makes
+ * one of its gradients (where its update reads it: the gradient's node on
+ * the CPU, its copy to the host on emu). Returns how many units' steps
+ * interleave with another unit's (the first of one between the first and
+ * last of another). */
+static int interleaved(const hx_session *s)
+{
+    const hx_plan *p = s->last_plan;
+    const hx_dp *d = s->dp[0];
+    int n, lo[256], hi[256], bad = 0;
+    int64_t units = hx__dp_units(d);
+    const hx_step *st = hx__plan_steps(p, 0, &n);
+    for (int64_t x = 0; x < units && x < 256; x++) lo[x] = n, hi[x] = -1;
+    for (int i = 0; i < hx__plan_grad_count(p); i++) {
+        void *v;
+        int home, w = -1;
+        const hx_tensor *u = hx__plan_grad(p, i, &v, &home);
+        int k = s->dp_index[u->id];
+        for (int j = 0; j < n; j++)
+            if (st[j].node == u->src[1] && st[j].dev == home) w = j;
+        int64_t x = k < 0 ? -1 : hx__dp_unit_of(d, k / 2);
+        if (x < 0 || x >= 256 || w < 0) continue;
+        if (w < lo[x]) lo[x] = w;
+        if (w > hi[x]) hi[x] = w;
+    }
+    for (int64_t x = 0; x < units && x < 256; x++)
+        for (int64_t y = 0; y < units && y < 256; y++)
+            if (x != y && hi[y] >= 0 && lo[x] > lo[y] && lo[x] < hi[y]) {
+                bad++;
+                break;
+            }
+    return bad;
+}
+
 static void overlap_case(int stage, hx_accelerator acc)
 {
     char what[64];
@@ -131,7 +173,13 @@ static void overlap_case(int stage, hx_accelerator acc)
         deep_mlp_check_same_params(a, b, &ma, what);
         int64_t units = hx__dp_units(a->dp[0]);
         int slots = !stage ? (int)units : (units < 3 ? (int)units : 3); /* dist/dp.c's */
+        int mixed = interleaved(a);
         order o = read_log(a, 0, slots), ob = read_log(b, 0, slots);
+        /* the units follow the backward: each one's gradients are made one
+         * after the other, none between another's (groups that took every
+         * rank's g-th chunk mixed the first and the last layers) */
+        CHECK(!mixed, "%s: rank %d: %d of %lld units have gradients made between those of another "
+              "unit", what, rank, mixed, (long long)units);
         CHECK(o.units == units && ob.units == units, "%s: rank %d: %d and %d of %lld units started",
               what, rank, o.units, ob.units, (long long)units);
         CHECK(!o.early, "%s: rank %d: %d sums started before their gradients were complete or out of "
@@ -143,6 +191,20 @@ static void overlap_case(int stage, hx_accelerator acc)
          * the computation it waits for) */
         CHECK(o.waits <= hx__plan_grad_count(a->last_plan), "%s: rank %d: %d waits for the streams "
               "in the backward, for %d gradients", what, rank, o.waits, hx__plan_grad_count(a->last_plan));
+        if (acc == HX_ACCELERATOR_EMU) {
+            /* the gradients leave the device as the backward makes them: its
+             * work is cut in buckets of at most a chunk (with the 4 MiB
+             * default this 1.7 KB model's phase 0 was one device unit, and
+             * every gradient copy waited for its end) */
+            int cuts = 0;
+            for (int u = 0; u < hx__plan_n_units(a->last_plan); u++) {
+                hx_unit_view v = hx__plan_unit(a->last_plan, u);
+                cuts += v.phase == 0 && v.lane == HX_UNIT_DEVICE;
+            }
+            CHECK(cuts > 1 && a->e.cfg.grad_bucket_bytes <= hx__dp_chunk_size(a->dp[0]), "%s: rank %d: "
+                  "the backward's device work in %d part(s), buckets of %zu bytes for chunks of %zu", what,
+                  rank, cuts, a->e.cfg.grad_bucket_bytes, hx__dp_chunk_size(a->dp[0]));
+        }
         if (acc == HX_ACCELERATOR_NONE) {
             /* the units whose last writer is the backward's last step can start only after it */
             const hx_plan *p = a->last_plan;
