@@ -36,6 +36,15 @@ typedef struct bench_plot {
     {f, part, where, x, series, y, PLOT_LINES, 0, what, title}
 
 static const bench_plot table[] = {
+    RATIO("bf16-host-", "", "case=bf16", "fn,rows,n", NULL, "chain_over_half,f32_over_half",
+          "time over the 16-bit kernel's", "bf16 elementwise, softmax, layernorm kernels: the "
+          "widen-f32-round chain's time and the f32 kernel's over the 16-bit kernel's, same run "
+          "(line at 1)"),
+    RATIO("bf16-host-", "-gelu", "case=gelu_saved", "dtype", NULL, "recompute_over_saved",
+          "time over the saving pair's", "GELU forward + backward: recomputing the sigmoid "
+          "over keeping the derivative, same run (line at 1)"),
+    BARS("bf16-host-", "-gpt", "bench=gpt-half", "config,dtype,rep", "tree", "tokens_per_s",
+         "tokens/s", "hetex gpt on the CPU before (base) and after (new), runs interleaved"),
     RATIO("conv-", "", "bench=conv", "case,direction", NULL, "fraction_of_sgemm",
           "GFLOP/s over sgemm's", "conv2d: GFLOP/s over sgemm's in the same run (line at 1: the sgemm ceiling)"),
     BARS("conv-", "-vs-torch", NULL, "case,direction", "bench", "gflops", "GFLOP/s",
