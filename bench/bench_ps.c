@@ -21,7 +21,11 @@
  * worker against the same rank's steps on a table of its own (the
  * ceiling, no messages), bytes a step (collective: what the rank sent;
  * server mode: the worker's pulls, rows back included, and pushes), and
- * the most steps a pull ran ahead of the applied pushes. */
+ * the most steps a pull ran ahead of the applied pushes. Server mode runs
+ * again with each worker's cache of 65536 pulled rows ("server_cache",
+ * hx_ps_config.cache_rows): rows pulled a step, rows the cache served
+ * unasked (staleness) or the servers found current, and the hit rate,
+ * kept / (kept + pulled). */
 #define _GNU_SOURCE
 #include "bench/bench_ids.h"
 #include "bench/mpi_launch.h"
@@ -32,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { ROWS = 1000000, DIM = 16, SAMPLES = 4096, FEATURES = 26, RUNS = 10, STEPS = 20 };
+enum { ROWS = 1000000, DIM = 16, SAMPLES = 4096, FEATURES = 26, RUNS = 10, STEPS = 20, CACHE_ROWS = 65536 };
 
 static double now(void)
 {
@@ -92,26 +96,36 @@ static double time_steps(hx_embedding_table *t, const hx_emb_query *q, float *ou
     return now() - t0;
 }
 
+/* ps: a worker's server-mode stats (rows pulled and what its cache kept
+ * back), NULL in collective mode. */
 static void train_line(const char *mode, int n, int rank, int staleness, int64_t samples, double secs,
-                       double alone_secs, double bytes, int64_t stale, const char *model, double load)
+                       double alone_secs, double bytes, int64_t stale, const hx_ps_stats *ps, int64_t cache_rows,
+                       const char *model, double load)
 {
+    int64_t kept = ps ? ps->cache_hits + ps->cache_current : 0, rows = ps ? ps->rows_pulled : 0;
     printf("{\"bench\": \"ps_train\", \"mode\": \"%s\", \"ranks\": %d, \"rank\": %d, \"staleness\": %d, "
            "\"ids\": \"zipf1.05\", \"samples\": %lld, \"steps\": %d, \"samples_per_s\": %.0f, "
            "\"alone_samples_per_s\": %.0f, \"ratio_to_alone\": %.3f, \"bytes_per_step\": %.0f, "
-           "\"max_staleness\": %lld, \"machine\": \"%s\", \"load\": %.2f}\n",
+           "\"max_staleness\": %lld, \"cache_rows\": %lld, \"rows_pulled_per_step\": %.0f, "
+           "\"cache_hits_per_step\": %.0f, \"cache_current_per_step\": %.0f, \"cache_hit_rate\": %.4f, "
+           "\"machine\": \"%s\", \"load\": %.2f}\n",
            mode, n, rank, staleness, (long long)samples, STEPS, samples * STEPS / secs,
-           samples * STEPS / alone_secs, alone_secs / secs, bytes, (long long)stale, model, load);
+           samples * STEPS / alone_secs, alone_secs / secs, bytes, (long long)stale, (long long)cache_rows,
+           (double)rows / (STEPS + 1), ps ? (double)ps->cache_hits / (STEPS + 1) : 0.0,
+           ps ? (double)ps->cache_current / (STEPS + 1) : 0.0, kept + rows ? (double)kept / (double)(kept + rows) : 0.0,
+           model, load);
     fflush(stdout);
 }
 
 /* Server mode at staleness k over comm (the last rank serves): each worker
  * trains its 4096/(N - 1) samples of the global batch ids. */
-static hx_status server_mode(hx_comm *comm, int k, const int64_t *ids, hx_embedding_table *alone, float *out,
-                             const float *dout, const char *model, double load)
+static hx_status server_mode(hx_comm *comm, int k, int64_t cache_rows, const int64_t *ids, hx_embedding_table *alone,
+                             float *out, const float *dout, const char *model, double load)
 {
     hx_ps_config pc = hx_ps_config_default();
     pc.comm = comm;
     pc.staleness = k;
+    pc.cache_rows = cache_rows;
     hx_ps *ps = NULL;
     hx_status st = hx_ps_create(&pc, &ps);
     hx_embedding_table *t = st ? NULL : table(NULL, ps);
@@ -128,9 +142,9 @@ static hx_status server_mode(hx_comm *comm, int k, const int64_t *ids, hx_embedd
         hx_ps_stats ps_st;
         hx_ps_stats_get(ps, &ps_st);
         if (!st)
-            train_line("server", n, hx_comm_rank(comm), k, samples, t_ps, t_alone,
-                       (double)(ps_st.pull_bytes + ps_st.push_bytes) / (STEPS + 1), ps_st.max_staleness, model,
-                       load);
+            train_line(cache_rows ? "server_cache" : "server", n, hx_comm_rank(comm), k, samples, t_ps, t_alone,
+                       (double)(ps_st.pull_bytes + ps_st.push_bytes) / (STEPS + 1), ps_st.max_staleness, &ps_st,
+                       cache_rows, model, load);
         hx_status f = hx_ps_finish(ps);
         if (!st) st = f;
     }
@@ -227,7 +241,8 @@ static int rank_main(void)
         fflush(stdout);
     }
     /* training steps on the Zipf ids (the last global batch drawn):
-     * collective mode, then server mode at staleness 0 and 4 */
+     * collective mode, then server mode at staleness 0 and 4, without and
+     * with the workers' caches */
     if (!st) {
         hx_emb_query q = hx_emb_query_rows(ids + rank * nid, nid);
         hx_emb_shard_stats a, b;
@@ -237,14 +252,16 @@ static int rank_main(void)
         double t_alone = time_steps(alone, &q, out, dout, &st);
         if (!st)
             train_line("collective", n, rank, 0, SAMPLES / n, t_coll, t_alone,
-                       (double)(b.bytes_sent - a.bytes_sent) / (STEPS + 1), 0, model, load);
+                       (double)(b.bytes_sent - a.bytes_sent) / (STEPS + 1), 0, NULL, 0, model, load);
     }
-    for (int k = 0; k <= 4 && !st && n > 1; k += 4) {
+    for (int run = 0; run < 4 && !st && n > 1; run++) {
+        int k = run % 2 ? 4 : 0;
+        int64_t cache = run >= 2 ? CACHE_ROWS : 0;
         float *o2 = malloc(sizeof *o2 * (size_t)(SAMPLES / (n - 1) * FEATURES * DIM));
         float *d2 = malloc(sizeof *d2 * (size_t)(SAMPLES / (n - 1) * FEATURES * DIM));
         st = o2 && d2 ? HX_OK : HX_ERR_OUT_OF_MEMORY;
         for (int64_t i = 0; d2 && i < (int64_t)SAMPLES / (n - 1) * FEATURES * DIM; i++) d2[i] = 1e-3f;
-        if (!st) st = server_mode(comm, k, ids, alone, o2, d2, model, load);
+        if (!st) st = server_mode(comm, k, cache, ids, alone, o2, d2, model, load);
         free(o2);
         free(d2);
     }

@@ -11,7 +11,8 @@
 
 hx_ps_config hx_ps_config_default(void)
 {
-    hx_ps_config c = {.comm = NULL, .servers = 1, .staleness = 0, .timeout_s = 60.0, .rank_bytes = 0};
+    hx_ps_config c = {.comm = NULL, .servers = 1, .staleness = 0, .timeout_s = 60.0, .rank_bytes = 0,
+                      .cache_rows = 0};
     return c;
 }
 
@@ -28,6 +29,9 @@ hx_status hx_ps_create(const hx_ps_config *cfg, hx_ps **out)
     if (cfg->staleness < 0)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: staleness %d: give the steps a worker may run "
                          "ahead of the applied pushes, >= 0 (0: synchronous)", fn, cfg->staleness);
+    if (cfg->cache_rows < 0)
+        return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: cache_rows %lld: give the rows a worker keeps of each "
+                         "table, >= 0 (0: no cache)", fn, (long long)cfg->cache_rows);
     if (!isfinite(cfg->timeout_s) || cfg->timeout_s <= 0)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: timeout_s %g: give the seconds after which a "
                          "silent peer is dead, > 0 (default 60)", fn, cfg->timeout_s);
@@ -42,6 +46,7 @@ hx_status hx_ps_create(const hx_ps_config *cfg, hx_ps **out)
     ps->staleness = cfg->staleness;
     ps->timeout_s = cfg->timeout_s;
     ps->rank_bytes = ps->held.cap = cfg->rank_bytes;
+    ps->cache_rows = cfg->cache_rows;
     pthread_mutex_init(&ps->lock, NULL);
     hx_status st = hx__mailbox_create(cfg->comm, &ps->mb);
     if (!st) st = hx__comm_split(cfg->comm, ps->server, &ps->role);

@@ -7,7 +7,9 @@
  * its server, one push to every server each step (empty ones too: a
  * server applies a step when every worker's push of it has come); a save
  * asks the servers to save the table once they have applied every push
- * this worker made. The worker holds no rows beyond one call's. */
+ * this worker made. The worker holds no rows beyond one call's, unless
+ * hx_ps_config.cache_rows gives it a cache of pulled rows (ps_cache.c,
+ * pull_cached below). */
 #include "embedding/ps_impl.h"
 
 #include <stdlib.h>
@@ -77,7 +79,7 @@ static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, const hx_emb_q
         if (st) return hx_emb_fail(err, st, "server mode: %s", hx_last_error());
         bytes += n;
     }
-    int64_t stale = 0;
+    int64_t stale = 0, rows = 0;
     for (int j = 0; j < ps->S && !st; j++) {
         if (!r->scount[j] && !group) continue;
         hx_msg m;
@@ -95,18 +97,125 @@ static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, const hx_emb_q
                              (long long)r->scount[j], (long long)width);
         else
             memcpy(got + r->sdispl[j] * width, rp + 1, (size_t)(rp->n * width) * sizeof(float));
+        if (!st && k == HX_EMB_SHARD_ROWS) rows += rp->n;
         if (!st && c->pushes - rp->applied > stale) stale = c->pushes - rp->applied;
         free(m.data);
     }
     pthread_mutex_lock(&ps->lock);
     ps->stats.pulls++;
     ps->stats.pull_bytes += bytes;
+    ps->stats.rows_pulled += rows;
     if (stale > ps->stats.max_staleness) ps->stats.max_staleness = stale;
     pthread_mutex_unlock(&ps->lock);
     return st;
 }
 
 static int64_t need_of(const hx_emb_ps *c) { return c->pushes - c->ps->staleness; }
+
+/* pull's rows through the worker's cache (a fixed table's rows, c->cache,
+ * keyed by local id * servers + server: each row once):
+ * a kept row at least `need` steps fresh is used as it is; every other id
+ * goes to its server with the version of the row kept (-1: none), and the
+ * server returns only the rows that changed since (ps_serve.c's
+ * answer_versions): the rest are the kept ones, so got holds the rows a
+ * plain pull would give. */
+static hx_status pull_cached(hx_emb_ps *c, const hx_emb_route *r, int64_t need, float *got, hx_emb_err *err)
+{
+    hx_ps *ps = c->ps;
+    int64_t dim = c->base.dim, hits = 0, current = 0, rows = 0, stale = 0;
+    int64_t *ask = malloc((size_t)(2 * r->U + 1) * sizeof *ask), *at = malloc((size_t)(r->U + 1) * sizeof *at);
+    if (!ask || !at) {
+        free(ask);
+        free(at);
+        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode: out of memory");
+    }
+    int64_t seq = ++c->seq;
+    ps_req h = {.kind = PS_PULL, .table = c->index, .hash = (int64_t)c->hash, .seq = seq, .step = c->pushes,
+                .need = need, .k = HX_EMB_SHARD_ROWS, .tpull = -1, .vers = 1};
+    uint64_t bytes = 0;
+    hx_status st = HX_OK;
+    int64_t *asked = calloc((size_t)ps->S, sizeof *asked); /* ids asked of each server */
+    if (!asked) st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode: out of memory");
+    for (int j = 0; j < ps->S && !st; j++) {
+        int64_t na = 0;
+        int64_t *ids = ask, *vers = ask + r->scount[j];
+        for (int64_t u = r->sdispl[j]; u < r->sdispl[j] + r->scount[j]; u++) {
+            int64_t ver = -1;
+            const float *row = hx__ps_cache_get(c->cache, r->send[u] * ps->S + j, &ver);
+            if (row) memcpy(got + u * dim, row, (size_t)dim * sizeof *got);
+            if (row && ver >= need) { /* fresh enough: not asked */
+                hits++;
+                if (c->pushes - ver > stale) stale = c->pushes - ver;
+                continue;
+            }
+            ids[na] = r->send[u];
+            vers[na] = row ? ver : -1;
+            at[r->sdispl[j] + na++] = u;
+        }
+        if (!na) continue;
+        memmove(ask + na, vers, (size_t)na * sizeof *ask);
+        h.n = na;
+        size_t n = sizeof h + 2 * (size_t)na * sizeof(int64_t);
+        char *buf = malloc(n);
+        if (!buf) {
+            st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode: out of memory");
+            break;
+        }
+        memcpy(buf, &h, sizeof h);
+        memcpy(buf + sizeof h, ask, 2 * (size_t)na * sizeof(int64_t));
+        st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, n);
+        free(buf);
+        if (st) st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
+        bytes += n;
+        asked[j] = na;
+    }
+    for (int j = 0; j < ps->S && !st; j++) {
+        if (!asked[j]) continue;
+        hx_msg m;
+        if ((st = wait_reply(c, j, seq, &m, err))) break;
+        const ps_reply *rp = m.data;
+        int64_t na = asked[j], pad = (na + 7) / 8 * 8;
+        const unsigned char *flag = (const unsigned char *)(rp + 1);
+        int64_t sent = 0;
+        for (int64_t i = 0; !rp->status && rp->n == na && m.n >= sizeof *rp + (size_t)pad && i < na; i++)
+            sent += flag[i] != 0;
+        bytes += m.n;
+        if (rp->status)
+            st = hx_emb_fail(err, (hx_status)rp->status, "server rank %d: %.*s", ps->W + j,
+                             (int)(m.n - sizeof *rp < (size_t)rp->msglen ? m.n - sizeof *rp : (size_t)rp->msglen),
+                             (const char *)(rp + 1));
+        else if (rp->n != na || rp->width != dim || rp->rows != sent ||
+                 m.n != sizeof *rp + (size_t)pad + (size_t)(sent * dim) * sizeof(float))
+            st = hx_emb_fail(err, HX_ERR_COMM, "server mode: server rank %d answered %lld rows of %lld ids for %lld",
+                             ps->W + j, (long long)rp->rows, (long long)rp->n, (long long)na);
+        const float *row = (const float *)(flag + pad);
+        for (int64_t i = 0; i < na && !st; i++) {
+            float *dst = got + at[r->sdispl[j] + i] * dim;
+            if (flag[i]) {
+                memcpy(dst, row, (size_t)dim * sizeof *dst);
+                row += dim;
+                rows++;
+            } else {
+                current++;
+            }
+            hx__ps_cache_put(c->cache, r->send[at[r->sdispl[j] + i]] * ps->S + j, rp->applied, dst);
+        }
+        if (!st && c->pushes - rp->applied > stale) stale = c->pushes - rp->applied;
+        free(m.data);
+    }
+    free(asked);
+    free(ask);
+    free(at);
+    pthread_mutex_lock(&ps->lock);
+    ps->stats.pulls++;
+    ps->stats.pull_bytes += bytes;
+    ps->stats.rows_pulled += rows;
+    ps->stats.cache_hits += hits;
+    ps->stats.cache_current += current;
+    if (stale > ps->stats.max_staleness) ps->stats.max_staleness = stale;
+    pthread_mutex_unlock(&ps->lock);
+    return st;
+}
 
 static hx_status ps_lookup(hx_emb_table *t, const hx_emb_query *q, float *out, int64_t *argmax, hx_emb_err *err)
 {
@@ -136,7 +245,8 @@ static hx_status ps_lookup(hx_emb_table *t, const hx_emb_query *q, float *out, i
         for (int64_t i = 0; i < q->n && !st; i++)
             if (r.inv[i] >= 0) cnt[r.inv[i]]++;
     }
-    if (!st) st = pull(c, &r, HX_EMB_SHARD_ROWS, q, cnt, need_of(c), dim, rows, err);
+    if (!st) st = c->cache ? pull_cached(c, &r, need_of(c), rows, err)
+                           : pull(c, &r, HX_EMB_SHARD_ROWS, q, cnt, need_of(c), dim, rows, err);
     pthread_mutex_unlock(&c->lock);
     if (!st) st = hx__shard_pool(&c->route, q, &r, rows, out, argmax, err);
     free(rows);
@@ -265,6 +375,7 @@ static void ps_free(hx_emb_table *t)
 {
     hx_emb_ps *c = (hx_emb_ps *)t;
     hx__ps_forget(c->ps, t);
+    hx__ps_cache_free(c->cache);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -293,6 +404,11 @@ hx_emb_table *hx__ps_client_create(hx_ps *ps, const hx_emb_shard_config *sc, con
     c->ps = ps;
     c->index = index;
     c->hash = hash;
+    if (ps->cache_rows > 0 && !sc->dynamic &&
+        !(c->cache = hx__ps_cache_create(ps->cache_rows < sc->tc.rows ? ps->cache_rows : sc->tc.rows, sc->tc.dim))) {
+        free(c);
+        return NULL;
+    }
     snprintf(c->name, sizeof c->name, "%s", name);
     pthread_mutex_init(&c->lock, NULL);
     return &c->base;

@@ -38,10 +38,15 @@ typedef struct ps_req {
                          before it (the servers answer the workers' k-th ones together);
                          else -1 */
     int64_t counts;   /* 1: n occurrence counts follow the ids (a frequency filter) */
+    int64_t vers;     /* 1: n versions follow the ids (a worker's cache: the servers'
+                         applied steps when it got each row, -1 none) */
 } ps_req;
 
+/* A versioned pull's reply: n flags (1: the row follows; 0: the worker's
+ * copy is current), padded to 8 bytes, then `rows` rows. */
 typedef struct ps_reply {
     int64_t status, seq, applied, n, width, msglen;
+    int64_t rows;     /* rows that follow (n, unless the pull was versioned) */
 } ps_reply;
 
 /* A push waiting for its step's other pushes (the message holds it). */
@@ -70,6 +75,8 @@ typedef struct ps_entry {
     ps_pull *pulls;       /* and saves */
     ps_pull **thead, **ttail; /* per worker: a DYNAMIC table's training pulls, in order */
     hx_emb_workspace *ws;
+    int64_t *ver;         /* server, a fixed table: per local row, the steps applied when
+                             it last changed (0: never) */
 } ps_entry;
 
 struct hx_ps {
@@ -81,6 +88,7 @@ struct hx_ps {
     double timeout_s;
     hx_emb_budget held;   /* a server's tables' bytes, capped at rank_bytes */
     size_t rank_bytes;
+    int64_t cache_rows;   /* a worker's cache of each fixed table (hx_ps_config) */
     pthread_mutex_t lock; /* the registry and the stats */
     ps_entry **tables;
     int n_tables, cap;
@@ -97,6 +105,7 @@ struct hx_emb_ps {
     char name[64];
     int64_t pushes, seq;
     int64_t tpulls;       /* DYNAMIC: training pulls sent */
+    struct ps_cache *cache; /* pulled rows kept (hx_ps_config.cache_rows), or NULL */
     pthread_mutex_t lock; /* one request at a time */
     _Atomic int64_t oob_count;
 };
@@ -105,6 +114,17 @@ struct hx_emb_ps {
  * servers; NULL when out of memory. */
 hx_emb_table *hx__ps_client_create(hx_ps *ps, const hx_emb_shard_config *sc, const char *name,
                                    uint64_t hash, int index);
+/* A worker's cache of pulled rows (embedding/ps_cache.c): up to `rows`
+ * rows of dim floats, 2-way set associative, the less used of a set
+ * replaced (counts halved as they are passed over). */
+typedef struct ps_cache ps_cache;
+ps_cache *hx__ps_cache_create(int64_t rows, int64_t dim);
+void hx__ps_cache_free(ps_cache *c);
+/* id's row and the version it was got at (NULL: not cached). */
+const float *hx__ps_cache_get(ps_cache *c, int64_t id, int64_t *ver);
+/* id's row at version ver, kept (another id's may go). */
+void hx__ps_cache_put(ps_cache *c, int64_t id, int64_t ver, const float *row);
+
 /* The registry: entry i of ps (NULL past the end). */
 ps_entry *hx__ps_entry(hx_ps *ps, int64_t i);
 

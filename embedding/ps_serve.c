@@ -33,7 +33,7 @@ static hx_status reply(server *sv, int dst, const ps_req *h, hx_status status, c
     size_t ml = status ? strlen(msg) : 0, nb = sizeof(ps_reply) + ml + (status ? 0 : (size_t)(n * width) * sizeof(float));
     char *buf = malloc(nb);
     if (!buf) return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory for a reply");
-    ps_reply r = {status, h->seq, applied, status ? 0 : n, width, (int64_t)ml};
+    ps_reply r = {status, h->seq, applied, status ? 0 : n, width, (int64_t)ml, status ? 0 : n};
     memcpy(buf, &r, sizeof r);
     if (status) memcpy(buf + sizeof r, msg, ml);
     else if (n) memcpy(buf + sizeof r, rows, (size_t)(n * width) * sizeof(float));
@@ -47,9 +47,58 @@ static hx_status reply(server *sv, int dst, const ps_req *h, hx_status status, c
     return st;
 }
 
+/* A versioned pull of a fixed table's rows (a worker's cache sent the
+ * version of each copy it holds): n flags, then the rows of the ids whose
+ * row changed since (or that it does not hold). */
+static hx_status answer_versions(server *sv, ps_entry *e, const hx_msg *m)
+{
+    const ps_req *h = m->data;
+    const int64_t *ids = (const int64_t *)(h + 1), *vers = ids + h->n;
+    int64_t dim = e->shard->base.dim, pad = (h->n + 7) / 8 * 8, k = 0;
+    hx_emb_err err;
+    hx_status st = HX_OK;
+    for (int64_t i = 0; i < h->n && !st; i++)
+        if (ids[i] < 0 || !e->ver || ids[i] >= e->shard->part->rows)
+            st = hx_emb_fail(&err, HX_ERR_INDEX, "table '%s': local row %lld outside server %d's rows", e->name,
+                             (long long)ids[i], sv->ps->index);
+    size_t nb = sizeof(ps_reply) + (size_t)pad + (size_t)(h->n * dim) * sizeof(float);
+    char *buf = st ? NULL : malloc(nb);
+    int64_t *changed = st ? NULL : malloc((size_t)(h->n + 1) * sizeof *changed);
+    if (!st && (!buf || !changed)) st = hx_emb_fail(&err, HX_ERR_OUT_OF_MEMORY, "out of host memory");
+    if (!st) {
+        unsigned char *flag = (unsigned char *)buf + sizeof(ps_reply);
+        memset(flag, 0, (size_t)pad);
+        for (int64_t i = 0; i < h->n; i++)
+            if (vers[i] < 0 || e->ver[ids[i]] > vers[i]) {
+                flag[i] = 1;
+                changed[k++] = ids[i];
+            }
+        hx_emb_query q = hx_emb_query_rows(changed, k);
+        if (k) st = hx_emb_table_lookup(e->shard->part, &q, (float *)(flag + pad), NULL, &err);
+    }
+    free(changed);
+    if (st) {
+        free(buf);
+        return reply(sv, m->src, h, st, err.msg, e->applied, NULL, 0, 0);
+    }
+    ps_reply r = {HX_OK, h->seq, e->applied, h->n, dim, 0, k};
+    memcpy(buf, &r, sizeof r);
+    nb = sizeof r + (size_t)pad + (size_t)(k * dim) * sizeof(float);
+    st = hx__msg_send(sv->ps->mb, m->src, PS_TAG_REPLY + (int)h->table, buf, nb);
+    free(buf);
+    pthread_mutex_lock(&sv->ps->lock);
+    sv->ps->stats.pulls++;
+    sv->ps->stats.rows_pulled += k;
+    if (h->step - e->applied > sv->ps->stats.max_staleness) sv->ps->stats.max_staleness = h->step - e->applied;
+    if (!st) sv->ps->stats.pull_bytes += nb;
+    pthread_mutex_unlock(&sv->ps->lock);
+    return st;
+}
+
 /* The rows or state a pull asks for, answered. */
 static hx_status answer(server *sv, ps_entry *e, const hx_msg *m)
 {
+    if (((const ps_req *)m->data)->vers) return answer_versions(sv, e, m);
     hx_ps *ps = sv->ps;
     const ps_req *h = m->data;
     const int64_t *ids = (const int64_t *)(h + 1);
@@ -89,6 +138,7 @@ static hx_status answer(server *sv, ps_entry *e, const hx_msg *m)
     }
     pthread_mutex_lock(&ps->lock);
     ps->stats.pulls++;
+    if (!st && !state) ps->stats.rows_pulled += h->n;
     if (h->step - e->applied > ps->stats.max_staleness) ps->stats.max_staleness = h->step - e->applied;
     pthread_mutex_unlock(&ps->lock);
     hx_status x = reply(sv, m->src, h, st, err.msg, e->applied, out, h->n, width);
@@ -245,6 +295,7 @@ static hx_status apply_steps(server *sv, ps_entry *e)
             hx_emb_grad_input gi = {rows, NULL, dim, HX_EMB_DEDUP_AUTO};
             st = hx_emb_table_backward_update(s->part, &q, &gi, optstep, e->ws, &err);
         }
+        for (int64_t i = 0; i < n && !st && e->ver; i++) e->ver[ids[i]] = e->applied + 1; /* changed by this step */
         free(ids);
         free(rows);
         if (st) return hx__emb_error(st, &err, "hx_ps_serve: table '%s', step %lld", e->name, (long long)e->applied);
@@ -308,7 +359,7 @@ static hx_status take(server *sv, hx_msg *m)
     ps_entry *e = hx__ps_entry(ps, h->table);
     char why[300] = "";
     size_t want = sizeof *h +
-                  (h->n >= 0 ? (size_t)h->n * (h->kind == PS_SAVE ? 1 : sizeof(int64_t) * (h->counts ? 2 : 1)) : 0) +
+                  (h->n >= 0 ? (size_t)h->n * (h->kind == PS_SAVE ? 1 : sizeof(int64_t) * (1 + !!h->counts + !!h->vers)) : 0) +
                   (h->kind == PS_PUSH && e && e->shard && h->n >= 0 ? (size_t)(h->n * e->shard->base.dim) * sizeof(float) : 0);
     if (!e || !e->shard)
         snprintf(why, sizeof why, "table %lld: this server has no such table (create every table on every rank, "
@@ -319,6 +370,7 @@ static hx_status take(server *sv, hx_msg *m)
     else if ((h->kind != PS_PULL && h->kind != PS_PUSH && h->kind != PS_SAVE) || h->n < 0 || m->n != want ||
              (h->kind == PS_SAVE && (!h->n || memchr(h + 1, 0, (size_t)h->n))) ||
              (h->counts && (h->kind != PS_PULL || h->tpull < 0)) ||
+             (h->vers && (h->kind != PS_PULL || h->k != HX_EMB_SHARD_ROWS || e->shard->dynamic || h->counts)) ||
              (h->kind == PS_PULL && h->tpull >= 0 && (!e->shard->dynamic || !h->train)))
         snprintf(why, sizeof why, "table '%s': a malformed request of %zu bytes from worker rank %d", e->name, m->n, w);
     else if (h->kind == PS_PUSH && h->optim != e->shard->optim.kind)
@@ -445,6 +497,8 @@ static void drain(server *sv, hx_status st)
         e->thead = e->ttail = NULL;
         hx_emb_workspace_free(e->ws);
         e->ws = NULL;
+        free(e->ver);
+        e->ver = NULL;
     }
 }
 
@@ -467,7 +521,10 @@ hx_status hx_ps_serve(hx_ps *ps)
         e->thead = calloc((size_t)ps->W * 2, sizeof *e->thead);
         e->ttail = e->thead ? e->thead + ps->W : NULL;
         e->ws = hx_emb_workspace_create();
-        if (!e->head || !e->thead || !e->ws) st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory");
+        hx_emb_table *part = e->shard ? e->shard->part : NULL;
+        if (part && !e->shard->dynamic) e->ver = calloc((size_t)part->rows + 1, sizeof *e->ver);
+        if (!e->head || !e->thead || !e->ws || (part && !e->shard->dynamic && !e->ver))
+            st = hx__error(HX_ERR_OUT_OF_MEMORY, "hx_ps_serve: out of host memory");
     }
     for (long idle = 0; !st && !all_done(&sv);) {
         hx_msg m;

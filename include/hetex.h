@@ -1397,6 +1397,15 @@ typedef struct hx_ps_config {
                              creates, and every rank's hx_embedding_table_create
                              fails with HX_ERR_OUT_OF_MEMORY naming that server, the
                              table, the bytes and the cap; 0: none */
+    int64_t cache_rows;   /* a worker keeps up to this many rows it pulled of each
+                             ROWS or MODULO table (host memory, in sets of two, the
+                             less used replaced), each with the servers' applied
+                             steps when it came: a pull sends each kept row's
+                             version and a server returns only the rows a step
+                             changed since (so results are bitwise those without
+                             it); with staleness k a kept row that is no more than
+                             k steps behind is used without asking (as a pull
+                             could answer it). Not for DYNAMIC tables. 0: none */
 } hx_ps_config;
 /* Every field at the default noted above (comm NULL: must be set).
  *   Fails:      never.
@@ -1408,7 +1417,7 @@ HX_API hx_ps_config hx_ps_config_default(void);
  * servers' and the workers' communicators are split from it).
  *   Fails:      HX_ERR_INVALID_ARGUMENT (cfg, comm or out NULL; servers
  *               outside [1, ranks - 1]; staleness < 0; timeout_s not
- *               finite or <= 0); HX_ERR_UNSUPPORTED (a build without MPI);
+ *               finite or <= 0; cache_rows < 0); HX_ERR_UNSUPPORTED (a build without MPI);
  *               HX_ERR_COMM; HX_ERR_OUT_OF_MEMORY.
  *   On failure: *out is NULL (unless out is NULL).
  *   Ownership:  the object is the caller's (hx_ps_free); comm is not kept.
@@ -1468,6 +1477,12 @@ typedef struct hx_ps_stats {
     int64_t rows_held;            /* server: rows of its tables; worker: 0 */
     size_t bytes_held;            /* server: their rows and state; worker: 0 */
     double wait_s;                /* worker: time waiting for servers' replies */
+    int64_t rows_pulled;          /* rows that came back from (worker) or went to
+                                     (server) pulls of rows */
+    int64_t cache_hits;           /* worker (cache_rows): rows used from its cache
+                                     without asking (staleness) */
+    int64_t cache_current;        /* worker: rows asked with their version that the
+                                     servers found current (no row moved) */
 } hx_ps_stats;
 /* This rank's counts since hx_ps_create.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (ps or out NULL).

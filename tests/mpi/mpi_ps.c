@@ -40,6 +40,9 @@
  *
  * dynamic_cap: DYNAMIC shards under a cap on the servers (dyn_cap.h).
  *
+ * cache: a worker's cache of pulled rows changes no bit of synchronous
+ * training and moves fewer rows; with staleness it serves rows unasked.
+ *
  * refusals: the roles' arguments; comm and ps together. */
 #include "dist/dist.h"
 #include "hetex_checks.h"
@@ -577,6 +580,110 @@ static void test_dynamic_cap(void)
     hx_ps_free(ps);
 }
 
+enum { CR = 300, CDIM = 8, CN = 24, CSTEPS = 10 };
+
+/* Worker w's ids at step s: a few hot ids most of the time, a tail that
+ * moves with the step, all below row 280; s < 0: rows 280.. (never
+ * trained: evaluated only). */
+static void cache_ids(int w, int s, int64_t *id)
+{
+    for (int i = 0; i < CN; i++)
+        id[i] = s < 0 ? 280 + (i + w) % 20 : i % 3 ? (i * 7 + w) % 12 : (s * 37 + i * 11 + w * 5) % 280;
+}
+
+/* CSTEPS training steps of a ROWS table (Adagrad) on ps (cache_rows and
+ * staleness as given), the loss the sum of the squared rows times x (so
+ * that each step's update depends on the rows pulled); then an
+ * evaluation of rows never trained, one more training step and the same
+ * evaluation again. A worker returns the CSTEPS + 3 losses, the rows at
+ * the end (read past the cache) and its stats. */
+static void cache_run(int64_t cache_rows, int staleness, float *loss, float *rows, hx_ps_stats *st)
+{
+    hx_ps_config pc = hx_ps_config_default();
+    pc.comm = world;
+    pc.servers = size >= 4 ? 2 : 1;
+    pc.staleness = staleness;
+    pc.cache_rows = cache_rows;
+    hx_ps *ps = NULL;
+    OK(hx_ps_create(&pc, &ps));
+    if (!ps) return;
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "cached";
+    ec.rows = CR;
+    ec.dim = CDIM;
+    ec.init = hx_init_uniform(-0.5, 0.5);
+    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
+    ec.optimizer.lr = 0.1;
+    ec.n_threads = 1;
+    ec.sharding = HX_EMBEDDING_SHARD_ROWS;
+    ec.ps = ps;
+    hx_embedding_table *t = NULL;
+    OK(hx_embedding_table_create(&ec, &t));
+    if (hx_ps_is_server(ps)) {
+        OK(hx_ps_serve(ps));
+    } else if (t) {
+        hx_graph *g = hx_graph_create();
+        int64_t n = CN, xs[2] = {CN, CDIM};
+        hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
+        hx_tensor *x = hx_graph_input(g, "x", HX_DTYPE_F32, 2, xs);
+        hx_tensor *e = hx_embedding_lookup(g, t, ids);
+        hx_tensor *l = hx_reduce_sum(g, hx_mul(g, hx_mul(g, e, e), x), 0, NULL, false);
+        OK(hx_graph_backward(g, l));
+        hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+        OK(hx_graph_apply_optimizer(g, NULL, &sgd));
+        hx_session_config cfg = config(hx_ps_workers(ps));
+        hx_session *s = test_session_with(g, &cfg, "a cached server-mode table");
+        float xv[CN * CDIM];
+        for (int i = 0; i < CN * CDIM; i++) xv[i] = 0.125f * (float)(i % 7) - 0.25f;
+        for (int k = 0; k < CSTEPS + 3 && s; k++) {
+            bool eval = k == CSTEPS || k == CSTEPS + 2;
+            int64_t id[CN];
+            cache_ids(hx_ps_index(ps), eval ? -1 : k < CSTEPS ? k : CSTEPS, id);
+            hx_feed f[2] = {{NULL, ids, id, sizeof id}, {NULL, x, xv, sizeof xv}};
+            hx_fetch fl = {NULL, l, &loss[k], sizeof(float)};
+            OK(hx_session_run(s, f, 2, &fl, 1, eval ? 0 : HX_RUN_TRAIN));
+        }
+        int64_t all[CR];
+        for (int i = 0; i < CR; i++) all[i] = i;
+        OK(hx_embedding_table_read_rows(t, all, CR, rows));
+        OK(hx_ps_stats_get(ps, st));
+        hx_session_free(s);
+        hx_graph_free(g);
+    }
+    OK(hx_embedding_table_free(t));
+    if (!hx_ps_is_server(ps)) OK(hx_ps_finish(ps));
+    hx_ps_free(ps);
+}
+
+/* A worker's cache of pulled rows (hx_ps_config.cache_rows): synchronous,
+ * every loss and every row at the end are bitwise those without the
+ * cache; a training step's rows all changed (each worker pushes every row
+ * it pulled), but the evaluated rows, never trained, are found current by
+ * the servers the second time (a step was pushed between, so they are
+ * asked with their versions) and fewer rows come back by just those; with
+ * staleness 2 cached rows are used without asking, never more than 2
+ * steps behind, and training runs. */
+static void test_cache(void)
+{
+    static float loss[3][CSTEPS + 3], rows[3][CR * CDIM];
+    hx_ps_stats st[3];
+    memset(st, 0, sizeof st);
+    cache_run(0, 0, loss[0], rows[0], &st[0]);
+    cache_run(64, 0, loss[1], rows[1], &st[1]);
+    cache_run(64, 2, loss[2], rows[2], &st[2]);
+    int servers = size >= 4 ? 2 : 1;
+    if (rank >= size - servers) return;
+    CHECK(!memcmp(loss[0], loss[1], sizeof loss[0]) && !memcmp(rows[0], rows[1], sizeof rows[0]),
+          "worker %d: with the cache the losses and rows are bitwise those without it", rank);
+    CHECK(st[0].cache_current == 0 && st[0].cache_hits == 0 && st[1].cache_current > 0 &&
+              st[1].rows_pulled + st[1].cache_current + st[1].cache_hits == st[0].rows_pulled,
+          "worker %d: rows pulled %lld without the cache; with it %lld, %lld found current, %lld unasked", rank,
+          (long long)st[0].rows_pulled, (long long)st[1].rows_pulled, (long long)st[1].cache_current,
+          (long long)st[1].cache_hits);
+    CHECK(st[2].cache_hits > 0 && st[2].max_staleness <= 2, "worker %d at staleness 2: %lld rows from the cache "
+          "unasked, at most %lld steps behind", rank, (long long)st[2].cache_hits, (long long)st[2].max_staleness);
+}
+
 static void test_refusals(void)
 {
     hx_ps_config pc = hx_ps_config_default();
@@ -631,6 +738,7 @@ int main(int argc, char **argv)
         {"dynamic", test_dynamic},
         {"cap", test_cap},
         {"dynamic_cap", test_dynamic_cap},
+        {"cache", test_cache},
         {"refusals", test_refusals},
     };
     test_options o = {.setup = setup, .teardown = teardown};
