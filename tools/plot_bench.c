@@ -153,6 +153,15 @@ static const bench_plot table[] = {
     LINES("zero-cpu-2026-11-26-s13", "-hidden", "rank=0", "ranks", "stage,offload_param,rep", "hidden_share",
           "1 - comm wait with overlap / without", "ZeRO: share of the communication hidden, rank 0, "
           "by stage and run (median wait a step)"),
+    BARS("zero-cpu-2026-12-07-s14", "-hidden", "stage=2", "ranks,rank,rep", "variant", "hidden_share",
+         "1 - comm wait with overlap / without", "ZeRO stage 2: communication hidden, per rank and "
+         "run, before and after (groups in backward order)"),
+    BARS("zero-cpu-2026-12-07-s14", "-bytes", "rep=1", "stage,offload_param,ranks,rank", "variant",
+         "bytes_ratio", "bytes a step over the minimum", "ZeRO: bytes each rank sends a step over the "
+         "minimum of its stage, before and after (groups in backward order)"),
+    BARS("zero-cpu-2026-12-07-s14", "-memory", "rep=1", "stage,offload_param,ranks,rank", "variant",
+         "memory_ratio", "model states over the formula", "ZeRO: each rank's model-state bytes over "
+         "the ZeRO formula of its stage, before and after (groups in backward order)"),
 };
 enum { N_ROWS = (int)(sizeof table / sizeof table[0]) };
 
