@@ -12,7 +12,8 @@
 # digits: synchronous server mode sums every gradient in collective
 # mode's order), their test AUC equal; 2 workers and one server over the
 # cap end at the table's creation within 30 s (before the servers' verdict
-# they waited out two 60 s timeouts), every rank naming the server; a cap
+# they waited out two 60 s timeouts; mpirun stops the others once one
+# rank exits, so one rank's message is all it shows), naming the server; a cap
 # on one process, --criteo with --criteo-generate, and a --criteo folder
 # without its files are refused with a reason.
 set -eu
@@ -36,8 +37,8 @@ rc=0 t0=$(date +%s)
 took=$(($(date +%s) - t0))
 [ "$rc" -ne 0 ] || fail "one server over the cap was not refused"
 [ "$took" -le 30 ] || fail "one server over the cap: the job took $took s to end (want <= 30)"
-[ "$(grep -c "hx_embedding_table_create 'deep'.*server rank 2 would hold 6656000 bytes.*over the per-rank cap of 6000000" \
-  "$t/serv1.out")" = 3 ] || fail "not every rank names server rank 2, its 6656000 bytes and the cap"
+grep -q "hx_embedding_table_create 'deep'.*server rank 2 would hold 6656000 bytes.*over the per-rank cap of 6000000" \
+  "$t/serv1.out" || fail "the refusal does not name server rank 2, its 6656000 bytes and the cap"
 grep -q "^hetex widedeep: 13 numeric and 26 categorical columns, each hashed into 1000 rows: deep table 26000 x 32, wide table 26000 x 1" \
   "$t/coll.out" || fail "no line of the tables' shapes"
 grep -q "^hetex widedeep: rank 0's shards: 5824000 bytes (deep 3328000, wide 2496000: rows and optimizer state), under the cap of 6000000" \
