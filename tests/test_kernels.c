@@ -1099,6 +1099,15 @@ static void test_gemm_fused(test_rng *r)
             }
     check_gemm_fused(r, 0, 0, 3, 40, 96, 64, HX_UNARY_GELU, 0, HX_K_F32); /* no bias */
     check_gemm_fused(r, 0, 1, 1, 129, 257, 0, HX_UNARY_GELU_ERF, 1, HX_K_F32); /* K 0 */
+    /* tiles cut evenly (1040 rows as 3 x 352, 770 columns as 4 x 208, the
+     * last of each shorter), taken by the threads in any order; K 33 and
+     * N 65 are where OpenBLAS's small-matrix kernels give other bits for
+     * another cut of the same matrix, so a cut that followed the thread
+     * count would show here */
+    check_gemm_fused(r, 0, 1, 1, 1040, 770, 24, -1, 1, HX_K_F32);
+    check_gemm_fused(r, 0, 0, 1, 300, 530, 33, -1, 1, HX_K_F32);
+    check_gemm_fused(r, 0, 0, 1, 1040, 530, 33, -1, 1, HX_K_F32);
+    check_gemm_fused(r, 0, 1, 5, 160, 65, 33, -1, 0, HX_K_F32);
     /* a 16-bit chain: each stage rounded (one tile and several) */
     for (int a = 0; a < 4; a++)
         for (int h = 0; h < 2; h++) {

@@ -4,13 +4,26 @@
  * lane's share of the session's threads, and the bits must equal an
  * all-CPU run's. OpenBLAS's own threading splits a matrix differently at
  * each thread count and gives other bits (1 vs 2 threads for 100x300x200,
- * 1 vs 3 for 384x512x448 on OpenBLAS 0.3.21), so every matrix is cut into
- * tiles whose bounds depend on the shape only, each tile is one
- * single-threaded OpenBLAS call, and the threads share the tiles.
+ * 1 vs 3 for 384x512x448 on OpenBLAS 0.3.21), and so does a different cut
+ * of the same matrix into calls where its small-matrix kernels apply (K 33,
+ * N 65), so every matrix is cut into tiles whose bounds depend on the shape
+ * only (gemm_tiling), each tile is one single-threaded OpenBLAS call, and
+ * the threads share the tiles.
+ *
+ * Each call packs its tile's rows of op(A) and columns of op(B) again, so
+ * the tiles are as large as parallel work allows: at most GEMM_TILE_MAX
+ * square, cut evenly (a 768-column matrix as 2 x 384, not 512 + 256), and
+ * halved until a GEMM has GEMM_TILES_MIN tiles, but never below the 128 x
+ * 256 floats of the earlier fixed tiles. On the GPT example's shapes, one
+ * thread, 128 x 256 tiles ran at 0.77-0.91 of one untiled sgemm call, 256 x
+ * 256 and larger at 0.91-1.0 (session 14, Xeon with AVX-512, OpenBLAS
+ * 0.3.21). The threads take tiles from a shared
+ * counter, in order, so a thread that is slowed (another process on its
+ * core) holds up at most its last tile, not a fixed share of the matrix.
  *
  * The fused form (hx_k_gemm_bias_act_f32) adds a bias row and applies an
  * activation to each tile right after its GEMM, on the same thread, while
- * the tile (at most 128 x 256 floats) is still in cache: the same GEMM
+ * the tile (at most 512 x 512 floats) is still in cache: the same GEMM
  * calls, then per element the same addition as hx_k_bias_add_f32 and the
  * same function as hx_k_unary_f32, so its bits equal that chain's. For a
  * chain stored in f16 or bf16 it rounds each row through that dtype after
@@ -19,11 +32,11 @@
  *
  * A GEMM stored in f16 or bf16 (hx_k_gemm_half) widens B and the bias once
  * (exactly) into f32 scratch, but A one row panel at a time into a
- * per-thread panel (GEMM_TILE_M rows, widened once for all the column tiles
- * a thread runs of it), computes each tile into a per-thread f32 tile and
- * rounds it into C after the epilogue while it is in cache: no f32 copy of
- * A or of C is written to memory and read back. Each tile is the same
- * single-threaded sgemm call on the same values (only the leading
+ * per-thread panel (a tile's rows, widened once for all the column tiles
+ * a thread runs of it in a row), computes each tile into a per-thread f32
+ * tile and rounds it into C after the epilogue while it is in cache: no f32
+ * copy of A or of C is written to memory and read back. Each tile is the
+ * same single-threaded sgemm call on the same values (only the leading
  * dimensions of A and C differ), so the bits equal widening everything,
  * running hx_k_gemm_bias_act_f32 and rounding C (test_kernels gemm_half).
  * Chosen by measurement (bench_gemm_half, bench/results/hostk-cpu-*-s13):
@@ -37,8 +50,9 @@
 
 #include "hx_kinternal.h"
 
-#define GEMM_TILE_M 128
-#define GEMM_TILE_N 256
+#define GEMM_TILE_MAX 512             /* a tile's rows and columns at most */
+#define GEMM_TILE_AREA_MIN (128 * 256) /* no tile is halved below this for more tiles */
+#define GEMM_TILES_MIN 8               /* tiles a GEMM is cut into where its size allows */
 #define GEMM_PARALLEL_MIN_MNK (64 * 64 * 64) /* less work than this stays on one thread */
 
 // C (M, N) = alpha * op(A) (M, K) op(B) (K, N) + beta * C, one matrix
@@ -64,7 +78,7 @@ typedef struct gemm_args {
     const float *A, *B; /* for hx_k_gemm_half: A in dt, B widened (ldb, sb) */
     float *C;           /* for hx_k_gemm_half: in dt */
     int64_t lda, ldb, ldc, sa, sb, sc;
-    int64_t tiles_m, tiles_n;
+    int64_t tiles_m, tiles_n, tile_m, tile_n; /* gemm_tiling */
     const float *bias; /* NULL: none (f32, widened for hx_k_gemm_half) */
     int act;           /* an hx_unary_op, or -1: none */
     hx_kdtype round;   /* the epilogue rounds through it after each stage (F32: not) */
@@ -82,9 +96,9 @@ typedef struct tile {
 static tile tile_at(const gemm_args *g, int64_t t)
 {
     int64_t per = g->tiles_m * g->tiles_n, r = t % per;
-    tile x = {t / per, r / g->tiles_n * GEMM_TILE_M, r % g->tiles_n * GEMM_TILE_N, 0, 0};
-    x.m = g->M - x.i0 < GEMM_TILE_M ? g->M - x.i0 : GEMM_TILE_M;
-    x.n = g->N - x.j0 < GEMM_TILE_N ? g->N - x.j0 : GEMM_TILE_N;
+    tile x = {t / per, r / g->tiles_n * g->tile_m, r % g->tiles_n * g->tile_n, 0, 0};
+    x.m = g->M - x.i0 < g->tile_m ? g->M - x.i0 : g->tile_m;
+    x.n = g->N - x.j0 < g->tile_n ? g->N - x.j0 : g->tile_n;
     return x;
 }
 
@@ -122,8 +136,8 @@ static void gemm_tile_half(const gemm_args *g, int64_t t, float *w, int64_t *pan
 {
     tile x = tile_at(g, t);
     hx_kdtype dt = g->round;
-    int64_t K = g->K, key = x.b * g->tiles_m + x.i0 / GEMM_TILE_M;
-    float *ap = w, *ct = w + GEMM_TILE_M * K;
+    int64_t K = g->K, key = x.b * g->tiles_m + x.i0 / g->tile_m;
+    float *ap = w, *ct = w + g->tile_m * K;
     if (*panel != key) { /* op(A)'s rows i0 .. i0 + m: m rows of K, or K rows of m */
         const uint16_t *A = (const uint16_t *)(const void *)g->A + x.b * g->sa;
         for (int64_t r = 0; r < (g->ta ? K : x.m); r++)
@@ -139,14 +153,42 @@ static void gemm_tile_half(const gemm_args *g, int64_t t, float *w, int64_t *pan
     for (int64_t i = 0; i < x.m; i++) hx_k_cast(C + i * g->ldc, dt, ct + i * x.n, HX_K_F32, x.n, 1);
 }
 
-/* Tiles [lo, hi) on the calling thread, whose scratch (half) is w. */
-static void gemm_tiles(const gemm_args *g, int64_t lo, int64_t hi, float *w)
+/* Tiles taken in turn from *next (shared by the threads; NULL: all of
+ * them, on the calling thread), whose scratch (half) is w. */
+static void gemm_tiles(const gemm_args *g, int64_t tiles, int64_t *next, float *w)
 {
-    int64_t panel = -1;
-    for (int64_t t = lo; t < hi; t++) {
+    int64_t panel = -1, serial = 0;
+    for (;;) {
+        int64_t t = next ? __atomic_fetch_add(next, 1, __ATOMIC_RELAXED) : serial++;
+        if (t >= tiles) return;
         if (g->half) gemm_tile_half(g, t, w, &panel);
         else gemm_tile(g, t);
     }
+}
+
+/* The size of `count` even tiles along a dimension of n, rounded up to 16
+ * (a vector of AVX-512 floats). */
+static int64_t tile_size(int64_t n, int64_t count)
+{
+    int64_t size = (n + count - 1) / count;
+    return (size + 15) / 16 * 16;
+}
+
+/* g's tiles from its shape alone (see the top of the file): at most
+ * GEMM_TILE_MAX square, the larger side halved while the batch has fewer
+ * than GEMM_TILES_MIN tiles and the halves keep GEMM_TILE_AREA_MIN. */
+static void gemm_tiling(gemm_args *g, int64_t batch)
+{
+    int64_t cm = (g->M + GEMM_TILE_MAX - 1) / GEMM_TILE_MAX;
+    int64_t cn = (g->N + GEMM_TILE_MAX - 1) / GEMM_TILE_MAX;
+    g->tile_m = tile_size(g->M, cm);
+    g->tile_n = tile_size(g->N, cn);
+    while (batch * cm * cn < GEMM_TILES_MIN && g->tile_m * g->tile_n / 2 >= GEMM_TILE_AREA_MIN) {
+        if (g->tile_m >= g->tile_n) g->tile_m = tile_size(g->M, cm *= 2);
+        else g->tile_n = tile_size(g->N, cn *= 2);
+    }
+    g->tiles_m = (g->M + g->tile_m - 1) / g->tile_m;
+    g->tiles_n = (g->N + g->tile_n - 1) / g->tile_n;
 }
 
 /* Whether the tiles go to nthreads threads: more than one tile and enough work. */
@@ -158,25 +200,21 @@ static bool gemm_go_parallel(const gemm_args *g, int64_t batch, int nthreads)
 
 static void gemm_run(gemm_args *g, int64_t batch, int nthreads)
 {
-    int64_t tiles = batch * g->tiles_m * g->tiles_n;
+    int64_t tiles = batch * g->tiles_m * g->tiles_n, next = 0;
     /* OpenBLAS (OpenMP build) takes its thread count from the calling
      * thread's nthreads ICV when it is not in an active parallel region (a
      * region may get a team of one: OMP_THREAD_LIMIT, nesting), so every
-     * thread that calls it sets that to 1 first. Each thread runs one
-     * contiguous range of tiles (a static schedule), so a thread's tiles
-     * of one row panel are consecutive. */
+     * thread that calls it sets that to 1 first. */
     if (gemm_go_parallel(g, batch, nthreads)) {
 #pragma omp parallel num_threads(nthreads)
         {
             omp_set_num_threads(1);
-            int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();
-            gemm_tiles(g, tiles * id / nt, tiles * (id + 1) / nt,
-                       g->work ? g->work + id * g->work_per : NULL);
+            gemm_tiles(g, tiles, &next, g->work ? g->work + omp_get_thread_num() * g->work_per : NULL);
         }
         return;
     }
     omp_set_num_threads(1);
-    gemm_tiles(g, 0, tiles, g->work);
+    gemm_tiles(g, tiles, NULL, g->work);
 }
 
 void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
@@ -185,9 +223,10 @@ void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
                    int64_t ldc, int64_t stride_c, int nthreads)
 {
     if (batch <= 0 || M <= 0 || N <= 0) return;
-    gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc,
-                   stride_a, stride_b, stride_c, (M + GEMM_TILE_M - 1) / GEMM_TILE_M,
-                   (N + GEMM_TILE_N - 1) / GEMM_TILE_N, NULL, -1, HX_K_F32, false, NULL, 0};
+    gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = alpha,
+                   .beta = beta, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc,
+                   .sa = stride_a, .sb = stride_b, .sc = stride_c, .act = -1, .round = HX_K_F32};
+    gemm_tiling(&g, batch);
     gemm_run(&g, batch, nthreads);
 }
 
@@ -198,9 +237,11 @@ void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, 
                             int nthreads)
 {
     if (batch <= 0 || M <= 0 || N <= 0) return;
-    gemm_args g = {trans_a, trans_b, M, N, K, 1.0f, 0.0f, A, B, C, lda, ldb, ldc,
-                   stride_a, stride_b, stride_c, (M + GEMM_TILE_M - 1) / GEMM_TILE_M,
-                   (N + GEMM_TILE_N - 1) / GEMM_TILE_N, bias, act, round, false, NULL, 0};
+    gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = 1.0f,
+                   .beta = 0.0f, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc,
+                   .sa = stride_a, .sb = stride_b, .sc = stride_c, .bias = bias, .act = act,
+                   .round = round};
+    gemm_tiling(&g, batch);
     gemm_run(&g, batch, nthreads);
 }
 
@@ -210,14 +251,15 @@ int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
                    int64_t ldc, int64_t stride_c, int nthreads)
 {
     if (batch <= 0 || M <= 0 || N <= 0) return 0;
-    gemm_args g = {trans_a, trans_b, M, N, K, 1.0f, 0.0f, A, NULL, C, lda, 0, ldc,
-                   stride_a, 0, stride_c, (M + GEMM_TILE_M - 1) / GEMM_TILE_M,
-                   (N + GEMM_TILE_N - 1) / GEMM_TILE_N, NULL, act, dt, true, NULL, 0};
+    gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = 1.0f,
+                   .beta = 0.0f, .A = A, .C = C, .lda = lda, .ldc = ldc, .sa = stride_a,
+                   .sc = stride_c, .act = act, .round = dt, .half = true};
+    gemm_tiling(&g, batch);
     /* scratch: B (each distinct matrix, compact), the bias, then per thread
-     * an A panel (at most GEMM_TILE_M x K) and a C tile */
+     * an A panel (a tile's rows of op(A): tile_m x K) and a C tile */
     int64_t rows_b = trans_b ? N : K, cols_b = trans_b ? K : N, nb = stride_b ? batch : 1;
     int nt = gemm_go_parallel(&g, batch, nthreads) ? nthreads : 1;
-    g.work_per = GEMM_TILE_M * K + GEMM_TILE_M * GEMM_TILE_N;
+    g.work_per = g.tile_m * K + g.tile_m * g.tile_n;
     int64_t shared = nb * rows_b * cols_b + (bias ? N : 0);
     float *w = malloc((size_t)(shared + nt * g.work_per) * sizeof(float));
     if (!w) return -1;
