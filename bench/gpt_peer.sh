@@ -14,13 +14,15 @@
 # f32 is the peer that matters.
 #
 #   ./build.sh bench gpt-peer      (HETEX=path, STEPS=60, REPS=2, THREADS=2,
-#                                   TORCH_BF16_STEPS=6)
+#                                   TORCH_BF16_STEPS=6, DTYPES="f32 bf16",
+#                                   CONFIGS="default 4x256")
 # Skipped, with a message, where python3 has no torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 hetex=${HETEX:-build/hetex}
 py=${PYTHON:-/usr/bin/python3}
-steps=${STEPS:-60} reps=${REPS:-2} threads=${THREADS:-2}
+steps=${STEPS:-60} reps=${REPS:-2} threads=${THREADS:-2} dtypes=${DTYPES:-f32 bf16}
+only=${CONFIGS:-default 4x256}
 if ! "$py" -c 'import torch' 2>/dev/null; then
   echo "bench gpt-peer: skipped: $py has no torch (Debian: apt-get install python3-torch)" >&2
   exit 0
@@ -33,10 +35,12 @@ configs=("default|--layers 2 --heads 4 --width 128 --context 64 --batch 32"
 export OMP_NUM_THREADS=$threads
 for cfg in "${configs[@]}"; do
   name=${cfg%%|*} flags=${cfg#*|}
+  [[ " $only " == *" $name "* ]] || continue
   read -r L C T B < <(echo "$flags" | awk '{print $2, $6, $8, $10}')
-  for dt in f32 bf16; do
+  torch_f32=0 # bf16 lines compare with it where DTYPES ran f32 first
+  for dt in $dtypes; do
+    case $dt in f32 | bf16) ;; *) echo "bench gpt-peer: DTYPES: '$dt' is not f32 or bf16" >&2; exit 2 ;; esac
     best_h=0 best_t=0 params=0
-    [ "$dt" = f32 ] && torch_f32=0
     common="--steps $steps --eval-every $steps --eval-iters 2 --dtype $dt"
     for ((r = 1; r <= reps; r++)); do
       l0=$(load)
@@ -76,7 +80,8 @@ EOF
       printf "{\"bench\":\"gpt-peer\",\"case\":\"best\",\"config\":\"%s\",\"dtype\":\"%s\",\"cpu\":\"%s\",\"threads\":%d,", n, dt, cpu, th
       printf "\"hetex_tokens_per_s\":%d,\"torch_tokens_per_s\":%d,\"ratio\":%.3f,\"params\":%d,\"flops_per_token\":%.4g,", h, t, h / t, p, fpt
       printf "\"sgemm_gflops\":%s,\"hetex_flops_over_sgemm\":%.3f,\"torch_flops_over_sgemm\":%.3f,\"load\":%s", g, h * fpt / 1e9 / g, t * fpt / 1e9 / g, ld
-      printf ",\"torch_f32_tokens_per_s\":%d,\"ratio_vs_torch_f32\":%.3f}\n", tf, h / tf
+      if (tf > 0) printf ",\"torch_f32_tokens_per_s\":%d,\"ratio_vs_torch_f32\":%.3f", tf, h / tf
+      printf "}\n"
     }'
   done
 done

@@ -78,6 +78,12 @@ static const bench_plot table[] = {
          "parameters over no offload's (#2: a second run)"),
     RATIO("gpt-", "", NULL, "case", NULL, "ratio", "GFLOP/s over sgemm's",
           "GPT training step: GFLOP/s over the sgemm ceiling measured in the same run"),
+    BARS("gpt-peer-ab-", "", "case=run", "config,rep", "build", "hetex_tokens_per_s", "tokens/s",
+         "hetex gpt f32 on the CPU before (base) and after (new), each run beside a PyTorch "
+         "run (./build.sh bench gpt-peer)"),
+    RATIO("gpt-peer-ab-", "-ratio", "case=run", "config,rep", "build", "ratio",
+          "hetex tokens/s over torch's", "hetex gpt f32 before (base) and after (new): tokens/s "
+          "over the PyTorch run beside it (line at 1: torch)"),
     BARS("gpt-peer-runs-", "", "case=run", "config,dtype,rep", NULL,
          "hetex_tokens_per_s,torch_tokens_per_s", "tokens/s",
          "GPT on the CPU: hetex against PyTorch, runs interleaved (./build.sh bench gpt-peer)"),
