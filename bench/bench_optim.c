@@ -6,7 +6,10 @@
  * For each size and for 1 and 2 threads:
  *   ceilings  adam-shape: read 4 f32 arrays, write 3 of them in place, one
  *             add each (28 bytes/param, the shape of fp32 Adam); the same
- *             for the other kernels' shapes; STREAM copy and triad;
+ *             for the other kernels' shapes (mixed precision: plain,
+ *             prefetching, and prefetching with the half copy written by
+ *             non-temporal stores, as the kernels write it); STREAM copy
+ *             and triad;
  *             rows-shape: the adam-shape loop on the rows LazyAdam touches;
  *   kernels   adam, adamw, mp-bf16 and mp-f16 (the fused mixed-precision
  *             Adam step: half gradient in, unscale, clip, non-finite scan,
@@ -31,6 +34,9 @@
 #include <sys/mman.h>
 #ifdef __SSE__
 #include <xmmintrin.h>
+#endif
+#ifdef __SSE2__
+#include <emmintrin.h>
 #endif
 
 #include "kernels/cpu/hx_kinternal.h"
@@ -207,6 +213,77 @@ CEIL_FN static void shape_mp(float *restrict p, float *restrict m, float *restri
     }
 }
 
+/* 64 elements of shape_mp, the half copy into hb. */
+static inline __attribute__((always_inline)) void shape_mp_block(float *restrict p,
+                                                                 float *restrict m,
+                                                                 float *restrict v,
+                                                                 const uint16_t *restrict g,
+                                                                 uint16_t *restrict hb, float z)
+{
+    for (int k = 0; k < 64; k++) {
+        uint32_t u = (uint32_t)g[k] << 16;
+        float x;
+        memcpy(&x, &u, 4);
+        x *= z;
+        p[k] += x;
+        m[k] += x;
+        v[k] += x;
+        uint32_t b;
+        memcpy(&b, &p[k], 4);
+        hb[k] = (uint16_t)(b >> 16);
+    }
+}
+
+/* Prefetches the lines of block i + HX_OPTIM_PF_DIST of shape_mp's arrays. */
+static inline __attribute__((always_inline)) void shape_mp_prefetch(float *p, float *m, float *v,
+                                                                    const uint16_t *g,
+                                                                    int64_t i, int64_t n)
+{
+    if (i + HX_OPTIM_PF_DIST + 64 > n) return;
+    for (int k = 0; k < 64; k += 16) {
+        __builtin_prefetch(p + i + HX_OPTIM_PF_DIST + k, 1, 3);
+        __builtin_prefetch(m + i + HX_OPTIM_PF_DIST + k, 1, 3);
+        __builtin_prefetch(v + i + HX_OPTIM_PF_DIST + k, 1, 3);
+    }
+    __builtin_prefetch(g + i + HX_OPTIM_PF_DIST, 0, 3);
+    __builtin_prefetch(g + i + HX_OPTIM_PF_DIST + 32, 0, 3);
+}
+
+/* shape_mp with the kernels' software prefetch. */
+CEIL_FN static void shape_mp_pf(float *restrict p, float *restrict m, float *restrict v,
+                                const uint16_t *restrict g, uint16_t *restrict h, float z,
+                                int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        shape_mp_prefetch(p, m, v, g, i, n);
+        shape_mp_block(p + i, m + i, v + i, g + i, h + i, z);
+    }
+    if (i < n) shape_mp(p + i, m + i, v + i, g + i, h + i, z, n - i);
+}
+
+/* shape_mp_pf with the half copy written by non-temporal stores, as the
+ * mixed-precision kernels write it when it is aligned and long: h is only
+ * written, so none of its lines need be read in first. Slices start at
+ * multiples of 64 elements: aligned. */
+CEIL_FN static void shape_mp_nt(float *restrict p, float *restrict m, float *restrict v,
+                                const uint16_t *restrict g, uint16_t *restrict h, float z,
+                                int64_t n)
+{
+    int64_t i = 0;
+#ifdef __SSE2__
+    for (; i + 64 <= n; i += 64) {
+        uint16_t hb[64] __attribute__((aligned(16)));
+        shape_mp_prefetch(p, m, v, g, i, n);
+        shape_mp_block(p + i, m + i, v + i, g + i, hb, z);
+        for (int k = 0; k < 64; k += 8)
+            _mm_stream_si128((__m128i *)(h + i + k), _mm_load_si128((const __m128i *)(hb + k)));
+    }
+    _mm_sfence();
+#endif
+    if (i < n) shape_mp(p + i, m + i, v + i, g + i, h + i, z, n - i);
+}
+
 CEIL_FN static void stream_copy(float *restrict c, const float *restrict a, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) c[i] = a[i];
@@ -268,13 +345,14 @@ typedef struct data {
 
 enum {
     C_SHAPE_ADAM, C_SHAPE_ADAM_PF, C_SHAPE_ADAM_NT, C_SHAPE_3R2W, C_SHAPE_3R2W_PF, C_SHAPE_3R2W_NT,
-    C_SHAPE_MP, C_COPY, C_TRIAD, C_ROWS_SHAPE,
+    C_SHAPE_MP, C_SHAPE_MP_PF, C_SHAPE_MP_NT, C_COPY, C_TRIAD, C_ROWS_SHAPE,
     C_ADAM, C_ADAMW, C_MP_BF16, C_MP_F16, C_SGD, C_ADAGRAD, C_FTRL, C_LAZY, NCASES
 };
 
 static const char *CASE_NAME[NCASES] = {
     "ceiling-adam-shape", "ceiling-adam-shape-pf", "ceiling-adam-shape-nt", "ceiling-3r2w-shape",
-    "ceiling-3r2w-shape-pf", "ceiling-3r2w-shape-nt", "ceiling-mp-shape", "stream-copy",
+    "ceiling-3r2w-shape-pf", "ceiling-3r2w-shape-nt", "ceiling-mp-shape",
+    "ceiling-mp-shape-pf", "ceiling-mp-shape-nt", "stream-copy",
     "stream-triad", "ceiling-rows-shape", "adam", "adamw", "mp-bf16", "mp-f16", "sgd",
     "adagrad", "ftrl", "lazy-adam"};
 
@@ -285,7 +363,7 @@ static double case_bytes(int c)
     case C_SHAPE_ADAM: case C_SHAPE_ADAM_PF: case C_SHAPE_ADAM_NT: case C_ADAM: case C_ADAMW:
     case C_FTRL: return 28;
     case C_SHAPE_3R2W: case C_SHAPE_3R2W_PF: case C_SHAPE_3R2W_NT: case C_SGD: case C_ADAGRAD: return 20;
-    case C_SHAPE_MP: return 28;
+    case C_SHAPE_MP: case C_SHAPE_MP_PF: case C_SHAPE_MP_NT: return 28;
     case C_MP_BF16: case C_MP_F16: return 30; /* + the scan's read of the 2-byte gradient */
     case C_COPY: return 8;
     case C_TRIAD: return 12;
@@ -302,7 +380,9 @@ static int case_shapes(int c, int *out)
     case C_SGD: case C_ADAGRAD:
         out[0] = C_SHAPE_3R2W, out[1] = C_SHAPE_3R2W_PF, out[2] = C_SHAPE_3R2W_NT;
         return 3;
-    case C_MP_BF16: case C_MP_F16: out[0] = C_SHAPE_MP; return 1;
+    case C_MP_BF16: case C_MP_F16:
+        out[0] = C_SHAPE_MP, out[1] = C_SHAPE_MP_PF, out[2] = C_SHAPE_MP_NT;
+        return 3;
     case C_LAZY: out[0] = C_ROWS_SHAPE; return 1; /* prefetching as the kernel does */
     default:
         out[0] = C_SHAPE_ADAM, out[1] = C_SHAPE_ADAM_PF, out[2] = C_SHAPE_ADAM_NT;
@@ -322,6 +402,8 @@ static void ceiling_part(data *d, int c, int64_t lo, int64_t hi, int part, int n
     case C_SHAPE_3R2W_PF: shape_3r2w_pf(d->p + lo, d->m + lo, d->g + lo, z, k); break;
     case C_SHAPE_3R2W_NT: shape_3r2w_nt(d->p + lo, d->m + lo, d->g + lo, z, k); break;
     case C_SHAPE_MP: shape_mp(d->p + lo, d->m + lo, d->v + lo, d->g16 + lo, d->h16 + lo, z, k); break;
+    case C_SHAPE_MP_PF: shape_mp_pf(d->p + lo, d->m + lo, d->v + lo, d->g16 + lo, d->h16 + lo, z, k); break;
+    case C_SHAPE_MP_NT: shape_mp_nt(d->p + lo, d->m + lo, d->v + lo, d->g16 + lo, d->h16 + lo, z, k); break;
     case C_COPY: stream_copy(d->scratch + lo, d->p + lo, k); break;
     case C_TRIAD: stream_triad(d->scratch + lo, d->p + lo, d->g + lo, 0.5f, k); break;
     default: rows_shape(d->p, d->m, d->v, d->g, d->ids, d->nids, z, part, nparts); break;
