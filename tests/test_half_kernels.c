@@ -7,7 +7,12 @@
  * 512-element blocks, odd ones, and past the size where kernels go parallel.
  * The outputs are compared as bytes, NaN payloads included. GELU keeping
  * its derivative for the backward (hx_k_gelu_save, hx_k_gelu_backward_saved)
- * gives gelu's and gelu_backward's 16-bit bits. */
+ * gives gelu's and gelu_backward's 16-bit bits. The f32 -> bf16 rounding
+ * (which on a CPU with AVX512-BF16 converts with vcvtne2ps2bf16 and rounds
+ * denormal blocks with integer ops) gives the scalar rounding's bits for
+ * every upper half of an f32 with lower halves around the rounding point,
+ * denormals in every lane of a 32-float block among normal values; its
+ * widening gives u << 16, NaNs quiet, for every pattern. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,12 +255,90 @@ static void rows(void)
     }
 }
 
+/* f32 bits u rounded to bf16: nearest, ties to even; a NaN keeps its upper
+ * half, made quiet. */
+static uint16_t bf16_ref(uint32_t u)
+{
+    if ((u & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)((u >> 16) | 0x40);
+    uint32_t hi = u >> 16, lo = u & 0xFFFF;
+    return (uint16_t)(hi + (lo > 0x8000 || (lo == 0x8000 && (hi & 1))));
+}
+
+/* Every upper half with each of these lower halves, in runs of 4099 floats
+ * (blocks of 32 and 16, and tails), denormals scattered among normal values. */
+static void bf16_rounding(void)
+{
+    static const uint16_t LOW[] = {0x0000, 0x0001, 0x3FFF, 0x7FFF, 0x8000,
+                                   0x8001, 0xBFFF, 0xFFFE, 0xFFFF};
+    enum { N_LOW = sizeof LOW / sizeof LOW[0], RUN = 4099 };
+    const int64_t n = (int64_t)N_LOW << 16;
+    uint32_t *u = malloc((size_t)n * 4);
+    uint16_t *got = half_out(n), *want = half_out(n);
+    int64_t k = 0;
+    for (int l = 0; l < N_LOW; l++)
+        for (uint32_t hi = 0; hi < 0x10000; hi++) u[k++] = hi << 16 | LOW[l];
+    /* shuffle so that denormal and NaN lanes sit inside blocks of normal ones */
+    test_rng r = test_rng_make(307);
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(test_rng_u64(&r) % (uint64_t)(i + 1));
+        uint32_t t = u[i];
+        u[i] = u[j], u[j] = t;
+    }
+    for (int64_t i = 0; i < n; i++) want[i] = bf16_ref(u[i]);
+    float *f = malloc((size_t)n * 4);
+    memcpy(f, u, (size_t)n * 4);
+    for (int64_t i = 0; i < n; i += RUN)
+        hx_k_cast(got + i, HX_K_BF16, f + i, HX_K_F32, n - i < RUN ? n - i : RUN, 1);
+    same(got, want, n, "f32 -> bf16 cast", "bf16", n, 1);
+    /* one denormal in each lane of a block of 32 normal values */
+    for (int lane = 0; lane < 32; lane++) {
+        uint32_t blk[32];
+        uint16_t g[32], w[32];
+        for (int j = 0; j < 32; j++) blk[j] = 0x3F800000u + (uint32_t)j * 0x9001u;
+        blk[lane] = 0x80000000u | (0x00400000u + (uint32_t)lane * 0x1357u);
+        for (int j = 0; j < 32; j++) w[j] = bf16_ref(blk[j]);
+        memcpy(f, blk, sizeof blk);
+        hx_k_cast(g, HX_K_BF16, f, HX_K_F32, 32, 1);
+        same(g, w, 32, "f32 -> bf16, a denormal at lane n of 32:", "bf16", lane, 1);
+    }
+    free(u), free(f), free(got), free(want);
+}
+
+/* Every bf16 pattern, shuffled (NaNs inside blocks of 32 others), widened by
+ * hx_k_cast: u << 16, NaN made quiet. */
+static void bf16_widening(void)
+{
+    enum { N = 0x10000, RUN = 1031 };
+    uint16_t *h = half_out(N);
+    for (int i = 0; i < N; i++) h[i] = (uint16_t)i;
+    test_rng r = test_rng_make(401);
+    for (int i = N - 1; i > 0; i--) {
+        int j = (int)(test_rng_u64(&r) % (uint64_t)(i + 1));
+        uint16_t t = h[i];
+        h[i] = h[j], h[j] = t;
+    }
+    float *f = f32_out(N);
+    for (int i = 0; i < N; i += RUN) hx_k_cast(f + i, HX_K_F32, h + i, HX_K_BF16, N - i < RUN ? N - i : RUN, 1);
+    int i = 0;
+    uint32_t got = 0, want = 0;
+    for (; i < N; i++) {
+        want = (uint32_t)h[i] << 16;
+        if ((want & 0x7FFFFFFF) > 0x7F800000) want |= 0x400000;
+        memcpy(&got, f + i, 4);
+        if (got != want) break;
+    }
+    CHECK(i == N, "bf16 -> f32: 0x%04x gives 0x%08x, want 0x%08x", i < N ? h[i] : 0, got, want);
+    free(h), free(f);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case cases[] = {
         {"unary", unary},
         {"binary", binary},
         {"rows", rows},
+        {"bf16_rounding", bf16_rounding},
+        {"bf16_widening", bf16_widening},
     };
     return test_main(argc, argv, "test_half_kernels", cases, TEST_COUNT(cases));
 }

@@ -4,8 +4,11 @@
  * (payload truncated, quiet bit set), keep denormals, and overflow to inf.
  * The F16C / AVX-512 paths give the same bits as the scalar ones for every
  * input (checked over all 2^32 floats on a CPU with AVX-512). The AVX-512
- * BF16 instruction (vcvtneps2bf16) is not used: it flushes denormal inputs
- * to zero, so the bf16 vector paths round with integer ops instead.
+ * BF16 instruction (vcvtne2ps2bf16) flushes denormal inputs to zero, so
+ * where the CPU has it, each 32 floats with a denormal among them are
+ * rounded with the integer ops of the other vector paths instead; the
+ * instruction's NaN (payload truncated, quiet bit set) and rounding are
+ * those of the scalar path.
  * Widening f16 / bf16 to f32 is exact; a NaN comes out quiet.
  * Every vector path clears the upper register halves (vzeroupper) before
  * its scalar tail: GCC 12 leaves them dirty when the tail is a tail call,
@@ -171,18 +174,35 @@ __attribute__((target("avx2"))) static void f32_from_bf16_avx2(float *y, const v
     f32_from_bf16(y + i, x + i, n - i);
 }
 
+/* 32 at a time: a NaN among them (|h| > 0x7F80, tested on the 16-bit values:
+ * one compare for 32 lanes) sends the 32 through the 16-lane loop that makes
+ * NaN lanes quiet; else each 16 is u << 16 alone (the zero extension is a
+ * shuffle, on the same port as the 32-bit NaN compare it saves). */
 __attribute__((target("avx512f,avx512bw"))) static void f32_from_bf16_avx512(float *y, const void *xv,
                                                                              int64_t n)
 {
     const uint16_t *x = xv;
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
-    const __m512i quiet = _mm512_set1_epi32(0x400000);
+    const __m512i quiet = _mm512_set1_epi32(0x400000), inf16 = _mm512_set1_epi16(0x7F80);
+    const __m512i abs16 = _mm512_set1_epi16(0x7FFF);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
+    while (i + 16 <= n) {
+        if (i + 32 <= n) {
+            __m512i h = _mm512_and_si512(_mm512_loadu_si512((const void *)(x + i)), abs16);
+            if (!_mm512_cmpgt_epi16_mask(h, inf16)) {
+                __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + i)));
+                __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + i + 16)));
+                _mm512_storeu_ps(y + i, _mm512_castsi512_ps(_mm512_slli_epi32(lo, 16)));
+                _mm512_storeu_ps(y + i + 16, _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)));
+                i += 32;
+                continue;
+            }
+        }
         __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + i))), 16);
         __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
         u = _mm512_mask_or_epi32(u, is_nan, u, quiet);
         _mm512_storeu_ps(y + i, _mm512_castsi512_ps(u));
+        i += 16;
     }
     _mm256_zeroupper();
     f32_from_bf16(y + i, x + i, n - i);
@@ -287,6 +307,23 @@ __attribute__((target("avx512f"))) static void bf16_from_f32_avx512(void *yv, co
     bf16_from_f32(y + i, x + i, n - i);
 }
 
+/* 32 floats per vcvtne2ps2bf16; a block with a denormal (fpclass 0x20) takes
+ * the integer rounding. */
+__attribute__((target("avx512f,avx512dq,avx512bf16"))) static void
+bf16_from_f32_avx512bf16(void *yv, const float *x, int64_t n)
+{
+    uint16_t *y = yv;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 lo = _mm512_loadu_ps(x + i), hi = _mm512_loadu_ps(x + i + 16);
+        if (_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20))
+            bf16_from_f32_avx512(y + i, x + i, 32);
+        else
+            _mm512_storeu_si512((void *)(y + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+    bf16_from_f32_avx512(y + i, x + i, n - i);
+}
+
 static void i32_from_f32(void *yv, const float *x, int64_t n)
 {
     int32_t *y = yv;
@@ -350,6 +387,10 @@ static to_f32_fn pick_to_f32(hx_kdtype xdt, hx_isa isa)
     return f32_from_f32;
 }
 
+/* AVX512-BF16, asked only on the AVX-512 path (which __builtin_cpu_init
+ * has readied: hx_k_isa ran it). */
+static int has_avx512bf16(void) { return __builtin_cpu_supports("avx512bf16"); }
+
 static from_f32_fn pick_from_f32(hx_kdtype ydt, hx_isa isa)
 {
     switch (ydt) {
@@ -359,7 +400,8 @@ static from_f32_fn pick_from_f32(hx_kdtype ydt, hx_isa isa)
                : isa == HX_ISA_AVX2 ? f16_from_f32_avx2
                                     : f16_from_f32;
     case HX_K_BF16:
-        return isa == HX_ISA_AVX512 ? bf16_from_f32_avx512
+        return isa == HX_ISA_AVX512 ? (has_avx512bf16() ? bf16_from_f32_avx512bf16
+                                                        : bf16_from_f32_avx512)
                : isa == HX_ISA_AVX2 ? bf16_from_f32_avx2
                                     : bf16_from_f32;
     case HX_K_I32: return i32_from_f32;
@@ -431,4 +473,14 @@ void hx__round_through(float *x, hx_kdtype dt, int64_t n)
         cast_slice(half, dt, x + i, HX_K_F32, m, isa);
         cast_slice(x + i, HX_K_F32, half, dt, m, isa);
     }
+}
+
+void hx__widen(float *f, const void *h, hx_kdtype dt, int64_t n)
+{
+    if (n > 0) pick_to_f32(dt, hx_k_isa())(f, h, n);
+}
+
+void hx__narrow(void *h, hx_kdtype dt, const float *f, int64_t n)
+{
+    if (n > 0) pick_from_f32(dt, hx_k_isa())(h, f, n);
 }

@@ -144,16 +144,13 @@ static inline char *hx__at_mut(void *p, hx_kdtype dt, int64_t i)
     return (char *)p + i * (int64_t)hx_k_dtype_size(dt);
 }
 
-/* f (n) = h (n, dt) widened exactly, on the calling thread. */
-static inline void hx__widen(float *f, const void *h, hx_kdtype dt, int64_t n)
-{
-    hx_k_cast(f, HX_K_F32, h, dt, n, 1);
-}
+/* f (n) = h (n, dt) widened exactly, on the calling thread (hx_k_cast's
+ * conversion, called without its dispatch: the blocks are small). dt is a
+ * float type. */
+void hx__widen(float *f, const void *h, hx_kdtype dt, int64_t n);
 
-/* h (n, dt) = f (n) rounded with hx_k_cast's rounding, on the calling thread. */
-static inline void hx__narrow(void *h, hx_kdtype dt, const float *f, int64_t n)
-{
-    hx_k_cast(h, dt, f, HX_K_F32, n, 1);
-}
+/* h (n, dt) = f (n) rounded with hx_k_cast's rounding, on the calling thread,
+ * likewise without its dispatch. dt is a float type. */
+void hx__narrow(void *h, hx_kdtype dt, const float *f, int64_t n);
 
 #endif
