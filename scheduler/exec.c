@@ -7,11 +7,16 @@
  * resolved preds allow (preds are ordered by the first step that needs
  * them; before that step goes a stream_wait on the pred's event when the
  * pred is on another stream), by whichever thread resolved the pred;
- * submission never blocks. A host unit is queued for the host lanes (the
- * calling thread and the session's worker threads) once every pred is
- * resolved; it waits (event_sync) for a pred on a stream right before the
- * first step that needs it, so its earlier steps overlap that pred, and
- * takes its cores from the budget around its kernels. All scheduling state
+ * submission never blocks. A phase starts with every stream unit's steps
+ * that wait for no pred, in unit order, and only then resolves those
+ * units (resolving each at once submitted its successors, a later chunk's
+ * copies, before the next units, an earlier chunk's; ZeRO stage 3 gathers
+ * what a copy reads as it is submitted: session/zero3.c). A host unit is
+ * queued for the host lanes (the calling thread and the session's worker
+ * threads) once every pred is resolved; it waits (event_sync) for a pred
+ * on a stream right before the first step that needs it, so its earlier
+ * steps overlap that pred, and takes its cores from the budget around its
+ * kernels. All scheduling state
  * is under one mutex; kernels run without it.
  *
  * The first error of any lane (its status and message, copied from the
@@ -339,7 +344,7 @@ hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exe
     hx_exec_state *x = e->exec;
     int base = p->first_unit[phase], n = p->first_unit[phase + 1] - base;
     if (!n) return HX_OK;
-    int *mem = calloc(5 * (size_t)n, sizeof *mem);
+    int *mem = calloc(6 * (size_t)n, sizeof *mem);
     bool *pred_done = calloc(p->n_links ? p->n_links : 1, sizeof *pred_done);
     if (!mem || !pred_done) {
         free(mem);
@@ -364,6 +369,10 @@ hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exe
     }
     pthread_mutex_lock(&x->mu);
     x->cur = &r;
+    /* the stream units' first steps, then what they resolve (at once, a
+     * unit's successors, a later chunk's copies, went before the units
+     * after it, an earlier chunk's) */
+    int n_first = 0, *first = mem + 5 * n;
     for (int u = base; u < base + n && !r.err; u++) {
         if (!on_stream(&p->units[u])) {
             if (!p->units[u].n_pred) r.ready[r.tail++] = u;
@@ -372,8 +381,9 @@ hx_status hx__exec_phase(hx_engine *e, const hx_plan *p, int phase, const hx_exe
         bool done;
         hx_status st = advance(&r, u, &done);
         if (st) fail(&r, st);
-        else if (done) resolved(x, &r, u);
+        else if (done) first[n_first++] = u;
     }
+    for (int i = 0; i < n_first && !r.err; i++) resolved(x, &r, first[i]);
     pthread_cond_broadcast(&x->wake);
     for (long idle = 0; r.err ? r.running : r.host_done < r.n_host;) {
         if (!r.err && r.head < r.tail) take_and_run(x, &r, e->stream[HX_DEV_HOST], x->caller_lane), idle = 0;

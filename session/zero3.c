@@ -24,8 +24,10 @@
  * are gathered in any case, those prefetched beyond them only while they
  * fit, so that one host lane gathers at most the plan's peak although the
  * executor submits a stream's copies as soon as their units may go (before
- * host steps earlier in plan order). Readers of one window on two
- * streams: freed at the phase's end. No rank reads through
+ * host steps earlier in plan order; its copy units themselves go in plan
+ * order: scheduler/exec.c submits every stream unit's first steps before
+ * their successors). Readers of one window on two streams: freed at the
+ * phase's end. No rank reads through
  * another's owner in place: the owner's own chunks are read where they are
  * kept. */
 #include "session/session.h"
