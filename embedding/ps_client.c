@@ -43,6 +43,29 @@ static hx_status wait_reply(hx_emb_ps *c, int j, int64_t seq, hx_msg *m, hx_emb_
     return HX_OK;
 }
 
+/* The failure server j's reply rp (n bytes, its status not 0) carries. */
+static hx_status server_failed(const hx_ps *ps, int j, const ps_reply *rp, size_t n, hx_emb_err *err)
+{
+    size_t text = n - sizeof *rp < (size_t)rp->msglen ? n - sizeof *rp : (size_t)rp->msglen;
+    return hx_emb_fail(err, (hx_status)rp->status, "server rank %d: %.*s", ps->W + j, (int)text,
+                       (const char *)(rp + 1));
+}
+
+/* One pull's figures into the stats (rows received, from the cache, found
+ * unchanged by the servers; the staleness of what it used). */
+static void count_pull(hx_ps *ps, uint64_t bytes, int64_t rows, int64_t hits, int64_t current,
+                       int64_t stale)
+{
+    pthread_mutex_lock(&ps->lock);
+    ps->stats.pulls++;
+    ps->stats.pull_bytes += bytes;
+    ps->stats.rows_pulled += rows;
+    ps->stats.cache_hits += hits;
+    ps->stats.cache_current += current;
+    if (stale > ps->stats.max_staleness) ps->stats.max_staleness = stale;
+    pthread_mutex_unlock(&ps->lock);
+}
+
 /* Rows (k HX_EMB_SHARD_ROWS) or state array k of r's ids, width floats
  * each, into got (r->U x width, r->send's order), from the servers once
  * they have applied `need` steps. A DYNAMIC table's training pull (q: its
@@ -87,9 +110,7 @@ static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, const hx_emb_q
         const ps_reply *rp = m.data;
         bytes += m.n;
         if (rp->status)
-            st = hx_emb_fail(err, (hx_status)rp->status, "server rank %d: %.*s", ps->W + j,
-                             (int)(m.n - sizeof *rp < (size_t)rp->msglen ? m.n - sizeof *rp : (size_t)rp->msglen),
-                             (const char *)(rp + 1));
+            st = server_failed(ps, j, rp, m.n, err);
         else if (rp->n != r->scount[j] || rp->width != width ||
                  m.n != sizeof *rp + (size_t)(rp->n * rp->width) * sizeof(float))
             st = hx_emb_fail(err, HX_ERR_COMM, "server mode: server rank %d answered %lld rows of %lld for "
@@ -101,12 +122,7 @@ static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, const hx_emb_q
         if (!st && c->pushes - rp->applied > stale) stale = c->pushes - rp->applied;
         free(m.data);
     }
-    pthread_mutex_lock(&ps->lock);
-    ps->stats.pulls++;
-    ps->stats.pull_bytes += bytes;
-    ps->stats.rows_pulled += rows;
-    if (stale > ps->stats.max_staleness) ps->stats.max_staleness = stale;
-    pthread_mutex_unlock(&ps->lock);
+    count_pull(ps, bytes, rows, 0, 0, stale);
     return st;
 }
 
@@ -181,9 +197,7 @@ static hx_status pull_cached(hx_emb_ps *c, const hx_emb_route *r, int64_t need, 
             sent += flag[i] != 0;
         bytes += m.n;
         if (rp->status)
-            st = hx_emb_fail(err, (hx_status)rp->status, "server rank %d: %.*s", ps->W + j,
-                             (int)(m.n - sizeof *rp < (size_t)rp->msglen ? m.n - sizeof *rp : (size_t)rp->msglen),
-                             (const char *)(rp + 1));
+            st = server_failed(ps, j, rp, m.n, err);
         else if (rp->n != na || rp->width != dim || rp->rows != sent ||
                  m.n != sizeof *rp + (size_t)pad + (size_t)(sent * dim) * sizeof(float))
             st = hx_emb_fail(err, HX_ERR_COMM, "server mode: server rank %d answered %lld rows of %lld ids for %lld",
@@ -206,14 +220,7 @@ static hx_status pull_cached(hx_emb_ps *c, const hx_emb_route *r, int64_t need, 
     free(asked);
     free(ask);
     free(at);
-    pthread_mutex_lock(&ps->lock);
-    ps->stats.pulls++;
-    ps->stats.pull_bytes += bytes;
-    ps->stats.rows_pulled += rows;
-    ps->stats.cache_hits += hits;
-    ps->stats.cache_current += current;
-    if (stale > ps->stats.max_staleness) ps->stats.max_staleness = stale;
-    pthread_mutex_unlock(&ps->lock);
+    count_pull(ps, bytes, rows, hits, current, stale);
     return st;
 }
 
@@ -356,9 +363,7 @@ static hx_status ps_save(hx_emb_table *t, const char *path, hx_emb_err *err)
         if ((st = wait_reply(c, j, h.seq, &m, err))) break;
         const ps_reply *rp = m.data;
         if (rp->status)
-            st = hx_emb_fail(err, (hx_status)rp->status, "server rank %d: %.*s", ps->W + j,
-                             (int)(m.n - sizeof *rp < (size_t)rp->msglen ? m.n - sizeof *rp : (size_t)rp->msglen),
-                             (const char *)(rp + 1));
+            st = server_failed(ps, j, rp, m.n, err);
         free(m.data);
     }
     pthread_mutex_unlock(&c->lock);
