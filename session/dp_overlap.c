@@ -510,9 +510,8 @@ void hx__session_dp_abort(hx_session *s) { abort_phase(s->dp_overlap); }
  * so that a unit's gradients reach the host as the backward makes them.
  * With 4 MiB buckets a model of less than that copied every gradient
  * after its whole backward, and every unit was ready only then (bench
- * zero at 2 ranks, session 14: every group at the backward's end). The
- * plans made before (session creation's training step) are dropped and
- * made again with these buckets at their first use. */
+ * zero at 2 ranks, session 14: every group at the backward's end). Set
+ * before any plan is made (hx_session_create plans after dp_setup). */
 static void buckets(hx_session *s)
 {
     size_t b = HX_GRAD_BUCKET_BYTES;
@@ -521,7 +520,6 @@ static void buckets(hx_session *s)
         if (s->dp[grp] && hx__dp_chunk_size(s->dp[grp]) < b) b = hx__dp_chunk_size(s->dp[grp]);
     if (b == HX_GRAD_BUCKET_BYTES) return;
     s->e.cfg.grad_bucket_bytes = b;
-    hx__engine_free_plans(&s->e);
 }
 
 hx_status hx__session_dp_overlap_create(hx_session *s)

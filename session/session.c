@@ -251,8 +251,8 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!st && !s->e.residency) st = hx__half_copies_refresh(&s->e, NULL); /* else by its init */
     if (!st) st = hx__scan_alloc(&s->e);
     if (!st && s->e.residency) st = s->e.residency->init(s->e.residency);
+    if (!st) st = hx__session_dp_setup(s); /* before planning: it sets the gradient buckets */
     if (!st) st = plan_training_step(s);
-    if (!st) st = hx__session_dp_setup(s);
     if (!st && c.pin_update_threads) /* the cores of the ranks on this host: after dp_setup */
         st = hx__pin_create(s->e.nthreads, s->local_rank, s->local_size,
                             c.comm ? hx_comm_rank(c.comm) : 0, &s->e.pin);
