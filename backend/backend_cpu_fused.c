@@ -12,7 +12,10 @@
  * add's own step runs nothing.
  * In training, gelu(x) keeps gelu'(x) (f32) behind its values
  * (hx__gelu_saved_at) and its gradient multiplies dy by it: bitwise the
- * gelu and gelu_backward kernels, in f32 and through 16-bit storage. */
+ * gelu and gelu_backward kernels, in f32 and through 16-bit storage.
+ * A matmul through attention's head-swap permutes (graph/lower_permuted.c)
+ * reads its operands and writes its product in the permutes' sources:
+ * strided GEMMs instead of the copies. */
 #include "backend/backend.h"
 #include "backend/backend_cpu_widen.h"
 #include "backend/node_args.h"
@@ -79,6 +82,23 @@ static hx_status gelu_backward_saved(const hx_exec *ex, const hx_tensor *y, void
     return HX_OK;
 }
 
+/* in: the matmul's a and b, each read in place of its head-swap permute's
+ * source where it is one; out: the matmul's, or (y a head-swap permute of
+ * the matmul) the permute's. Per batch b, the GEMM of its H heads: the
+ * matmul's kernel on the same matrices (only the leading dimensions and
+ * strides differ) */
+static hx_status matmul_permuted(const hx_exec *ex, const hx_tensor *y, void *out,
+                                 void *const *in)
+{
+    hx__gemm_bh_args r = hx__matmul_permuted_args(y);
+    const hx__gemm_args *g = &r.g;
+    if (hx_k_gemm_heads(g->ta, g->tb, r.outer, g->batch, g->M, g->N, g->K, in[0], g->lda,
+                        g->a_stride, r.a_outer, in[1], g->ldb, g->b_stride, r.b_outer,
+                        (hx_kdtype)y->dtype, out, g->ldc, g->c_stride, r.c_outer, ex->nthreads))
+        return hx__cpu_gemm_scratch_error(ex, y, g);
+    return HX_OK;
+}
+
 static hx_status written_by_reader(const hx_exec *ex, const hx_tensor *y, void *out,
                                    void *const *in)
 {
@@ -96,5 +116,8 @@ hx_launch_fn hx__cpu_fused_kernel(hx_op op, hx_dtype dt)
     if (op == HX_LOWERED_OP(HX_LOWER_MATMUL_BIAS_GELU_ERF)) return matmul_bias_gelu_erf;
     if (op == HX_LOWERED_OP(HX_LOWER_GELU_SAVE)) return gelu_save;
     if (op == HX_LOWERED_OP(HX_LOWER_GELU_BACKWARD_SAVED)) return gelu_backward_saved;
+    if (op == HX_LOWERED_OP(HX_LOWER_MATMUL_PERMUTED) ||
+        op == HX_LOWERED_OP(HX_LOWER_MATMUL_PERMUTED_OUT))
+        return matmul_permuted;
     return NULL;
 }

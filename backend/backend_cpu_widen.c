@@ -76,10 +76,16 @@ hx_status hx__cpu_gemm_half(const hx_exec *ex, const hx_tensor *y, const hx__gem
     if (hx_k_gemm_half(g->ta, g->tb, g->batch, g->M, g->N, g->K, x, g->lda, g->a_stride, w,
                        g->ldb, g->b_stride, b, act, (hx_kdtype)y->dtype, out, g->ldc,
                        g->c_stride, ex->nthreads))
-        return hx__error(HX_ERR_OUT_OF_MEMORY,
-                         "%s '%s' (%s): out of host memory for the f32 scratch of a 16-bit GEMM "
-                         "(%lld x %lld x %lld, %d threads); free host memory or use fewer "
-                         "threads", hx__ops[y->op].name, y->name, hx_dtype_name(y->dtype),
-                         (long long)g->M, (long long)g->K, (long long)g->N, ex->nthreads);
+        return hx__cpu_gemm_scratch_error(ex, y, g);
     return HX_OK;
+}
+
+hx_status hx__cpu_gemm_scratch_error(const hx_exec *ex, const hx_tensor *y,
+                                     const hx__gemm_args *g)
+{
+    return hx__error(HX_ERR_OUT_OF_MEMORY,
+                     "%s '%s' (%s): out of host memory for the f32 scratch of a 16-bit GEMM "
+                     "(%lld x %lld x %lld, %d threads); free host memory or use fewer threads",
+                     hx__ops[y->op].name, y->name, hx_dtype_name(y->dtype), (long long)g->M,
+                     (long long)g->K, (long long)g->N, ex->nthreads);
 }

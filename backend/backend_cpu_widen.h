@@ -20,6 +20,11 @@ hx_status hx__cpu_widen(hx_launch_fn f32_kernel, const hx_exec *ex, const hx_ten
 hx_status hx__cpu_gemm_half(const hx_exec *ex, const hx_tensor *y, const hx__gemm_args *g,
                             void *out, const void *x, const void *w, const void *b, int act);
 
+/* The error of node y's 16-bit GEMM g whose f32 scratch could not be had:
+ * HX_ERR_OUT_OF_MEMORY, naming the node and the shape. */
+hx_status hx__cpu_gemm_scratch_error(const hx_exec *ex, const hx_tensor *y,
+                                     const hx__gemm_args *g);
+
 /* The error of node y's 16-bit row kernel whose f32 row scratch (rows of
  * `cols`) could not be had: HX_ERR_OUT_OF_MEMORY, naming the node. */
 hx_status hx__cpu_row_scratch_error(const hx_exec *ex, const hx_tensor *y, int64_t cols);

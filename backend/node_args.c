@@ -47,6 +47,31 @@ hx__gemm_args hx__matmul_args(const hx_tensor *y)
     return g;
 }
 
+/* 4-D operand or product t (B,H,R,C) as B x H matrices of R x C: the
+ * leading dimension and the steps between heads and between batches; read
+ * (or written) through its head-swap permute when swapped, whose source
+ * (B,R,H,C) holds row r of head h at (r * H + h) * C. */
+static void bh_layout(const hx_tensor *t, bool swapped, int64_t *ld, int64_t *h_step,
+                      int64_t *b_step)
+{
+    int64_t H = t->shape[1], R = t->shape[2], C = t->shape[3];
+    *ld = swapped ? H * C : C;
+    *h_step = swapped ? C : R * C;
+    *b_step = H * R * C;
+}
+
+hx__gemm_bh_args hx__matmul_permuted_args(const hx_tensor *y)
+{
+    bool out_swapped = y->op == HX_OP_PERMUTE;
+    const hx_tensor *m = out_swapped ? y->src[0] : y;
+    hx__gemm_bh_args r = {.g = hx__matmul_args(m), .outer = m->shape[0]};
+    r.g.batch = m->shape[1];
+    bh_layout(m->src[0], hx__head_swap(m->src[0]), &r.g.lda, &r.g.a_stride, &r.a_outer);
+    bh_layout(m->src[1], hx__head_swap(m->src[1]), &r.g.ldb, &r.g.b_stride, &r.b_outer);
+    bh_layout(m, out_swapped, &r.g.ldc, &r.g.c_stride, &r.c_outer);
+    return r;
+}
+
 hx__binary_args hx__binary_of(const hx_tensor *y)
 {
     hx__binary_args a;

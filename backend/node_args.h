@@ -17,6 +17,18 @@ typedef struct hx__gemm_args {
     int64_t batch, M, N, K, lda, a_stride, ldb, b_stride, ldc, c_stride;
 } hx__gemm_args;
 hx__gemm_args hx__matmul_args(const hx_tensor *y);
+/* A matmul through head-swap permutes (graph.h's HX_LOWER_MATMUL_PERMUTED,
+ * y the matmul, and _OUT, y the permute of one): `outer` (B) GEMMs of g,
+ * each a batch of H matrices (a_stride, b_stride, c_stride: from one head
+ * to the next), the b-th starting b * a_outer, b_outer, c_outer elements
+ * into a, b and the output. An operand that is a head-swap permute is
+ * read in its source (rows H times its row apart), and so is the output
+ * of _OUT written; g's shapes and transposes are the matmul's. */
+typedef struct hx__gemm_bh_args {
+    hx__gemm_args g;
+    int64_t outer, a_outer, b_outer, c_outer;
+} hx__gemm_bh_args;
+hx__gemm_bh_args hx__matmul_permuted_args(const hx_tensor *y);
 
 /* add, sub, mul, div: the strides that read src[0] and src[1]
  * (right-aligned) as if broadcast to y's shape. */

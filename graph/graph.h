@@ -303,7 +303,11 @@ void hx__recompute_end(hx_graph *g, hx_recompute *r, bool failed);
  * built (sessions share it); the session keeps, per tensor id, how it runs
  * the node (hx_lowered) and its plans read through it (hx__read_src). The
  * values the group wrote inside (the columns; the matmul's product) are
- * then read by no planned node: no plan holds them.
+ * then read by no planned node: no plan holds them. A host matmul of 4-D
+ * operands reads each that is a head-swap permute (hx__head_swap:
+ * attention's heads) in place of the permute's source, and a head-swap
+ * permute of such a matmul runs the GEMM writing its own output, so neither
+ * permute copies (nor is planned where nothing else reads it).
  *
  * A lowered node runs as kernel HX_LOWERED_OP(kind), a code past the ops
  * (backend.h numbers the scheduler's own kernels from HX_OP_COUNT too), on
@@ -328,6 +332,12 @@ typedef enum hx_lower_kind {
                                         values (hx__gelu_saved_at) */
     HX_LOWER_GELU_BACKWARD_SAVED,    /* host: gelu_backward(dy, x, y) of such a gelu:
                                         in dy, y; dx = dy times the saved derivative */
+    HX_LOWER_MATMUL_PERMUTED,        /* host: a 4-D matmul(a, b) with a head-swap
+                                        permute (hx__head_swap) among a and b: in a, b,
+                                        each read in place of its permute's source */
+    HX_LOWER_MATMUL_PERMUTED_OUT,    /* host: head-swap permute(matmul(a, b)), 4-D: the
+                                        GEMM writes the permute's output; in a, b as
+                                        above */
     HX_LOWER_COUNT
 } hx_lower_kind;
 #define HX_LOWERED_OP(kind) ((hx_op)(HX_OP_COUNT + (int)(kind)))
@@ -368,6 +378,17 @@ static inline bool hx__lower_on_host(hx_lower_kind kind)
 static inline bool hx__lower_fuses_matmul(hx_lower_kind kind)
 {
     return kind >= HX_LOWER_MATMUL_BIAS && kind <= HX_LOWER_MATMUL_BIAS_GELU_ERF;
+}
+/* Whether t is a permute that swaps axes 1 and 2 of a 4-D tensor only:
+ * (B,T,H,D) -> (B,H,T,D), attention's split heads and its inverse. Read as
+ * B x H matrices of T rows of D, its source is strided: rows H*D apart,
+ * heads D apart, so a GEMM reads or writes it in place
+ * (HX_LOWER_MATMUL_PERMUTED*, graph/lower_permuted.c); which operands a
+ * lowered matmul reads through their permutes is this test of its nodes. */
+static inline bool hx__head_swap(const hx_tensor *t)
+{
+    return t->op == HX_OP_PERMUTE && t->ndim == 4 && t->attr.i[0] == 0 && t->attr.i[1] == 2 &&
+           t->attr.i[2] == 1 && t->attr.i[3] == 3;
 }
 /* Lowers what it can of g: a node whose group has a kernel on its target
  * (target[] after placement; has_kernel(ctx, target, HX_LOWERED_OP(kind),
@@ -413,6 +434,17 @@ const char *hx__lower_name(hx_lower_kind kind);
 const char *hx__lower_why_not(const hx_tensor *t, const hx_target *target, const hx_lowered *low,
                               hx_has_kernel_fn has_kernel, void *ctx, bool host_fusion,
                               bool recompute, const int *readers);
+/* Host node t as a matmul reading and writing through head-swap permutes
+ * (graph/lower_permuted.c): HX_LOWER_NONE when t is no candidate; else
+ * HX_LOWER_MATMUL_PERMUTED for a 4-D matmul of 4-D a and b at least one of
+ * which is a head-swap permute, HX_LOWER_MATMUL_PERMUTED_OUT for a head-swap
+ * permute of a 4-D matmul of 4-D a and b, with *why NULL and *entry its
+ * lowering when it can run so (every node of its group on the host, the
+ * permuted product read by the permute only, a kernel for the dtype), else
+ * *why the reason. readers: hx__lower_readers'. */
+hx_lower_kind hx__lower_permuted(const hx_tensor *t, const hx_target *target, const int *readers,
+                                 hx_has_kernel_fn has_kernel, void *ctx, bool recompute,
+                                 hx_lowered *entry, const char **why);
 /* readers[id]: how many sources of g's nodes are tensor id, as a session's
  * plans read them before any lowering (hx__src with the recompute
  * switch); the caller frees it. NULL when out of memory. */

@@ -6,7 +6,8 @@
  * that as one GEMM with an epilogue (kernels/cpu/gemm.c); a layernorm of an
  * add as one pass that writes the sum too (kernels/cpu/rows.c); in
  * training, a gelu that keeps its derivative for its gradient, which then
- * multiplies (kernels/cpu/elementwise.c). The graph
+ * multiplies (kernels/cpu/elementwise.c); a matmul reading or writing
+ * through attention's head-swap permutes (lower_permuted.c). The graph
  * is not changed; the answer is a per-node table the session's plans read
  * through. */
 #include "graph/graph.h"
@@ -193,6 +194,16 @@ static const hx_tensor *saving_gelu_backward(const hx_graph *g, const hx_tensor 
     return NULL;
 }
 
+/* The n nodes in[] inside a group run nothing now: not lowered either. */
+static void unlower_inside(hx_lowered *low, const hx_tensor *const *in, int n, int *n_lowered)
+{
+    for (int k = 0; k < n; k++)
+        if (low[in[k]->id].kind) {
+            low[in[k]->id].kind = HX_LOWER_NONE;
+            --*n_lowered;
+        }
+}
+
 static void set_gelu_save(hx_lowered *low, const hx_tensor *y, const hx_tensor *b)
 {
     for (int j = 0; j < HX_LOWER_MAX_READ; j++)
@@ -219,8 +230,9 @@ hx_status hx__lower(const hx_graph *g, const hx_target *target, hx_has_kernel_fn
         free(readers);
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     }
-    /* Activations come after their bias_add: a fused activation takes its
-     * bias_add out of the table again (nothing reads that one then). */
+    /* Activations come after their bias_add, and a permute after its
+     * matmul: a group's outer node takes the nodes inside it out of the
+     * table again (nothing reads those then). */
     for (int i = 0; i < g->n; i++) {
         const hx_tensor *t = g->tensors[i], *in[3];
         for (int q = 0; q < N_RULES; q++) {
@@ -239,11 +251,20 @@ hx_status hx__lower(const hx_graph *g, const hx_target *target, hx_has_kernel_fn
             if (r->writes_inner) {
                 set_written(low, in[1]);
                 ++*n_lowered;
-            } else if (n == 3 && low[in[1]->id].kind) {
-                low[in[1]->id].kind = HX_LOWER_NONE;
-                --*n_lowered;
+            } else {
+                unlower_inside(low, in + 1, n - 1, n_lowered);
             }
             break;
+        }
+        const char *why = NULL;
+        if (host_fusion && !low[i].kind &&
+            hx__lower_permuted(t, target, readers, has_kernel, ctx, recompute, &low[i], &why) &&
+            !why) {
+            ++*n_lowered;
+            if (low[i].kind == HX_LOWER_MATMUL_PERMUTED_OUT) {
+                const hx_tensor *mm = hx__src(t, 0, recompute);
+                unlower_inside(low, &mm, 1, n_lowered);
+            }
         }
         const hx_tensor *b = host_fusion && !low[i].kind
                                      ? saving_gelu_backward(g, t, target, has_kernel, ctx, recompute)
@@ -286,6 +307,8 @@ const char *hx__lower_name(hx_lower_kind kind)
     case HX_LOWER_WRITTEN_BY_READER: return "written by its reader's fused kernel";
     case HX_LOWER_GELU_SAVE: return "gelu keeping its derivative for the backward";
     case HX_LOWER_GELU_BACKWARD_SAVED: return "gelu backward from the saved derivative";
+    case HX_LOWER_MATMUL_PERMUTED: return "matmul reading head-swapped operands in place";
+    case HX_LOWER_MATMUL_PERMUTED_OUT: return "matmul writing through its head-swap permute";
     default: return "none";
     }
 }
@@ -309,7 +332,14 @@ const char *hx__lower_why_not(const hx_tensor *t, const hx_target *target, const
                 return host_why_not(&rules[q], in, n, target, readers, has_kernel, ctx,
                                     recompute);
         }
-        return NULL;
+        for (int i = t->id + 1; low && t->op == HX_OP_MATMUL && i < t->graph->n; i++)
+            if (low[i].kind == HX_LOWER_MATMUL_PERMUTED_OUT &&
+                hx__src(t->graph->tensors[i], 0, recompute) == t)
+                return NULL; /* its permute runs it */
+        const char *why = NULL;
+        hx_lowered unused;
+        hx__lower_permuted(t, target, readers, has_kernel, ctx, recompute, &unused, &why);
+        return why;
     }
     if (target[t->id] != HX_TARGET_DEVICE) return NULL;
     if (t->op == HX_OP_IM2COL) return NULL; /* its readers say */

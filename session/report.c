@@ -55,6 +55,16 @@ void hx__debug_lowering(const hx_session *s, hx_has_kernel_fn has_kernel)
                     hx__read_src(t, 0, rc, low)->name);
             continue;
         }
+        if (lk == HX_LOWER_MATMUL_PERMUTED || lk == HX_LOWER_MATMUL_PERMUTED_OUT) {
+            const hx_tensor *a = hx__read_src(t, 0, rc, low), *b = hx__read_src(t, 1, rc, low);
+            const hx_tensor *mm = lk == HX_LOWER_MATMUL_PERMUTED ? t : hx__src(t, 0, rc);
+            fprintf(stderr, "hetex fusion: '%s' (%s) -> %s: reads '%s' and '%s'%s%s%s; a "
+                    "head-swap permute no other node reads is not planned\n", t->name,
+                    hx__ops[t->op].name, hx__lower_name(lk), a->name, b->name,
+                    mm != t ? ", runs the matmul '" : "", mm != t ? mm->name : "",
+                    mm != t ? "' writing its output in place" : "");
+            continue;
+        }
         if (low && low[i].kind && hx__lower_on_host((hx_lower_kind)low[i].kind)) {
             fprintf(stderr, "hetex fusion: '%s' (%s) -> %s of '%s', '%s' and '%s': each "
                     "value inside is read by the next op only; '%s' is not planned\n", t->name,

@@ -29,6 +29,16 @@
  *   two layernorms (hx_k_add_layernorm_half) and gives the unfused bits;
  * - residual_why_not: a sum some node reads without depending on the
  *   layernorm, and an add that broadcasts, are not fused (and say why).
+ * Attention through head-swap permutes (HX_LOWER_MATMUL_PERMUTED*), on
+ * softmax(q k^T / sqrt(D)) v of three (B,T,C) params split into heads:
+ * - attention: the scores and the gradient of the product read their
+ *   permuted operands in place, the four permutes of matmuls (the product,
+ *   dq, dk, dv) run their matmul writing in place, no plan step copies a
+ *   head-swap permute (8 without fusion); loss, output and gradients bitwise
+ *   the unfused session's at 1 and 2 threads, the gradients against central
+ *   differences of a double reference; the same recomputing the attention;
+ * - attention_half: the same bits in bf16 and f16, and (f32, bf16) on
+ *   256 x 256 scores that gemm.c tiles differently per call of H matrices.
  * The fused kernels' bits against their chains at 1-3 threads are
  * test_kernels' gemm_fused and add_layernorm; the unfused ops' double
  * references and finite differences are test_ops'. */
@@ -567,6 +577,243 @@ static void test_residual_why_not(void)
     }
 }
 
+
+/* ---- attention through head-swap permutes ------------------------------------------
+ * q, k, v (B,T,C) params, each reshaped to (B,T,H,D) and permuted to
+ * (B,H,T,D); a = softmax(q k^T / sqrt(D)); y = a v, permuted back and
+ * reshaped to (B,T,C); loss = sum(y^2 R). */
+
+typedef struct attn_dims {
+    int64_t B, T, H, D;
+} attn_dims;
+
+typedef struct attn {
+    hx_graph *g;
+    attn_dims d;
+    hx_tensor *x[3], *perm[3], *scores, *y_perm, *out, *loss;
+} attn;
+
+static float *attn_r; /* the loss's weights (the largest net's size) */
+
+static hx_tensor *split_heads(hx_graph *g, hx_tensor *x, attn_dims d)
+{
+    int64_t shape[4] = {d.B, d.T, d.H, d.D};
+    static const int perm[4] = {0, 2, 1, 3};
+    return hx_permute(g, hx_reshape(g, x, 4, shape), perm);
+}
+
+static attn build_attn(attn_dims d, hx_dtype dt, bool recompute)
+{
+    attn m = {.g = hx_graph_create(), .d = d};
+    int64_t xs[3] = {d.B, d.T, d.H * d.D};
+    hx_graph_push_target(m.g, HX_TARGET_CPU);
+    if (recompute) hx_graph_push_recompute(m.g);
+    hx_tensor *h[3];
+    for (int k = 0; k < 3; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "x%c", "qkv"[k]);
+        m.x[k] = hx_graph_param(m.g, name, HX_DTYPE_F32, 3, xs, hx_init_uniform(-1, 1));
+        h[k] = m.perm[k] = split_heads(m.g, half(m.g, m.x[k], dt), d);
+    }
+    m.scores = hx_matmul(m.g, h[0], h[1], false, true);
+    hx_tensor *a = hx_softmax(m.g, hx_scale(m.g, m.scores, (float)(1 / sqrt((double)d.D))));
+    static const int perm[4] = {0, 2, 1, 3};
+    m.y_perm = hx_permute(m.g, hx_matmul(m.g, a, h[2], false, false), perm);
+    hx_tensor *y = hx_reshape(m.g, m.y_perm, 3, xs);
+    if (recompute) hx_graph_pop_recompute(m.g);
+    m.out = half(m.g, y, HX_DTYPE_F32);
+    hx_tensor *r = hx_graph_constant(m.g, "R", HX_DTYPE_F32, 3, xs, attn_r);
+    static const int all[3] = {0, 1, 2};
+    m.loss = hx_reduce_sum(m.g, hx_mul(m.g, hx_mul(m.g, m.out, m.out), r), 3, all, false);
+    hx_graph_pop_target(m.g);
+    CHECK(m.loss != NULL, "build_attn: %s", hx_last_error());
+    CHECK(hx_graph_backward(m.g, m.loss) == HX_OK, "backward: %s", hx_last_error());
+    return m;
+}
+
+static hx_session *attn_session(const attn *m, bool fuse, int threads, bool recompute)
+{
+    hx_session_config c = hx_session_config_default();
+    c.accelerator = HX_ACCELERATOR_NONE;
+    c.n_threads = threads;
+    c.no_host_fusion = !fuse;
+    c.offload.recompute = recompute;
+    hx_session *s = NULL;
+    CHECK(hx_session_create(m->g, &c, &s) == HX_OK, "session: %s", hx_last_error());
+    return s;
+}
+
+/* loss, out, then the three gradients: 1 + 4n floats (n = B*T*C); the caller frees */
+static float *run_attn(hx_session *s, const attn *m)
+{
+    int64_t n = hx_tensor_numel(m->x[0]);
+    float *r = calloc((size_t)(1 + 4 * n), sizeof *r);
+    hx_fetch f[5] = {{NULL, m->loss, r, sizeof *r},
+                     {NULL, m->out, r + 1, (size_t)n * sizeof *r}};
+    for (int k = 0; k < 3; k++)
+        f[2 + k] = (hx_fetch){NULL, hx_tensor_grad(m->x[k]), r + 1 + (1 + k) * n,
+                              (size_t)n * sizeof *r};
+    CHECK(hx_session_run(s, NULL, 0, f, 5, 0) == HX_OK, "run: %s", hx_last_error());
+    return r;
+}
+
+/* Steps of s's plan that copy a head-swap permute, and nodes lowered as kind. */
+static int permute_copies(const hx_session *s)
+{
+    int n = 0;
+    for (int k = 0; k < s->last_plan->n_steps; k++) {
+        const hx_step *sp = &s->last_plan->steps[k];
+        n += sp->fn && hx__head_swap(sp->node) && hx__run_op(sp->node, s->e.lowered) == HX_OP_PERMUTE;
+    }
+    return n;
+}
+static int n_lowered_as(const hx_session *s, hx_lower_kind kind)
+{
+    int n = 0;
+    for (int i = 0; s->e.lowered && i < s->e.g->n; i++) n += s->e.lowered[i].kind == (int8_t)kind;
+    return n;
+}
+
+/* The net in double: its loss. */
+static double attn_loss_d(attn_dims d, double *const x[3])
+{
+    int64_t C = d.H * d.D;
+    double loss = 0, *a = malloc((size_t)d.T * sizeof *a);
+    for (int64_t b = 0; b < d.B; b++)
+        for (int64_t h = 0; h < d.H; h++)
+            for (int64_t t = 0; t < d.T; t++) {
+                const double *q = x[0] + (b * d.T + t) * C + h * d.D;
+                double top = -INFINITY, sum = 0;
+                for (int64_t u = 0; u < d.T; u++) {
+                    const double *k = x[1] + (b * d.T + u) * C + h * d.D;
+                    a[u] = 0;
+                    for (int64_t e = 0; e < d.D; e++) a[u] += q[e] * k[e];
+                    a[u] /= sqrt((double)d.D);
+                    top = fmax(top, a[u]);
+                }
+                for (int64_t u = 0; u < d.T; u++) sum += a[u] = exp(a[u] - top);
+                for (int64_t e = 0; e < d.D; e++) {
+                    double y = 0;
+                    for (int64_t u = 0; u < d.T; u++)
+                        y += a[u] / sum * x[2][(b * d.T + u) * C + h * d.D + e];
+                    loss += y * y * attn_r[(b * d.T + t) * C + h * d.D + e];
+                }
+            }
+    free(a);
+    return loss;
+}
+
+/* Which nodes run lowered, that no permute is copied, that fused runs give
+ * the unfused bits at 1 and 2 threads; returns the fused run (2 threads). */
+static float *attn_bitwise(const char *what, attn *m, bool recompute)
+{
+    hx_session *off = attn_session(m, false, 2, recompute), *on1 = attn_session(m, true, 1, recompute),
+               *on2 = attn_session(m, true, 2, recompute);
+    float *got = NULL;
+    if (off && on1 && on2) {
+        const hx_lowered *low = on2->e.lowered;
+        /* forward: the scores read q and k in place, the permute of a v writes
+         * in place; backward: the product's gradient reads dy's source, and
+         * the three permutes of dq, dk, dv (of matmuls) write in place */
+        CHECK(low && low[m->scores->id].kind == HX_LOWER_MATMUL_PERMUTED &&
+                  low[m->y_perm->id].kind == HX_LOWER_MATMUL_PERMUTED_OUT &&
+                  n_lowered_as(on2, HX_LOWER_MATMUL_PERMUTED) == 2 &&
+                  n_lowered_as(on2, HX_LOWER_MATMUL_PERMUTED_OUT) == 4,
+              "%s: %d matmuls read through permutes, %d write through them", what,
+              n_lowered_as(on2, HX_LOWER_MATMUL_PERMUTED),
+              n_lowered_as(on2, HX_LOWER_MATMUL_PERMUTED_OUT));
+        for (int k = 0; k < 2 && low; k++)
+            CHECK(hx__read(&on2->e, m->scores, k) == m->perm[k]->src[0],
+                  "%s: the scores read %c's source", what, "qk"[k]);
+        float *want = run_attn(off, m), *g1 = run_attn(on1, m);
+        got = run_attn(on2, m);
+        CHECK(permute_copies(on1) == 0 && permute_copies(on2) == 0 && permute_copies(off) == 8,
+              "%s: head-swap permutes copied: %d fused, %d unfused", what, permute_copies(on2),
+              permute_copies(off));
+        size_t bytes = (size_t)(1 + 4 * hx_tensor_numel(m->x[0])) * sizeof(float);
+        CHECK(!memcmp(g1, want, bytes) && !memcmp(got, want, bytes),
+              "%s: fused (1 and 2 threads) bitwise the unfused: loss %.9g / %.9g vs %.9g", what,
+              g1[0], got[0], want[0]);
+        CHECK(want[0] != 0, "%s: a loss was computed", what);
+        free(want);
+        free(g1);
+    }
+    hx_session_free(off);
+    hx_session_free(on1);
+    hx_session_free(on2);
+    return got;
+}
+
+static const attn_dims attn_small = {2, 5, 3, 4};
+
+/* f32: bitwise, and the gradients agree with central differences of the
+ * double net; then recomputing the attention. */
+static void test_attention(void)
+{
+    attn m = build_attn(attn_small, HX_DTYPE_F32, false);
+    float *got = attn_bitwise("f32", &m, false);
+    int64_t n = hx_tensor_numel(m.x[0]);
+    double *x[3];
+    for (int k = 0; k < 3; k++) {
+        x[k] = malloc((size_t)n * sizeof *x[k]);
+        float *buf = malloc((size_t)n * sizeof *buf);
+        hx_session *s = attn_session(&m, true, 1, false);
+        CHECK(s && hx_session_read(s, m.x[k], buf, (size_t)n * sizeof *buf) == HX_OK,
+              "read: %s", hx_last_error());
+        for (int64_t i = 0; i < n; i++) x[k][i] = buf[i];
+        hx_session_free(s);
+        free(buf);
+    }
+    double want = attn_loss_d(m.d, x);
+    CHECK(got && fabs(got[0] - want) <= 1e-4 * (1 + fabs(want)), "loss %.9g, double %.9g",
+          got ? got[0] : 0.0, want);
+    for (int k = 0; k < 3 && got; k++) {
+        double worst = 0, scale = 0, *fd = malloc((size_t)n * sizeof *fd);
+        int64_t at = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double keep = x[k][i], e = 1e-4;
+            x[k][i] = keep + e;
+            double up = attn_loss_d(m.d, x);
+            x[k][i] = keep - e;
+            fd[i] = (up - attn_loss_d(m.d, x)) / (2 * e);
+            x[k][i] = keep;
+            scale = fmax(scale, fabs(fd[i]));
+        }
+        const float *g = got + 1 + (1 + k) * n;
+        for (int64_t i = 0; i < n; i++) {
+            double err = fabs(g[i] - fd[i]) / (1e-3 * scale + 1e-2 * fabs(fd[i]) + 1e-6);
+            if (err > worst) worst = err, at = i;
+        }
+        CHECK(worst <= 1, "d loss / d x%c[%lld]: analytic %.7g, finite difference %.7g",
+              "qkv"[k], (long long)at, g[at], fd[at]);
+        free(fd);
+    }
+    for (int k = 0; k < 3; k++) free(x[k]);
+    free(got);
+    hx_graph_free(m.g);
+    attn r = build_attn(attn_small, HX_DTYPE_F32, true);
+    free(attn_bitwise("f32 recomputed", &r, true));
+    hx_graph_free(r.g);
+}
+
+/* bf16 and f16 (hx_k_gemm_half per batch), and in f32 and bf16 a net whose
+ * 256 x 256 scores gemm.c cuts into other tiles at H matrices a call than
+ * at B*H (128 x 256, not 256 x 256: the same bits all the same). */
+static void test_attention_half(void)
+{
+    for (int h = 0; h < 2; h++) {
+        hx_dtype dt = h ? HX_DTYPE_F16 : HX_DTYPE_BF16;
+        attn m = build_attn(attn_small, dt, false);
+        free(attn_bitwise(hx_dtype_name(dt), &m, false));
+        hx_graph_free(m.g);
+    }
+    for (int h = 0; h < 2; h++) { /* 4 GEMMs (b) at 2 threads: one a thread at a time */
+        attn m = build_attn((attn_dims){4, 256, 2, 32}, h ? HX_DTYPE_BF16 : HX_DTYPE_F32, false);
+        free(attn_bitwise(h ? "bf16 4x2 heads of 256x32" : "f32 4x2 heads of 256x32", &m, false));
+        hx_graph_free(m.g);
+    }
+}
+
 static const test_case cases[] = {
     {"train", test_train},
     {"inference", test_inference},
@@ -576,6 +823,8 @@ static const test_case cases[] = {
     {"residual", test_residual},
     {"residual_half", test_residual_half},
     {"residual_why_not", test_residual_why_not},
+    {"attention", test_attention},
+    {"attention_half", test_attention_half},
 };
 
 int main(int argc, char **argv)
@@ -583,5 +832,9 @@ int main(int argc, char **argv)
     rng = test_rng_make(4242);
     test_fill_uniform(&rng, xv, B * T * D0, -1, 1);
     test_fill_uniform(&rng, rv, RN, -1, 1);
+    enum { ATTN_MAX = 4 * 256 * 2 * 32 };
+    static float r[ATTN_MAX];
+    test_fill_uniform(&rng, r, ATTN_MAX, -1, 1);
+    attn_r = r;
     return test_main(argc, argv, "fusion", cases, TEST_COUNT(cases));
 }

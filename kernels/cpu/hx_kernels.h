@@ -211,6 +211,20 @@ int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
                    int64_t stride_b, const void *bias, int act, hx_kdtype dt, void *C,
                    int64_t ldc, int64_t stride_c, int nthreads);
 
+/* `outer` GEMMs over two strides (gemm_heads.c): GEMM b is hx_k_gemm_f32
+ * (alpha 1, beta 0; dt HX_K_F32) or hx_k_gemm_half (no bias, no activation;
+ * dt HX_K_F16 or HX_K_BF16) of `batch` matrices at A + b * outer_a, B + b *
+ * outer_b and C + b * outer_c elements (strides and leading dimensions in
+ * elements, as theirs), so bitwise those calls at any thread count; the
+ * threads take whole calls where there are at least two a thread. For
+ * attention's heads: (B,T,H,D) read as B x H matrices of T x D (lda H*D,
+ * stride_a D, outer_a T*H*D). Returns 0, or -1 when a 16-bit call's f32
+ * scratch cannot be allocated (that call's C not written). */
+int hx_k_gemm_heads(int trans_a, int trans_b, int64_t outer, int64_t batch, int64_t M, int64_t N,
+                    int64_t K, const void *A, int64_t lda, int64_t stride_a, int64_t outer_a,
+                    const void *B, int64_t ldb, int64_t stride_b, int64_t outer_b, hx_kdtype dt,
+                    void *C, int64_t ldc, int64_t stride_c, int64_t outer_c, int nthreads);
+
 /* ---- convolutional networks (conv.c, pool.c, batchnorm.c) ----------------- */
 
 /* A 2-D window over NCHW images: x (N, C, H, W) -> (N, C, OH, OW) windows of
