@@ -31,9 +31,16 @@
  * hx_train_stats.comm_wait_s's growth in a step: the time a step spends on data-parallel communication after its
  * backward and after its updates (starting the sums not started, waiting
  * for those in flight, copying the sums to and from the chunk buffers, the
- * all-gather of the updated parameters). hidden_share = 1 - comm_wait_s
- * (overlap) / comm_wait_s (no overlap): the share of the collectives'
- * time that the backward (and, where built, the host update) hides. The
+ * all-gather of the updated parameters) and, at stages 1 and 2 with the
+ * overlap, in its forward waiting for the all-gathers the step before
+ * left in flight (each before the first step that reads its parameters;
+ * the session without overlap waits for them before its run returns).
+ * hidden_share = 1 - comm_wait_s (overlap) / comm_wait_s (no overlap): the
+ * share of the collectives' time that the backward, the host update and
+ * the next forward hide. The two sessions share the communicator, so the
+ * other session's step runs while the all-gathers of one are in flight,
+ * and its MPI calls move them on too (Open MPI's progress is the whole
+ * process's). The
  * time progress takes inside the backward is in step_s, not in the
  * wait: both step times are printed. Stage 3 starts its sums after the
  * backward either way (its gathers share the communicator), so its share
@@ -57,6 +64,9 @@ enum { GLOBAL_BATCH = 16, STEPS = 15 };
  * messages between pairs of ranks (dist/coll.c), not a ring, and the ZeRO
  * groups' blocks are exactly their chunks (no padding). */
 #define COUNTED "message bytes this rank passes to MPI_Isend (pairwise, exact blocks)"
+/* What comm_wait_s counts (hx_train_stats.comm_wait_s, per step). */
+#define WAITED "waits after the backward, after the updates, and in the next forward until a " \
+               "reader's all-gather is finished (stages 1-2 with overlap)"
 
 static double now(void)
 {
@@ -172,11 +182,11 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
                "\"grad_shard_bytes\": %zu, \"fixed_overhead_chunk_bytes\": %zu, "
                "\"gathered_peak_bytes\": %zu, \"gathered_planned_bytes\": %zu, \"step_s\": %.4f, "
                "\"step_no_overlap_s\": %.4f, \"comm_wait_s\": %.6f, \"comm_wait_no_overlap_s\": %.6f, "
-               "\"hidden_share\": ",
+               "\"comm_wait_counted\": \"%s\", \"hidden_share\": ",
                states, formula[stage], states / formula[stage], ms.zero_owned_bytes,
                ms.zero_sharded_bytes, ms.zero_grad_shard_bytes, ms.dp_chunk_bytes,
                ms.zero_gather_peak_bytes, ms.zero_gather_planned_bytes, step_s, step_off_s, wait_s,
-               wait_off_s);
+               wait_off_s, WAITED);
         if (n > 1 && wait_off_s > 0) printf("%.4f}\n", 1 - wait_s / wait_off_s);
         else printf("null}\n");
         fflush(stdout);

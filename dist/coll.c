@@ -11,9 +11,9 @@
 #include <string.h>
 #include <time.h>
 
-enum coll_kind { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL_V, BROADCAST };
+enum coll_kind { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL_V, BROADCAST, ALL_GATHER_SEG };
 static const char *const kind_name[] = {"all_reduce", "reduce_scatter", "all_gather",
-                                        "all_to_all_v", "broadcast"};
+                                        "all_to_all_v", "broadcast", "all_gather (in place)"};
 
 struct hx_coll {
     hx_comm *c;
@@ -32,6 +32,8 @@ struct hx_coll {
     char *out;
     void *tmp;         /* a reduction's received blocks, one slot per rank */
     int64_t *lo;       /* an all-reduce's block bounds (size+1) */
+    char **seg;        /* ALL_GATHER_SEG (bytes): rank j's block is segments lo[j] .. lo[j+1] */
+    int64_t *seg_n;    /* ... of these lengths */
 };
 
 /* ---- bf16 <-> f32 (round to nearest even; NaN stays NaN) ---- */
@@ -102,7 +104,7 @@ static hx_status failv(hx_coll *q, const char *fmt, ...)
     }
     return hx__error(HX_ERR_COMM, "hetex dist: %s #%llu (%lld %s) on rank %d of %d: %s",
                      kind_name[q->kind], (unsigned long long)q->seq, (long long)q->count,
-                     hx_dtype_name(q->dt), c->rank, c->size, what);
+                     q->kind == ALL_GATHER_SEG ? "bytes" : hx_dtype_name(q->dt), c->rank, c->size, what);
 }
 
 /* One message of `elems` elements at buf to or from peer, in pieces of at
@@ -177,6 +179,12 @@ static hx_status post_phase(hx_coll *q)
         case BROADCAST: /* q->lo[0]: the root */
             if (r == (int)q->lo[0]) st = post(q, false, j, q->out, q->count);
             else if (j == (int)q->lo[0]) st = post(q, true, j, q->out, q->count);
+            break;
+        case ALL_GATHER_SEG: /* a pair's messages of one tag arrive in the order sent */
+            for (int64_t k = q->lo[j]; k < q->lo[j + 1] && st == HX_OK; k++)
+                st = post(q, true, j, q->seg[k], q->seg_n[k]);
+            for (int64_t k = q->lo[r]; k < q->lo[r + 1] && st == HX_OK; k++)
+                st = post(q, false, j, q->seg[k], q->seg_n[k]);
             break;
         }
     }
@@ -292,6 +300,8 @@ static void coll_free(hx_coll *q)
     free(q->recv);
     free(q->tmp);
     free(q->lo);
+    free(q->seg);
+    free(q->seg_n);
     free(q);
 }
 
@@ -485,6 +495,40 @@ hx_status hx__comm_all_gather_v(hx_comm *c, const void *send, void *recv, const 
     int64_t total;
     hx_status st = count_total(c, "all_gather", counts, &total);
     return st ? st : all_gather(c, send, recv, counts, total, dt, out);
+}
+
+hx_status hx__comm_all_gather_segments(hx_comm *c, void *const *seg, const int64_t *seg_bytes,
+                                       const int64_t *seg_lo, hx_coll **out)
+{
+    if (!seg_lo) return hx__error(HX_ERR_INVALID_ARGUMENT, "hetex dist: all_gather (in place): "
+                                  "the blocks' bounds are NULL");
+    int64_t n = c ? seg_lo[c->size] : 0, total = 0;
+    for (int j = 0; c && j < c->size; j++)
+        if (seg_lo[j] < 0 || seg_lo[j + 1] < seg_lo[j])
+            return hx__error(HX_ERR_INVALID_ARGUMENT, "hetex dist: all_gather (in place): rank %d's "
+                             "segments %lld..%lld are not in order", j, (long long)seg_lo[j],
+                             (long long)seg_lo[j + 1]);
+    for (int64_t k = 0; k < n; k++) {
+        if (seg_bytes[k] < 0 || (seg_bytes[k] && !seg[k]))
+            return hx__error(HX_ERR_INVALID_ARGUMENT, "hetex dist: all_gather (in place): segment "
+                             "%lld is %lld bytes at %p", (long long)k, (long long)seg_bytes[k], seg[k]);
+        total += seg_bytes[k];
+    }
+    hx_coll *q;
+    hx_status st = coll_new(c, ALL_GATHER_SEG, NULL, NULL, 0, HX_DTYPE_I32, false, &q);
+    if (st != HX_OK) return st;
+    q->mt = MPI_BYTE;
+    q->esz = 1;
+    q->count = total;
+    size_t size = (size_t)c->size + 1;
+    if ((st = alloc_or_fail(q, (void **)&q->lo, size * sizeof *q->lo)) ||
+        (st = alloc_or_fail(q, (void **)&q->seg, (size_t)n * sizeof *q->seg)) ||
+        (st = alloc_or_fail(q, (void **)&q->seg_n, (size_t)n * sizeof *q->seg_n)))
+        return st;
+    memcpy(q->lo, seg_lo, size * sizeof *q->lo);
+    memcpy(q->seg, seg, (size_t)n * sizeof *q->seg);
+    memcpy(q->seg_n, seg_bytes, (size_t)n * sizeof *q->seg_n);
+    return coll_start(q, out);
 }
 
 hx_status hx__comm_all_to_all_v(hx_comm *c, const void *send, const int64_t *send_counts,

@@ -36,6 +36,8 @@ hx_status hx__comm_reduce_scatter_v(hx_comm *c, const void *send, void *recv, co
                                     hx_dtype dt, hx_coll **out) { return no_mpi("reduce_scatter"); }
 hx_status hx__comm_all_gather_v(hx_comm *c, const void *send, void *recv, const int64_t *counts,
                                 hx_dtype dt, hx_coll **out) { return no_mpi("all_gather"); }
+hx_status hx__comm_all_gather_segments(hx_comm *c, void *const *seg, const int64_t *seg_bytes,
+                                       const int64_t *seg_lo, hx_coll **out) { return no_mpi("all_gather"); }
 hx_status hx__comm_all_to_all_v(hx_comm *c, const void *send, const int64_t *send_counts,
                                 const int64_t *send_displs, void *recv,
                                 const int64_t *recv_counts, const int64_t *recv_displs,

@@ -54,6 +54,15 @@ hx_status hx__comm_reduce_scatter_v(hx_comm *c, const void *send, void *recv, co
                                     hx_dtype dt, hx_coll **out);
 hx_status hx__comm_all_gather_v(hx_comm *c, const void *send, void *recv, const int64_t *counts,
                                 hx_dtype dt, hx_coll **out);
+/* An all-gather in place, of bytes in segments: rank j's block is
+ * segments seg_lo[j] .. seg_lo[j + 1] - 1 (seg_lo has size + 1 entries)
+ * of seg_bytes[k] bytes at seg[k], the same lengths on every rank (the
+ * pointers are each rank's own); this rank sends its block's segments to
+ * every other rank and receives theirs into their segments, each its own
+ * message, so that no buffer holds the blocks together. The arrays are
+ * copied; the segments' memory must stay until the wait. */
+hx_status hx__comm_all_gather_segments(hx_comm *c, void *const *seg, const int64_t *seg_bytes,
+                                       const int64_t *seg_lo, hx_coll **out);
 /* Rank r sends send_counts[j] elements from send + send_displs[j] to rank
  * j, and receives recv_counts[j] from rank j into recv + recv_displs[j]
  * (in elements; the arrays have size entries and are copied). */
@@ -112,9 +121,9 @@ void hx__dp_free(hx_dp *d);
  * units in the same order (any order; the communicator's sequence). */
 int64_t hx__dp_units(const hx_dp *d);
 int64_t hx__dp_unit_of(const hx_dp *d, int64_t i); /* gradient i's unit */
-/* Whether a unit (or a group's all-gather) may start now: ZeRO's group
- * collectives use one of a few buffers (3): a reduce-scatter's is free
- * once its sum is done, an all-gather's once it is finished. */
+/* Whether a unit may start now: ZeRO's reduce-scatters use one of a few
+ * group buffers (3), each free once its sum is done (an all-gather
+ * needs none: it may always start). */
 bool hx__dp_can_start(const hx_dp *d);
 /* Copies unit x's gradients (only those are read) into its buffer and
  * starts its sum (needs hx__dp_can_start). */
@@ -133,7 +142,7 @@ int64_t hx__dp_chunks(const hx_dp *d);        /* holding gradients */
 int64_t hx__dp_padded_chunks(const hx_dp *d); /* ZeRO: groups times N (chunk slots) */
 size_t hx__dp_chunk_size(const hx_dp *d);     /* ZeRO: the one chunk size */
 /* The host bytes the sums go through: stage 0 all chunks together; ZeRO
- * this rank's chunks and up to 3 groups' buffers (the group collectives
+ * this rank's chunks and up to 3 groups' buffers (the reduce-scatters
  * that may be in flight at once; a group's buffer is its chunks' used
  * bytes). */
 size_t hx__dp_chunk_bytes(const hx_dp *d);
@@ -142,18 +151,23 @@ size_t hx__dp_grad_shard_bytes(const hx_dp *d);
 /* ZeRO: the rank that owns gradient i (stage 0: -1). */
 int hx__dp_owner(const hx_dp *d, int64_t i);
 /* ZeRO, after the updates: vals[i] (val_bytes[i] <= gradient i's bytes,
- * host-addressable) of every gradient an owner holds to every other rank,
- * group after group, each an all-gather through the group's buffer (its
- * chunks' used bytes: hx__comm_all_gather_v).
+ * host-addressable, the same lengths on every rank) of every gradient an
+ * owner holds to every other rank, group after group, each an all-gather
+ * in place (hx__comm_all_gather_segments: the owner sends from its
+ * values, the others receive into theirs; no buffer between).
  * all_gather does every group in turn; share_start starts group g's
- * (needs hx__dp_can_start; reads this rank's own values of the group),
- * hx__dp_test moves it on, and share_finish waits for it and writes the
- * others' values of the group into vals (NULL: dropped), freeing its
- * buffer. Groups may be in flight together, in any order the same on
+ * (until it is finished the owner's values of the group must not change
+ * and the others' are not there yet; it may be in flight beside the
+ * group's next reduce-scatter), share_test moves it on as hx__dp_test, and
+ * share_finish waits for it (on failure the others' values are partly
+ * written). Groups may be in flight together, in any order the same on
  * every rank. */
 hx_status hx__dp_all_gather(hx_dp *d, void *const *vals, const size_t *val_bytes);
 hx_status hx__dp_share_start(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes);
-hx_status hx__dp_share_finish(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes);
+hx_status hx__dp_share_test(hx_dp *d, int64_t g, bool *done);
+hx_status hx__dp_share_finish(hx_dp *d, int64_t g);
+/* Whether group g's all-gather was started and not finished yet. */
+bool hx__dp_sharing(const hx_dp *d, int64_t g);
 /* ZeRO stage 3, one group at a time: the groups (runs of neighbouring
  * chunks, at most one of each rank; 0 at stage 0), group g's buffer bytes (its chunks' used bytes, rank
  * after rank, 0 for a rank with none), gradient i's group and its offset in its group's buffer (what

@@ -8,8 +8,8 @@
  * sum goes to its owner only (a reduce-scatter per group whose blocks are
  * the group's chunks, each exactly as long as its used bytes: nothing
  * padded; a rank with no chunk in the group has an empty block), and
- * after the updates each owner's values go to every rank the same way (an
- * all-gather per group). */
+ * after the updates each owner's values go to every rank (an all-gather
+ * per group, from and into the values themselves: no group buffer). */
 #include "dist/dist.h"
 #include "dist/dp_layout.h"
 #include "memory/memory.h"
@@ -43,15 +43,16 @@ struct hx_dp {
     char *group;          /* n_slots buffers of group_max bytes */
     size_t group_max;     /* the largest group's bytes */
     int n_slots;          /* ZeRO: groups whose collectives may be in flight at once (stage 0: 1) */
-    bool *slot_busy;      /* ZeRO, per slot: a reduce-scatter or all-gather uses it */
-    int *slot_of;         /* ZeRO, per group: the slot its collective uses, -1 */
-    bool *gathering;      /* ZeRO, per group: its all-gather keeps its slot until finished */
+    bool *slot_busy;      /* ZeRO, per slot: a reduce-scatter uses it */
+    int *slot_of;         /* ZeRO, per group: the slot its reduce-scatter uses, -1 */
+    bool *gathering;      /* ZeRO, per group: its all-gather started, not finished */
+    hx_coll **share_q;    /* ZeRO, per group: its all-gather in flight (beside its reduce-scatter) */
     int free_slots;
     hx_coll **q;          /* per unit (ZeRO: group, else chunk): its sum in flight */
 };
 
-/* ZeRO's group buffers: the groups whose reduce-scatters or all-gathers
- * may be in flight at once. */
+/* ZeRO's group buffers: the groups whose reduce-scatters may be in flight
+ * at once. */
 enum { DP_SLOTS = 3 };
 
 void hx__dp_free(hx_dp *d)
@@ -73,6 +74,7 @@ void hx__dp_free(hx_dp *d)
     free(d->slot_busy);
     free(d->slot_of);
     free(d->gathering);
+    free(d->share_q);
     free(d->q);
     free(d);
 }
@@ -122,8 +124,9 @@ static hx_status group_buffers(hx_dp *d, const hx_dp_layout *z)
     d->slot_busy = calloc((size_t)d->n_slots, sizeof *d->slot_busy);
     d->slot_of = malloc(ng * sizeof *d->slot_of);
     d->gathering = calloc(ng, sizeof *d->gathering);
+    d->share_q = calloc(ng, sizeof *d->share_q);
     d->own = calloc(d->own_lo[d->n_groups] ? d->own_lo[d->n_groups] : 1, 1);
-    if (!d->group || !d->slot_busy || !d->slot_of || !d->gathering || !d->own)
+    if (!d->group || !d->slot_busy || !d->slot_of || !d->gathering || !d->share_q || !d->own)
         return no_memory(d->own_lo[d->n_groups] + (size_t)d->n_slots * d->group_max);
     for (size_t g = 0; g < ng; g++) d->slot_of[g] = -1;
     return HX_OK;
@@ -286,31 +289,43 @@ hx_status hx__dp_start(hx_dp *d, int64_t x, void *const *grads)
     return st;
 }
 
-/* Unit x's collective is over (waited for, freed): its slot is free again
- * (an all-gather's once its values are copied out). */
-static hx_status ended(hx_dp *d, int64_t x, hx_status st)
+/* Moves *q on; once it is complete (or failed) waits for it, which frees
+ * it, and sets *q NULL (*done; NULL: done). */
+static hx_status test_coll(hx_coll **q, bool *done)
 {
-    d->q[x] = NULL;
-    if (d->stage && !d->gathering[x]) give_slot(d, x); /* a reduce-scatter's */
-    return st;
+    *done = !*q;
+    if (*done) return HX_OK;
+    hx_status st = hx__coll_test(*q, done);
+    if (!st && !*done) return HX_OK;
+    hx_coll *c = *q;
+    *q = NULL;
+    *done = true;
+    if (!st) return hx__coll_wait(c);
+    char msg[1024]; /* the wait that frees it says only that it failed: keep the first message */
+    snprintf(msg, sizeof msg, "%s", hx_last_error());
+    hx__coll_wait(c);
+    return hx__error(st, "%s", msg);
+}
+
+/* Waits for *q (NULL: none) and sets it NULL. */
+static hx_status wait_coll(hx_coll **q)
+{
+    hx_coll *c = *q;
+    *q = NULL;
+    return hx__coll_wait(c);
 }
 
 hx_status hx__dp_test(hx_dp *d, int64_t x, bool *done)
 {
-    *done = !d->q[x];
-    if (*done) return HX_OK;
-    hx_status st = hx__coll_test(d->q[x], done);
-    if (!st && !*done) return HX_OK;
-    if (!st) return ended(d, x, hx__coll_wait(d->q[x])); /* done: frees it */
-    char msg[1024]; /* the wait that frees it says only that it failed: keep the first message */
-    snprintf(msg, sizeof msg, "%s", hx_last_error());
-    hx__coll_wait(d->q[x]);
-    return ended(d, x, hx__error(st, "%s", msg));
+    hx_status st = test_coll(&d->q[x], done);
+    if (*done && d->stage) give_slot(d, x); /* a reduce-scatter's buffer */
+    return st;
 }
 
 hx_status hx__dp_finish(hx_dp *d, int64_t x, void *const *grads)
 {
-    hx_status st = d->q[x] ? ended(d, x, hx__coll_wait(d->q[x])) : HX_OK;
+    hx_status st = wait_coll(&d->q[x]);
+    if (d->stage) give_slot(d, x);
     if (st || !grads) return st;
     if (!d->stage) {
         for (int64_t i = 0; i < d->n; i++)
@@ -341,38 +356,49 @@ hx_status hx__dp_sum(hx_dp *d, void *const *grads)
 
 hx_status hx__dp_share_start(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes)
 {
-    size_t mine = bounds(d, g)[hx_comm_rank(d->c)];
-    char *buf = take_slot(d, g);
-    for (int64_t i = 0; i < d->n; i++)
-        if (in(d, i, g, true)) memcpy(buf + d->in_group[i], vals[i], val_bytes[i]);
-    hx_status st = hx__comm_all_gather_v(d->c, buf + mine, buf,
-                                         d->counts + (size_t)g * (size_t)hx_comm_size(d->c), d->dt, &d->q[g]);
-    if (st) {
-        d->q[g] = NULL;
-        give_slot(d, g);
-    } else {
-        d->gathering[g] = true;
+    int size = hx_comm_size(d->c);
+    int64_t n = 0, *lo = malloc(sizeof *lo * (size_t)(size + 1));
+    int64_t *len = malloc(sizeof *len * (size_t)(d->n ? d->n : 1));
+    void **seg = malloc(sizeof *seg * (size_t)(d->n ? d->n : 1));
+    hx_status st = lo && len && seg ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: ZeRO: "
+                                                         "out of host memory for an all-gather's list");
+    for (int j = 0; j < size && !st; j++) { /* rank j's values of the group, in gradient order */
+        lo[j] = n;
+        for (int64_t i = 0; i < d->n; i++) {
+            int64_t k = d->chunk_of[i];
+            if (d->chunk_group[k] != g || d->chunk_rank[k] != j) continue;
+            seg[n] = vals[i];
+            len[n++] = (int64_t)val_bytes[i];
+        }
     }
+    if (!st) {
+        lo[size] = n;
+        st = hx__comm_all_gather_segments(d->c, seg, len, lo, &d->share_q[g]);
+    }
+    if (st) d->share_q[g] = NULL;
+    else d->gathering[g] = true;
+    free(lo);
+    free(len);
+    free(seg);
     return st;
 }
 
-hx_status hx__dp_share_finish(hx_dp *d, int64_t g, void *const *vals, const size_t *val_bytes)
+hx_status hx__dp_share_test(hx_dp *d, int64_t g, bool *done) { return test_coll(&d->share_q[g], done); }
+
+hx_status hx__dp_share_finish(hx_dp *d, int64_t g)
 {
-    hx_status st = d->q[g] ? ended(d, g, hx__coll_wait(d->q[g])) : HX_OK;
-    const char *buf = d->slot_of[g] >= 0 ? slot_buf(d, d->slot_of[g]) : NULL;
-    for (int64_t i = 0; i < d->n && !st && vals && buf; i++)
-        if (in(d, i, g, false)) memcpy(vals[i], buf + d->in_group[i], val_bytes[i]);
     d->gathering[g] = false;
-    give_slot(d, g);
-    return st;
+    return wait_coll(&d->share_q[g]);
 }
+
+bool hx__dp_sharing(const hx_dp *d, int64_t g) { return d->stage && d->gathering[g]; }
 
 hx_status hx__dp_all_gather(hx_dp *d, void *const *vals, const size_t *val_bytes)
 {
     hx_status st = HX_OK;
     for (int64_t g = 0; g < d->n_groups && !st; g++) {
         st = hx__dp_share_start(d, g, vals, val_bytes);
-        if (!st) st = hx__dp_share_finish(d, g, vals, val_bytes);
+        if (!st) st = hx__dp_share_finish(d, g);
     }
     return st;
 }

@@ -1812,9 +1812,18 @@ typedef struct hx_session_config {
      * gradient sum (at stage 2 each group of N chunks') during the
      * backward, as soon as the steps that write its gradients have run,
      * the chunks in one order on every rank, and drives the sums in flight
-     * while the backward goes on; true starts them after the backward (for
-     * comparison). Same bits either way. Stage 3 starts them after the
-     * backward (its parameter gathers share the communicator). */
+     * while the backward goes on; at stages 1 and 2 it starts each group's
+     * all-gather of the updated parameters during the updates, and the
+     * training run returns with them in flight: the next training run
+     * waits for each before the first step that reads its parameters, and
+     * any other call on the session (hx_session_read, write, save, load,
+     * memory_stats, a run without HX_RUN_TRAIN, ...) and hx_session_free
+     * wait for all of them first; one that failed fails that call with
+     * HX_ERR_COMM naming the all-gather and the ranks. true starts
+     * everything after the backward and the updates and waits for it
+     * before the run returns (for comparison). Same bits either way.
+     * Stage 3 starts the sums after the backward (its parameter gathers
+     * share the communicator). */
     bool no_comm_overlap;
     /* Host update threads pinned to cores: false (the default) leaves the
      * threads where the OS puts them. true binds each thread that runs a
@@ -2261,7 +2270,9 @@ typedef struct hx_train_stats {
     double comm_wait_s;    /* data parallel: seconds the training runs so far spent, after
                               the backward and after the updates, on gradient sums and
                               parameter all-gathers (starting what was left, waiting for
-                              what was in flight): the communication not hidden */
+                              what was in flight), and (stages 1, 2) waiting in the forward
+                              and in other calls for the all-gathers the step before left
+                              in flight: the communication not hidden */
     double host_update_s;  /* seconds the dense optimizer updates on the host took so far,
                               each from its launch to its end (pinning included), summed
                               over the lanes that ran them, the delayed update's too */

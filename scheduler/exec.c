@@ -109,7 +109,8 @@ static hx_status submit_steps(run *r, const hx_unit *x, hx_stream *st_, int from
             timing = true;
         }
         if (sp->fn) {
-            st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
+            if (!(st = hx__gather_step_ready(r->e, sp))) /* what it reads is in place */
+                st = acc->launch(acc, st_, sp->fn, r->ex_dev, sp->node, sp->out, sp->in);
         } else if (!(st = hx__residency_step_ready(r->e, sp))) { /* its source in host memory */
             hx_copy_label why = {sp->node->name, hx__copy_role_name(p->step_role[k])};
             size_t n = hx_tensor_nbytes(sp->node);

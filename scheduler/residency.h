@@ -63,10 +63,13 @@ static inline bool hx__residency_holds(const hx_engine *e, int id)
     return e->residency && e->residency->holds(e->residency, id);
 }
 
-/* Parameters that live on other ranks (ZeRO stage 3, session/zero3.c):
- * the executor calls ready before each step it runs (from any executor
- * thread; it returns once the gathered bytes the step reads are in host
- * memory and its inputs point at them), done after each host step has
+/* Parameters that live on other ranks (ZeRO stage 3, session/zero3.c;
+ * at stages 1 and 2 the all-gathers of the last updates, finished before
+ * their first reader, session/dp_overlap.c): the executor calls ready
+ * before each step it runs or submits to a stream (from any executor
+ * thread, for a stream step with its lock held; it returns once the
+ * gathered bytes the step reads are in place and its inputs point at
+ * them), done after each host step has
  * run (from the thread that ran it) and queued after each copy step it
  * submitted to a stream s of the accelerator (with the executor's lock
  * held: it must not block), so that what the step read may be freed: at
@@ -102,6 +105,12 @@ static inline hx_status hx__residency_step_ready(const hx_engine *e, const hx_st
 {
     hx_status st = e->residency ? e->residency->step_ready(e->residency, sp) : HX_OK;
     return !st && e->gather ? e->gather->ready(e->gather, sp) : st;
+}
+
+/* The executor, before it submits kernel step sp to a stream. */
+static inline hx_status hx__gather_step_ready(const hx_engine *e, const hx_step *sp)
+{
+    return e->gather ? e->gather->ready(e->gather, sp) : HX_OK;
 }
 
 /* The executor, after host step sp ran. */

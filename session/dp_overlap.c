@@ -17,12 +17,12 @@
  * The units start in one order, the same on every rank (the plans are
  * the same): by the place in the plan of their items' last writer on any
  * rank, then dtype group and unit; a unit starts once it is ready and
- * every unit before it has started (and, with ZeRO, a group buffer is
- * free). The executor tells this file (scheduler/residency.h's
+ * every unit before it has started (and, for a reduce-scatter, a group
+ * buffer is free). The executor tells this file (scheduler/residency.h's
  * hx_step_watch) when a host step has run and when a stream step was
  * submitted: a stream writer gets an event after it, polled without
  * waiting. Progress (starting ready units, moving the collectives in
- * flight on, copying out a finished all-gather: Open MPI here has no
+ * flight on, finishing a complete all-gather: Open MPI here has no
  * progress thread) runs after every host step, while the calling thread
  * waits for host work, and, once the phase's host steps are done, each
  * time the streams pass a writer (the thread sleeps on the writer's
@@ -31,15 +31,31 @@
  * time drives it, the others go on.
  *
  * After each phase, finish starts what is left, waits for every unit and
- * writes the results (sums over the gradients, the others' parameters
- * over theirs): bitwise what running them after the phase gives (the same
+ * writes the sums over the gradients (the all-gathers' values arrive in
+ * place): bitwise what running them after the phase gives (the same
  * rank-order sums of the same bytes; only when they run moves). Its time
  * is the communication the step waits for (hx_train_stats.comm_wait_s).
  * Not at stage 3: its parameter gathers start from the executor's threads
  * on the same communicator, and the ranks must start collectives in one
  * order, so its sums start after phase 0 (and it has no all-gather after
  * the updates). hx_session_config.no_comm_overlap starts everything after
- * the phases. */
+ * the phases.
+ *
+ * At stages 1 and 2 with the overlap on, the step does not wait for the
+ * all-gathers (each in place, from the owner's values into the others':
+ * dist/dp.c): the end of the updates starts those left (every collective
+ * starts inside the training run, in one order on every rank, so that a
+ * call of one rank alone never has to start one) and returns with them
+ * in flight. The next forward finishes a group's all-gather (waits until
+ * the others' values are in place) before the first step that reads one
+ * of its parameters runs or is submitted to a stream (the engine's
+ * hx_param_gather: each phase-0 step's groups are in the schedule), and
+ * progress finishes those seen complete on the way; phase 0's end, and
+ * every call but a training run (hx__session_dp_settle), finish what is
+ * left first. The waits count in comm_wait_s; a failure surfaces as that
+ * run's or call's status. Nothing writes a group's values while its
+ * all-gather is in flight: the owner's next update comes after phase 0's
+ * end, and the others' copies are written only by it. */
 #include "session/session.h"
 #include "dist/dist.h"
 
@@ -66,9 +82,17 @@ typedef struct schedule {
     int *left;            /* this run, per unit: writers not seen done */
     bool *summed;         /* this run, per unit: its collective seen complete */
     int *pend, n_pend;    /* this run: stream writers submitted, not seen done */
+    int *read_lo, *reads; /* phase 0, deferring: per step the chunk groups it reads (flat:
+                           * the f32 ones, then the bf16 ones), reads[read_lo[k] .. read_lo[k + 1]) */
 } schedule;
 
-enum { LOG_CAP = 4096, MAX_WRITERS = 8 };
+enum { LOG_CAP = 4096, MAX_WRITERS = 8, MAX_READS = 256 };
+
+/* The engine's hx_param_gather while the all-gathers are deferred. */
+typedef struct reader {
+    hx_param_gather hooks; /* first */
+    struct hx_dp_overlap *o;
+} reader;
 
 struct hx_dp_overlap {
     hx_step_watch hooks; /* first: the engine's watch is this */
@@ -86,7 +110,15 @@ struct hx_dp_overlap {
     char msg[1024];
     hx_dp_event log[2][LOG_CAP]; /* the last run's, per phase, for tests */
     int n_log[2];
+    bool defer;           /* stages 1, 2 with the overlap: the all-gathers end in the next forward */
+    reader rd;            /* ... the readers' waits */
+    int64_t g0;           /* the f32 chunk groups (the bf16 ones' flat numbers follow) */
+    int deferred;         /* all-gathers in flight after the last step (prog held) */
 };
+
+/* tests: 1, neither the readers nor progress finish the deferred all-gathers
+ * (phase 0's end does); 2, progress does not (the readers must) */
+int hx__dp_defer_test;
 
 static void schedule_free(const hx_session *s, schedule *c)
 {
@@ -101,6 +133,8 @@ static void schedule_free(const hx_session *s, schedule *c)
     free(c->left);
     free(c->summed);
     free(c->pend);
+    free(c->read_lo);
+    free(c->reads);
     free(c);
 }
 
@@ -141,6 +175,45 @@ static int writers(const hx_session *s, const schedule *c, int i, int *w, int *l
         if ((!sp->fn || !s->zero_skip[u->id]) && m < MAX_WRITERS) w[m++] = k;
     }
     return m;
+}
+
+/* The chunk groups step sp reads (flat numbers, each once) into xs;
+ * returns how many (-1: more than MAX_READS replicas). */
+static int step_groups(const hx_dp_overlap *o, const hx_step *sp, int *xs)
+{
+    const hx_session *s = o->s;
+    int ids[MAX_READS], js[MAX_READS], n = 0;
+    int m = hx__zero_replica_reads(s, sp, false, ids, js, MAX_READS);
+    for (int i = 0; i < m; i++) {
+        int key = s->zero_key[ids[i]], grp = key % 2;
+        int x = (int)((grp ? o->g0 : 0) + hx__dp_group_of(s->dp[grp], key / 2));
+        bool again = false;
+        for (int q = 0; q < n && !again; q++) again = xs[q] == x;
+        if (!again) xs[n++] = x;
+    }
+    return m < 0 ? -1 : n;
+}
+
+/* Phase 0 of a session that defers the all-gathers: the groups each step
+ * reads (c->read_lo, c->reads). */
+static hx_status build_reads(const hx_dp_overlap *o, schedule *c)
+{
+    int xs[MAX_READS], n_reads = 0;
+    c->read_lo = calloc((size_t)c->n_steps + 1, sizeof *c->read_lo);
+    for (int pass = 0; pass < 2 && c->read_lo; pass++) { /* counted, then placed */
+        for (int k = 0; k < c->n_steps; k++) {
+            int m = step_groups(o, &c->steps[k], xs);
+            if (m < 0)
+                return hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: ZeRO stage %d: node '%s' "
+                                 "reads more than %d parameters", o->s->e.cfg.zero_stage,
+                                 c->steps[k].node->name, MAX_READS);
+            if (pass) memcpy(c->reads + c->read_lo[k], xs, sizeof *xs * (size_t)m);
+            else c->read_lo[k + 1] = n_reads += m;
+        }
+        if (!pass) c->reads = malloc(sizeof *c->reads * (size_t)(n_reads ? n_reads : 1));
+        if (!c->reads) break;
+    }
+    return c->read_lo && c->reads ? HX_OK : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: out of host memory");
 }
 
 /* Plan p's schedule of phase `phase` (see the top). */
@@ -217,6 +290,7 @@ static hx_status build(hx_dp_overlap *o, const hx_plan *p, int phase, schedule *
     for (int k = 0; k < n && !st; k++) /* a stream step (a copy, a device kernel) that writes: an event */
         if (c->step_lo[k + 1] > c->step_lo[k] && (!steps[k].fn || steps[k].dev == HX_DEV_ACCEL))
             st = acc->event_create(acc, &c->ev[k]);
+    if (!st && o->defer && phase == 0) st = build_reads(o, c);
 out:
     free(pairs);
     free(pos);
@@ -273,27 +347,97 @@ static hx_status start(hx_dp_overlap *o, int j)
                          : hx__dp_start(d, x->x, o->at[x->grp]);
 }
 
-/* Finishes unit j of the phase, its results written (`write`) or dropped (prog held). */
+/* Finishes unit j of the phase, its sums written (`write`) or dropped;
+ * an all-gather's values are in place as it completes (prog held). */
 static hx_status finish(hx_dp_overlap *o, int j, bool write)
 {
     const unit *x = &o->cur->u[j];
     hx_dp *d = o->s->dp[x->grp];
-    return o->cur->phase ? hx__dp_share_finish(d, x->x, write ? o->vals[x->grp] : NULL, o->val_bytes[x->grp])
+    return o->cur->phase ? hx__dp_share_finish(d, x->x)
                          : hx__dp_finish(d, x->x, write ? o->at[x->grp] : NULL);
 }
 
+/* The chunk groups, flat: the f32 ones, then the bf16 ones. */
+static int64_t flat_groups(const hx_dp_overlap *o)
+{
+    return o->g0 + (o->s->dp[1] ? hx__dp_groups(o->s->dp[1]) : 0);
+}
+
+/* Flat group x's dp group's chunks, its group there into *g. */
+static hx_dp *flat_group(const hx_dp_overlap *o, int64_t x, int64_t *g)
+{
+    int grp = x >= o->g0;
+    *g = x - (grp ? o->g0 : 0);
+    return o->s->dp[grp];
+}
+
+/* Finishes flat group x's all-gather if it is deferred (prog held): waits
+ * until the others' values are in place ('G' in phase 0's log). fn names
+ * the call that fails. */
+static hx_status settle(hx_dp_overlap *o, int x, const char *fn)
+{
+    int64_t g;
+    hx_dp *d = flat_group(o, x, &g);
+    if (!hx__dp_sharing(d, g)) return HX_OK;
+    o->deferred--;
+    hx_status st = hx__dp_share_finish(d, g);
+    if (o->cur && !o->cur->phase) {
+        pthread_mutex_lock(&o->mu);
+        note(o, 'G', x);
+        pthread_mutex_unlock(&o->mu);
+    }
+    if (!st) return HX_OK;
+    char why[HX_ERROR_LEN]; /* hx__error writes where hx_last_error reads */
+    snprintf(why, sizeof why, "%s", hx_last_error());
+    return hx__error(st, "%s: ZeRO stage %d: the all-gather of chunk group %lld's parameters after "
+                     "the last training step (finished before their next reader): %s", fn,
+                     o->s->e.cfg.zero_stage, (long long)g, why);
+}
+
+/* Every deferred all-gather finished (prog held); the first failure. */
+static hx_status settle_all(hx_dp_overlap *o, const char *fn)
+{
+    hx_status st = HX_OK;
+    for (int64_t x = 0; x < flat_groups(o) && o->deferred; x++) {
+        hx_status f = settle(o, (int)x, fn);
+        if (!st) st = f;
+    }
+    return st;
+}
+
+/* Phase 0: the deferred all-gathers seen complete, finished (prog held). */
+static void settle_done(hx_dp_overlap *o)
+{
+    for (int64_t x = 0; x < flat_groups(o) && o->deferred && !o->err && !hx__dp_defer_test; x++) {
+        int64_t g;
+        hx_dp *d = flat_group(o, x, &g);
+        bool done;
+        if (!hx__dp_sharing(d, g)) continue;
+        hx_status st = hx__dp_share_test(d, g, &done);
+        if (st) { /* dropped: the run fails with it */
+            fail(o, st);
+            o->deferred--;
+            hx__dp_share_finish(d, g);
+        } else if (done) {
+            fail(o, settle(o, (int)x, "hx_session_run"));
+        }
+    }
+}
+
 /* Moves the collectives in flight on (an all-gather that is done is
- * finished: its values written, its buffer free), then starts the ready
+ * finished; phase 0: also the last step's deferred ones), then starts the ready
  * units in order (prog held). */
 static void drive(hx_dp_overlap *o)
 {
     schedule *c = o->cur;
     hx_session *s = o->s;
+    if (!c->phase) settle_done(o);
     pthread_mutex_lock(&o->mu);
     for (int j = 0; j < o->next && !o->err; j++) {
         if (c->summed[j]) continue;
         bool done;
-        fail(o, hx__dp_test(s->dp[c->u[j].grp], c->u[j].x, &done));
+        hx_dp *d = s->dp[c->u[j].grp];
+        fail(o, c->phase ? hx__dp_share_test(d, c->u[j].x, &done) : hx__dp_test(d, c->u[j].x, &done));
         if (done && c->phase) fail(o, finish(o, j, true));
         if (done) note(o, 'F', j);
         c->summed[j] = done;
@@ -450,6 +594,10 @@ static hx_status end(hx_dp_overlap *o)
     pthread_mutex_lock(&o->mu);
     note(o, 'E', 0);
     pthread_mutex_unlock(&o->mu);
+    if (!c->phase) { /* the last step's all-gathers no reader finished, before the updates */
+        hx_status f = settle_all(o, "hx_session_run");
+        if (!st) st = f;
+    }
     for (int done = 0; o->next < c->n_units && !st;) {
         if (!hx__dp_can_start(s->dp[c->u[o->next].grp])) { /* the oldest frees its buffer */
             if (!c->summed[done]) st = finish(o, done, true);
@@ -462,6 +610,10 @@ static hx_status end(hx_dp_overlap *o)
         if (!(st = start(o, o->next))) o->next++;
     }
     for (int j = 0; j < o->next; j++) { /* the rest: written, or (after a failure) dropped */
+        if (c->phase && o->defer && !st && !c->summed[j]) { /* or left to the next forward */
+            o->deferred++;
+            continue;
+        }
         hx_status w = c->summed[j] && (c->phase || st) ? HX_OK : finish(o, j, !st);
         if (!st) st = w;
     }
@@ -481,6 +633,45 @@ static void abort_phase(hx_dp_overlap *o)
         if (!o->cur->summed[j] || !o->cur->phase) finish(o, j, false);
     o->cur = NULL;
     pthread_mutex_unlock(&o->prog);
+}
+
+/* Before phase-0 step sp runs or is submitted: the deferred all-gathers
+ * of the groups it reads finished, the time in comm_wait_s. */
+static hx_status reader_ready(hx_param_gather *g, const hx_step *sp)
+{
+    hx_dp_overlap *o = ((reader *)g)->o;
+    pthread_mutex_lock(&o->prog);
+    schedule *c = o->cur;
+    int k = c && !c->phase && o->deferred && hx__dp_defer_test != 1 ? step_of(c, sp) : -1;
+    hx_status st = HX_OK;
+    if (k >= 0 && c->read_lo[k + 1] > c->read_lo[k]) {
+        double t0 = hx__now();
+        for (int i = c->read_lo[k]; i < c->read_lo[k + 1] && !st; i++)
+            st = settle(o, c->reads[i], "hx_session_run");
+        o->s->stats.comm_wait_s += hx__now() - t0;
+    }
+    pthread_mutex_unlock(&o->prog);
+    return st;
+}
+
+static void reader_done(hx_param_gather *g, const hx_step *sp) { (void)g, (void)sp; }
+
+static hx_status reader_queued(hx_param_gather *g, const hx_step *sp, hx_stream *s)
+{
+    (void)g, (void)sp, (void)s;
+    return HX_OK;
+}
+
+hx_status hx__session_dp_settle(hx_session *s, const char *fn)
+{
+    hx_dp_overlap *o = s->dp_overlap;
+    if (!o || !o->defer) return HX_OK;
+    pthread_mutex_lock(&o->prog);
+    double t0 = hx__now();
+    hx_status st = settle_all(o, fn);
+    s->stats.comm_wait_s += hx__now() - t0;
+    pthread_mutex_unlock(&o->prog);
+    return st;
 }
 
 hx_status hx__session_dp_begin(hx_session *s, const hx_plan *p)
@@ -547,6 +738,13 @@ hx_status hx__session_dp_overlap_create(hx_session *s)
                                .drain = drain};
     buckets(s);
     o->s = s;
+    o->g0 = s->dp[0] ? hx__dp_groups(s->dp[0]) : 0;
+    o->defer = (s->e.cfg.zero_stage == 1 || s->e.cfg.zero_stage == 2) && !s->e.cfg.no_comm_overlap;
+    if (o->defer) { /* the readers of the next forward wait for the all-gathers */
+        o->rd = (reader){.hooks = {.ready = reader_ready, .done = reader_done, .queued = reader_queued},
+                         .o = o};
+        s->e.gather = &o->rd.hooks;
+    }
     s->dp_overlap = o;
     return HX_OK;
 }
@@ -555,6 +753,8 @@ void hx__session_dp_overlap_free(hx_session *s)
 {
     hx_dp_overlap *o = s->dp_overlap;
     if (!o) return;
+    hx__session_dp_settle(s, "hx_session_free"); /* the buffers MPI writes into: waited for */
+    if (o->defer) s->e.gather = NULL;
     for (int i = 0; i < o->n_sch; i++) schedule_free(s, o->sch[i]);
     free(o->sch);
     for (int grp = 0; grp < 2; grp++) free(o->at[grp]), free(o->vals[grp]), free(o->val_bytes[grp]);

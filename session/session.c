@@ -291,7 +291,8 @@ hx_status hx_session_set_lr_scale(hx_session *s, double scale)
 
 /* ---- the thread rule ------------------------------------------------------------ */
 
-hx_status hx__session_enter(hx_session *s, const char *fn)
+/* The session for fn's caller alone (enter without the settling). */
+static hx_status claim(hx_session *s, const char *fn)
 {
     if (!s) return hx__error(HX_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
     if (atomic_exchange(&s->in_use, true))
@@ -300,6 +301,14 @@ hx_status hx__session_enter(hx_session *s, const char *fn)
                          "returned); a session is used by one thread at a time: wait for that "
                          "call, or give each thread its own session", fn);
     return HX_OK;
+}
+
+hx_status hx__session_enter(hx_session *s, const char *fn)
+{
+    hx_status st = claim(s, fn);
+    if (st) return st;
+    if ((st = hx__session_dp_settle(s, fn))) hx__session_leave(s);
+    return st;
 }
 
 void hx__session_leave(hx_session *s) { atomic_store(&s->in_use, false); }
@@ -395,6 +404,8 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     int n_updates;
     hx__plan_steps(p, 1, &n_updates);
     bool summing = train && n_updates && hx__session_dp_on(s);
+    /* the last step's all-gathers: a run that sums finishes each before its first reader */
+    if (!summing && (st = hx__session_dp_settle(s, "hx_session_run"))) return st;
     if ((st = hx__session_zero3_begin(s, p))) return st; /* stage 3: the gathers */
     if (summing && (st = hx__session_dp_begin(s, p))) { /* the sums, during the backward */
         hx__session_zero3_end(s);
@@ -578,7 +589,7 @@ out:
 hx_status hx_session_run(hx_session *s, const hx_feed *feeds, int n_feeds,
                          const hx_fetch *fetches, int n_fetches, unsigned flags)
 {
-    hx_status st = hx__session_enter(s, "hx_session_run");
+    hx_status st = claim(s, "hx_session_run"); /* the all-gathers left: execute() */
     if (st) return st;
     st = run(s, feeds, n_feeds, fetches, n_fetches, flags);
     hx__session_leave(s);

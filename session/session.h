@@ -51,10 +51,10 @@ struct hx_session {
     int *zero_owner;
     bool *zero_skip, *zero_sharded;
     size_t zero_owned_bytes, zero_sharded_bytes;
-    /* stage 3 (zero3.c): per tensor id, for what the ranks read of a
-     * parameter (its replica), its update's dp_index (-1: none); the
-     * gathers */
-    int *zero3_key;
+    /* ZeRO: per tensor id, for what the ranks read of a parameter (its
+     * replica), its update's dp_index (-1: none); stage 3's gathers
+     * (zero3.c) */
+    int *zero_key;
     struct hx_zero3 *zero3;
     hx_placement_report place_report; /* automatic placement (autoplace.c) */
     const hx_plan *timed_plan; /* the last training run whose units were timed (one of e.plans) */
@@ -65,7 +65,9 @@ struct hx_session {
 /* The thread rule, enforced: the public calls that run or change the
  * session (or read what a run changes) run between these two. enter fails
  * with HX_ERR_STATE, naming fn, while another such call is in progress;
- * HX_ERR_INVALID_ARGUMENT for a NULL session. */
+ * HX_ERR_INVALID_ARGUMENT for a NULL session; and finishes the last
+ * training step's deferred all-gathers (hx__session_dp_settle: their
+ * failure is fn's). */
 hx_status hx__session_enter(hx_session *s, const char *fn);
 void hx__session_leave(hx_session *s);
 
@@ -92,7 +94,13 @@ bool hx__session_dp_on(const hx_session *s);
  * owner's parameters written over the others' copies). When a phase
  * fails, abort (the collectives in flight waited for and dropped) instead
  * of grads or share_end. grads and share_end add their time to
- * stats.comm_wait_s. create/free: with the chunks. */
+ * stats.comm_wait_s. create/free: with the chunks. At stages 1 and 2 with
+ * the overlap, share_end leaves the all-gathers in flight, each finished
+ * before the next forward's first reader of its parameters (the engine's
+ * hx_param_gather) or at the end of its phase 0; settle finishes every
+ * one left (before any call but a training run reads or changes the
+ * session, and before free; their time in comm_wait_s), failing as fn
+ * with the collective's error. */
 typedef struct hx_dp_overlap hx_dp_overlap;
 hx_status hx__session_dp_overlap_create(hx_session *s);
 void hx__session_dp_overlap_free(hx_session *s);
@@ -101,13 +109,20 @@ hx_status hx__session_dp_grads(hx_session *s);
 hx_status hx__session_dp_share_begin(hx_session *s, const hx_plan *p);
 hx_status hx__session_dp_share_end(hx_session *s);
 void hx__session_dp_abort(hx_session *s);
+hx_status hx__session_dp_settle(hx_session *s, const char *fn);
+/* Tests: 1, no reader waits for the deferred all-gathers and progress
+ * finishes none (phase 0's end does), to show the checks catch it; 2,
+ * progress finishes none (the readers must). */
+extern int hx__dp_defer_test;
 /* Tests: the last training run's events of phase `phase` in order: 'D'
  * host step v of the phase has run, 'R' unit v (its place in the start
  * order) is ready (every step of this rank writing what it sends has
  * run), 'S' unit v starts, 'F' unit v's collective was seen complete
  * during the phase (its group buffer free again; an all-gather's values
  * written), 'W' after the phase's host steps the thread sleeps until
- * the streams pass step v (a writer), 'E' the phase is over (the units
+ * the streams pass step v (a writer), 'G' (phase 0) the last step's
+ * all-gather of chunk group v (flat: the f32 groups, then the bf16 ones)
+ * finished, its values written, 'E' the phase is over (the units
  * started after it wait for the step); at most 4096 of them. */
 typedef struct hx_dp_event {
     char kind;
@@ -143,11 +158,17 @@ static inline const hx_tensor *hx__zero_replica(const hx_tensor *u)
 {
     return u->attr.i[0] > 0 ? u->src[u->attr.i[0]] : u->src[0];
 }
+/* ZeRO: the replicas (zero_key >= 0) step sp reads, their tensor ids into
+ * ids and input slots into js; returns how many (-1: more than max). A
+ * copy reads its source; a kernel its inputs, on the host only when
+ * host_only (stage 3: what a device kernel reads is a copy's). */
+int hx__zero_replica_reads(const hx_session *s, const hx_step *sp, bool host_only, int *ids, int *js,
+                           int max);
 /* The zero_* fields of hx_memory_stats. */
 void hx__session_zero_stats(const hx_session *s, hx_memory_stats *out);
 
 /* zero3.c: stage 3's gathers (see there), after zero.c has set the owners
- * and zero3_key: create makes them the engine's hx_gather; begin readies
+ * and zero_key: create makes them the engine's hx_gather; begin readies
  * plan p's schedule (built on its first run: HX_ERR_UNSUPPORTED if its
  * update phase reads a replica this rank does not hold) before phase 0,
  * end waits for every gather and frees every buffer after it (the run's

@@ -71,10 +71,10 @@ hx_status hx__session_zero_setup(hx_session *s)
     s->zero_owner = malloc(n * sizeof *s->zero_owner);
     s->zero_skip = calloc(n, sizeof *s->zero_skip);
     s->zero_sharded = calloc(n, sizeof *s->zero_sharded);
-    s->zero3_key = malloc(n * sizeof *s->zero3_key);
-    if (!s->zero_owner || !s->zero_skip || !s->zero_sharded || !s->zero3_key)
+    s->zero_key = malloc(n * sizeof *s->zero_key);
+    if (!s->zero_owner || !s->zero_skip || !s->zero_sharded || !s->zero_key)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
-    for (int i = 0; i < g->n; i++) s->zero_owner[i] = s->zero3_key[i] = -1;
+    for (int i = 0; i < g->n; i++) s->zero_owner[i] = s->zero_key[i] = -1;
     for (int i = 0; i < g->n; i++) {
         const hx_tensor *u = g->tensors[i];
         int k = s->dp_index[i];
@@ -90,7 +90,7 @@ hx_status hx__session_zero_setup(hx_session *s)
                              "parameters into host memory, and '%s' lives on the accelerator: set "
                              "offload_param=cpu (every parameter on the host, fetched to the device "
                              "chunk by chunk), or use zero_stage 2", r->name);
-        if (stage == 3) s->zero3_key[r->id] = k;
+        s->zero_key[r->id] = k;
         s->zero_owner[i] = owner;
         s->zero_skip[i] = owner != rank;
         for (int j = 0; j < u->n_src; j++) {
@@ -120,7 +120,7 @@ hx_status hx__session_zero_setup(hx_session *s)
 void hx__session_zero_free(hx_session *s)
 {
     hx__session_zero3_free(s);
-    free(s->zero3_key);
+    free(s->zero_key);
     free(s->zero_owner);
     free(s->zero_skip);
     free(s->zero_sharded);
@@ -155,6 +155,26 @@ hx_status hx__session_zero_norm(hx_session *s, const hx_plan *p, const hx_tensor
     free(mine);
     free(all);
     return st;
+}
+
+int hx__zero_replica_reads(const hx_session *s, const hx_step *sp, bool host_only, int *ids, int *js,
+                           int max)
+{
+    const hx_engine *e = &s->e;
+    int n = 0;
+    if (!sp->fn) {
+        if ((!host_only || sp->src_dev == HX_DEV_HOST) && s->zero_key[sp->node->id] >= 0)
+            ids[n] = sp->node->id, js[n++] = 0;
+        return n;
+    }
+    if (host_only && sp->dev != HX_DEV_HOST) return 0;
+    for (int j = 0; j < hx__n_reads(e, sp->node); j++) {
+        int id = hx__read(e, sp->node, j)->id;
+        if (s->zero_key[id] < 0) continue;
+        if (n == max) return -1;
+        ids[n] = id, js[n++] = j;
+    }
+    return n;
 }
 
 void hx__session_zero_replicas(const hx_session *s, int grp, void **vals, size_t *bytes)

@@ -90,13 +90,6 @@ int hx__zero3_test_break; /* tests: 1 leaves the first window's gather out */
 
 static hx_zero3 *of(hx_param_gather *g) { return (hx_zero3 *)g; }
 
-/* The dp index (2 * gradient + group) of the update whose replica is
- * tensor id, -1: none. */
-static int replica_key(const hx_session *s, int id)
-{
-    return s->zero3_key[id];
-}
-
 static void schedule_free(schedule *c, hx_backend *acc)
 {
     if (!c) return;
@@ -110,27 +103,6 @@ static void schedule_free(schedule *c, hx_backend *acc)
     free(c);
 }
 
-/* The tensors step sp reads from host memory that are replicas: their ids
- * into ids, input slots into js; returns how many (at most max). */
-static int replica_reads(const hx_session *s, const hx_step *sp, int *ids, int *js, int max)
-{
-    const hx_engine *e = &s->e;
-    int n = 0;
-    if (!sp->fn) {
-        if (sp->src_dev == HX_DEV_HOST && replica_key(s, sp->node->id) >= 0)
-            ids[n] = sp->node->id, js[n++] = 0;
-        return n;
-    }
-    if (sp->dev != HX_DEV_HOST) return 0;
-    for (int j = 0; j < hx__n_reads(e, sp->node); j++) {
-        int id = hx__read(e, sp->node, j)->id;
-        if (replica_key(s, id) < 0) continue;
-        if (n == max) return -1;
-        ids[n] = id, js[n++] = j;
-    }
-    return n;
-}
-
 /* Phase 1 must not read a replica this rank does not hold. */
 static hx_status check_updates(const hx_session *s, const hx_plan *p)
 {
@@ -139,7 +111,7 @@ static hx_status check_updates(const hx_session *s, const hx_plan *p)
     int ids[MAX_READS], js[MAX_READS], rank = hx_comm_rank(s->e.cfg.comm);
     for (int k = 0; k < n; k++) {
         if (st[k].fn && s->zero_skip[st[k].node->id]) continue;
-        int m = replica_reads(s, &st[k], ids, js, MAX_READS);
+        int m = hx__zero_replica_reads(s, &st[k], true, ids, js, MAX_READS);
         if (m < 0)
             return hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: ZeRO stage 3: node '%s' reads "
                              "more than %d parameters", st[k].node->name, MAX_READS);
@@ -208,7 +180,8 @@ static hx_status build(hx_zero3 *z, const hx_plan *p, schedule **out)
     int ids[MAX_READS], js[MAX_READS], n_reads = 0, n_bind = 0;
     /* the windows in order of their first readers; each step's (once each) */
     for (int k = 0; k < n && !st; k++) {
-        int m = replica_reads(s, &steps[k], ids, js, MAX_READS), *xs = step_win + (size_t)k * MAX_READS;
+        int m = hx__zero_replica_reads(s, &steps[k], true, ids, js, MAX_READS);
+        int *xs = step_win + (size_t)k * MAX_READS;
         if (m < 0) {
             st = hx__error(HX_ERR_UNSUPPORTED, "hx_session_run: ZeRO stage 3: node '%s' reads more "
                            "than %d parameters", steps[k].node->name, MAX_READS);
@@ -216,7 +189,7 @@ static hx_status build(hx_zero3 *z, const hx_plan *p, schedule **out)
         }
         c->need[k] = -1;
         for (int i = 0; i < m; i++) {
-            int key = replica_key(s, ids[i]), grp = key % 2;
+            int key = s->zero_key[ids[i]], grp = key % 2;
             int64_t cg = hx__dp_group_of(s->dp[grp], key / 2);
             size_t slot = (size_t)(2 * (grp ? groups[0] + cg : cg) + (k >= backward));
             if (win_of[slot] < 0)
@@ -246,10 +219,10 @@ static hx_status build(hx_zero3 *z, const hx_plan *p, schedule **out)
     /* each step's windows, each window's inputs (counted, then placed) */
     for (int pass = 0; pass < 2 && !st; pass++) {
         for (int k = 0; k < n; k++) {
-            int m = replica_reads(s, &steps[k], ids, js, MAX_READS), r = c->read_lo[k];
+            int m = hx__zero_replica_reads(s, &steps[k], true, ids, js, MAX_READS), r = c->read_lo[k];
             const int *xs = step_win + (size_t)k * MAX_READS;
             for (int i = 0; i < m; i++) {
-                int key = replica_key(s, ids[i]), x = xs[i];
+                int key = s->zero_key[ids[i]], x = xs[i];
                 bool again = false;
                 for (int q = c->read_lo[k]; q < r && !again; q++) again = c->reads[q] == x;
                 if (pass == 0 && !again) c->reads[r++] = x;
@@ -308,7 +281,7 @@ static void issue(hx_zero3 *z, int x)
     z->resident += w->bytes;
     if (z->resident > z->peak) z->peak = z->resident;
     for (int i = 0; i < s->e.g->n; i++) { /* this rank's parameters of the group */
-        int key = s->zero3_key[i];
+        int key = s->zero_key[i];
         if (key < 0 || key % 2 != w->grp || s->zero_owner[i] != rank) continue;
         if (hx__dp_group_of(s->dp[w->grp], key / 2) != w->g) continue;
         memcpy(w->buf + hx__dp_in_group(s->dp[w->grp], key / 2), s->e.persist[i],

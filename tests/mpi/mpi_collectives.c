@@ -3,7 +3,8 @@
  * come from seeds): sums in rank order in f32 (bf16: rounded once), so the
  * results are bitwise equal to the reference. Also in-place calls, blocks
  * split into several messages, blocks of their own lengths (the _v
- * variants), two collectives in flight at once, the bytes
+ * variants), an all-gather in place into segments of odd byte lengths
+ * (some empty), two collectives in flight at once, the bytes
  * each rank sends, bad input, a timeout naming the rank that did not come,
  * and MPI's start and end: hetex starts and finalises it; with --user-mpi
  * the program does, and hetex works on a communicator the program split.
@@ -263,6 +264,57 @@ static void test_broadcast(void)
     }
 }
 
+/* Segment k of rank j's block in the segmented all-gather: (3 + 29*j +
+ * 17*k) % 41 bytes (rank 1's second: 0), k < j % 3 + 2. */
+static int64_t seg_len(int j, int k) { return j == 1 && k == 1 ? 0 : (3 + 29 * j + 17 * k) % 41; }
+
+/* hx__comm_all_gather_segments: every rank's segments, each its own
+ * buffer, arrive whole in every other rank's, in messages of 64 bytes
+ * and whole; this rank sends its block's bytes to each other rank. */
+static void test_segments(void)
+{
+    for (int pieces = 0; pieces < 2; pieces++) {
+        int64_t lo[65], len[256], n = 0;
+        void *seg[256];
+        char *want[256];
+        for (int j = 0; j < size && j < 64; j++) {
+            lo[j] = n;
+            unsigned char *src = inputs(j, 650 + pieces, 64, HX_DTYPE_I64); /* bytes to cut from */
+            for (int k = 0; k < j % 3 + 2; k++, n++) {
+                len[n] = seg_len(j, k);
+                want[n] = malloc((size_t)len[n] + 1);
+                memcpy(want[n], src + 8 * k, (size_t)len[n]);
+                seg[n] = calloc(1, (size_t)len[n] + 1);
+                if (j == rank) memcpy(seg[n], want[n], (size_t)len[n]);
+            }
+            free(src);
+        }
+        lo[size] = n;
+        if (pieces) hx__comm_set_max_message(comm, 64);
+        uint64_t sent0 = hx__comm_bytes_sent(comm), mine = 0;
+        for (int64_t k = lo[rank]; k < lo[rank + 1]; k++) mine += (uint64_t)len[k];
+        hx_coll *q = NULL;
+        OK(run(hx__comm_all_gather_segments(comm, seg, len, lo, &q), &q));
+        hx__comm_set_max_message(comm, (int64_t)1 << 28);
+        for (int64_t k = 0; k < n; k++) {
+            CHECK(!memcmp(seg[k], want[k], (size_t)len[k]), "segmented all_gather%s: segment %lld (%lld "
+                  "bytes) differs on rank %d", pieces ? " in pieces" : "", (long long)k, (long long)len[k],
+                  rank);
+            fold(seg[k], (size_t)len[k]);
+            free(seg[k]);
+            free(want[k]);
+        }
+        CHECK(hx__comm_bytes_sent(comm) - sent0 == mine * (uint64_t)(size - 1), "segmented all_gather: "
+              "rank %d sent %llu bytes, its block is %llu", rank,
+              (unsigned long long)(hx__comm_bytes_sent(comm) - sent0), (unsigned long long)mine);
+    }
+    int64_t lo[65] = {0}, len[1] = {-1};
+    void *seg[1] = {NULL};
+    hx_coll *q = NULL;
+    for (int j = 1; j <= size && j < 65; j++) lo[j] = 1;
+    STATUS_IS(hx__comm_all_gather_segments(comm, seg, len, lo, &q), HX_ERR_INVALID_ARGUMENT, "segment 0");
+}
+
 /* Blocks of 1000 elements sent in messages of 64: the pieces arrive whole. */
 static void test_pieces(void)
 {
@@ -451,7 +503,7 @@ int main(int argc, char **argv)
     static const test_case cases[] = {
         {"all_reduce", test_all_reduce},     {"reduce_scatter", test_reduce_scatter},
         {"all_gather", test_all_gather},     {"all_to_all_v", test_all_to_all_v},
-        {"variable_blocks", test_variable_blocks},
+        {"variable_blocks", test_variable_blocks}, {"segments", test_segments},
         {"broadcast", test_broadcast},       {"pieces", test_pieces},
         {"overlap_and_bytes", test_overlap_and_bytes}, {"bad_input", test_bad_input},
         {"timeout", test_timeout},           {"finalize", test_finalize},

@@ -25,9 +25,19 @@
  *   starts none;
  * the last three for the all-gathers in the updates' log (stages 1, 2:
  * a group's all-gather after this rank's updates of it; at least one
- * during the updates when there are several groups); and the two
- * sessions hold the same bits in every parameter and report the same
- * gradient norms. On emu (the MLP on the device, its gradient
+ * during the updates when there are several groups; they need no group
+ * buffer, so the log's 'F' does not hold them back);
+ * - stages 1 and 2: the step returns with the all-gathers in flight and
+ *   the next forward finishes them ('G' in its log: at least one, none
+ *   without overlap), and on the CPU no step that reads a parameter of a
+ *   group runs before that group's all-gather finished. Progress usually
+ *   finishes these small all-gathers before the first step, so the case
+ *   "readers" has it finish none (hx__dp_defer_test 2): the readers'
+ *   waits then finish them in the middle of the forward ('G' after a
+ *   'D'), with the same checks and bits; "break" leaves the waits out too
+ *   (hx__dp_defer_test 1) and the check must see steps read early;
+ * and the two sessions hold the same bits in every parameter and report
+ * the same gradient norms. On emu (the MLP on the device, its gradient
  * copies and kernels on streams) the first three checks and the bits. Once its
  * host steps are done the thread sleeps until the streams pass the
  * next writer, at most once per gradient ('W' in the log; it polled
@@ -107,6 +117,47 @@ static order read_log(const hx_session *s, int phase, int slots)
     return o;
 }
 
+/* The phase-0 steps of the last run of s that read a parameter (its
+ * replica: the half copy, else the parameter) of a chunk group before
+ * the log says that group's deferred all-gather finished ('G'; a group
+ * with none was finished in the step before), the number of 'G's into
+ * *gathers and of those after a step into *mid. Flat groups: the f32
+ * ones, then the bf16 ones. */
+static int reads_before_gather(const hx_session *s, int *gathers, int *mid)
+{
+    const hx_graph *g = s->e.g;
+    int n, ne, early = 0;
+    const hx_step *st = hx__plan_steps(s->last_plan, 0, &n);
+    const hx_dp_event *ev = hx__session_dp_log(s, 0, &ne);
+    int64_t g0 = s->dp[0] ? hx__dp_groups(s->dp[0]) : 0;
+    int at[256]; /* per group: its 'G' in the log (-1: none) */
+    bool stepped = false;
+    *gathers = *mid = 0;
+    for (int x = 0; x < 256; x++) at[x] = -1;
+    for (int i = 0; i < ne; i++) {
+        stepped |= ev[i].kind == 'D';
+        if (ev[i].kind != 'G' || ev[i].v < 0 || ev[i].v >= 256) continue;
+        at[ev[i].v] = i;
+        ++*gathers;
+        *mid += stepped;
+    }
+    for (int i = 0; i < ne; i++) {
+        if (ev[i].kind != 'D' || ev[i].v < 0 || ev[i].v >= n) continue;
+        const hx_step *sp = &st[ev[i].v];
+        for (int t = 0; t < g->n; t++) { /* the replicas it reads (a copy: its source) */
+            const hx_tensor *u = g->tensors[t];
+            int k = s->dp_index[t];
+            if (k < 0) continue;
+            const hx_tensor *r = hx__zero_replica(u);
+            bool reads = !sp->fn && sp->node == r;
+            for (int j = 0; sp->fn && j < sp->node->n_src && !reads; j++) reads = sp->node->src[j] == r;
+            int64_t x = (k % 2 ? g0 : 0) + hx__dp_group_of(s->dp[k % 2], k / 2);
+            if (reads && x < 256 && at[x] > i) early++;
+        }
+    }
+    return early;
+}
+
 /* The backward's gradients, as the sums read them: per unit (a chunk at
  * stage 0, a group with ZeRO) the first and last phase-0 step that makes
  * one of its gradients (where its update reads it: the gradient's node on
@@ -142,10 +193,16 @@ static int interleaved(const hx_session *s)
     return bad;
 }
 
-static void overlap_case(int stage, hx_accelerator acc)
+/* mode (hx__dp_defer_test, stages 1, 2 on the CPU): 2, progress finishes
+ * no deferred all-gather (the readers' waits do); 1, nothing but phase
+ * 0's end does, and only the check that must see it runs. */
+static void overlap_case(int stage, hx_accelerator acc, int mode)
 {
-    char what[64];
-    snprintf(what, sizeof what, "stage %d on %s", stage, acc == HX_ACCELERATOR_NONE ? "the cpu" : "emu");
+    static const char *const modes[3] = {"", ", readers not waiting", ", the readers finish them"};
+    bool broken = mode == 1;
+    char what[96];
+    snprintf(what, sizeof what, "stage %d on %s%s", stage, acc == HX_ACCELERATOR_NONE ? "the cpu" : "emu",
+             modes[mode]);
     deep_mlp ma; /* both sessions run its graph */
     if (deep_mlp_build(B / size, W, LAYERS, &ma)) {
         CHECK(false, "deep_mlp_build: %s", hx_last_error());
@@ -156,6 +213,7 @@ static void overlap_case(int stage, hx_accelerator acc)
     int rows = B / size;
     float x[B * W], y[B * W];
     test_rng rng = test_rng_make(7);
+    hx__dp_defer_test = mode;
     for (int s = 0; s < STEPS && a && b; s++) {
         test_fill_uniform(&rng, x, B * W, -1, 1);
         test_fill_uniform(&rng, y, B * W, -1, 1);
@@ -166,10 +224,16 @@ static void overlap_case(int stage, hx_accelerator acc)
         hx_train_stats ta, tb;
         OK(hx_session_train_stats(a, &ta));
         OK(hx_session_train_stats(b, &tb));
-        CHECK(ta.grad_norm == tb.grad_norm, "%s: step %d: gradient norm %.17g, without overlap %.17g",
-              what, s, ta.grad_norm, tb.grad_norm);
+        CHECK(broken || ta.grad_norm == tb.grad_norm, "%s: step %d: gradient norm %.17g, without "
+              "overlap %.17g", what, s, ta.grad_norm, tb.grad_norm);
     }
-    if (a && b) {
+    hx__dp_defer_test = 0;
+    if (a && b && broken) {
+        int gathers, mid, early = reads_before_gather(a, &gathers, &mid);
+        CHECK(gathers > 0 && early > 0, "%s: rank %d: the check saw none of %d steps reading a "
+              "parameter before its all-gather finished (%d finished in the forward)", what, rank, early,
+              gathers);
+    } else if (a && b) {
         deep_mlp_check_same_params(a, b, &ma, what);
         int64_t units = hx__dp_units(a->dp[0]);
         int slots = !stage ? (int)units : (units < 3 ? (int)units : 3); /* dist/dp.c's */
@@ -223,7 +287,7 @@ static void overlap_case(int stage, hx_accelerator acc)
         }
         if (stage) { /* the all-gathers of the updated parameters, during the updates */
             int64_t groups = hx__dp_groups(a->dp[0]);
-            order g = read_log(a, 1, groups < 3 ? (int)groups : 3), gb = read_log(b, 1, 3);
+            order g = read_log(a, 1, (int)groups), gb = read_log(b, 1, (int)groups); /* no buffers */
             CHECK(g.units == groups && gb.units == groups, "%s: rank %d: %d and %d of %lld all-gathers "
                   "started", what, rank, g.units, gb.units, (long long)groups);
             CHECK(!g.early, "%s: rank %d: %d all-gathers started before their updates or out of order",
@@ -236,6 +300,17 @@ static void overlap_case(int stage, hx_accelerator acc)
                 CHECK(groups < 2 || g.during > 0, "%s: rank %d: none of %lld all-gathers started during "
                       "the updates", what, rank, (long long)groups);
             }
+            /* the last step's all-gathers end in this forward, before their readers */
+            int gathers, gathers_b, mid, early = reads_before_gather(a, &gathers, &mid);
+            reads_before_gather(b, &gathers_b, &mid);
+            CHECK(gathers > 0 && gathers_b == 0, "%s: rank %d: %d all-gathers finished in the forward, "
+                  "%d without overlap", what, rank, gathers, gathers_b);
+            if (acc == HX_ACCELERATOR_NONE)
+                CHECK(!early, "%s: rank %d: %d steps read a parameter before its group's all-gather "
+                      "finished", what, rank, early);
+            reads_before_gather(a, &gathers, &mid);
+            CHECK(mode != 2 || mid > 0, "%s: rank %d: none of %d all-gathers finished after a step of the "
+                  "forward", what, rank, gathers);
         }
     }
     hx_session_free(a);
@@ -243,8 +318,18 @@ static void overlap_case(int stage, hx_accelerator acc)
     deep_mlp_free(&ma);
 }
 
-static void test_cpu(void) { overlap_case(0, HX_ACCELERATOR_NONE), overlap_case(1, HX_ACCELERATOR_NONE), overlap_case(2, HX_ACCELERATOR_NONE); }
-static void test_emu(void) { overlap_case(0, HX_ACCELERATOR_EMU), overlap_case(1, HX_ACCELERATOR_EMU), overlap_case(2, HX_ACCELERATOR_EMU); }
+static void test_cpu(void)
+{
+    for (int stage = 0; stage <= 2; stage++) overlap_case(stage, HX_ACCELERATOR_NONE, 0);
+}
+
+static void test_emu(void)
+{
+    for (int stage = 0; stage <= 2; stage++) overlap_case(stage, HX_ACCELERATOR_EMU, 0);
+}
+
+static void test_readers(void) { overlap_case(2, HX_ACCELERATOR_NONE, 2); }
+static void test_break(void) { overlap_case(2, HX_ACCELERATOR_NONE, 1); }
 
 static int setup(void)
 {
@@ -256,7 +341,8 @@ static void teardown(void) { hx_comm_free(comm); }
 
 int main(int argc, char **argv)
 {
-    static const test_case cases[] = {{"cpu", test_cpu}, {"emu", test_emu}};
+    static const test_case cases[] = {{"cpu", test_cpu}, {"emu", test_emu}, {"readers", test_readers},
+                                       {"break", test_break}};
     test_options o = {.setup = setup, .teardown = teardown};
     return test_main_with(argc, argv, "mpi_zero_overlap", cases, TEST_COUNT(cases), &o);
 }
