@@ -41,6 +41,8 @@ need_pkgs() {
   [ -e /usr/include/liburing.h ] || missing+=(liburing-dev)
   [ -e /usr/include/libaio.h ] || missing+=(libaio-dev)
   [ -e /usr/lib/x86_64-linux-gnu/libgomp.so.1 ] || missing+=(libgomp1)
+  # oneDNN: bf16 GEMM tiles with AMX / AVX512-BF16 (optional to CMake; bf16 is widened without it)
+  [ -e /usr/include/oneapi/dnnl/dnnl.h ] || missing+=(libdnnl-dev)
   # Open MPI: the communicators (dist/) and the tests labelled mpi
   command -v mpirun >/dev/null || missing+=(openmpi-bin)
   [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || missing+=(libopenmpi-dev)

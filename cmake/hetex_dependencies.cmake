@@ -3,10 +3,11 @@
 #   HX_DEPS                 what both libraries link (privately: users of the
 #                           static library get them as link-only items)
 #   HX_IO_DEFINITIONS       HX_HAVE_LIBURING / HX_HAVE_LIBAIO for the disk tier
+#   HX_HAVE_DNNL            ON where bf16 GEMM tiles run through oneDNN
 #   HX_CONFIG_DEPENDENCIES  the installed CMake package's find_dependency calls
 #   HX_PC_REQUIRES          hetex.pc's Requires.private
 #   HX_PC_LIBS              hetex.pc's Libs.private
-# OpenBLAS, xxHash, liburing and libaio are found by cmake/Find*.cmake, which
+# OpenBLAS, xxHash, liburing, libaio and oneDNN are found by cmake/Find*.cmake, which
 # the CMake package installs beside its config. cmake/hetex_cuda.cmake adds
 # the CUDA libraries to the same variables.
 find_package(PkgConfig QUIET)
@@ -53,6 +54,25 @@ find_package(LibAIO QUIET)
 if(LibAIO_FOUND)
   hx_dependency(LibAIO LibAIO::LibAIO libaio aio)
   list(APPEND HX_IO_DEFINITIONS HX_HAVE_LIBAIO)
+endif()
+
+# bf16 GEMM tiles through oneDNN (kernels/cpu/gemm_dnnl.c), optional: without
+# it (or -DHX_DNNL=OFF) bf16 is widened for OpenBLAS like f16. Debian's
+# libdnnl runs on libgomp, so a clang build (libomp) leaves it out rather
+# than load two OpenMP runtimes whose thread settings it would not share.
+option(HX_DNNL "bf16 GEMM through oneDNN where libdnnl-dev is found (gcc)" ON)
+set(HX_HAVE_DNNL OFF)
+if(HX_DNNL AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
+  find_package(OneDNN QUIET)
+  if(OneDNN_FOUND)
+    set(HX_HAVE_DNNL ON)
+    hx_dependency(OneDNN OneDNN::OneDNN dnnl dnnl)
+    message(STATUS "hetex: oneDNN on (${OneDNN_LIBRARY}): bf16 GEMM tiles native")
+  else()
+    message(STATUS "hetex: no oneDNN (libdnnl-dev): bf16 GEMM widened for OpenBLAS")
+  endif()
+elseif(HX_DNNL)
+  message(STATUS "hetex: oneDNN left out (libgomp-based; this compiler's OpenMP is another)")
 endif()
 
 # After the libraries that need them: OpenMP's runtime, threads, libm.

@@ -29,4 +29,5 @@ install(EXPORT hetexTargets NAMESPACE hetex:: DESTINATION ${HX_PACKAGE_DIR})
 install(FILES ${PROJECT_BINARY_DIR}/hetexConfig.cmake ${PROJECT_BINARY_DIR}/hetexConfigVersion.cmake
   ${PROJECT_SOURCE_DIR}/cmake/FindOpenBLAS.cmake ${PROJECT_SOURCE_DIR}/cmake/FindxxHash.cmake
   ${PROJECT_SOURCE_DIR}/cmake/FindLibUring.cmake ${PROJECT_SOURCE_DIR}/cmake/FindLibAIO.cmake
+  ${PROJECT_SOURCE_DIR}/cmake/FindOneDNN.cmake
   DESTINATION ${HX_PACKAGE_DIR})

@@ -1117,13 +1117,48 @@ static void test_gemm_fused(test_rng *r)
         }
 }
 
-/* hx_k_gemm_half against what it replaces (A, B and the bias widened with
- * hx_k_cast, hx_k_gemm_bias_act_f32 rounding through dt, C rounded):
- * bitwise at 1 to 3 threads (thread ranges that start inside a row panel
- * too), with leading dimensions wider than the matrices (pad), B shared by
- * the batch (stride 0) or one per batch, and K 0; the plain product also
- * against a double reference of the widened values within the dtype's
- * rounding. */
+/* hx_k_gemm_half into got (nc elements at ldc/sc, padding as in keep, the
+ * rows first filled with a pattern: every element must be written). */
+static int gemm_half_into(uint16_t *got, const uint16_t *keep, int ta, int tb, int64_t batch,
+                          int64_t M, int64_t N, int64_t K, const uint16_t *a16, int64_t lda,
+                          int64_t sa, const uint16_t *b16, int64_t ldb, int64_t sb,
+                          const uint16_t *bias16, int act, hx_kdtype dt, int64_t ldc, int64_t sc,
+                          int nt)
+{
+    memcpy(got, keep, (size_t)(batch * sc) * 2); /* the padding must stay as it is */
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < M; i++) memset(got + b * sc + i * ldc, 0x5a, (size_t)N * 2);
+    return hx_k_gemm_half(ta, tb, batch, M, N, K, a16, lda, sa, b16, ldb, sb, bias16, act, dt,
+                          got, ldc, sc, nt);
+}
+
+/* The unfused 16-bit chain on a plain product c16 (in place): each row
+ * widened, hx_k_bias_add_f32 and hx_k_unary_f32, each rounded through dt. */
+static void half_chain(uint16_t *c16, const float *bias, int act, hx_kdtype dt, int64_t rows,
+                       int64_t N, int64_t ldc)
+{
+    float *row = falloc(N);
+    for (int64_t i = 0; i < rows; i++) {
+        hx_k_cast(row, HX_K_F32, c16 + i * ldc, dt, N, 1);
+        if (bias) hx_k_bias_add_f32(row, row, bias, 1, N, 1);
+        if (bias) round_through(row, dt, N);
+        if (act >= 0) hx_k_unary_f32((hx_unary_op)act, row, row, N, 1);
+        if (act >= 0) round_through(row, dt, N);
+        hx_k_cast(c16 + i * ldc, dt, row, HX_K_F32, N, 1);
+    }
+    free(row);
+}
+
+/* hx_k_gemm_half on each engine this build and CPU have. OPENBLAS (and
+ * ONEDNN where it widens: f16, K 0): bitwise what it replaces (A, B and the
+ * bias widened with hx_k_cast, hx_k_gemm_bias_act_f32 rounding through dt,
+ * C rounded) at 1 to 3 threads (thread ranges that start inside a row
+ * panel too). ONEDNN on bf16: bitwise the same at 1 to 3 threads, and with
+ * a bias or activation bitwise its own plain product run through the
+ * unfused chain (half_chain). Both: leading dimensions wider than the
+ * matrices (pad, which must stay as it is), B shared by the batch (stride
+ * 0) or one per batch, K 0; the plain product against a double reference
+ * of the widened values within the dtype's rounding. */
 static void check_gemm_half(test_rng *r, int ta, int tb, int64_t batch, int64_t M, int64_t N,
                             int64_t K, int act, int with_bias, hx_kdtype dt, int b_each,
                             int64_t pad)
@@ -1135,7 +1170,7 @@ static void check_gemm_half(test_rng *r, int ta, int tb, int64_t batch, int64_t 
     float *A = falloc(na), *B = falloc(nbt), *bias = falloc(N), *C = falloc(nc);
     uint16_t *a16 = malloc((size_t)(na > 0 ? na : 1) * 2), *b16 = malloc((size_t)(nbt > 0 ? nbt : 1) * 2);
     uint16_t *bias16 = malloc((size_t)N * 2), *want = malloc((size_t)nc * 2),
-             *got = malloc((size_t)nc * 2);
+             *got = malloc((size_t)nc * 2), *first = malloc((size_t)nc * 2);
     test_fill_uniform(r, A, na, -1, 1);
     test_fill_uniform(r, B, nbt, -1, 1);
     test_fill_uniform(r, bias, N, -2, 2);
@@ -1149,50 +1184,64 @@ static void check_gemm_half(test_rng *r, int ta, int tb, int64_t batch, int64_t 
     hx_k_gemm_bias_act_f32(ta, tb, batch, M, N, K, A, lda, sa, B, ldb, sb,
                            with_bias ? bias : NULL, act, dt, C, ldc, sc, 1);
     hx_k_cast(want, dt, C, HX_K_F32, nc, 1);
-    char what[160];
-    snprintf(what, sizeof what, "gemm_half %s ta=%d tb=%d batch=%lld M=%lld N=%lld K=%lld act %d "
-             "bias %d B %s pad %lld", dt == HX_K_BF16 ? "bf16" : "f16", ta, tb, (long long)batch,
-             (long long)M, (long long)N, (long long)K, act, with_bias, b_each ? "each" : "shared",
-             (long long)pad);
-    for (int nt = 1; nt <= 3; nt++) {
-        memcpy(got, want, (size_t)nc * 2); /* the padding must stay as it is */
-        for (int64_t b = 0; b < batch; b++)
-            for (int64_t i = 0; i < M; i++)
-                memset(got + b * sc + i * ldc, 0x5a, (size_t)N * 2); /* every element written */
-        int rc = hx_k_gemm_half(ta, tb, batch, M, N, K, a16, lda, sa, b16, ldb, sb,
-                                with_bias ? bias16 : NULL, act, dt, got, ldc, sc, nt);
-        int64_t bad = -1;
-        for (int64_t c = 0; c < nc && bad < 0; c++)
-            if (got[c] != want[c]) bad = c;
-        CHECK(rc == 0 && bad < 0, "%s, %d threads: rc %d, element %lld is 0x%04x, the widened "
-              "path's 0x%04x", what, nt, rc, (long long)bad, bad < 0 ? 0 : got[bad],
-              bad < 0 ? 0 : want[bad]);
-    }
+    const uint16_t *bias_in = with_bias ? bias16 : NULL;
     float *gf = falloc(nc);
-    hx_k_cast(gf, HX_K_F32, got, dt, nc, 1);
-    double u = dt == HX_K_BF16 ? 0x1p-8 : 0x1p-11; /* the dtype's rounding, relative */
-    for (int64_t c = 0; act < 0 && !with_bias && c < nc; c++) { /* the double reference */
-        int64_t b = c / sc, i = c % sc / ldc, j = c % ldc;
-        if (j >= N) continue;
-        double sum = 0, sabs = 0;
-        for (int64_t k = 0; k < K; k++) {
-            double p = (double)A[b * sa + (ta ? k * lda + i : i * lda + k)] *
-                       B[(b_each ? b * sb : 0) + (tb ? j * ldb + k : k * ldb + j)];
-            sum += p, sabs += fabs(p);
+    for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++) {
+        if ((int)hx_k_gemm_half_set_engine((hx_k_gemm_engine)e) != e) continue;
+        int native = e == HX_K_GEMM_ONEDNN && dt == HX_K_BF16 && K > 0;
+        char what[192];
+        snprintf(what, sizeof what, "gemm_half %s %s ta=%d tb=%d batch=%lld M=%lld N=%lld "
+                 "K=%lld act %d bias %d B %s pad %lld", hx_k_gemm_engine_name((hx_k_gemm_engine)e),
+                 dt == HX_K_BF16 ? "bf16" : "f16", ta, tb, (long long)batch, (long long)M,
+                 (long long)N, (long long)K, act, with_bias, b_each ? "each" : "shared",
+                 (long long)pad);
+        const char *ref = "the widened path's";
+        if (native) { /* its own result at 1 thread, or its plain product through the chain */
+            int plain = act < 0 && !with_bias;
+            int rc = gemm_half_into(first, want, ta, tb, batch, M, N, K, a16, lda, sa, b16, ldb,
+                                    sb, plain ? bias_in : NULL, plain ? act : -1, dt, ldc, sc, 1);
+            CHECK(rc == 0, "%s: rc %d", what, rc);
+            for (int64_t b = 0; !plain && b < batch; b++)
+                half_chain(first + b * sc, with_bias ? bias : NULL, act, dt, M, N, ldc);
+            ref = plain ? "1 thread's" : "the unfused chain's";
         }
-        if (!(fabs(gf[c] - sum) <= u * fabs(sum) + 1e-5 * sabs + 1e-7)) {
-            CHECK(0, "%s: element %lld is %.9g, the double reference %.9g", what, (long long)c,
-                  gf[c], sum);
-            break;
+        const uint16_t *expect = native ? first : want;
+        for (int nt = 1; nt <= 3; nt++) {
+            int rc = gemm_half_into(got, want, ta, tb, batch, M, N, K, a16, lda, sa, b16, ldb, sb,
+                                    bias_in, act, dt, ldc, sc, nt);
+            int64_t bad = -1;
+            for (int64_t c = 0; c < nc && bad < 0; c++)
+                if (got[c] != expect[c]) bad = c;
+            CHECK(rc == 0 && bad < 0, "%s, %d threads: rc %d, element %lld is 0x%04x, %s 0x%04x",
+                  what, nt, rc, (long long)bad, bad < 0 ? 0 : got[bad], ref,
+                  bad < 0 ? 0 : expect[bad]);
+        }
+        hx_k_cast(gf, HX_K_F32, got, dt, nc, 1);
+        double u = dt == HX_K_BF16 ? 0x1p-8 : 0x1p-11; /* the dtype's rounding, relative */
+        for (int64_t c = 0; act < 0 && !with_bias && c < nc; c++) { /* the double reference */
+            int64_t b = c / sc, i = c % sc / ldc, j = c % ldc;
+            if (j >= N) continue;
+            double sum = 0, sabs = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double p = (double)A[b * sa + (ta ? k * lda + i : i * lda + k)] *
+                           B[(b_each ? b * sb : 0) + (tb ? j * ldb + k : k * ldb + j)];
+                sum += p, sabs += fabs(p);
+            }
+            if (!(fabs(gf[c] - sum) <= u * fabs(sum) + 1e-5 * sabs + 1e-7)) {
+                CHECK(0, "%s: element %lld is %.9g, the double reference %.9g", what,
+                      (long long)c, gf[c], sum);
+                break;
+            }
         }
     }
     free(A), free(B), free(bias), free(C), free(a16), free(b16), free(bias16), free(want);
-    free(got), free(gf);
+    free(got), free(first), free(gf);
 }
 
 static void test_gemm_half(test_rng *r)
 {
     static const int acts[] = {-1, HX_UNARY_RELU, HX_UNARY_GELU, HX_UNARY_GELU_ERF};
+    hx_k_gemm_engine engine = hx_k_gemm_half_engine();
     for (int h = 0; h < 2; h++) {
         hx_kdtype dt = h ? HX_K_BF16 : HX_K_F16;
         for (int ta = 0; ta < 2; ta++)
@@ -1208,7 +1257,11 @@ static void test_gemm_half(test_rng *r)
         check_gemm_half(r, 0, 1, 3, 40, 96, 64, HX_UNARY_GELU, 0, dt, 1, 2); /* no bias */
         check_gemm_half(r, 0, 0, 1, 129, 257, 0, HX_UNARY_GELU_ERF, 1, dt, 0, 0); /* K 0 */
         check_gemm_half(r, 0, 0, 1, 2048, 512, 128, HX_UNARY_GELU, 1, dt, 0, 0); /* GPT fc */
+        check_gemm_half(r, 1, 0, 1, 128, 96, 700, -1, 0, dt, 0, 3); /* a dW: long K */
     }
+    /* more tile shapes than oneDNN's primitive cache holds: the rest made per tile */
+    for (int64_t m = 1; m <= 300; m++) check_gemm_half(r, m % 2, 0, 1, m, 3, 2, -1, 0, HX_K_BF16, 0, 0);
+    hx_k_gemm_half_set_engine(engine);
 }
 
 /* ====================================================================== */

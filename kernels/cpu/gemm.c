@@ -39,15 +39,26 @@
  * same single-threaded sgemm call on the same values (only the leading
  * dimensions of A and C differ), so the bits equal widening everything,
  * running hx_k_gemm_bias_act_f32 and rounding C (test_kernels gemm_half).
- * Chosen by measurement (bench_gemm_half, bench/results/hostk-cpu-*-s13):
- * Debian 12's OpenBLAS 0.3.21 is built without bf16 (no cblas_sbgemm), and
- * oneDNN is there as a runtime library only (libdnnl 2.6, no headers). */
+ * That is f16's path, and bf16's where oneDNN is not there (Debian 12's
+ * OpenBLAS 0.3.21 is built without bf16: no cblas_sbgemm).
+ *
+ * Where hetex was built with oneDNN and the CPU has AVX512-BF16 (and AMX),
+ * a bf16 GEMM is computed natively (gemm_dnnl.c): each tile is one
+ * single-threaded oneDNN matmul straight from A and B in bf16 into the
+ * thread's f32 tile, then the same epilogue and rounding; nothing is
+ * widened but the bias. The tiles are the same, so the bits are the same
+ * at any thread count, but the products are summed in oneDNN's order, not
+ * sgemm's: not bitwise the widened path. hx_k_gemm_half_set_engine (and
+ * HX_GEMM=openblas) picks the widened path for A/B runs and tests. */
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cblas.h>
 
+#include "gemm_dnnl.h"
 #include "hx_kinternal.h"
 
 #define GEMM_TILE_MAX 512             /* a tile's rows and columns at most */
@@ -83,7 +94,8 @@ typedef struct gemm_args {
     int act;           /* an hx_unary_op, or -1: none */
     hx_kdtype round;   /* the epilogue rounds through it after each stage (F32: not) */
     bool half;         /* hx_k_gemm_half: A and C stored in round */
-    float *work;       /* half: per thread, work_per floats (an A panel, then a C tile) */
+    bool native;       /* half, bf16 through oneDNN: B stored in round too (not widened) */
+    float *work;       /* half: per thread, work_per floats ([an A panel,] a C tile) */
     int64_t work_per;
 } gemm_args;
 
@@ -130,6 +142,16 @@ static void gemm_tile(const gemm_args *g, int64_t t)
     epilogue(g, C, g->ldc, x.m, x.n, x.j0);
 }
 
+/* The epilogue on hx_k_gemm_half's computed f32 tile ct (x.m x x.n,
+ * compact), rounded into C. */
+static void store_tile(const gemm_args *g, const tile *x, float *ct)
+{
+    epilogue(g, ct, x->n, x->m, x->n, x->j0);
+    uint16_t *C = (uint16_t *)(void *)g->C + x->b * g->sc + x->i0 * g->ldc + x->j0;
+    for (int64_t i = 0; i < x->m; i++)
+        hx_k_cast(C + i * g->ldc, g->round, ct + i * x->n, HX_K_F32, x->n, 1);
+}
+
 /* hx_k_gemm_half's tile on a thread whose scratch is w and whose widened A
  * panel is *panel (-1: none yet; batch * tiles_m + row tile). */
 static void gemm_tile_half(const gemm_args *g, int64_t t, float *w, int64_t *panel)
@@ -148,22 +170,52 @@ static void gemm_tile_half(const gemm_args *g, int64_t t, float *w, int64_t *pan
     }
     const float *B = g->B + x.b * g->sb + (g->tb ? x.j0 * g->ldb : x.j0);
     gemm_forward(g->ta, g->tb, x.m, x.n, K, 1.0f, ap, g->ta ? x.m : K, B, g->ldb, 0.0f, ct, x.n);
-    epilogue(g, ct, x.n, x.m, x.n, x.j0);
-    uint16_t *C = (uint16_t *)(void *)g->C + x.b * g->sc + x.i0 * g->ldc + x.j0;
-    for (int64_t i = 0; i < x.m; i++) hx_k_cast(C + i * g->ldc, dt, ct + i * x.n, HX_K_F32, x.n, 1);
+    store_tile(g, &x, ct);
 }
 
+#ifdef HX_HAVE_DNNL
+/* hx_k_gemm_half's tile through oneDNN (bf16 A and B as stored) on a
+ * thread whose C tile is w and whose oneDNN state is d. */
+static int gemm_tile_native(const gemm_args *g, int64_t t, float *w, hx__dnnl_thread *d)
+{
+    tile x = tile_at(g, t);
+    const uint16_t *A = (const uint16_t *)(const void *)g->A + x.b * g->sa +
+                        (g->ta ? x.i0 : x.i0 * g->lda);
+    const uint16_t *B = (const uint16_t *)(const void *)g->B + x.b * g->sb +
+                        (g->tb ? x.j0 * g->ldb : x.j0);
+    if (hx__dnnl_gemm_bf16(d, g->ta, g->tb, x.m, x.n, g->K, A, g->lda, B, g->ldb, w, x.n))
+        return -1;
+    store_tile(g, &x, w);
+    return 0;
+}
+#endif
+
 /* Tiles taken in turn from *next (shared by the threads; NULL: all of
- * them, on the calling thread), whose scratch (half) is w. */
-static void gemm_tiles(const gemm_args *g, int64_t tiles, int64_t *next, float *w)
+ * them, on the calling thread), whose scratch (half) is w. Returns -1
+ * where a native tile failed (the other tiles still run). */
+static int gemm_tiles(const gemm_args *g, int64_t tiles, int64_t *next, float *w)
 {
     int64_t panel = -1, serial = 0;
+    int rc = 0;
+#ifdef HX_HAVE_DNNL
+    hx__dnnl_thread d = {0};
+#endif
     for (;;) {
         int64_t t = next ? __atomic_fetch_add(next, 1, __ATOMIC_RELAXED) : serial++;
-        if (t >= tiles) return;
+        if (t >= tiles) break;
+#ifdef HX_HAVE_DNNL
+        if (g->native) {
+            rc |= gemm_tile_native(g, t, w, &d);
+            continue;
+        }
+#endif
         if (g->half) gemm_tile_half(g, t, w, &panel);
         else gemm_tile(g, t);
     }
+#ifdef HX_HAVE_DNNL
+    hx__dnnl_thread_end(&d);
+#endif
+    return rc;
 }
 
 /* The size of `count` even tiles along a dimension of n, rounded up to 16
@@ -198,23 +250,28 @@ static bool gemm_go_parallel(const gemm_args *g, int64_t batch, int nthreads)
            batch * g->M * g->N * (g->K ? g->K : 1) >= GEMM_PARALLEL_MIN_MNK;
 }
 
-static void gemm_run(gemm_args *g, int64_t batch, int nthreads)
+/* Returns -1 where a native tile failed. */
+static int gemm_run(gemm_args *g, int64_t batch, int nthreads)
 {
     int64_t tiles = batch * g->tiles_m * g->tiles_n, next = 0;
+    int rc = 0;
     /* OpenBLAS (OpenMP build) takes its thread count from the calling
      * thread's nthreads ICV when it is not in an active parallel region (a
-     * region may get a team of one: OMP_THREAD_LIMIT, nesting), so every
-     * thread that calls it sets that to 1 first. */
+     * region may get a team of one: OMP_THREAD_LIMIT, nesting), and oneDNN
+     * (OpenMP build) its primitives' threads, so every thread that calls
+     * them sets that to 1 first. */
     if (gemm_go_parallel(g, batch, nthreads)) {
 #pragma omp parallel num_threads(nthreads)
         {
             omp_set_num_threads(1);
-            gemm_tiles(g, tiles, &next, g->work ? g->work + omp_get_thread_num() * g->work_per : NULL);
+            int r = gemm_tiles(g, tiles, &next,
+                               g->work ? g->work + omp_get_thread_num() * g->work_per : NULL);
+            if (r) __atomic_store_n(&rc, r, __ATOMIC_RELAXED);
         }
-        return;
+        return rc;
     }
     omp_set_num_threads(1);
-    gemm_tiles(g, tiles, NULL, g->work);
+    return gemm_tiles(g, tiles, NULL, g->work);
 }
 
 void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
@@ -245,6 +302,41 @@ void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, 
     gemm_run(&g, batch, nthreads);
 }
 
+/* -1 until the first call: ONEDNN where it is usable and HX_GEMM is not
+ * "openblas"; then as hx_k_gemm_half_set_engine sets it. */
+static atomic_int half_engine = -1;
+
+/* The engine available here: ONEDNN where oneDNN runs bf16 natively. */
+static hx_k_gemm_engine engine_available(hx_k_gemm_engine want)
+{
+    return want == HX_K_GEMM_ONEDNN && hx__dnnl_bf16_usable() ? HX_K_GEMM_ONEDNN
+                                                                : HX_K_GEMM_OPENBLAS;
+}
+
+hx_k_gemm_engine hx_k_gemm_half_engine(void)
+{
+    int e = atomic_load_explicit(&half_engine, memory_order_acquire);
+    if (e < 0) {
+        const char *env = getenv("HX_GEMM");
+        e = (int)engine_available(env && strcmp(env, "openblas") == 0 ? HX_K_GEMM_OPENBLAS
+                                                                      : HX_K_GEMM_ONEDNN);
+        atomic_store_explicit(&half_engine, e, memory_order_release);
+    }
+    return (hx_k_gemm_engine)e;
+}
+
+hx_k_gemm_engine hx_k_gemm_half_set_engine(hx_k_gemm_engine engine)
+{
+    hx_k_gemm_engine e = engine_available(engine);
+    atomic_store_explicit(&half_engine, (int)e, memory_order_release);
+    return e;
+}
+
+const char *hx_k_gemm_engine_name(hx_k_gemm_engine engine)
+{
+    return engine == HX_K_GEMM_ONEDNN ? "onednn" : "openblas";
+}
+
 int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                    const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb,
                    int64_t stride_b, const void *bias, int act, hx_kdtype dt, void *C,
@@ -253,12 +345,26 @@ int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
     if (batch <= 0 || M <= 0 || N <= 0) return 0;
     gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = 1.0f,
                    .beta = 0.0f, .A = A, .C = C, .lda = lda, .ldc = ldc, .sa = stride_a,
-                   .sc = stride_c, .act = act, .round = dt, .half = true};
+                   .sc = stride_c, .act = act, .round = dt, .half = true,
+                   .native = dt == HX_K_BF16 && K > 0 &&
+                             hx_k_gemm_half_engine() == HX_K_GEMM_ONEDNN};
     gemm_tiling(&g, batch);
+    int nt = gemm_go_parallel(&g, batch, nthreads) ? nthreads : 1;
+    if (g.native) { /* scratch: the bias, then per thread a C tile */
+        g.work_per = g.tile_m * g.tile_n;
+        float *w = malloc((size_t)((bias ? N : 0) + nt * g.work_per) * sizeof(float));
+        if (!w) return -1;
+        if (bias) hx_k_cast(w, HX_K_F32, bias, dt, N, 1);
+        g.B = B, g.ldb = ldb, g.sb = stride_b;
+        g.bias = bias ? w : NULL;
+        g.work = w + (bias ? N : 0);
+        int rc = gemm_run(&g, batch, nthreads);
+        free(w);
+        return rc;
+    }
     /* scratch: B (each distinct matrix, compact), the bias, then per thread
      * an A panel (a tile's rows of op(A): tile_m x K) and a C tile */
     int64_t rows_b = trans_b ? N : K, cols_b = trans_b ? K : N, nb = stride_b ? batch : 1;
-    int nt = gemm_go_parallel(&g, batch, nthreads) ? nthreads : 1;
     g.work_per = g.tile_m * K + g.tile_m * g.tile_n;
     int64_t shared = nb * rows_b * cols_b + (bias ? N : 0);
     float *w = malloc((size_t)(shared + nt * g.work_per) * sizeof(float));
@@ -279,7 +385,7 @@ int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
     g.sb = stride_b ? rows_b * cols_b : 0;
     g.bias = bias ? w + nb * rows_b * cols_b : NULL;
     g.work = w + shared;
-    gemm_run(&g, batch, nthreads);
+    gemm_run(&g, batch, nthreads); /* not native: cannot fail */
     free(w);
     return 0;
 }

@@ -199,17 +199,38 @@ void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, 
 /* hx_k_gemm_bias_act_f32 with A, B, bias and C stored in dt (HX_K_F16 or
  * HX_K_BF16; strides and leading dimensions in elements): the products
  * summed in f32, C rounded to dt after the GEMM, the bias and the
- * activation; bitwise widening A, B and the bias exactly, running
- * hx_k_gemm_bias_act_f32 with round dt and rounding C, at any thread count
- * (bias NULL and act -1: a plain matmul, C rounded once). Widens B and the
- * bias whole but A one row panel per thread and rounds C tile by tile (no
- * f32 copy of A or C). C must not overlap A, B or the bias. Returns 0, or
- * -1 when the f32 scratch (B, the bias and per thread 128 (K + 256)
- * floats) cannot be allocated (C not written then). */
+ * activation (bias NULL and act -1: a plain matmul, C rounded once), the
+ * same bits at any thread count. The epilogue is bitwise that of a C
+ * computed without it, widened, then hx_k_bias_add_f32 and hx_k_unary_f32
+ * each rounded through dt. Two engines (hx_k_gemm_half_engine):
+ * OPENBLAS (f16 always): bitwise widening A, B and the bias exactly,
+ * running hx_k_gemm_bias_act_f32 with round dt and rounding C; it widens B
+ * and the bias whole but A one row panel per thread and rounds C tile by
+ * tile (no f32 copy of A or C). ONEDNN (bf16 only, K > 0): the tiles are
+ * oneDNN matmuls on A and B as stored (AMX / AVX512-BF16), summed in its
+ * order, so not bitwise the widened path; only the bias is widened.
+ * C must not overlap A, B or the bias. Returns 0, or -1 when the f32
+ * scratch (OPENBLAS: B, the bias and per thread up to 512 (K + 512)
+ * floats; ONEDNN: the bias and per thread a 512 x 512 tile) cannot be
+ * allocated (C not written then) or oneDNN cannot create or run a
+ * primitive (out of memory; C partly written then). */
 int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                    const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb,
                    int64_t stride_b, const void *bias, int act, hx_kdtype dt, void *C,
                    int64_t ldc, int64_t stride_c, int nthreads);
+
+/* The library that computes hx_k_gemm_half's bf16 products: ONEDNN where
+ * hetex was built with oneDNN (libdnnl-dev found by CMake) and oneDNN runs
+ * bf16 natively on this CPU (AVX512-BF16 or AMX), unless the environment
+ * has HX_GEMM=openblas; else OPENBLAS (widened to f32). Read once. */
+typedef enum hx_k_gemm_engine { HX_K_GEMM_OPENBLAS = 0, HX_K_GEMM_ONEDNN = 1 } hx_k_gemm_engine;
+hx_k_gemm_engine hx_k_gemm_half_engine(void);
+/* Sets the engine of later hx_k_gemm_half calls (tests and benchmarks
+ * compare both in one process); ONEDNN where it is not available gives
+ * OPENBLAS. Returns the engine now in effect. Not while a GEMM runs. */
+hx_k_gemm_engine hx_k_gemm_half_set_engine(hx_k_gemm_engine engine);
+/* "onednn" or "openblas" */
+const char *hx_k_gemm_engine_name(hx_k_gemm_engine engine);
 
 /* `outer` GEMMs over two strides (gemm_heads.c): GEMM b is hx_k_gemm_f32
  * (alpha 1, beta 0; dt HX_K_F32) or hx_k_gemm_half (no bias, no activation;
