@@ -168,6 +168,9 @@ static const bench_plot table[] = {
     BARS("zero-cpu-2026-12-07-s14", "-memory", "rep=1", "stage,offload_param,ranks,rank", "variant",
          "memory_ratio", "model states over the formula", "ZeRO: each rank's model-state bytes over "
          "the ZeRO formula of its stage, before and after (groups in backward order)"),
+    BARS("zero-cpu-2026-12-07-s15", "-hidden", NULL, "stage,ranks,rank,rep", "variant", "hidden_share",
+         "1 - comm wait with overlap / without", "ZeRO stages 1-2: communication hidden, per rank and "
+         "run, before and after (all-gathers in place, finished in the next forward)"),
 };
 enum { N_ROWS = (int)(sizeof table / sizeof table[0]) };
 
