@@ -80,26 +80,49 @@ void hx_emb_slots_install(hx_emb_slots *s);
 void hx_emb_slots_resolve(const hx_emb_slots *s, int64_t *out, int64_t n);
 
 /* ---- the device cache of hot rows ------------------------------------------------------
- * A table (hx_emb_ops "devcache") in front of a host local table: its hot
+ * A table (hx_emb_ops "devcache") in front of a backing store: its hot
  * rows and their optimizer state live in a cache of C slots (a local table
  * of C rows: the device's memory; the emulated device runs the host
  * kernels on it), and every call makes the rows it touches resident, then
  * runs the local table's own lookup or update on the slot ids, so its
- * results are bitwise those of the host table. The slots are host pages
- * until a session binds them to its emulated device's memory
- * (hx_emb_devcache_bind), where they count against the device's cap. Misses are copied in from
- * the host table in one batch per call (params and state: a lazy row not
+ * results are bitwise those of the table behind it. The store is a host
+ * local table (hx_emb_devcache_create) or, for a server-mode table with a
+ * single worker, the servers (embedding/ps_devcache.c: the worker owns its
+ * cached rows, the servers hold them between stays). The slots are host
+ * pages until a session binds them to its emulated device's memory
+ * (hx_emb_devcache_bind), where they count against the device's cap. Misses are read from
+ * the store in one batch per call (params and state: a lazy row not
  * yet written comes in as its initial value and start state), dirty
  * victims written back to it with their state in the same batch. Save
- * writes every dirty row back and saves the host table; load, a new
+ * writes every dirty row back and saves the store; load, a new
  * optimizer and writes of rows drop the cache after writing it back. */
+
+/* A device cache's backing store. Records are rows as
+ * hx_emb_local_pack_row lays them out (ns state arrays of the store's
+ * optimizer; one float each for row-wise Adagrad), `stride` bytes apart;
+ * rows are the table's (global) rows. */
+typedef struct hx_emb_devstore_ops {
+    const char *name;
+    bool persistent; /* rows outlive the cache (the servers): written back when it is freed */
+    /* Records of rows[0 .. n) into recs; cold[i] = 1 for a lazy row never
+     * written (nothing copied: its slot takes the row's initial value and
+     * start state). On failure nothing of the cache changed. */
+    hx_status (*read)(hx_emb_table *back, const int64_t *rows, int64_t n, char *recs, size_t stride,
+                      uint8_t *cold, hx_emb_err *err);
+    /* The records of rows[0 .. n) stored. */
+    hx_status (*write)(hx_emb_table *back, const int64_t *rows, int64_t n, const char *recs, size_t stride,
+                       hx_emb_err *err);
+    hx_status (*save)(hx_emb_table *back, const char *path, hx_emb_err *err);
+    hx_status (*load)(hx_emb_table *back, const char *path, hx_emb_err *err);
+    hx_status (*set_optim)(hx_emb_table *back, const hx_emb_optim *optim, int nthreads, hx_emb_err *err);
+} hx_emb_devstore_ops;
 
 typedef struct hx_emb_devcache hx_emb_devcache;
 
 typedef struct hx_emb_devcache_stats {
     int64_t cache_rows, resident, dirty;
     uint64_t lookups, hits;      /* as hx_emb_ssd_stats */
-    uint64_t rows_in, rows_out;  /* rows (with state) copied in from / written back to the host */
+    uint64_t rows_in, rows_out;  /* rows (with state) read from / written back to the store */
     uint64_t rows_init;          /* misses on lazy rows never written: initialised in the slot,
                                     nothing copied */
     uint64_t bytes_in, bytes_out;
@@ -119,10 +142,22 @@ typedef struct hx_emb_devcache_faults {
  * of min(device_cache_rows, rows) slots in front. */
 hx_status hx_emb_devcache_create(const hx_emb_table_config *cfg, hx_emb_table **out,
                                  hx_emb_err *err);
+/* A cache of min(cfg->device_cache_rows, rows) slots in front of `back`
+ * (cfg: its rows, dim, dtype, initialiser, optimizer, oob), which the
+ * cache owns once this succeeds (on failure the caller keeps it);
+ * oob_count counts the lookups' ids outside the table. */
+hx_status hx_emb_devcache_create_over(const hx_emb_table_config *cfg, hx_emb_table *back,
+                                      const hx_emb_devstore_ops *ops, _Atomic int64_t *oob_count,
+                                      hx_emb_table **out, hx_emb_err *err);
 /* NULL unless t is a device-cached table. */
 hx_emb_devcache *hx_emb_as_devcache(hx_emb_table *t);
-/* The host table behind the cache (rows as of the last write-back). */
+/* The host table behind the cache (rows as of the last write-back); NULL
+ * when the store is not a host table. */
 hx_emb_local *hx_emb_devcache_host(hx_emb_devcache *t);
+/* The table behind the cache (its store's). */
+hx_emb_table *hx_emb_devcache_back(hx_emb_devcache *t);
+/* Ids outside the table counted by lookups. */
+_Atomic int64_t *hx_emb_devcache_oob_count(hx_emb_devcache *t);
 /* As hx_emb_local_lookup / _backward_update / _apply / _reset_rows. */
 hx_status hx_emb_devcache_lookup(hx_emb_devcache *t, const hx_emb_query *q, hx_emb_oob oob,
                                  _Atomic int64_t *oob_count, float *out, int64_t *argmax,
@@ -133,18 +168,22 @@ hx_status hx_emb_devcache_backward_update(hx_emb_devcache *t, const hx_emb_query
 hx_status hx_emb_devcache_apply(hx_emb_devcache *t, const hx_emb_sparse_grad *g, int64_t step,
                                 int nthreads, hx_emb_oob oob, hx_emb_err *err);
 void hx_emb_devcache_reset_rows(hx_emb_devcache *t, const int64_t *rows, int64_t n);
-/* Copies the host rows of the next step (rows outside [0, rows) and rows
- * already resident skipped) into a staging area now, so that the next
- * call's misses on them are copies within the device. Up to C rows are
- * staged at a time (the rest skipped); rows staged before the previous
- * call and not used since are dropped (their step has run). */
-void hx_emb_devcache_prefetch(hx_emb_devcache *t, const int64_t *rows, int64_t n);
-/* Writes every dirty row back to the host table (they stay, clean). */
-void hx_emb_devcache_flush(hx_emb_devcache *t);
-/* Writes every dirty row back and empties the cache. */
-void hx_emb_devcache_drop(hx_emb_devcache *t);
-/* Writes the cache back, empties it, then sets the optimizer of the host
- * table and the cache (as hx_emb_local_set_optim). */
+/* Reads the stored rows of the next step (rows outside [0, rows) and rows
+ * already resident skipped) into a staging area now, in one batch, so that
+ * the next call's misses on them are copies within the device. Up to C
+ * rows are staged at a time (the rest skipped); rows staged before the
+ * previous call and not used since are dropped (their step has run). On a
+ * failed read (the servers) nothing more is staged. */
+hx_status hx_emb_devcache_prefetch(hx_emb_devcache *t, const int64_t *rows, int64_t n, hx_emb_err *err);
+/* Writes every dirty row back to the store in one batch (they stay,
+ * clean); on failure they stay dirty. */
+hx_status hx_emb_devcache_flush(hx_emb_devcache *t, hx_emb_err *err);
+/* Writes every dirty row back and empties the cache (on a failed
+ * write-back the cache is emptied all the same: those rows are lost, the
+ * store holding their last write-back). */
+hx_status hx_emb_devcache_drop(hx_emb_devcache *t, hx_emb_err *err);
+/* Writes the cache back, empties it, then sets the optimizer of the store
+ * and the cache (as hx_emb_local_set_optim). */
 hx_status hx_emb_devcache_set_optim(hx_emb_devcache *t, const hx_emb_optim *optim, int nthreads,
                                     hx_emb_err *err);
 void hx_emb_devcache_stats_get(const hx_emb_devcache *t, hx_emb_devcache_stats *out);

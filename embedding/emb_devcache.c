@@ -1,7 +1,8 @@
 /* The device cache of hot rows (cache.h): a local table of C slots in
- * front of a host local table. A call maps its rows to slots (misses
- * copied in from the host, dirty victims written back, one batch per
- * call), then runs the local table's lookup or update on the slot ids. */
+ * front of a backing store (a host local table here; the servers of a
+ * server-mode table in ps_devcache.c). A call maps its rows to slots
+ * (dirty victims written back, misses read in, one batch each per call),
+ * then runs the local table's lookup or update on the slot ids. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,11 @@
 
 struct hx_emb_devcache {
     hx_emb_table base;
-    hx_emb_local *host, *cache;
+    hx_emb_table *back;           /* the store's table */
+    const hx_emb_devstore_ops *store;
+    hx_emb_local *host;           /* back, when it is a host local table; else NULL */
+    hx_emb_local *cache;
+    _Atomic int64_t *oob_count;
     hx_emb_local *spare;          /* bound to a device: the host-page slots, kept so that
                                      taking the cache back cannot fail; else NULL */
     hx_emb_slots slots;
@@ -18,11 +23,13 @@ struct hx_emb_devcache {
     hx_emb_oob oob;
     int ns, rowwise;
     size_t pbytes, sfloats, rec; /* bytes of a row's params, floats of a state row, a record */
-    /* one call's batch: records of the dirty victims, then of the misses */
+    /* one call's batch: records of the dirty victims, then of the misses
+     * read from the store (the staged ones are installed from pbuf) */
     char *stage;
     size_t stage_cap;
-    uint8_t *cold;                /* per miss: came in as its initial value */
+    uint8_t *cold;                /* per miss: came in as its initial value; then per row read */
     int64_t *wrows;               /* rows of the dirty victims (C) */
+    int64_t *rrows, *rat;         /* rows read from the store, the miss each is (C each) */
     int64_t *remap;
     int64_t remap_cap;
     /* rows copied in ahead: row -> record of pbuf (C records; prow: each
@@ -42,11 +49,15 @@ struct hx_emb_devcache {
 
 static const hx_emb_ops devcache_ops;
 
+enum { PENDING = -2 }; /* pmap: a row one prefetch reads */
+
 hx_emb_devcache *hx_emb_as_devcache(hx_emb_table *t)
 {
     return t && t->ops == &devcache_ops ? (hx_emb_devcache *)t : NULL;
 }
 hx_emb_local *hx_emb_devcache_host(hx_emb_devcache *t) { return t->host; }
+hx_emb_table *hx_emb_devcache_back(hx_emb_devcache *t) { return t->back; }
+_Atomic int64_t *hx_emb_devcache_oob_count(hx_emb_devcache *t) { return t->oob_count; }
 void hx_emb_devcache_set_faults(hx_emb_devcache *t, const hx_emb_devcache_faults *f) { t->faults = *f; }
 
 /* ---- records: a row's params (storage dtype) and state arrays ------------------------ */
@@ -61,37 +72,28 @@ static void unpack(const hx_emb_devcache *t, hx_emb_local *L, int64_t r, const c
     hx_emb_local_unpack_row(L, r, t->ns, t->rowwise, rec);
 }
 
-/* Whether host row r is a lazy row not yet written (its values are its
- * initial value and start state, not in storage). */
-static bool host_cold(const hx_emb_devcache *t, int64_t r)
+/* n rows from the store into records (stride t->rec) and cold flags;
+ * counted. */
+static hx_status read_rows(hx_emb_devcache *t, const int64_t *rows, int64_t n, char *recs, uint8_t *cold,
+                           hx_emb_err *err)
 {
-    const hx_emb_local *h = t->host;
-    return h->lazy && !((atomic_load_explicit(&h->ready[r >> 6], memory_order_relaxed) >> (r & 63)) & 1);
-}
-
-/* Host row r into record rec, or *cold when it is a lazy row not yet
- * written: nothing is copied, the slot takes its initial value where it
- * lives (counted apart). */
-static void copy_in(hx_emb_devcache *t, int64_t r, char *rec, uint8_t *cold)
-{
-    *cold = host_cold(t, r);
-    if (*cold) {
-        t->rows_init++;
-        return;
+    if (!n) return HX_OK;
+    hx_status st = t->store->read(t->back, rows, n, recs, t->rec, cold, err);
+    for (int64_t i = 0; i < n && !st; i++) {
+        t->rows_init += cold[i];
+        t->rows_in += !cold[i];
     }
-    pack(t, t->host, r, rec);
-    t->rows_in++;
+    return st;
 }
 
-/* Slot k from a record, or as host row r's initial value. */
+/* Slot k from a record, or as row r's initial value. */
 static void install(hx_emb_devcache *t, int64_t k, int64_t r, const char *rec, bool cold)
 {
-    t->cache->init = t->host->init; /* a load may have changed it */
-    if (cold) hx_emb_local_init_row_as(t->cache, k, hx_emb_local_init_of(t->host, r), t->tmp);
+    if (t->host) t->cache->init = t->host->init; /* a load may have changed it */
+    if (cold) hx_emb_local_init_row_as(t->cache, k, r, t->tmp);
     else unpack(t, t->cache, k, rec);
 }
 
-/* A record of slot k written back to host row r. */
 /* Frees row r's read-ahead record, if it has one. */
 static void unstage(hx_emb_devcache *t, int64_t r)
 {
@@ -102,15 +104,21 @@ static void unstage(hx_emb_devcache *t, int64_t r)
     t->pfree[t->npfree++] = p;
 }
 
-/* A staged row is not resident, and becomes resident only through a miss,
- * which takes its staged copy: write-backs (of resident rows) never make
- * one stale. */
-static void write_back(hx_emb_devcache *t, int64_t r, const char *rec)
+/* n records (stride t->rec) of rows written back to the store. A staged
+ * row is not resident, and becomes resident only through a miss, which
+ * takes its staged copy: write-backs (of resident rows) never make one
+ * stale. */
+static hx_status write_rows(hx_emb_devcache *t, int64_t *rows, int64_t n, char *recs, hx_emb_err *err)
 {
-    t->rows_out++;
-    if (r == t->faults.skip_writeback_row) return;
-    hx_emb_local_materialise(t->host, r, t->tmp);
-    unpack(t, t->host, r, rec);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) { /* a broken cache (tests) drops one row's write-backs */
+        if (rows[i] == t->faults.skip_writeback_row) continue;
+        if (m != i) memcpy(recs + (size_t)m * t->rec, recs + (size_t)i * t->rec, t->rec);
+        rows[m++] = rows[i];
+    }
+    hx_status st = m ? t->store->write(t->back, rows, m, recs, t->rec, err) : HX_OK;
+    if (!st) t->rows_out += (uint64_t)n;
+    return st;
 }
 
 /* ---- making rows resident --------------------------------------------------------------- */
@@ -140,35 +148,42 @@ static hx_status room(hx_emb_devcache *t, int64_t n, hx_emb_err *err)
                                     "for a call of %lld ids", (long long)n);
 }
 
-/* The batch of a call's misses: dirty victims out, misses in. */
-static void fill(hx_emb_devcache *t)
+/* The batch of a call's misses: dirty victims out, misses in (the staged
+ * ones from the staging area, the others read from the store at once). On
+ * failure the victims stay resident as they were. */
+static hx_status fill(hx_emb_devcache *t, hx_emb_err *err)
 {
     hx_emb_slots *s = &t->slots;
     hx_emb_slots_victims(s);
-    int64_t nw = 0;
+    int64_t nw = 0, nr = 0;
     char *wbuf = t->stage, *rbuf = t->stage + (size_t)s->nv * t->rec;
-    int64_t *wrows = t->wrows;
     for (int64_t i = 0; i < s->nv; i++) {
         int64_t k = s->victim[i];
         if (!s->dirty[k]) continue;
         pack(t, t->cache, k, wbuf + (size_t)nw * t->rec);
-        wrows[nw++] = s->slot_row[k];
+        t->wrows[nw++] = s->slot_row[k];
     }
     for (int64_t m = 0; m < s->nmiss; m++) {
-        int32_t p = hx_emb_rowmap_get(&t->pmap, s->miss[m]);
-        char *rec = rbuf + (size_t)m * t->rec;
-        if (p >= 0) {
-            t->cold[m] = t->pcold[p];
-            if (!t->cold[m]) memcpy(rec, t->pbuf + (size_t)p * t->rec, t->rec);
-            unstage(t, s->miss[m]);
-        } else {
-            copy_in(t, s->miss[m], rec, &t->cold[m]);
-        }
+        if (hx_emb_rowmap_get(&t->pmap, s->miss[m]) >= 0) continue;
+        t->rrows[nr] = s->miss[m];
+        t->rat[nr++] = m;
     }
-    for (int64_t i = 0; i < nw; i++) write_back(t, wrows[i], wbuf + (size_t)i * t->rec);
+    hx_status st = write_rows(t, t->wrows, nw, wbuf, err);
+    if (!st) st = read_rows(t, t->rrows, nr, rbuf, t->cold, err);
+    if (st) {
+        hx_emb_slots_cancel(s);
+        return st;
+    }
     hx_emb_slots_install(s);
-    for (int64_t m = 0; m < s->nmiss; m++)
-        install(t, s->mslot[m], s->miss[m], rbuf + (size_t)m * t->rec, t->cold[m]);
+    for (int64_t i = 0, m = 0; m < s->nmiss; m++) {
+        bool read = i < nr && t->rat[i] == m;
+        int32_t p = read ? -1 : hx_emb_rowmap_get(&t->pmap, s->miss[m]); /* else staged */
+        if (read) install(t, s->mslot[m], s->miss[m], rbuf + (size_t)i * t->rec, t->cold[i]);
+        else install(t, s->mslot[m], s->miss[m], t->pbuf + (size_t)p * t->rec, t->pcold[p]);
+        if (!read) unstage(t, s->miss[m]);
+        i += read;
+    }
+    return HX_OK;
 }
 
 /* The slots of n ids into out (t->remap): -1 padding, -2 outside [0, rows). */
@@ -186,8 +201,11 @@ static hx_status ensure(hx_emb_devcache *t, const void *ids, hx_dtype dt, int64_
                            "holds %lld; raise device_cache_rows to at least %lld", (long long)used,
                            (long long)t->C, (long long)used);
     }
+    if (t->slots.nmiss && (st = fill(t, err))) {
+        hx_emb_slots_begin(&t->slots); /* unpins */
+        return st;
+    }
     t->calls++;
-    if (t->slots.nmiss) fill(t);
     hx_emb_slots_resolve(&t->slots, t->remap, n);
     return HX_OK;
 }
@@ -258,38 +276,52 @@ hx_status hx_emb_devcache_apply(hx_emb_devcache *t, const hx_emb_sparse_grad *g,
 
 void hx_emb_devcache_reset_rows(hx_emb_devcache *t, const int64_t *rows, int64_t n)
 {
+    if (!t->host) return; /* a DYNAMIC table's expiry: only a host table is behind one */
     hx_emb_local_reset_rows(&t->host->base, rows, n);
     for (int64_t i = 0; i < n; i++) {
         if (rows[i] < 0 || rows[i] >= t->base.rows) continue;
         unstage(t, rows[i]);
         int32_t k = hx_emb_rowmap_get(&t->slots.map, rows[i]);
         if (k < 0) continue;
-        hx_emb_local_init_row_as(t->cache, k, hx_emb_local_init_of(t->host, rows[i]), t->tmp);
+        hx_emb_local_init_row_as(t->cache, k, rows[i], t->tmp);
         t->slots.dirty[k] = 0;
     }
 }
 
-void hx_emb_devcache_prefetch(hx_emb_devcache *t, const int64_t *rows, int64_t n)
+hx_status hx_emb_devcache_prefetch(hx_emb_devcache *t, const int64_t *rows, int64_t n, hx_emb_err *err)
 {
     /* Records staged before the previous call were for a step that has run. */
     t->gen++;
     for (int64_t p = 0; p < t->C; p++)
         if (t->prow[p] >= 0 && t->pgen[p] + 1 < t->gen) unstage(t, t->prow[p]);
-    for (int64_t i = 0; i < n && t->npfree > 0; i++) {
+    int64_t nr = 0;
+    for (int64_t i = 0; i < n && nr < t->npfree; i++) {
         int64_t r = rows[i];
         if (r < 0 || r >= t->base.rows || hx_emb_rowmap_get(&t->slots.map, r) >= 0) continue;
         int32_t p = hx_emb_rowmap_get(&t->pmap, r);
-        if (p >= 0) {
-            t->pgen[p] = t->gen;
-            continue;
-        }
-        p = (int32_t)t->pfree[--t->npfree];
-        copy_in(t, r, t->pbuf + (size_t)p * t->rec, &t->pcold[p]);
-        hx_emb_rowmap_put(&t->pmap, r, p);
-        t->prow[p] = r;
+        if (p >= 0) t->pgen[p] = t->gen;
+        if (p >= 0 || p == PENDING) continue;
+        hx_emb_rowmap_put(&t->pmap, r, PENDING); /* read once (undone below) */
+        t->rrows[nr++] = r;
+    }
+    for (int64_t i = 0; i < nr; i++) hx_emb_rowmap_del(&t->pmap, t->rrows[i]);
+    char *buf = nr ? malloc((size_t)nr * t->rec) : NULL;
+    uint8_t *cold = nr ? malloc((size_t)nr) : NULL;
+    hx_status st = nr && (!buf || !cold) ? hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding device cache: out "
+                                                       "of memory to read %lld rows ahead", (long long)nr)
+                                         : read_rows(t, t->rrows, nr, buf, cold, err);
+    for (int64_t i = 0; i < nr && !st; i++) {
+        int32_t p = (int32_t)t->pfree[--t->npfree];
+        memcpy(t->pbuf + (size_t)p * t->rec, buf + (size_t)i * t->rec, t->rec);
+        t->pcold[p] = cold[i];
+        hx_emb_rowmap_put(&t->pmap, t->rrows[i], p);
+        t->prow[p] = t->rrows[i];
         t->pgen[p] = t->gen;
         t->prefetched++;
     }
+    free(buf);
+    free(cold);
+    return st;
 }
 
 /* Forgets every row read ahead. */
@@ -303,23 +335,37 @@ static void unstage_all(hx_emb_devcache *t)
     }
 }
 
-void hx_emb_devcache_flush(hx_emb_devcache *t)
+hx_status hx_emb_devcache_flush(hx_emb_devcache *t, hx_emb_err *err)
 {
     hx_emb_slots *s = &t->slots;
-    for (int64_t k = 0; k < t->C; k++) {
+    int64_t nd = 0;
+    for (int64_t k = 0; k < t->C; k++) nd += s->dirty[k];
+    if (!nd) return HX_OK;
+    char *buf = malloc((size_t)nd * t->rec);
+    int64_t *rows = malloc((size_t)nd * sizeof *rows);
+    hx_status st = buf && rows ? HX_OK : hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding device cache: out of "
+                                                      "memory to write %lld rows back", (long long)nd);
+    for (int64_t k = 0, i = 0; k < t->C && !st; k++) {
         if (!s->dirty[k]) continue;
-        pack(t, t->cache, k, t->stage);
-        write_back(t, s->slot_row[k], t->stage);
-        s->dirty[k] = 0;
-        s->writebacks++;
+        pack(t, t->cache, k, buf + (size_t)i * t->rec);
+        rows[i++] = s->slot_row[k];
     }
+    if (!st) st = write_rows(t, rows, nd, buf, err);
+    for (int64_t k = 0; k < t->C && !st; k++) {
+        s->writebacks += s->dirty[k];
+        s->dirty[k] = 0;
+    }
+    free(buf);
+    free(rows);
+    return st;
 }
 
-void hx_emb_devcache_drop(hx_emb_devcache *t)
+hx_status hx_emb_devcache_drop(hx_emb_devcache *t, hx_emb_err *err)
 {
-    hx_emb_devcache_flush(t);
+    hx_status st = hx_emb_devcache_flush(t, err);
     hx_emb_slots_drop(&t->slots);
-    unstage_all(t); /* the host rows may change next */
+    unstage_all(t); /* the stored rows may change next */
+    return st;
 }
 
 /* Bytes a row with its state moves. */
@@ -343,8 +389,8 @@ void hx_emb_devcache_stats_get(const hx_emb_devcache *t, hx_emb_devcache_stats *
 hx_status hx_emb_devcache_set_optim(hx_emb_devcache *t, const hx_emb_optim *optim, int nthreads,
                                     hx_emb_err *err)
 {
-    hx_emb_devcache_drop(t);
-    hx_status st = hx_emb_local_set_optim(&t->host->base, optim, nthreads, err);
+    hx_status st = hx_emb_devcache_drop(t, err);
+    if (!st) st = t->store->set_optim(t->back, optim, nthreads, err);
     if (!st) st = hx_emb_local_set_optim(&t->cache->base, optim, 1, err);
     if (!st && t->spare) st = hx_emb_local_set_optim(&t->spare->base, optim, 1, err);
     if (!st) {
@@ -359,7 +405,8 @@ hx_status hx_emb_devcache_bind(hx_emb_devcache *t, const hx_emb_mem *mem, hx_emb
 {
     if (!mem) {
         if (!t->spare) return HX_OK;
-        hx_emb_devcache_drop(t);
+        hx_emb_devcache_drop(t, err); /* a failed write-back (the servers) loses those rows: they
+                                         hold the last write-back */
         hx_emb_table_free(&t->cache->base);
         t->cache = t->spare;
         t->spare = NULL;
@@ -371,14 +418,17 @@ hx_status hx_emb_devcache_bind(hx_emb_devcache *t, const hx_emb_mem *mem, hx_emb
     m.what = t->what;
     hx_emb_table_config cc = t->ccfg;
     cc.mem = &m;
-    cc.optim = t->host->optim;
+    cc.optim = t->cache->optim;
     hx_emb_table *nc;
     hx_status st = hx_emb_local_create(&cc, &nc, err);
     if (st) return st;
-    hx_emb_devcache_drop(t); /* every dirty row written back: the new slots start empty */
+    if ((st = hx_emb_devcache_drop(t, err))) { /* every dirty row written back: the new slots start empty */
+        hx_emb_table_free(nc);
+        return st;
+    }
     t->spare = t->cache;
     t->cache = hx_emb_as_local(nc);
-    t->cache->init = t->host->init;
+    t->cache->init = t->spare->init;
     return HX_OK;
 }
 
@@ -394,7 +444,7 @@ static hx_status ops_lookup(hx_emb_table *tt, const hx_emb_query *q, float *out,
                             hx_emb_err *err)
 {
     hx_emb_devcache *t = (hx_emb_devcache *)tt;
-    return hx_emb_devcache_lookup(t, q, t->oob, &t->host->oob_count, out, argmax, err);
+    return hx_emb_devcache_lookup(t, q, t->oob, t->oob_count, out, argmax, err);
 }
 
 static hx_status ops_apply(hx_emb_table *tt, const hx_emb_sparse_grad *g, int64_t step, int nthreads,
@@ -414,28 +464,33 @@ static hx_status ops_backward_update(hx_emb_table *tt, const hx_emb_query *q, co
 static hx_status ops_save(hx_emb_table *tt, const char *path, hx_emb_err *err)
 {
     hx_emb_devcache *t = (hx_emb_devcache *)tt;
-    hx_emb_devcache_flush(t);
-    return hx_emb_local_save_with(t->host, path, NULL, 0, err);
+    hx_status st = hx_emb_devcache_flush(t, err);
+    return st ? st : t->store->save(t->back, path, err);
 }
 
 static hx_status ops_load(hx_emb_table *tt, const char *path, hx_emb_err *err)
 {
     hx_emb_devcache *t = (hx_emb_devcache *)tt;
-    hx_emb_devcache_drop(t);
-    return hx_emb_local_load_with(t->host, path, NULL, NULL, err);
+    hx_status st = hx_emb_devcache_drop(t, err);
+    return st ? st : t->store->load(t->back, path, err);
 }
 
 static void ops_free(hx_emb_table *tt)
 {
     hx_emb_devcache *t = (hx_emb_devcache *)tt;
+    hx_emb_err err;
+    if (t->back && t->cache && t->store->persistent) /* the rows outlive it (a failed write-back: the */
+        hx_emb_devcache_flush(t, &err);               /* store holds the last one) */
     hx_emb_table_free(t->cache ? &t->cache->base : NULL);
     hx_emb_table_free(t->spare ? &t->spare->base : NULL);
-    hx_emb_table_free(t->host ? &t->host->base : NULL);
+    hx_emb_table_free(t->back);
     hx_emb_slots_free(&t->slots);
     hx_emb_rowmap_free(&t->pmap);
     free(t->stage);
     free(t->cold);
     free(t->wrows);
+    free(t->rrows);
+    free(t->rat);
     free(t->remap);
     free(t->pbuf);
     free(t->pcold);
@@ -450,6 +505,57 @@ static const hx_emb_ops devcache_ops = {
     "devcache", ops_lookup, ops_apply, ops_backward_update, ops_save, ops_load, ops_free,
 };
 
+/* ---- a host local table as the store ------------------------------------------------------ */
+
+static int host_ns(const hx_emb_local *h) { return hx_emb_optim_nstate(h->optim.kind); }
+static bool host_rowwise(const hx_emb_local *h) { return h->optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD; }
+
+static hx_status host_read(hx_emb_table *back, const int64_t *rows, int64_t n, char *recs, size_t stride,
+                           uint8_t *cold, hx_emb_err *err)
+{
+    (void)err;
+    const hx_emb_local *h = hx_emb_as_local(back);
+    for (int64_t i = 0; i < n; i++) {
+        cold[i] = hx_emb_local_is_cold(h, rows[i]);
+        if (!cold[i]) hx_emb_local_pack_row(h, rows[i], host_ns(h), host_rowwise(h), recs + (size_t)i * stride);
+    }
+    return HX_OK;
+}
+
+static hx_status host_write(hx_emb_table *back, const int64_t *rows, int64_t n, const char *recs, size_t stride,
+                            hx_emb_err *err)
+{
+    hx_emb_local *h = hx_emb_as_local(back);
+    float *tmp = malloc((size_t)h->gstride * sizeof *tmp);
+    if (!tmp) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding device cache: out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        hx_emb_local_materialise(h, rows[i], tmp);
+        hx_emb_local_unpack_row(h, rows[i], host_ns(h), host_rowwise(h), recs + (size_t)i * stride);
+    }
+    free(tmp);
+    return HX_OK;
+}
+
+static hx_status host_save(hx_emb_table *back, const char *path, hx_emb_err *err)
+{
+    return hx_emb_local_save_with(hx_emb_as_local(back), path, NULL, 0, err);
+}
+
+static hx_status host_load(hx_emb_table *back, const char *path, hx_emb_err *err)
+{
+    return hx_emb_local_load_with(hx_emb_as_local(back), path, NULL, NULL, err);
+}
+
+static hx_status host_set_optim(hx_emb_table *back, const hx_emb_optim *optim, int nthreads, hx_emb_err *err)
+{
+    return hx_emb_local_set_optim(back, optim, nthreads, err);
+}
+
+static const hx_emb_devstore_ops host_store = {"the host table", false, host_read, host_write, host_save,
+                                               host_load, host_set_optim};
+
+/* ---- creation ------------------------------------------------------------------------------ */
+
 hx_status hx_emb_devcache_create(const hx_emb_table_config *cfg, hx_emb_table **out, hx_emb_err *err)
 {
     *out = NULL;
@@ -461,10 +567,21 @@ hx_status hx_emb_devcache_create(const hx_emb_table_config *cfg, hx_emb_table **
     hc.device_cache_rows = 0;
     hx_emb_table *host;
     hx_status st = hx_emb_local_create(&hc, &host, err);
-    if (st) return st;
+    if (!st) st = hx_emb_devcache_create_over(cfg, host, &host_store, &hx_emb_as_local(host)->oob_count, out, err);
+    if (st) hx_emb_table_free(host);
+    return st;
+}
+
+hx_status hx_emb_devcache_create_over(const hx_emb_table_config *cfg, hx_emb_table *back,
+                                      const hx_emb_devstore_ops *ops, _Atomic int64_t *oob_count,
+                                      hx_emb_table **out, hx_emb_err *err)
+{
+    *out = NULL;
     /* The cache: a local table of C slots, eager with zeros (slots are
      * filled as rows come in), in plain memory. */
-    hx_emb_table_config cc = hc;
+    hx_emb_table_config cc = *cfg;
+    cc.device_cache_rows = 0;
+    cc.ssd_path = NULL;
     cc.rows = cfg->device_cache_rows < cfg->rows ? cfg->device_cache_rows : cfg->rows;
     if (cc.rows > INT32_MAX) cc.rows = INT32_MAX;
     cc.init = (hx_emb_init){HX_EMB_INIT_ZEROS, 0, 0, 0};
@@ -475,43 +592,44 @@ hx_status hx_emb_devcache_create(const hx_emb_table_config *cfg, hx_emb_table **
     cc.row_stride = cc.row_offset = 0;
     cc.nthreads = 1;
     hx_emb_table *cache;
-    st = hx_emb_local_create(&cc, &cache, err);
-    if (st) {
-        hx_emb_table_free(host);
-        return st;
-    }
+    hx_status st = hx_emb_local_create(&cc, &cache, err);
+    if (st) return st;
     hx_emb_devcache *t = calloc(1, sizeof *t);
     if (!t) {
         hx_emb_table_free(cache);
-        hx_emb_table_free(host);
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding device cache: out of memory");
     }
     t->base = (hx_emb_table){&devcache_ops, cfg->rows, cfg->dim};
-    t->host = hx_emb_as_local(host);
+    t->store = ops;
+    t->host = ops == &host_store ? hx_emb_as_local(back) : NULL;
+    t->oob_count = oob_count;
     t->cache = hx_emb_as_local(cache);
     t->cache->init = cfg->init;
     t->C = cc.rows;
     t->oob = cfg->oob;
     t->ns = hx_emb_optim_nstate(cfg->optim.kind);
     t->rowwise = cfg->optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD;
-    t->pbytes = (size_t)cfg->dim * t->host->esize;
+    t->pbytes = (size_t)cfg->dim * t->cache->esize;
     t->sfloats = t->rowwise ? 1 : (size_t)cfg->dim;
     t->rec = t->pbytes + 2 * (size_t)cfg->dim * 4; /* room for any optimizer's state */
     t->ccfg = cc;
     t->faults.skip_writeback_row = -1;
-    t->tmp = malloc((size_t)t->host->gstride * sizeof *t->tmp);
+    t->tmp = malloc((size_t)t->cache->gstride * sizeof *t->tmp);
     t->pbuf = malloc((size_t)t->C * t->rec);
     t->pcold = malloc((size_t)t->C);
     t->wrows = malloc((size_t)t->C * sizeof *t->wrows);
+    t->rrows = malloc((size_t)t->C * sizeof *t->rrows);
+    t->rat = malloc((size_t)t->C * sizeof *t->rat);
     t->prow = malloc((size_t)t->C * sizeof *t->prow);
     t->pfree = malloc((size_t)t->C * sizeof *t->pfree);
     t->pgen = calloc((size_t)t->C, sizeof *t->pgen);
-    if (!t->tmp || !t->pbuf || !t->pcold || !t->wrows || !t->prow || !t->pfree || !t->pgen ||
-        hx_emb_slots_init(&t->slots, t->C) || hx_emb_rowmap_init(&t->pmap, t->C) || room(t, 1, NULL)) {
-        ops_free(&t->base);
+    if (!t->tmp || !t->pbuf || !t->pcold || !t->wrows || !t->rrows || !t->rat || !t->prow || !t->pfree ||
+        !t->pgen || hx_emb_slots_init(&t->slots, t->C) || hx_emb_rowmap_init(&t->pmap, t->C) || room(t, 1, NULL)) {
+        ops_free(&t->base); /* back is the caller's still */
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding device cache: out of memory for %lld rows",
                            (long long)t->C);
     }
+    t->back = back;
     unstage_all(t);
     *out = &t->base;
     return HX_OK;

@@ -192,9 +192,9 @@ static hx_status dyn_save(hx_emb_table *t, const char *path, hx_emb_err *err)
     hx_emb_idmap_serial_write(d->map, w);
     hx_emb_ssd *s = hx_emb_as_ssd(d->local);
     hx_emb_devcache *c = hx_emb_as_devcache(d->local);
-    if (c) hx_emb_devcache_flush(c);
-    hx_status st = s ? hx_emb_ssd_save_with(s, path, w, n, err)
-                     : hx_emb_local_save_with(c ? hx_emb_devcache_host(c) : hx_emb_as_local(d->local), path, w, n, err);
+    hx_status st = c ? hx_emb_devcache_flush(c, err) : HX_OK;
+    if (!st) st = s ? hx_emb_ssd_save_with(s, path, w, n, err)
+                    : hx_emb_local_save_with(c ? hx_emb_devcache_host(c) : hx_emb_as_local(d->local), path, w, n, err);
     free(w);
     return st;
 }
@@ -219,7 +219,7 @@ static hx_status dyn_load(hx_emb_table *t, const char *path, hx_emb_err *err)
     load_ctx c = {d, NULL};
     hx_emb_ssd *s = hx_emb_as_ssd(d->local);
     hx_emb_devcache *dc = hx_emb_as_devcache(d->local);
-    if (dc) hx_emb_devcache_drop(dc);
+    if (dc) hx_emb_devcache_drop(dc, err); /* a host table behind it: never fails */
     hx_status st = s ? hx_emb_ssd_load_with(s, path, take_map, &c, err)
                      : hx_emb_local_load_with(dc ? hx_emb_devcache_host(dc) : hx_emb_as_local(d->local), path, take_map, &c, err);
     if (st) {

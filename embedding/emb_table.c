@@ -274,6 +274,8 @@ void hx_emb_local_init_row_as(hx_emb_local *t, int64_t r, int64_t as_row, float 
     reset_state_row(t, r);
 }
 
+bool hx_emb_local_is_cold(const hx_emb_local *t, int64_t r) { return t->lazy && !row_ready(t, r); }
+
 void hx_emb_local_materialise(hx_emb_local *t, int64_t r, float *tmp)
 {
     if (!t->lazy || row_ready(t, r)) return;

@@ -539,6 +539,9 @@ void hx_emb_local_read_row(const hx_emb_local *t, int64_t r, float *dst);
  * (dim floats; one for row-wise Adagrad): as stored, or its start value for
  * a lazy row not yet written and for r = -1 (a dynamic key without a row). */
 void hx_emb_local_read_state(const hx_emb_local *t, int k, int64_t r, float *dst);
+/* Whether row r is a lazy row not yet written (its values are its initial
+ * value and start state, not in storage). */
+bool hx_emb_local_is_cold(const hx_emb_local *t, int64_t r);
 /* A lazy row not yet written gets its initial value and start state and is
  * marked ready (tmp: gstride floats). Rows of one call's threads must differ. */
 void hx_emb_local_materialise(hx_emb_local *t, int64_t r, float *tmp);

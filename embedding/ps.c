@@ -70,6 +70,16 @@ hx_status hx_ps_finish(hx_ps *ps)
         return hx__error(HX_ERR_STATE, "%s: %s", fn, ps->server ? "this rank is a server (servers call "
                          "hx_ps_serve; workers call hx_ps_finish)" : "called twice");
     ps->finished = true;
+    /* every device cache's dirty rows to the servers first (they go before the finish) */
+    for (int i = 0;; i++) {
+        ps_entry *e = hx__ps_entry(ps, i);
+        if (!e) break;
+        hx_emb_ps *c = hx_emb_as_ps(e->impl);
+        hx_emb_devcache *d = c ? hx_emb_as_devcache(c->dev) : NULL;
+        hx_emb_err err;
+        hx_status st = d ? hx_emb_devcache_flush(d, &err) : HX_OK;
+        if (st) return hx__emb_error(st, &err, "%s: writing back table '%s''s device cache", fn, e->name);
+    }
     ps_req h = {.kind = PS_FINISH};
     for (int j = 0; j < ps->S; j++) {
         hx_status st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, &h, sizeof h);
@@ -228,6 +238,16 @@ hx_status hx__ps_table_create(const hx_embedding_config *cfg, const hx_emb_table
     if (cfg->comm)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s '%s': give comm (collective mode) or ps (server "
                          "mode), not both", fn, name);
+    if (tc->device_cache_rows > 0 && (ps->W > 1 || cfg->ids == HX_EMBEDDING_IDS_DYNAMIC))
+        return hx__error(HX_ERR_UNSUPPORTED, "%s '%s': device_cache_rows in server mode %s; leave "
+                         "device_cache_rows 0 (hx_ps_config.cache_rows keeps pulled rows on each worker, "
+                         "read-only within the staleness bound)", fn, name,
+                         ps->W > 1 ? "takes one worker (this ps has several): a row's update sums every "
+                                     "worker's gradient at its server, so a copy one worker updates on "
+                                     "its device would miss the others' gradients (give hx_ps_create "
+                                     "servers = ranks - 1)"
+                                   : "takes ROWS or MODULO ids (a DYNAMIC table's keys get their rows on "
+                                     "the servers)");
     hx_emb_shard_config sc;
     hx_status st = hx__embedding_shard_config(cfg, tc, mc, ps->S, &sc);
     if (st) return st;
@@ -239,15 +259,23 @@ hx_status hx__ps_table_create(const hx_embedding_config *cfg, const hx_emb_table
     if (!ps->server) { /* the servers' verdict decides: a refusal fails every rank now */
         if (!(st = add_entry(ps, e, &index)) && !(e->impl = hx__ps_client_create(ps, &sc, name, e->hash, index)))
             st = hx__error(HX_ERR_OUT_OF_MEMORY, "%s '%s': out of host memory", fn, name);
+        hx_emb_table *dev = NULL; /* the worker's device cache in front (device_cache_rows) */
+        hx_emb_err err;
+        if (!st && tc->device_cache_rows > 0 &&
+            (st = hx_emb_devcache_create_over(tc, e->impl, &hx__ps_devstore, &hx_emb_as_ps(e->impl)->oob_count,
+                                              &dev, &err)))
+            st = hx__emb_error(st, &err, "%s '%s'", fn, name);
         hx_status v = index >= 0 ? take_verdict(ps, index, name) : HX_OK;
         if (!st) st = v;
         if (st) {
             drop_entry(ps, e);
-            hx_emb_table_free(e->impl);
+            if (dev) hx_emb_table_free(dev); /* and the client behind it */
+            else hx_emb_table_free(e->impl);
             free(e);
             return st;
         }
-        *out = e->impl;
+        if (dev) hx_emb_as_ps(e->impl)->dev = dev;
+        *out = dev ? dev : e->impl;
         return HX_OK;
     }
     hx_emb_err err;

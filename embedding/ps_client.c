@@ -16,9 +16,7 @@
 #include <string.h>
 
 
-/* One reply from server j to request seq of c (older replies, of a call
- * that failed before reading them, are dropped), within the timeout. */
-static hx_status wait_reply(hx_emb_ps *c, int j, int64_t seq, hx_msg *m, hx_emb_err *err)
+hx_status hx__ps_wait_reply(hx_emb_ps *c, int j, int64_t seq, hx_msg *m, hx_emb_err *err)
 {
     hx_ps *ps = c->ps;
     double t0 = hx__now();
@@ -43,8 +41,7 @@ static hx_status wait_reply(hx_emb_ps *c, int j, int64_t seq, hx_msg *m, hx_emb_
     return HX_OK;
 }
 
-/* The failure server j's reply rp (n bytes, its status not 0) carries. */
-static hx_status server_failed(const hx_ps *ps, int j, const ps_reply *rp, size_t n, hx_emb_err *err)
+hx_status hx__ps_server_failed(const hx_ps *ps, int j, const ps_reply *rp, size_t n, hx_emb_err *err)
 {
     size_t text = n - sizeof *rp < (size_t)rp->msglen ? n - sizeof *rp : (size_t)rp->msglen;
     return hx_emb_fail(err, (hx_status)rp->status, "server rank %d: %.*s", ps->W + j, (int)text,
@@ -106,11 +103,11 @@ static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, const hx_emb_q
     for (int j = 0; j < ps->S && !st; j++) {
         if (!r->scount[j] && !group) continue;
         hx_msg m;
-        if ((st = wait_reply(c, j, seq, &m, err))) break;
+        if ((st = hx__ps_wait_reply(c, j, seq, &m, err))) break;
         const ps_reply *rp = m.data;
         bytes += m.n;
         if (rp->status)
-            st = server_failed(ps, j, rp, m.n, err);
+            st = hx__ps_server_failed(ps, j, rp, m.n, err);
         else if (rp->n != r->scount[j] || rp->width != width ||
                  m.n != sizeof *rp + (size_t)(rp->n * rp->width) * sizeof(float))
             st = hx_emb_fail(err, HX_ERR_COMM, "server mode: server rank %d answered %lld rows of %lld for "
@@ -188,7 +185,7 @@ static hx_status pull_cached(hx_emb_ps *c, const hx_emb_route *r, int64_t need, 
     for (int j = 0; j < ps->S && !st; j++) {
         if (!asked[j]) continue;
         hx_msg m;
-        if ((st = wait_reply(c, j, seq, &m, err))) break;
+        if ((st = hx__ps_wait_reply(c, j, seq, &m, err))) break;
         const ps_reply *rp = m.data;
         int64_t na = asked[j], pad = (na + 7) / 8 * 8;
         const unsigned char *flag = (const unsigned char *)(rp + 1);
@@ -197,7 +194,7 @@ static hx_status pull_cached(hx_emb_ps *c, const hx_emb_route *r, int64_t need, 
             sent += flag[i] != 0;
         bytes += m.n;
         if (rp->status)
-            st = server_failed(ps, j, rp, m.n, err);
+            st = hx__ps_server_failed(ps, j, rp, m.n, err);
         else if (rp->n != na || rp->width != dim || rp->rows != sent ||
                  m.n != sizeof *rp + (size_t)pad + (size_t)(sent * dim) * sizeof(float))
             st = hx_emb_fail(err, HX_ERR_COMM, "server mode: server rank %d answered %lld rows of %lld ids for %lld",
@@ -360,10 +357,10 @@ static hx_status ps_save(hx_emb_table *t, const char *path, hx_emb_err *err)
     /* every server's answer (a failed save fails on all of them: the first one's message) */
     for (int j = 0; j < ps->S && !st; j++) {
         hx_msg m;
-        if ((st = wait_reply(c, j, h.seq, &m, err))) break;
+        if ((st = hx__ps_wait_reply(c, j, h.seq, &m, err))) break;
         const ps_reply *rp = m.data;
         if (rp->status)
-            st = server_failed(ps, j, rp, m.n, err);
+            st = hx__ps_server_failed(ps, j, rp, m.n, err);
         free(m.data);
     }
     pthread_mutex_unlock(&c->lock);

@@ -2,7 +2,9 @@
  * worker's request is a ps_req followed by n local ids (as the servers'
  * shard places them; a DYNAMIC table's keys) and, for a push, n gradient
  * rows of dim floats (a pull with counts: n occurrence counts; a save: n
- * bytes of the checkpoint's path, no NUL); a
+ * bytes of the checkpoint's path, no NUL; a store: n records of `rec`
+ * bytes, rows with their optimizer state as hx_emb_local_pack_row lays
+ * them out, from a worker's device cache, which a fetch reads); a
  * server's reply a ps_reply followed by n x width floats, or msglen bytes
  * of an error message. Requests go with tag PS_TAG_REQ, so a worker's
  * requests reach a server in the order sent; replies of table i with tag
@@ -20,7 +22,7 @@
 #include <pthread.h>
 
 enum { PS_TAG_REQ = 1, PS_TAG_CREATE = 2, PS_TAG_REPLY = 16, PS_MAX_TABLES = 16000 };
-enum { PS_PULL = 1, PS_PUSH, PS_FINISH, PS_SAVE };
+enum { PS_PULL = 1, PS_PUSH, PS_FINISH, PS_SAVE, PS_FETCH, PS_STORE };
 
 typedef struct ps_req {
     int64_t kind, table;
@@ -40,10 +42,13 @@ typedef struct ps_req {
     int64_t counts;   /* 1: n occurrence counts follow the ids (a frequency filter) */
     int64_t vers;     /* 1: n versions follow the ids (a worker's cache: the servers'
                          applied steps when it got each row, -1 none) */
+    int64_t rec;      /* fetch, store: bytes of a row's record (params and state) */
 } ps_req;
 
 /* A versioned pull's reply: n flags (1: the row follows; 0: the worker's
- * copy is current), padded to 8 bytes, then `rows` rows. */
+ * copy is current), padded to 8 bytes, then `rows` rows. A fetch's: n
+ * flags (1: the record follows; 0: a lazy row never written), padded to
+ * 8 bytes, then `rows` records of `width` bytes. */
 typedef struct ps_reply {
     int64_t status, seq, applied, n, width, msglen;
     int64_t rows;     /* rows that follow (n, unless the pull was versioned) */
@@ -106,6 +111,7 @@ struct hx_emb_ps {
     int64_t pushes, seq;
     int64_t tpulls;       /* DYNAMIC: training pulls sent */
     struct ps_cache *cache; /* pulled rows kept (hx_ps_config.cache_rows), or NULL */
+    hx_emb_table *dev;    /* the device cache in front of it (device_cache_rows), or NULL */
     pthread_mutex_t lock; /* one request at a time */
     _Atomic int64_t oob_count;
 };
@@ -127,5 +133,26 @@ void hx__ps_cache_put(ps_cache *c, int64_t id, int64_t ver, const float *row);
 
 /* The registry: entry i of ps (NULL past the end). */
 ps_entry *hx__ps_entry(hx_ps *ps, int64_t i);
+
+/* A worker: one reply from server j to request seq of c (older replies,
+ * of a call that failed before reading them, are dropped), within the
+ * timeout; the failure server j's reply rp (n bytes, its status not 0)
+ * carries (embedding/ps_client.c). */
+hx_status hx__ps_wait_reply(hx_emb_ps *c, int j, int64_t seq, hx_msg *m, hx_emb_err *err);
+hx_status hx__ps_server_failed(const hx_ps *ps, int j, const ps_reply *rp, size_t n, hx_emb_err *err);
+
+/* A worker's device cache over the servers (embedding/ps_devcache.c;
+ * one worker only: it owns the rows it holds): the store of an
+ * hx_emb_devcache in front of the worker's hx_emb_ps, whose misses are
+ * fetched from the servers with their state and whose write-backs are
+ * stored there (no reply: the servers take a worker's requests in the
+ * order sent, so a later fetch or save finds them). */
+extern const hx_emb_devstore_ops hx__ps_devstore;
+/* Server: the reply to fetch h of table e (flags and records of its rows)
+ * in *buf (*nb bytes, the caller frees it); fails naming what in err. */
+hx_status hx__ps_fetch_reply(const ps_entry *e, const ps_req *h, int64_t applied, char **buf, size_t *nb,
+                             hx_emb_err *err);
+/* Server: store h's records into e's rows (all or, on failure, none). */
+hx_status hx__ps_store(ps_entry *e, const ps_req *h, hx_emb_err *err);
 
 #endif

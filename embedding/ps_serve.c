@@ -244,10 +244,31 @@ static hx_status save_table(server *sv, ps_entry *e, const hx_msg *m)
     return reply(sv, m->src, h, st, err.msg, e->applied, NULL, 0, 0);
 }
 
-/* A pull or a save whose steps are applied. */
+/* A worker's device cache fetches rows with their state
+ * (embedding/ps_devcache.c). */
+static hx_status fetch(server *sv, ps_entry *e, const hx_msg *m)
+{
+    const ps_req *h = m->data;
+    hx_emb_err err;
+    char *buf = NULL;
+    size_t nb = 0;
+    hx_status st = hx__ps_fetch_reply(e, h, e->applied, &buf, &nb, &err);
+    if (st) return reply(sv, m->src, h, st, err.msg, e->applied, NULL, 0, 0);
+    st = hx__msg_send(sv->ps->mb, m->src, PS_TAG_REPLY + (int)h->table, buf, nb);
+    pthread_mutex_lock(&sv->ps->lock);
+    sv->ps->stats.pulls++;
+    sv->ps->stats.rows_pulled += ((const ps_reply *)buf)->rows;
+    if (!st) sv->ps->stats.pull_bytes += nb;
+    pthread_mutex_unlock(&sv->ps->lock);
+    free(buf);
+    return st;
+}
+
+/* A pull, a fetch or a save whose steps are applied. */
 static hx_status respond(server *sv, ps_entry *e, const hx_msg *m)
 {
-    return ((const ps_req *)m->data)->kind == PS_SAVE ? save_table(sv, e, m) : answer(sv, e, m);
+    int64_t kind = ((const ps_req *)m->data)->kind;
+    return kind == PS_SAVE ? save_table(sv, e, m) : kind == PS_FETCH ? fetch(sv, e, m) : answer(sv, e, m);
 }
 
 /* Applies every step of e that has all its pushes. */
@@ -361,19 +382,23 @@ static hx_status take(server *sv, hx_msg *m)
     size_t want = sizeof *h +
                   (h->n >= 0 ? (size_t)h->n * (h->kind == PS_SAVE ? 1 : sizeof(int64_t) * (1 + !!h->counts + !!h->vers)) : 0) +
                   (h->kind == PS_PUSH && e && e->shard && h->n >= 0 ? (size_t)(h->n * e->shard->base.dim) * sizeof(float) : 0);
+    bool records = h->kind == PS_FETCH || h->kind == PS_STORE; /* a worker's device cache */
+    if (h->kind == PS_STORE && h->n >= 0 && h->rec > 0 && (size_t)h->n <= m->n / (sizeof(int64_t) + (size_t)h->rec))
+        want += (size_t)h->n * (size_t)h->rec;
     if (!e || !e->shard)
         snprintf(why, sizeof why, "table %lld: this server has no such table (create every table on every rank, "
                  "in the same order)", (long long)h->table);
     else if ((uint64_t)h->hash != e->hash)
         snprintf(why, sizeof why, "table '%s': worker rank %d created it otherwise than the servers (rows, dim, "
                  "dtype, initialiser, seed, ids, sharding, optimizer must be alike on every rank)", e->name, w);
-    else if ((h->kind != PS_PULL && h->kind != PS_PUSH && h->kind != PS_SAVE) || h->n < 0 || m->n != want ||
+    else if ((h->kind < PS_PULL || h->kind > PS_STORE || h->kind == PS_FINISH) || h->n < 0 || m->n != want ||
+             (records && (h->rec <= 0 || e->shard->dynamic || h->counts || h->vers)) ||
              (h->kind == PS_SAVE && (!h->n || memchr(h + 1, 0, (size_t)h->n))) ||
              (h->counts && (h->kind != PS_PULL || h->tpull < 0)) ||
              (h->vers && (h->kind != PS_PULL || h->k != HX_EMB_SHARD_ROWS || e->shard->dynamic || h->counts)) ||
              (h->kind == PS_PULL && h->tpull >= 0 && (!e->shard->dynamic || !h->train)))
         snprintf(why, sizeof why, "table '%s': a malformed request of %zu bytes from worker rank %d", e->name, m->n, w);
-    else if (h->kind == PS_PUSH && h->optim != e->shard->optim.kind)
+    else if ((h->kind == PS_PUSH || records) && h->optim != e->shard->optim.kind)
         snprintf(why, sizeof why, "table '%s': worker rank %d pushes for %s, the servers apply %s: set the same "
                  "optimizer on every rank", e->name, w, hx_emb_optim_name((hx_emb_optim_kind)h->optim),
                  hx_emb_optim_name(e->shard->optim.kind));
@@ -383,7 +408,8 @@ static hx_status take(server *sv, hx_msg *m)
             snprintf(why, sizeof why, "table '%s': worker rank %d counted an id %lld times", e->name, w, (long long)c);
     }
     if (*why) {
-        hx_status st = h->kind != PS_PUSH ? reply(sv, w, h, HX_ERR_INVALID_ARGUMENT, why, 0, NULL, 0, 0) : HX_OK;
+        hx_status st = h->kind != PS_PUSH && h->kind != PS_STORE ? reply(sv, w, h, HX_ERR_INVALID_ARGUMENT, why, 0,
+                                                                          NULL, 0, 0) : HX_OK;
         free(m->data);
         return st ? st : hx__error(HX_ERR_INVALID_ARGUMENT, "hx_ps_serve: %s", why);
     }
@@ -398,6 +424,17 @@ static hx_status take(server *sv, hx_msg *m)
         else e->thead[w] = p;
         e->ttail[w] = p;
         return answer_group(sv, e);
+    }
+    if (h->kind == PS_STORE) { /* a device cache's write-backs: stored now, in the order sent */
+        hx_emb_err err;
+        hx_status st = hx__ps_store(e, h, &err);
+        pthread_mutex_lock(&ps->lock);
+        ps->stats.pushes += !st;
+        ps->stats.push_bytes += st ? 0 : m->n;
+        pthread_mutex_unlock(&ps->lock);
+        free(m->data);
+        return st ? hx__error(st, "hx_ps_serve: table '%s': worker rank %d's write-back: %s", e->name, w, err.msg)
+                  : HX_OK;
     }
     if (h->kind != PS_PUSH) {
         if (h->need <= e->applied) {

@@ -90,17 +90,16 @@ static hx_status to_configs(const hx_embedding_config *c, hx_emb_table_config *t
     if (c->device_cache_rows < 0)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s '%s': device_cache_rows %lld must be >= 0 "
                          "(0: no device cache)", fn, name, (long long)c->device_cache_rows);
-    if (c->device_cache_rows > 0 && (c->comm || c->ps || c->ssd_path))
+    if (c->device_cache_rows > 0 && (c->comm || c->ssd_path)) /* ps: hx__ps_table_create decides */
         return hx__error(HX_ERR_UNSUPPORTED,
                          "%s '%s': device_cache_rows with %s is not built: %s; leave "
-                         "device_cache_rows 0", fn, name,
-                         c->comm ? "comm" : c->ps ? "ps" : "ssd_path",
-                         c->comm || c->ps
-                             ? "a sharded row's update sums every rank's gradient at its "
-                               "owner, so a worker's cached copy updated on its device with "
-                               "its own gradient would not match the owner's row"
-                             : "the host cache of a table on disk would need to hand its "
-                               "rows to a second cache");
+                         "device_cache_rows 0", fn, name, c->comm ? "comm" : "ssd_path",
+                         c->comm ? "a sharded row's update sums every rank's gradient at its "
+                                   "owner, so a rank's cached copy updated on its device with "
+                                   "its own gradient would not match the owner's row (server "
+                                   "mode with one worker has a device cache: hx_ps_create)"
+                                 : "the host cache of a table on disk would need to hand its "
+                                   "rows to a second cache");
     if (c->rank_bytes && !c->comm && !c->ps)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s '%s': rank_bytes %zu caps one rank's shard of a "
                          "sharded table: give comm or ps too, or leave it 0", fn, name, c->rank_bytes);
@@ -172,12 +171,12 @@ hx_status hx_embedding_table_create(const hx_embedding_config *cfg, hx_embedding
     }
     t->shard = hx_emb_as_shard(t->impl);
     t->ps = cfg->ps;
-    t->client = hx_emb_as_ps(t->impl);
     hx_emb_table *inner = cfg->ids == HX_EMBEDDING_IDS_DYNAMIC ? hx_emb_dynamic_local(t->impl) : t->impl;
     t->local = hx_emb_as_local(inner);
     t->ssd = hx_emb_as_ssd(inner);
     t->dev = hx_emb_as_devcache(inner);
-    if (t->dev) t->local = hx_emb_devcache_host(t->dev); /* rows as of the last write-back */
+    if (t->dev) t->local = hx_emb_devcache_host(t->dev); /* rows as of the last write-back (NULL: servers') */
+    t->client = hx_emb_as_ps(t->dev ? hx_emb_devcache_back(t->dev) : t->impl);
     t->ids = cfg->ids;
     t->expire_after = cfg->expire_after;
     pthread_mutex_init(&t->lock, NULL);
@@ -281,11 +280,11 @@ hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t, const hx_embed
     if ((st = hx__embedding_hold(t, true, fn))) return st;
     hx_emb_err err;
     pthread_mutex_lock(&t->lock);
-    if (t->client) hx__ps_set_optim(t->client, &o); /* the servers apply theirs: set it alike there */
-    st = t->client ? HX_OK
+    if (t->client && !t->dev) hx__ps_set_optim(t->client, &o); /* the servers apply theirs: set it alike there */
+    st = t->dev ? hx_emb_devcache_set_optim(t->dev, &o, omp_get_num_procs(), &err) /* and its store's */
+         : t->client ? HX_OK
          : t->shard ? hx_emb_shard_set_optim(t->shard, &o, omp_get_num_procs(), &err)
          : t->ssd ? hx_emb_ssd_set_optim(t->ssd, &o, &err)
-         : t->dev ? hx_emb_devcache_set_optim(t->dev, &o, omp_get_num_procs(), &err)
                   : hx_emb_local_set_optim(&t->local->base, &o, omp_get_num_procs(), &err);
     pthread_mutex_unlock(&t->lock);
     hx__embedding_release(t, true);
@@ -345,9 +344,9 @@ hx_status hx_embedding_table_read_rows(hx_embedding_table *t, const int64_t *ids
         return hx__embedding_shard_rows(t, "hx_embedding_table_read_rows", HX_EMB_SHARD_ROWS, ids, n, out, NULL);
     if (t) pthread_mutex_lock(&t->lock); /* a training lookup may be changing the id map */
     hx_status st = rows_args(t, "hx_embedding_table_read_rows", ids, n, out, &rows, &tmp);
-    if (!st && t->dev) hx_emb_devcache_flush(t->dev); /* the host rows are then current */
-    int64_t dim = st ? 0 : t->impl->dim;
     hx_emb_err err;
+    if (!st && t->dev) hx_emb_devcache_flush(t->dev, &err); /* the host rows are then current */
+    int64_t dim = st ? 0 : t->impl->dim;
     if (!st && t->ssd && (st = hx_emb_ssd_read_rows(t->ssd, rows, n, out, &err)))
         st = hx__emb_error(st, &err, "hx_embedding_table_read_rows '%s'", t->name);
     for (int64_t i = 0; i < n && !st && !t->ssd; i++) {
@@ -384,14 +383,14 @@ hx_status hx_embedding_table_write_rows(hx_embedding_table *t, const int64_t *id
     }
     if (t) pthread_mutex_lock(&t->lock);
     st = rows_args(t, fn, ids, n, data, &rows, &tmp);
-    if (!st && t->dev) hx_emb_devcache_drop(t->dev); /* the host rows change under it */
+    hx_emb_err err;
+    if (!st && t->dev) hx_emb_devcache_drop(t->dev, &err); /* the host rows change under it (never fails) */
     for (int64_t i = 0; i < n && !st; i++)
         if (rows[i] < 0)
             st = hx__error(HX_ERR_NOT_FOUND,
                            "%s '%s': id %lld at position %lld holds no row yet (a DYNAMIC table "
                            "gives ids rows in training runs); nothing was written", fn, t->name,
                            (long long)ids[i], (long long)i);
-    hx_emb_err err;
     if (!st && t->ssd && (st = hx_emb_ssd_write_rows(t->ssd, rows, n, data, &err)))
         st = hx__emb_error(st, &err, "%s '%s'", fn, t->name);
     for (int64_t i = 0; i < n && !st && !t->ssd; i++)
@@ -434,9 +433,9 @@ hx_status hx_embedding_table_read_state(hx_embedding_table *t, int k, const int6
                        "%s '%s': state array %d: the table's optimizer (%s) keeps %d (%s)", fn,
                        t->name, k, hx_emb_optim_name(kind), ns, state_arrays(kind));
     if (!st) st = rows_args(t, fn, ids, n, out, &rows, &tmp);
-    if (!st && t->dev) hx_emb_devcache_flush(t->dev);
-    int64_t w = st ? 0 : kind == HX_EMB_OPTIM_ROW_ADAGRAD ? 1 : t->impl->dim;
     hx_emb_err err;
+    if (!st && t->dev) hx_emb_devcache_flush(t->dev, &err); /* a host table behind it: never fails */
+    int64_t w = st ? 0 : kind == HX_EMB_OPTIM_ROW_ADAGRAD ? 1 : t->impl->dim;
     if (!st && t->ssd && (st = hx_emb_ssd_read_state(t->ssd, k, rows, n, out, &err)))
         st = hx__emb_error(st, &err, "%s '%s'", fn, t->name);
     for (int64_t i = 0; i < n && !st && !t->ssd; i++) hx_emb_local_read_state(t->local, k, rows[i], out + i * w);
@@ -477,7 +476,8 @@ hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path)
     else if (shards && t->ids == HX_EMBEDDING_IDS_DYNAMIC)
         st = hx_emb_shard_load_dynamic(t->impl, path, &err);
     else if (shards) {
-        if (t->dev) hx_emb_devcache_drop(t->dev); /* written back: a failed load keeps the rows */
+        if (t->dev) hx_emb_devcache_drop(t->dev, &err); /* written back (to the host table: never fails);
+                                                           a failed load keeps the rows */
         st = hx_emb_shard_load_local(t->local, path, &err);
     } else st = hx_emb_table_load(t->impl, path, &err);
     pthread_mutex_unlock(&t->lock);
@@ -486,19 +486,43 @@ hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path)
               : HX_OK;
 }
 
+/* The device cache's counts (device_cache_rows) into *out; none: nothing. */
+static void device_cache_stats(const hx_embedding_table *t, hx_embedding_stats *out)
+{
+    if (!t->dev) return;
+    hx_emb_devcache_stats ds;
+    pthread_mutex_lock((pthread_mutex_t *)&t->lock);
+    hx_emb_devcache_stats_get(t->dev, &ds);
+    pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
+    out->device_cache_rows = ds.cache_rows;
+    out->device_cache_lookups = (int64_t)ds.lookups;
+    out->device_cache_hits = (int64_t)ds.hits;
+    out->device_rows_in = (int64_t)ds.rows_in;
+    out->device_rows_out = (int64_t)ds.rows_out;
+    out->device_bytes_in = (int64_t)ds.bytes_in;
+    out->device_bytes_out = (int64_t)ds.bytes_out;
+    out->device_rows_init = (int64_t)ds.rows_init;
+    out->device_rows_prefetched = (int64_t)ds.prefetched;
+    out->device_cache_calls = ds.calls;
+    out->device_cache_bytes = ds.bytes;
+    out->device_cache_on_device = ds.on_device;
+}
+
 hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_stats *out)
 {
     if (!t || !out)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "hx_embedding_table_stats: %s is NULL",
                          t ? "out" : "table");
-    if (t->shard || t->client) return hx__embedding_shard_stats(t, out);
+    if (t->shard || t->client) {
+        hx_status st = hx__embedding_shard_stats(t, out);
+        if (!st) device_cache_stats(t, out);
+        return st;
+    }
     hx_emb_local_stats ls;
     hx_emb_err err;
     hx_emb_ssd_stats ss = {0};
-    hx_emb_devcache_stats ds = {0};
     pthread_mutex_lock((pthread_mutex_t *)&t->lock);
     if (t->ssd) hx_emb_ssd_stats_get(t->ssd, &ss);
-    if (t->dev) hx_emb_devcache_stats_get(t->dev, &ds);
     pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
     hx_status st = hx_emb_local_stats_get(t->ssd ? &hx_emb_ssd_cache(t->ssd)->base : &t->local->base, &ls, &err);
     if (st) return hx__emb_error(st, &err, "hx_embedding_table_stats '%s'", t->name);
@@ -518,19 +542,8 @@ hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedding_sta
                                 .disk_rows_written_ahead = (int64_t)ss.store.written_ahead,
                                 .disk_bytes_read = (int64_t)ss.store.bytes_read,
                                 .disk_bytes_written = (int64_t)ss.store.bytes_written,
-                                .io_wait_s = ss.store.io_wait_s,
-                                .device_cache_rows = ds.cache_rows,
-                                .device_cache_lookups = (int64_t)ds.lookups,
-                                .device_cache_hits = (int64_t)ds.hits,
-                                .device_rows_in = (int64_t)ds.rows_in,
-                                .device_rows_out = (int64_t)ds.rows_out,
-                                .device_bytes_in = (int64_t)ds.bytes_in,
-                                .device_bytes_out = (int64_t)ds.bytes_out,
-                                .device_rows_init = (int64_t)ds.rows_init,
-                                .device_rows_prefetched = (int64_t)ds.prefetched,
-                                .device_cache_calls = ds.calls,
-                                .device_cache_bytes = ds.bytes,
-                                .device_cache_on_device = ds.on_device};
+                                .io_wait_s = ss.store.io_wait_s};
+    device_cache_stats(t, out);
     hx__embedding_idmap_stats(t, hx_emb_dynamic_idmap(t->impl), out);
     return HX_OK;
 }
@@ -595,7 +608,8 @@ hx_status hx__embedding_query(hx_embedding_table *t, const hx_emb_query *q, floa
     if (!forward && t->local && t->impl == &t->local->base) /* a re-read: its bad ids were counted */
         st = hx_emb_local_lookup(t->local, &mq, t->local->oob, NULL, out, argmax, &err);
     else if (!forward && hx_emb_as_devcache(t->impl)) /* as above, through the cache */
-        st = hx_emb_devcache_lookup(t->dev, &mq, t->local->oob, NULL, out, argmax, &err);
+        st = hx_emb_devcache_lookup(t->dev, &mq, t->local ? t->local->oob : HX_EMB_OOB_ZERO, NULL, out, argmax,
+                                    &err); /* (bad ids failed the forward already) */
     else
         st = hx_emb_table_lookup(t->impl, &mq, out, argmax, &err);
     if (lock) pthread_mutex_unlock(&t->lock);
@@ -645,15 +659,16 @@ hx_status hx_embedding_table_prefetch(hx_embedding_table *t, const int64_t *ids,
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_embedding_table_prefetch '%s': out of host memory", t->name);
     pthread_mutex_lock(&t->lock);
     hx_status st = HX_OK;
+    hx_emb_err err;
     if (t->ids == HX_EMBEDDING_IDS_MODULO) hx_emb_keys_mod(ids, n, t->impl->rows, rows);
     else if (t->ids == HX_EMBEDDING_IDS_ROWS) memcpy(rows, ids, (size_t)n * sizeof *rows);
     else {
-        hx_emb_err err;
         st = hx_emb_idmap_map(hx_emb_dynamic_idmap(t->impl), ids, n, 0, 0, rows, NULL, NULL, &err);
         if (st) st = hx__emb_error(st, &err, "hx_embedding_table_prefetch '%s'", t->name);
     }
     if (!st && t->ssd) hx_emb_ssd_prefetch(t->ssd, rows, n); /* ids outside the table are skipped */
-    if (!st && t->dev) hx_emb_devcache_prefetch(t->dev, rows, n);
+    if (!st && t->dev && (st = hx_emb_devcache_prefetch(t->dev, rows, n, &err)))
+        st = hx__emb_error(st, &err, "hx_embedding_table_prefetch '%s'", t->name);
     pthread_mutex_unlock(&t->lock);
     free(rows);
     return st;

@@ -57,7 +57,13 @@ hx_status hx__embedding_shard_rows(hx_embedding_table *t, const char *fn, int k,
         use = rows; /* NULL when out of memory: refused with the other ranks told */
     }
     hx_emb_err err;
-    hx_status st = t->client ? hx__ps_read(t->client, k, use, n, out, &err)
+    hx_status st = HX_OK;
+    if (t->dev) { /* a worker's device cache: its dirty rows to the servers first */
+        pthread_mutex_lock(&t->lock);
+        st = hx_emb_devcache_flush(t->dev, &err);
+        pthread_mutex_unlock(&t->lock);
+    }
+    if (!st) st = t->client ? hx__ps_read(t->client, k, use, n, out, &err)
                    : in      ? hx_emb_shard_write(t->shard, use, n, in, &err)
                              : hx_emb_shard_read(t->shard, k, use, n, out, &err);
     free(rows);
@@ -67,7 +73,7 @@ hx_status hx__embedding_shard_rows(hx_embedding_table *t, const char *fn, int k,
 hx_status hx__embedding_shard_stats(const hx_embedding_table *t, hx_embedding_stats *out)
 {
     hx_emb_shard *s = t->shard;
-    if (!s) { /* a worker's server-mode table holds no rows */
+    if (!s) { /* a worker's server-mode table holds no rows (beyond a device cache's: the caller's) */
         *out = (hx_embedding_stats){.rows = t->impl->rows, .dim = t->impl->dim, .updates = atomic_load(&t->updates),
                                     .last_step = atomic_load(&t->last_step), .graphs = atomic_load(&t->graphs)};
         return HX_OK;

@@ -887,8 +887,25 @@ typedef struct hx_embedding_config {
      * run the host's kernels on that memory, as every emulated kernel
      * does. Elsewhere (no session, or a CUDA device: the CUDA kernels
      * exist, kernels/gpu/emb_cache.cu, but are not wired) the cache is
-     * host memory. Not with comm, ps or ssd_path (HX_ERR_UNSUPPORTED).
-     * 0: none. */
+     * host memory. Not with comm or ssd_path (HX_ERR_UNSUPPORTED).
+     * With ps (server mode) and a single worker (hx_ps_config.servers =
+     * ranks - 1; ROWS or MODULO ids): the cache is on the worker, in
+     * front of the servers, and owns the rows it holds (one worker: every
+     * row has one writer): misses are fetched from the servers with their
+     * optimizer state, the update runs on the worker, victims and dirty
+     * rows go back to the servers with their state (on eviction, at
+     * hx_embedding_table_save, _read_rows, _read_state, when the table is
+     * freed, and at hx_ps_finish); results are bitwise those without the
+     * cache, synchronous or stale, and the servers' checkpoints byte for
+     * byte. What the servers hold of a row is its last write-back: a
+     * worker that dies loses its dirty cached rows (the servers' tables
+     * stay consistent and saveable, as of those write-backs), and the
+     * servers cannot tell such a worker from one whose cache serves every
+     * lookup, so they end only when MPI ends them. With several workers
+     * (a row's update sums every worker's gradient at its server, which a
+     * copy on one worker's device would miss) and for DYNAMIC tables it is
+     * refused on every rank (HX_ERR_UNSUPPORTED); hx_ps_config.cache_rows
+     * keeps pulled rows read-only instead. 0: none. */
     int64_t device_cache_rows;
     /* Tables over several processes (README, "Sharded tables"). comm NULL:
      * the table lives in this process. Else the table is sharded over
@@ -991,7 +1008,8 @@ HX_API hx_embedding_config hx_embedding_config_default(void);
  *               worker's: server 0 silent for hx_ps_config.timeout_s).
  *               rank_bytes without comm or ps: HX_ERR_INVALID_ARGUMENT.
  *               device_cache_rows also: HX_ERR_INVALID_ARGUMENT (negative);
- *               HX_ERR_UNSUPPORTED (with comm, ps or ssd_path).
+ *               HX_ERR_UNSUPPORTED (with comm or ssd_path; with a ps of
+ *               several workers, or a DYNAMIC table with ps: every rank).
  *   On failure: *out is NULL (unless out is NULL) and nothing is kept.
  *   Ownership:  cfg and its strings are copied; the table is the caller's:
  *               free it with hx_embedding_table_free.
@@ -1162,7 +1180,9 @@ typedef struct hx_embedding_stats {
     int64_t device_cache_rows;                    /* rows the cache holds */
     int64_t device_cache_lookups, device_cache_hits; /* as cache_lookups, cache_hits */
     int64_t device_rows_in, device_rows_out;      /* rows (with their state) copied in from
-                                                     the host table / written back to it */
+                                                     the host table / written back to it
+                                                     (server mode: fetched from / stored
+                                                     on the servers) */
     int64_t device_bytes_in, device_bytes_out;
     int64_t device_rows_init;                     /* misses on lazy rows never written: the
                                                      slot takes the initial value, nothing
@@ -1193,10 +1213,12 @@ HX_API hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedd
  * copies the rows of ids not in the cache into a staging area now, in the
  * calling thread, so that the next step's misses on them copy nothing from
  * the table (up to device_cache_rows rows staged at a time; rows staged
- * before the previous call and not used since are dropped). Other tables:
- * nothing to do.
+ * before the previous call and not used since are dropped); in server
+ * mode in one fetch from each server holding some. Other tables: nothing
+ * to do.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t NULL, n < 0, ids NULL with n > 0);
- *               HX_ERR_OUT_OF_MEMORY.
+ *               HX_ERR_OUT_OF_MEMORY; server mode with a device cache: a
+ *               fetch's failure (HX_ERR_COMM naming a silent server).
  *   On failure: nothing was started; the table never changes (a read-ahead
  *               that fails is read again by the step that needs the row).
  *   Ownership:  ids is the caller's; nothing is kept.
@@ -1451,9 +1473,12 @@ HX_API hx_comm *hx_ps_workers(hx_ps *ps);
  */
 HX_API hx_status hx_ps_serve(hx_ps *ps);
 /* A worker is done (after its last push): the servers stop waiting for it.
+ * Tables with a device cache (device_cache_rows) first write their dirty
+ * rows back to the servers, so that the servers' tables (and their saves
+ * after hx_ps_serve) hold every step.
  *   Fails:      HX_ERR_STATE (a server rank, or called twice); HX_ERR_COMM
  *               (a server did not take the message within timeout_s,
- *               naming it).
+ *               naming it; or a device cache's write-back failed).
  *   On failure: the servers may still wait for this worker: end the
  *               program (they then fail when their timeout passes).
  *   Ownership:  nothing changes hands.

@@ -43,15 +43,32 @@
  * cache: a worker's cache of pulled rows changes no bit of synchronous
  * training and moves fewer rows; with staleness it serves rows unasked.
  *
+ * devcache: with one worker (the other ranks serve), a device cache of
+ * 24 rows in front of each of the four tables (device_cache_rows: rows
+ * and optimizer state owned by the worker, the servers its store) trains
+ * bitwise as the same model without it, beside it in the same run, every
+ * step's loss; rows and state read back from the servers equal, and so
+ * are, byte for byte, the checkpoints the worker has the servers write
+ * and the servers' own after serving (a step after the worker's save:
+ * its rows are written back by hx_ps_finish). The
+ * caches evict (rows written back while training), read the next batch
+ * ahead, and move fewer rows than the pulls and pushes without them. An
+ * id outside 'user' fails both models' step with HX_ERR_INDEX and leaves
+ * the cache's counts as they were. With several workers (3 and 4 ranks)
+ * and for a DYNAMIC table the cache is refused on every rank, naming why.
+ *
  * refusals: the roles' arguments; comm and ps together. */
 #include "dist/dist.h"
 #include "hetex_checks.h"
 #include "mpi_world.h"
 #include "testutil.h"
 #include "tmpdir.h"
+#include "hetex_run.h"
 #include "shard_model.h"
 #include "dyn_cap.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static hx_comm *world;
@@ -684,6 +701,206 @@ static void test_cache(void)
           "unasked, at most %lld steps behind", rank, (long long)st[2].cache_hits, (long long)st[2].max_staleness);
 }
 
+/* ---- a device cache with one worker ---------------------------------------------------- */
+
+enum { DEV_ROWS = 24, DEV_BAD_STEP = 7 };
+
+/* The servers of case devcache: the two models' tables (without, then
+ * with the cache: created alike), served, then saved into dir/sn and
+ * dir/sc. */
+static void serve_devcache(hx_ps *ps, const char *dir)
+{
+    hx_embedding_table *t[2][NT];
+    for (int m = 0; m < 2; m++) {
+        model_cache_rows = m ? DEV_ROWS : 0;
+        for (int k = 0; k < NT; k++) t[m][k] = make_table(&specs[k], NULL, ps);
+    }
+    model_cache_rows = 0;
+    OK(hx_ps_serve(ps));
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < NT; k++) {
+            char path[400];
+            snprintf(path, sizeof path, "%s/s%c/%s", dir, m ? 'c' : 'n', specs[k].name);
+            OK(hx_embedding_table_save(t[m][k], path));
+            OK(hx_embedding_table_free(t[m][k]));
+        }
+}
+
+/* Every file of dir/<a> equals the file of that name in dir/<b>, byte
+ * for byte (and there is one). */
+static void same_files(const char *dir, const char *a, const char *b)
+{
+    char da[320], pa[640], pb[640];
+    snprintf(da, sizeof da, "%s/%s", dir, a);
+    DIR *d = opendir(da);
+    CHECK(d != NULL, "no folder %s", da);
+    int files = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(pa, sizeof pa, "%s/%s", da, e->d_name);
+        snprintf(pb, sizeof pb, "%s/%s/%s", dir, b, e->d_name);
+        CHECK(test_same_file(pa, pb), "the checkpoint file %s differs from %s (or is missing there)", pa, pb);
+        files++;
+    }
+    if (d) closedir(d);
+    CHECK(files >= 2 * NT, "%d files in %s: a checkpoint of %d tables has more", files, da, NT);
+}
+
+/* Every rank here (an all-reduce: none leaves before all came). */
+static void barrier(void)
+{
+    float x = 0;
+    hx_coll *q = NULL;
+    OK(hx__comm_all_reduce(world, &x, &x, 1, HX_DTYPE_F32, &q));
+    OK(hx__coll_wait(q));
+}
+
+static int64_t rows_moved(const hx_embedding_stats *s) { return s->device_rows_in + s->device_rows_out; }
+
+static void test_devcache(void)
+{
+    char dir[256] = "";
+    if (rank == size - 1 && test_make_tmpdir(dir, sizeof dir, "hx-mpi-ps-dev")) {
+        const char *sub[4] = {"n", "c", "sn", "sc"};
+        for (int i = 0; i < 4; i++) {
+            char p[300];
+            snprintf(p, sizeof p, "%s/%s", dir, sub[i]);
+            CHECK(mkdir(p, 0700) == 0, "mkdir %s", p);
+        }
+    } else if (rank == size - 1) {
+        CHECK(false, "no temporary folder");
+    }
+    hx_coll *q = NULL;
+    OK(hx__comm_broadcast(world, dir, sizeof dir / 8, HX_DTYPE_I64, size - 1, &q));
+    OK(hx__coll_wait(q));
+    /* several workers: refused on every rank before anything is made */
+    if (size >= 3) {
+        hx_ps *ps = make_ps(0);
+        hx_embedding_table *t = NULL;
+        hx_embedding_config ec = hx_embedding_config_default();
+        ec.name = "cached";
+        ec.rows = 10;
+        ec.dim = 2;
+        ec.ps = ps;
+        ec.device_cache_rows = 4;
+        CHECK(ps && hx_embedding_table_create(&ec, &t) == HX_ERR_UNSUPPORTED && !t &&
+                  strstr(hx_last_error(), "one worker") && strstr(hx_last_error(), "servers = ranks - 1"),
+              "a device cache with several workers: %s", hx_last_error());
+        if (ps && hx_ps_is_server(ps)) OK(hx_ps_serve(ps));
+        else if (ps) OK(hx_ps_finish(ps));
+        hx_ps_free(ps);
+    }
+    hx_ps_config pc = hx_ps_config_default();
+    pc.comm = world;
+    pc.servers = size - 1; /* one worker */
+    hx_ps *ps = NULL;
+    OK(hx_ps_create(&pc, &ps));
+    if (!ps) return;
+    {
+        hx_embedding_config ec = hx_embedding_config_default();
+        ec.name = "keys";
+        ec.rows = 10;
+        ec.dim = 2;
+        ec.ids = HX_EMBEDDING_IDS_DYNAMIC;
+        ec.ps = ps;
+        ec.device_cache_rows = 4;
+        hx_embedding_table *t = NULL;
+        CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_UNSUPPORTED && !t && strstr(hx_last_error(), "DYNAMIC"),
+              "a device cache of a DYNAMIC server-mode table: %s", hx_last_error());
+    }
+    if (hx_ps_is_server(ps)) {
+        serve_devcache(ps, dir);
+        hx_ps_free(ps);
+        barrier(); /* saved */
+        barrier(); /* the worker has compared the files */
+        if (rank == size - 1) test_remove_tree(dir);
+        return;
+    }
+    model pm, dm;
+    model_cache_rows = 0;
+    int bad = build(&pm, B, NULL, ps);
+    model_cache_rows = DEV_ROWS;
+    bad = bad || build(&dm, B, NULL, ps);
+    model_cache_rows = 0;
+    if (bad) {
+        CHECK(false, "build: %s", hx_last_error());
+        return;
+    }
+    hx_session_config cp = config(NULL), cd = config(NULL);
+    hx_session *sp = test_session_with(pm.g, &cp, "no cache"), *sd = test_session_with(dm.g, &cd, "device cache");
+    hx_embedding_stats mid[NT];
+    batch bt, next;
+    make_batch(0, &next);
+    for (int s = 0; s < STEPS && sp && sd; s++) {
+        bt = next;
+        make_batch(s + 1, &next);
+        for (int k = 0; k < NT; k++) /* the next step's rows read ahead, as a data loader would */
+            OK(hx_embedding_table_prefetch(dm.t[k], next.ids[k], specs[k].mode < 0 ? B : B * F));
+        if (s == DEV_BAD_STEP) { /* an id outside 'user' */
+            hx_embedding_stats before, after;
+            OK(hx_embedding_table_stats(dm.t[0], &before));
+            batch oob = bt;
+            oob.ids[0][B - 1] = specs[0].rows;
+            float lp, ld;
+            CHECK(run(sp, &pm, &oob, 0, &lp) == HX_ERR_INDEX && run(sd, &dm, &oob, 0, &ld) == HX_ERR_INDEX &&
+                      strstr(hx_last_error(), "97"),
+                  "an id outside 'user' fails both runs: %s", hx_last_error());
+            OK(hx_embedding_table_stats(dm.t[0], &after));
+            CHECK(after.device_cache_lookups == before.device_cache_lookups &&
+                      after.device_rows_in == before.device_rows_in &&
+                      after.device_rows_out == before.device_rows_out,
+                  "the failed step moved rows through the cache (%lld lookups, %lld in, %lld out before; %lld, %lld, "
+                  "%lld after)", (long long)before.device_cache_lookups, (long long)before.device_rows_in,
+                  (long long)before.device_rows_out, (long long)after.device_cache_lookups,
+                  (long long)after.device_rows_in, (long long)after.device_rows_out);
+        }
+        float lp = 0, ld = 0;
+        OK(run(sp, &pm, &bt, 0, &lp));
+        OK(run(sd, &dm, &bt, 0, &ld));
+        CHECK(!memcmp(&lp, &ld, sizeof lp), "step %d: loss %.9g with the device cache, %.9g without", s, ld, lp);
+        fold(&ld, sizeof ld);
+    }
+    for (int k = 0; k < NT; k++) OK(hx_embedding_table_stats(dm.t[k], &mid[k])); /* before any flush */
+    hx_ps_stats before;
+    OK(hx_ps_stats_get(ps, &before));
+    for (int k = 0; k < NT && sp && sd; k++) compare_table(&dm, &pm, k, 0, "after training (device cache)");
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < NT; k++) {
+            char path[400];
+            snprintf(path, sizeof path, "%s/%c/%s", dir, m ? 'c' : 'n', specs[k].name);
+            OK(hx_embedding_table_save(m ? dm.t[k] : pm.t[k], path));
+        }
+    same_files(dir, "n", "c");
+    /* what moved: rows pulled and gradient rows pushed without the cache
+     * (the same ids, the same steps), rows in and out with it */
+    int64_t with = 0, evicted = 0, ahead = 0, hits = 0;
+    for (int k = 0; k < NT; k++) {
+        with += rows_moved(&mid[k]);
+        evicted += mid[k].device_rows_out;
+        ahead += mid[k].device_rows_prefetched;
+        hits += mid[k].device_cache_hits;
+    }
+    CHECK(evicted > 0 && ahead > 0 && hits > 0, "the caches wrote back %lld rows while training, read %lld ahead, "
+          "hit %lld", (long long)evicted, (long long)ahead, (long long)hits);
+    CHECK(with < before.rows_pulled, "rows moved with the device caches %lld, rows pulled alone without %lld", (long long)with,
+          (long long)before.rows_pulled);
+    /* one more step: its rows are dirty in the caches until hx_ps_finish writes them back */
+    make_batch(STEPS, &bt);
+    float lp = 0, ld = 0;
+    if (sp && sd) OK(run(sp, &pm, &bt, 0, &lp));
+    if (sp && sd) OK(run(sd, &dm, &bt, 0, &ld));
+    CHECK(!memcmp(&lp, &ld, sizeof lp), "the last step: loss %.9g with the device cache, %.9g without", ld, lp);
+    OK(hx_ps_finish(ps));
+    hx_session_free(sp);
+    hx_session_free(sd);
+    model_free(&pm);
+    model_free(&dm);
+    hx_ps_free(ps);
+    barrier(); /* the servers have saved */
+    same_files(dir, "sn", "sc");
+    barrier();
+}
+
 static void test_refusals(void)
 {
     hx_ps_config pc = hx_ps_config_default();
@@ -739,6 +956,7 @@ int main(int argc, char **argv)
         {"cap", test_cap},
         {"dynamic_cap", test_dynamic_cap},
         {"cache", test_cache},
+        {"devcache", test_devcache},
         {"refusals", test_refusals},
     };
     test_options o = {.setup = setup, .teardown = teardown};

@@ -55,6 +55,9 @@ typedef struct model {
     int b; /* samples */
 } model;
 
+/* A server-mode table's device_cache_rows (mpi_ps.c's case devcache). */
+static int64_t model_cache_rows;
+
 static hx_embedding_table *make_table(const table_spec *sp, hx_comm *c, hx_ps *ps)
 {
     hx_embedding_config ec = hx_embedding_config_default();
@@ -76,6 +79,7 @@ static hx_embedding_table *make_table(const table_spec *sp, hx_comm *c, hx_ps *p
     ec.n_threads = 1;
     ec.comm = c;
     ec.ps = ps;
+    ec.device_cache_rows = ps ? model_cache_rows : 0;
     ec.sharding = sp->sharding;
     if (sp->sharding == HX_EMBEDDING_SHARD_TABLE && c) ec.shard_rank = hx_comm_size(c) - 1;
     if (sp->sharding == HX_EMBEDDING_SHARD_TABLE && ps) ec.shard_rank = 0;

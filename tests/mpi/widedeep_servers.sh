@@ -6,6 +6,10 @@
 # and within 0.005 AUC with --staleness 4; the server says its role and
 # rows, worker 0 what it pulled and pushed; --servers that leaves no
 # worker, and --staleness without --servers, are refused with a reason.
+# With one worker (-np 2) --device-cache 96 (of the deep table's 110
+# rows: it evicts) gives every epoch's losses and metrics of the run
+# without it and prints its line; with two workers it is refused, naming
+# why.
 set -eu
 mpirun=$1 hetex=$2 data=$3
 one=$(mktemp) sync=$(mktemp) stale=$(mktemp)
@@ -40,4 +44,16 @@ rc=0
 rc=0
 "$hetex" widedeep --staleness 2 $args >"$sync" 2>&1 || rc=$?
 [ "$rc" -ne 0 ] && grep -q "give --servers too" "$sync" || fail "--staleness without --servers not refused (rc $rc)"
+epochs() { sed -n 's/^\(epoch .*accuracy [0-9.]*\).*/\1/p' "$1"; }
+"$mpirun" --oversubscribe -np 2 "$hetex" widedeep --servers 1 $args >"$sync" 2>&1 || fail "-np 2 --servers 1 failed"
+"$mpirun" --oversubscribe -np 2 "$hetex" widedeep --servers 1 --device-cache 96 $args >"$stale" 2>&1 ||
+  fail "-np 2 --servers 1 --device-cache 96 failed"
+[ "$(epochs "$sync" | wc -l)" = 2 ] && [ "$(epochs "$sync")" = "$(epochs "$stale")" ] ||
+  fail "one worker: the epochs with --device-cache 96 differ from those without"
+[ "$(grep -c '^ *deep table device cache: 96 rows, hit rate [0-9.]*%; per step [0-9]* rows in' "$stale")" = 2 ] ||
+  fail "no device cache line per epoch"
+rc=0
+"$mpirun" --oversubscribe -np 3 "$hetex" widedeep --servers 1 --device-cache 96 $args >"$sync" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "device_cache_rows in server mode takes one worker" "$sync" ||
+  fail "--device-cache with 2 workers not refused (rc $rc)"
 echo "widedeep_servers: accuracy and AUC $b with 1 server and 2 workers, as one process alone; $c at staleness 4"
