@@ -25,7 +25,21 @@
  * again with each worker's cache of 65536 pulled rows ("server_cache",
  * hx_ps_config.cache_rows): rows pulled a step, rows the cache served
  * unasked (staleness) or the servers found current, and the hit rate,
- * kept / (kept + pulled). */
+ * kept / (kept + pulled).
+ *
+ * `bench_ps devcache` (./build.sh bench ps devcache) runs instead, at 2
+ * and 3 ranks, server mode with one worker (the other ranks serve) and a
+ * device cache of 131072 or 524288 rows (device_cache_rows: 13% or 52% of
+ * the table) in front of a second
+ * table, "bench": "ps_devcache": each step a fresh global batch (4096 x 26
+ * ids, uniform or Zipf(1.05)), trained on the table without the cache and
+ * then on the one with it (eager tables, so that every miss moves a
+ * row; interleaved, 50 steps timed after one that warms up; the cached
+ * table reads the next batch's rows ahead). Per case:
+ * rows moved a step without the cache (rows pulled, and as many gradient
+ * rows pushed) and with it (rows fetched with their state, rows written
+ * back), bytes a step both ways (the worker's messages), the hit rate, and
+ * samples/s with the cache over without (same run, interleaved). */
 #define _GNU_SOURCE
 #include "bench/bench_ids.h"
 #include "bench/mpi_launch.h"
@@ -36,7 +50,8 @@
 #include <string.h>
 #include <time.h>
 
-enum { ROWS = 1000000, DIM = 16, SAMPLES = 4096, FEATURES = 26, RUNS = 10, STEPS = 20, CACHE_ROWS = 65536 };
+enum { ROWS = 1000000, DIM = 16, SAMPLES = 4096, FEATURES = 26, RUNS = 10, STEPS = 20, CACHE_ROWS = 65536,
+       DEV_CACHE_ROWS = 131072 /* a step's 106,496 uniform ids touch about 101,000 rows */, DEV_STEPS = 50 };
 
 static double now(void)
 {
@@ -45,13 +60,17 @@ static double now(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static hx_embedding_table *table(hx_comm *c, hx_ps *ps)
+/* The 1M x 16 table (lazy: rows written as they are first updated), of
+ * comm (collective) or ps (server mode), with a device cache of
+ * cache_rows (0: none). */
+static hx_embedding_table *table_as(hx_comm *c, hx_ps *ps, bool lazy, int64_t cache_rows)
 {
     hx_embedding_config ec = hx_embedding_config_default();
-    ec.name = "criteo";
+    ec.name = cache_rows ? "criteo-cached" : "criteo";
     ec.rows = ROWS;
     ec.dim = DIM;
-    ec.lazy_init = true;
+    ec.lazy_init = lazy;
+    ec.device_cache_rows = cache_rows;
     ec.n_threads = 1;
     ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
     ec.comm = c;
@@ -61,6 +80,8 @@ static hx_embedding_table *table(hx_comm *c, hx_ps *ps)
     if (hx_embedding_table_create(&ec, &t)) fprintf(stderr, "bench_ps: %s\n", hx_last_error());
     return t;
 }
+
+static hx_embedding_table *table(hx_comm *c, hx_ps *ps) { return table_as(c, ps, true, 0); }
 
 /* Best seconds of RUNS lookups of q on t (the sharded one collective). */
 static double time_lookup(hx_embedding_table *t, const hx_emb_query *q, float *out, hx_status *st)
@@ -274,4 +295,143 @@ static int rank_main(void)
     return st ? 1 : 0;
 }
 
-int main(int argc, char **argv) { return bench_mpi_main("bench_ps", argc, argv, rank_main); }
+/* One training step of q on t (a training lookup, then the update). */
+static hx_status train_step(hx_embedding_table *t, const hx_emb_query *q, float *out, const float *dout, int64_t step)
+{
+    hx_emb_grad_input gi = {dout, NULL, DIM, HX_EMB_DEDUP_AUTO};
+    hx_emb_err err;
+    hx_emb_query tq = *q;
+    tq.train = 1;
+    hx_status st = hx_emb_table_lookup(t->impl, &tq, out, NULL, &err);
+    if (!st) st = hx_emb_table_backward_update(t->impl, &tq, &gi, step, NULL, &err);
+    if (st) fprintf(stderr, "bench_ps: %s\n", err.msg);
+    return st;
+}
+
+/* The worker's bytes both ways so far. */
+static uint64_t ps_bytes(hx_ps *ps)
+{
+    hx_ps_stats s;
+    hx_ps_stats_get(ps, &s);
+    return s.pull_bytes + s.push_bytes;
+}
+
+/* Server mode with one worker over comm (the other ranks serve): the ids
+ * of distribution d, a fresh global batch a step, trained on a table
+ * without the device cache and on one with it, interleaved. */
+static hx_status devcache_mode(hx_comm *comm, int d, int64_t cache_rows, const char *model, double load)
+{
+    hx_ps_config pc = hx_ps_config_default();
+    pc.comm = comm;
+    pc.servers = hx_comm_size(comm) - 1;
+    hx_ps *ps = NULL;
+    hx_status st = hx_ps_create(&pc, &ps);
+    /* eager rows: every miss moves a row, as on a trained table (a lazy
+     * row never written would come in as a flag) */
+    hx_embedding_table *plain = st ? NULL : table_as(NULL, ps, false, 0);
+    hx_embedding_table *cached = st ? NULL : table_as(NULL, ps, false, cache_rows);
+    if (!st && (!plain || !cached)) st = HX_ERR_OUT_OF_MEMORY;
+    if (!st && hx_ps_is_server(ps)) {
+        if ((st = hx_ps_serve(ps))) fprintf(stderr, "bench_ps: %s\n", hx_last_error());
+    } else if (!st) {
+        int64_t nid = (int64_t)SAMPLES * FEATURES;
+        int64_t *ids = malloc(sizeof *ids * (size_t)(2 * nid));
+        float *out = malloc(sizeof *out * (size_t)(nid * DIM)), *dout = malloc(sizeof *dout * (size_t)(nid * DIM));
+        if (!ids || !out || !dout) st = HX_ERR_OUT_OF_MEMORY;
+        for (int64_t i = 0; i < nid * DIM && !st; i++) dout[i] = 1e-3f;
+        rng_state = 0x853C49E6748FEA9Bull + (uint64_t)d;
+        zipf z = zipf_make(1.05, (double)ROWS);
+        int64_t *cur = ids, *next = ids + nid;
+        for (int64_t i = 0; i < nid && !st; i++) next[i] = d ? zipf_draw(&z) - 1 : (int64_t)(rng_next() % ROWS);
+        double t_plain = 0, t_cached = 0;
+        uint64_t b_plain = 0, b_cached = 0;
+        int64_t r_plain = 0;
+        hx_ps_stats p0, p1;
+        hx_embedding_stats c0 = {0}, c1 = {0};
+        for (int s = -1; s < DEV_STEPS && !st; s++) { /* step -1 warms up: not counted */
+            int64_t *tmp = cur;
+            cur = next;
+            next = tmp;
+            for (int64_t i = 0; i < nid; i++) next[i] = d ? zipf_draw(&z) - 1 : (int64_t)(rng_next() % ROWS);
+            hx_emb_query q = hx_emb_query_rows(cur, nid);
+            if (s == 0 && (st = hx_embedding_table_stats(cached, &c0))) break;
+            uint64_t b = ps_bytes(ps);
+            hx_ps_stats_get(ps, &p0);
+            double t0 = now();
+            st = train_step(plain, &q, out, dout, s + 3);
+            double t1 = now();
+            hx_ps_stats_get(ps, &p1);
+            uint64_t b1 = ps_bytes(ps);
+            if (!st && (st = hx_embedding_table_prefetch(cached, next, nid))) /* the next batch's rows ahead */
+                fprintf(stderr, "bench_ps: %s\n", hx_last_error());
+            if (!st) st = train_step(cached, &q, out, dout, s + 3);
+            double t2 = now();
+            if (s < 0) continue;
+            t_plain += t1 - t0;
+            t_cached += t2 - t1;
+            b_plain += b1 - b;
+            b_cached += ps_bytes(ps) - b1;
+            r_plain += 2 * (p1.rows_pulled - p0.rows_pulled); /* pulled, and each one's gradient pushed */
+        }
+        if (!st) st = hx_embedding_table_stats(cached, &c1);
+        int64_t lookups = c1.device_cache_lookups - c0.device_cache_lookups;
+        int64_t moved = c1.device_rows_in - c0.device_rows_in + c1.device_rows_out - c0.device_rows_out;
+        if (!st)
+            printf("{\"bench\": \"ps_devcache\", \"ranks\": %d, \"servers\": %d, \"ids\": \"%s\", \"samples\": %d, "
+                   "\"steps\": %d, \"cache_rows\": %d, \"rows_moved_per_step\": %.0f, "
+                   "\"rows_moved_per_step_no_cache\": %.0f, \"moved_over_no_cache\": %.4f, "
+                   "\"rows_in_per_step\": %.0f, \"rows_out_per_step\": %.0f, \"rows_ahead_per_step\": %.0f, "
+                   "\"hit_rate\": %.4f, \"bytes_per_step\": %.0f, \"bytes_per_step_no_cache\": %.0f, "
+                   "\"bytes_over_no_cache\": %.4f, \"samples_per_s\": %.0f, \"samples_per_s_no_cache\": %.0f, "
+                   "\"time_over_no_cache\": %.3f, \"machine\": \"%s\", \"load\": %.2f}\n",
+                   hx_comm_size(comm), pc.servers, d ? "zipf1.05" : "uniform", SAMPLES, DEV_STEPS, (int)cache_rows,
+                   (double)moved / DEV_STEPS, (double)r_plain / DEV_STEPS, r_plain ? (double)moved / (double)r_plain : 0.0,
+                   (double)(c1.device_rows_in - c0.device_rows_in) / DEV_STEPS,
+                   (double)(c1.device_rows_out - c0.device_rows_out) / DEV_STEPS,
+                   (double)(c1.device_rows_prefetched - c0.device_rows_prefetched) / DEV_STEPS,
+                   lookups ? (double)(c1.device_cache_hits - c0.device_cache_hits) / (double)lookups : 0.0,
+                   (double)b_cached / DEV_STEPS, (double)b_plain / DEV_STEPS, b_plain ? (double)b_cached / (double)b_plain : 0.0,
+                   SAMPLES * DEV_STEPS / t_cached, SAMPLES * DEV_STEPS / t_plain, t_cached / t_plain, model, load);
+        fflush(stdout);
+        free(ids);
+        free(out);
+        free(dout);
+        hx_status f = hx_ps_finish(ps);
+        if (!st) st = f;
+    }
+    hx_embedding_table_free(cached);
+    hx_embedding_table_free(plain);
+    hx_ps_free(ps);
+    return st;
+}
+
+static int devcache_main(void)
+{
+    hx_comm *comm = NULL;
+    if (hx_comm_create(NULL, &comm)) {
+        fprintf(stderr, "bench_ps: %s\n", hx_last_error());
+        return 1;
+    }
+    char model[128];
+    double load;
+    machine(model, sizeof model, &load);
+    hx_status st = HX_OK;
+    for (int c = 0; c < 2; c++)
+        for (int d = 0; d < 2; d++) { /* all on every rank: the ps of each is collective */
+            hx_status s = devcache_mode(comm, d, c ? DEV_CACHE_ROWS * 4 : DEV_CACHE_ROWS, model, load);
+            if (!st) st = s;
+        }
+    hx_comm_free(comm);
+    return st ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "devcache")) { /* at 2 and 3 ranks: one worker */
+        static const int ranks[2] = {2, 3};
+        return bench_mpi_main_at("bench_ps", argc, argv, rank_main, ranks, 2, "-x BENCH_PS_CASE=devcache");
+    }
+    if (argc > 1 && !strcmp(argv[1], "--rank") && getenv("BENCH_PS_CASE") && !strcmp(getenv("BENCH_PS_CASE"), "devcache"))
+        return devcache_main();
+    return bench_mpi_main("bench_ps", argc, argv, rank_main);
+}

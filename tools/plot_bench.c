@@ -133,6 +133,12 @@ static const bench_plot table[] = {
     LINES("ps-", "-rate", "rank=0", "ranks", "ids", "ratio_to_alone",
           "lookups/s over a plain lookup's", "sharded table lookups: lookups/s over a plain "
           "lookup's in the same run, against ranks (rank 0)"),
+    RATIO("ps-devcache-", "", "bench=ps_devcache", "ranks,ids,cache_rows", NULL,
+          "moved_over_no_cache,bytes_over_no_cache,time_over_no_cache", "over no cache's",
+          "server mode, one worker: a device cache's rows moved, bytes and step time over the table's "
+          "without it, same run (line at 1: no cache)"),
+    BARS("ps-devcache-", "-hits", "bench=ps_devcache", "ranks,ids,cache_rows", NULL, "hit_rate", "hit rate",
+         "server mode, one worker: the device cache's hit rate (distinct rows a step)"),
     RATIO("ps-cpu-2026-11-26-server", "", "rank=0", "ranks,mode,staleness", NULL, "ratio_to_alone",
           "samples/s over a table of its own", "training steps, rank 0: samples/s over its steps on "
           "a table of its own in the same run (line at 1)"),
