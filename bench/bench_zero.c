@@ -40,7 +40,9 @@
  * the next forward hide. The two sessions share the communicator, so the
  * other session's step runs while the all-gathers of one are in flight,
  * and its MPI calls move them on too (Open MPI's progress is the whole
- * process's). The
+ * process's); $HX_BENCH_ZERO_BLOCKS set runs all of one session's steps,
+ * then all of the other's ("order": "blocks"), so that each step's
+ * all-gathers have only the next step's forward. The
  * time progress takes inside the backward is in step_s, not in the
  * wait: both step times are printed. Stage 3 starts its sums after the
  * backward either way (its gathers share the communicator), so its share
@@ -113,6 +115,17 @@ static double comm_wait(const hx_session *s)
     return hx_session_train_stats(s, &t) ? 0 : t.comm_wait_s;
 }
 
+/* One training step of s on feeds f: its time / STEPS added to *step_s,
+ * its growth of comm_wait_s into *wait. */
+static hx_status timed_step(hx_session *s, const hx_feed *f, double *step_s, double *wait)
+{
+    double t0 = now(), w0 = comm_wait(s);
+    hx_status st = hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN);
+    *step_s += (now() - t0) / STEPS;
+    *wait = comm_wait(s) - w0;
+    return st;
+}
+
 /* One stage; offload_param: the parameters on the host, streamed to emu chunk by chunk. */
 static int run_stage(hx_comm *comm, int stage, bool offload_param)
 {
@@ -143,18 +156,14 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
     hx_status st = hx_session_run(r.s, f, 2, NULL, 0, HX_RUN_TRAIN); /* warm-up: plans, arenas */
     if (!st) st = hx_session_run(off.s, f_off, 2, NULL, 0, HX_RUN_TRAIN);
     double step_s = 0, step_off_s = 0, per_step = 0, waits[2][STEPS];
+    bool blocks = getenv("HX_BENCH_ZERO_BLOCKS") != NULL; /* each session's steps in a row */
     for (int k = 0; k < STEPS && !st; k++) { /* interleaved: the load changes both alike */
         uint64_t sent0 = hx_comm_bytes_sent(comm);
-        double t0 = now(), w0 = comm_wait(r.s);
-        st = hx_session_run(r.s, f, 2, NULL, 0, HX_RUN_TRAIN);
-        step_s += (now() - t0) / STEPS;
-        waits[0][k] = comm_wait(r.s) - w0;
+        st = timed_step(r.s, f, &step_s, &waits[0][k]);
         per_step += (double)(hx_comm_bytes_sent(comm) - sent0) / STEPS;
-        t0 = now(), w0 = comm_wait(off.s);
-        if (!st) st = hx_session_run(off.s, f_off, 2, NULL, 0, HX_RUN_TRAIN);
-        step_off_s += (now() - t0) / STEPS;
-        waits[1][k] = comm_wait(off.s) - w0;
+        if (!st && !blocks) st = timed_step(off.s, f_off, &step_off_s, &waits[1][k]);
     }
+    for (int k = 0; k < STEPS && !st && blocks; k++) st = timed_step(off.s, f_off, &step_off_s, &waits[1][k]);
     double wait_s = median(waits[0]), wait_off_s = median(waits[1]);
     hx_memory_stats ms;
     if (!st) st = hx_session_memory_stats(r.s, &ms);
@@ -182,11 +191,11 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
                "\"grad_shard_bytes\": %zu, \"fixed_overhead_chunk_bytes\": %zu, "
                "\"gathered_peak_bytes\": %zu, \"gathered_planned_bytes\": %zu, \"step_s\": %.4f, "
                "\"step_no_overlap_s\": %.4f, \"comm_wait_s\": %.6f, \"comm_wait_no_overlap_s\": %.6f, "
-               "\"comm_wait_counted\": \"%s\", \"hidden_share\": ",
+               "\"comm_wait_counted\": \"%s\", \"order\": \"%s\", \"hidden_share\": ",
                states, formula[stage], states / formula[stage], ms.zero_owned_bytes,
                ms.zero_sharded_bytes, ms.zero_grad_shard_bytes, ms.dp_chunk_bytes,
                ms.zero_gather_peak_bytes, ms.zero_gather_planned_bytes, step_s, step_off_s, wait_s,
-               wait_off_s, WAITED);
+               wait_off_s, WAITED, blocks ? "blocks" : "interleaved");
         if (n > 1 && wait_off_s > 0) printf("%.4f}\n", 1 - wait_s / wait_off_s);
         else printf("null}\n");
         fflush(stdout);
