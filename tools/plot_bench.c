@@ -36,6 +36,16 @@ typedef struct bench_plot {
     {f, part, where, x, series, y, PLOT_LINES, 0, what, title}
 
 static const bench_plot table[] = {
+    BARS("attn-permute-", "", "bench=gpt-attn", "config,dtype,rep", "tree", "tokens_per_s",
+         "tokens/s", "hetex gpt on the CPU before (base) and after (new) attention's matmuls "
+         "read and write through the head permutes, runs alternating"),
+    RATIO("attn-permute-", "-ops", "bench=gpt-attn-trace", "config,dtype,rep", NULL,
+          "attn_new_over_base_normalised", "new over base",
+          "attention's matmuls and head permutes (HX_TRACE), each over the other GEMMs of its run: "
+          "new over base (line at 1)"),
+    BARS("attn-permute-", "-peer", "case=run", "config,dtype,rep", NULL,
+         "hetex_tokens_per_s,torch_tokens_per_s", "tokens/s",
+         "GPT f32 on the CPU after the change: hetex against PyTorch (./build.sh bench gpt-peer)"),
     RATIO("bf16-host-", "", "case=bf16", "fn,rows,n", NULL, "chain_over_half,f32_over_half",
           "time over the 16-bit kernel's", "bf16 elementwise, softmax, layernorm kernels: the "
           "widen-f32-round chain's time and the f32 kernel's over the 16-bit kernel's, same run "
