@@ -109,10 +109,10 @@ if(HX_HAVE_MPI)
   add_test(NAME mpi_widedeep_shards COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/widedeep_shards.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli> ${PROJECT_SOURCE_DIR}/data/adult)
   set_tests_properties(mpi_widedeep_shards PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")
-  # server mode with a server or a worker SIGKILLed mid-training
+  # server mode with a server or a worker (devcache: one worker with a device cache) SIGKILLed mid-training
   add_executable(mpi_ps_killed ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_ps_killed.c)
   target_link_libraries(mpi_ps_killed PRIVATE hx_testlib)
-  foreach(mode server worker)
+  foreach(mode server worker devcache)
     add_test(NAME mpi_ps_killed_${mode} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/ps_killed.sh
              ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_ps_killed> ${mode})
     set_tests_properties(mpi_ps_killed_${mode} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")

@@ -148,6 +148,7 @@ hx_test(mpi_widedeep_resume      300      mpi io)
 hx_test(mpi_widedeep_criteo      180      mpi io)
 hx_test(mpi_ps_killed_server     90       mpi)
 hx_test(mpi_ps_killed_worker     90       mpi)
+hx_test(mpi_ps_killed_devcache   90       mpi)
 
 get_property(hx_all_tests DIRECTORY PROPERTY TESTS)
 foreach(name ${hx_all_tests})

@@ -115,6 +115,10 @@ typedef struct hx_emb_devstore_ops {
     hx_status (*save)(hx_emb_table *back, const char *path, hx_emb_err *err);
     hx_status (*load)(hx_emb_table *back, const char *path, hx_emb_err *err);
     hx_status (*set_optim)(hx_emb_table *back, const hx_emb_optim *optim, int nthreads, hx_emb_err *err);
+    /* Called by every lookup and update through the cache (NULL: nothing
+     * to do): the servers hear that the worker lives, even while its
+     * cache serves every row. */
+    void (*touch)(hx_emb_table *back);
 } hx_emb_devstore_ops;
 
 typedef struct hx_emb_devcache hx_emb_devcache;

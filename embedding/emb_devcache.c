@@ -192,6 +192,7 @@ static hx_status ensure(hx_emb_devcache *t, const void *ids, hx_dtype dt, int64_
 {
     hx_status st = room(t, n, err);
     if (st) return st;
+    if (t->store->touch) t->store->touch(t->back);
     hx_emb_slots_begin(&t->slots);
     int64_t used = hx_emb_slots_map(&t->slots, ids, dt, n, has_padding, padding_id, t->base.rows, lookup, t->remap);
     if (used > t->C) {
@@ -552,7 +553,7 @@ static hx_status host_set_optim(hx_emb_table *back, const hx_emb_optim *optim, i
 }
 
 static const hx_emb_devstore_ops host_store = {"the host table", false, host_read, host_write, host_save,
-                                               host_load, host_set_optim};
+                                               host_load, host_set_optim, NULL};
 
 /* ---- creation ------------------------------------------------------------------------------ */
 

@@ -120,6 +120,7 @@ static hx_status fetch(hx_emb_table *back, const int64_t *rows, int64_t n, char 
         free(buf);
         bytes += nb;
     }
+    c->sent_at = hx__now();
     for (int j = 0; j < ps->S && !st; j++) {
         if (!g.count[j]) continue;
         hx_msg m;
@@ -185,10 +186,26 @@ static hx_status store(hx_emb_table *back, const int64_t *rows, int64_t n, const
         free(buf);
         bytes += nb;
     }
+    c->sent_at = hx__now();
     pthread_mutex_unlock(&c->lock);
     grouped_free(&g);
     if (!st) count(ps, false, bytes, 0);
     return st;
+}
+
+/* A quarter of the timeout without a message: one to every server. */
+static void touch(hx_emb_table *back)
+{
+    hx_emb_ps *c = hx_emb_as_ps(back);
+    hx_ps *ps = c->ps;
+    pthread_mutex_lock(&c->lock);
+    if (hx__now() - c->sent_at > ps->timeout_s / 4) {
+        ps_req h = {.kind = PS_ALIVE, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq, .tpull = -1};
+        for (int j = 0; j < ps->S; j++) hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, &h, sizeof h); /* a failure
+                                                     shows at the next fetch or store */
+        c->sent_at = hx__now();
+    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 static hx_status save(hx_emb_table *back, const char *path, hx_emb_err *err)
@@ -209,7 +226,7 @@ static hx_status set_optim(hx_emb_table *back, const hx_emb_optim *optim, int nt
     return HX_OK;
 }
 
-const hx_emb_devstore_ops hx__ps_devstore = {"the servers", true, fetch, store, save, load, set_optim};
+const hx_emb_devstore_ops hx__ps_devstore = {"the servers", true, fetch, store, save, load, set_optim, touch};
 
 /* ---- the server's side ------------------------------------------------------------------- */
 

@@ -22,7 +22,7 @@
 #include <pthread.h>
 
 enum { PS_TAG_REQ = 1, PS_TAG_CREATE = 2, PS_TAG_REPLY = 16, PS_MAX_TABLES = 16000 };
-enum { PS_PULL = 1, PS_PUSH, PS_FINISH, PS_SAVE, PS_FETCH, PS_STORE };
+enum { PS_PULL = 1, PS_PUSH, PS_FINISH, PS_SAVE, PS_FETCH, PS_STORE, PS_ALIVE };
 
 typedef struct ps_req {
     int64_t kind, table;
@@ -82,6 +82,8 @@ typedef struct ps_entry {
     hx_emb_workspace *ws;
     int64_t *ver;         /* server, a fixed table: per local row, the steps applied when
                              it last changed (0: never) */
+    int cached_by;        /* server: the worker whose device cache holds rows of it
+                             (it fetched, stored or said it lives), else -1 */
 } ps_entry;
 
 struct hx_ps {
@@ -112,6 +114,7 @@ struct hx_emb_ps {
     int64_t tpulls;       /* DYNAMIC: training pulls sent */
     struct ps_cache *cache; /* pulled rows kept (hx_ps_config.cache_rows), or NULL */
     hx_emb_table *dev;    /* the device cache in front of it (device_cache_rows), or NULL */
+    double sent_at;       /* with a device cache: when it last sent the servers anything */
     pthread_mutex_t lock; /* one request at a time */
     _Atomic int64_t oob_count;
 };
@@ -146,7 +149,9 @@ hx_status hx__ps_server_failed(const hx_ps *ps, int j, const ps_reply *rp, size_
  * hx_emb_devcache in front of the worker's hx_emb_ps, whose misses are
  * fetched from the servers with their state and whose write-backs are
  * stored there (no reply: the servers take a worker's requests in the
- * order sent, so a later fetch or save finds them). */
+ * order sent, so a later fetch or save finds them). A worker that has sent
+ * nothing for a quarter of the timeout says it lives (PS_ALIVE) at its
+ * next call, so that the servers can tell a dead one (hx_ps_serve). */
 extern const hx_emb_devstore_ops hx__ps_devstore;
 /* Server: the reply to fetch h of table e (flags and records of its rows)
  * in *buf (*nb bytes, the caller frees it); fails naming what in err. */

@@ -391,7 +391,8 @@ static hx_status take(server *sv, hx_msg *m)
     else if ((uint64_t)h->hash != e->hash)
         snprintf(why, sizeof why, "table '%s': worker rank %d created it otherwise than the servers (rows, dim, "
                  "dtype, initialiser, seed, ids, sharding, optimizer must be alike on every rank)", e->name, w);
-    else if ((h->kind < PS_PULL || h->kind > PS_STORE || h->kind == PS_FINISH) || h->n < 0 || m->n != want ||
+    else if ((h->kind < PS_PULL || h->kind > PS_ALIVE || h->kind == PS_FINISH) || h->n < 0 || m->n != want ||
+             (h->kind == PS_ALIVE && h->n) ||
              (records && (h->rec <= 0 || e->shard->dynamic || h->counts || h->vers)) ||
              (h->kind == PS_SAVE && (!h->n || memchr(h + 1, 0, (size_t)h->n))) ||
              (h->counts && (h->kind != PS_PULL || h->tpull < 0)) ||
@@ -424,6 +425,11 @@ static hx_status take(server *sv, hx_msg *m)
         else e->thead[w] = p;
         e->ttail[w] = p;
         return answer_group(sv, e);
+    }
+    if (records || h->kind == PS_ALIVE) e->cached_by = w; /* check_silent watches that worker */
+    if (h->kind == PS_ALIVE) {
+        free(m->data);
+        return HX_OK;
     }
     if (h->kind == PS_STORE) { /* a device cache's write-backs: stored now, in the order sent */
         hx_emb_err err;
@@ -477,6 +483,12 @@ static hx_status check_silent(server *sv)
     for (int i = 0; i < ps->n_tables; i++) {
         ps_entry *e = ps->tables[i];
         if (!e->shard) continue;
+        int owner = e->cached_by; /* a device cache: its worker says it lives at least every timeout / 4 */
+        if (owner >= 0 && !sv->finished[owner] && now - sv->heard[owner] > ps->timeout_s)
+            return hx__error(HX_ERR_COMM, "hx_ps_serve (server rank %d): worker rank %d sent nothing for %g s while "
+                             "its device cache held rows of table '%s' (it died or hangs; hx_ps_config.timeout_s "
+                             "sets the limit): the tables hold its rows as it last wrote them back, the dirty "
+                             "rows of its cache are lost; save them now", ps->rank, owner, ps->timeout_s, e->name);
         bool waiting = e->pulls != NULL;
         for (int w = 0; w < ps->W && !waiting; w++) waiting = e->head[w] || e->thead[w];
         for (int w = 0; w < ps->W && waiting; w++)
@@ -558,6 +570,7 @@ hx_status hx_ps_serve(hx_ps *ps)
         e->thead = calloc((size_t)ps->W * 2, sizeof *e->thead);
         e->ttail = e->thead ? e->thead + ps->W : NULL;
         e->ws = hx_emb_workspace_create();
+        e->cached_by = -1;
         hx_emb_table *part = e->shard ? e->shard->part : NULL;
         if (part && !e->shard->dynamic) e->ver = calloc((size_t)part->rows + 1, sizeof *e->ver);
         if (!e->head || !e->thead || !e->ws || (part && !e->shard->dynamic && !e->ver))

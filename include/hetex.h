@@ -899,9 +899,12 @@ typedef struct hx_embedding_config {
      * cache, synchronous or stale, and the servers' checkpoints byte for
      * byte. What the servers hold of a row is its last write-back: a
      * worker that dies loses its dirty cached rows (the servers' tables
-     * stay consistent and saveable, as of those write-backs), and the
-     * servers cannot tell such a worker from one whose cache serves every
-     * lookup, so they end only when MPI ends them. With several workers
+     * stay consistent and saveable, as of those write-backs). Such a
+     * worker says it lives (a small message) when it has sent the servers
+     * nothing for a quarter of hx_ps_config.timeout_s, at its next lookup
+     * or update of the table, so a worker that makes neither, nor calls
+     * hx_ps_finish, for timeout_s is taken for dead: hx_ps_serve fails
+     * with HX_ERR_COMM naming it. With several workers
      * (a row's update sums every worker's gradient at its server, which a
      * copy on one worker's device would miss) and for DYNAMIC tables it is
      * refused on every rank (HX_ERR_UNSUPPORTED); hx_ps_config.cache_rows
@@ -1464,7 +1467,9 @@ HX_API hx_comm *hx_ps_workers(hx_ps *ps);
  *   Fails:      HX_ERR_STATE (a worker rank, or called twice);
  *               HX_ERR_COMM (a worker silent for timeout_s while a step
  *               waits for it: the message names it; every step before
- *               that one is applied, the incomplete one dropped; MPI
+ *               that one is applied, the incomplete one dropped; a worker
+ *               with a device cache (device_cache_rows) silent for
+ *               timeout_s: the tables hold its last write-backs; MPI
  *               failing); HX_ERR_OUT_OF_MEMORY; an update's own failure.
  *               Workers waiting on this server are told the error.
  *   On failure: the tables hold the last whole step; save them.

@@ -16,8 +16,21 @@
  * server's rows. Worker 0's next pull fails with the server's error. The
  * server prints "hx-ps-killed: server: <status>, <steps> steps applied,
  * saved and loaded: <yes|no>: <message>". Each process exits 0 when what
- * it saw is that. */
+ * it saw is that.
+ *
+ * `devcache` (mpirun -np 2: rank 1 serves, rank 0 trains): the worker's
+ * table has a device cache of 8 rows (device_cache_rows). Steps 0-5 train
+ * rows 0-3 only, 0.5 s apart: after step 0 the cache serves them and the
+ * worker has nothing to fetch or store for 2.7 s, past the timeout, but
+ * says it lives (at a quarter of the timeout), so the server goes on. It
+ * has the servers save the table before step 6 and SIGKILLs itself
+ * before step 9, dirty rows in its cache. The server notices the silence: hx_ps_serve fails with HX_ERR_COMM naming
+ * worker rank 0 and its device cache; the server's save after it loads
+ * into one process equal to its rows (what the worker last wrote back),
+ * and differs from the worker's save (write-backs of evictions came
+ * after it). */
 #include "hetex.h"
+#include "dist/dist.h"
 #include "mpi_world.h"
 #include "testutil.h"
 #include "tmpdir.h"
@@ -41,7 +54,9 @@ static void *kill_later(void *arg)
     return NULL;
 }
 
-static int serve(hx_ps *ps, hx_embedding_table *t, bool killed_server)
+static char worker_save[320]; /* devcache: the worker's save before step 6 */
+
+static int serve(hx_ps *ps, hx_embedding_table *t, bool killed_server, bool devcache)
 {
     if (killed_server) {
         pthread_t th;
@@ -69,21 +84,28 @@ static int serve(hx_ps *ps, hx_embedding_table *t, bool killed_server)
         same = !hx_embedding_table_save(t, path) && !hx_embedding_table_read_rows(t, ids, R, a) &&
                !hx_embedding_table_create(&ec, &lone) && !hx_embedding_table_load(lone, path) &&
                !hx_embedding_table_read_rows(lone, ids, R, b) && !memcmp(a, b, sizeof a);
+        if (same && devcache) /* later write-backs reached the servers after the worker's save */
+            same = !hx_embedding_table_load(lone, worker_save) && !hx_embedding_table_read_rows(lone, ids, R, b) &&
+                   memcmp(a, b, sizeof a) != 0;
         hx_embedding_table_free(lone);
     }
     printf("hx-ps-killed: server: %s, %lld steps applied, saved and loaded: %s: %s\n", hx_status_name(st),
            (long long)ps_st.steps, same ? "yes" : "no", msg);
     fflush(stdout);
-    bool ok = st == HX_ERR_COMM && strstr(msg, "worker rank 1 sent nothing for 2 s") && ps_st.steps == 3 && same;
+    bool ok = devcache ? st == HX_ERR_COMM && strstr(msg, "worker rank 0 sent nothing for 2 s while its device "
+                                                      "cache held rows") && ps_st.steps == 0 && same
+                       : st == HX_ERR_COMM && strstr(msg, "worker rank 1 sent nothing for 2 s") && ps_st.steps == 3 &&
+                             same;
     _exit(ok ? 0 : 1);
 }
 
 int main(int argc, char **argv)
 {
     bool killed_server = argc > 1 && !strcmp(argv[1], "server");
+    bool devcache = argc > 1 && !strcmp(argv[1], "devcache");
     int rank, size;
     hx_comm *c = mpi_world_open(30, &rank, &size);
-    if (!c || size != 3) return 1;
+    if (!c || size != (devcache ? 2 : 3)) return 1;
     hx_ps_config pc = hx_ps_config_default();
     pc.comm = c;
     pc.timeout_s = 2;
@@ -95,12 +117,20 @@ int main(int argc, char **argv)
     ec.seed = 5;
     ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
     ec.sharding = HX_EMBEDDING_SHARD_ROWS;
+    ec.device_cache_rows = devcache ? 8 : 0;
     hx_embedding_table *t = NULL;
+    char dir[256] = "";
+    if (devcache && rank == 0 && test_make_tmpdir(dir, sizeof dir, "hx-ps-killed-dev"))
+        snprintf(worker_save, sizeof worker_save, "%s/w", dir);
+    hx_coll *q = NULL; /* the worker's path, for the server's comparison */
+    if (devcache && (hx__comm_broadcast(c, worker_save, sizeof worker_save / 8, HX_DTYPE_I64, 0, &q) ||
+                     hx__coll_wait(q)))
+        return 1;
     if (hx_ps_create(&pc, &ps) || (ec.ps = ps, hx_embedding_table_create(&ec, &t))) {
         fprintf(stderr, "rank %d: %s\n", rank, hx_last_error());
         return 1;
     }
-    if (hx_ps_is_server(ps)) return serve(ps, t, killed_server);
+    if (hx_ps_is_server(ps)) return serve(ps, t, killed_server, devcache);
     int w = hx_ps_index(ps);
     hx_graph *g = hx_graph_create();
     int64_t b = B, xs[2] = {B, D};
@@ -120,8 +150,15 @@ int main(int argc, char **argv)
     float xv[B * D];
     hx_status st = HX_OK;
     for (int step = 0; step < STEPS && st == HX_OK; step++) {
-        if (!killed_server && step == 3 && w == 1) raise(SIGKILL);
+        if (!killed_server && !devcache && step == 3 && w == 1) raise(SIGKILL);
+        if (devcache && step == 6 && hx_embedding_table_save(t, worker_save)) break;
+        if (devcache && step == 9) raise(SIGKILL); /* dirty rows in its cache */
         for (int i = 0; i < B; i++) iv[i] = (int64_t)(test_rng_u64(&r) % R);
+        if (devcache && step < 6) { /* 2.7 s on rows 0-3, resident after step 0: nothing to fetch or store */
+            for (int i = 0; i < B; i++) iv[i] = i;
+            struct timespec ts = {0, 450 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
         test_fill_uniform(&r, xv, B * D, -1, 1);
         hx_feed f[2] = {{NULL, ids, iv, sizeof iv}, {NULL, x, xv, sizeof xv}};
         st = hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN);

@@ -4,18 +4,26 @@
 # rank dies). MODE server: the server dies; both workers must end with
 # HX_ERR_COMM naming it. MODE worker: worker 1 dies; the server must end
 # serving with HX_ERR_COMM naming it, 3 whole steps applied, and save a
-# checkpoint that loads; worker 0 must fail with the server's error. Each
-# survivor exits 0 only when it saw that; the job must end within 60 s.
+# checkpoint that loads; worker 0 must fail with the server's error. MODE
+# devcache (-np 2): the one worker, with a device cache, dies with dirty
+# rows cached; the server must end serving with HX_ERR_COMM naming it and
+# its device cache, and save a checkpoint that loads (and holds the
+# write-backs that came after the worker's own save). Each survivor exits
+# 0 only when it saw that; the job must end within 60 s.
 set -eu
 mpirun=$1 prog=$2 mode=$3
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 t0=$(date +%s)
-timeout 60 "$mpirun" --oversubscribe --mca orte_enable_recovery 1 -np 3 "$prog" "$mode" >"$out" 2>&1 || true
+np=3
+[ "$mode" = devcache ] && np=2
+timeout 60 "$mpirun" --oversubscribe --mca orte_enable_recovery 1 -np $np "$prog" "$mode" >"$out" 2>&1 || true
 t1=$(date +%s)
 fail=0
 want() { grep -q "$1" "$out" || { echo "ps_killed ($mode): no line '$1'" >&2; fail=1; }; }
-if [ "$mode" = server ]; then
+if [ "$mode" = devcache ]; then
+  want "^hx-ps-killed: server: HX_ERR_COMM, 0 steps applied, saved and loaded: yes: .*worker rank 0 sent nothing for 2 s while its device cache held rows"
+elif [ "$mode" = server ]; then
   want "^hx-ps-killed: worker 0: HX_ERR_COMM after [0-9]* steps: .*parameter server rank 2 (server 0 of 1) did not answer within 2 s"
   want "^hx-ps-killed: worker 1: HX_ERR_COMM after [0-9]* steps: .*parameter server rank 2 (server 0 of 1) did not answer within 2 s"
 else
