@@ -102,7 +102,6 @@ void hx_emb_slots_resolve(const hx_emb_slots *s, int64_t *out, int64_t n);
  * optimizer; one float each for row-wise Adagrad), `stride` bytes apart;
  * rows are the table's (global) rows. */
 typedef struct hx_emb_devstore_ops {
-    const char *name;
     bool persistent; /* rows outlive the cache (the servers): written back when it is freed */
     /* Records of rows[0 .. n) into recs; cold[i] = 1 for a lazy row never
      * written (nothing copied: its slot takes the row's initial value and
@@ -160,8 +159,6 @@ hx_emb_devcache *hx_emb_as_devcache(hx_emb_table *t);
 hx_emb_local *hx_emb_devcache_host(hx_emb_devcache *t);
 /* The table behind the cache (its store's). */
 hx_emb_table *hx_emb_devcache_back(hx_emb_devcache *t);
-/* Ids outside the table counted by lookups. */
-_Atomic int64_t *hx_emb_devcache_oob_count(hx_emb_devcache *t);
 /* As hx_emb_local_lookup / _backward_update / _apply / _reset_rows. */
 hx_status hx_emb_devcache_lookup(hx_emb_devcache *t, const hx_emb_query *q, hx_emb_oob oob,
                                  _Atomic int64_t *oob_count, float *out, int64_t *argmax,

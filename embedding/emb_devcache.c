@@ -57,7 +57,6 @@ hx_emb_devcache *hx_emb_as_devcache(hx_emb_table *t)
 }
 hx_emb_local *hx_emb_devcache_host(hx_emb_devcache *t) { return t->host; }
 hx_emb_table *hx_emb_devcache_back(hx_emb_devcache *t) { return t->back; }
-_Atomic int64_t *hx_emb_devcache_oob_count(hx_emb_devcache *t) { return t->oob_count; }
 void hx_emb_devcache_set_faults(hx_emb_devcache *t, const hx_emb_devcache_faults *f) { t->faults = *f; }
 
 /* ---- records: a row's params (storage dtype) and state arrays ------------------------ */
@@ -552,8 +551,8 @@ static hx_status host_set_optim(hx_emb_table *back, const hx_emb_optim *optim, i
     return hx_emb_local_set_optim(back, optim, nthreads, err);
 }
 
-static const hx_emb_devstore_ops host_store = {"the host table", false, host_read, host_write, host_save,
-                                               host_load, host_set_optim, NULL};
+static const hx_emb_devstore_ops host_store = {false, host_read, host_write, host_save, host_load, host_set_optim,
+                                               NULL};
 
 /* ---- creation ------------------------------------------------------------------------------ */
 

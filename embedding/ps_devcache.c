@@ -226,7 +226,7 @@ static hx_status set_optim(hx_emb_table *back, const hx_emb_optim *optim, int nt
     return HX_OK;
 }
 
-const hx_emb_devstore_ops hx__ps_devstore = {"the servers", true, fetch, store, save, load, set_optim, touch};
+const hx_emb_devstore_ops hx__ps_devstore = {true, fetch, store, save, load, set_optim, touch};
 
 /* ---- the server's side ------------------------------------------------------------------- */
 
