@@ -1238,6 +1238,29 @@ static void check_gemm_half(test_rng *r, int ta, int tb, int64_t batch, int64_t 
     free(got), free(first), free(gf);
 }
 
+/* Denormals on the ONEDNN engine: a denormal bf16 input counts as zero
+ * and a denormal sum is flushed to zero (the AMX / AVX512-BF16 dot
+ * products), where the widened path keeps both (hx_k_gemm_half's doc). */
+static void check_gemm_half_denormals(void)
+{
+    static const struct { uint16_t a, b; float widened; } cases[] = {
+        {0x0001, 0x7180, 0x1p-33f},                 /* 2^-133 (denormal) x 2^100 */
+        {(127 - 70) << 7, (127 - 60) << 7, 0x1p-130f}, /* 2^-70 x 2^-60: a denormal sum */
+    };
+    for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++) {
+        if ((int)hx_k_gemm_half_set_engine((hx_k_gemm_engine)e) != e) continue;
+        for (int c = 0; c < 2; c++) {
+            uint16_t a[32] = {cases[c].a}, b[32] = {cases[c].b}, y = 0x5a5a;
+            float got, want = e == HX_K_GEMM_ONEDNN ? 0.0f : cases[c].widened;
+            int rc = hx_k_gemm_half(0, 0, 1, 1, 1, 32, a, 32, 0, b, 1, 0, NULL, -1, HX_K_BF16, &y,
+                                    1, 0, 1);
+            hx_k_cast(&got, HX_K_F32, &y, HX_K_BF16, 1, 1);
+            CHECK(rc == 0 && got == want, "gemm_half %s denormal case %d: %g, want %g",
+                  hx_k_gemm_engine_name((hx_k_gemm_engine)e), c, got, want);
+        }
+    }
+}
+
 static void test_gemm_half(test_rng *r)
 {
     static const int acts[] = {-1, HX_UNARY_RELU, HX_UNARY_GELU, HX_UNARY_GELU_ERF};
@@ -1261,6 +1284,7 @@ static void test_gemm_half(test_rng *r)
     }
     /* more tile shapes than oneDNN's primitive cache holds: the rest made per tile */
     for (int64_t m = 1; m <= 300; m++) check_gemm_half(r, m % 2, 0, 1, m, 3, 2, -1, 0, HX_K_BF16, 0, 0);
+    check_gemm_half_denormals();
     hx_k_gemm_half_set_engine(engine);
 }
 

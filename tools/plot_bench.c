@@ -46,6 +46,16 @@ static const bench_plot table[] = {
     BARS("attn-permute-", "-peer", "case=run", "config,dtype,rep", NULL,
          "hetex_tokens_per_s,torch_tokens_per_s", "tokens/s",
          "GPT f32 on the CPU after the change: hetex against PyTorch (./build.sh bench gpt-peer)"),
+    RATIO("bf16-gemm-", "", "bench=gemm_half", "case,threads", NULL,
+          "half_over_widened,ratio_to_f32", "time over the oneDNN engine's",
+          "bf16 GEMM (hx_k_gemm_half) through oneDNN: the widened OpenBLAS engine's time and "
+          "the f32 GEMM's over it, same run (line at 1)"),
+    BARS("bf16-gemm-", "-gpt", "case=run", "config,dtype,round", "gemm", "hetex_tokens_per_s",
+         "tokens/s", "hetex gpt on the CPU, bf16 GEMM widened for OpenBLAS (openblas) or through "
+         "oneDNN (onednn), runs interleaved"),
+    RATIO("bf16-gemm-", "-gpt-ratio", "case=run", "config,dtype,round", "gemm", "ratio",
+          "hetex tokens/s over torch's", "hetex gpt over the PyTorch run beside it (bf16: torch "
+          "autocast), bf16 GEMM widened (openblas) or through oneDNN (line at 1: torch)"),
     RATIO("bf16-host-", "", "case=bf16", "fn,rows,n", NULL, "chain_over_half,f32_over_half",
           "time over the 16-bit kernel's", "bf16 elementwise, softmax, layernorm kernels: the "
           "widen-f32-round chain's time and the f32 kernel's over the 16-bit kernel's, same run "

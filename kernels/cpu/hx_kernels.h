@@ -208,7 +208,9 @@ void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, 
  * and the bias whole but A one row panel per thread and rounds C tile by
  * tile (no f32 copy of A or C). ONEDNN (bf16 only, K > 0): the tiles are
  * oneDNN matmuls on A and B as stored (AMX / AVX512-BF16), summed in its
- * order, so not bitwise the widened path; only the bias is widened.
+ * order, so not bitwise the widened path; only the bias is widened; its
+ * dot-product instructions count denormal inputs as zero and flush
+ * denormal sums to zero (the widened path keeps both).
  * C must not overlap A, B or the bias. Returns 0, or -1 when the f32
  * scratch (OPENBLAS: B, the bias and per thread up to 512 (K + 512)
  * floats; ONEDNN: the bias and per thread a 512 x 512 tile) cannot be
