@@ -68,6 +68,13 @@ void hx_emb_slots_begin(hx_emb_slots *s);
  * hx_emb_slots_begin again, which unpins them). */
 int64_t hx_emb_slots_map(hx_emb_slots *s, const void *ids, hx_dtype dt, int64_t n, int has_padding,
                          int64_t padding_id, int64_t rows, bool lookup, int64_t *out);
+/* As hx_emb_slots_map when out (n slots, from the previous call's map)
+ * still holds the slots of these ids, every row resident: counts the call
+ * as that would (frequencies, hits) without hashing an id, and returns
+ * true; false, and nothing changed, when an id differs or its row has left
+ * its slot (then map them). */
+bool hx_emb_slots_remap(hx_emb_slots *s, const void *ids, hx_dtype dt, int64_t n, int has_padding,
+                        int64_t padding_id, int64_t rows, bool lookup, const int64_t *out);
 /* Chooses the slots for the misses: free ones first (nfree), then victims
  * (victim[0 .. nv), still resident: write the dirty ones back now). */
 void hx_emb_slots_victims(hx_emb_slots *s);

@@ -2,7 +2,9 @@
  * front of a backing store (a host local table here; the servers of a
  * server-mode table in ps_devcache.c). A call maps its rows to slots
  * (dirty victims written back, misses read in, one batch each per call),
- * then runs the local table's lookup or update on the slot ids. */
+ * then runs the local table's lookup or update on the slot ids; a call
+ * whose ids the previous call's slots still hold (the update after a
+ * training lookup) takes those slots without hashing its ids again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +31,11 @@ struct hx_emb_devcache {
     size_t stage_cap;
     uint8_t *cold;                /* per miss: came in as its initial value; then per row read */
     int64_t *wrows;               /* rows of the dirty victims (C) */
-    int64_t *rrows, *rat;         /* rows read from the store, the miss each is (C each) */
+    int64_t *rrows;               /* rows read from the store (C) */
+    int32_t *mrec;                /* per miss: its read-ahead record, -1: read now; per row a
+                                     prefetch reads: its record (C) */
     int64_t *remap;
-    int64_t remap_cap;
+    int64_t remap_cap, mapped_n; /* remap[0 .. mapped_n): the last call's slots (-1: none) */
     /* rows copied in ahead: row -> record of pbuf (C records; prow: each
      * record's row, -1 free; pgen: the prefetch call that staged it) */
     hx_emb_rowmap pmap;
@@ -48,8 +52,6 @@ struct hx_emb_devcache {
 };
 
 static const hx_emb_ops devcache_ops;
-
-enum { PENDING = -2 }; /* pmap: a row one prefetch reads */
 
 hx_emb_devcache *hx_emb_as_devcache(hx_emb_table *t)
 {
@@ -93,14 +95,19 @@ static void install(hx_emb_devcache *t, int64_t k, int64_t r, const char *rec, b
     else unpack(t, t->cache, k, rec);
 }
 
+/* Frees row r's read-ahead record p. */
+static void unstage_at(hx_emb_devcache *t, int64_t r, int32_t p)
+{
+    hx_emb_rowmap_del(&t->pmap, r);
+    t->prow[p] = -1;
+    t->pfree[t->npfree++] = p;
+}
+
 /* Frees row r's read-ahead record, if it has one. */
 static void unstage(hx_emb_devcache *t, int64_t r)
 {
     int32_t p = hx_emb_rowmap_get(&t->pmap, r);
-    if (p < 0) return;
-    hx_emb_rowmap_del(&t->pmap, r);
-    t->prow[p] = -1;
-    t->pfree[t->npfree++] = p;
+    if (p >= 0) unstage_at(t, r, p);
 }
 
 /* n records (stride t->rec) of rows written back to the store. A staged
@@ -162,11 +169,8 @@ static hx_status fill(hx_emb_devcache *t, hx_emb_err *err)
         pack(t, t->cache, k, wbuf + (size_t)nw * t->rec);
         t->wrows[nw++] = s->slot_row[k];
     }
-    for (int64_t m = 0; m < s->nmiss; m++) {
-        if (hx_emb_rowmap_get(&t->pmap, s->miss[m]) >= 0) continue;
-        t->rrows[nr] = s->miss[m];
-        t->rat[nr++] = m;
-    }
+    for (int64_t m = 0; m < s->nmiss; m++)
+        if ((t->mrec[m] = hx_emb_rowmap_get(&t->pmap, s->miss[m])) < 0) t->rrows[nr++] = s->miss[m];
     hx_status st = write_rows(t, t->wrows, nw, wbuf, err);
     if (!st) st = read_rows(t, t->rrows, nr, rbuf, t->cold, err);
     if (st) {
@@ -175,12 +179,14 @@ static hx_status fill(hx_emb_devcache *t, hx_emb_err *err)
     }
     hx_emb_slots_install(s);
     for (int64_t i = 0, m = 0; m < s->nmiss; m++) {
-        bool read = i < nr && t->rat[i] == m;
-        int32_t p = read ? -1 : hx_emb_rowmap_get(&t->pmap, s->miss[m]); /* else staged */
-        if (read) install(t, s->mslot[m], s->miss[m], rbuf + (size_t)i * t->rec, t->cold[i]);
-        else install(t, s->mslot[m], s->miss[m], t->pbuf + (size_t)p * t->rec, t->pcold[p]);
-        if (!read) unstage(t, s->miss[m]);
-        i += read;
+        int32_t p = t->mrec[m];
+        if (p < 0) {
+            install(t, s->mslot[m], s->miss[m], rbuf + (size_t)i * t->rec, t->cold[i]);
+            i++;
+        } else {
+            install(t, s->mslot[m], s->miss[m], t->pbuf + (size_t)p * t->rec, t->pcold[p]);
+            unstage_at(t, s->miss[m], p);
+        }
     }
     return HX_OK;
 }
@@ -193,6 +199,12 @@ static hx_status ensure(hx_emb_devcache *t, const void *ids, hx_dtype dt, int64_
     if (st) return st;
     if (t->store->touch) t->store->touch(t->back);
     hx_emb_slots_begin(&t->slots);
+    if (n == t->mapped_n && /* the update after a training lookup of these ids */
+        hx_emb_slots_remap(&t->slots, ids, dt, n, has_padding, padding_id, t->base.rows, lookup, t->remap)) {
+        t->calls++;
+        return HX_OK;
+    }
+    t->mapped_n = -1;
     int64_t used = hx_emb_slots_map(&t->slots, ids, dt, n, has_padding, padding_id, t->base.rows, lookup, t->remap);
     if (used > t->C) {
         hx_emb_slots_begin(&t->slots); /* unpins */
@@ -207,6 +219,7 @@ static hx_status ensure(hx_emb_devcache *t, const void *ids, hx_dtype dt, int64_
     }
     t->calls++;
     hx_emb_slots_resolve(&t->slots, t->remap, n);
+    t->mapped_n = n;
     return HX_OK;
 }
 
@@ -295,28 +308,32 @@ hx_status hx_emb_devcache_prefetch(hx_emb_devcache *t, const int64_t *rows, int6
     for (int64_t p = 0; p < t->C; p++)
         if (t->prow[p] >= 0 && t->pgen[p] + 1 < t->gen) unstage(t, t->prow[p]);
     int64_t nr = 0;
-    for (int64_t i = 0; i < n && nr < t->npfree; i++) {
+    for (int64_t i = 0; i < n && t->npfree; i++) { /* each new row gets its record now: read once */
         int64_t r = rows[i];
         if (r < 0 || r >= t->base.rows || hx_emb_rowmap_get(&t->slots.map, r) >= 0) continue;
         int32_t p = hx_emb_rowmap_get(&t->pmap, r);
-        if (p >= 0) t->pgen[p] = t->gen;
-        if (p >= 0 || p == PENDING) continue;
-        hx_emb_rowmap_put(&t->pmap, r, PENDING); /* read once (undone below) */
-        t->rrows[nr++] = r;
+        if (p < 0) {
+            p = (int32_t)t->pfree[--t->npfree];
+            hx_emb_rowmap_put(&t->pmap, r, p);
+            t->prow[p] = r;
+            t->rrows[nr] = r;
+            t->mrec[nr++] = p;
+        }
+        t->pgen[p] = t->gen;
     }
-    for (int64_t i = 0; i < nr; i++) hx_emb_rowmap_del(&t->pmap, t->rrows[i]);
     char *buf = nr ? malloc((size_t)nr * t->rec) : NULL;
     uint8_t *cold = nr ? malloc((size_t)nr) : NULL;
     hx_status st = nr && (!buf || !cold) ? hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding device cache: out "
                                                        "of memory to read %lld rows ahead", (long long)nr)
                                          : read_rows(t, t->rrows, nr, buf, cold, err);
-    for (int64_t i = 0; i < nr && !st; i++) {
-        int32_t p = (int32_t)t->pfree[--t->npfree];
+    for (int64_t i = nr; i-- > 0;) { /* undone on failure (in reverse: pfree as it was) */
+        int32_t p = t->mrec[i];
+        if (st) {
+            unstage_at(t, t->rrows[i], p);
+            continue;
+        }
         memcpy(t->pbuf + (size_t)p * t->rec, buf + (size_t)i * t->rec, t->rec);
         t->pcold[p] = cold[i];
-        hx_emb_rowmap_put(&t->pmap, t->rrows[i], p);
-        t->prow[p] = t->rrows[i];
-        t->pgen[p] = t->gen;
         t->prefetched++;
     }
     free(buf);
@@ -490,7 +507,7 @@ static void ops_free(hx_emb_table *tt)
     free(t->cold);
     free(t->wrows);
     free(t->rrows);
-    free(t->rat);
+    free(t->mrec);
     free(t->remap);
     free(t->pbuf);
     free(t->pcold);
@@ -614,16 +631,17 @@ hx_status hx_emb_devcache_create_over(const hx_emb_table_config *cfg, hx_emb_tab
     t->rec = t->pbytes + 2 * (size_t)cfg->dim * 4; /* room for any optimizer's state */
     t->ccfg = cc;
     t->faults.skip_writeback_row = -1;
+    t->mapped_n = -1;
     t->tmp = malloc((size_t)t->cache->gstride * sizeof *t->tmp);
     t->pbuf = malloc((size_t)t->C * t->rec);
     t->pcold = malloc((size_t)t->C);
     t->wrows = malloc((size_t)t->C * sizeof *t->wrows);
     t->rrows = malloc((size_t)t->C * sizeof *t->rrows);
-    t->rat = malloc((size_t)t->C * sizeof *t->rat);
+    t->mrec = malloc((size_t)t->C * sizeof *t->mrec);
     t->prow = malloc((size_t)t->C * sizeof *t->prow);
     t->pfree = malloc((size_t)t->C * sizeof *t->pfree);
     t->pgen = calloc((size_t)t->C, sizeof *t->pgen);
-    if (!t->tmp || !t->pbuf || !t->pcold || !t->wrows || !t->rrows || !t->rat || !t->prow || !t->pfree ||
+    if (!t->tmp || !t->pbuf || !t->pcold || !t->wrows || !t->rrows || !t->mrec || !t->prow || !t->pfree ||
         !t->pgen || hx_emb_slots_init(&t->slots, t->C) || hx_emb_rowmap_init(&t->pmap, t->C) || room(t, 1, NULL)) {
         ops_free(&t->base); /* back is the caller's still */
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding device cache: out of memory for %lld rows",

@@ -74,6 +74,37 @@ void hx_emb_slots_begin(hx_emb_slots *s)
     s->nmiss = s->nfree = s->nv = 0;
 }
 
+/* A resident row's slot k used by this call: its first use counts. */
+static inline int touch(hx_emb_slots *s, int64_t k, bool lookup)
+{
+    if (s->stamp[k] == s->call) return 0;
+    s->stamp[k] = s->call;
+    s->freq[k] += s->freq[k] < s->freq_max;
+    s->hits += lookup;
+    s->lookups += lookup;
+    return 1;
+}
+
+/* Whether hx_emb_slots_map would write k to out[j], ids[j]'s row resident. */
+static inline bool maps_to(const hx_emb_slots *s, const void *ids, hx_dtype dt, int64_t j, int has_padding,
+                           int64_t padding_id, int64_t rows, int64_t k)
+{
+    int64_t r = hx_emb_id_at(ids, dt, j);
+    if (has_padding && r == padding_id) return k == -1;
+    if (r < 0 || r >= rows) return k == -2;
+    return k >= 0 && s->slot_row[k] == r;
+}
+
+bool hx_emb_slots_remap(hx_emb_slots *s, const void *ids, hx_dtype dt, int64_t n, int has_padding,
+                        int64_t padding_id, int64_t rows, bool lookup, const int64_t *out)
+{
+    for (int64_t j = 0; j < n; j++)
+        if (!maps_to(s, ids, dt, j, has_padding, padding_id, rows, out[j])) return false;
+    for (int64_t j = 0; j < n; j++)
+        if (out[j] >= 0) touch(s, out[j], lookup);
+    return true;
+}
+
 int64_t hx_emb_slots_map(hx_emb_slots *s, const void *ids, hx_dtype dt, int64_t n, int has_padding,
                          int64_t padding_id, int64_t rows, bool lookup, int64_t *out)
 {
@@ -91,13 +122,7 @@ int64_t hx_emb_slots_map(hx_emb_slots *s, const void *ids, hx_dtype dt, int64_t 
         }
         int32_t k = hx_emb_rowmap_get(&s->map, r);
         if (k >= 0) {
-            if (s->stamp[k] != s->call) {
-                s->stamp[k] = s->call;
-                s->freq[k] += s->freq[k] < s->freq_max;
-                s->hits += lookup;
-                s->lookups += lookup;
-                used++;
-            }
+            used += touch(s, k, lookup);
             out[j] = k;
             continue;
         }

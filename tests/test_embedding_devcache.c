@@ -301,6 +301,50 @@ static void eviction_and_break(void)
     CHECK(!few_rows(0, &st), "a cache that skips one write-back is caught by the comparison");
 }
 
+/* An update reuses the slots of the call before it when they still hold
+ * its ids: the same ids (reused), other ids of the same count, and the
+ * same ids after a lookup that evicted them (both mapped again), on a
+ * cache of 3 rows against no cache, bitwise: outputs and rows. */
+static void slots_reused(void)
+{
+    hx_embedding_table *a = make_table(HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_OPTIMIZER_ADAGRAD, HX_DTYPE_F32, 20, 0),
+                       *b = make_table(HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_OPTIMIZER_ADAGRAD, HX_DTYPE_F32, 20, 3);
+    if (!a || !b) goto out;
+    test_rng r = test_rng_make(11);
+    int differ = 0;
+    for (int64_t step = 1; step <= 60 && !differ; step++) {
+        int64_t ids[3], other[3], evict[3] = {17, 18, 19};
+        float dout[3 * DIM], oa[3 * DIM], ob[3 * DIM];
+        int n = 1 + (int)(test_rng_u64(&r) % 3);
+        for (int i = 0; i < n; i++) {
+            ids[i] = (int64_t)(test_rng_u64(&r) % 17);
+            other[i] = (ids[i] + 1 + (int64_t)(test_rng_u64(&r) % 16)) % 17;
+        }
+        test_fill_uniform(&r, dout, n * DIM, -1, 1);
+        hx_emb_query q = hx_emb_query_rows(ids, n), qo = hx_emb_query_rows(other, n), qe = hx_emb_query_rows(evict, 3);
+        q.train = qo.train = qe.train = 1;
+        q.step = qo.step = qe.step = step;
+        hx_emb_grad_input gi = {dout, NULL, DIM, HX_EMB_DEDUP_AUTO};
+        hx_embedding_table *t[2] = {a, b};
+        float *o[2] = {oa, ob};
+        for (int k = 0; k < 2; k++) {
+            float tmp[3 * DIM];
+            OK(hx__embedding_query(t[k], &q, o[k], NULL, true, "test lookup"));
+            if (step % 3 == 2) OK(hx__embedding_query(t[k], &qe, tmp, NULL, true, "test lookup"));
+            OK(hx__embedding_update(t[k], step % 3 == 1 ? &qo : &q, &gi, 1, step, "test update"));
+        }
+        differ = memcmp(oa, ob, (size_t)n * DIM * sizeof *oa) != 0;
+        CHECK(!differ, "step %lld: lookups differ", (long long)step);
+    }
+    int64_t keys[20];
+    for (int i = 0; i < 20; i++) keys[i] = i;
+    CHECK(same_tables(a, b, keys, 20, 1), "60 steps (update of the lookup's ids, of others, after an eviction) "
+          "bitwise equal to no cache");
+out:
+    hx_embedding_table_free(a);
+    hx_embedding_table_free(b);
+}
+
 /* Updated rows are dirty in the cache and reach the host table when they
  * are evicted, with their state, before any save or flush. */
 static void dirty_rows_survive(void)
@@ -566,6 +610,7 @@ static const test_case cases[] = {
     {"model_modulo", model_modulo},
     {"model_dynamic", model_dynamic},
     {"eviction_and_break", eviction_and_break},
+    {"slots_reused", slots_reused},
     {"dirty_rows_survive", dirty_rows_survive},
     {"checkpoint", checkpoint},
     {"zipf_hit_rate", zipf_hit_rate},
