@@ -159,6 +159,9 @@ static const bench_plot table[] = {
           "without it, same run (line at 1: no cache)"),
     BARS("ps-devcache-", "-hits", "bench=ps_devcache", "ranks,ids,cache_rows", NULL, "hit_rate", "hit rate",
          "server mode, one worker: the device cache's hit rate (distinct rows a step)"),
+    RATIO("ps-devcache-slots-", "", "bench=ps_devcache", "ranks,ids,cache_rows", "variant", "time_over_no_cache",
+          "step time over no cache's", "server mode, one worker: cached step time over uncached, before and "
+          "after the update reuses the lookup's slots (line at 1; #k: k-th run)"),
     RATIO("ps-cpu-2026-11-26-server", "", "rank=0", "ranks,mode,staleness", NULL, "ratio_to_alone",
           "samples/s over a table of its own", "training steps, rank 0: samples/s over its steps on "
           "a table of its own in the same run (line at 1)"),
