@@ -83,6 +83,38 @@ static void count(hx_ps *ps, bool fetch, uint64_t bytes, int64_t rows)
     pthread_mutex_unlock(&ps->lock);
 }
 
+/* One request h to each server that owns some of g's rows: h, its local
+ * row numbers and (recs not NULL) each row's rec-byte record, read at
+ * stride from recs in the order of the rows given to group(). Under c's
+ * lock; adds the bytes sent to *bytes. */
+static hx_status send_requests(hx_emb_ps *c, ps_req *h, const grouped *g, const char *recs, size_t stride,
+                               size_t rec, uint64_t *bytes, hx_emb_err *err)
+{
+    hx_ps *ps = c->ps;
+    hx_status st = HX_OK;
+    for (int j = 0; j < ps->S && !st; j++) {
+        if (!g->count[j]) continue;
+        h->n = g->count[j];
+        size_t nb = sizeof *h + (size_t)h->n * (sizeof(int64_t) + (recs ? rec : 0));
+        char *buf = malloc(nb);
+        if (!buf) {
+            st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode (device cache): out of memory");
+            break;
+        }
+        memcpy(buf, h, sizeof *h);
+        memcpy(buf + sizeof *h, g->loc + g->displ[j], (size_t)h->n * sizeof(int64_t));
+        char *r = buf + sizeof *h + (size_t)h->n * sizeof(int64_t);
+        for (int64_t i = 0; recs && i < h->n; i++)
+            memcpy(r + (size_t)i * rec, recs + (size_t)g->at[g->displ[j] + i] * stride, rec);
+        if ((st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, nb)))
+            st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
+        free(buf);
+        *bytes += nb;
+    }
+    c->sent_at = hx__now();
+    return st;
+}
+
 /* ---- the worker's store ------------------------------------------------------------------ */
 
 static hx_status fetch(hx_emb_table *back, const int64_t *rows, int64_t n, char *recs, size_t stride,
@@ -104,23 +136,7 @@ static hx_status fetch(hx_emb_table *back, const int64_t *rows, int64_t n, char 
                 .k = HX_EMB_SHARD_ROWS, .optim = c->route.optim.kind, .rec = (int64_t)rec};
     uint64_t bytes = 0;
     int64_t got = 0;
-    for (int j = 0; j < ps->S && !st; j++) {
-        if (!g.count[j]) continue;
-        h.n = g.count[j];
-        size_t nb = sizeof h + (size_t)h.n * sizeof(int64_t);
-        char *buf = malloc(nb);
-        if (!buf) {
-            st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode (device cache): out of memory");
-            break;
-        }
-        memcpy(buf, &h, sizeof h);
-        memcpy(buf + sizeof h, g.loc + g.displ[j], (size_t)h.n * sizeof(int64_t));
-        if ((st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, nb)))
-            st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
-        free(buf);
-        bytes += nb;
-    }
-    c->sent_at = hx__now();
+    st = send_requests(c, &h, &g, NULL, 0, 0, &bytes, err);
     for (int j = 0; j < ps->S && !st; j++) {
         if (!g.count[j]) continue;
         hx_msg m;
@@ -168,25 +184,7 @@ static hx_status store(hx_emb_table *back, const int64_t *rows, int64_t n, const
     ps_req h = {.kind = PS_STORE, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq, .tpull = -1,
                 .optim = c->route.optim.kind, .rec = (int64_t)rec};
     uint64_t bytes = 0;
-    for (int j = 0; j < ps->S && !st; j++) {
-        if (!g.count[j]) continue;
-        h.n = g.count[j];
-        size_t nb = sizeof h + (size_t)h.n * (sizeof(int64_t) + rec);
-        char *buf = malloc(nb);
-        if (!buf) {
-            st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode (device cache): out of memory");
-            break;
-        }
-        memcpy(buf, &h, sizeof h);
-        memcpy(buf + sizeof h, g.loc + g.displ[j], (size_t)h.n * sizeof(int64_t));
-        char *r = buf + sizeof h + (size_t)h.n * sizeof(int64_t);
-        for (int64_t i = 0; i < h.n; i++) memcpy(r + (size_t)i * rec, recs + (size_t)g.at[g.displ[j] + i] * stride, rec);
-        if ((st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, nb)))
-            st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
-        free(buf);
-        bytes += nb;
-    }
-    c->sent_at = hx__now();
+    st = send_requests(c, &h, &g, recs, stride, rec, &bytes, err);
     pthread_mutex_unlock(&c->lock);
     grouped_free(&g);
     if (!st) count(ps, false, bytes, 0);
