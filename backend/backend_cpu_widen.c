@@ -84,8 +84,9 @@ hx_status hx__cpu_gemm_scratch_error(const hx_exec *ex, const hx_tensor *y,
                                      const hx__gemm_args *g)
 {
     return hx__error(HX_ERR_OUT_OF_MEMORY,
-                     "%s '%s' (%s): out of host memory for the f32 scratch of a 16-bit GEMM "
-                     "(%lld x %lld x %lld, %d threads); free host memory or use fewer threads",
+                     "%s '%s' (%s): out of host memory for a 16-bit GEMM's f32 scratch or its oneDNN "
+                     "primitive (%lld x %lld x %lld, %d threads); free host memory or use fewer "
+                     "threads",
                      hx__ops[y->op].name, y->name, hx_dtype_name(y->dtype), (long long)g->M,
                      (long long)g->K, (long long)g->N, ex->nthreads);
 }

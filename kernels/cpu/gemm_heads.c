@@ -23,7 +23,8 @@ typedef struct heads_args {
     size_t es;
 } heads_args;
 
-/* GEMM b of g on nthreads threads; 0, or -1 (hx_k_gemm_half's scratch) */
+/* GEMM b of g on nthreads threads; 0, or -1 (hx_k_gemm_half: out of memory for
+ * its scratch or a oneDNN primitive) */
 static int heads_one(const heads_args *g, int64_t b, int nthreads)
 {
     const void *A = g->A + (size_t)(b * g->oa) * g->es, *B = g->B + (size_t)(b * g->ob) * g->es;
