@@ -1,8 +1,8 @@
 /* bf16 GEMM tiles through oneDNN's matmul primitive (Debian 12's libdnnl
  * 2.6: brgemm kernels with AMX or AVX512-BF16, f32 accumulation), chosen
- * by measurement: on the GPT example's tile shapes, one thread, 2.5-11x
+ * by measurement: on the GPT example's tile shapes, one thread, 2.6-11x
  * OpenBLAS's sgemm on the same values in f32 (bench_gemm_half,
- * bench/results/gemm-dnnl-cpu-*-s15.md). Its f16 matmul is not implemented
+ * bench/results/bf16-gemm-cpu-2026-12-07-s15.md). Its f16 matmul is not implemented
  * in 2.6 on this CPU (primitive creation says unimplemented), so f16 stays
  * widened; its f32 matmul loses to OpenBLAS on the wider shapes.
  *
