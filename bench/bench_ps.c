@@ -29,8 +29,8 @@
  *
  * `bench_ps devcache` (./build.sh bench ps devcache) runs instead, at 2
  * and 3 ranks, server mode with one worker (the other ranks serve) and a
- * device cache of 131072 or 524288 rows (device_cache_rows: 13% or 52% of
- * the table) in front of a second
+ * device cache of 131072, 262144 or 524288 rows (device_cache_rows: 13%,
+ * 26% or 52% of the table) in front of a second
  * table, "bench": "ps_devcache": each step a fresh global batch (4096 x 26
  * ids, uniform or Zipf(1.05)), trained on the table without the cache and
  * then on the one with it (eager tables, so that every miss moves a
@@ -416,9 +416,9 @@ static int devcache_main(void)
     double load;
     machine(model, sizeof model, &load);
     hx_status st = HX_OK;
-    for (int c = 0; c < 2; c++)
+    for (int c = 0; c < 3; c++)
         for (int d = 0; d < 2; d++) { /* all on every rank: the ps of each is collective */
-            hx_status s = devcache_mode(comm, d, c ? DEV_CACHE_ROWS * 4 : DEV_CACHE_ROWS, model, load);
+            hx_status s = devcache_mode(comm, d, DEV_CACHE_ROWS << c, model, load);
             if (!st) st = s;
         }
     hx_comm_free(comm);
