@@ -8,10 +8,12 @@
  * slots of victims chosen by LFU with aging (4-bit counters, +1 per call
  * that uses a slot, saturating at 15; a clock hand halves the counters of
  * the slots it passes and takes the first at zero; freq_max may lower the
- * saturation). The slots a call uses
- * are pinned until its next call, so a call may touch at most C distinct
- * rows. The owner moves the data: it writes dirty victims back and fills
- * the misses' slots between hx_emb_slots_victims and hx_emb_slots_install.
+ * saturation). The slots a call uses are pinned until its next call, so
+ * a call may touch at most C distinct rows. The resident rows the next
+ * step names (hx_emb_slots_want, from the read-ahead) are spared too while
+ * other slots qualify: a call that would need them unpins them all first.
+ * The owner moves the data: it writes dirty victims back and fills the
+ * misses' slots between hx_emb_slots_victims and hx_emb_slots_install.
  *
  * One cache is used by one thread at a time (its table's lock). */
 #ifndef HX_EMBEDDING_CACHE_H
@@ -37,6 +39,10 @@ typedef struct hx_emb_slots {
     uint8_t *freq, *dirty;
     uint64_t *stamp;      /* the call that last used the slot */
     uint64_t call;
+    uint64_t *want;       /* the read-ahead that named the resident row: spared while it is want_gen */
+    uint64_t want_gen;
+    int64_t nwant;        /* resident rows want_gen names (a spared row is never evicted) */
+    int64_t nused, nwant_used; /* resident slots the call uses; of them spared */
     int64_t hand;
     int64_t *free_slots, n_free;
     hx_emb_rowmap map;    /* row -> slot */
@@ -49,9 +55,11 @@ typedef struct hx_emb_slots {
     uint64_t lookups, hits, evictions, writebacks;
 } hx_emb_slots;
 
-/* C slots, all free (*s is overwritten: call it first); 0, or -1 when out
- * of memory (s may then hold part of its memory: hx_emb_slots_free it). */
-int hx_emb_slots_init(hx_emb_slots *s, int64_t C);
+/* C slots, all free (*s is overwritten: call it first), for rows [0,
+ * rows) found through an array of rows values (rows 0: a hash map of C
+ * entries); 0, or -1 when out of memory (s may then hold part of its
+ * memory: hx_emb_slots_free it). */
+int hx_emb_slots_init(hx_emb_slots *s, int64_t C, int64_t rows);
 void hx_emb_slots_free(hx_emb_slots *s);
 /* Every slot free, nothing dirty (counts kept). */
 void hx_emb_slots_drop(hx_emb_slots *s);
@@ -59,15 +67,21 @@ void hx_emb_slots_drop(hx_emb_slots *s);
 bool hx_emb_slots_room(hx_emb_slots *s, int64_t n);
 /* Starts a call (unpins the previous one's slots). */
 void hx_emb_slots_begin(hx_emb_slots *s);
+/* Starts a read-ahead: the rows the previous one named are spared no more. */
+void hx_emb_slots_want_begin(hx_emb_slots *s);
+/* The slot of row r when resident (then spared from eviction until the
+ * next hx_emb_slots_want_begin, unless a call needs its slot), else -1. */
+int32_t hx_emb_slots_want(hx_emb_slots *s, int64_t r);
 /* Maps n ids (after begin, with room for n): out[j] = the slot of a
- * resident row, -1 for the padding id (when has_padding), -2 for ids
+ * resident row (hint, when not NULL, guesses it: hint[j] is taken when
+ * that slot holds ids[j]'s row, else the row is looked up), -1 for the padding id (when has_padding), -2 for ids
  * outside [0, rows), -3 - m for the call's m-th miss (rows in miss[m]).
  * lookup = true counts every distinct row of the call and its hits;
  * otherwise only the misses count as lookups. Returns the distinct rows
  * the call touches: more than C, and the caller must fail (after
  * hx_emb_slots_begin again, which unpins them). */
 int64_t hx_emb_slots_map(hx_emb_slots *s, const void *ids, hx_dtype dt, int64_t n, int has_padding,
-                         int64_t padding_id, int64_t rows, bool lookup, int64_t *out);
+                         int64_t padding_id, int64_t rows, bool lookup, const int32_t *hint, int64_t *out);
 /* As hx_emb_slots_map when out (n slots, from the previous call's map)
  * still holds the slots of these ids, every row resident: counts the call
  * as that would (frequencies, hits) without hashing an id, and returns
@@ -110,11 +124,19 @@ void hx_emb_slots_resolve(const hx_emb_slots *s, int64_t *out, int64_t n);
  * rows are the table's (global) rows. */
 typedef struct hx_emb_devstore_ops {
     bool persistent; /* rows outlive the cache (the servers): written back when it is freed */
-    /* Records of rows[0 .. n) into recs; cold[i] = 1 for a lazy row never
-     * written (nothing copied: its slot takes the row's initial value and
-     * start state). On failure nothing of the cache changed. */
-    hx_status (*read)(hx_emb_table *back, const int64_t *rows, int64_t n, char *recs, size_t stride,
-                      uint8_t *cold, hx_emb_err *err);
+    /* Records of rows[0 .. n) into recs, row i's at index at[i] (at NULL:
+     * i), and at the same index of cold a 1 for a lazy row never written
+     * (nothing copied: its slot takes the row's initial value and start
+     * state). On failure nothing of the cache changed. */
+    hx_status (*read)(hx_emb_table *back, const int64_t *rows, int64_t n, const int32_t *at, char *recs,
+                      size_t stride, uint8_t *cold, hx_emb_err *err);
+    /* read in two halves (NULL: none; the read-ahead then reads at once):
+     * start asks for rows[0 .. n) and sets *pending; finish takes the
+     * records as read does and frees pending, also on failure. Between
+     * them the cache makes no other call of the store but write. */
+    hx_status (*read_start)(hx_emb_table *back, const int64_t *rows, int64_t n, void **pending, hx_emb_err *err);
+    hx_status (*read_finish)(hx_emb_table *back, void *pending, const int32_t *at, char *recs, size_t stride,
+                             uint8_t *cold, hx_emb_err *err);
     /* The records of rows[0 .. n) stored. */
     hx_status (*write)(hx_emb_table *back, const int64_t *rows, int64_t n, const char *recs, size_t stride,
                        hx_emb_err *err);
@@ -176,15 +198,22 @@ hx_status hx_emb_devcache_backward_update(hx_emb_devcache *t, const hx_emb_query
 hx_status hx_emb_devcache_apply(hx_emb_devcache *t, const hx_emb_sparse_grad *g, int64_t step,
                                 int nthreads, hx_emb_oob oob, hx_emb_err *err);
 void hx_emb_devcache_reset_rows(hx_emb_devcache *t, const int64_t *rows, int64_t n);
-/* Reads the stored rows of the next step (rows outside [0, rows) and rows
- * already resident skipped) into a staging area now, in one batch, so that
- * the next call's misses on them are copies within the device. Up to C
- * rows are staged at a time (the rest skipped); rows staged before the
- * previous call and not used since are dropped (their step has run). On a
- * failed read (the servers) nothing more is staged. */
+/* Reads the stored rows of the next step (the step after the one that
+ * runs now; rows outside [0, rows) skipped) into a staging area now, in
+ * one batch, so that the next step's misses on them are copies within the
+ * device. Rows already resident are not read: they are spared from
+ * eviction until the next read-ahead (unless a call needs their slots),
+ * and their slots kept for the next step's mapping to try first. Up to C
+ * rows are staged at a time (the rest skipped); rows staged by the
+ * read-ahead before the previous one and not named or used since are
+ * dropped (their step has run). On a failed read (the servers) nothing
+ * more is staged. A store that reads in two halves (the servers) is only
+ * asked now: the rows are taken in when a call needs one of them or must
+ * read others, by the next read-ahead, or before a flush (and so a save,
+ * drop or free), and a failed read fails that call. */
 hx_status hx_emb_devcache_prefetch(hx_emb_devcache *t, const int64_t *rows, int64_t n, hx_emb_err *err);
-/* Writes every dirty row back to the store in one batch (they stay,
- * clean); on failure they stay dirty. */
+/* Takes in the read-ahead under way, then writes every dirty row back to
+ * the store in one batch (they stay, clean); on failure they stay dirty. */
 hx_status hx_emb_devcache_flush(hx_emb_devcache *t, hx_emb_err *err);
 /* Writes every dirty row back and empties the cache (on a failed
  * write-back the cache is emptied all the same: those rows are lost, the

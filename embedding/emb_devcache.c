@@ -37,12 +37,25 @@ struct hx_emb_devcache {
     int64_t *remap;
     int64_t remap_cap, mapped_n; /* remap[0 .. mapped_n): the last call's slots (-1: none) */
     /* rows copied in ahead: row -> record of pbuf (C records; prow: each
-     * record's row, -1 free; pgen: the prefetch call that staged it) */
+     * record's row, -1 free; pgen: the last read-ahead that named it;
+     * plist[g & 1]: the records read-ahead g named) */
     hx_emb_rowmap pmap;
     char *pbuf;
     uint8_t *pcold;
     int64_t *prow, *pfree, npfree;
     uint64_t *pgen, gen;
+    int32_t *plist[2];
+    int64_t nplist[2];
+    /* hint[g & 1]: the slots of the resident rows read-ahead g named, by
+     * position (-1: not resident), for the call of its step to map */
+    int32_t *hint[2];
+    int64_t nhint[2], hint_cap[2];
+    /* a read-ahead asked for and not yet taken in (store->read_start):
+     * rows aread[0 .. naread) into records aat[]; pcold of each is
+     * IN_FLIGHT until then */
+    void *pending;
+    int64_t *aread, naread;
+    int32_t *aat;
     float *tmp;
     hx_emb_table_config ccfg; /* the cache's local table, as created */
     char what[200];           /* names the slots in a device's memory report */
@@ -52,6 +65,14 @@ struct hx_emb_devcache {
 };
 
 static const hx_emb_ops devcache_ops;
+
+/* The slots' pages written once now (they hold zeros), as a device's
+ * allocation is, so that no step pays for a page's first touch. */
+static void touch_slots(hx_emb_local *c)
+{
+    for (int i = 0; i < 3; i++)
+        if (c->reg[i].ptr && !c->mem.alloc) memset(c->reg[i].ptr, 0, c->reg[i].bytes);
+}
 
 hx_emb_devcache *hx_emb_as_devcache(hx_emb_table *t)
 {
@@ -73,16 +94,17 @@ static void unpack(const hx_emb_devcache *t, hx_emb_local *L, int64_t r, const c
     hx_emb_local_unpack_row(L, r, t->ns, t->rowwise, rec);
 }
 
-/* n rows from the store into records (stride t->rec) and cold flags;
- * counted. */
-static hx_status read_rows(hx_emb_devcache *t, const int64_t *rows, int64_t n, char *recs, uint8_t *cold,
-                           hx_emb_err *err)
+/* n rows from the store into records (stride t->rec) and cold flags, row
+ * i's at index at[i] (at NULL: i); counted. */
+static hx_status read_rows(hx_emb_devcache *t, const int64_t *rows, int64_t n, const int32_t *at, char *recs,
+                           uint8_t *cold, hx_emb_err *err)
 {
     if (!n) return HX_OK;
-    hx_status st = t->store->read(t->back, rows, n, recs, t->rec, cold, err);
+    hx_status st = t->store->read(t->back, rows, n, at, recs, t->rec, cold, err);
     for (int64_t i = 0; i < n && !st; i++) {
-        t->rows_init += cold[i];
-        t->rows_in += !cold[i];
+        uint8_t c = cold[at ? at[i] : i];
+        t->rows_init += c;
+        t->rows_in += !c;
     }
     return st;
 }
@@ -108,6 +130,31 @@ static void unstage(hx_emb_devcache *t, int64_t r)
 {
     int32_t p = hx_emb_rowmap_get(&t->pmap, r);
     if (p >= 0) unstage_at(t, r, p);
+}
+
+/* pcold of a record whose read is under way. */
+enum { IN_FLIGHT = 2 };
+
+/* Takes in the read-ahead under way, if any; on failure its rows are not
+ * staged. */
+static hx_status finish_ahead(hx_emb_devcache *t, hx_emb_err *err)
+{
+    if (!t->pending) return HX_OK;
+    void *p = t->pending;
+    t->pending = NULL;
+    hx_status st = t->store->read_finish(t->back, p, t->aat, t->pbuf, t->rec, t->pcold, err);
+    for (int64_t i = t->naread; i-- > 0;) { /* in reverse: pfree as it was */
+        int32_t at = t->aat[i];
+        if (st) {
+            unstage_at(t, t->aread[i], at);
+            continue;
+        }
+        t->rows_init += t->pcold[at];
+        t->rows_in += !t->pcold[at];
+        t->prefetched++;
+    }
+    t->naread = 0;
+    return st;
 }
 
 /* n records (stride t->rec) of rows written back to the store. A staged
@@ -169,10 +216,20 @@ static hx_status fill(hx_emb_devcache *t, hx_emb_err *err)
         pack(t, t->cache, k, wbuf + (size_t)nw * t->rec);
         t->wrows[nw++] = s->slot_row[k];
     }
+    bool wait = false; /* for the read-ahead under way: a miss staged by it, or one to read now */
+    for (int64_t m = 0; m < s->nmiss && t->pending && !wait; m++) {
+        int32_t p = hx_emb_rowmap_get(&t->pmap, s->miss[m]);
+        wait = p < 0 || t->pcold[p] == IN_FLIGHT;
+    }
+    hx_status st = wait ? finish_ahead(t, err) : HX_OK;
+    if (st) {
+        hx_emb_slots_cancel(s);
+        return st;
+    }
     for (int64_t m = 0; m < s->nmiss; m++)
         if ((t->mrec[m] = hx_emb_rowmap_get(&t->pmap, s->miss[m])) < 0) t->rrows[nr++] = s->miss[m];
-    hx_status st = write_rows(t, t->wrows, nw, wbuf, err);
-    if (!st) st = read_rows(t, t->rrows, nr, rbuf, t->cold, err);
+    st = write_rows(t, t->wrows, nw, wbuf, err);
+    if (!st) st = read_rows(t, t->rrows, nr, NULL, rbuf, t->cold, err);
     if (st) {
         hx_emb_slots_cancel(s);
         return st;
@@ -205,7 +262,9 @@ static hx_status ensure(hx_emb_devcache *t, const void *ids, hx_dtype dt, int64_
         return HX_OK;
     }
     t->mapped_n = -1;
-    int64_t used = hx_emb_slots_map(&t->slots, ids, dt, n, has_padding, padding_id, t->base.rows, lookup, t->remap);
+    int h = (t->gen - 1) & 1; /* the read-ahead before the last one named this step's rows */
+    int64_t used = hx_emb_slots_map(&t->slots, ids, dt, n, has_padding, padding_id, t->base.rows, lookup,
+                                    t->nhint[h] == n ? t->hint[h] : NULL, t->remap);
     if (used > t->C) {
         hx_emb_slots_begin(&t->slots); /* unpins */
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY,
@@ -301,43 +360,69 @@ void hx_emb_devcache_reset_rows(hx_emb_devcache *t, const int64_t *rows, int64_t
     }
 }
 
+/* Room for read-ahead g's hints of n rows. */
+static hx_status hint_room(hx_emb_devcache *t, int g, int64_t n, hx_emb_err *err)
+{
+    if (n <= t->hint_cap[g]) return HX_OK;
+    int32_t *h = realloc(t->hint[g], (size_t)n * sizeof *h);
+    if (!h)
+        return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding device cache: out of memory to read %lld rows "
+                           "ahead", (long long)n);
+    t->hint[g] = h;
+    t->hint_cap[g] = n;
+    return HX_OK;
+}
+
 hx_status hx_emb_devcache_prefetch(hx_emb_devcache *t, const int64_t *rows, int64_t n, hx_emb_err *err)
 {
-    /* Records staged before the previous call were for a step that has run. */
-    t->gen++;
-    for (int64_t p = 0; p < t->C; p++)
-        if (t->prow[p] >= 0 && t->pgen[p] + 1 < t->gen) unstage(t, t->prow[p]);
+    hx_status st = finish_ahead(t, err);
+    if (st) return st;
+    int g = (int)(++t->gen & 1);
+    /* Records read-ahead gen - 2 named and no later one did: their step has run. */
+    for (int64_t i = 0; i < t->nplist[g]; i++) {
+        int32_t p = t->plist[g][i];
+        if (t->prow[p] >= 0 && t->pgen[p] + 2 == t->gen) unstage_at(t, t->prow[p], p);
+    }
+    t->nplist[g] = t->nhint[g] = 0;
+    st = hint_room(t, g, n, err);
+    if (st) return st;
+    hx_emb_slots_want_begin(&t->slots);
     int64_t nr = 0;
-    for (int64_t i = 0; i < n && t->npfree; i++) { /* each new row gets its record now: read once */
-        int64_t r = rows[i];
-        if (r < 0 || r >= t->base.rows || hx_emb_rowmap_get(&t->slots.map, r) >= 0) continue;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = rows[i], ra = i + 16 < n ? rows[i + 16] : -1;
+        if (ra >= 0 && ra < t->base.rows) hx_emb_rowmap_prefetch(&t->slots.map, ra);
+        t->hint[g][i] = -1;
+        /* resident: spared until the step after this one has mapped it */
+        if (r < 0 || r >= t->base.rows || (t->hint[g][i] = hx_emb_slots_want(&t->slots, r)) >= 0) continue;
         int32_t p = hx_emb_rowmap_get(&t->pmap, r);
-        if (p < 0) {
+        if (p < 0) { /* each new row gets its record now: read once */
+            if (!t->npfree) continue;
             p = (int32_t)t->pfree[--t->npfree];
             hx_emb_rowmap_put(&t->pmap, r, p);
             t->prow[p] = r;
-            t->rrows[nr] = r;
-            t->mrec[nr++] = p;
+            t->aread[nr] = r;
+            t->aat[nr++] = p;
         }
-        t->pgen[p] = t->gen;
+        if (t->pgen[p] != t->gen) {
+            t->pgen[p] = t->gen;
+            t->plist[g][t->nplist[g]++] = p;
+        }
     }
-    char *buf = nr ? malloc((size_t)nr * t->rec) : NULL;
-    uint8_t *cold = nr ? malloc((size_t)nr) : NULL;
-    hx_status st = nr && (!buf || !cold) ? hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding device cache: out "
-                                                       "of memory to read %lld rows ahead", (long long)nr)
-                                         : read_rows(t, t->rrows, nr, buf, cold, err);
+    t->nhint[g] = n;
+    if (!nr) return HX_OK;
+    if (t->store->read_start) { /* taken in when a call needs them, or by the next read-ahead */
+        if (!(st = t->store->read_start(t->back, t->aread, nr, &t->pending, err))) {
+            t->naread = nr;
+            for (int64_t i = 0; i < nr; i++) t->pcold[t->aat[i]] = IN_FLIGHT;
+            return HX_OK;
+        }
+    } else {
+        st = read_rows(t, t->aread, nr, t->aat, t->pbuf, t->pcold, err); /* straight into the records */
+    }
     for (int64_t i = nr; i-- > 0;) { /* undone on failure (in reverse: pfree as it was) */
-        int32_t p = t->mrec[i];
-        if (st) {
-            unstage_at(t, t->rrows[i], p);
-            continue;
-        }
-        memcpy(t->pbuf + (size_t)p * t->rec, buf + (size_t)i * t->rec, t->rec);
-        t->pcold[p] = cold[i];
-        t->prefetched++;
+        if (st) unstage_at(t, t->aread[i], t->aat[i]);
+        else t->prefetched++;
     }
-    free(buf);
-    free(cold);
     return st;
 }
 
@@ -345,7 +430,7 @@ hx_status hx_emb_devcache_prefetch(hx_emb_devcache *t, const int64_t *rows, int6
 static void unstage_all(hx_emb_devcache *t)
 {
     hx_emb_rowmap_clear(&t->pmap);
-    t->npfree = 0;
+    t->npfree = t->nplist[0] = t->nplist[1] = 0;
     for (int64_t p = t->C; p-- > 0;) {
         t->prow[p] = -1;
         t->pfree[t->npfree++] = p;
@@ -355,6 +440,8 @@ static void unstage_all(hx_emb_devcache *t)
 hx_status hx_emb_devcache_flush(hx_emb_devcache *t, hx_emb_err *err)
 {
     hx_emb_slots *s = &t->slots;
+    hx_status ahead = finish_ahead(t, err); /* the store's next calls may wait for answers */
+    if (ahead) return ahead;
     int64_t nd = 0;
     for (int64_t k = 0; k < t->C; k++) nd += s->dirty[k];
     if (!nd) return HX_OK;
@@ -409,6 +496,7 @@ hx_status hx_emb_devcache_set_optim(hx_emb_devcache *t, const hx_emb_optim *opti
     hx_status st = hx_emb_devcache_drop(t, err);
     if (!st) st = t->store->set_optim(t->back, optim, nthreads, err);
     if (!st) st = hx_emb_local_set_optim(&t->cache->base, optim, 1, err);
+    if (!st) touch_slots(t->cache);
     if (!st && t->spare) st = hx_emb_local_set_optim(&t->spare->base, optim, 1, err);
     if (!st) {
         t->ns = hx_emb_optim_nstate(optim->kind);
@@ -514,6 +602,12 @@ static void ops_free(hx_emb_table *tt)
     free(t->prow);
     free(t->pfree);
     free(t->pgen);
+    free(t->plist[0]);
+    free(t->plist[1]);
+    free(t->hint[0]);
+    free(t->hint[1]);
+    free(t->aread);
+    free(t->aat);
     free(t->tmp);
     free(t);
 }
@@ -527,14 +621,15 @@ static const hx_emb_ops devcache_ops = {
 static int host_ns(const hx_emb_local *h) { return hx_emb_optim_nstate(h->optim.kind); }
 static bool host_rowwise(const hx_emb_local *h) { return h->optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD; }
 
-static hx_status host_read(hx_emb_table *back, const int64_t *rows, int64_t n, char *recs, size_t stride,
-                           uint8_t *cold, hx_emb_err *err)
+static hx_status host_read(hx_emb_table *back, const int64_t *rows, int64_t n, const int32_t *at, char *recs,
+                           size_t stride, uint8_t *cold, hx_emb_err *err)
 {
     (void)err;
     const hx_emb_local *h = hx_emb_as_local(back);
     for (int64_t i = 0; i < n; i++) {
-        cold[i] = hx_emb_local_is_cold(h, rows[i]);
-        if (!cold[i]) hx_emb_local_pack_row(h, rows[i], host_ns(h), host_rowwise(h), recs + (size_t)i * stride);
+        int64_t k = at ? at[i] : i;
+        cold[k] = hx_emb_local_is_cold(h, rows[i]);
+        if (!cold[k]) hx_emb_local_pack_row(h, rows[i], host_ns(h), host_rowwise(h), recs + (size_t)k * stride);
     }
     return HX_OK;
 }
@@ -568,10 +663,19 @@ static hx_status host_set_optim(hx_emb_table *back, const hx_emb_optim *optim, i
     return hx_emb_local_set_optim(back, optim, nthreads, err);
 }
 
-static const hx_emb_devstore_ops host_store = {false, host_read, host_write, host_save, host_load, host_set_optim,
-                                               NULL};
+static const hx_emb_devstore_ops host_store = {false, host_read, NULL, NULL, host_write, host_save, host_load,
+                                               host_set_optim, NULL};
 
 /* ---- creation ------------------------------------------------------------------------------ */
+
+/* The rows whose slots (and read-ahead records) an array finds (one
+ * memory access an id, against a hash map's probes) when it takes no more
+ * memory than the slots' records (4 bytes a row); else 0: hash maps of C
+ * entries. */
+static int64_t direct_rows(const hx_emb_devcache *t)
+{
+    return (uint64_t)t->base.rows * 4 <= (uint64_t)t->C * t->rec ? t->base.rows : 0;
+}
 
 hx_status hx_emb_devcache_create(const hx_emb_table_config *cfg, hx_emb_table **out, hx_emb_err *err)
 {
@@ -641,13 +745,21 @@ hx_status hx_emb_devcache_create_over(const hx_emb_table_config *cfg, hx_emb_tab
     t->prow = malloc((size_t)t->C * sizeof *t->prow);
     t->pfree = malloc((size_t)t->C * sizeof *t->pfree);
     t->pgen = calloc((size_t)t->C, sizeof *t->pgen);
+    t->plist[0] = malloc((size_t)t->C * sizeof *t->plist[0]);
+    t->plist[1] = malloc((size_t)t->C * sizeof *t->plist[1]);
+    t->aread = malloc((size_t)t->C * sizeof *t->aread);
+    t->aat = malloc((size_t)t->C * sizeof *t->aat);
     if (!t->tmp || !t->pbuf || !t->pcold || !t->wrows || !t->rrows || !t->mrec || !t->prow || !t->pfree ||
-        !t->pgen || hx_emb_slots_init(&t->slots, t->C) || hx_emb_rowmap_init(&t->pmap, t->C) || room(t, 1, NULL)) {
+        !t->pgen || !t->plist[0] || !t->plist[1] || !t->aread || !t->aat ||
+        hx_emb_slots_init(&t->slots, t->C, direct_rows(t)) ||
+        (direct_rows(t) ? hx_emb_rowmap_init_direct(&t->pmap, direct_rows(t)) : hx_emb_rowmap_init(&t->pmap, t->C)) ||
+        room(t, 1, NULL)) {
         ops_free(&t->base); /* back is the caller's still */
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding device cache: out of memory for %lld rows",
                            (long long)t->C);
     }
     t->back = back;
+    touch_slots(t->cache);
     unstage_all(t);
     *out = &t->base;
     return HX_OK;

@@ -210,7 +210,7 @@ static hx_status ensure(hx_emb_ssd *t, const void *ids, hx_dtype dt, int64_t n, 
     if (st) return st;
     hx_emb_store_poll(t->store);
     hx_emb_slots_begin(&t->slots);
-    int64_t used = hx_emb_slots_map(&t->slots, ids, dt, n, has_padding, padding_id, t->base.rows, lookup, out);
+    int64_t used = hx_emb_slots_map(&t->slots, ids, dt, n, has_padding, padding_id, t->base.rows, lookup, NULL, out);
     if (used > t->C) {
         hx_emb_slots_begin(&t->slots); /* unpins */
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY,
@@ -561,7 +561,7 @@ hx_status hx_emb_ssd_create(const hx_emb_table_config *cfg, hx_emb_table **out, 
     t->rowwise = rowwise;
     t->payload = (size_t)cfg->dim * esize + (size_t)ns * (rowwise ? 4 : (size_t)cfg->dim * 4);
     t->tmp = malloc((size_t)gstride * sizeof *t->tmp);
-    if (!t->tmp || hx_emb_slots_init(&t->slots, C)) {
+    if (!t->tmp || hx_emb_slots_init(&t->slots, C, 0)) {
         ops_free(&t->base);
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "embedding table on disk: out of memory for a "
                            "cache of %lld rows", (long long)C);

@@ -117,8 +117,14 @@ static hx_status send_requests(hx_emb_ps *c, ps_req *h, const grouped *g, const 
 
 /* ---- the worker's store ------------------------------------------------------------------ */
 
-static hx_status fetch(hx_emb_table *back, const int64_t *rows, int64_t n, char *recs, size_t stride,
-                       uint8_t *cold, hx_emb_err *err)
+/* A fetch sent and not yet answered. */
+typedef struct pending_fetch {
+    grouped g;
+    int64_t seq;
+    uint64_t bytes;
+} pending_fetch;
+
+static hx_status fetch_start(hx_emb_table *back, const int64_t *rows, int64_t n, void **pending, hx_emb_err *err)
 {
     hx_emb_ps *c = hx_emb_as_ps(back);
     hx_ps *ps = c->ps;
@@ -128,25 +134,48 @@ static hx_status fetch(hx_emb_table *back, const int64_t *rows, int64_t n, char 
                            "state (%zu bytes each) is over this worker's cap of %zu bytes "
                            "(hx_ps_config.rank_bytes): give it smaller batches or raise the cap", (long long)n, rec,
                            ps->rank_bytes);
-    grouped g;
-    hx_status st = group(c, rows, n, &g, err);
-    if (st) return st;
+    pending_fetch *f = calloc(1, sizeof *f);
+    if (!f) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode (device cache): out of memory");
+    hx_status st = group(c, rows, n, &f->g, err);
+    if (st) {
+        free(f);
+        return st;
+    }
     pthread_mutex_lock(&c->lock);
     ps_req h = {.kind = PS_FETCH, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq, .tpull = -1,
                 .k = HX_EMB_SHARD_ROWS, .optim = c->route.optim.kind, .rec = (int64_t)rec};
-    uint64_t bytes = 0;
+    f->seq = h.seq;
+    st = send_requests(c, &h, &f->g, NULL, 0, 0, &f->bytes, err);
+    pthread_mutex_unlock(&c->lock);
+    if (st) {
+        grouped_free(&f->g);
+        free(f);
+        return st;
+    }
+    *pending = f;
+    return HX_OK;
+}
+
+static hx_status fetch_finish(hx_emb_table *back, void *pending, const int32_t *to, char *recs, size_t stride,
+                              uint8_t *cold, hx_emb_err *err)
+{
+    hx_emb_ps *c = hx_emb_as_ps(back);
+    hx_ps *ps = c->ps;
+    pending_fetch *f = pending;
+    size_t rec = worker_record(c);
+    hx_status st = HX_OK;
     int64_t got = 0;
-    st = send_requests(c, &h, &g, NULL, 0, 0, &bytes, err);
+    pthread_mutex_lock(&c->lock);
     for (int j = 0; j < ps->S && !st; j++) {
-        if (!g.count[j]) continue;
+        if (!f->g.count[j]) continue;
         hx_msg m;
-        if ((st = hx__ps_wait_reply(c, j, h.seq, &m, err))) break;
+        if ((st = hx__ps_wait_reply(c, j, f->seq, &m, err))) break;
         const ps_reply *rp = m.data;
-        int64_t na = g.count[j], pad = (na + 7) / 8 * 8, sent = 0;
+        int64_t na = f->g.count[j], pad = (na + 7) / 8 * 8, sent = 0;
         const unsigned char *flag = (const unsigned char *)(rp + 1);
         for (int64_t i = 0; !rp->status && rp->n == na && m.n >= sizeof *rp + (size_t)pad && i < na; i++)
             sent += flag[i] != 0;
-        bytes += m.n;
+        f->bytes += m.n;
         if (rp->status)
             st = hx__ps_server_failed(ps, j, rp, m.n, err);
         else if (rp->n != na || rp->width != (int64_t)rec || rp->rows != sent ||
@@ -156,7 +185,8 @@ static hx_status fetch(hx_emb_table *back, const int64_t *rows, int64_t n, char 
                              (long long)rp->width);
         const char *r = (const char *)(flag + pad);
         for (int64_t i = 0; i < na && !st; i++) {
-            int64_t at = g.at[g.displ[j] + i];
+            int64_t at = f->g.at[f->g.displ[j] + i];
+            if (to) at = to[at];
             cold[at] = !flag[i];
             if (!flag[i]) continue;
             memcpy(recs + (size_t)at * stride, r, rec);
@@ -166,9 +196,18 @@ static hx_status fetch(hx_emb_table *back, const int64_t *rows, int64_t n, char 
         free(m.data);
     }
     pthread_mutex_unlock(&c->lock);
-    grouped_free(&g);
-    count(ps, true, bytes, got);
+    count(ps, true, f->bytes, got);
+    grouped_free(&f->g);
+    free(f);
     return st;
+}
+
+static hx_status fetch(hx_emb_table *back, const int64_t *rows, int64_t n, const int32_t *to, char *recs,
+                       size_t stride, uint8_t *cold, hx_emb_err *err)
+{
+    void *f;
+    hx_status st = fetch_start(back, rows, n, &f, err);
+    return st ? st : fetch_finish(back, f, to, recs, stride, cold, err);
 }
 
 static hx_status store(hx_emb_table *back, const int64_t *rows, int64_t n, const char *recs, size_t stride,
@@ -224,7 +263,8 @@ static hx_status set_optim(hx_emb_table *back, const hx_emb_optim *optim, int nt
     return HX_OK;
 }
 
-const hx_emb_devstore_ops hx__ps_devstore = {true, fetch, store, save, load, set_optim, touch};
+const hx_emb_devstore_ops hx__ps_devstore = {true, fetch, fetch_start, fetch_finish, store, save, load, set_optim,
+                                            touch};
 
 /* ---- the server's side ------------------------------------------------------------------- */
 

@@ -27,10 +27,29 @@ typedef struct hx_emb_rowmap {
     int64_t *keys; /* -1: empty */
     int32_t *vals;
     uint64_t mask;
+    int64_t direct; /* > 0: keys are [0, direct) and vals[key] their values (-1: absent); no keys */
 } hx_emb_rowmap;
+
+/* The slot where key's probe starts. */
+static inline uint64_t hx_emb_rowmap_home(const hx_emb_rowmap *m, int64_t key)
+{
+    uint64_t z = (uint64_t)key * 0x9E3779B97F4A7C15ull;
+    return (z ^ (z >> 29)) & m->mask;
+}
+
+/* Asks the processor for the memory where key's probe starts (a loop over
+ * many keys calls it a few keys ahead). */
+static inline void hx_emb_rowmap_prefetch(const hx_emb_rowmap *m, int64_t key)
+{
+    if (m->direct) __builtin_prefetch(m->vals + key);
+    else __builtin_prefetch(m->keys + hx_emb_rowmap_home(m, key));
+}
 
 /* Room for up to n keys; 0, or -1 when out of memory. */
 int hx_emb_rowmap_init(hx_emb_rowmap *m, int64_t n);
+/* A map of the keys [0, n) by an array of n values (4n bytes, one memory
+ * access a call); 0, or -1 when out of memory. */
+int hx_emb_rowmap_init_direct(hx_emb_rowmap *m, int64_t n);
 void hx_emb_rowmap_free(hx_emb_rowmap *m);
 void hx_emb_rowmap_clear(hx_emb_rowmap *m);
 /* The value of key (>= 0), -1 when absent. */

@@ -345,6 +345,53 @@ out:
     hx_embedding_table_free(b);
 }
 
+/* Lookups of ids[0 .. n) on a and b (b cached), outputs compared bitwise. */
+static int same_lookup(hx_embedding_table *a, hx_embedding_table *b, const int64_t *ids, int n)
+{
+    float oa[8 * DIM], ob[8 * DIM];
+    hx_emb_query q = hx_emb_query_rows(ids, n);
+    OK(hx__embedding_query(a, &q, oa, NULL, true, "test lookup"));
+    OK(hx__embedding_query(b, &q, ob, NULL, true, "test lookup"));
+    return memcmp(oa, ob, (size_t)n * DIM * sizeof *oa) == 0;
+}
+
+/* The read-ahead spares the resident rows of the next step: on a cache of
+ * 8 rows holding rows 0-7 (0-3 used twice), the next step's rows 4 and 5
+ * resident when read ahead, a call on rows 10 and 11 evicts two others
+ * (LFU's clock alone takes 4 and 5, the least used rows the hand meets
+ * first), so the next step finds both (2 hits, nothing read). When the
+ * spared rows are all the call could evict (every row named ahead, then a
+ * call on 4 rows not staged), they are given up and the call succeeds. Lookups
+ * bitwise equal to no cache throughout. */
+static void next_rows_spared(void)
+{
+    hx_embedding_table *a = make_table(HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_OPTIMIZER_ADAGRAD, HX_DTYPE_F32, 100, 0),
+                       *b = make_table(HX_EMBEDDING_IDS_ROWS, HX_EMBEDDING_OPTIMIZER_ADAGRAD, HX_DTYPE_F32, 100, 8);
+    if (!a || !b) goto out;
+    static const int64_t all[8] = {0, 1, 2, 3, 4, 5, 6, 7}, next[2] = {4, 5}, other[2] = {10, 11},
+                         four[4] = {20, 21, 22, 23};
+    CHECK(same_lookup(a, b, all, 8) && same_lookup(a, b, all, 4), "filling the cache");
+    OK(hx_embedding_table_prefetch(b, next, 2));
+    CHECK(same_lookup(a, b, other, 2), "a call that evicts 2 rows");
+    hx_embedding_stats s0, s1;
+    OK(hx_embedding_table_stats(b, &s0));
+    CHECK(same_lookup(a, b, next, 2), "the step read ahead");
+    OK(hx_embedding_table_stats(b, &s1));
+    CHECK(s1.device_cache_hits - s0.device_cache_hits == 2 && s1.device_cache_lookups - s0.device_cache_lookups == 2 &&
+              s1.device_rows_in + s1.device_rows_init == s0.device_rows_in + s0.device_rows_init,
+          "rows 4 and 5, resident when read ahead, stayed: %lld hits of %lld lookups, %lld rows read",
+          (long long)(s1.device_cache_hits - s0.device_cache_hits),
+          (long long)(s1.device_cache_lookups - s0.device_cache_lookups),
+          (long long)(s1.device_rows_in + s1.device_rows_init - s0.device_rows_in - s0.device_rows_init));
+    int64_t every[100];
+    for (int i = 0; i < 100; i++) every[i] = i;
+    OK(hx_embedding_table_prefetch(b, every, 100)); /* spares all 8 resident rows */
+    CHECK(same_lookup(a, b, four, 4), "a call that needs the spared rows' slots: %s", hx_last_error());
+out:
+    hx_embedding_table_free(a);
+    hx_embedding_table_free(b);
+}
+
 /* Updated rows are dirty in the cache and reach the host table when they
  * are evicted, with their state, before any save or flush. */
 static void dirty_rows_survive(void)
@@ -611,6 +658,7 @@ static const test_case cases[] = {
     {"model_dynamic", model_dynamic},
     {"eviction_and_break", eviction_and_break},
     {"slots_reused", slots_reused},
+    {"next_rows_spared", next_rows_spared},
     {"dirty_rows_survive", dirty_rows_survive},
     {"checkpoint", checkpoint},
     {"zipf_hit_rate", zipf_hit_rate},
