@@ -15,6 +15,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1261,6 +1262,40 @@ static void check_gemm_half_denormals(void)
     }
 }
 
+/* A thread's bf16 tile on the ONEDNN engine, the GEMM's rc in *arg. */
+static void *gemm_half_thread(void *arg)
+{
+    uint16_t a[64 * 32], b[32 * 64], c[64 * 64];
+    for (int i = 0; i < 64 * 32; i++) a[i] = b[i] = (uint16_t)(0x3f80 + i % 64);
+    *(int *)arg = hx_k_gemm_half(0, 0, 1, 64, 64, 32, a, 32, 0, b, 64, 0, NULL, -1, HX_K_BF16, c,
+                                 64, 0, 1);
+    return NULL;
+}
+
+/* The ONEDNN engine's per-thread state: kept by a thread that ran a tile
+ * and freed when it exits, so threads that come and go leave nothing
+ * behind. */
+static void check_gemm_half_thread_states(void)
+{
+    if (hx_k_gemm_half_set_engine(HX_K_GEMM_ONEDNN) != HX_K_GEMM_ONEDNN) return;
+    int before = hx_k_gemm_half_thread_states();
+    for (int i = 0; i < 3; i++) {
+        pthread_t th;
+        int rc = -1;
+        CHECK(pthread_create(&th, NULL, gemm_half_thread, &rc) == 0 && pthread_join(th, NULL) == 0,
+              "gemm_half thread states: thread %d did not run", i);
+        CHECK(rc == 0, "gemm_half thread states: thread %d's GEMM rc %d", i, rc);
+        CHECK(hx_k_gemm_half_thread_states() == before,
+              "gemm_half thread states: %d after thread %d exited, %d before it ran",
+              hx_k_gemm_half_thread_states(), i, before);
+    }
+    int rc = -1;
+    gemm_half_thread(&rc);
+    CHECK(rc == 0 && hx_k_gemm_half_thread_states() >= 1,
+          "gemm_half thread states: rc %d, %d after a tile on this thread", rc,
+          hx_k_gemm_half_thread_states());
+}
+
 static void test_gemm_half(test_rng *r)
 {
     static const int acts[] = {-1, HX_UNARY_RELU, HX_UNARY_GELU, HX_UNARY_GELU_ERF};
@@ -1285,6 +1320,7 @@ static void test_gemm_half(test_rng *r)
     /* more tile shapes than oneDNN's primitive cache holds: the rest made per tile */
     for (int64_t m = 1; m <= 300; m++) check_gemm_half(r, m % 2, 0, 1, m, 3, 2, -1, 0, HX_K_BF16, 0, 0);
     check_gemm_half_denormals();
+    check_gemm_half_thread_states();
     hx_k_gemm_half_set_engine(engine);
 }
 

@@ -50,6 +50,10 @@ static const bench_plot table[] = {
           "half_over_widened,ratio_to_f32", "time over the oneDNN engine's",
           "bf16 GEMM (hx_k_gemm_half) through oneDNN: the widened OpenBLAS engine's time and "
           "the f32 GEMM's over it, same run (line at 1)"),
+    RATIO("dnnl-percall-", "", "threads=1", "case", "build", "half_over_widened",
+          "widened engine's time over the oneDNN engine's",
+          "bf16 GEMM, 1 thread: oneDNN state made per call (base) or kept per thread (new), "
+          "each over the widened OpenBLAS engine in the same run (line at 1)"),
     BARS("bf16-gemm-", "-gpt", "case=run", "config,dtype,round", "gemm", "hetex_tokens_per_s",
          "tokens/s", "hetex gpt on the CPU, bf16 GEMM widened for OpenBLAS (openblas) or through "
          "oneDNN (onednn), runs interleaved"),

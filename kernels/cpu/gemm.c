@@ -175,15 +175,15 @@ static void gemm_tile_half(const gemm_args *g, int64_t t, float *w, int64_t *pan
 
 #ifdef HX_HAVE_DNNL
 /* hx_k_gemm_half's tile through oneDNN (bf16 A and B as stored) on a
- * thread whose C tile is w and whose oneDNN state is d. */
-static int gemm_tile_native(const gemm_args *g, int64_t t, float *w, hx__dnnl_thread *d)
+ * thread whose C tile is w. */
+static int gemm_tile_native(const gemm_args *g, int64_t t, float *w)
 {
     tile x = tile_at(g, t);
     const uint16_t *A = (const uint16_t *)(const void *)g->A + x.b * g->sa +
                         (g->ta ? x.i0 : x.i0 * g->lda);
     const uint16_t *B = (const uint16_t *)(const void *)g->B + x.b * g->sb +
                         (g->tb ? x.j0 * g->ldb : x.j0);
-    if (hx__dnnl_gemm_bf16(d, g->ta, g->tb, x.m, x.n, g->K, A, g->lda, B, g->ldb, w, x.n))
+    if (hx__dnnl_gemm_bf16(g->ta, g->tb, x.m, x.n, g->K, A, g->lda, B, g->ldb, w, x.n))
         return -1;
     store_tile(g, &x, w);
     return 0;
@@ -197,24 +197,18 @@ static int gemm_tiles(const gemm_args *g, int64_t tiles, int64_t *next, float *w
 {
     int64_t panel = -1, serial = 0;
     int rc = 0;
-#ifdef HX_HAVE_DNNL
-    hx__dnnl_thread d = {0};
-#endif
     for (;;) {
         int64_t t = next ? __atomic_fetch_add(next, 1, __ATOMIC_RELAXED) : serial++;
         if (t >= tiles) break;
 #ifdef HX_HAVE_DNNL
         if (g->native) {
-            rc |= gemm_tile_native(g, t, w, &d);
+            rc |= gemm_tile_native(g, t, w);
             continue;
         }
 #endif
         if (g->half) gemm_tile_half(g, t, w, &panel);
         else gemm_tile(g, t);
     }
-#ifdef HX_HAVE_DNNL
-    hx__dnnl_thread_end(&d);
-#endif
     return rc;
 }
 
@@ -336,6 +330,8 @@ const char *hx_k_gemm_engine_name(hx_k_gemm_engine engine)
 {
     return engine == HX_K_GEMM_ONEDNN ? "onednn" : "openblas";
 }
+
+int hx_k_gemm_half_thread_states(void) { return hx__dnnl_thread_states(); }
 
 int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                    const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb,

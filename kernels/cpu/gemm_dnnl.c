@@ -14,8 +14,19 @@
  * only. Primitives are cached per (ta, tb, m, n, K, lda, ldb, ldc): the
  * tiles of a training step have a few dozen shapes, each created once.
  * Scratchpads are the caller's (user mode), so that the threads can run
- * one cached primitive at the same time. */
+ * one cached primitive at the same time.
+ *
+ * A oneDNN stream, scratchpad and memory object cost ~2.5 us a tile to
+ * make and drop, as much as a 64 x 64 x 32 attention tile's product, so
+ * each thread keeps its own across GEMMs (thread_state): one stream, one
+ * scratchpad grown as tiles need, and per cached primitive the memory
+ * objects of its A, B and C, whose data pointers are set per tile. A
+ * thread's state is freed when the thread exits (an OpenMP pool thread
+ * included: a pthread key's destructor), and the states of the threads
+ * still alive when the process exits (the main thread's, the pool's) by
+ * an exit handler. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -35,19 +46,76 @@ typedef struct prim {
     size_t scratch; /* bytes of scratchpad it needs */
 } prim;
 
+/* One thread's oneDNN state, kept across GEMMs. */
+typedef struct thread_state {
+    dnnl_stream_t stream;
+    void *scratch; /* its scratchpad (contents not kept across tiles) */
+    size_t scratch_size;
+    dnnl_memory_t scratch_mem;            /* over scratch; NULL while scratch_size is 0 */
+    dnnl_memory_t mem[DNNL_CACHE_MAX][3]; /* A, B, C of cache[i], once used here */
+    struct thread_state *prev, *next;     /* in `states` */
+} thread_state;
+
 static pthread_once_t dnnl_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t engine;
 static bool usable;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static prim cache[DNNL_CACHE_MAX];
-static int cached;
+static atomic_int cached; /* cache[0 .. cached) are complete: read without the lock */
+static pthread_key_t state_key;
+static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
+static thread_state *states; /* every live thread's, for the exit handler */
+static bool states_closed;   /* the exit handler freed them */
+
+static void state_free(thread_state *t)
+{
+    for (int i = 0; i < DNNL_CACHE_MAX; i++)
+        for (int j = 0; j < 3; j++)
+            if (t->mem[i][j]) dnnl_memory_destroy(t->mem[i][j]);
+    if (t->scratch_mem) dnnl_memory_destroy(t->scratch_mem);
+    if (t->stream) dnnl_stream_destroy(t->stream);
+    free(t->scratch);
+    free(t);
+}
+
+/* The pthread key's destructor: a thread that ran tiles exits. */
+static void state_exit(void *p)
+{
+    thread_state *t = p;
+    pthread_mutex_lock(&states_lock);
+    bool mine = !states_closed; /* else the exit handler freed it */
+    if (mine) {
+        if (t->prev) t->prev->next = t->next;
+        else states = t->next;
+        if (t->next) t->next->prev = t->prev;
+    }
+    pthread_mutex_unlock(&states_lock);
+    if (mine) state_free(t);
+}
+
+/* At process exit (registered after oneDNN's own initialisation, so run
+ * before oneDNN's destructors): the states of the threads still alive. */
+static void states_exit(void)
+{
+    pthread_mutex_lock(&states_lock);
+    states_closed = true;
+    thread_state *t = states;
+    states = NULL;
+    pthread_mutex_unlock(&states_lock);
+    while (t) {
+        thread_state *next = t->next;
+        state_free(t);
+        t = next;
+    }
+}
 
 static void dnnl_init(void)
 {
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     bool bf16 = ((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
                 (unsigned)dnnl_cpu_isa_avx512_core_bf16;
-    usable = bf16 && dnnl_engine_create(&engine, dnnl_cpu, 0) == dnnl_success;
+    usable = bf16 && dnnl_engine_create(&engine, dnnl_cpu, 0) == dnnl_success &&
+             pthread_key_create(&state_key, state_exit) == 0 && atexit(states_exit) == 0;
 }
 
 bool hx__dnnl_bf16_usable(void)
@@ -56,30 +124,72 @@ bool hx__dnnl_bf16_usable(void)
     return usable;
 }
 
+int hx__dnnl_thread_states(void)
+{
+    int n = 0;
+    pthread_mutex_lock(&states_lock);
+    for (const thread_state *t = states; t; t = t->next) n++;
+    pthread_mutex_unlock(&states_lock);
+    return n;
+}
+
+/* The calling thread's state, made on its first tile; NULL: out of memory. */
+static thread_state *thread_state_get(void)
+{
+    thread_state *t = pthread_getspecific(state_key);
+    if (t) return t;
+    t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    if (dnnl_stream_create(&t->stream, engine, dnnl_stream_default_flags) != dnnl_success ||
+        pthread_setspecific(state_key, t) != 0) {
+        state_free(t);
+        return NULL;
+    }
+    pthread_mutex_lock(&states_lock);
+    t->next = states;
+    if (states) states->prev = t;
+    states = t;
+    pthread_mutex_unlock(&states_lock);
+    return t;
+}
+
 /* The three memory descriptors of a tile: A (m x K) and B (K x n) bf16 at
  * their strides, C (m x n) f32. */
-static int tile_mds(const prim_key *k, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b,
-                    dnnl_memory_desc_t *c)
+static int tile_mds(const prim_key *k, dnnl_memory_desc_t md[3])
 {
     dnnl_dims_t ad = {k->m, k->k}, bd = {k->k, k->n}, cd = {k->m, k->n};
     dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
     dnnl_dims_t bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
     dnnl_dims_t cs = {k->ldc, 1};
-    return dnnl_memory_desc_init_by_strides(a, 2, ad, dnnl_bf16, as) != dnnl_success ||
-                   dnnl_memory_desc_init_by_strides(b, 2, bd, dnnl_bf16, bs) != dnnl_success ||
-                   dnnl_memory_desc_init_by_strides(c, 2, cd, dnnl_f32, cs) != dnnl_success
+    return dnnl_memory_desc_init_by_strides(&md[0], 2, ad, dnnl_bf16, as) != dnnl_success ||
+                   dnnl_memory_desc_init_by_strides(&md[1], 2, bd, dnnl_bf16, bs) != dnnl_success ||
+                   dnnl_memory_desc_init_by_strides(&md[2], 2, cd, dnnl_f32, cs) != dnnl_success
                ? -1
                : 0;
+}
+
+/* k's A, B and C memory objects, without data (set per tile). */
+static int tile_mems(const prim_key *k, dnnl_memory_t mem[3])
+{
+    dnnl_memory_desc_t md[3];
+    if (tile_mds(k, md)) return -1;
+    for (int j = 0; j < 3; j++)
+        if (dnnl_memory_create(&mem[j], &md[j], engine, DNNL_MEMORY_NONE) != dnnl_success) {
+            while (j--) dnnl_memory_destroy(mem[j]), mem[j] = NULL;
+            return -1;
+        }
+    return 0;
 }
 
 /* A new primitive for k with a user scratchpad (its size in *scratch). */
 static int prim_create(const prim_key *k, dnnl_primitive_t *p, size_t *scratch)
 {
-    dnnl_memory_desc_t a, b, c;
+    dnnl_memory_desc_t md[3];
     dnnl_matmul_desc_t desc;
     dnnl_primitive_attr_t attr;
     dnnl_primitive_desc_t pd;
-    if (tile_mds(k, &a, &b, &c) || dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c) != dnnl_success ||
+    if (tile_mds(k, md) ||
+        dnnl_matmul_desc_init(&desc, &md[0], &md[1], NULL, &md[2]) != dnnl_success ||
         dnnl_primitive_attr_create(&attr) != dnnl_success)
         return -1;
     int rc = -1;
@@ -99,75 +209,81 @@ static bool key_eq(const prim_key *x, const prim_key *y)
            x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc;
 }
 
-/* k's primitive from the cache, created and cached on a miss; *owned: not
- * cached (the cache is full), the caller destroys it after use. */
-static int prim_get(const prim_key *k, dnnl_primitive_t *p, size_t *scratch, bool *owned)
+static int prim_find(const prim_key *k, int n)
 {
-    pthread_mutex_lock(&cache_lock);
-    for (int i = 0; i < cached; i++)
-        if (key_eq(&cache[i].key, k)) {
-            *p = cache[i].p, *scratch = cache[i].scratch, *owned = false;
-            pthread_mutex_unlock(&cache_lock);
-            return 0;
-        }
-    /* created under the lock: another thread needing it waits, not makes it twice */
-    int rc = prim_create(k, p, scratch);
-    *owned = rc == 0 && cached == DNNL_CACHE_MAX;
-    if (rc == 0 && !*owned) cache[cached++] = (prim){*k, *p, *scratch};
-    pthread_mutex_unlock(&cache_lock);
-    return rc;
+    for (int i = 0; i < n; i++)
+        if (key_eq(&cache[i].key, k)) return i;
+    return -1;
 }
 
-static int thread_scratch(hx__dnnl_thread *t, size_t need)
+/* k's slot in the cache, its primitive created and cached on a miss; -1
+ * where the cache is full, with owned->p made for this tile (the caller
+ * destroys it), or NULL: it could not be made. */
+static int prim_get(const prim_key *k, prim *owned)
+{
+    int i = prim_find(k, atomic_load_explicit(&cached, memory_order_acquire));
+    if (i >= 0) return i;
+    /* created under the lock: another thread needing it waits, not makes it twice */
+    pthread_mutex_lock(&cache_lock);
+    int n = atomic_load_explicit(&cached, memory_order_relaxed);
+    i = prim_find(k, n);
+    if (i < 0 && prim_create(k, &owned->p, &owned->scratch) == 0 && n < DNNL_CACHE_MAX) {
+        cache[n] = *owned;
+        owned->p = NULL;
+        atomic_store_explicit(&cached, n + 1, memory_order_release);
+        i = n;
+    }
+    pthread_mutex_unlock(&cache_lock);
+    return i;
+}
+
+/* t's scratchpad grown to need bytes, its memory object with it. */
+static int thread_scratch(thread_state *t, size_t need)
 {
     if (need <= t->scratch_size) return 0;
-    void *s = aligned_alloc(64, (need + 63) / 64 * 64); /* its contents need not be kept */
-    if (!s) return -1;
+    size_t size = (need + 63) / 64 * 64;
+    void *s = aligned_alloc(64, size);
+    dnnl_memory_desc_t md;
+    dnnl_dims_t d = {(dnnl_dim_t)size};
+    dnnl_memory_t m;
+    if (!s || dnnl_memory_desc_init_by_tag(&md, 1, d, dnnl_u8, dnnl_a) != dnnl_success ||
+        dnnl_memory_create(&m, &md, engine, s) != dnnl_success) {
+        free(s);
+        return -1;
+    }
+    if (t->scratch_mem) dnnl_memory_destroy(t->scratch_mem);
     free(t->scratch);
-    t->scratch = s, t->scratch_size = need;
+    t->scratch = s, t->scratch_size = size, t->scratch_mem = m;
     return 0;
 }
 
-int hx__dnnl_gemm_bf16(hx__dnnl_thread *t, int ta, int tb, int64_t m, int64_t n, int64_t K,
-                       const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C,
-                       int64_t ldc)
+int hx__dnnl_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t K, const uint16_t *A,
+                       int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc)
 {
     prim_key k = {ta, tb, m, n, K, lda, ldb, ldc};
-    dnnl_primitive_t p;
-    size_t need;
-    bool owned;
-    if (!t->stream) {
-        dnnl_stream_t st;
-        if (dnnl_stream_create(&st, engine, dnnl_stream_default_flags) != dnnl_success) return -1;
-        t->stream = st;
-    }
-    if (prim_get(&k, &p, &need, &owned)) return -1;
-    dnnl_memory_desc_t a, b, c, s;
-    dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
-    dnnl_dims_t sd = {(dnnl_dim_t)need};
+    prim owned = {k, NULL, 0};
+    thread_state *t = thread_state_get();
+    if (!t) return -1;
+    int slot = prim_get(&k, &owned);
+    if (slot < 0 && !owned.p) return -1;
+    const prim *p = slot >= 0 ? &cache[slot] : &owned;
+    dnnl_memory_t tmp[3] = {NULL, NULL, NULL}, *mem = slot >= 0 ? t->mem[slot] : tmp;
     int rc = -1;
-    if (thread_scratch(t, need) == 0 && tile_mds(&k, &a, &b, &c) == 0 &&
-        dnnl_memory_desc_init_by_tag(&s, 1, sd, dnnl_u8, dnnl_a) == dnnl_success &&
-        dnnl_memory_create(&mem[0], &a, engine, (void *)A) == dnnl_success &&
-        dnnl_memory_create(&mem[1], &b, engine, (void *)B) == dnnl_success &&
-        dnnl_memory_create(&mem[2], &c, engine, C) == dnnl_success &&
-        dnnl_memory_create(&mem[3], &s, engine, t->scratch) == dnnl_success) {
+    if ((mem[0] || tile_mems(&k, mem) == 0) && thread_scratch(t, p->scratch) == 0 &&
+        dnnl_memory_set_data_handle(mem[0], (void *)A) == dnnl_success &&
+        dnnl_memory_set_data_handle(mem[1], (void *)B) == dnnl_success &&
+        dnnl_memory_set_data_handle(mem[2], C) == dnnl_success) {
         dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]},
-                                   {DNNL_ARG_DST, mem[2]}, {DNNL_ARG_SCRATCHPAD, mem[3]}};
-        rc = dnnl_primitive_execute(p, t->stream, need ? 4 : 3, args) == dnnl_success &&
+                                   {DNNL_ARG_DST, mem[2]}, {DNNL_ARG_SCRATCHPAD, t->scratch_mem}};
+        rc = dnnl_primitive_execute(p->p, t->stream, p->scratch ? 4 : 3, args) == dnnl_success &&
                      dnnl_stream_wait(t->stream) == dnnl_success
                  ? 0
                  : -1;
     }
-    for (int i = 0; i < 4; i++)
-        if (mem[i]) dnnl_memory_destroy(mem[i]);
-    if (owned) dnnl_primitive_destroy(p);
+    if (slot < 0) {
+        for (int j = 0; j < 3; j++)
+            if (tmp[j]) dnnl_memory_destroy(tmp[j]);
+        dnnl_primitive_destroy(owned.p);
+    }
     return rc;
-}
-
-void hx__dnnl_thread_end(hx__dnnl_thread *t)
-{
-    if (t->stream) dnnl_stream_destroy(t->stream);
-    free(t->scratch);
-    *t = (hx__dnnl_thread){0};
 }

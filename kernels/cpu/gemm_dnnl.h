@@ -6,17 +6,7 @@
 #define HX_GEMM_DNNL_H
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
-
-/* One thread's oneDNN state across the tiles of one GEMM: its stream and
- * its scratchpad buffer (grown as tiles need). Zero-initialised before the
- * first tile, released by hx__dnnl_thread_end. */
-typedef struct hx__dnnl_thread {
-    void *stream;
-    void *scratch;
-    size_t scratch_size;
-} hx__dnnl_thread;
 
 #ifdef HX_HAVE_DNNL
 /* Whether oneDNN runs bf16 matmuls natively on this CPU (its effective
@@ -28,17 +18,19 @@ bool hx__dnnl_bf16_usable(void);
  * one single-threaded oneDNN matmul on the calling thread (whose OpenMP
  * nthreads must be 1): the same bits for the same tile shape, whatever
  * thread runs it. The primitive of each (ta, tb, m, n, K, lda, ldb, ldc)
- * is created once and cached (bounded; thread-safe). Returns 0, or -1
+ * is created once and cached (bounded; thread-safe); the calling thread's
+ * stream, scratchpad and memory objects are kept for its later calls and
+ * freed when it exits, or at process exit. Returns 0, or -1
  * when oneDNN cannot create or run it (out of memory); C is then not
  * fully written. Requires hx__dnnl_bf16_usable(). */
-int hx__dnnl_gemm_bf16(hx__dnnl_thread *t, int ta, int tb, int64_t m, int64_t n, int64_t K,
-                       const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C,
-                       int64_t ldc);
+int hx__dnnl_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t K, const uint16_t *A,
+                       int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc);
 
-/* Releases t's stream and scratchpad. */
-void hx__dnnl_thread_end(hx__dnnl_thread *t);
+/* The threads whose state hx__dnnl_gemm_bf16 keeps now. */
+int hx__dnnl_thread_states(void);
 #else
 static inline bool hx__dnnl_bf16_usable(void) { return false; }
+static inline int hx__dnnl_thread_states(void) { return 0; }
 #endif
 
 #endif

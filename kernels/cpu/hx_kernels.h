@@ -233,6 +233,11 @@ hx_k_gemm_engine hx_k_gemm_half_engine(void);
 hx_k_gemm_engine hx_k_gemm_half_set_engine(hx_k_gemm_engine engine);
 /* "onednn" or "openblas" */
 const char *hx_k_gemm_engine_name(hx_k_gemm_engine engine);
+/* The threads now holding ONEDNN state: each thread that ran a oneDNN tile
+ * keeps its stream, scratchpad and memory objects for its later GEMMs
+ * until it exits (then they are freed; those of threads still alive at
+ * process exit, then). 0 without oneDNN. Thread-safe. */
+int hx_k_gemm_half_thread_states(void);
 
 /* `outer` GEMMs over two strides (gemm_heads.c): GEMM b is hx_k_gemm_f32
  * (alpha 1, beta 0; dt HX_K_F32) or hx_k_gemm_half (no bias, no activation;
