@@ -22,12 +22,19 @@
  * mpirun --oversubscribe -np N; each rank prints one JSON object per
  * stage ($HX_BENCH_ZERO_STAGE, when set: the only stage run, e.g. 3).
  *
- * Communication hidden: each stage trains two sessions side by side on
- * the same feeds, their steps interleaved (A B A B ...): one as configured
- * (the gradient sums start during the backward as their chunks are
- * complete) and one with hx_session_config.no_comm_overlap (every sum
- * started after the backward: the collectives' whole time, measured with
- * nothing else running). comm_wait_s is the median over the steps of
+ * Communication hidden: each stage trains two sessions on the same feeds:
+ * one as configured (the gradient sums start during the backward as their
+ * chunks are complete) and one with hx_session_config.no_comm_overlap
+ * (every sum started after the backward: the collectives' whole time,
+ * measured with nothing else running). By default ("order": "blocks")
+ * all of one session's steps run, then all of the other's, as a training
+ * loop of one session does: a step's all-gathers left in flight have
+ * nothing but the next step's forward to run under. $HX_BENCH_ZERO_INTERLEAVED
+ * set interleaves their steps instead (A B A B ...; "order":
+ * "interleaved", the default before session 16), where the other
+ * session's step runs while the all-gathers of one are in flight and its
+ * MPI calls move them on too (Open MPI's progress is the whole process's):
+ * that flatters the overlap. comm_wait_s is the median over the steps of
  * hx_train_stats.comm_wait_s's growth in a step: the time a step spends on data-parallel communication after its
  * backward and after its updates (starting the sums not started, waiting
  * for those in flight, copying the sums to and from the chunk buffers, the
@@ -35,14 +42,11 @@
  * overlap, in its forward waiting for the all-gathers the step before
  * left in flight (each before the first step that reads its parameters;
  * the session without overlap waits for them before its run returns).
+ * Not in it: the gradient norm's all-gather of the owners' sums of squares
+ * (a few hundred bytes, blocking, after the scan), in both sessions.
  * hidden_share = 1 - comm_wait_s (overlap) / comm_wait_s (no overlap): the
  * share of the collectives' time that the backward, the host update and
- * the next forward hide. The two sessions share the communicator, so the
- * other session's step runs while the all-gathers of one are in flight,
- * and its MPI calls move them on too (Open MPI's progress is the whole
- * process's); $HX_BENCH_ZERO_BLOCKS set runs all of one session's steps,
- * then all of the other's ("order": "blocks"), so that each step's
- * all-gathers have only the next step's forward. The
+ * the next forward hide. The
  * time progress takes inside the backward is in step_s, not in the
  * wait: both step times are printed. Stage 3 starts its sums after the
  * backward either way (its gathers share the communicator), so its share
@@ -156,8 +160,8 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
     hx_status st = hx_session_run(r.s, f, 2, NULL, 0, HX_RUN_TRAIN); /* warm-up: plans, arenas */
     if (!st) st = hx_session_run(off.s, f_off, 2, NULL, 0, HX_RUN_TRAIN);
     double step_s = 0, step_off_s = 0, per_step = 0, waits[2][STEPS];
-    bool blocks = getenv("HX_BENCH_ZERO_BLOCKS") != NULL; /* each session's steps in a row */
-    for (int k = 0; k < STEPS && !st; k++) { /* interleaved: the load changes both alike */
+    bool blocks = getenv("HX_BENCH_ZERO_INTERLEAVED") == NULL; /* each session's steps in a row */
+    for (int k = 0; k < STEPS && !st; k++) { /* interleaved, the load changes both alike */
         uint64_t sent0 = hx_comm_bytes_sent(comm);
         st = timed_step(r.s, f, &step_s, &waits[0][k]);
         per_step += (double)(hx_comm_bytes_sent(comm) - sent0) / STEPS;

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* Process-wide: MPI is one per process, so whether hetex started it and
  * how many communicators use it are too. Guarded by mpi_mutex. */
@@ -53,6 +54,19 @@ static hx_status start_mpi(void)
     return HX_OK;
 }
 
+/* Whether the ranks of comm on this host are no more than its cores
+ * (mpi_mutex held; collective over comm). */
+static bool own_cores(MPI_Comm comm)
+{
+    MPI_Comm local;
+    int here = 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) != MPI_SUCCESS) return false;
+    if (MPI_Comm_size(local, &here) != MPI_SUCCESS) here = 0;
+    MPI_Comm_free(&local);
+    return here > 0 && here <= cores;
+}
+
 static void stop_mpi_if_ours(void)
 {
     if (live_comms == 0 && we_initialised) {
@@ -79,6 +93,7 @@ hx_status hx_comm_create(const hx_comm_config *cfg, hx_comm **out)
         if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
         if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(m->comm, &m->rank);
         if (rc == MPI_SUCCESS) rc = MPI_Comm_size(m->comm, &m->size);
+        if (rc == MPI_SUCCESS) m->own_cores = own_cores(m->comm);
         if (rc != MPI_SUCCESS) {
             char buf[MPI_MAX_ERROR_STRING];
             st = hx__error(HX_ERR_COMM, "hx_comm_create: duplicating the %s communicator failed: %s",
@@ -120,6 +135,7 @@ void hx_comm_free(hx_comm *c)
 
 int hx_comm_rank(const hx_comm *c) { return c ? c->rank : -1; }
 int hx_comm_size(const hx_comm *c) { return c ? c->size : -1; }
+bool hx__comm_own_cores(const hx_comm *c) { return c->own_cores; }
 uint64_t hx_comm_bytes_sent(const hx_comm *c) { return c ? c->bytes_sent : 0; }
 
 void hx__comm_set_max_message(hx_comm *c, int64_t elems) { c->max_msg = elems > 0 ? elems : 1; }

@@ -51,5 +51,6 @@ hx_status hx__coll_test(hx_coll *q, bool *done)
 }
 hx_status hx__coll_wait(hx_coll *q) { return q ? no_mpi("wait") : HX_OK; }
 void hx__comm_set_max_message(hx_comm *c, int64_t elems) { (void)c; }
+bool hx__comm_own_cores(const hx_comm *c) { (void)c; return false; }
 uint64_t hx__comm_bytes_sent(const hx_comm *c) { return 0; }
 #endif

@@ -13,6 +13,7 @@ struct hx_comm {
     double timeout_s;
     uint64_t seq;        /* collectives started: the tag of the next one */
     int64_t max_msg;     /* elements per message piece */
+    bool own_cores;      /* its ranks on this host have a core each (comm.c) */
     uint64_t bytes_sent; /* to other ranks */
     bool broken;         /* a collective failed: no more, and no MPI_Comm_free */
     void **quarantine;   /* buffers a broken collective may still be written to */

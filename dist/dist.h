@@ -74,6 +74,10 @@ hx_status hx__comm_all_to_all_v(hx_comm *c, const void *send, const int64_t *sen
 hx_status hx__comm_broadcast(hx_comm *c, void *buf, int64_t count, hx_dtype dt, int root,
                              hx_coll **out);
 
+/* Whether c's ranks on this host are no more than its online cores, each
+ * able to have one (found at creation; false without MPI). */
+bool hx__comm_own_cores(const hx_comm *c);
+
 /* A duplicate of c (collective over c: MPI_Comm_dup) with its timeout, to
  * be freed with hx_comm_free. */
 hx_status hx__comm_dup(const hx_comm *c, hx_comm **out);
@@ -82,7 +86,9 @@ hx_status hx__comm_dup(const hx_comm *c, hx_comm **out);
  * waited for). */
 hx_status hx__coll_test(hx_coll *q, bool *done);
 /* Drives q until it completes or the communicator's timeout passes, and
- * frees q (also on failure; NULL: HX_OK). */
+ * frees q (also on failure; NULL: HX_OK). Between tests it sleeps 50 us
+ * once it has polled 100 times and, where each rank on the host has a
+ * core (hx__comm_own_cores), 300 us. */
 hx_status hx__coll_wait(hx_coll *q);
 
 /* The largest message, in elements, a collective sends in one piece

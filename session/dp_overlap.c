@@ -28,7 +28,16 @@
  * time the streams pass a writer (the thread sleeps on the writer's
  * event in between: polling there woke it 200-300 times a step, each
  * wake taken from the computation on a shared core); one thread at a
- * time drives it, the others go on.
+ * time drives it, the others go on. While the last step's all-gathers
+ * are in flight (phase 0, below) and the ranks on this host have a core
+ * each (hx__comm_own_cores), it also runs every 25 us as stream
+ * steps are submitted and, instead of the sleep, while the thread waits
+ * for the streams: without it the forward's submission made no MPI call
+ * and the thread then slept until the backward's first writer, and a peer
+ * whose reader waited for this rank's side of an all-gather (its sends
+ * complete only as this rank moves them) waited until then (one session
+ * alone, stage 2 at 2 ranks: a peer's reader finished 218 us after this
+ * rank began its step, 13 us with the polling; session 16's trace).
  *
  * After each phase, finish starts what is left, waits for every unit and
  * writes the sums over the gradients (the all-gathers' values arrive in
@@ -87,6 +96,7 @@ typedef struct schedule {
 } schedule;
 
 enum { LOG_CAP = 4096, MAX_WRITERS = 8, MAX_READS = 256 };
+#define POLL_S 25e-6 /* poll: the interval */
 
 /* The engine's hx_param_gather while the all-gathers are deferred. */
 typedef struct reader {
@@ -114,6 +124,9 @@ struct hx_dp_overlap {
     reader rd;            /* ... the readers' waits */
     int64_t g0;           /* the f32 chunk groups (the bf16 ones' flat numbers follow) */
     int deferred;         /* all-gathers in flight after the last step (prog held) */
+    double polled;        /* poll's last drive (prog held) */
+    bool own_cores;       /* the ranks on this host have a core each: poll (else it would take
+                           * the core from the rank it waits for) */
 };
 
 /* tests: 1, neither the readers nor progress finish the deferred all-gathers
@@ -472,6 +485,26 @@ static void progress(hx_step_watch *w)
     pthread_mutex_unlock(&o->prog);
 }
 
+/* Phase 0 while the last step's all-gathers are in flight: progress at
+ * most every POLL_S (prog free), so that they move on while the thread
+ * submits the forward's stream steps and while it waits for the streams
+ * (it would sleep there, and a peer whose reader waits for this rank's
+ * messages would wait with it). Returns whether some are in flight. */
+static bool poll(hx_dp_overlap *o)
+{
+    if (!o->own_cores || hx__dp_defer_test) return false;
+    if (pthread_mutex_trylock(&o->prog)) return true; /* another thread drives them */
+    bool flight = o->deferred > 0 && o->cur && !o->cur->phase;
+    double now = flight ? hx__now() : 0;
+    if (flight && now - o->polled >= POLL_S) {
+        o->polled = now;
+        drive(o);
+        flight = o->deferred > 0;
+    }
+    pthread_mutex_unlock(&o->prog);
+    return flight;
+}
+
 /* Step sp's place in the phase (-1: not one of its steps). */
 static int step_of(const schedule *c, const hx_step *sp)
 {
@@ -495,6 +528,7 @@ static hx_status submitted(hx_step_watch *w, const hx_step *sp, hx_stream *s)
     hx_dp_overlap *o = (hx_dp_overlap *)w;
     schedule *c = o->cur;
     int k = step_of(c, sp);
+    poll(o);
     if (k < 0 || !c->ev[k]) return HX_OK;
     hx_backend *acc = o->s->e.be[HX_DEV_ACCEL];
     hx_status st = acc->event_record(acc, c->ev[k], s);
@@ -508,21 +542,28 @@ static hx_status submitted(hx_step_watch *w, const hx_step *sp, hx_stream *s)
 /* After the phase's host steps, until the streams have passed every
  * writer: sleeps on the earliest pending writer's event (the thread wakes
  * when its stream gets there, and takes no core meanwhile), then drives
- * progress (which sees every writer passed by then). */
+ * progress (which sees every writer passed by then). While the last
+ * step's all-gathers are in flight it polls instead (poll). */
 static void drain(hx_step_watch *w)
 {
     hx_dp_overlap *o = (hx_dp_overlap *)w;
     hx_backend *acc = o->s->e.be[HX_DEV_ACCEL];
-    for (;;) {
+    for (int noted = -1;;) {
         pthread_mutex_lock(&o->mu);
         schedule *c = o->cur;
         int k = -1;
         for (int i = 0; i < c->n_pend; i++)
             if (k < 0 || c->pend[i] < k) k = c->pend[i];
-        if (k >= 0) note(o, 'W', k);
+        if (k >= 0 && k != noted) note(o, 'W', k), noted = k;
         pthread_mutex_unlock(&o->mu);
         if (k < 0) return;
-        hx_status st = acc->event_sync(acc, c->ev[k]);
+        bool passed = false;
+        hx_status st = HX_OK;
+        while (!st && !passed && poll(o)) {
+            st = acc->event_query(acc, c->ev[k], &passed);
+            if (!st && !passed) hx__sleep_until(hx__now() + POLL_S);
+        }
+        if (!st && !passed) st = acc->event_sync(acc, c->ev[k]);
         if (st) { /* the backend's error, reported after the phase */
             pthread_mutex_lock(&o->prog);
             fail(o, st);
@@ -739,6 +780,7 @@ hx_status hx__session_dp_overlap_create(hx_session *s)
     buckets(s);
     o->s = s;
     o->g0 = s->dp[0] ? hx__dp_groups(s->dp[0]) : 0;
+    o->own_cores = hx__comm_own_cores(s->e.cfg.comm);
     o->defer = (s->e.cfg.zero_stage == 1 || s->e.cfg.zero_stage == 2) && !s->e.cfg.no_comm_overlap;
     if (o->defer) { /* the readers of the next forward wait for the all-gathers */
         o->rd = (reader){.hooks = {.ready = reader_ready, .done = reader_done, .queued = reader_queued},
