@@ -204,6 +204,9 @@ static const bench_plot table[] = {
     BARS("zero-cpu-2026-12-07-s15", "-hidden", NULL, "stage,ranks,rank,rep", "variant", "hidden_share",
          "1 - comm wait with overlap / without", "ZeRO stages 1-2: communication hidden, per rank and "
          "run, before and after (all-gathers in place, finished in the next forward)"),
+    BARS("zero-cpu-2026-12-07-s16", "-hidden", NULL, "stage,ranks,rank,rep", "variant", "hidden_share",
+         "1 - comm wait with overlap / without", "ZeRO stages 1-2: communication hidden, per rank and "
+         "run, one session alone (before, after) and interleaved sessions"),
 };
 enum { N_ROWS = (int)(sizeof table / sizeof table[0]) };
 
