@@ -81,6 +81,12 @@ static const bench_plot table[] = {
           "without the cache in the same run (line at 1: no cache)"),
     BARS("devcache-", "-hits", "case=cache", "ids,cache_fraction", NULL, "hit_rate", "hit rate",
          "device cache of hot rows: hit rate (distinct rows a step) by ids and cache size"),
+    RATIO("devcache-pin-", "", "case=cache", "ids,cache_fraction", "variant", "time_over_no_cache",
+          "step time over no cache's", "device cache, local table: cached step time over uncached, before "
+          "and after s16's read-ahead (line at 1; #k: k-th run)"),
+    BARS("devcache-pin-", "-moved", "case=cache", "ids,cache_fraction", "variant", "moved_over_no_cache",
+         "rows moved over no cache's", "device cache, local table: rows moved a step over the uncached "
+         "table's, before and after (#k: k-th run)"),
     RATIO("dispatch-", "", NULL, "case,backend,threads", NULL, "ratio_to_plain",
           "plain loop's time over hetex's", "op dispatch: speed as a fraction of a plain C loop "
           "over the same ops in the same run (line at 1: the loop)"),
@@ -163,6 +169,12 @@ static const bench_plot table[] = {
           "without it, same run (line at 1: no cache)"),
     BARS("ps-devcache-", "-hits", "bench=ps_devcache", "ranks,ids,cache_rows", NULL, "hit_rate", "hit rate",
          "server mode, one worker: the device cache's hit rate (distinct rows a step)"),
+    RATIO("ps-devcache-pin-", "", "bench=ps_devcache", "ranks,ids,cache_rows", "variant", "time_over_no_cache",
+          "step time over no cache's", "server mode, one worker: cached step time over uncached, before and "
+          "after s16's read-ahead (line at 1; #k: k-th run)"),
+    BARS("ps-devcache-pin-", "-moved", "bench=ps_devcache", "ranks,ids,cache_rows", "variant",
+         "moved_over_no_cache", "rows moved over no cache's", "server mode, one worker: rows moved a step "
+         "over the uncached table's, before and after (#k: k-th run)"),
     RATIO("ps-devcache-slots-", "", "bench=ps_devcache", "ranks,ids,cache_rows", "variant", "time_over_no_cache",
           "step time over no cache's", "server mode, one worker: cached step time over uncached, before and "
           "after the update reuses the lookup's slots (line at 1; #k: k-th run)"),
