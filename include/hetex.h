@@ -1216,14 +1216,19 @@ HX_API hx_status hx_embedding_table_stats(const hx_embedding_table *t, hx_embedd
  * copies the rows of ids not in the cache into a staging area now, in the
  * calling thread, so that the next step's misses on them copy nothing from
  * the table (up to device_cache_rows rows staged at a time; rows staged
- * before the previous call and not used since are dropped); in server
- * mode in one fetch from each server holding some. Other tables: nothing
- * to do.
+ * before the previous call and not used since are dropped), and keeps the
+ * rows of ids already cached from eviction until the next call (unless a
+ * step needs their slots). In server mode it asks each server holding some
+ * rows in one fetch and returns without waiting: the rows are taken in by
+ * the first table call that needs one of them (or the next prefetch, a
+ * save, a read or the table's free), and a failed fetch fails that call.
+ * Other tables: nothing to do.
  *   Fails:      HX_ERR_INVALID_ARGUMENT (t NULL, n < 0, ids NULL with n > 0);
- *               HX_ERR_OUT_OF_MEMORY; server mode with a device cache: a
- *               fetch's failure (HX_ERR_COMM naming a silent server).
- *   On failure: nothing was started; the table never changes (a read-ahead
- *               that fails is read again by the step that needs the row).
+ *               HX_ERR_OUT_OF_MEMORY; server mode with a device cache: the
+ *               previous fetch's failure when this call takes it in
+ *               (HX_ERR_COMM naming a silent server).
+ *   On failure: the table never changes (a read-ahead that fails is read
+ *               again by the step that needs the row).
  *   Ownership:  ids is the caller's; nothing is kept.
  *   Threads:    any thread; takes the table's lock (waits for an update).
  */
