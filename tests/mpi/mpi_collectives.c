@@ -6,7 +6,7 @@
  * variants), an all-gather in place into segments of odd byte lengths
  * (some empty), two collectives in flight at once, the bytes
  * each rank sends, bad input, a timeout naming the rank that did not come,
- * and MPI's start and end: hetex starts and finalises it; with --user-mpi
+ * whether the ranks have a core each, and MPI's start and end: hetex starts and finalises it; with --user-mpi
  * the program does, and hetex works on a communicator the program split.
  * Each rank prints "hx-digest rank R of N: HASH" over every result, which
  * tests/mpi/same_over_tcp.sh compares between transports. */
@@ -442,6 +442,17 @@ static void test_timeout(void)
     hx_comm_free(c2);
 }
 
+/* Whether the ranks have a core each (hx__comm_own_cores: where they do,
+ * a wait polls 300 us before it sleeps, and the data-parallel overlap
+ * polls its all-gathers): every rank of these tests runs on this host, so
+ * it is whether the ranks are no more than its online cores. */
+static void test_own_cores(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK(hx__comm_own_cores(comm) == (size <= cores), "rank %d of %d on %ld cores: own cores %d", rank,
+          size, cores, (int)hx__comm_own_cores(comm));
+}
+
 static int setup(void)
 {
     if (user_mpi) {
@@ -506,7 +517,8 @@ int main(int argc, char **argv)
         {"variable_blocks", test_variable_blocks}, {"segments", test_segments},
         {"broadcast", test_broadcast},       {"pieces", test_pieces},
         {"overlap_and_bytes", test_overlap_and_bytes}, {"bad_input", test_bad_input},
-        {"timeout", test_timeout},           {"finalize", test_finalize},
+        {"timeout", test_timeout},           {"own_cores", test_own_cores},
+        {"finalize", test_finalize},
     };
     test_options o = {.setup = setup, .flag = flag,
                       .flags_help = "  --user-mpi   the program starts MPI and hands hetex a split communicator\n"};
