@@ -6,7 +6,8 @@
 # run under TSan, and CI's second build stays fast (those builds test the
 # entry points' no-CUDA side instead). Without it, backend_cuda_none.c
 # answers for the backend. Kernels are built for sm_80 (A100) and sm_90
-# (H100/H200) machine code, plus sm_90 PTX for later GPUs.
+# (H100/H200) machine code, plus sm_90 PTX for later GPUs; CMAKE_CUDA_ARCHITECTURES
+# or the environment's CUDAARCHS (on the first configure) picks others.
 set(HX_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when nvcc is found), ON, OFF")
 set_property(CACHE HX_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(HX_HAVE_CUDA OFF)
@@ -28,7 +29,11 @@ endif()
 
 if(HX_HAVE_CUDA)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
+    if(DEFINED ENV{CUDAARCHS}) # as CMake 3.20+ reads it: CI compiles one architecture
+      set(CMAKE_CUDA_ARCHITECTURES $ENV{CUDAARCHS})
+    else()
+      set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
+    endif()
   endif()
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_RUNTIME_LIBRARY Shared) # one runtime: the libcudart.so hetex links
