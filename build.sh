@@ -244,8 +244,10 @@ case "$cmd" in
       set -- -L 'sched|tsan' "$@"
       export OMP_THREAD_LIMIT=1 # only here (OpenBLAS's own threading spins forever under it; gemm.c keeps OpenBLAS on one thread)
     else
-      # timeouts x4: ASan and UBSan run the tests 2-4x slower than Release
-      build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san" -DHX_TEST_TIMEOUT_SCALE=4
+      # timeouts x4: ASan and UBSan run the tests 2-4x slower than Release;
+      # no benchmarks or example programs (no test runs them; the Release build compiles them)
+      build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHX_SANITIZE="$san" -DHX_TEST_TIMEOUT_SCALE=4 \
+        -DHX_BUILD_PROGRAMS=OFF
     fi
     # OpenBLAS/libgomp keep thread pools that LeakSanitizer cannot see into.
     cd "$dir" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
