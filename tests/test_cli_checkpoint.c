@@ -171,7 +171,7 @@ static int setup(void)
     if (!test_make_tmpdir(dir, sizeof dir, "hx_test_cli_ckpt")) return 1;
     snprintf(data, sizeof data, "%s/small", dir);
     snprintf(log_path, sizeof log_path, "%s/out.txt", dir);
-    return test_adult_folder(data, adult, NULL, 3000, 1000, NULL) ? 0 : 1;
+    return test_adult_folder(data, adult, NULL, 1000, 500, NULL) ? 0 : 1;
 }
 
 static void teardown(void) { test_remove_tree(dir); }
