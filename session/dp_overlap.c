@@ -96,7 +96,7 @@ typedef struct schedule {
 } schedule;
 
 enum { LOG_CAP = 4096, MAX_WRITERS = 8, MAX_READS = 256 };
-#define POLL_S 25e-6 /* poll: the interval */
+#define POLL_S 25e-6 /* poll_deferred: the interval */
 
 /* The engine's hx_param_gather while the all-gathers are deferred. */
 typedef struct reader {
@@ -124,7 +124,7 @@ struct hx_dp_overlap {
     reader rd;            /* ... the readers' waits */
     int64_t g0;           /* the f32 chunk groups (the bf16 ones' flat numbers follow) */
     int deferred;         /* all-gathers in flight after the last step (prog held) */
-    double polled;        /* poll's last drive (prog held) */
+    double polled;        /* poll_deferred's last drive (prog held) */
     bool own_cores;       /* the ranks on this host have a core each: poll (else it would take
                            * the core from the rank it waits for) */
 };
@@ -490,7 +490,7 @@ static void progress(hx_step_watch *w)
  * submits the forward's stream steps and while it waits for the streams
  * (it would sleep there, and a peer whose reader waits for this rank's
  * messages would wait with it). Returns whether some are in flight. */
-static bool poll(hx_dp_overlap *o)
+static bool poll_deferred(hx_dp_overlap *o)
 {
     if (!o->own_cores || hx__dp_defer_test) return false;
     if (pthread_mutex_trylock(&o->prog)) return true; /* another thread drives them */
@@ -528,7 +528,7 @@ static hx_status submitted(hx_step_watch *w, const hx_step *sp, hx_stream *s)
     hx_dp_overlap *o = (hx_dp_overlap *)w;
     schedule *c = o->cur;
     int k = step_of(c, sp);
-    poll(o);
+    poll_deferred(o);
     if (k < 0 || !c->ev[k]) return HX_OK;
     hx_backend *acc = o->s->e.be[HX_DEV_ACCEL];
     hx_status st = acc->event_record(acc, c->ev[k], s);
@@ -543,7 +543,7 @@ static hx_status submitted(hx_step_watch *w, const hx_step *sp, hx_stream *s)
  * writer: sleeps on the earliest pending writer's event (the thread wakes
  * when its stream gets there, and takes no core meanwhile), then drives
  * progress (which sees every writer passed by then). While the last
- * step's all-gathers are in flight it polls instead (poll). */
+ * step's all-gathers are in flight it polls instead (poll_deferred). */
 static void drain(hx_step_watch *w)
 {
     hx_dp_overlap *o = (hx_dp_overlap *)w;
@@ -559,7 +559,7 @@ static void drain(hx_step_watch *w)
         if (k < 0) return;
         bool passed = false;
         hx_status st = HX_OK;
-        while (!st && !passed && poll(o)) {
+        while (!st && !passed && poll_deferred(o)) {
             st = acc->event_query(acc, c->ev[k], &passed);
             if (!st && !passed) hx__sleep_until(hx__now() + POLL_S);
         }
