@@ -135,6 +135,25 @@ static void unstage(hx_emb_devcache *t, int64_t r)
 /* pcold of a record whose read is under way. */
 enum { IN_FLIGHT = 2 };
 
+/* The end of the read of the read-ahead's rows aread[0 .. nr) into their
+ * records aat[] (st: how it went): on failure the records are freed (in
+ * reverse: pfree as it was), else the rows count as read ahead and, as
+ * read_rows counts them, read in. */
+static hx_status ahead_read(hx_emb_devcache *t, int64_t nr, hx_status st)
+{
+    for (int64_t i = nr; i-- > 0;) {
+        int32_t p = t->aat[i];
+        if (st) {
+            unstage_at(t, t->aread[i], p);
+            continue;
+        }
+        t->rows_init += t->pcold[p];
+        t->rows_in += !t->pcold[p];
+        t->prefetched++;
+    }
+    return st;
+}
+
 /* Takes in the read-ahead under way, if any; on failure its rows are not
  * staged. */
 static hx_status finish_ahead(hx_emb_devcache *t, hx_emb_err *err)
@@ -143,18 +162,9 @@ static hx_status finish_ahead(hx_emb_devcache *t, hx_emb_err *err)
     void *p = t->pending;
     t->pending = NULL;
     hx_status st = t->store->read_finish(t->back, p, t->aat, t->pbuf, t->rec, t->pcold, err);
-    for (int64_t i = t->naread; i-- > 0;) { /* in reverse: pfree as it was */
-        int32_t at = t->aat[i];
-        if (st) {
-            unstage_at(t, t->aread[i], at);
-            continue;
-        }
-        t->rows_init += t->pcold[at];
-        t->rows_in += !t->pcold[at];
-        t->prefetched++;
-    }
+    int64_t nr = t->naread;
     t->naread = 0;
-    return st;
+    return ahead_read(t, nr, st);
 }
 
 /* n records (stride t->rec) of rows written back to the store. A staged
@@ -416,14 +426,10 @@ hx_status hx_emb_devcache_prefetch(hx_emb_devcache *t, const int64_t *rows, int6
             for (int64_t i = 0; i < nr; i++) t->pcold[t->aat[i]] = IN_FLIGHT;
             return HX_OK;
         }
-    } else {
-        st = read_rows(t, t->aread, nr, t->aat, t->pbuf, t->pcold, err); /* straight into the records */
+    } else { /* straight into the records */
+        st = t->store->read(t->back, t->aread, nr, t->aat, t->pbuf, t->rec, t->pcold, err);
     }
-    for (int64_t i = nr; i-- > 0;) { /* undone on failure (in reverse: pfree as it was) */
-        if (st) unstage_at(t, t->aread[i], t->aat[i]);
-        else t->prefetched++;
-    }
-    return st;
+    return ahead_read(t, nr, st);
 }
 
 /* Forgets every row read ahead. */

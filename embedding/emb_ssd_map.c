@@ -7,8 +7,6 @@
 
 #include "embedding/embedding.h"
 
-#define slot_of hx_emb_rowmap_home
-
 int hx_emb_rowmap_init(hx_emb_rowmap *m, int64_t n)
 {
     uint64_t cap = 16;
@@ -54,7 +52,7 @@ void hx_emb_rowmap_clear(hx_emb_rowmap *m)
 int32_t hx_emb_rowmap_get(const hx_emb_rowmap *m, int64_t key)
 {
     if (m->direct) return m->vals[key];
-    for (uint64_t i = slot_of(m, key);; i = (i + 1) & m->mask) {
+    for (uint64_t i = hx_emb_rowmap_home(m, key);; i = (i + 1) & m->mask) {
         if (m->keys[i] == key) return m->vals[i];
         if (m->keys[i] < 0) return -1;
     }
@@ -66,7 +64,7 @@ void hx_emb_rowmap_put(hx_emb_rowmap *m, int64_t key, int32_t val)
         m->vals[key] = val;
         return;
     }
-    uint64_t i = slot_of(m, key);
+    uint64_t i = hx_emb_rowmap_home(m, key);
     while (m->keys[i] >= 0) i = (i + 1) & m->mask;
     m->keys[i] = key;
     m->vals[i] = val;
@@ -78,14 +76,14 @@ void hx_emb_rowmap_del(hx_emb_rowmap *m, int64_t key)
         m->vals[key] = -1;
         return;
     }
-    uint64_t i = slot_of(m, key);
+    uint64_t i = hx_emb_rowmap_home(m, key);
     while (m->keys[i] != key) {
         if (m->keys[i] < 0) return;
         i = (i + 1) & m->mask;
     }
     /* Shift back every later entry of the run that may sit at i. */
     for (uint64_t j = (i + 1) & m->mask; m->keys[j] >= 0; j = (j + 1) & m->mask) {
-        uint64_t h = slot_of(m, m->keys[j]);
+        uint64_t h = hx_emb_rowmap_home(m, m->keys[j]);
         /* j's entry can move to i when its home h is not in (i, j] (cyclically). */
         if (((j - h) & m->mask) >= ((j - i) & m->mask)) {
             m->keys[i] = m->keys[j];

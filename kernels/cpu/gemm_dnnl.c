@@ -2,9 +2,10 @@
  * 2.6: brgemm kernels with AMX or AVX512-BF16, f32 accumulation), chosen
  * by measurement: on the GPT example's tile shapes, one thread, 2.6-11x
  * OpenBLAS's sgemm on the same values in f32 (bench_gemm_half,
- * bench/results/bf16-gemm-cpu-2026-12-07-s15.md). Its f16 matmul is not implemented
- * in 2.6 on this CPU (primitive creation says unimplemented), so f16 stays
- * widened; its f32 matmul loses to OpenBLAS on the wider shapes.
+ * bench/results/bf16-gemm-cpu-2026-12-07-s15.md). oneDNN 2.6 has no f16
+ * matmul for this CPU (creating one returns dnnl_unimplemented), so f16
+ * stays widened; its f32 matmul, measured with a primitive and memory
+ * objects made per call, lost to OpenBLAS on the wider shapes.
  *
  * gemm.c cuts a GEMM into tiles from its shape alone and runs each tile on
  * one thread; here a tile is one oneDNN matmul executed on that thread. Its
