@@ -130,6 +130,25 @@ void ref_eb_step(const ref_optim *o, int64_t t, ref_eb g, ref_eb *p, ref_eb *s1,
     }
 }
 
+void ref_eb_row_adagrad_step(const ref_optim *o, int64_t t, const float *g, int64_t dim, ref_eb *p,
+                             ref_eb *acc)
+{
+    ref_eb ss = {0, 0};
+    for (int64_t k = 0; k < dim; k++) {
+        ref_eb gk = {g[k], 0};
+        if (o->weight_decay != 0) gk = fma_eb(hyper(o->weight_decay), p[k], gk);
+        ss = add(ss, mul(gk, gk));
+    }
+    *acc = add(*acc, div_eb(ss, (ref_eb){(double)dim, 0}));
+    ref_eb rate = hyper(o->lr / (1 + (double)(t - 1) * o->lr_decay));
+    ref_eb mult = div_eb(rate, add(sqrt_eb(*acc), hyper(o->eps)));
+    for (int64_t k = 0; k < dim; k++) {
+        ref_eb gk = {g[k], 0};
+        if (o->weight_decay != 0) gk = fma_eb(hyper(o->weight_decay), p[k], gk);
+        p[k] = sub(p[k], mul(mult, gk));
+    }
+}
+
 double ref_eb_ratio(float got, double want, double e)
 {
     double d = fabs((double)got - want);

@@ -28,8 +28,14 @@ typedef struct ref_eb {
 ref_eb ref_eb_grad(double x, float unscale, float clip);
 
 /* One step t >= 1 of one element, as ref_optim_step (the same kinds but
- * ROW_ADAGRAD), on the values and bounds of p and the state s1, s2. */
+ * ROW_ADAGRAD: ref_eb_row_adagrad_step), on the values and bounds of p and the state s1, s2. */
 void ref_eb_step(const ref_optim *o, int64_t t, ref_eb g, ref_eb *p, ref_eb *s1, ref_eb *s2);
+
+/* One step t of row-wise Adagrad on a row of dim elements, as
+ * ref_row_adagrad_step: p and g (its f32 gradient, exact) have dim
+ * elements, acc is the row's accumulator. */
+void ref_eb_row_adagrad_step(const ref_optim *o, int64_t t, const float *g, int64_t dim, ref_eb *p,
+                             ref_eb *acc);
 
 /* How far got is from want (the double reference) in units of the bound
  * e: <= 1 when the kernel is within it (a bound of 0 asks for equality,
