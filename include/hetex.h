@@ -1636,7 +1636,12 @@ typedef struct hx_emu_host_cost {
  *   ENOSPC: HX_ERR_IO; a checksum mismatch: HX_ERR_CORRUPT) names the file
  *   and offset and applies nothing: parameters, state and step count stay
  *   as they were. DISK does not combine with delayed_param_update
- *   (HX_ERR_UNSUPPORTED).
+ *   (HX_ERR_UNSUPPORTED). At ZeRO stages 1-3 each rank's file holds what
+ *   the stage leaves that rank (its shard of the optimizer state, and
+ *   what it reads of the parameters: at stage 3 its shard of them), and
+ *   the ranks agree at session creation and after each training step:
+ *   a rank whose disk failed fails with its own error, every other rank
+ *   with the same status naming that rank, and none keeps the step.
  * - hx_offload_config_parse reads "key=value,..." with the keys below
  *   (offload_param=cpu,chunk_size=64MB,...); sizes take an optional
  *   KB/MB/GB suffix (powers of 1024), booleans true/false/1/0. A session
@@ -1915,18 +1920,21 @@ HX_API hx_session_config hx_session_config_default(void);
  *               range, an offload field out of range, a malformed
  *               $HX_OFFLOAD, emu_host_cost out of range, zero_stage
  *               out of 0..3 or not 0 without comm; data parallel: the
- *               ranks' graphs, seeds, chunk sizes or zero stages differ);
+ *               ranks' graphs, seeds, chunk sizes, zero stages or
+ *               offload_param differ);
  *               HX_ERR_UNSUPPORTED (CUDA asked for in a build
  *               or on a machine without it, the disk tier with
  *               delayed_param_update, data parallel that comm cannot
- *               serve, ZeRO stages 1-3 with the disk tier or
+ *               serve, ZeRO stages 1-3 with
  *               delayed_param_update, stage 3 with a parameter on the
  *               accelerator: see there); HX_ERR_COMM (comm's collectives);
  *               HX_ERR_NO_KERNEL (an op without a
  *               kernel on its target under HX_FALLBACK_ERROR, naming it);
  *               HX_ERR_DEVICE_OOM (the persistent tensors placed on the
  *               device exceed its cap, or no offload policy fits: see
- *               offload above); HX_ERR_IO (the disk tier's file);
+ *               offload above); HX_ERR_IO (the disk tier's file; at
+ *               ZeRO stages 1-3 on every rank, naming the rank whose
+ *               file failed);
  *               HX_ERR_OUT_OF_MEMORY.
  *   On failure: *out is NULL (unless out is NULL); g is as before and not
  *               frozen; nothing is allocated.
@@ -1992,7 +2000,9 @@ enum { HX_RUN_TRAIN = 1 }; /* run optimizer updates; dropout active */
  *               (this run's plan does not fit the device);
  *               HX_ERR_OUT_OF_MEMORY (host memory; a full DYNAMIC table
  *               without evict_when_full); HX_ERR_IO, HX_ERR_CORRUPT (the
- *               disk tier); HX_ERR_STATE (another thread's call on s has
+ *               disk tier; at ZeRO stages 1-3 a failure after the step's
+ *               collectives fails the step on every rank, the others
+ *               naming the rank that failed); HX_ERR_STATE (another thread's call on s has
  *               not returned; an embedding table of the graph is held by
  *               another thread as the tables' rule below forbids);
  *               HX_ERR_COMM (data parallel: summing the gradients over the

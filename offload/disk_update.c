@@ -24,7 +24,13 @@
  * inputs (only the update-only ones point into the slot), each run through
  * hx__update_step (counted and traced as the executor's), so the results
  * are bitwise those of the executor's update phase: updates touch
- * disjoint tensors, and kernels give the same bits at any thread count. */
+ * disjoint tensors, and kernels give the same bits at any thread count.
+ * As there, an update another rank owns (ZeRO: engine.update_skip) is
+ * left out, and the engine's step watch hears of each step (data
+ * parallel's all-gathers start as their parameters are updated). Its
+ * parameter's copy here, which the all-gather writes over, lies in
+ * resident segments that the I/O thread leaves to the run's store (after
+ * the all-gathers), never writing them while MPI may. */
 #include "offload/disk_layout.h"
 #include "backend/backend.h"
 #include "scheduler/scheduler.h"
@@ -286,6 +292,12 @@ void hx__disk_update_end(hx_offload_disk *d)
     d->upd = NULL;
 }
 
+/* Update x is another rank's (ZeRO): left out here. */
+static bool skipped(const hx_engine *e, const hx_tensor *x)
+{
+    return e->update_skip && e->update_skip[x->id];
+}
+
 /* The chunk segment step sp's inputs lie in (-1: none); -2 when in two. */
 static int chunk_of(const hx_offload_disk *d, const hx_step *sp)
 {
@@ -299,7 +311,9 @@ static int chunk_of(const hx_offload_disk *d, const hx_step *sp)
 
 /* res_last: per resident segment, the last chunk whose steps write into it
  * (a step writes every input but its gradient, src 1), -1 for the steps
- * without a chunk, -2 when none does. */
+ * without a chunk, -2 when none does, u->n (after every chunk: the run's
+ * store) where an update another rank owns reads it (ZeRO's all-gather
+ * writes that parameter after the updates). */
 static hx_status last_writers(hx_disk_update *u, const hx_offload_disk *d)
 {
     /* a batch: the first chunks read, or a chunk read and one written with resident segments */
@@ -312,6 +326,7 @@ static hx_status last_writers(hx_disk_update *u, const hx_offload_disk *d)
     for (int c = -1; c < u->n; c++)
         for (int i = c < 0 ? 0 : u->first[c]; i < u->first[c + 1]; i++) {
             const hx_tensor *x = u->up[u->order[i]].node;
+            int last = skipped(d->e, x) ? u->n : c;
             for (int k = 0; k < x->n_src; k++) {
                 const hx_tensor *t = x->src[k];
                 if (k == 1 || d->where[t->id] != -1) continue;
@@ -319,7 +334,7 @@ static hx_status last_writers(hx_disk_update *u, const hx_offload_disk *d)
                 int lo = (int)(d->at[t->id] / d->seg_bytes);
                 int hi = (int)((d->at[t->id] + (n ? n - 1 : 0)) / d->seg_bytes);
                 for (int g = lo; g <= hi; g++)
-                    if (u->res_last[g] < c) u->res_last[g] = c;
+                    if (u->res_last[g] < last) u->res_last[g] = last;
             }
         }
     return HX_OK;
@@ -410,18 +425,22 @@ hx_status hx__disk_update_begin(hx_offload_disk *d, const hx_plan *p)
     return st;
 }
 
-/* Runs update step i with the chunk tensors of its inputs in slot (NULL: none). */
+/* Runs update step i with the chunk tensors of its inputs in slot (NULL:
+ * none), unless another rank owns it. */
 static hx_status run_step(hx_disk_update *u, const hx_exec *ex, int i, const char *slot)
 {
     hx_engine *e = u->d->e;
     const hx_offload_disk *d = u->d;
     const hx_step *sp = &u->up[i];
     const hx_tensor *x = sp->node;
+    if (skipped(e, x)) return HX_OK;
     for (int k = 0; k < x->n_src; k++) {
         int id = x->src[k]->id;
         u->in[k] = slot && d->where[id] >= 0 ? (void *)(slot + d->at[id]) : sp->in[k];
     }
-    return hx__update_step(e, e->stream[HX_DEV_HOST], hx__exec_lane(e), ex, sp, u->in);
+    hx_status st = hx__update_step(e, e->stream[HX_DEV_HOST], hx__exec_lane(e), ex, sp, u->in);
+    if (!st) hx__gather_step_done(e, sp);
+    return st;
 }
 
 hx_status hx__disk_update_run(hx_residency *r, const hx_plan *p, const hx_exec *ex_in)

@@ -10,12 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether tensor id is kept on disk by the session's config (placement). */
+/* Whether tensor id is kept on disk by the session's config (placement;
+ * ZeRO: not another rank's shard). */
 static bool on_disk(const hx_engine *e, int id)
 {
     const hx_tensor *t = e->g->tensors[id];
     return e->cfg.offload.offload_param == HX_OFFLOAD_DISK && hx__dev_of(e, id) == HX_DEV_HOST &&
-            (t->kind == HX_TENSOR_PARAMETER || t->kind == HX_TENSOR_STATE);
+            (t->kind == HX_TENSOR_PARAMETER || t->kind == HX_TENSOR_STATE) &&
+            !(e->remote && e->remote[id]);
 }
 
 static bool holds(const hx_residency *r, int id)
@@ -209,9 +211,9 @@ static hx_status run_begin(hx_residency *r, const hx_plan *p, bool train)
     return !st && train ? hx__disk_update_begin(d, p) : st;
 }
 
-/* The residency's run_commit: writes back the resident segments the
- * updates changed and the I/O thread has not written yet, and commits them
- * with the chunks, all or nothing. */
+/* The residency's run_store: writes back the resident segments the
+ * updates (ZeRO: the all-gathers too) changed and the I/O thread has not
+ * written yet, pending with the chunks; a failure drops them all. */
 static hx_status store(hx_residency *r)
 {
     hx_offload_disk *d = hx__disk(r);
@@ -228,13 +230,17 @@ static hx_status store(hx_residency *r)
         else d->last.resident_bytes_written += d->segs[k].bytes;
     }
     d->last.resident_write_s = hx__now() - t0;
-    if (st) {
-        abort_pending(d);
-        return st;
-    }
+    if (st) abort_pending(d);
+    return st;
+}
+
+/* The residency's run_commit: what store and the I/O thread wrote, in use. */
+static void keep(hx_residency *r)
+{
+    hx_offload_disk *d = hx__disk(r);
+    if (!d->loaded) return;
     commit(d);
     d->res_dirty = false;
-    return HX_OK;
 }
 
 /* ---- spans: segments loaded together ----------------------------------------------------- */
@@ -259,6 +265,18 @@ static void resident_segs(const hx_offload_disk *d, int id, int *lo, int *hi)
     size_t n = hx_tensor_nbytes(d->e->g->tensors[id]);
     *lo = (int)(d->at[id] / d->seg_bytes);
     *hi = (int)((d->at[id] + (n ? n - 1 : 0)) / d->seg_bytes);
+}
+
+/* The residency's loaded: resident tensor id (id < 0: the whole region)
+ * read; others are never read during the forward and backward. */
+static hx_status loaded(hx_residency *r, int id)
+{
+    hx_offload_disk *d = hx__disk(r);
+    if (id < 0) return hx__disk_resident_wait(d, d->n_res - 1);
+    if (d->where[id] != -1) return HX_OK;
+    int lo, hi;
+    resident_segs(d, id, &lo, &hi);
+    return hx__disk_resident_wait(d, hi);
 }
 
 static hx_status span_load(hx_offload_disk *d, const char *fn, span *p, bool blank)
@@ -630,7 +648,8 @@ hx_status hx__disk_create(hx_engine *e, hx_residency **out)
     if (!d) return st;
     d->residency = (hx_residency){.holds = holds, .init = init, .run_begin = run_begin,
                                   .step_ready = hx__disk_step_ready, .update = hx__disk_update_run,
-                                  .run_commit = store, .run_end = evict, .read = read_tensor,
+                                  .loaded = loaded, .run_store = store, .run_commit = keep,
+                                  .run_end = evict, .read = read_tensor,
                                   .write = write_tensor, .visit = visit_held, .destroy = destroy};
     d->e = e;
     *out = &d->residency;

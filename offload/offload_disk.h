@@ -1,6 +1,7 @@
 /* offload_param=disk: the parameters and optimizer state that live on the
  * host (offload's placement puts every parameter, its state and its update
- * there) are kept in a disk tier file under offload_path (memory/disk_tier:
+ * there), but for the other ranks' ZeRO shards (engine.remote), are kept
+ * in a disk tier file under offload_path (memory/disk_tier:
  * O_DIRECT where the filesystem takes it, io_uring/libaio when enable_aio,
  * an XXH3 checksum per block). Between runs the host holds none of them.
  *

@@ -12,8 +12,10 @@
  * The tensors a residency holds have no host copy between runs
  * (e->persist NULL). A run calls run_begin, step_ready before each step it
  * runs (from any executor thread), update for its update phase (training
- * runs), run_commit once a training run has succeeded, and run_end
- * whatever happened; a run that fails applies nothing of itself. */
+ * runs), run_store then run_commit once a training run has succeeded (a
+ * ZeRO session's ranks agree in between: every rank keeps the step or
+ * none does), and run_end whatever happened; a run that fails applies
+ * nothing of itself. */
 #ifndef HX_RESIDENCY_H
 #define HX_RESIDENCY_H
 
@@ -37,11 +39,17 @@ struct hx_residency {
     /* Before plan step sp runs: waits until the held tensors it reads are
      * in host memory. */
     hx_status (*step_ready)(hx_residency *r, const hx_step *sp);
+    /* During a run: waits until held tensor id (id < 0: every held tensor
+     * the forward and backward may read) is in host memory (ZeRO: what an
+     * all-gather sends or writes over). */
+    hx_status (*loaded)(hx_residency *r, int id);
     /* Runs p's update phase with ex (in place of the executor's). */
     hx_status (*update)(hx_residency *r, const hx_plan *p, const hx_exec *ex);
-    /* After a training run that succeeded: keeps what it changed, all or
-     * nothing. */
-    hx_status (*run_commit)(hx_residency *r);
+    /* After a training run that succeeded: writes what it changed where
+     * it is kept, not yet in use (a failure drops it all) ... */
+    hx_status (*run_store)(hx_residency *r);
+    /* ... and then keeps what run_store wrote, all at once. */
+    void (*run_commit)(hx_residency *r);
     /* The run is over: host copies are given back, anything not committed
      * is dropped. */
     void (*run_end)(hx_residency *r);

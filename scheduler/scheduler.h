@@ -96,6 +96,11 @@ typedef struct hx_engine {
      * (data parallel ZeRO: another rank owns its parameter); its copies
      * still run */
     const bool *update_skip;
+    /* per tensor id (NULL: none): a parameter or optimizer state that
+     * another data-parallel rank holds (ZeRO's shards of the others): no
+     * residency keeps it, and storage for it lasts only until the shards
+     * are set up (session/zero.c) */
+    const bool *remote;
     /* parameters other ranks hold, gathered for the phase-0 steps that read
      * them (ZeRO stage 3: residency.h's hx_param_gather); NULL: none */
     hx_param_gather *gather;

@@ -84,6 +84,13 @@ static hx_status put_entry(void *ctx, const hx_tensor *t, void *bytes)
     return HX_OK;
 }
 
+/* put_entry for the tensors the writer keeps (a residency's visit). */
+static hx_status put_kept(void *ctx, const hx_tensor *t, void *bytes)
+{
+    writer *w = ctx;
+    return w->keep && !w->keep[t->id] ? HX_OK : put_entry(ctx, t, bytes);
+}
+
 /* The entries of every saved tensor the session holds in memory. */
 static hx_status put_in_memory(writer *w)
 {
@@ -117,8 +124,8 @@ static hx_status write_all(writer *w)
     PUT(w, s->stats.loss_scale);
     PUT(w, count);
     hx_status st = put_in_memory(w);
-    if (!st && s->e.residency && !w->keep) /* (the disk tier does not combine with ZeRO) */
-        st = s->e.residency->visit(s->e.residency, "hx_session_save", false, false, put_entry, w);
+    if (!st && s->e.residency)
+        st = s->e.residency->visit(s->e.residency, "hx_session_save", false, false, put_kept, w);
     uint64_t total = XXH3_64bits_digest(w->total);
     if (!w->failed) { /* the total is not part of what it sums */
         size_t k = fwrite(&total, 1, sizeof total, w->f);
@@ -407,7 +414,7 @@ static hx_status load_file(hx_session *s, const char *path)
     st = hx__ckpt_in_init(&in, s, 1);
     if (!st) st = hx__ckpt_in_file(&in, s, 0, path, false);
     if (!st) st = hx__ckpt_in_check(&in, s);
-    st = hx__ckpt_agree(s, "hx_session_load", st);
+    st = hx__zero_agree(s, "hx_session_load", st);
     if (!st) st = hx__ckpt_in_apply(&in, s);
     hx__ckpt_in_free(&in);
     return st;

@@ -79,7 +79,7 @@ static hx_status first_failure(const char *fn, const int64_t *all, int size, int
     return HX_OK;
 }
 
-hx_status hx__ckpt_agree(hx_session *s, const char *fn, hx_status own)
+hx_status hx__zero_agree(hx_session *s, const char *fn, hx_status own)
 {
     if (!s->zero_owner) return own;
     hx_comm *c = s->e.cfg.comm;
@@ -318,7 +318,7 @@ hx_status hx__ckpt_load_set(hx_session *s, const char *path)
     if (!st) st = hx__ckpt_in_init(&in, s, (int)x.m.shards);
     if (!st) st = check_shards(s, path, &x, &in);
     if (!st) st = hx__ckpt_in_check(&in, s);
-    st = hx__ckpt_agree(s, "hx_session_load", st);
+    st = hx__zero_agree(s, "hx_session_load", st);
     if (!st) st = hx__ckpt_in_apply(&in, s);
     hx__ckpt_in_free(&in);
     hx__manifest_free(&x.m);

@@ -71,8 +71,8 @@ hx_status hx__session_dp_check(hx_session *s)
     hx_comm *c = s->e.cfg.comm;
     const hx_graph *g = s->e.g;
     int size = hx_comm_size(c), rank = hx_comm_rank(c);
-    /* per rank: tensor count, graph hash, seed, chunk size, ZeRO stage, cores */
-    enum { K = 6 };
+    /* per rank: tensor count, graph hash, seed, chunk size, ZeRO stage, cores, offload_param */
+    enum { K = 7 };
     char host[256] = {0};
     cpu_set_t cores;
     CPU_ZERO(&cores);
@@ -80,7 +80,7 @@ hx_status hx__session_dp_check(hx_session *s)
     if (sched_getaffinity(0, sizeof cores, &cores)) CPU_ZERO(&cores);
     uint64_t where = fnv(fnv(1469598103934665603ull, host, strlen(host)), &cores, sizeof cores);
     int64_t mine[K] = {g->n, 0, (int64_t)s->e.cfg.seed, (int64_t)s->e.cfg.offload.chunk_size,
-                       s->e.cfg.zero_stage, (int64_t)where};
+                       s->e.cfg.zero_stage, (int64_t)where, s->e.cfg.offload.offload_param};
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < g->n; i++) {
         uint64_t th = tensor_hash(g->tensors[i]);
@@ -102,6 +102,13 @@ hx_status hx__session_dp_check(hx_session *s)
                            (long long)all[4], r, (long long)all[K * r + 2],
                            (long long)all[K * r + 3], (long long)all[K * r + 4]);
         }
+    for (int r = 1; r < size && !st && diff < 0; r++) /* ZeRO: the disk tier's ranks agree on each step */
+        if (all[K * r + 6] != all[6])
+            st = hx__error(HX_ERR_INVALID_ARGUMENT, "hx_session_create: data parallel: the ranks' "
+                           "configs differ: rank 0 has offload_param=%s, rank %d offload_param=%s "
+                           "(every rank must use the same)",
+                           hx_offload_target_name((hx_offload_target)all[6]), r,
+                           hx_offload_target_name((hx_offload_target)all[K * r + 6]));
     s->local_rank = 0;
     s->local_size = 0;
     for (int r = 0; r < size && !st; r++) {

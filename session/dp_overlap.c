@@ -61,7 +61,9 @@
  * hx_param_gather: each phase-0 step's groups are in the schedule), and
  * progress finishes those seen complete on the way; phase 0's end, and
  * every call but a training run (hx__session_dp_settle), finish what is
- * left first. The waits count in comm_wait_s; a failure surfaces as that
+ * left first (not with offload_param=disk: its run stores the parameters
+ * and gives their host copies back at its end, so share_end waits). The
+ * waits count in comm_wait_s; a failure surfaces as that
  * run's or call's status. Nothing writes a group's values while its
  * all-gather is in flight: the owner's next update comes after phase 0's
  * end, and the others' copies are written only by it. */
@@ -781,7 +783,10 @@ hx_status hx__session_dp_overlap_create(hx_session *s)
     o->s = s;
     o->g0 = s->dp[0] ? hx__dp_groups(s->dp[0]) : 0;
     o->own_cores = hx__comm_own_cores(s->e.cfg.comm);
-    o->defer = (s->e.cfg.zero_stage == 1 || s->e.cfg.zero_stage == 2) && !s->e.cfg.no_comm_overlap;
+    /* not with the disk tier: the run stores the all-gathered parameters and gives their host
+     * copies back at its end */
+    o->defer = (s->e.cfg.zero_stage == 1 || s->e.cfg.zero_stage == 2) && !s->e.cfg.no_comm_overlap &&
+            s->e.cfg.offload.offload_param != HX_OFFLOAD_DISK;
     if (o->defer) { /* the readers of the next forward wait for the all-gathers */
         o->rd = (reader){.hooks = {.ready = reader_ready, .done = reader_done, .queued = reader_queued},
                          .o = o};

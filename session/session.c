@@ -243,6 +243,10 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     st = s->e.persist ? setup_lanes(s)
                       : hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     if (!st) st = setup_devices(s);
+    /* before planning (it sets the gradient buckets) and the storage (ZeRO: what is
+     * another rank's); collective: its ranks agree on the rest where they keep a disk tier */
+    if (!st) st = hx__session_dp_setup(s);
+    bool agree = !st && s->zero_owner && s->e.cfg.offload.offload_param == HX_OFFLOAD_DISK;
     /* where parameters live: the config's or auto_offload's choice (none: s->e.persist) */
     if (!st && s->e.cfg.offload.offload_param == HX_OFFLOAD_DISK)
         st = hx__disk_create(&s->e, &s->e.residency);
@@ -251,7 +255,8 @@ hx_status hx_session_create(hx_graph *g, const hx_session_config *cfg, hx_sessio
     if (!st && !s->e.residency) st = hx__half_copies_refresh(&s->e, NULL); /* else by its init */
     if (!st) st = hx__scan_alloc(&s->e);
     if (!st && s->e.residency) st = s->e.residency->init(s->e.residency);
-    if (!st) st = hx__session_dp_setup(s); /* before planning: it sets the gradient buckets */
+    if (!st && s->zero_owner) st = hx__session_zero_shard(s);
+    if (agree) st = hx__zero_agree(s, "hx_session_create", st);
     if (!st) st = plan_training_step(s);
     if (!st && c.pin_update_threads) /* the cores of the ranks on this host: after dp_setup */
         st = hx__pin_create(s->e.nthreads, s->local_rank, s->local_size,
@@ -430,6 +435,8 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     double sumsq;
     if ((st = hx__scan_grads(&s->e, p, ex[1], &bad, &sumsq))) return st;
     if (s->e.cfg.zero_stage && (st = hx__session_zero_norm(s, p, &bad, &sumsq))) return st;
+    bool sharing = s->zero_owner && s->e.cfg.zero_stage < 3; /* the owners' parameters to every rank */
+    s->step_synced = !sharing; /* the norm was stage 3's last collective */
     s->stats.grad_norm = sqrt(sumsq) * unscale;
     if (bad && !scaling)
         return hx__error(HX_ERR_NUMERIC,
@@ -447,13 +454,20 @@ static hx_status execute(hx_session *s, const hx_plan *p, bool train)
     ex[1][0].grad_clip = ex[1][1].grad_clip = clip;
     bool delay = s->e.cfg.delayed_param_update && s->stats.step >= s->e.cfg.dpu_warmup_steps &&
             hx__dpu_plan_ok(p);
-    bool sharing = s->zero_owner && s->e.cfg.zero_stage < 3; /* the owners' parameters to every rank */
+    /* the disk tier: what the all-gathers write over read first */
+    if (sharing && s->e.residency && (st = s->e.residency->loaded(s->e.residency, -1))) return st;
     if (sharing && (st = hx__session_dp_share_begin(s, p))) return st;
     if (delay) st = hx__dpu_launch(&s->e, p, &ex[1][0]);
     else if (s->e.residency) st = s->e.residency->update(s->e.residency, p, &ex[1][0]);
     else st = hx__exec_phase(&s->e, p, 1, &ex[1][0], &ex[1][1]);
-    if (sharing && st) hx__session_dp_abort(s);
-    else if (sharing) st = hx__session_dp_share_end(s);
+    if (sharing && st && !s->e.residency) hx__session_dp_abort(s);
+    else if (sharing) { /* the disk tier's failure too: the others' all-gathers need this rank's */
+        char why[HX_ERROR_LEN]; /* (then every rank drops the step) */
+        snprintf(why, sizeof why, "%s", st ? hx_last_error() : "");
+        hx_status shared = hx__session_dp_share_end(s);
+        s->step_synced = true;
+        st = st ? hx__error(st, "%s", why) : shared;
+    }
     if (st) return st;
     s->stats.step++;
     if (scaling && ++s->good_steps >= ls->growth_interval) { /* >=: a loaded count may be past it */
@@ -545,6 +559,7 @@ static hx_status run(hx_session *s, const hx_feed *feeds, int n_feeds, const hx_
     if (st) goto out;
 
     bool train = flags & HX_RUN_TRAIN;
+    s->step_synced = false;
     if ((st = hold_tables(s, train))) goto out;
     tables_held = true;
     hx_plan *p = NULL;
@@ -561,7 +576,11 @@ static hx_status run(hx_session *s, const hx_feed *feeds, int n_feeds, const hx_
     if (!st && s->e.time_units) s->timed_plan = p;
     s->e.time_units = false;
     if (!st && train) hx__autoplace_record_step(s, hx__now() - t0);
-    if (!st && train && res) st = res->run_commit(res);
+    if (!st && train && res) st = res->run_store(res);
+    /* ZeRO: every rank keeps the step or none does (each rank's disk holds its shard) */
+    if (train && res && s->zero_owner && (!st || s->step_synced))
+        st = hx__zero_agree(s, "hx_session_run", st);
+    if (!st && train && res) res->run_commit(res);
     if (st && res) { /* nothing applied: the step did not happen */
         s->stats = stats0;
         s->good_steps = good0;

@@ -50,7 +50,11 @@ struct hx_session {
      * ranks together */
     int *zero_owner;
     bool *zero_skip, *zero_sharded;
+    bool *zero_remote; /* sharded and another rank's (engine.remote) */
     size_t zero_owned_bytes, zero_sharded_bytes;
+    /* this training run has passed its last collective on this rank (its
+     * ranks then agree whether to keep it: offload_param=disk) */
+    bool step_synced;
     /* ZeRO: per tensor id, for what the ranks read of a parameter (its
      * replica), its update's dp_index (-1: none); stage 3's gathers
      * (zero3.c) */
@@ -135,11 +139,15 @@ size_t hx__session_dp_chunk_bytes(const hx_session *s); /* all groups' chunks */
 hx_status hx__session_dp_check(hx_session *s);
 
 /* zero.c: ZeRO stages 1-3 on top of data_parallel.c's chunks. setup
- * (after the chunks) assigns the updates to their owners and frees what
- * this rank does not own (stage 3: also the replicas, zero3.c gathers
- * them); refuses the disk tier, the delayed update and (stage 3) a
- * replica on the accelerator (HX_ERR_UNSUPPORTED). */
+ * (after the chunks, before any storage) assigns the updates to their
+ * owners and marks what this rank does not own (engine.remote: the disk
+ * tier leaves it out); refuses the delayed update and (stage 3) a replica
+ * on the accelerator (HX_ERR_UNSUPPORTED). shard (once the persistent
+ * tensors are set, half copies from their masters) frees the storage of
+ * what this rank does not own (stage 3: also the replicas, zero3.c
+ * gathers them). */
 hx_status hx__session_zero_setup(hx_session *s);
+hx_status hx__session_zero_shard(hx_session *s);
 void hx__session_zero_free(hx_session *s);
 /* Stage 2: the gradient norm's sum of squares and the first update whose
  * gradient is not finite, from the owners' scan sums of p (plan order). */
@@ -223,13 +231,14 @@ void hx__ckpt_in_free(hx_ckpt_in *in);
  * (collective over the session's communicator) writes each rank's shard
  * and the manifest at path; is_set: path begins like such a manifest;
  * load_set loads one at any rank count, into any session of the graph.
- * agree: own (this rank's status) on a ZeRO session's every rank: the
- * first failure fails them all (own's error, or one naming the rank that
- * failed); other sessions: own. */
+ * zero_agree (collective; also session creation and training runs with
+ * the disk tier: session.c): own (this rank's status) on a ZeRO session's
+ * every rank: the first failure fails them all (own's error, or one
+ * naming the rank that failed); other sessions: own. */
 hx_status hx__ckpt_save_set(hx_session *s, const char *path);
 bool hx__ckpt_is_set(const char *path);
 hx_status hx__ckpt_load_set(hx_session *s, const char *path);
-hx_status hx__ckpt_agree(hx_session *s, const char *fn, hx_status own);
+hx_status hx__zero_agree(hx_session *s, const char *fn, hx_status own);
 
 /* report.c: HX_DEBUG=placement lines: placement, and each lowered device
  * node (or why a convolution on the device is not lowered; has_kernel asks

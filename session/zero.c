@@ -2,8 +2,10 @@
  * rank owns the parameters of its chunks of the gradient layout
  * (dist/dp.c); it keeps and updates only their optimizer state and, where
  * a parameter is an f32 master used through a half copy, the master; the
- * others' storage is freed at creation and their updates are left out of
- * phase 1 (engine.update_skip). After the updates each owner's chunks of
+ * others' storage is freed at creation (with offload_param=disk the disk
+ * tier never holds them: engine.remote; it keeps the rest, this rank's
+ * shard of the state and what it reads of every parameter) and their
+ * updates are left out of phase 1 (engine.update_skip). After the updates each owner's chunks of
  * what every rank reads of its parameters (the half copy, else the f32
  * parameter itself) go to every rank (dist/dp.c's all-gather). Each rank
  * sums only its own gradients (a reduce-scatter at every stage), so the
@@ -65,14 +67,14 @@ hx_status hx__session_zero_setup(hx_session *s)
     hx_engine *e = &s->e;
     const hx_graph *g = e->g;
     int stage = e->cfg.zero_stage, rank = hx_comm_rank(e->cfg.comm);
-    if (e->residency) return refuse("offload_param=disk (the disk tier holds every parameter)");
     if (e->cfg.delayed_param_update) return refuse("delayed_param_update");
     size_t n = (size_t)(g->n ? g->n : 1);
     s->zero_owner = malloc(n * sizeof *s->zero_owner);
     s->zero_skip = calloc(n, sizeof *s->zero_skip);
     s->zero_sharded = calloc(n, sizeof *s->zero_sharded);
+    s->zero_remote = calloc(n, sizeof *s->zero_remote);
     s->zero_key = malloc(n * sizeof *s->zero_key);
-    if (!s->zero_owner || !s->zero_skip || !s->zero_sharded || !s->zero_key)
+    if (!s->zero_owner || !s->zero_skip || !s->zero_sharded || !s->zero_remote || !s->zero_key)
         return hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_create: out of host memory");
     for (int i = 0; i < g->n; i++) s->zero_owner[i] = s->zero_key[i] = -1;
     for (int i = 0; i < g->n; i++) {
@@ -101,20 +103,28 @@ hx_status hx__session_zero_setup(hx_session *s)
             size_t bytes = hx_tensor_nbytes(u->src[j]);
             s->zero_sharded[id] = true;
             s->zero_sharded_bytes += bytes;
-            if (owner == rank) {
-                s->zero_owned_bytes += bytes;
-                continue;
-            }
-            int d = hx__dev_of(e, id);
-            e->be[d]->free(e->be[d], e->persist[id]);
-            e->persist[id] = NULL;
-            e->persist_bytes[d] -= bytes;
+            if (owner == rank) s->zero_owned_bytes += bytes;
+            else s->zero_remote[id] = true;
         }
     }
-    e->bind_gen++; /* plans bound before now rebind: the freed storage is gone */
     e->update_skip = s->zero_skip;
+    e->remote = s->zero_remote;
     if (hx__debug("zero")) debug_layout(s);
-    return stage == 3 ? hx__session_zero3_create(s) : HX_OK;
+    return HX_OK;
+}
+
+hx_status hx__session_zero_shard(hx_session *s)
+{
+    hx_engine *e = &s->e;
+    for (int id = 0; id < e->g->n; id++) {
+        if (!s->zero_remote[id] || !e->persist[id]) continue;
+        int d = hx__dev_of(e, id);
+        e->be[d]->free(e->be[d], e->persist[id]);
+        e->persist[id] = NULL;
+        e->persist_bytes[d] -= hx_tensor_nbytes(e->g->tensors[id]);
+    }
+    e->bind_gen++; /* plans bound before now rebind: the freed storage is gone */
+    return e->cfg.zero_stage == 3 ? hx__session_zero3_create(s) : HX_OK;
 }
 
 void hx__session_zero_free(hx_session *s)
@@ -124,6 +134,7 @@ void hx__session_zero_free(hx_session *s)
     free(s->zero_owner);
     free(s->zero_skip);
     free(s->zero_sharded);
+    free(s->zero_remote);
 }
 
 hx_status hx__session_zero_norm(hx_session *s, const hx_plan *p, const hx_tensor **bad, double *sumsq)

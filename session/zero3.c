@@ -265,13 +265,25 @@ static void fail(hx_zero3 *z, hx_status st)
     snprintf(z->msg, sizeof z->msg, "%s", hx_last_error());
 }
 
+/* Tensor i is a parameter of window w's group that this rank holds. */
+static bool owned_in(const hx_session *s, const window *w, int i, int rank)
+{
+    int key = s->zero_key[i];
+    return key >= 0 && key % 2 == w->grp && s->zero_owner[i] == rank &&
+            hx__dp_group_of(s->dp[w->grp], key / 2) == w->g;
+}
+
 /* Starts window x's gather (lock held): this rank's parameters into its
- * block, the others' from their owners; the readers' inputs point into it. */
+ * block (with the disk tier, once they are read), the others' from their
+ * owners; the readers' inputs point into it. */
 static void issue(hx_zero3 *z, int x)
 {
     hx_session *s = z->s;
     window *w = &z->cur->w[x];
     int rank = hx_comm_rank(s->e.cfg.comm);
+    for (int i = 0; i < s->e.g->n && s->e.residency; i++) /* the disk tier: this rank's read */
+        if (owned_in(s, w, i, rank) && !z->err) fail(z, s->e.residency->loaded(s->e.residency, i));
+    if (z->err) return;
     w->buf = calloc(1, w->bytes ? w->bytes : 1);
     if (!w->buf) {
         fail(z, hx__error(HX_ERR_OUT_OF_MEMORY, "hx_session_run: ZeRO stage 3: out of host memory "
@@ -281,9 +293,8 @@ static void issue(hx_zero3 *z, int x)
     z->resident += w->bytes;
     if (z->resident > z->peak) z->peak = z->resident;
     for (int i = 0; i < s->e.g->n; i++) { /* this rank's parameters of the group */
+        if (!owned_in(s, w, i, rank)) continue;
         int key = s->zero_key[i];
-        if (key < 0 || key % 2 != w->grp || s->zero_owner[i] != rank) continue;
-        if (hx__dp_group_of(s->dp[w->grp], key / 2) != w->g) continue;
         memcpy(w->buf + hx__dp_in_group(s->dp[w->grp], key / 2), s->e.persist[i],
                hx_tensor_nbytes(s->e.g->tensors[i]));
     }

@@ -31,10 +31,18 @@
  * on one rank skips the step on every rank at stages 2 and 3, and the
  * refusals (a stage without a communicator or out of range, stage 3
  * with parameters on the accelerator, stages that differ between ranks, the delayed
- * update, the disk tier, writes of sharded state, reads and fetches of
+ * update, writes of sharded state, reads and fetches of
  * another rank's shard), after which the session and the communicator
- * still work. Checkpoints of sharded state: mpi_zero_ckpt.c. */
+ * still work. With offload_param=disk (the MLP, stages 1-3): the same bits
+ * as stage 0 with offload_param=cpu, within 1e-6 of the lone run, each
+ * rank's disk tier holding exactly its share, a sharded checkpoint of it
+ * loading back bitwise; the disk failing on one rank (a missing directory,
+ * a full file mid-step) fails creation or the step on every rank, that
+ * rank naming its disk and the others that rank, nothing kept, and the
+ * step run again matches stage 0. Checkpoints of sharded state: mpi_zero_ckpt.c. */
 #include "dist/dist.h"
+#include "memory/disk_tier.h"
+#include "offload/offload.h"
 #include "deep_mlp.h"
 #include "gpt.h"
 #include "hetex_checks.h"
@@ -281,17 +289,79 @@ static void mlp_batch(int s, float *x, float *y)
     test_fill_uniform(&g, y, B * W, -1, 1);
 }
 
+/* variant 0: the CPU; 1: emu; 2: emu, offload_param=cpu; 3: emu,
+ * offload_param=disk under disk_dir (a fresh directory per case). */
+static char disk_dir[256];
+
 static hx_session_config mlp_config(int stage, int variant)
 {
     hx_session_config cfg = config(stage, variant == 0 ? HX_ACCELERATOR_NONE : HX_ACCELERATOR_EMU);
     cfg.offload.chunk_size = 200;
-    if (variant == 2) cfg.offload.offload_param = HX_OFFLOAD_CPU;
+    if (variant >= 2) cfg.offload.offload_param = variant == 2 ? HX_OFFLOAD_CPU : HX_OFFLOAD_DISK;
+    if (variant == 3) snprintf(cfg.offload.offload_path, sizeof cfg.offload.offload_path, "%s", disk_dir);
     return cfg;
+}
+
+/* Offload_param=disk (variant 3): every rank's disk tier holds what its
+ * stage leaves it, no more: with its persistent bytes in memory, stage 0's
+ * (offload_param=cpu) less the sharded bytes of the others. */
+static void check_disk_bytes(hx_session *z, hx_session *s0, const char *what)
+{
+    hx_memory_stats mz, m0;
+    OK(hx_session_memory_stats(z, &mz));
+    OK(hx_session_memory_stats(s0, &m0));
+    size_t pz = mz.persistent_bytes + mz.device_persistent_bytes + hx__disk_whole_bytes(&z->e);
+    size_t p0 = m0.persistent_bytes + m0.device_persistent_bytes;
+    CHECK(hx__disk_whole_bytes(&z->e) > 0 && pz == p0 - mz.zero_sharded_bytes + mz.zero_owned_bytes,
+          "%s: rank %d: %zu bytes on disk, %zu in memory; stage 0 has %zu, sharded %zu, owned %zu",
+          what, rank, hx__disk_whole_bytes(&z->e), pz - hx__disk_whole_bytes(&z->e), p0,
+          mz.zero_sharded_bytes, mz.zero_owned_bytes);
+}
+
+/* Offload_param=disk: a sharded checkpoint of z (its disk tier's tensors
+ * too) loads into a fresh session of the same config with every tensor
+ * this rank can read bitwise z's. */
+static void check_disk_checkpoint(hx_session *z, const deep_mlp *m, const hx_session_config *cfg,
+                                  const char *what)
+{
+    int64_t dir[32] = {0}; /* rank 0's directory for all: a string, as words */
+    char path[300];
+    bool made = rank || test_make_tmpdir((char *)dir, sizeof dir, "mpi_zero_ckpt");
+    hx_coll *q = NULL;
+    hx_status st = hx__comm_broadcast(comm, dir, 32, HX_DTYPE_I64, 0, &q);
+    if (!st) st = hx__coll_wait(q);
+    CHECK(made && st == HX_OK && ((char *)dir)[0], "rank %d: no shared directory: %s", rank, hx_last_error());
+    snprintf(path, sizeof path, "%s/ck", (char *)dir);
+    OK(hx_session_save(z, path));
+    hx_session *r = test_session_with(m->g, cfg, what);
+    if (r) OK(hx_session_load(r, path));
+    for (int l = 0; l < 2 && r; l++) {
+        const hx_tensor *t[2] = {m->w[l], m->b[l]};
+        for (int j = 0; j < 2; j++)
+            for (int k = 0; k < 3; k++) {
+                char name[128];
+                snprintf(name, sizeof name, "%s%s", hx_tensor_name(t[j]),
+                         k == 0 ? "" : k == 1 ? "/exp_avg" : "/exp_avg_sq");
+                const hx_tensor *x = hx_graph_find(m->g, name);
+                size_t n = hx_tensor_nbytes(x);
+                char *a = malloc(n), *b = malloc(n);
+                if (hx_session_read(z, x, a, n) == HX_OK) {
+                    OK(hx_session_read(r, x, b, n));
+                    CHECK(!memcmp(a, b, n), "%s: rank %d: '%s' loaded from a checkpoint differs", what,
+                          rank, name);
+                }
+                free(a);
+                free(b);
+            }
+    }
+    hx_session_free(r);
+    sum_over_ranks(0); /* every rank has loaded */
+    if (rank == 0) test_remove_tree((char *)dir);
 }
 
 static void mlp_case(int stage, int variant)
 {
-    static const char *const names[3] = {"cpu", "emu", "emu, offload_param=cpu"};
+    static const char *const names[4] = {"cpu", "emu", "emu, offload_param=cpu", "emu, offload_param=disk"};
     char what[64];
     snprintf(what, sizeof what, "mlp stage %d, %s", stage, names[variant]);
     deep_mlp mz, m0, ma;
@@ -300,8 +370,10 @@ static void mlp_case(int stage, int variant)
         CHECK(false, "deep_mlp_build: %s", hx_last_error());
         return;
     }
-    hx_session_config cz = mlp_config(stage, variant), c0 = mlp_config(0, variant);
-    hx_session_config ca = mlp_config(0, variant);
+    /* with the disk tier only at stage `stage`: stage 0 and the lone run hold the parameters
+     * on the host (offload_param=cpu), with the same updates */
+    hx_session_config cz = mlp_config(stage, variant), c0 = mlp_config(0, variant < 3 ? variant : 2);
+    hx_session_config ca = c0;
     ca.comm = NULL;
     hx_session *z = test_session_with(mz.g, &cz, what), *s0 = test_session_with(m0.g, &c0, "stage 0");
     hx_session *sa = test_session_with(ma.g, &ca, "alone");
@@ -359,7 +431,9 @@ static void mlp_case(int stage, int variant)
             free(pa);
         }
     }
-    if (z && s0) check_memory(z, s0, what, state_bytes);
+    if (z && s0 && variant < 3) check_memory(z, s0, what, state_bytes);
+    if (z && s0 && variant == 3) check_disk_bytes(z, s0, what);
+    if (z && variant == 3) check_disk_checkpoint(z, &mz, &cz, what);
     if (z && stage == 3) {
         hx_memory_stats ms;
         OK(hx_session_memory_stats(z, &ms));
@@ -382,6 +456,18 @@ static void mlp_case(int stage, int variant)
 static void test_mlp_cpu(void) { mlp_case(1, 0), mlp_case(2, 0), mlp_case(3, 0); }
 static void test_mlp_emu(void) { mlp_case(1, 1), mlp_case(2, 1), mlp_case(3, 1); }
 static void test_mlp_offload_cpu(void) { mlp_case(1, 2), mlp_case(2, 2), mlp_case(3, 2); }
+
+static void test_mlp_offload_disk(void)
+{
+    if (!test_make_tmpdir(disk_dir, sizeof disk_dir, "mpi_zero")) {
+        CHECK(false, "no temporary directory");
+        return;
+    }
+    mlp_case(1, 3), mlp_case(2, 3), mlp_case(3, 3);
+    CHECK(test_files_in(disk_dir) == 0, "rank %d: the sessions left %d files in %s", rank,
+          test_files_in(disk_dir), disk_dir);
+    test_remove_tree(disk_dir);
+}
 
 /* Stage 3 with its first gather left out: its readers see only this
  * rank's block (zeros for the others'), and the gradient norms part from
@@ -457,6 +543,78 @@ static void nan_case(int stage)
 
 static void test_nan_on_one_rank(void) { nan_case(2), nan_case(3); }
 
+/* offload_param=disk failing on one rank (the last) at stage `stage`:
+ * its directory missing, the session is refused on every rank (that rank
+ * naming offload_path, the others that rank); its file full in the middle
+ * of a step (ENOSPC injected), the step fails on every rank with nothing
+ * applied (that rank naming the disk, the others that rank), and run again
+ * it gives stage 0's bits, as do the steps after it. */
+static void disk_failure_case(int stage)
+{
+    char what[64], other[64];
+    snprintf(what, sizeof what, "disk failure, stage %d", stage);
+    int bad = size - 1;
+    snprintf(other, sizeof other, "rank %d failed its part", bad);
+    deep_mlp mz, m0;
+    if (deep_mlp_build(B / size, W, 2, &mz) || deep_mlp_build(B / size, W, 2, &m0)) {
+        CHECK(false, "deep_mlp_build: %s", hx_last_error());
+        return;
+    }
+    hx_session_config cz = mlp_config(stage, 3), c0 = mlp_config(0, 2), missing = cz;
+    if (rank == bad)
+        snprintf(missing.offload.offload_path, sizeof missing.offload.offload_path, "%s/missing", disk_dir);
+    hx_session *z = (hx_session *)mz.g;
+    hx_status st = hx_session_create(mz.g, &missing, &z);
+    CHECK(st == HX_ERR_IO && !z && strstr(hx_last_error(), rank == bad ? "offload_path" : other),
+          "%s: rank %d: a missing directory on rank %d: %s: %s", what, rank, bad, hx_status_name(st),
+          hx_last_error());
+    hx_session_free(z);
+    z = test_session_with(mz.g, &cz, what);
+    hx_session *s0 = test_session_with(m0.g, &c0, "stage 0");
+    float x[B * W], y[B * W];
+    int rows = B / size;
+    for (int step = 0; step < 4 && z && s0; step++) {
+        mlp_batch(step, x, y);
+        hx_feed fz[2] = {{NULL, mz.x, x + rank * rows * W, sizeof(float) * rows * W},
+                         {NULL, mz.y, y + rank * rows * W, sizeof(float) * rows * W}};
+        hx_feed f0[2] = {{NULL, m0.x, fz[0].data, fz[0].bytes}, {NULL, m0.y, fz[1].data, fz[1].bytes}};
+        if (step == 2) { /* the last rank's disk is full: no rank keeps the step */
+            hx_disk_faults f = hx_disk_faults_none();
+            f.enospc_after_bytes = 0;
+            if (rank == bad) hx_disk_tier_set_faults(hx__disk_tier_of(&z->e), &f);
+            st = hx_session_run(z, fz, 2, NULL, 0, HX_RUN_TRAIN);
+            if (rank == bad) hx_disk_tier_set_faults(hx__disk_tier_of(&z->e), NULL);
+            CHECK(st == HX_ERR_IO && strstr(hx_last_error(), rank == bad ? "No space left" : other) &&
+                      hx_session_step(z) == 2,
+                  "%s: rank %d: %s: %s (step %lld)", what, rank, hx_status_name(st), hx_last_error(),
+                  (long long)hx_session_step(z));
+            if (rank == 0) printf("# %s: rank %d: %s\n", what, rank, hx_last_error());
+        }
+        OK(hx_session_run(z, fz, 2, NULL, 0, HX_RUN_TRAIN));
+        OK(hx_session_run(s0, f0, 2, NULL, 0, HX_RUN_TRAIN));
+        check_stats(z, s0, what, step);
+    }
+    int readable;
+    for (int l = 0; l < 2 && z && s0; l++) {
+        compare_tensor(z, s0, m0.g, mz.w[l], what, &readable);
+        compare_tensor(z, s0, m0.g, mz.b[l], what, &readable);
+    }
+    hx_session_free(z);
+    hx_session_free(s0);
+    deep_mlp_free(&mz);
+    deep_mlp_free(&m0);
+}
+
+static void test_disk_failures(void)
+{
+    if (!test_make_tmpdir(disk_dir, sizeof disk_dir, "mpi_zero")) {
+        CHECK(false, "no temporary directory");
+        return;
+    }
+    disk_failure_case(2), disk_failure_case(3);
+    test_remove_tree(disk_dir);
+}
+
 static void refused(deep_mlp *m, hx_session_config *cfg, hx_status want, const char *text)
 {
     hx_session *s = (hx_session *)m->g;
@@ -482,18 +640,6 @@ static void test_refusals(void)
     cfg = mlp_config(1, 1);
     cfg.delayed_param_update = true;
     refused(&m, &cfg, HX_ERR_UNSUPPORTED, "delayed_param_update");
-    char dir[256];
-    if (test_make_tmpdir(dir, sizeof dir, "mpi_zero")) { /* the disk tier holds every parameter */
-        cfg = mlp_config(2, 1);
-        cfg.offload.offload_param = HX_OFFLOAD_DISK;
-        snprintf(cfg.offload.offload_path, sizeof cfg.offload.offload_path, "%s", dir);
-        refused(&m, &cfg, HX_ERR_UNSUPPORTED, "offload_param=disk");
-        CHECK(test_files_in(dir) == 0, "rank %d: the refused session left %d files in %s", rank,
-              test_files_in(dir), dir);
-        test_remove_tree(dir);
-    } else {
-        CHECK(false, "no temporary directory");
-    }
     if (size > 1) { /* the last rank at stage 2, the others at 1: the fingerprint differs */
         cfg = mlp_config(rank == size - 1 ? 2 : 1, 1);
         refused(&m, &cfg, HX_ERR_INVALID_ARGUMENT, "configs differ");
@@ -558,6 +704,7 @@ int main(int argc, char **argv)
         {"gpt_device_stage3_refused", test_gpt_device_stage3_refused},
         {"stage3_break", test_stage3_break},
         {"mlp_cpu", test_mlp_cpu}, {"mlp_emu", test_mlp_emu}, {"mlp_offload_cpu", test_mlp_offload_cpu},
+        {"mlp_offload_disk", test_mlp_offload_disk}, {"disk_failures", test_disk_failures},
         {"nan_on_one_rank", test_nan_on_one_rank}, {"refusals", test_refusals},
     };
     test_options o = {.setup = setup, .teardown = teardown};

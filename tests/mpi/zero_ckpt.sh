@@ -11,8 +11,10 @@ set -eu
 mpirun=$1 prog=$2
 dir=$(mktemp -d)
 job=
-# the job's processes: mpirun and its children (the ranks), from /proc
-procs() { awk -v p="$1" '$4 == p { print $1 }' /proc/[0-9]*/stat 2>/dev/null; echo "$1"; }
+# the job's processes: mpirun and its children (the ranks), from /proc (a
+# process gone between the glob and its read fails awk, and under set -e the
+# list came back empty: nothing was killed and the wait below never ended)
+procs() { awk -v p="$1" '$4 == p { print $1 }' /proc/[0-9]*/stat 2>/dev/null || true; echo "$1"; }
 trap 'if [ -n "$job" ]; then kill -9 $(procs "$job") 2>/dev/null || true; fi; rm -rf "$dir"' EXIT
 trap 'exit 1' HUP INT TERM # (a timeout's signal: the job goes too)
 "$mpirun" --oversubscribe -np 4 "$prog" --mode save --dir "$dir"
