@@ -39,11 +39,23 @@
  * rows moved a step without the cache (rows pulled, and as many gradient
  * rows pushed) and with it (rows fetched with their state, rows written
  * back), bytes a step both ways (the worker's messages), the hit rate, and
- * samples/s with the cache over without (same run, interleaved). */
+ * samples/s with the cache over without (same run, interleaved).
+ *
+ * `bench_ps devcache_workers` does the same at 3 ranks, two workers (each
+ * 2048 of the 4096 samples) and one server, with the hot rows on both
+ * workers (embedding/ps_hot.c) in caches of 250000 and 500000 rows (25%,
+ * 50%), "bench": "ps_devcache_workers", a line per worker: rows moved
+ * with the cache are the rows fetched and written back plus the rows not
+ * cached, pulled and their gradients pushed; bytes a step add what the
+ * worker sent the other in the exchange (rows touched, cached gradients).
+ * Twenty steps warm up, not counted (a row is admitted when some worker
+ * touches it a second time, in the same step or the next, so the caches
+ * fill over steps). */
 #define _GNU_SOURCE
 #include "bench/bench_ids.h"
 #include "bench/mpi_launch.h"
 #include "embedding/embedding.h"
+#include "embedding/ps.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +63,8 @@
 #include <time.h>
 
 enum { ROWS = 1000000, DIM = 16, SAMPLES = 4096, FEATURES = 26, RUNS = 10, STEPS = 20, CACHE_ROWS = 65536,
-       DEV_CACHE_ROWS = 131072 /* a step's 106,496 uniform ids touch about 101,000 rows */, DEV_STEPS = 50 };
+       DEV_CACHE_ROWS = 131072 /* a step's 106,496 uniform ids touch about 101,000 rows */, DEV_STEPS = 50,
+       DEV_WARM_WORKERS = 20 };
 
 static double now(void)
 {
@@ -316,14 +329,25 @@ static uint64_t ps_bytes(hx_ps *ps)
     return s.pull_bytes + s.push_bytes;
 }
 
-/* Server mode with one worker over comm (the other ranks serve): the ids
- * of distribution d, a fresh global batch a step, trained on a table
- * without the device cache and on one with it, interleaved. */
-static hx_status devcache_mode(hx_comm *comm, int d, int64_t cache_rows, const char *model, double load)
+/* Bytes the worker's cache of hot rows (several workers) sent the other
+ * workers so far; 0 for any other table. */
+static uint64_t exchanged(hx_embedding_table *t)
+{
+    hx_emb_devcache_stats ds;
+    hx_emb_ps *c = hx_emb_as_ps(t->impl);
+    return c && hx__ps_device_stats(c, &ds) ? ds.bytes_exchanged : 0;
+}
+
+/* Server mode over comm, `servers` of its ranks serving and the others
+ * training (each its share of the global batch): the ids of distribution
+ * d, a fresh global batch a step, trained on a table without the device
+ * cache and on one with it, interleaved. */
+static hx_status devcache_mode(hx_comm *comm, int d, int64_t cache_rows, int servers, const char *model,
+                               double load)
 {
     hx_ps_config pc = hx_ps_config_default();
     pc.comm = comm;
-    pc.servers = hx_comm_size(comm) - 1;
+    pc.servers = servers;
     hx_ps *ps = NULL;
     hx_status st = hx_ps_create(&pc, &ps);
     /* eager rows: every miss moves a row, as on a trained table (a lazy
@@ -334,7 +358,8 @@ static hx_status devcache_mode(hx_comm *comm, int d, int64_t cache_rows, const c
     if (!st && hx_ps_is_server(ps)) {
         if ((st = hx_ps_serve(ps))) fprintf(stderr, "bench_ps: %s\n", hx_last_error());
     } else if (!st) {
-        int64_t nid = (int64_t)SAMPLES * FEATURES;
+        int W = hx_comm_size(comm) - servers, w = hx_ps_index(ps);
+        int64_t nid = (int64_t)SAMPLES * FEATURES, mine = nid / W;
         int64_t *ids = malloc(sizeof *ids * (size_t)(2 * nid));
         float *out = malloc(sizeof *out * (size_t)(nid * DIM)), *dout = malloc(sizeof *dout * (size_t)(nid * DIM));
         if (!ids || !out || !dout) st = HX_ERR_OUT_OF_MEMORY;
@@ -345,46 +370,55 @@ static hx_status devcache_mode(hx_comm *comm, int d, int64_t cache_rows, const c
         for (int64_t i = 0; i < nid && !st; i++) next[i] = d ? zipf_draw(&z) - 1 : (int64_t)(rng_next() % ROWS);
         double t_plain = 0, t_cached = 0;
         uint64_t b_plain = 0, b_cached = 0;
-        int64_t r_plain = 0;
-        hx_ps_stats p0, p1;
+        int64_t r_plain = 0, r_pulled = 0;
+        hx_ps_stats p0, p1, p2;
         hx_embedding_stats c0 = {0}, c1 = {0};
-        for (int s = -1; s < DEV_STEPS && !st; s++) { /* step -1 warms up: not counted */
+        /* steps before 0 warm up, not counted: one, or with several workers 20 (their caches admit a row
+           the second time they see it, so they fill over steps) */
+        for (int s = W > 1 ? -DEV_WARM_WORKERS : -1; s < DEV_STEPS && !st; s++) {
             int64_t *tmp = cur;
             cur = next;
             next = tmp;
             for (int64_t i = 0; i < nid; i++) next[i] = d ? zipf_draw(&z) - 1 : (int64_t)(rng_next() % ROWS);
-            hx_emb_query q = hx_emb_query_rows(cur, nid);
+            hx_emb_query q = hx_emb_query_rows(cur + w * mine, mine); /* this worker's samples */
             if (s == 0 && (st = hx_embedding_table_stats(cached, &c0))) break;
             uint64_t b = ps_bytes(ps);
             hx_ps_stats_get(ps, &p0);
             double t0 = now();
-            st = train_step(plain, &q, out, dout, s + 3);
+            st = train_step(plain, &q, out, dout, s + 3 + DEV_WARM_WORKERS);
             double t1 = now();
             hx_ps_stats_get(ps, &p1);
             uint64_t b1 = ps_bytes(ps);
-            if (!st && (st = hx_embedding_table_prefetch(cached, next, nid))) /* the next batch's rows ahead */
+            uint64_t x1 = exchanged(cached);
+            if (!st && (st = hx_embedding_table_prefetch(cached, next + w * mine, mine))) /* the next rows ahead */
                 fprintf(stderr, "bench_ps: %s\n", hx_last_error());
-            if (!st) st = train_step(cached, &q, out, dout, s + 3);
+            if (!st) st = train_step(cached, &q, out, dout, s + 3 + DEV_WARM_WORKERS);
             double t2 = now();
+            hx_ps_stats_get(ps, &p2);
             if (s < 0) continue;
             t_plain += t1 - t0;
             t_cached += t2 - t1;
             b_plain += b1 - b;
-            b_cached += ps_bytes(ps) - b1;
+            b_cached += ps_bytes(ps) - b1 + exchanged(cached) - x1;
             r_plain += 2 * (p1.rows_pulled - p0.rows_pulled); /* pulled, and each one's gradient pushed */
+            r_pulled += p2.rows_pulled - p1.rows_pulled;      /* the cached table's: fetched and pulled */
         }
         if (!st) st = hx_embedding_table_stats(cached, &c1);
         int64_t lookups = c1.device_cache_lookups - c0.device_cache_lookups;
-        int64_t moved = c1.device_rows_in - c0.device_rows_in + c1.device_rows_out - c0.device_rows_out;
+        int64_t in = c1.device_rows_in - c0.device_rows_in;
+        /* with several workers the rows not cached are still pulled, and their gradients pushed */
+        int64_t moved = in + c1.device_rows_out - c0.device_rows_out + (W > 1 ? 2 * (r_pulled - in) : 0);
         if (!st)
-            printf("{\"bench\": \"ps_devcache\", \"ranks\": %d, \"servers\": %d, \"ids\": \"%s\", \"samples\": %d, "
+            printf("{\"bench\": \"%s\", \"ranks\": %d, \"servers\": %d, \"worker\": %d, \"ids\": \"%s\", "
+                   "\"samples\": %d, "
                    "\"steps\": %d, \"cache_rows\": %d, \"rows_moved_per_step\": %.0f, "
                    "\"rows_moved_per_step_no_cache\": %.0f, \"moved_over_no_cache\": %.4f, "
                    "\"rows_in_per_step\": %.0f, \"rows_out_per_step\": %.0f, \"rows_ahead_per_step\": %.0f, "
                    "\"hit_rate\": %.4f, \"bytes_per_step\": %.0f, \"bytes_per_step_no_cache\": %.0f, "
                    "\"bytes_over_no_cache\": %.4f, \"samples_per_s\": %.0f, \"samples_per_s_no_cache\": %.0f, "
                    "\"time_over_no_cache\": %.3f, \"machine\": \"%s\", \"load\": %.2f}\n",
-                   hx_comm_size(comm), pc.servers, d ? "zipf1.05" : "uniform", SAMPLES, DEV_STEPS, (int)cache_rows,
+                   W > 1 ? "ps_devcache_workers" : "ps_devcache", hx_comm_size(comm), pc.servers, w,
+                   d ? "zipf1.05" : "uniform", SAMPLES, DEV_STEPS, (int)cache_rows,
                    (double)moved / DEV_STEPS, (double)r_plain / DEV_STEPS, r_plain ? (double)moved / (double)r_plain : 0.0,
                    (double)(c1.device_rows_in - c0.device_rows_in) / DEV_STEPS,
                    (double)(c1.device_rows_out - c0.device_rows_out) / DEV_STEPS,
@@ -405,7 +439,7 @@ static hx_status devcache_mode(hx_comm *comm, int d, int64_t cache_rows, const c
     return st;
 }
 
-static int devcache_main(void)
+static int devcache_main(bool workers)
 {
     hx_comm *comm = NULL;
     if (hx_comm_create(NULL, &comm)) {
@@ -416,9 +450,10 @@ static int devcache_main(void)
     double load;
     machine(model, sizeof model, &load);
     hx_status st = HX_OK;
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < (workers ? 2 : 3); c++)
         for (int d = 0; d < 2; d++) { /* all on every rank: the ps of each is collective */
-            hx_status s = devcache_mode(comm, d, DEV_CACHE_ROWS << c, model, load);
+            hx_status s = workers ? devcache_mode(comm, d, ROWS / 4 << c, 1, model, load) /* 25%, 50% */
+                                  : devcache_mode(comm, d, DEV_CACHE_ROWS << c, hx_comm_size(comm) - 1, model, load);
             if (!st) st = s;
         }
     hx_comm_free(comm);
@@ -431,7 +466,12 @@ int main(int argc, char **argv)
         static const int ranks[2] = {2, 3};
         return bench_mpi_main_at("bench_ps", argc, argv, rank_main, ranks, 2, "-x BENCH_PS_CASE=devcache");
     }
-    if (argc > 1 && !strcmp(argv[1], "--rank") && getenv("BENCH_PS_CASE") && !strcmp(getenv("BENCH_PS_CASE"), "devcache"))
-        return devcache_main();
+    if (argc > 1 && !strcmp(argv[1], "devcache_workers")) { /* at 3 ranks: two workers, one server */
+        static const int ranks[1] = {3};
+        return bench_mpi_main_at("bench_ps", argc, argv, rank_main, ranks, 1, "-x BENCH_PS_CASE=devcache_workers");
+    }
+    const char *which = getenv("BENCH_PS_CASE");
+    if (argc > 1 && !strcmp(argv[1], "--rank") && which && !strncmp(which, "devcache", 8))
+        return devcache_main(!strcmp(which, "devcache_workers"));
     return bench_mpi_main("bench_ps", argc, argv, rank_main);
 }

@@ -158,6 +158,8 @@ typedef struct hx_emb_devcache_stats {
     uint64_t rows_init;          /* misses on lazy rows never written: initialised in the slot,
                                     nothing copied */
     uint64_t bytes_in, bytes_out;
+    uint64_t bytes_exchanged;    /* several workers (ps_hot.c): bytes this worker sent the others
+                                    (rows touched, the cached ones' gradients) */
     uint64_t prefetched;         /* rows copied in ahead by hx_emb_devcache_prefetch */
     uint64_t evictions;
     int64_t calls;               /* calls that made rows resident */

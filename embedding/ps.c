@@ -78,6 +78,11 @@ hx_status hx_ps_finish(hx_ps *ps)
         hx_emb_devcache *d = c ? hx_emb_as_devcache(c->dev) : NULL;
         hx_emb_err err;
         hx_status st = d ? hx_emb_devcache_flush(d, &err) : HX_OK;
+        if (!st && c && c->hot && ps->index == 0) { /* hot rows on every worker: worker 0 writes them back */
+            pthread_mutex_lock(&c->lock);
+            st = hx__ps_hot_flush(c, &err);
+            pthread_mutex_unlock(&c->lock);
+        }
         if (st) return hx__emb_error(st, &err, "%s: writing back table '%s''s device cache", fn, e->name);
     }
     ps_req h = {.kind = PS_FINISH};
@@ -238,16 +243,15 @@ hx_status hx__ps_table_create(const hx_embedding_config *cfg, const hx_emb_table
     if (cfg->comm)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s '%s': give comm (collective mode) or ps (server "
                          "mode), not both", fn, name);
-    if (tc->device_cache_rows > 0 && (ps->W > 1 || cfg->ids == HX_EMBEDDING_IDS_DYNAMIC))
+    if (tc->device_cache_rows > 0 && (cfg->ids == HX_EMBEDDING_IDS_DYNAMIC || (ps->W > 1 && ps->staleness)))
         return hx__error(HX_ERR_UNSUPPORTED, "%s '%s': device_cache_rows in server mode %s; leave "
                          "device_cache_rows 0 (hx_ps_config.cache_rows keeps pulled rows on each worker, "
                          "read-only within the staleness bound)", fn, name,
-                         ps->W > 1 ? "takes one worker (this ps has several): a row's update sums every "
-                                     "worker's gradient at its server, so a copy one worker updates on "
-                                     "its device would miss the others' gradients (give hx_ps_create "
-                                     "servers = ranks - 1)"
-                                   : "takes ROWS or MODULO ids (a DYNAMIC table's keys get their rows on "
-                                     "the servers)");
+                         cfg->ids == HX_EMBEDDING_IDS_DYNAMIC
+                             ? "takes ROWS or MODULO ids (a DYNAMIC table's keys get their rows on the servers)"
+                             : "with several workers takes synchronous training (hx_ps_config.staleness 0): "
+                               "every worker holds the same hot rows and they apply every worker's gradient "
+                               "each step, which a worker running ahead would miss");
     hx_emb_shard_config sc;
     hx_status st = hx__embedding_shard_config(cfg, tc, mc, ps->S, &sc);
     if (st) return st;
@@ -261,9 +265,12 @@ hx_status hx__ps_table_create(const hx_embedding_config *cfg, const hx_emb_table
             st = hx__error(HX_ERR_OUT_OF_MEMORY, "%s '%s': out of host memory", fn, name);
         hx_emb_table *dev = NULL; /* the worker's device cache in front (device_cache_rows) */
         hx_emb_err err;
-        if (!st && tc->device_cache_rows > 0 &&
+        if (!st && tc->device_cache_rows > 0 && ps->W == 1 &&
             (st = hx_emb_devcache_create_over(tc, e->impl, &hx__ps_devstore, &hx_emb_as_ps(e->impl)->oob_count,
                                               &dev, &err)))
+            st = hx__emb_error(st, &err, "%s '%s'", fn, name);
+        if (!st && tc->device_cache_rows > 0 && ps->W > 1 && /* hot rows on every worker (ps_hot.c) */
+            (st = hx__ps_hot_create(hx_emb_as_ps(e->impl), tc, &err)))
             st = hx__emb_error(st, &err, "%s '%s'", fn, name);
         hx_status v = index >= 0 ? take_verdict(ps, index, name) : HX_OK;
         if (!st) st = v;

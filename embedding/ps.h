@@ -27,8 +27,12 @@ hx_emb_ps *hx_emb_as_ps(hx_emb_table *t);
  * every push this worker made is applied. */
 hx_status hx__ps_read(hx_emb_ps *c, int k, const int64_t *ids, int64_t n, float *out, hx_emb_err *err);
 /* The optimizer the worker names in its pushes (the servers apply theirs
- * and refuse a push naming another kind). */
+ * and refuse a push naming another kind); a cache of hot rows (several
+ * workers) is written back and emptied first (call it on every worker). */
 const hx_emb_optim *hx__ps_optim(const hx_emb_ps *c);
-void hx__ps_set_optim(hx_emb_ps *c, const hx_emb_optim *o);
+hx_status hx__ps_set_optim(hx_emb_ps *c, const hx_emb_optim *o, hx_emb_err *err);
+/* The counts of c's cache of hot rows (device_cache_rows with several
+ * workers) into *out; false when it has none. */
+bool hx__ps_device_stats(hx_emb_ps *c, hx_emb_devcache_stats *out);
 
 #endif

@@ -221,6 +221,56 @@ static hx_status pull_cached(hx_emb_ps *c, const hx_emb_route *r, int64_t need, 
     return st;
 }
 
+/* Rows (k HX_EMB_SHARD_ROWS) or state array k of r's ids (global rows:
+ * ids[r->first[u]]) with a cache of hot rows (ps_hot.c): the cached ones
+ * read from their slots, the others pulled as the cache of pulled rows,
+ * or a plain pull, would; got as pull's. Counts the lookup's hits. */
+static hx_status pull_hot(hx_emb_ps *c, const hx_emb_route *r, const int64_t *ids, int k, const hx_emb_query *q,
+                          int64_t need, int64_t width, float *got, hx_emb_err *err)
+{
+    hx_ps *ps = c->ps;
+    hx_status st = hx__ps_hot_check(c->hot, err);
+    if (st) return st;
+    hx_emb_route sub;
+    memset(&sub, 0, sizeof sub);
+    int64_t *at = malloc((size_t)(r->U + 1) * sizeof *at);
+    float *part = malloc((size_t)(r->U * width + 1) * sizeof *part);
+    float *tmp = malloc((size_t)hx_emb_row_stride(c->base.dim, HX_DTYPE_F32) * sizeof *tmp);
+    sub.send = malloc((size_t)(r->U + 1) * sizeof *sub.send);
+    sub.scount = calloc((size_t)ps->S * 4, sizeof *sub.scount); /* as a route's: sdispl follows */
+    if (!at || !part || !tmp || !sub.send || !sub.scount)
+        st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server mode: out of memory");
+    else
+        sub.sdispl = sub.scount + ps->S;
+    int64_t hits = 0;
+    for (int j = 0; j < ps->S && !st; j++) {
+        sub.sdispl[j] = sub.U;
+        for (int64_t u = r->sdispl[j]; u < r->sdispl[j] + r->scount[j]; u++) {
+            int32_t slot = hx__ps_hot_slot(c->hot, ids[r->first[u]]);
+            if (slot >= 0) {
+                hx__ps_hot_read(c->hot, k, slot, tmp);
+                memcpy(got + u * width, tmp, (size_t)width * sizeof *got);
+                hits++;
+                continue;
+            }
+            at[sub.U] = u;
+            sub.send[sub.U++] = r->send[u];
+            sub.scount[j]++;
+        }
+    }
+    if (!st && sub.U)
+        st = k == HX_EMB_SHARD_ROWS && c->cache ? pull_cached(c, &sub, need, part, err)
+                                                : pull(c, &sub, k, q, NULL, need, width, part, err);
+    for (int64_t i = 0; i < sub.U && !st; i++)
+        memcpy(got + at[i] * width, part + i * width, (size_t)width * sizeof *got);
+    if (!st && q) hx__ps_hot_count(c->hot, r->U, hits);
+    hx__shard_route_free(&sub);
+    free(at);
+    free(part);
+    free(tmp);
+    return st;
+}
+
 static hx_status ps_lookup(hx_emb_table *t, const hx_emb_query *q, float *out, int64_t *argmax, hx_emb_err *err)
 {
     hx_emb_ps *c = (hx_emb_ps *)t;
@@ -249,8 +299,9 @@ static hx_status ps_lookup(hx_emb_table *t, const hx_emb_query *q, float *out, i
         for (int64_t i = 0; i < q->n && !st; i++)
             if (r.inv[i] >= 0) cnt[r.inv[i]]++;
     }
-    if (!st) st = c->cache ? pull_cached(c, &r, need_of(c), rows, err)
-                           : pull(c, &r, HX_EMB_SHARD_ROWS, q, cnt, need_of(c), dim, rows, err);
+    if (!st) st = c->hot     ? pull_hot(c, &r, ids, HX_EMB_SHARD_ROWS, q, need_of(c), dim, rows, err)
+                  : c->cache ? pull_cached(c, &r, need_of(c), rows, err)
+                             : pull(c, &r, HX_EMB_SHARD_ROWS, q, cnt, need_of(c), dim, rows, err);
     pthread_mutex_unlock(&c->lock);
     if (!st) st = hx__shard_pool(&c->route, q, &r, rows, out, argmax, err);
     free(rows);
@@ -262,7 +313,9 @@ static hx_status ps_lookup(hx_emb_table *t, const hx_emb_query *q, float *out, i
 }
 
 /* g to the servers as step c->pushes (optimizer t = step): one message to
- * each server, its ids and their rows. */
+ * each server, its ids and their rows; with a cache of hot rows, those
+ * rows' gradients go to the workers instead (ps_hot.c), and the rows it
+ * admits are fetched once the servers have applied the step. */
 static hx_status push(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, hx_emb_err *err)
 {
     hx_ps *ps = c->ps;
@@ -272,8 +325,10 @@ static hx_status push(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, h
     for (int64_t i = 0; i < n; i++) /* OOB_ZERO: no update (a DYNAMIC table's ids are keys) */
         skip[i] = !c->route.dynamic && (g->ids[i] < 0 || g->ids[i] >= c->base.rows);
     hx_emb_route r;
+    memset(&r, 0, sizeof r);
     pthread_mutex_lock(&c->lock);
-    hx_status st = hx__shard_route_plan(&c->route, g->ids, n, skip, false, &r, err);
+    hx_status st = c->hot ? hx__ps_hot_update(c, g, step, skip, err) : HX_OK;
+    if (!st) st = hx__shard_route_plan(&c->route, g->ids, n, skip, false, &r, err);
     ps_req h = {.kind = PS_PUSH, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq,
                 .step = c->pushes, .optim = c->route.optim.kind, .optstep = step};
     uint64_t bytes = 0;
@@ -296,6 +351,7 @@ static hx_status push(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, h
         bytes += nb;
     }
     if (!st) c->pushes++;
+    if (c->hot) st = hx__ps_hot_fill(c, st, err);
     int64_t pushes = c->pushes;
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&ps->lock);
@@ -345,11 +401,11 @@ static hx_status ps_save(hx_emb_table *t, const char *path, hx_emb_err *err)
     char *buf = malloc(sizeof(ps_req) + len);
     if (!buf) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "server-mode save: out of memory");
     pthread_mutex_lock(&c->lock);
+    hx_status st = c->hot ? hx__ps_hot_flush(c, err) : HX_OK; /* the cached rows that changed, first */
     ps_req h = {.kind = PS_SAVE, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq, .step = c->pushes,
                 .need = c->pushes, .n = (int64_t)len};
     memcpy(buf, &h, sizeof h);
     memcpy(buf + sizeof h, path, len);
-    hx_status st = HX_OK;
     for (int j = 0; j < ps->S && !st; j++)
         if ((st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, sizeof h + len)))
             st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
@@ -378,6 +434,7 @@ static void ps_free(hx_emb_table *t)
     hx_emb_ps *c = (hx_emb_ps *)t;
     hx__ps_forget(c->ps, t);
     hx__ps_cache_free(c->cache);
+    hx__ps_hot_free(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -387,11 +444,22 @@ static const hx_emb_ops ps_ops = {"server mode", ps_lookup, ps_apply, ps_backwar
 
 hx_emb_ps *hx_emb_as_ps(hx_emb_table *t) { return t && t->ops == &ps_ops ? (hx_emb_ps *)t : NULL; }
 const hx_emb_optim *hx__ps_optim(const hx_emb_ps *c) { return &c->route.optim; }
-void hx__ps_set_optim(hx_emb_ps *c, const hx_emb_optim *o)
+hx_status hx__ps_set_optim(hx_emb_ps *c, const hx_emb_optim *o, hx_emb_err *err)
 {
     pthread_mutex_lock(&c->lock);
-    c->route.optim = *o;
+    hx_status st = c->hot ? hx__ps_hot_set_optim(c, o, err) : HX_OK;
+    if (!st) c->route.optim = *o;
     pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+bool hx__ps_device_stats(hx_emb_ps *c, hx_emb_devcache_stats *out)
+{
+    if (!c->hot) return false;
+    pthread_mutex_lock(&c->lock);
+    hx__ps_hot_stats(c->hot, out);
+    pthread_mutex_unlock(&c->lock);
+    return true;
 }
 
 hx_emb_table *hx__ps_client_create(hx_ps *ps, const hx_emb_shard_config *sc, const char *name,
@@ -439,7 +507,8 @@ hx_status hx__ps_read(hx_emb_ps *c, int k, const int64_t *ids, int64_t n, float 
     if (!st && !(got = malloc((size_t)(r.U * width + 1) * sizeof *got)))
         st = hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     /* every push of this worker applied first */
-    if (!st) st = pull(c, &r, k, NULL, NULL, c->pushes, width, got, err);
+    if (!st) st = c->hot ? pull_hot(c, &r, ids, k, NULL, c->pushes, width, got, err)
+                         : pull(c, &r, k, NULL, NULL, c->pushes, width, got, err);
     pthread_mutex_unlock(&c->lock);
     for (int64_t i = 0; i < n && !st; i++) memcpy(out + i * width, got + r.inv[i] * width, (size_t)width * sizeof *out);
     free(got);

@@ -9,7 +9,10 @@
  * single writer, so the cache owns the rows it holds and the servers hold
  * each as it was last written back: training is bitwise that without the
  * cache, and a worker that dies leaves the servers its last write-backs.
- * Both sides live here: the worker's store and the server's answers. */
+ * Both sides live here: the worker's store and the server's answers; the
+ * cache of hot rows that several workers share (ps_hot.c) fetches and
+ * stores through the same messages, its stores naming the steps their
+ * rows include (a server keeps the newer of two). */
 #include "embedding/ps_impl.h"
 
 #include <stdlib.h>
@@ -124,9 +127,12 @@ typedef struct pending_fetch {
     uint64_t bytes;
 } pending_fetch;
 
-static hx_status fetch_start(hx_emb_table *back, const int64_t *rows, int64_t n, void **pending, hx_emb_err *err)
+size_t hx__ps_record(const hx_emb_ps *c) { return worker_record(c); }
+
+/* Sends the fetch of rows[0 .. n), answered once the servers have applied
+ * every push this worker made; under c's lock. */
+static hx_status start_fetch(hx_emb_ps *c, const int64_t *rows, int64_t n, pending_fetch **out, hx_emb_err *err)
 {
-    hx_emb_ps *c = hx_emb_as_ps(back);
     hx_ps *ps = c->ps;
     size_t rec = worker_record(c);
     if (ps->rank_bytes && (size_t)n * rec > ps->rank_bytes)
@@ -141,31 +147,28 @@ static hx_status fetch_start(hx_emb_table *back, const int64_t *rows, int64_t n,
         free(f);
         return st;
     }
-    pthread_mutex_lock(&c->lock);
     ps_req h = {.kind = PS_FETCH, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq, .tpull = -1,
-                .k = HX_EMB_SHARD_ROWS, .optim = c->route.optim.kind, .rec = (int64_t)rec};
+                .step = c->pushes, .need = c->pushes, .k = HX_EMB_SHARD_ROWS, .optim = c->route.optim.kind,
+                .rec = (int64_t)rec};
     f->seq = h.seq;
     st = send_requests(c, &h, &f->g, NULL, 0, 0, &f->bytes, err);
-    pthread_mutex_unlock(&c->lock);
     if (st) {
         grouped_free(&f->g);
         free(f);
         return st;
     }
-    *pending = f;
+    *out = f;
     return HX_OK;
 }
 
-static hx_status fetch_finish(hx_emb_table *back, void *pending, const int32_t *to, char *recs, size_t stride,
+/* Takes fetch f's records (and frees f, also on failure); under c's lock. */
+static hx_status finish_fetch(hx_emb_ps *c, pending_fetch *f, const int32_t *to, char *recs, size_t stride,
                               uint8_t *cold, hx_emb_err *err)
 {
-    hx_emb_ps *c = hx_emb_as_ps(back);
     hx_ps *ps = c->ps;
-    pending_fetch *f = pending;
     size_t rec = worker_record(c);
     hx_status st = HX_OK;
     int64_t got = 0;
-    pthread_mutex_lock(&c->lock);
     for (int j = 0; j < ps->S && !st; j++) {
         if (!f->g.count[j]) continue;
         hx_msg m;
@@ -195,10 +198,38 @@ static hx_status fetch_finish(hx_emb_table *back, void *pending, const int32_t *
         }
         free(m.data);
     }
-    pthread_mutex_unlock(&c->lock);
     count(ps, true, f->bytes, got);
     grouped_free(&f->g);
     free(f);
+    return st;
+}
+
+hx_status hx__ps_fetch_locked(hx_emb_ps *c, const int64_t *rows, int64_t n, char *recs, size_t stride,
+                              uint8_t *cold, hx_emb_err *err)
+{
+    pending_fetch *f;
+    hx_status st = start_fetch(c, rows, n, &f, err);
+    return st ? st : finish_fetch(c, f, NULL, recs, stride, cold, err);
+}
+
+static hx_status fetch_start(hx_emb_table *back, const int64_t *rows, int64_t n, void **pending, hx_emb_err *err)
+{
+    hx_emb_ps *c = hx_emb_as_ps(back);
+    pthread_mutex_lock(&c->lock);
+    pending_fetch *f = NULL;
+    hx_status st = start_fetch(c, rows, n, &f, err);
+    pthread_mutex_unlock(&c->lock);
+    *pending = f;
+    return st;
+}
+
+static hx_status fetch_finish(hx_emb_table *back, void *pending, const int32_t *to, char *recs, size_t stride,
+                              uint8_t *cold, hx_emb_err *err)
+{
+    hx_emb_ps *c = hx_emb_as_ps(back);
+    pthread_mutex_lock(&c->lock);
+    hx_status st = finish_fetch(c, pending, to, recs, stride, cold, err);
+    pthread_mutex_unlock(&c->lock);
     return st;
 }
 
@@ -210,23 +241,29 @@ static hx_status fetch(hx_emb_table *back, const int64_t *rows, int64_t n, const
     return st ? st : fetch_finish(back, f, to, recs, stride, cold, err);
 }
 
-static hx_status store(hx_emb_table *back, const int64_t *rows, int64_t n, const char *recs, size_t stride,
-                       hx_emb_err *err)
+hx_status hx__ps_store_locked(hx_emb_ps *c, const int64_t *rows, int64_t n, const char *recs, size_t stride,
+                              int64_t tag, hx_emb_err *err)
 {
-    hx_emb_ps *c = hx_emb_as_ps(back);
-    hx_ps *ps = c->ps;
     size_t rec = worker_record(c);
     grouped g;
     hx_status st = group(c, rows, n, &g, err);
     if (st) return st;
-    pthread_mutex_lock(&c->lock);
     ps_req h = {.kind = PS_STORE, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq, .tpull = -1,
-                .optim = c->route.optim.kind, .rec = (int64_t)rec};
+                .step = tag, .optim = c->route.optim.kind, .rec = (int64_t)rec};
     uint64_t bytes = 0;
     st = send_requests(c, &h, &g, recs, stride, rec, &bytes, err);
-    pthread_mutex_unlock(&c->lock);
     grouped_free(&g);
-    if (!st) count(ps, false, bytes, 0);
+    if (!st) count(c->ps, false, bytes, 0);
+    return st;
+}
+
+static hx_status store(hx_emb_table *back, const int64_t *rows, int64_t n, const char *recs, size_t stride,
+                       hx_emb_err *err)
+{
+    hx_emb_ps *c = hx_emb_as_ps(back);
+    pthread_mutex_lock(&c->lock);
+    hx_status st = hx__ps_store_locked(c, rows, n, recs, stride, c->pushes, err);
+    pthread_mutex_unlock(&c->lock);
     return st;
 }
 
@@ -258,9 +295,7 @@ static hx_status load(hx_emb_table *back, const char *path, hx_emb_err *err)
 static hx_status set_optim(hx_emb_table *back, const hx_emb_optim *optim, int nthreads, hx_emb_err *err)
 {
     (void)nthreads;
-    (void)err;
-    hx__ps_set_optim(hx_emb_as_ps(back), optim);
-    return HX_OK;
+    return hx__ps_set_optim(hx_emb_as_ps(back), optim, err);
 }
 
 const hx_emb_devstore_ops hx__ps_devstore = {true, fetch, fetch_start, fetch_finish, store, save, load, set_optim,
@@ -323,6 +358,8 @@ hx_status hx__ps_store(ps_entry *e, const ps_req *h, hx_emb_err *err)
     if (!tmp) return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "out of host memory");
     const char *r = (const char *)(ids + h->n);
     for (int64_t i = 0; i < h->n; i++) {
+        if (e->ver && h->step < e->ver[ids[i]]) continue; /* an older write-back than the row's value */
+        if (e->ver) e->ver[ids[i]] = h->step;
         hx_emb_local_materialise(l, ids[i], tmp);
         hx_emb_local_unpack_row(l, ids[i], hx_emb_optim_nstate(l->optim.kind),
                                 l->optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD, r + (size_t)i * (size_t)h->rec);

@@ -80,8 +80,9 @@ typedef struct ps_entry {
     ps_pull *pulls;       /* and saves */
     ps_pull **thead, **ttail; /* per worker: a DYNAMIC table's training pulls, in order */
     hx_emb_workspace *ws;
-    int64_t *ver;         /* server, a fixed table: per local row, the steps applied when
-                             it last changed (0: never) */
+    int64_t *ver;         /* server, a fixed table: per local row, the steps its value includes
+                             since it last changed (a push applied, or a write-back of a cache
+                             of hot rows: the steps its worker said; 0: never) */
     int cached_by;        /* server: the worker whose device cache holds rows of it
                              (it fetched, stored or said it lives), else -1 */
 } ps_entry;
@@ -113,7 +114,9 @@ struct hx_emb_ps {
     int64_t pushes, seq;
     int64_t tpulls;       /* DYNAMIC: training pulls sent */
     struct ps_cache *cache; /* pulled rows kept (hx_ps_config.cache_rows), or NULL */
-    hx_emb_table *dev;    /* the device cache in front of it (device_cache_rows), or NULL */
+    hx_emb_table *dev;    /* the device cache in front of it (device_cache_rows, one worker), or NULL */
+    struct ps_hot *hot;   /* its hot rows replicated on every worker (device_cache_rows, several
+                             workers: ps_hot.c), or NULL */
     double sent_at;       /* with a device cache: when it last sent the servers anything */
     pthread_mutex_t lock; /* one request at a time */
     _Atomic int64_t oob_count;
@@ -159,5 +162,47 @@ hx_status hx__ps_fetch_reply(const ps_entry *e, const ps_req *h, int64_t applied
                              hx_emb_err *err);
 /* Server: store h's records into e's rows (all or, on failure, none). */
 hx_status hx__ps_store(ps_entry *e, const ps_req *h, hx_emb_err *err);
+
+/* Under c's lock (ps_devcache.c): bytes of a row's record (params and
+ * state); a fetch of rows' records and cold flags (as the store's read),
+ * answered once the servers have applied every push this worker made; a
+ * store of records whose rows include `tag` steps (a server keeps a row
+ * whose value includes more: ps_serve.c's e->ver). */
+size_t hx__ps_record(const hx_emb_ps *c);
+hx_status hx__ps_fetch_locked(hx_emb_ps *c, const int64_t *rows, int64_t n, char *recs, size_t stride,
+                              uint8_t *cold, hx_emb_err *err);
+hx_status hx__ps_store_locked(hx_emb_ps *c, const int64_t *rows, int64_t n, const char *recs, size_t stride,
+                              int64_t tag, hx_emb_err *err);
+
+/* ---- hot rows replicated on every worker (embedding/ps_hot.c) ----------------------------
+ * device_cache_rows with several workers, synchronous: every call under
+ * c's lock, on every worker alike (create, update, set_optim are
+ * collective over the workers or change what they hold). */
+typedef struct ps_hot ps_hot;
+/* c->hot for a table of tc (collective over the workers: a duplicate of
+ * their communicator). */
+hx_status hx__ps_hot_create(hx_emb_ps *c, const hx_emb_table_config *tc, hx_emb_err *err);
+void hx__ps_hot_free(hx_emb_ps *c);
+/* The slot of a row (the table's), -1 when not cached. */
+int32_t hx__ps_hot_slot(const ps_hot *h, int64_t row);
+/* A slot's row (k HX_EMB_SHARD_ROWS, dim floats) or state array k. */
+void hx__ps_hot_read(ps_hot *h, int k, int32_t slot, float *out);
+/* HX_ERR_STATE once a failed fetch left slots without their rows. */
+hx_status hx__ps_hot_check(const ps_hot *h, hx_emb_err *err);
+/* A lookup's distinct rows and the cached ones among them. */
+void hx__ps_hot_count(ps_hot *h, int64_t lookups, int64_t hits);
+/* Step c->pushes's update g (skip[i]: entry i is not pushed; the cached
+ * rows' entries are set -1): the workers' exchange, the replica's step,
+ * the next step's rows (the victims stored by worker 0 now, the admitted
+ * ones fetched by hx__ps_hot_fill after the push). */
+hx_status hx__ps_hot_update(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, signed char *skip,
+                            hx_emb_err *err);
+hx_status hx__ps_hot_fill(hx_emb_ps *c, hx_status pushed, hx_emb_err *err); /* pushed: the push's status */
+/* This worker stores its changed cached rows (a save's, hx_ps_finish's). */
+hx_status hx__ps_hot_flush(hx_emb_ps *c, hx_emb_err *err);
+/* Worker 0 stores the changed rows, every worker empties the cache and
+ * takes optimizer o. */
+hx_status hx__ps_hot_set_optim(hx_emb_ps *c, const hx_emb_optim *o, hx_emb_err *err);
+void hx__ps_hot_stats(const ps_hot *h, hx_emb_devcache_stats *out);
 
 #endif

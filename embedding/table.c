@@ -280,9 +280,8 @@ hx_status hx_embedding_table_set_optimizer(hx_embedding_table *t, const hx_embed
     if ((st = hx__embedding_hold(t, true, fn))) return st;
     hx_emb_err err;
     pthread_mutex_lock(&t->lock);
-    if (t->client && !t->dev) hx__ps_set_optim(t->client, &o); /* the servers apply theirs: set it alike there */
     st = t->dev ? hx_emb_devcache_set_optim(t->dev, &o, omp_get_num_procs(), &err) /* and its store's */
-         : t->client ? HX_OK
+         : t->client ? hx__ps_set_optim(t->client, &o, &err) /* the servers apply theirs: set it alike there */
          : t->shard ? hx_emb_shard_set_optim(t->shard, &o, omp_get_num_procs(), &err)
          : t->ssd ? hx_emb_ssd_set_optim(t->ssd, &o, &err)
                   : hx_emb_local_set_optim(&t->local->base, &o, omp_get_num_procs(), &err);
@@ -489,10 +488,10 @@ hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path)
 /* The device cache's counts (device_cache_rows) into *out; none: nothing. */
 static void device_cache_stats(const hx_embedding_table *t, hx_embedding_stats *out)
 {
-    if (!t->dev) return;
     hx_emb_devcache_stats ds;
+    if (!t->dev && (!t->client || !hx__ps_device_stats(t->client, &ds))) return; /* several workers' (ps_hot.c) */
     pthread_mutex_lock((pthread_mutex_t *)&t->lock);
-    hx_emb_devcache_stats_get(t->dev, &ds);
+    if (t->dev) hx_emb_devcache_stats_get(t->dev, &ds);
     pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
     out->device_cache_rows = ds.cache_rows;
     out->device_cache_lookups = (int64_t)ds.lookups;

@@ -904,11 +904,27 @@ typedef struct hx_embedding_config {
      * nothing for a quarter of hx_ps_config.timeout_s, at its next lookup
      * or update of the table, so a worker that makes neither, nor calls
      * hx_ps_finish, for timeout_s is taken for dead: hx_ps_serve fails
-     * with HX_ERR_COMM naming it. With several workers
-     * (a row's update sums every worker's gradient at its server, which a
-     * copy on one worker's device would miss) and for DYNAMIC tables it is
-     * refused on every rank (HX_ERR_UNSUPPORTED); hx_ps_config.cache_rows
-     * keeps pulled rows read-only instead. 0: none. */
+     * with HX_ERR_COMM naming it. With several workers, synchronous
+     * (staleness 0), every worker caches the same hot rows with their
+     * state (host memory: not a session's device memory), chosen at each
+     * update from the rows every worker touched (their lists exchanged
+     * over a duplicate of the workers' communicator): a cached row's
+     * lookup reads the cache; its update sums the workers' gradients in
+     * worker order and runs the optimizer on the rows some worker touched,
+     * on every worker, as its server would (results bitwise those without
+     * the cache at the same worker count, checkpoints byte for byte);
+     * worker 0 writes an evicted row back before that step's push, every
+     * worker fetches an admitted row after it; a save writes the saving
+     * worker's changed rows back first, hx_ps_finish worker 0's;
+     * _read_rows and _read_state read cached rows from the cache. Every
+     * worker must update the table every step and set its optimizer
+     * alike (that writes the cache back and empties it). The table's
+     * stats count the worker's own lookups, hits, fetches and write-backs.
+     * With staleness > 0 and several workers (a worker running ahead would
+     * miss the others' gradients of its cached rows), and for DYNAMIC
+     * tables, it is refused on every rank (HX_ERR_UNSUPPORTED);
+     * hx_ps_config.cache_rows keeps pulled rows read-only instead. 0:
+     * none. */
     int64_t device_cache_rows;
     /* Tables over several processes (README, "Sharded tables"). comm NULL:
      * the table lives in this process. Else the table is sharded over

@@ -54,8 +54,26 @@
  * caches evict (rows written back while training), read the next batch
  * ahead, and move fewer rows than the pulls and pushes without them. An
  * id outside 'user' fails both models' step with HX_ERR_INDEX and leaves
- * the cache's counts as they were. With several workers (3 and 4 ranks)
- * and for a DYNAMIC table the cache is refused on every rank, naming why.
+ * the cache's counts as they were. For a DYNAMIC table the cache is
+ * refused on every rank, naming why.
+ *
+ * devcache_workers: with two workers (3 ranks: one server; 4: two) and,
+ * at 4 ranks, three workers and one server (where the order of each
+ * row's sum over the workers shows: two gradients add alike either way), a
+ * cache of DEV_HOT hot rows on each worker (the same rows on both,
+ * replicated: embedding/ps_hot.c) in front of each of the four tables
+ * (LazyAdam, Adagrad, row-wise Adagrad, FTRL), on skewed ids (row =
+ * rows * u^3) so that rows come and go ('geo', a max bag, trained by
+ * LazyAdam: its rows a worker touches with a zero gradient move too,
+ * as the servers move them), the dense layers data parallel
+ * over the workers: every step's loss on each worker, then every row and
+ * state array read back, and the dense parameters, are bitwise those of
+ * the same model without the cache beside it in the same run; a
+ * checkpoint the last worker has the servers write mid-run, and the
+ * servers' own after serving (worker 0's hx_ps_finish writes the cached
+ * rows back), equal the uncached model's byte for byte. The caches hit,
+ * admit rows from the servers and write evicted ones back. With
+ * staleness the cache is refused on every rank, naming why.
  *
  * refusals: the roles' arguments; comm and ps together. */
 #include "dist/dist.h"
@@ -705,15 +723,25 @@ static void test_cache(void)
 
 enum { DEV_ROWS = 24, DEV_BAD_STEP = 7 };
 
+/* 'geo' (a max bag: a row of a bag whose maximum no element of it holds
+ * gets a zero gradient) trained by LazyAdam, which moves such a row. */
+static void set_lazy(hx_embedding_table *geo)
+{
+    hx_embedding_optimizer o = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_LAZY_ADAM);
+    o.lr = 0.05;
+    OK(hx_embedding_table_set_optimizer(geo, &o));
+}
+
 /* The servers of case devcache: the two models' tables (without, then
  * with the cache: created alike), served, then saved into dir/sn and
  * dir/sc. */
-static void serve_devcache(hx_ps *ps, const char *dir)
+static void serve_devcache(hx_ps *ps, const char *dir, int64_t cache_rows, bool lazy_geo)
 {
     hx_embedding_table *t[2][NT];
     for (int m = 0; m < 2; m++) {
-        model_cache_rows = m ? DEV_ROWS : 0;
+        model_cache_rows = m ? cache_rows : 0;
         for (int k = 0; k < NT; k++) t[m][k] = make_table(&specs[k], NULL, ps);
+        if (lazy_geo) set_lazy(t[m][NT - 1]);
     }
     model_cache_rows = 0;
     OK(hx_ps_serve(ps));
@@ -755,14 +783,20 @@ static void barrier(void)
     OK(hx__coll_wait(q));
 }
 
-static int64_t rows_moved(const hx_embedding_stats *s) { return s->device_rows_in + s->device_rows_out; }
-
-static void test_devcache(void)
+/* Every worker here. */
+static void barrier_workers(hx_comm *wc)
 {
-    char dir[256] = "";
-    if (rank == size - 1 && test_make_tmpdir(dir, sizeof dir, "hx-mpi-ps-dev")) {
-        const char *sub[4] = {"n", "c", "sn", "sc"};
-        for (int i = 0; i < 4; i++) {
+    float x = 0;
+    hx_coll *q = NULL;
+    OK(hx__comm_all_reduce(wc, &x, &x, 1, HX_DTYPE_F32, &q));
+    OK(hx__coll_wait(q));
+}
+
+/* dir/<sub> for every sub, made by the last rank, its name on every rank. */
+static void shared_dirs(char *dir, size_t n, const char *what, const char *const *sub, int nsub)
+{
+    if (rank == size - 1 && test_make_tmpdir(dir, n, what)) {
+        for (int i = 0; i < nsub; i++) {
             char p[300];
             snprintf(p, sizeof p, "%s/%s", dir, sub[i]);
             CHECK(mkdir(p, 0700) == 0, "mkdir %s", p);
@@ -771,25 +805,28 @@ static void test_devcache(void)
         CHECK(false, "no temporary folder");
     }
     hx_coll *q = NULL;
-    OK(hx__comm_broadcast(world, dir, sizeof dir / 8, HX_DTYPE_I64, size - 1, &q));
+    OK(hx__comm_broadcast(world, dir, (int64_t)(n / 8), HX_DTYPE_I64, size - 1, &q));
     OK(hx__coll_wait(q));
-    /* several workers: refused on every rank before anything is made */
-    if (size >= 3) {
-        hx_ps *ps = make_ps(0);
-        hx_embedding_table *t = NULL;
-        hx_embedding_config ec = hx_embedding_config_default();
-        ec.name = "cached";
-        ec.rows = 10;
-        ec.dim = 2;
-        ec.ps = ps;
-        ec.device_cache_rows = 4;
-        CHECK(ps && hx_embedding_table_create(&ec, &t) == HX_ERR_UNSUPPORTED && !t &&
-                  strstr(hx_last_error(), "one worker") && strstr(hx_last_error(), "servers = ranks - 1"),
-              "a device cache with several workers: %s", hx_last_error());
-        if (ps && hx_ps_is_server(ps)) OK(hx_ps_serve(ps));
-        else if (ps) OK(hx_ps_finish(ps));
-        hx_ps_free(ps);
-    }
+}
+
+/* Both models' tables k saved into dir/n and dir/c. */
+static void save_both(const model *pm, const model *dm, const char *dir)
+{
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < NT; k++) {
+            char path[400];
+            snprintf(path, sizeof path, "%s/%c/%s", dir, m ? 'c' : 'n', specs[k].name);
+            OK(hx_embedding_table_save(m ? dm->t[k] : pm->t[k], path));
+        }
+}
+
+static int64_t rows_moved(const hx_embedding_stats *s) { return s->device_rows_in + s->device_rows_out; }
+
+static void test_devcache(void)
+{
+    char dir[256] = "";
+    const char *sub[4] = {"n", "c", "sn", "sc"};
+    shared_dirs(dir, sizeof dir, "hx-mpi-ps-dev", sub, 4);
     hx_ps_config pc = hx_ps_config_default();
     pc.comm = world;
     pc.servers = size - 1; /* one worker */
@@ -809,7 +846,7 @@ static void test_devcache(void)
               "a device cache of a DYNAMIC server-mode table: %s", hx_last_error());
     }
     if (hx_ps_is_server(ps)) {
-        serve_devcache(ps, dir);
+        serve_devcache(ps, dir, DEV_ROWS, false);
         hx_ps_free(ps);
         barrier(); /* saved */
         barrier(); /* the worker has compared the files */
@@ -864,12 +901,7 @@ static void test_devcache(void)
     hx_ps_stats before;
     OK(hx_ps_stats_get(ps, &before));
     for (int k = 0; k < NT && sp && sd; k++) compare_table(&dm, &pm, k, 0, "after training (device cache)");
-    for (int m = 0; m < 2; m++)
-        for (int k = 0; k < NT; k++) {
-            char path[400];
-            snprintf(path, sizeof path, "%s/%c/%s", dir, m ? 'c' : 'n', specs[k].name);
-            OK(hx_embedding_table_save(m ? dm.t[k] : pm.t[k], path));
-        }
+    save_both(&pm, &dm, dir);
     same_files(dir, "n", "c");
     /* what moved: rows pulled and gradient rows pushed without the cache
      * (the same ids, the same steps), rows in and out with it */
@@ -899,6 +931,122 @@ static void test_devcache(void)
     barrier(); /* the servers have saved */
     same_files(dir, "sn", "sc");
     barrier();
+}
+
+/* ---- hot rows on every worker (several workers) ------------------------------------ */
+
+enum { DEV_HOT = 10 };
+
+/* The two models over S servers (every other rank a worker), compared. */
+static void hot_run(int S)
+{
+    char dir[256] = "";
+    const char *sub[4] = {"n", "c", "sn", "sc"};
+    shared_dirs(dir, sizeof dir, "hx-mpi-ps-hot", sub, 4);
+    hx_ps_config pc = hx_ps_config_default();
+    pc.comm = world;
+    pc.servers = S;
+    hx_ps *ps = NULL;
+    OK(hx_ps_create(&pc, &ps));
+    if (!ps) return;
+    if (hx_ps_is_server(ps)) {
+        serve_devcache(ps, dir, DEV_HOT, true);
+        hx_ps_free(ps);
+        barrier(); /* saved */
+        barrier(); /* the workers have compared the files */
+        if (rank == size - 1) test_remove_tree(dir);
+        return;
+    }
+    hx_comm *wc = hx_ps_workers(ps);
+    int W = hx_comm_size(wc), w = hx_ps_index(ps);
+    model pm, dm;
+    model_cache_rows = 0;
+    int bad = build(&pm, B / W, NULL, ps);
+    model_cache_rows = DEV_HOT;
+    bad = bad || build(&dm, B / W, NULL, ps);
+    model_cache_rows = 0;
+    if (bad) {
+        CHECK(false, "build: %s", hx_last_error());
+        return;
+    }
+    set_lazy(pm.t[NT - 1]);
+    set_lazy(dm.t[NT - 1]);
+    hx_session_config cp = config(wc), cd = config(wc);
+    hx_session *sp = test_session_with(pm.g, &cp, "no cache"), *sd = test_session_with(dm.g, &cd, "hot rows");
+    batch bt;
+    for (int s = 0; s < STEPS && sp && sd; s++) {
+        make_batch(s, &bt);
+        float lp = 0, ld = 0;
+        OK(run(sp, &pm, &bt, w * (B / W), &lp));
+        OK(run(sd, &dm, &bt, w * (B / W), &ld));
+        CHECK(!memcmp(&lp, &ld, sizeof lp), "worker %d, step %d: loss %.9g with the hot rows, %.9g without", w, s,
+              ld, lp);
+        fold(&ld, sizeof ld);
+        if (s == STEPS / 2 && w == W - 1) save_both(&pm, &dm, dir); /* mid-run, by a worker other than 0 */
+    }
+    for (int k = 0; k < NT && sp && sd; k++) compare_table(&dm, &pm, k, 0, "after training (hot rows)");
+    const hx_tensor *tp[2] = {pm.w1, pm.w2}, *td[2] = {dm.w1, dm.w2};
+    for (int j = 0; j < 2 && sp && sd; j++) {
+        int64_t n = hx_tensor_numel(tp[j]);
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        OK(hx_session_read(sp, tp[j], a, sizeof(float) * (size_t)n));
+        OK(hx_session_read(sd, td[j], b, sizeof(float) * (size_t)n));
+        CHECK(!memcmp(a, b, sizeof(float) * (size_t)n), "worker %d: parameter '%s' differs with the hot rows", w,
+              hx_tensor_name(tp[j]));
+        free(a);
+        free(b);
+    }
+    int64_t hits = 0, in = 0, out = 0, lookups = 0;
+    for (int k = 0; k < NT; k++) {
+        hx_embedding_stats es;
+        OK(hx_embedding_table_stats(dm.t[k], &es));
+        CHECK(es.device_cache_rows == DEV_HOT, "table '%s': %lld cached rows", specs[k].name,
+              (long long)es.device_cache_rows);
+        hits += es.device_cache_hits;
+        lookups += es.device_cache_lookups;
+        in += es.device_rows_in + es.device_rows_init;
+        out += es.device_rows_out;
+    }
+    CHECK(hits > 0 && hits < lookups && in > 4 * DEV_HOT && (w != 0 || out > 0),
+          "worker %d: %lld hits of %lld lookups, %lld rows admitted, %lld written back: the rows do not come and go",
+          w, (long long)hits, (long long)lookups, (long long)in, (long long)out);
+    barrier_workers(wc); /* the mid-run checkpoint is written */
+    same_files(dir, "n", "c");
+    OK(hx_ps_finish(ps));
+    hx_session_free(sp);
+    hx_session_free(sd);
+    model_free(&pm);
+    model_free(&dm);
+    hx_ps_free(ps);
+    barrier(); /* the servers have saved */
+    same_files(dir, "sn", "sc");
+    barrier();
+}
+
+static void test_devcache_workers(void)
+{
+    if (size < 3) {
+        test_skip("2 ranks: one worker (case devcache)");
+        return;
+    }
+    { /* a worker may not run ahead of the others' gradients of its cached rows */
+        hx_ps *ps = make_ps(1);
+        hx_embedding_table *t = NULL;
+        hx_embedding_config ec = hx_embedding_config_default();
+        ec.name = "cached";
+        ec.rows = 10;
+        ec.dim = 2;
+        ec.ps = ps;
+        ec.device_cache_rows = 4;
+        CHECK(ps && hx_embedding_table_create(&ec, &t) == HX_ERR_UNSUPPORTED && !t &&
+                  strstr(hx_last_error(), "staleness 0"),
+              "a device cache with several workers at staleness 1: %s", hx_last_error());
+        if (ps && hx_ps_is_server(ps)) OK(hx_ps_serve(ps));
+        else if (ps) OK(hx_ps_finish(ps));
+        hx_ps_free(ps);
+    }
+    hot_run(size >= 4 ? 2 : 1); /* two workers */
+    if (size >= 4) hot_run(1);  /* three: their sums' order shows (two gradients add alike either way) */
 }
 
 static void test_refusals(void)
@@ -957,6 +1105,7 @@ int main(int argc, char **argv)
         {"dynamic_cap", test_dynamic_cap},
         {"cache", test_cache},
         {"devcache", test_devcache},
+        {"devcache_workers", test_devcache_workers},
         {"refusals", test_refusals},
     };
     test_options o = {.setup = setup, .teardown = teardown};
