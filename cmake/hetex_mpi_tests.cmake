@@ -74,6 +74,9 @@ if(HX_HAVE_MPI)
   target_link_libraries(mpi_killed PRIVATE hx_testlib)
   add_test(NAME mpi_killed_rank COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/killed_rank.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_killed> 3)
+  # ZeRO stage 2: a rank stopped before its all-gathers; the others' next call names it
+  add_test(NAME mpi_killed_deferred COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/killed_rank.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_killed> 2 deferred)
   # mpirun -np 2 hetex gpt --zero 0
   add_test(NAME mpi_gpt_zero COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/gpt_zero.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
@@ -137,7 +140,7 @@ if(HX_HAVE_MPI)
   # namespace can be made: tests/mpi/netns_tcp.sh)
   add_test(NAME mpi_netns_tcp COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/netns_tcp.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
-  foreach(name mpi_netns_tcp mpi_gpt_zero mpi_gpt_zero_ckpt mpi_killed_rank mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
+  foreach(name mpi_netns_tcp mpi_gpt_zero mpi_gpt_zero_ckpt mpi_killed_rank mpi_killed_deferred mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
           mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4 mpi_zero_ckpt
           mpi_zero_bytes_np1 mpi_zero_bytes_np2 mpi_zero_bytes_np4
           mpi_zero_overlap_np2 mpi_zero_overlap_np4 mpi_pin_np1 mpi_pin_np2 mpi_pin_np2_unbound)

@@ -116,7 +116,8 @@ void hx__session_dp_abort(hx_session *s);
 hx_status hx__session_dp_settle(hx_session *s, const char *fn);
 /* Tests: 1, no reader waits for the deferred all-gathers and progress
  * finishes none (phase 0's end does), to show the checks catch it; 2,
- * progress finishes none (the readers must). */
+ * progress finishes none (the readers must); 3, this rank starts none of
+ * the all-gathers after the updates (as a rank stopped there would). */
 extern int hx__dp_defer_test;
 /* Tests: the last training run's events of phase `phase` in order: 'D'
  * host step v of the phase has run, 'R' unit v (its place in the start
