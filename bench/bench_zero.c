@@ -20,7 +20,8 @@
  * gradients go through as the stated fixed overhead, and the step time.
  * ./build.sh bench zero runs this program, which runs itself under
  * mpirun --oversubscribe -np N; each rank prints one JSON object per
- * stage ($HX_BENCH_ZERO_STAGE, when set: the only stage run, e.g. 3).
+ * stage ($HX_BENCH_ZERO_STAGE, when set: the only stage run, e.g. 3;
+ * $HX_BENCH_ZERO_LAYERS: that many layers instead of 2, the same width).
  *
  * Communication hidden: each stage trains two sessions on the same feeds:
  * one as configured (the gradient sums start during the backward as their
@@ -134,8 +135,9 @@ static hx_status timed_step(hx_session *s, const hx_feed *f, double *step_s, dou
 static int run_stage(hx_comm *comm, int stage, bool offload_param)
 {
     int rank = hx_comm_rank(comm), n = hx_comm_size(comm);
-    gpt_config c = {.vocab = 65, .layers = 2, .heads = 4, .width = 128, .context = 64,
-                    .batch = GLOBAL_BATCH / n, .seed = 1, .dtype = HX_DTYPE_BF16};
+    const char *layers = getenv("HX_BENCH_ZERO_LAYERS"); /* a deeper model of the same width */
+    gpt_config c = {.vocab = 65, .layers = layers ? atoi(layers) : 2, .heads = 4, .width = 128,
+                    .context = 64, .batch = GLOBAL_BATCH / n, .seed = 1, .dtype = HX_DTYPE_BF16};
     gpt_run r, off; /* as configured; every sum after the backward */
     if (stage_session(comm, stage, offload_param, false, &c, &r)) {
         fprintf(stderr, "bench_zero: rank %d stage %d: %s\n", rank, stage, hx_last_error());
@@ -182,10 +184,11 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
         static const char *const min_formula[4] = {"2(N-1)/N x 2 Psi", "2(N-1)/N x 2 Psi",
                                                    "2(N-1)/N x 2 Psi", "3(N-1)/N x 2 Psi"};
         printf("{\"bench\": \"zero\", \"stage\": %d, \"offload_param\": \"%s\", \"ranks\": %d, "
-               "\"rank\": %d, \"params\": %.0f, \"bytes_per_step\": %.0f, \"min_bytes_per_step\": %.0f, "
-               "\"min_bytes_formula\": \"%s\", \"bytes_counted\": \"%s\", \"bytes_ratio\": ",
-               stage, offload_param ? "cpu" : "none",
-               n, rank, psi, per_step, minimum, min_formula[stage], COUNTED);
+               "\"rank\": %d, \"layers\": %d, \"params\": %.0f, \"bytes_per_step\": %.0f, "
+               "\"min_bytes_per_step\": %.0f, \"min_bytes_formula\": \"%s\", \"bytes_counted\": \"%s\", "
+               "\"bytes_ratio\": ",
+               stage, offload_param ? "cpu" : "none", n, rank, c.layers, psi, per_step, minimum,
+               min_formula[stage], COUNTED);
         if (minimum > 0) printf("%.4f", per_step / minimum);
         else printf("null");
         /* stage 3 whose backward reads the device's copies from the forward: one gather a step */
