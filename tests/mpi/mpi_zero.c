@@ -33,8 +33,9 @@
  * with parameters on the accelerator, stages that differ between ranks, the delayed
  * update, writes of sharded state, reads and fetches of
  * another rank's shard), after which the session and the communicator
- * still work. With offload_param=disk (the MLP, stages 1-3): the same bits
- * as stage 0 with offload_param=cpu, within 1e-6 of the lone run, each
+ * still work. With offload_param=disk (stages 1-3; the MLP and the GPT in
+ * bf16 with f32 masters): the same bits as stage 0 with offload_param=cpu,
+ * the MLP within 1e-6 of the lone run, each
  * rank's disk tier holding exactly its share, a sharded checkpoint of it
  * loading back bitwise; the disk failing on one rank (a missing directory,
  * a full file mid-step) fails creation or the step on every rank, that
@@ -168,6 +169,25 @@ static void check_stats(hx_session *z, hx_session *s0, const char *what, int ste
           (long long)b.step, b.last_skipped);
 }
 
+/* offload_param=disk's directory (a fresh one per case) */
+static char disk_dir[256];
+
+/* Offload_param=disk: every rank's disk tier holds what its stage leaves
+ * it, no more: with its persistent bytes in memory, stage 0's
+ * (offload_param=cpu) less the sharded bytes of the others. */
+static void check_disk_bytes(hx_session *z, hx_session *s0, const char *what)
+{
+    hx_memory_stats mz, m0;
+    OK(hx_session_memory_stats(z, &mz));
+    OK(hx_session_memory_stats(s0, &m0));
+    size_t pz = mz.persistent_bytes + mz.device_persistent_bytes + hx__disk_whole_bytes(&z->e);
+    size_t p0 = m0.persistent_bytes + m0.device_persistent_bytes;
+    CHECK(hx__disk_whole_bytes(&z->e) > 0 && pz == p0 - mz.zero_sharded_bytes + mz.zero_owned_bytes,
+          "%s: rank %d: %zu bytes on disk, %zu in memory; stage 0 has %zu, sharded %zu, owned %zu",
+          what, rank, hx__disk_whole_bytes(&z->e), pz - hx__disk_whole_bytes(&z->e), p0,
+          mz.zero_sharded_bytes, mz.zero_owned_bytes);
+}
+
 /* ---- the GPT example, bf16 with f32 masters ---------------------------------- */
 
 static void gpt_batch(const gpt_config *m, int step, int32_t *tok, int32_t *tgt)
@@ -179,11 +199,12 @@ static void gpt_batch(const gpt_config *m, int step, int32_t *tok, int32_t *tgt)
 }
 
 /* The GPT `shape`; chunk: 0, or offload_param=cpu with chunks of that many bytes. */
-static void gpt_case(const gpt_config *shape, int stage, gpt_offload off, size_t chunk)
+static void gpt_case(const gpt_config *shape, int stage, gpt_offload off, size_t chunk, bool disk)
 {
     char what[96];
     snprintf(what, sizeof what, "gpt stage %d, AdamW on the %s%s", stage,
-             off == GPT_OFFLOAD_OPTIMIZER ? "host" : "device", chunk ? ", offload_param=cpu" : "");
+             off == GPT_OFFLOAD_OPTIMIZER ? "host" : "device",
+             disk ? ", offload_param=disk" : chunk ? ", offload_param=cpu" : "");
     gpt_config c = *shape;
     c.batch = GPT_B / size;
     gpt_optim o = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1, .offload = off,
@@ -192,6 +213,10 @@ static void gpt_case(const gpt_config *shape, int stage, gpt_offload off, size_t
     if (chunk) {
         cz.offload.offload_param = c0.offload.offload_param = HX_OFFLOAD_CPU;
         cz.offload.chunk_size = c0.offload.chunk_size = chunk;
+    }
+    if (disk) { /* stage 0 with offload_param=cpu: the same updates on the host */
+        cz.offload.offload_param = HX_OFFLOAD_DISK;
+        snprintf(cz.offload.offload_path, sizeof cz.offload.offload_path, "%s", disk_dir);
     }
     gpt_run z, r0;
     if (gpt_run_create(&c, &o, &cz, &z)) {
@@ -241,7 +266,8 @@ static void gpt_case(const gpt_config *shape, int stage, gpt_offload off, size_t
           what, (long long)sum_over_ranks(owned), z.m.n_tensors);
     /* master and two moments, 12 bytes per parameter; stage 3 the bf16 copy too, 14 */
     size_t per = stage == 3 ? 14 : 12;
-    check_memory(z.s, r0.s, what, per * (master_bytes / 4));
+    if (disk) check_disk_bytes(z.s, r0.s, what);
+    else check_memory(z.s, r0.s, what, per * (master_bytes / 4));
     hx_memory_stats ms;
     OK(hx_session_memory_stats(z.s, &ms));
     /* balanced: an even share, give or take the largest parameter's state */
@@ -253,17 +279,28 @@ static void gpt_case(const gpt_config *shape, int stage, gpt_offload off, size_t
     gpt_run_free(&r0);
 }
 
-static void test_gpt_host_stage1(void) { gpt_case(&GPT, 1, GPT_OFFLOAD_OPTIMIZER, 0); }
-static void test_gpt_host_stage2(void) { gpt_case(&GPT, 2, GPT_OFFLOAD_OPTIMIZER, 0); }
-static void test_gpt_device_stage1(void) { gpt_case(&GPT, 1, GPT_OFFLOAD_NONE, 0); }
-static void test_gpt_device_stage2(void) { gpt_case(&GPT, 2, GPT_OFFLOAD_NONE, 0); }
-static void test_gpt_host_stage3(void) { gpt_case(&GPT, 3, GPT_OFFLOAD_OPTIMIZER, 0); }
+static void test_gpt_host_stage1(void) { gpt_case(&GPT, 1, GPT_OFFLOAD_OPTIMIZER, 0, false); }
+static void test_gpt_host_stage2(void) { gpt_case(&GPT, 2, GPT_OFFLOAD_OPTIMIZER, 0, false); }
+static void test_gpt_device_stage1(void) { gpt_case(&GPT, 1, GPT_OFFLOAD_NONE, 0, false); }
+static void test_gpt_device_stage2(void) { gpt_case(&GPT, 2, GPT_OFFLOAD_NONE, 0, false); }
+static void test_gpt_host_stage3(void) { gpt_case(&GPT, 3, GPT_OFFLOAD_OPTIMIZER, 0, false); }
 /* the parameters streamed to emu chunk by chunk: the copies of a later
  * chunk were submitted before an earlier chunk's (exec.c resolved each
  * first unit's successors before the next first unit went), and the
  * gathered windows outgrew the plan's prediction */
-static void test_gpt_offload_param_stage3(void) { gpt_case(&GPT_BENCH, 3, GPT_OFFLOAD_OPTIMIZER, (size_t)256 << 10); }
+static void test_gpt_offload_param_stage3(void) { gpt_case(&GPT_BENCH, 3, GPT_OFFLOAD_OPTIMIZER, (size_t)256 << 10, false); }
 
+/* bf16 parameters with f32 masters on the disk tier: the half copies each
+ * rank reads in the resident region, its masters and moments in chunks */
+static void test_gpt_offload_disk(void)
+{
+    if (!test_make_tmpdir(disk_dir, sizeof disk_dir, "mpi_zero")) {
+        CHECK(false, "no temporary directory");
+        return;
+    }
+    for (int stage = 1; stage <= 3; stage++) gpt_case(&GPT, stage, GPT_OFFLOAD_OPTIMIZER, 4096, true);
+    test_remove_tree(disk_dir);
+}
 /* AdamW on emu's device keeps the bf16 copies there: stage 3, which
  * gathers into host memory, is refused naming offload_param=cpu. */
 static void test_gpt_device_stage3_refused(void)
@@ -289,10 +326,6 @@ static void mlp_batch(int s, float *x, float *y)
     test_fill_uniform(&g, y, B * W, -1, 1);
 }
 
-/* variant 0: the CPU; 1: emu; 2: emu, offload_param=cpu; 3: emu,
- * offload_param=disk under disk_dir (a fresh directory per case). */
-static char disk_dir[256];
-
 static hx_session_config mlp_config(int stage, int variant)
 {
     hx_session_config cfg = config(stage, variant == 0 ? HX_ACCELERATOR_NONE : HX_ACCELERATOR_EMU);
@@ -300,22 +333,6 @@ static hx_session_config mlp_config(int stage, int variant)
     if (variant >= 2) cfg.offload.offload_param = variant == 2 ? HX_OFFLOAD_CPU : HX_OFFLOAD_DISK;
     if (variant == 3) snprintf(cfg.offload.offload_path, sizeof cfg.offload.offload_path, "%s", disk_dir);
     return cfg;
-}
-
-/* Offload_param=disk (variant 3): every rank's disk tier holds what its
- * stage leaves it, no more: with its persistent bytes in memory, stage 0's
- * (offload_param=cpu) less the sharded bytes of the others. */
-static void check_disk_bytes(hx_session *z, hx_session *s0, const char *what)
-{
-    hx_memory_stats mz, m0;
-    OK(hx_session_memory_stats(z, &mz));
-    OK(hx_session_memory_stats(s0, &m0));
-    size_t pz = mz.persistent_bytes + mz.device_persistent_bytes + hx__disk_whole_bytes(&z->e);
-    size_t p0 = m0.persistent_bytes + m0.device_persistent_bytes;
-    CHECK(hx__disk_whole_bytes(&z->e) > 0 && pz == p0 - mz.zero_sharded_bytes + mz.zero_owned_bytes,
-          "%s: rank %d: %zu bytes on disk, %zu in memory; stage 0 has %zu, sharded %zu, owned %zu",
-          what, rank, hx__disk_whole_bytes(&z->e), pz - hx__disk_whole_bytes(&z->e), p0,
-          mz.zero_sharded_bytes, mz.zero_owned_bytes);
 }
 
 /* Offload_param=disk: a sharded checkpoint of z (its disk tier's tensors
@@ -701,6 +718,7 @@ int main(int argc, char **argv)
         {"gpt_host_stage1", test_gpt_host_stage1}, {"gpt_host_stage2", test_gpt_host_stage2},
         {"gpt_device_stage1", test_gpt_device_stage1}, {"gpt_device_stage2", test_gpt_device_stage2},
         {"gpt_host_stage3", test_gpt_host_stage3}, {"gpt_offload_param_stage3", test_gpt_offload_param_stage3},
+        {"gpt_offload_disk", test_gpt_offload_disk},
         {"gpt_device_stage3_refused", test_gpt_device_stage3_refused},
         {"stage3_break", test_stage3_break},
         {"mlp_cpu", test_mlp_cpu}, {"mlp_emu", test_mlp_emu}, {"mlp_offload_cpu", test_mlp_offload_cpu},
