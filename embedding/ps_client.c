@@ -432,6 +432,12 @@ static hx_status ps_load(hx_emb_table *t, const char *path, hx_emb_err *err)
 static void ps_free(hx_emb_table *t)
 {
     hx_emb_ps *c = (hx_emb_ps *)t;
+    if (c->hot && c->ps->index == 0 && !c->ps->finished) { /* worker 0 writes the hot rows back */
+        hx_emb_err err;
+        pthread_mutex_lock(&c->lock);
+        hx__ps_hot_flush(c, &err); /* failed: the servers keep the rows as last written back */
+        pthread_mutex_unlock(&c->lock);
+    }
     hx__ps_forget(c->ps, t);
     hx__ps_cache_free(c->cache);
     hx__ps_hot_free(c);

@@ -30,7 +30,8 @@
  * and a server keeps a row's newer value (ps_devcache.c). Admission:
  * every worker fetches the admitted rows with their state from the
  * servers after its push, once they have applied the step. A save
- * stores the saving worker's changed rows first; hx_ps_finish worker 0's. */
+ * stores the saving worker's changed rows first; hx_ps_finish, or the
+ * table's free before it, worker 0's. */
 #include "embedding/ps_impl.h"
 
 #include <stdlib.h>

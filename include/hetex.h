@@ -915,7 +915,8 @@ typedef struct hx_embedding_config {
      * the cache at the same worker count, checkpoints byte for byte);
      * worker 0 writes an evicted row back before that step's push, every
      * worker fetches an admitted row after it; a save writes the saving
-     * worker's changed rows back first, hx_ps_finish worker 0's;
+     * worker's changed rows back first, hx_ps_finish (or freeing the
+     * table before it) worker 0's;
      * _read_rows and _read_state read cached rows from the cache. Every
      * worker must update the table every step and set its optimizer
      * alike (that writes the cache back and empties it). The table's

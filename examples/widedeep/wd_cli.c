@@ -309,13 +309,16 @@ static void disk_stats(const hx_embedding_stats *a, const hx_embedding_stats *b,
 }
 
 /* The deep table's device cache per step of an epoch (--device-cache):
- * rows moved with the cache (misses in, write-backs out) against the rows
- * its lookups asked for (each moved in, and its update out, without it). */
-static void device_stats(const hx_embedding_stats *a, const hx_embedding_stats *b, int64_t steps)
+ * rows moved with the cache (misses in, write-backs out; with several
+ * workers, whose caches take in only the rows seen twice, also each miss
+ * pulled and its update pushed) against the rows its lookups asked for
+ * (each moved in, and its update out, without it). */
+static void device_stats(const hx_embedding_stats *a, const hx_embedding_stats *b, int64_t steps, bool workers)
 {
     double n = (double)(steps ? steps : 1);
     int64_t lookups = b->device_cache_lookups - a->device_cache_lookups;
     double in = (double)(b->device_rows_in - a->device_rows_in), out = (double)(b->device_rows_out - a->device_rows_out);
+    double pulled = workers ? 2.0 * (double)(lookups - (b->device_cache_hits - a->device_cache_hits)) : 0.0;
     printf("          deep table device cache: %lld rows, hit rate %.1f%%; per step %.0f rows in (%.0f "
            "ahead), %.0f written back, %.3f MB moved; %.0f rows looked up (%.1f%% fewer rows moved "
            "than without the cache)\n",
@@ -323,7 +326,7 @@ static void device_stats(const hx_embedding_stats *a, const hx_embedding_stats *
            lookups ? 100.0 * (double)(b->device_cache_hits - a->device_cache_hits) / (double)lookups : 100.0,
            in / n, (double)(b->device_rows_prefetched - a->device_rows_prefetched) / n, out / n,
            (double)(b->device_bytes_in - a->device_bytes_in + b->device_bytes_out - a->device_bytes_out) / n / 1e6,
-           (double)lookups / n, lookups ? 100.0 * (1.0 - (in + out) / (2.0 * (double)lookups)) : 0.0);
+           (double)lookups / n, lookups ? 100.0 * (1.0 - (in + out + pulled) / (2.0 * (double)lookups)) : 0.0);
 }
 
 static hx_status evaluate(job *j, wd_metrics *out)
@@ -596,7 +599,8 @@ int wd_main(int argc, char **argv)
         printf("epoch %2d  train loss %.4f  test loss %.4f  AUC %.4f  accuracy %.4f  "
                "%.0f examples/s\n", e, loss, m.log_loss, m.auc, m.accuracy, rate);
         if (o->deep_on_disk) disk_stats(&before, &after, steps);
-        if (o->device_cache_rows) device_stats(&before, &after, steps);
+        if (o->device_cache_rows)
+            device_stats(&before, &after, steps, o->ps && hx_comm_size(hx_ps_workers(o->ps)) > 1);
         fflush(stdout);
         if (curve) fprintf(curve, "%d,%.6f,%.6f,%.6f,%.6f\n", e, loss, m.log_loss, m.auc, m.accuracy);
         cli_metrics_begin(&j.metrics, "epoch");
