@@ -3,12 +3,17 @@
  * from bf16, AMX / AVX512-BF16) against the same call on its OpenBLAS
  * engine (the path before: A panels and B widened to f32, sgemm tiles,
  * C rounded tile by tile) and against the f32 GEMM on f32 data
- * (hx_k_gemm_bias_act_f32: OpenBLAS sgemm tiles, no conversion). Timed
- * interleaved, REPS rounds of the three in turn, so that all meet the same
- * background load; best and median of each. One JSON object per shape:
+ * (hx_k_gemm_bias_act_f32, no conversion) on each engine: oneDNN's f32
+ * matmul for the tiles of its rule (A not transposed), and OpenBLAS sgemm
+ * tiles throughout. Timed interleaved, REPS rounds of the four in turn, so
+ * that all meet the same background load; best and median of each. One
+ * JSON object per shape:
  * "half_over_widened" the OpenBLAS engine's best time over the oneDNN
  * engine's (> 1: oneDNN pays), "ratio_to_f32" the f32 GEMM's best over
- * the oneDNN engine's (> 1: bf16 is faster than f32), "max_ulp" the
+ * the oneDNN engine's (> 1: bf16 is faster than f32), "f32_over_openblas"
+ * the f32 GEMM's best time on the OpenBLAS engine over that on the oneDNN
+ * engine (> 1: the oneDNN engine's f32 pays; 1 where its rule sends no
+ * tile to oneDNN, up to noise), "max_ulp" the
  * largest difference of the two engines' results in bf16 units in the
  * last place (they sum in different orders), "engine" the one that ran
  * (openblas twice where oneDNN is not available: then bitwise equal).
@@ -144,8 +149,8 @@ int main(int argc, char **argv)
     }
     char cpu[128];
     bench_cpu_model(cpu, sizeof cpu);
-    hx_k_gemm_engine native = hx_k_gemm_half_set_engine(HX_K_GEMM_ONEDNN);
-    double *t = malloc(sizeof(double) * 3 * (size_t)reps);
+    hx_k_gemm_engine native = hx_k_gemm_set_engine(HX_K_GEMM_ONEDNN);
+    double *t = malloc(sizeof(double) * 4 * (size_t)reps);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const shape *sh = &shapes[s];
         int64_t bt = sh->batch * (sh->outer ? sh->outer : 1), M = sh->M, K = sh->K, N = sh->N;
@@ -169,22 +174,27 @@ int main(int argc, char **argv)
         for (int r = 0; r < reps; r++) {
             int rc = 0;
             double t0 = now();
-            hx_k_gemm_half_set_engine(HX_K_GEMM_OPENBLAS);
+            hx_k_gemm_set_engine(HX_K_GEMM_OPENBLAS);
             rc |= run(sh, HX_K_BF16, a16, b16, hb, c1, nt);
             double t1 = now();
-            hx_k_gemm_half_set_engine(native);
+            hx_k_gemm_set_engine(native);
             rc |= run(sh, HX_K_BF16, a16, b16, hb, c2, nt);
             double t2 = now();
             rc |= run(sh, HX_K_F32, A, B, fb, C, nt);
             double t3 = now();
+            hx_k_gemm_set_engine(HX_K_GEMM_OPENBLAS);
+            rc |= run(sh, HX_K_F32, A, B, fb, C, nt);
+            hx_k_gemm_set_engine(native);
+            double t4 = now();
             if (rc) {
                 fprintf(stderr, "bench_gemm_half: out of memory\n");
                 return 1;
             }
             t[r] = t1 - t0, t[reps + r] = t2 - t1, t[2 * reps + r] = t3 - t2;
+            t[3 * reps + r] = t4 - t3;
         }
-        double best[3], med[3];
-        for (int k = 0; k < 3; k++) {
+        double best[4], med[4];
+        for (int k = 0; k < 4; k++) {
             qsort(t + k * reps, (size_t)reps, sizeof(double), cmp);
             best[k] = t[k * reps], med[k] = t[k * reps + reps / 2];
         }
@@ -192,15 +202,17 @@ int main(int argc, char **argv)
         printf("{\"bench\":\"gemm_half\",\"case\":\"%s\",\"dtype\":\"bf16\",\"engine\":\"%s\","
                "\"outer\":%lld,\"batch\":%lld,\"ta\":%d,\"tb\":%d,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"bias\":%d,"
                "\"act\":%d,\"threads\":%d,\"reps\":%d,\"widened_ms\":%.4f,\"half_ms\":%.4f,"
-               "\"f32_ms\":%.4f,\"widened_median_ms\":%.4f,\"half_median_ms\":%.4f,"
-               "\"f32_median_ms\":%.4f,\"half_gflops\":%.1f,\"f32_gflops\":%.1f,"
-               "\"half_over_widened\":%.3f,\"ratio_to_f32\":%.3f,\"max_ulp\":%.1f,"
+               "\"f32_ms\":%.4f,\"f32_openblas_ms\":%.4f,\"widened_median_ms\":%.4f,"
+               "\"half_median_ms\":%.4f,\"f32_median_ms\":%.4f,\"f32_openblas_median_ms\":%.4f,"
+               "\"half_gflops\":%.1f,\"f32_gflops\":%.1f,\"half_over_widened\":%.3f,"
+               "\"ratio_to_f32\":%.3f,\"f32_over_openblas\":%.3f,\"max_ulp\":%.1f,"
                "\"cpu\":\"%s\"}\n",
                sh->name, hx_k_gemm_engine_name(native), (long long)sh->outer, (long long)sh->batch, sh->ta, sh->tb,
                (long long)M, (long long)K, (long long)N, sh->bias, sh->act, nt, reps,
-               1e3 * best[0], 1e3 * best[1], 1e3 * best[2], 1e3 * med[0], 1e3 * med[1],
-               1e3 * med[2], flop / best[1] / 1e9, flop / best[2] / 1e9, best[0] / best[1],
-               best[2] / best[1], max_ulp(c1, c2, nc), cpu);
+               1e3 * best[0], 1e3 * best[1], 1e3 * best[2], 1e3 * best[3], 1e3 * med[0],
+               1e3 * med[1], 1e3 * med[2], 1e3 * med[3], flop / best[1] / 1e9,
+               flop / best[2] / 1e9, best[0] / best[1], best[2] / best[1], best[3] / best[2],
+               max_ulp(c1, c2, nc), cpu);
         fflush(stdout);
         free(A), free(B), free(bias), free(C), free(a16), free(b16), free(bias16), free(c1);
         free(c2);

@@ -1013,7 +1013,10 @@ static void check_gemm(test_rng *r, int ta, int tb, int64_t batch, int64_t M, in
     free(A), free(B), free(C), free(want), free(bound);
 }
 
-static void test_gemm(test_rng *r)
+/* hx_k_gemm_f32 on the engine set (test_gemm runs each): within the
+ * bound of the double reference, transposed or not, alpha and beta of
+ * either path, batched, K 0. */
+static void test_gemm_on(test_rng *r)
 {
     for (int nt = 1; nt <= 2; nt++)
         for (int ta = 0; ta < 2; ta++)
@@ -1025,6 +1028,59 @@ static void test_gemm(test_rng *r)
     check_gemm(r, 0, 1, 8, 64, 64, 64, 0, 1.0f, 0.0f, 2); /* one matrix per thread */
     check_gemm(r, 1, 0, 1, 150, 130, 140, 0, 1.0f, 1.0f, 2);
     check_gemm(r, 0, 0, 2, 4, 5, 0, 0, 1.0f, 0.5f, 1); /* K = 0: C = beta * C */
+    for (int ta = 0; ta < 2; ta++) /* several tiles, long K, alpha 1, beta 0 */
+        check_gemm(r, ta, 1, 1, 200, 530, 300, 0, 1.0f, 0.0f, 3);
+}
+
+/* f32 GEMM tile f32_tile_thread's arg asks for on a new thread: A
+ * transposed or not; out: the threads holding oneDNN state while it ran. */
+typedef struct f32_tile_run {
+    int ta, states;
+} f32_tile_run;
+
+static void *f32_tile_thread(void *arg)
+{
+    f32_tile_run *run = arg;
+    float a[64 * 32], b[32 * 64], c[64 * 64];
+    for (int i = 0; i < 64 * 32; i++) a[i] = b[i] = (float)(i % 64) / 64.0f;
+    hx_k_gemm_f32(run->ta, 0, 1, 64, 64, 32, 1.0f, a, run->ta ? 64 : 32, 0, b, 64, 0, 0.0f, c,
+                  64, 0, 1);
+    run->states = hx_k_gemm_thread_states();
+    return NULL;
+}
+
+/* Which f32 GEMMs oneDNN runs: on the ONEDNN engine a tile with A not
+ * transposed (alpha 1, beta 0) leaves its thread holding oneDNN state,
+ * one with A transposed does not (sgemm); on OPENBLAS neither does. */
+static void check_gemm_f32_route(void)
+{
+    for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++) {
+        if ((int)hx_k_gemm_set_engine((hx_k_gemm_engine)e) != e) continue;
+        for (int ta = 0; ta < 2; ta++) {
+            int before = hx_k_gemm_thread_states();
+            f32_tile_run run = {ta, -1};
+            pthread_t th;
+            CHECK(pthread_create(&th, NULL, f32_tile_thread, &run) == 0 &&
+                      pthread_join(th, NULL) == 0,
+                  "gemm f32 route: the thread did not run");
+            int dnnl = e == HX_K_GEMM_ONEDNN && !ta;
+            CHECK(run.states == before + dnnl, "gemm f32 route %s ta=%d: %d threads hold oneDNN "
+                  "state during the tile, %d before (oneDNN %s)",
+                  hx_k_gemm_engine_name((hx_k_gemm_engine)e), ta, run.states, before,
+                  dnnl ? "should run it" : "should not");
+        }
+    }
+}
+
+/* hx_k_gemm_f32 on each engine this build and CPU have, and which tiles
+ * go to oneDNN. */
+static void test_gemm(test_rng *r)
+{
+    hx_k_gemm_engine engine = hx_k_gemm_get_engine();
+    for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++)
+        if ((int)hx_k_gemm_set_engine((hx_k_gemm_engine)e) == e) test_gemm_on(r);
+    check_gemm_f32_route();
+    hx_k_gemm_set_engine(engine);
 }
 
 /* x (n) rounded to dt and back through hx_k_cast (dt F32: unchanged). */
@@ -1089,7 +1145,8 @@ static void check_gemm_fused(test_rng *r, int ta, int tb, int64_t batch, int64_t
     free(A), free(B), free(bias), free(chain), free(got);
 }
 
-static void test_gemm_fused(test_rng *r)
+/* The fused GEMM's cases on the engine set (test_gemm_fused runs each). */
+static void test_gemm_fused_on(test_rng *r)
 {
     static const int acts[] = {-1, HX_UNARY_RELU, HX_UNARY_GELU, HX_UNARY_GELU_ERF};
     for (int a = 0; a < 4; a++)
@@ -1116,6 +1173,14 @@ static void test_gemm_fused(test_rng *r)
             check_gemm_fused(r, 0, 0, 1, 7, 17, 5, acts[a], 1, dt);
             check_gemm_fused(r, 1, 0, 2, 300, 530, 33, acts[a], 1, dt);
         }
+}
+
+static void test_gemm_fused(test_rng *r)
+{
+    hx_k_gemm_engine engine = hx_k_gemm_get_engine();
+    for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++)
+        if ((int)hx_k_gemm_set_engine((hx_k_gemm_engine)e) == e) test_gemm_fused_on(r);
+    hx_k_gemm_set_engine(engine);
 }
 
 /* hx_k_gemm_half into got (nc elements at ldc/sc, padding as in keep, the
@@ -1188,7 +1253,7 @@ static void check_gemm_half(test_rng *r, int ta, int tb, int64_t batch, int64_t 
     const uint16_t *bias_in = with_bias ? bias16 : NULL;
     float *gf = falloc(nc);
     for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++) {
-        if ((int)hx_k_gemm_half_set_engine((hx_k_gemm_engine)e) != e) continue;
+        if ((int)hx_k_gemm_set_engine((hx_k_gemm_engine)e) != e) continue;
         int native = e == HX_K_GEMM_ONEDNN && dt == HX_K_BF16 && K > 0;
         char what[192];
         snprintf(what, sizeof what, "gemm_half %s %s ta=%d tb=%d batch=%lld M=%lld N=%lld "
@@ -1249,7 +1314,7 @@ static void check_gemm_half_denormals(void)
         {(127 - 70) << 7, (127 - 60) << 7, 0x1p-130f}, /* 2^-70 x 2^-60: a denormal sum */
     };
     for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++) {
-        if ((int)hx_k_gemm_half_set_engine((hx_k_gemm_engine)e) != e) continue;
+        if ((int)hx_k_gemm_set_engine((hx_k_gemm_engine)e) != e) continue;
         for (int c = 0; c < 2; c++) {
             uint16_t a[32] = {cases[c].a}, b[32] = {cases[c].b}, y = 0x5a5a;
             float got, want = e == HX_K_GEMM_ONEDNN ? 0.0f : cases[c].widened;
@@ -1277,29 +1342,29 @@ static void *gemm_half_thread(void *arg)
  * behind. */
 static void check_gemm_half_thread_states(void)
 {
-    if (hx_k_gemm_half_set_engine(HX_K_GEMM_ONEDNN) != HX_K_GEMM_ONEDNN) return;
-    int before = hx_k_gemm_half_thread_states();
+    if (hx_k_gemm_set_engine(HX_K_GEMM_ONEDNN) != HX_K_GEMM_ONEDNN) return;
+    int before = hx_k_gemm_thread_states();
     for (int i = 0; i < 3; i++) {
         pthread_t th;
         int rc = -1;
         CHECK(pthread_create(&th, NULL, gemm_half_thread, &rc) == 0 && pthread_join(th, NULL) == 0,
               "gemm_half thread states: thread %d did not run", i);
         CHECK(rc == 0, "gemm_half thread states: thread %d's GEMM rc %d", i, rc);
-        CHECK(hx_k_gemm_half_thread_states() == before,
+        CHECK(hx_k_gemm_thread_states() == before,
               "gemm_half thread states: %d after thread %d exited, %d before it ran",
-              hx_k_gemm_half_thread_states(), i, before);
+              hx_k_gemm_thread_states(), i, before);
     }
     int rc = -1;
     gemm_half_thread(&rc);
-    CHECK(rc == 0 && hx_k_gemm_half_thread_states() >= 1,
+    CHECK(rc == 0 && hx_k_gemm_thread_states() >= 1,
           "gemm_half thread states: rc %d, %d after a tile on this thread", rc,
-          hx_k_gemm_half_thread_states());
+          hx_k_gemm_thread_states());
 }
 
 static void test_gemm_half(test_rng *r)
 {
     static const int acts[] = {-1, HX_UNARY_RELU, HX_UNARY_GELU, HX_UNARY_GELU_ERF};
-    hx_k_gemm_engine engine = hx_k_gemm_half_engine();
+    hx_k_gemm_engine engine = hx_k_gemm_get_engine();
     for (int h = 0; h < 2; h++) {
         hx_kdtype dt = h ? HX_K_BF16 : HX_K_F16;
         for (int ta = 0; ta < 2; ta++)
@@ -1321,7 +1386,7 @@ static void test_gemm_half(test_rng *r)
     for (int64_t m = 1; m <= 300; m++) check_gemm_half(r, m % 2, 0, 1, m, 3, 2, -1, 0, HX_K_BF16, 0, 0);
     check_gemm_half_denormals();
     check_gemm_half_thread_states();
-    hx_k_gemm_half_set_engine(engine);
+    hx_k_gemm_set_engine(engine);
 }
 
 /* ====================================================================== */

@@ -1,4 +1,4 @@
-/* Batched matmul through OpenBLAS (its OpenMP build).
+/* Batched matmul through OpenBLAS (its OpenMP build) and oneDNN.
  *
  * Results do not depend on nthreads: the scheduler runs a kernel with its
  * lane's share of the session's threads, and the bits must equal an
@@ -7,8 +7,8 @@
  * 1 vs 3 for 384x512x448 on OpenBLAS 0.3.21), and so does a different cut
  * of the same matrix into calls where its small-matrix kernels apply (K 33,
  * N 65), so every matrix is cut into tiles whose bounds depend on the shape
- * only (gemm_tiling), each tile is one single-threaded OpenBLAS call, and
- * the threads share the tiles.
+ * only (gemm_tiling), each tile is one single-threaded OpenBLAS (or
+ * oneDNN: below) call, and the threads share the tiles.
  *
  * Each call packs its tile's rows of op(A) and columns of op(B) again, so
  * the tiles are as large as parallel work allows: at most GEMM_TILE_MAX
@@ -48,8 +48,22 @@
  * thread's f32 tile, then the same epilogue and rounding; nothing is
  * widened but the bias. The tiles are the same, so the bits are the same
  * at any thread count, but the products are summed in oneDNN's order, not
- * sgemm's: not bitwise the widened path. hx_k_gemm_half_set_engine (and
- * HX_GEMM=openblas) picks the widened path for A/B runs and tests. */
+ * sgemm's: not bitwise the widened path.
+ *
+ * On the same ONEDNN engine an f32 tile with A not transposed, at least
+ * GEMM_DNNL_N_MIN columns, alpha 1 and beta 0 (every matmul of a training
+ * step but the weight gradients x^T dy) is one single-threaded oneDNN f32
+ * matmul (its "gemm:jit" sgemm, gemm_dnnl.c), with the thread's oneDNN
+ * state kept as for bf16. On the GPT example's tiles, one thread, best of
+ * 10 (bench_gemm_half's f32_over_openblas, load 5.6, session 17): forward
+ * and dX 0.97-1.18x OpenBLAS's time, attention q k^T 1.00-1.25x and p v
+ * with 64 columns 0.96-1.20x; with A transposed (x^T dy) 0.90-1.02x, and
+ * p v with 32 columns 0.74-0.77x: those stay with sgemm. It also leaves
+ * out sgemm_beta's clearing of C (3.6% of an f32 step). The tiles are the
+ * same, so the bits still do not depend on the thread count, but they are
+ * oneDNN's, not sgemm's. hx_k_gemm_set_engine (and HX_GEMM=openblas) picks
+ * OpenBLAS for every f32 tile and the widened path for bf16: A/B runs and
+ * tests. */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -65,11 +79,16 @@
 #define GEMM_TILE_AREA_MIN (128 * 256) /* no tile is halved below this for more tiles */
 #define GEMM_TILES_MIN 8               /* tiles a GEMM is cut into where its size allows */
 #define GEMM_PARALLEL_MIN_MNK (64 * 64 * 64) /* less work than this stays on one thread */
+#define GEMM_DNNL_N_MIN 64 /* f32 tiles narrower than this stay with sgemm (top of the file) */
 
-// C (M, N) = alpha * op(A) (M, K) op(B) (K, N) + beta * C, one matrix
-static void gemm_forward(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                         float *C, int64_t ldc)
+/* C (M, N) = alpha * op(A) (M, K) op(B) (K, N) + beta * C, one tile on
+ * the calling thread: through oneDNN where dnnl (the ONEDNN engine) and the
+ * tile is one oneDNN runs faster (A not transposed, at least
+ * GEMM_DNNL_N_MIN columns, alpha 1, beta 0: the top of the file), else, or where oneDNN cannot make or run it (out of
+ * memory), one sgemm call */
+static void gemm_forward(bool dnnl, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                         float beta, float *C, int64_t ldc)
 {
     if (K == 0) { /* no products: C = beta * C (beta 0 does not read C) */
         for (int64_t i = 0; i < M; i++)
@@ -77,6 +96,13 @@ static void gemm_forward(int trans_a, int trans_b, int64_t M, int64_t N, int64_t
                 C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
         return;
     }
+#ifdef HX_HAVE_DNNL
+    if (dnnl && !trans_a && N >= GEMM_DNNL_N_MIN && alpha == 1.0f && beta == 0.0f &&
+        hx__dnnl_gemm_f32(0, trans_b, M, N, K, A, lda, B, ldb, C, ldc) == 0)
+        return;
+#else
+    (void)dnnl;
+#endif
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N, (blasint)K, alpha, A,
                 (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
@@ -95,6 +121,7 @@ typedef struct gemm_args {
     hx_kdtype round;   /* the epilogue rounds through it after each stage (F32: not) */
     bool half;         /* hx_k_gemm_half: A and C stored in round */
     bool native;       /* half, bf16 through oneDNN: B stored in round too (not widened) */
+    bool dnnl;         /* the ONEDNN engine: f32 tiles of gemm_forward's rule through oneDNN */
     float *work;       /* half: per thread, work_per floats ([an A panel,] a C tile) */
     int64_t work_per;
 } gemm_args;
@@ -138,7 +165,7 @@ static void gemm_tile(const gemm_args *g, int64_t t)
     const float *A = g->A + x.b * g->sa + (g->ta ? x.i0 : x.i0 * g->lda);
     const float *B = g->B + x.b * g->sb + (g->tb ? x.j0 * g->ldb : x.j0);
     float *C = g->C + x.b * g->sc + x.i0 * g->ldc + x.j0;
-    gemm_forward(g->ta, g->tb, x.m, x.n, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+    gemm_forward(g->dnnl, g->ta, g->tb, x.m, x.n, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
     epilogue(g, C, g->ldc, x.m, x.n, x.j0);
 }
 
@@ -169,7 +196,7 @@ static void gemm_tile_half(const gemm_args *g, int64_t t, float *w, int64_t *pan
         *panel = key;
     }
     const float *B = g->B + x.b * g->sb + (g->tb ? x.j0 * g->ldb : x.j0);
-    gemm_forward(g->ta, g->tb, x.m, x.n, K, 1.0f, ap, g->ta ? x.m : K, B, g->ldb, 0.0f, ct, x.n);
+    gemm_forward(g->dnnl, g->ta, g->tb, x.m, x.n, K, 1.0f, ap, g->ta ? x.m : K, B, g->ldb, 0.0f, ct, x.n);
     store_tile(g, &x, ct);
 }
 
@@ -276,7 +303,8 @@ void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
     if (batch <= 0 || M <= 0 || N <= 0) return;
     gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = alpha,
                    .beta = beta, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc,
-                   .sa = stride_a, .sb = stride_b, .sc = stride_c, .act = -1, .round = HX_K_F32};
+                   .sa = stride_a, .sb = stride_b, .sc = stride_c, .act = -1, .round = HX_K_F32,
+                   .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN};
     gemm_tiling(&g, batch);
     gemm_run(&g, batch, nthreads);
 }
@@ -291,14 +319,14 @@ void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, 
     gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = 1.0f,
                    .beta = 0.0f, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc,
                    .sa = stride_a, .sb = stride_b, .sc = stride_c, .bias = bias, .act = act,
-                   .round = round};
+                   .round = round, .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN};
     gemm_tiling(&g, batch);
     gemm_run(&g, batch, nthreads);
 }
 
 /* -1 until the first call: ONEDNN where it is usable and HX_GEMM is not
- * "openblas"; then as hx_k_gemm_half_set_engine sets it. */
-static atomic_int half_engine = -1;
+ * "openblas"; then as hx_k_gemm_set_engine sets it. */
+static atomic_int engine_now = -1;
 
 /* The engine available here: ONEDNN where oneDNN runs bf16 natively. */
 static hx_k_gemm_engine engine_available(hx_k_gemm_engine want)
@@ -307,22 +335,22 @@ static hx_k_gemm_engine engine_available(hx_k_gemm_engine want)
                                                                 : HX_K_GEMM_OPENBLAS;
 }
 
-hx_k_gemm_engine hx_k_gemm_half_engine(void)
+hx_k_gemm_engine hx_k_gemm_get_engine(void)
 {
-    int e = atomic_load_explicit(&half_engine, memory_order_acquire);
+    int e = atomic_load_explicit(&engine_now, memory_order_acquire);
     if (e < 0) {
         const char *env = getenv("HX_GEMM");
         e = (int)engine_available(env && strcmp(env, "openblas") == 0 ? HX_K_GEMM_OPENBLAS
                                                                       : HX_K_GEMM_ONEDNN);
-        atomic_store_explicit(&half_engine, e, memory_order_release);
+        atomic_store_explicit(&engine_now, e, memory_order_release);
     }
     return (hx_k_gemm_engine)e;
 }
 
-hx_k_gemm_engine hx_k_gemm_half_set_engine(hx_k_gemm_engine engine)
+hx_k_gemm_engine hx_k_gemm_set_engine(hx_k_gemm_engine engine)
 {
     hx_k_gemm_engine e = engine_available(engine);
-    atomic_store_explicit(&half_engine, (int)e, memory_order_release);
+    atomic_store_explicit(&engine_now, (int)e, memory_order_release);
     return e;
 }
 
@@ -331,7 +359,7 @@ const char *hx_k_gemm_engine_name(hx_k_gemm_engine engine)
     return engine == HX_K_GEMM_ONEDNN ? "onednn" : "openblas";
 }
 
-int hx_k_gemm_half_thread_states(void) { return hx__dnnl_thread_states(); }
+int hx_k_gemm_thread_states(void) { return hx__dnnl_thread_states(); }
 
 int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                    const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb,
@@ -342,8 +370,8 @@ int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
     gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = 1.0f,
                    .beta = 0.0f, .A = A, .C = C, .lda = lda, .ldc = ldc, .sa = stride_a,
                    .sc = stride_c, .act = act, .round = dt, .half = true,
-                   .native = dt == HX_K_BF16 && K > 0 &&
-                             hx_k_gemm_half_engine() == HX_K_GEMM_ONEDNN};
+                   .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN};
+    g.native = g.dnnl && dt == HX_K_BF16 && K > 0;
     gemm_tiling(&g, batch);
     int nt = gemm_go_parallel(&g, batch, nthreads) ? nthreads : 1;
     if (g.native) { /* scratch: the bias, then per thread a C tile */

@@ -1,19 +1,21 @@
-/* bf16 GEMM tiles through oneDNN's matmul primitive (Debian 12's libdnnl
- * 2.6: brgemm kernels with AMX or AVX512-BF16, f32 accumulation), chosen
- * by measurement: on the GPT example's tile shapes, one thread, 2.6-11x
- * OpenBLAS's sgemm on the same values in f32 (bench_gemm_half,
- * bench/results/bf16-gemm-cpu-2026-12-07-s15.md). oneDNN 2.6 has no f16
- * matmul for this CPU (creating one returns dnnl_unimplemented), so f16
- * stays widened; its f32 matmul, measured with a primitive and memory
- * objects made per call, lost to OpenBLAS on the wider shapes.
+/* bf16 and f32 GEMM tiles through oneDNN's matmul primitive (Debian 12's
+ * libdnnl 2.6: brgemm kernels with AMX or AVX512-BF16, f32 accumulation),
+ * chosen by measurement: bf16, on the GPT example's tile shapes, one
+ * thread, 2.6-11x OpenBLAS's sgemm on the same values in f32
+ * (bench_gemm_half, bench/results/bf16-gemm-cpu-2026-12-07-s15.md); f32
+ * on most of those shapes faster than a single-threaded sgemm once the
+ * per-tile set-up below is gone (which tiles gemm.c sends here: its top
+ * comment). oneDNN 2.6 has no f16 matmul for this CPU (creating one
+ * returns dnnl_unimplemented), so f16 stays widened.
  *
  * gemm.c cuts a GEMM into tiles from its shape alone and runs each tile on
  * one thread; here a tile is one oneDNN matmul executed on that thread. Its
  * primitive is created while the thread's OpenMP nthreads is 1 (gemm.c
  * sets it), so oneDNN's own partition of the tile is that of one thread
  * whatever the GEMM's thread count: the bits depend on the tile's shape
- * only. Primitives are cached per (ta, tb, m, n, K, lda, ldb, ldc): the
- * tiles of a training step have a few dozen shapes, each created once.
+ * only. Primitives are cached per (dtype, ta, tb, m, n, K, lda, ldb,
+ * ldc): the tiles of a training step have a few dozen shapes, each
+ * created once.
  * Scratchpads are the caller's (user mode), so that the threads can run
  * one cached primitive at the same time.
  *
@@ -29,6 +31,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -37,6 +40,7 @@
 #define DNNL_CACHE_MAX 256 /* primitives kept; beyond it, made and dropped per tile */
 
 typedef struct prim_key {
+    dnnl_data_type_t dt; /* A's and B's: dnnl_bf16 or dnnl_f32 (C: f32) */
     int ta, tb;
     int64_t m, n, k, lda, ldb, ldc;
 } prim_key;
@@ -154,16 +158,16 @@ static thread_state *thread_state_get(void)
     return t;
 }
 
-/* The three memory descriptors of a tile: A (m x K) and B (K x n) bf16 at
- * their strides, C (m x n) f32. */
+/* The three memory descriptors of a tile: A (m x K) and B (K x n) in k->dt
+ * at their strides, C (m x n) f32. */
 static int tile_mds(const prim_key *k, dnnl_memory_desc_t md[3])
 {
     dnnl_dims_t ad = {k->m, k->k}, bd = {k->k, k->n}, cd = {k->m, k->n};
     dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
     dnnl_dims_t bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
     dnnl_dims_t cs = {k->ldc, 1};
-    return dnnl_memory_desc_init_by_strides(&md[0], 2, ad, dnnl_bf16, as) != dnnl_success ||
-                   dnnl_memory_desc_init_by_strides(&md[1], 2, bd, dnnl_bf16, bs) != dnnl_success ||
+    return dnnl_memory_desc_init_by_strides(&md[0], 2, ad, k->dt, as) != dnnl_success ||
+                   dnnl_memory_desc_init_by_strides(&md[1], 2, bd, k->dt, bs) != dnnl_success ||
                    dnnl_memory_desc_init_by_strides(&md[2], 2, cd, dnnl_f32, cs) != dnnl_success
                ? -1
                : 0;
@@ -182,6 +186,38 @@ static int tile_mems(const prim_key *k, dnnl_memory_t mem[3])
     return 0;
 }
 
+/* The primitive descriptor of desc: for bf16 oneDNN's first choice; for
+ * f32 its "gemm:jit" implementation (its own sgemm), whatever the strides.
+ * oneDNN picks "brg" for a dense f32 tile and "gemm:jit" for one with a
+ * leading dimension wider than the tile, and the two sum in different
+ * orders: a tile read in place (attention's heads, lda H*D) would not
+ * give the bits of the same values read compact (after a permute).
+ * -1 where it has none (the tile goes to OpenBLAS). */
+static int pd_create(dnnl_data_type_t dt, const dnnl_matmul_desc_t *desc,
+                     dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd)
+{
+    if (dt != dnnl_f32)
+        return dnnl_primitive_desc_create(pd, desc, attr, engine, NULL) == dnnl_success ? 0 : -1;
+    dnnl_primitive_desc_iterator_t it;
+    if (dnnl_primitive_desc_iterator_create(&it, desc, attr, engine, NULL) != dnnl_success)
+        return -1;
+    int rc = -1;
+    do {
+        dnnl_primitive_desc_t d = dnnl_primitive_desc_iterator_fetch(it);
+        const char *impl = NULL;
+        if (!d) break;
+        if (dnnl_primitive_desc_query(d, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+            impl && strncmp(impl, "gemm:jit", 8) == 0) {
+            *pd = d;
+            rc = 0;
+            break;
+        }
+        dnnl_primitive_desc_destroy(d);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    return rc;
+}
+
 /* A new primitive for k with a user scratchpad (its size in *scratch). */
 static int prim_create(const prim_key *k, dnnl_primitive_t *p, size_t *scratch)
 {
@@ -195,7 +231,7 @@ static int prim_create(const prim_key *k, dnnl_primitive_t *p, size_t *scratch)
         return -1;
     int rc = -1;
     if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
-        dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) == dnnl_success) {
+        pd_create(k->dt, &desc, attr, &pd) == 0) {
         *scratch = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
         rc = dnnl_primitive_create(p, pd) == dnnl_success ? 0 : -1;
         dnnl_primitive_desc_destroy(pd);
@@ -206,7 +242,7 @@ static int prim_create(const prim_key *k, dnnl_primitive_t *p, size_t *scratch)
 
 static bool key_eq(const prim_key *x, const prim_key *y)
 {
-    return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k &&
+    return x->dt == y->dt && x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k &&
            x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc;
 }
 
@@ -258,10 +294,12 @@ static int thread_scratch(thread_state *t, size_t need)
     return 0;
 }
 
-int hx__dnnl_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t K, const uint16_t *A,
-                       int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc)
+/* The tile of hx__dnnl_gemm_bf16 / hx__dnnl_gemm_f32, A and B in dt. */
+static int tile_gemm(dnnl_data_type_t dt, int ta, int tb, int64_t m, int64_t n, int64_t K,
+                     const void *A, int64_t lda, const void *B, int64_t ldb, float *C,
+                     int64_t ldc)
 {
-    prim_key k = {ta, tb, m, n, K, lda, ldb, ldc};
+    prim_key k = {dt, ta, tb, m, n, K, lda, ldb, ldc};
     prim owned = {k, NULL, 0};
     thread_state *t = thread_state_get();
     if (!t) return -1;
@@ -287,4 +325,16 @@ int hx__dnnl_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t K, const ui
         dnnl_primitive_destroy(owned.p);
     }
     return rc;
+}
+
+int hx__dnnl_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t K, const uint16_t *A,
+                       int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc)
+{
+    return tile_gemm(dnnl_bf16, ta, tb, m, n, K, A, lda, B, ldb, C, ldc);
+}
+
+int hx__dnnl_gemm_f32(int ta, int tb, int64_t m, int64_t n, int64_t K, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    return tile_gemm(dnnl_f32, ta, tb, m, n, K, A, lda, B, ldb, C, ldc);
 }

@@ -172,11 +172,16 @@ void hx_k_cast(void *y, hx_kdtype ydt, const void *x, hx_kdtype xdt, int64_t n, 
  * exactly when every x[i] is, and the same bits at any thread count. */
 double hx_k_sumsq(const void *x, hx_kdtype dt, int64_t n, int nthreads);
 
-/* ---- matmul (OpenBLAS) ----------------------------------------------------- */
+/* ---- matmul (OpenBLAS, oneDNN) -------------------------------------------- */
 
 /* C (M,N) = alpha * op(A) op(B) + beta * C for `batch` matrices at the given
  * element strides (stride 0 reuses one matrix for every batch). op(A) is
- * (M,K), op(B) is (K,N); lda/ldb/ldc are row-major leading dimensions. */
+ * (M,K), op(B) is (K,N); lda/ldb/ldc are row-major leading dimensions.
+ * The same bits at any thread count. On the ONEDNN engine
+ * (hx_k_gemm_get_engine) a GEMM with A not transposed, alpha 1 and beta 0
+ * is summed by oneDNN's f32 matmul, in its order (within the same bound of
+ * the exact sum, not sgemm's bits); other GEMMs, and all on the OPENBLAS
+ * engine, by OpenBLAS's sgemm. */
 void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                    float alpha, const float *A, int64_t lda, int64_t stride_a,
                    const float *B, int64_t ldb, int64_t stride_b, float beta, float *C,
@@ -202,18 +207,19 @@ void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, 
  * activation (bias NULL and act -1: a plain matmul, C rounded once), the
  * same bits at any thread count. The epilogue is bitwise that of a C
  * computed without it, widened, then hx_k_bias_add_f32 and hx_k_unary_f32
- * each rounded through dt. Two engines (hx_k_gemm_half_engine):
- * OPENBLAS (f16 always): bitwise widening A, B and the bias exactly,
- * running hx_k_gemm_bias_act_f32 with round dt and rounding C; it widens B
- * and the bias whole but A one row panel per thread and rounds C tile by
- * tile (no f32 copy of A or C). ONEDNN (bf16 only, K > 0): the tiles are
+ * each rounded through dt. Two paths: widened (f16 always, bf16 on the
+ * OPENBLAS engine, hx_k_gemm_get_engine): bitwise widening A, B and the
+ * bias exactly, running hx_k_gemm_bias_act_f32 (on the same engine) with
+ * round dt and rounding C; it widens B and the bias whole but A one row
+ * panel per thread and rounds C tile by tile (no f32 copy of A or C).
+ * Native (bf16 on the ONEDNN engine, K > 0): the tiles are
  * oneDNN matmuls on A and B as stored (AMX / AVX512-BF16), summed in its
  * order, so not bitwise the widened path; only the bias is widened; its
  * dot-product instructions count denormal inputs as zero and flush
  * denormal sums to zero (the widened path keeps both).
  * C must not overlap A, B or the bias. Returns 0, or -1 when the f32
- * scratch (OPENBLAS: B, the bias and per thread up to 512 (K + 512)
- * floats; ONEDNN: the bias and per thread a 512 x 512 tile) cannot be
+ * scratch (widened: B, the bias and per thread up to 512 (K + 512)
+ * floats; native: the bias and per thread a 512 x 512 tile) cannot be
  * allocated (C not written then) or oneDNN cannot create or run a
  * primitive (out of memory; C partly written then). */
 int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
@@ -221,23 +227,25 @@ int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
                    int64_t stride_b, const void *bias, int act, hx_kdtype dt, void *C,
                    int64_t ldc, int64_t stride_c, int nthreads);
 
-/* The library that computes hx_k_gemm_half's bf16 products: ONEDNN where
- * hetex was built with oneDNN (libdnnl-dev found by CMake) and oneDNN runs
- * bf16 natively on this CPU (AVX512-BF16 or AMX), unless the environment
- * has HX_GEMM=openblas; else OPENBLAS (widened to f32). Read once. */
+/* The library that computes hx_k_gemm_half's bf16 products and the f32
+ * GEMMs of oneDNN's rule (hx_k_gemm_f32): ONEDNN where hetex was built
+ * with oneDNN (libdnnl-dev found by CMake) and oneDNN runs bf16 natively on
+ * this CPU (AVX512-BF16 or AMX), unless the environment has
+ * HX_GEMM=openblas; else OPENBLAS (every f32 product through sgemm, bf16
+ * widened to f32). Read once. */
 typedef enum hx_k_gemm_engine { HX_K_GEMM_OPENBLAS = 0, HX_K_GEMM_ONEDNN = 1 } hx_k_gemm_engine;
-hx_k_gemm_engine hx_k_gemm_half_engine(void);
-/* Sets the engine of later hx_k_gemm_half calls (tests and benchmarks
- * compare both in one process); ONEDNN where it is not available gives
- * OPENBLAS. Returns the engine now in effect. Not while a GEMM runs. */
-hx_k_gemm_engine hx_k_gemm_half_set_engine(hx_k_gemm_engine engine);
+hx_k_gemm_engine hx_k_gemm_get_engine(void);
+/* Sets the engine of later GEMMs (tests and benchmarks compare both in one
+ * process); ONEDNN where it is not available gives OPENBLAS. Returns the
+ * engine now in effect. Not while a GEMM runs. */
+hx_k_gemm_engine hx_k_gemm_set_engine(hx_k_gemm_engine engine);
 /* "onednn" or "openblas" */
 const char *hx_k_gemm_engine_name(hx_k_gemm_engine engine);
 /* The threads now holding ONEDNN state: each thread that ran a oneDNN tile
  * keeps its stream, scratchpad and memory objects for its later GEMMs
  * until it exits (then they are freed; those of threads still alive at
  * process exit, then). 0 without oneDNN. Thread-safe. */
-int hx_k_gemm_half_thread_states(void);
+int hx_k_gemm_thread_states(void);
 
 /* `outer` GEMMs over two strides (gemm_heads.c): GEMM b is hx_k_gemm_f32
  * (alpha 1, beta 0; dt HX_K_F32) or hx_k_gemm_half (no bias, no activation;
