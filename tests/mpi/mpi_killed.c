@@ -44,7 +44,7 @@ static int deferred(hx_session *s, const deep_mlp *m, int rank, int size)
     if (rank == size - 1) hx__dp_defer_test = 3; /* stops before its all-gathers */
     hx_status st = hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN);
     if (rank == size - 1) {
-        sleep(6); /* the others' wait (2 s a group) ends meanwhile; then as if dead */
+        sleep(4); /* the others' wait (2 s) ends meanwhile; then as if dead */
         _exit(st == HX_OK ? 0 : 1);
     }
     bool ok = st == HX_OK;

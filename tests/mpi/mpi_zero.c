@@ -291,14 +291,16 @@ static void test_gpt_host_stage3(void) { gpt_case(&GPT, 3, GPT_OFFLOAD_OPTIMIZER
 static void test_gpt_offload_param_stage3(void) { gpt_case(&GPT_BENCH, 3, GPT_OFFLOAD_OPTIMIZER, (size_t)256 << 10, false); }
 
 /* bf16 parameters with f32 masters on the disk tier: the half copies each
- * rank reads in the resident region, its masters and moments in chunks */
+ * rank reads in the resident region, its masters and moments in chunks
+ * (stages 2 and 3; stage 1 differs from 2 in the memory it counts only,
+ * and mlp_offload_disk runs it) */
 static void test_gpt_offload_disk(void)
 {
     if (!test_make_tmpdir(disk_dir, sizeof disk_dir, "mpi_zero")) {
         CHECK(false, "no temporary directory");
         return;
     }
-    for (int stage = 1; stage <= 3; stage++) gpt_case(&GPT, stage, GPT_OFFLOAD_OPTIMIZER, 4096, true);
+    for (int stage = 2; stage <= 3; stage++) gpt_case(&GPT, stage, GPT_OFFLOAD_OPTIMIZER, 4096, true);
     test_remove_tree(disk_dir);
 }
 /* AdamW on emu's device keeps the bf16 copies there: stage 3, which
