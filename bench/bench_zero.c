@@ -42,9 +42,10 @@
  * all-gather of the updated parameters) and, at stages 1 and 2 with the
  * overlap, in its forward waiting for the all-gathers the step before
  * left in flight (each before the first step that reads its parameters;
- * the session without overlap waits for them before its run returns).
- * Not in it: the gradient norm's all-gather of the owners' sums of squares
- * (a few hundred bytes, blocking, after the scan), in both sessions.
+ * the session without overlap waits for them before its run returns),
+ * and (since session 17) the gradient norm's all-gather of the owners'
+ * sums of squares (a few hundred bytes, blocking, after the scan), in both
+ * sessions.
  * hidden_share = 1 - comm_wait_s (overlap) / comm_wait_s (no overlap): the
  * share of the collectives' time that the backward, the host update and
  * the next forward hide. The
@@ -72,8 +73,9 @@ enum { GLOBAL_BATCH = 16, STEPS = 15 };
  * groups' blocks are exactly their chunks (no padding). */
 #define COUNTED "message bytes this rank passes to MPI_Isend (pairwise, exact blocks)"
 /* What comm_wait_s counts (hx_train_stats.comm_wait_s, per step). */
-#define WAITED "waits after the backward, after the updates, and in the next forward until a " \
-               "reader's all-gather is finished (stages 1-2 with overlap)"
+#define WAITED "waits after the backward, after the updates, for the gradient norm's all-gather " \
+               "(stages 1-3), and in the next forward until a reader's all-gather is finished " \
+               "(stages 1-2 with overlap)"
 
 static double now(void)
 {

@@ -2334,7 +2334,8 @@ typedef struct hx_train_stats {
                               parameter all-gathers (starting what was left, waiting for
                               what was in flight), and (stages 1, 2) waiting in the forward
                               and in other calls for the all-gathers the step before left
-                              in flight: the communication not hidden */
+                              in flight, and (ZeRO) gathering the owners' sums of squares
+                              for the gradient norm: the communication not hidden */
     double host_update_s;  /* seconds the dense optimizer updates on the host took so far,
                               each from its launch to its end (pinning included), summed
                               over the lanes that ran them, the delayed update's too */

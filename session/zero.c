@@ -151,8 +151,10 @@ hx_status hx__session_zero_norm(hx_session *s, const hx_plan *p, const hx_tensor
         if (s->zero_owner[u->id] == rank) mine[i] = hx__scan_sum(&s->e, p, i);
     }
     hx_coll *q = NULL;
+    double t0 = hx__now(); /* not hidden: in comm_wait_s */
     if (!st) st = hx__comm_all_gather(c, mine, all, n, HX_DTYPE_I64, &q); /* doubles, as bytes */
     if (!st) st = hx__coll_wait(q);
+    s->stats.comm_wait_s += hx__now() - t0;
     *bad = NULL;
     *sumsq = 0;
     for (int i = 0; i < n && !st; i++) {

@@ -224,6 +224,9 @@ static const bench_plot table[] = {
     BARS("zero-cpu-2026-12-07-s16", "-hidden", NULL, "stage,ranks,rank,rep", "variant", "hidden_share",
          "1 - comm wait with overlap / without", "ZeRO stages 1-2: communication hidden, per rank and "
          "run, one session alone (before, after) and interleaved sessions"),
+    BARS("zero-cpu-2026-12-08-s17-norm", "-hidden", NULL, "rank,rep", "variant", "hidden_share",
+         "1 - comm wait with overlap / without", "ZeRO stage 2, 2 ranks: hidden share per rank and run, "
+         "the norm's all-gather not counted (before) or counted (after)"),
     BARS("zero-cpu-2026-12-08-s17-memory", "-ratio", NULL, "stage,offload_param,rank", "layers",
          "memory_ratio", "model states over the formula", "ZeRO at 4 ranks: each rank's model-state "
          "bytes over the formula of its stage, the GPT at 2 and 8 layers (width 128)"),
