@@ -9,9 +9,9 @@
 # reason.
 set -eu
 mpirun=$1 hetex=$2
-out=$(mktemp) ref=$(mktemp)
-trap 'rm -f "$out" "$ref"' EXIT
-fail() { cat "$out" >&2; echo "gpt_zero: $*" >&2; exit 1; }
+out=$(mktemp) ref=$(mktemp) ranks=$(mktemp -d)
+trap 'rm -rf "$out" "$ref" "$ranks"' EXIT
+fail() { cat "$out" "$ranks"/*/rank.*/std* >&2 2>/dev/null; echo "gpt_zero: $*" >&2; exit 1; }
 small="--layers 1 --heads 2 --width 32 --context 16 --steps 3 --eval-every 3 --eval-iters 1 --accelerator emu --quiet"
 for z in 0 1 2 3; do
   "$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero $z --batch 4 $small >"$out" 2>&1 || fail "--zero $z: the run failed"
@@ -48,9 +48,14 @@ rc=0
 "$hetex" gpt --pin-update-threads=1 >"$out" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q "pin-update-threads takes no value" "$out" || fail "--pin-update-threads=1 not refused (rc $rc)"
 rc=0
-"$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 3 --offload none --batch 4 $small >"$out" 2>&1 || rc=$?
-[ "$rc" -ne 0 ] && grep -q "ZeRO stage 3 gathers .* set offload_param=cpu" "$out" || fail "--zero 3 --offload none not refused (rc $rc)"
+# each rank's output in a file of its own (--output-filename): both ranks print the refusal,
+# in pieces, and merged on one stream the pieces once interleaved and the grep missed it
+"$mpirun" --oversubscribe --output-filename "$ranks" -np 2 "$hetex" gpt --zero 3 --offload none --batch 4 $small >"$out" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "ZeRO stage 3 gathers .* set offload_param=cpu" "$ranks"/*/rank.0/stderr ||
+  fail "--zero 3 --offload none not refused (rc $rc)"
 rc=0
-"$mpirun" --oversubscribe -np 2 "$hetex" gpt --zero 0 --batch 3 $small >"$out" 2>&1 || rc=$?
-[ "$rc" -ne 0 ] && grep -q "must be a multiple of the 2 ranks" "$out" || fail "--batch 3 on 2 ranks not refused (rc $rc)"
+rm -rf "$ranks"
+"$mpirun" --oversubscribe --output-filename "$ranks" -np 2 "$hetex" gpt --zero 0 --batch 3 $small >"$out" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "must be a multiple of the 2 ranks" "$ranks"/*/rank.0/stderr ||
+  fail "--batch 3 on 2 ranks not refused (rc $rc)"
 echo "gpt_zero: hetex gpt --zero 0, 1, 2 and 3 ran on 2 ranks with the same losses (2 also pinned); --zero 3 with the parameters on the device and an odd batch refused"
