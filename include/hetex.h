@@ -2159,6 +2159,10 @@ typedef struct hx_memory_stats {
      * depth (the host's predicted peak is persistent_bytes +
      * transient_planned_bytes + this); 0 otherwise */
     size_t zero_gather_peak_bytes, zero_gather_planned_bytes;
+    /* offload_param=disk: the bytes of the parameters and optimizer state
+     * the disk tier keeps (at ZeRO stages 1-3 this rank's part), none of
+     * them in persistent_bytes; the file holds two copies. 0 otherwise */
+    size_t disk_persistent_bytes;
 } hx_memory_stats;
 /* Memory now, planning the training step (all update nodes) first if no
  * run has been planned yet. The device pools in detail:

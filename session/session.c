@@ -708,6 +708,7 @@ hx_status hx_session_memory_stats(hx_session *s, hx_memory_stats *out)
     st = memory_stats_held(s, out);
     if (!st) out->dp_chunk_bytes = hx__session_dp_chunk_bytes(s);
     if (!st) hx__session_zero_stats(s, out);
+    if (!st) out->disk_persistent_bytes = hx__disk_whole_bytes(&s->e);
     hx__session_leave(s);
     return st;
 }

@@ -180,11 +180,12 @@ static void check_disk_bytes(hx_session *z, hx_session *s0, const char *what)
     hx_memory_stats mz, m0;
     OK(hx_session_memory_stats(z, &mz));
     OK(hx_session_memory_stats(s0, &m0));
-    size_t pz = mz.persistent_bytes + mz.device_persistent_bytes + hx__disk_whole_bytes(&z->e);
+    size_t pz = mz.persistent_bytes + mz.device_persistent_bytes + mz.disk_persistent_bytes;
     size_t p0 = m0.persistent_bytes + m0.device_persistent_bytes;
-    CHECK(hx__disk_whole_bytes(&z->e) > 0 && pz == p0 - mz.zero_sharded_bytes + mz.zero_owned_bytes,
+    CHECK(mz.disk_persistent_bytes > 0 && m0.disk_persistent_bytes == 0 &&
+              pz == p0 - mz.zero_sharded_bytes + mz.zero_owned_bytes,
           "%s: rank %d: %zu bytes on disk, %zu in memory; stage 0 has %zu, sharded %zu, owned %zu",
-          what, rank, hx__disk_whole_bytes(&z->e), pz - hx__disk_whole_bytes(&z->e), p0,
+          what, rank, mz.disk_persistent_bytes, pz - mz.disk_persistent_bytes, p0,
           mz.zero_sharded_bytes, mz.zero_owned_bytes);
 }
 
