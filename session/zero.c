@@ -5,7 +5,8 @@
  * others' storage is freed at creation (with offload_param=disk the disk
  * tier never holds them: engine.remote; it keeps the rest, this rank's
  * shard of the state and what it reads of every parameter) and their
- * updates are left out of phase 1 (engine.update_skip). After the updates each owner's chunks of
+ * updates are left out of phase 1 (engine.update_skip). After the
+ * updates each owner's chunks of
  * what every rank reads of its parameters (the half copy, else the f32
  * parameter itself) go to every rank (dist/dp.c's all-gather). Each rank
  * sums only its own gradients (a reduce-scatter at every stage), so the
