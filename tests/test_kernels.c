@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "kernels/cpu/hx_kernels.h"
+#include "kernels/cpu/hx_kinternal.h"
 #include "tests/util/testutil.h"
 
 #define BIG 40000 /* above HX_K_PARALLEL_MIN */
@@ -896,6 +897,25 @@ static void test_casts(test_rng *r)
         }
         free(x);
     }
+    /* hx__round_through (the fused GEMM's epilogue): bitwise the cast to
+     * f16 / bf16 and back, tails included */
+    float *x = cast_source(r, HX_K_F32, n), *back = falloc(n), *got = falloc(n);
+    uint16_t *half = malloc((size_t)n * sizeof *half);
+    for (int d = 0; d < 2; d++) {
+        hx_kdtype dt = d ? HX_K_BF16 : HX_K_F16;
+        hx_k_cast(half, dt, x, HX_K_F32, n, 1);
+        hx_k_cast(back, HX_K_F32, half, dt, n, 1);
+        memcpy(got, x, (size_t)n * sizeof *got);
+        hx__round_through(got, dt, n);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++)
+            if (memcmp(&got[i], &back[i], sizeof *got)) bad = i;
+        CHECK(bad < 0, "round_through %s (isa %s): element %lld (0x%08x) gives 0x%08x, the "
+              "casts 0x%08x", DT_NAMES[dt], hx_k_isa_name(hx_k_isa()), (long long)bad,
+              bad < 0 ? 0 : fbits(x[bad]), bad < 0 ? 0 : fbits(got[bad]),
+              bad < 0 ? 0 : fbits(back[bad]));
+    }
+    free(x), free(back), free(got), free(half);
     /* the documented NaN payloads */
     float nan_in[2] = {bitsf(0x7F800001), bitsf(0xFFA12345)};
     uint16_t h[2];

@@ -463,10 +463,36 @@ void hx_k_cast(void *y, hx_kdtype ydt, const void *x, hx_kdtype xdt, int64_t n, 
     }
 }
 
+/* bf16_from_f32 then f32_from_bf16 on x in place, in registers (one pass,
+ * not two through a buffer): the integer rounding of the vector paths
+ * (nearest even; a NaN's payload truncated, its quiet bit set), the low 16
+ * bits cleared. Returns the elements done (a multiple of 16). */
+__attribute__((target("avx512f"))) static int64_t round_bf16_avx512(float *x, int64_t n)
+{
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i quiet = _mm512_set1_epi32(0x400000), high = _mm512_set1_epi32((int)0xFFFF0000u);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x + i));
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(bias, lsb));
+        __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
+        r = _mm512_and_si512(_mm512_mask_blend_epi32(is_nan, r, _mm512_or_si512(u, quiet)), high);
+        _mm512_storeu_ps(x + i, _mm512_castsi512_ps(r));
+    }
+    _mm256_zeroupper();
+    return i;
+}
+
 void hx__round_through(float *x, hx_kdtype dt, int64_t n)
 {
     if (dt != HX_K_F16 && dt != HX_K_BF16) return;
     hx_isa isa = hx_k_isa();
+    if (dt == HX_K_BF16 && isa == HX_ISA_AVX512) {
+        int64_t done = round_bf16_avx512(x, n);
+        x += done, n -= done;
+    }
     uint16_t half[CAST_CHUNK];
     for (int64_t i = 0; i < n; i += CAST_CHUNK) {
         int64_t m = n - i < CAST_CHUNK ? n - i : CAST_CHUNK;

@@ -28,7 +28,8 @@
  * same function as hx_k_unary_f32, so its bits equal that chain's. For a
  * chain stored in f16 or bf16 it rounds each row through that dtype after
  * the GEMM, after the bias and after the activation, as each op of the
- * 16-bit chain rounds its output.
+ * 16-bit chain rounds its output (hx_k_gemm_half: the last of these is its
+ * rounding into C).
  *
  * A GEMM stored in f16 or bf16 (hx_k_gemm_half) widens B and the bias once
  * (exactly) into f32 scratch, but A one row panel at a time into a
@@ -142,19 +143,23 @@ static tile tile_at(const gemm_args *g, int64_t t)
 }
 
 /* The bias and activation on a computed m x n tile at C (ldc), columns
- * from j0 of the bias, each stage rounded through g->round. */
-static void epilogue(const gemm_args *g, float *C, int64_t ldc, int64_t m, int64_t n, int64_t j0)
+ * from j0 of the bias, each stage rounded through g->round; stored: the
+ * caller rounds the tile into g->round next (store_tile), which is the
+ * last stage's rounding (a value rounded twice is the value rounded once),
+ * so it is left to the caller. */
+static void epilogue(const gemm_args *g, float *C, int64_t ldc, int64_t m, int64_t n, int64_t j0,
+                     bool stored)
 {
     for (int64_t i = 0; (g->bias || g->act >= 0) && i < m; i++) {
         float *row = C + i * ldc;
         hx__round_through(row, g->round, n);
         if (g->bias) {
             for (int64_t j = 0; j < n; j++) row[j] = row[j] + g->bias[j0 + j];
-            hx__round_through(row, g->round, n);
+            if (g->act >= 0 || !stored) hx__round_through(row, g->round, n);
         }
         if (g->act >= 0) {
             hx__unary_forward((hx_unary_op)g->act, row, row, n);
-            hx__round_through(row, g->round, n);
+            if (!stored) hx__round_through(row, g->round, n);
         }
     }
 }
@@ -166,14 +171,14 @@ static void gemm_tile(const gemm_args *g, int64_t t)
     const float *B = g->B + x.b * g->sb + (g->tb ? x.j0 * g->ldb : x.j0);
     float *C = g->C + x.b * g->sc + x.i0 * g->ldc + x.j0;
     gemm_forward(g->dnnl, g->ta, g->tb, x.m, x.n, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
-    epilogue(g, C, g->ldc, x.m, x.n, x.j0);
+    epilogue(g, C, g->ldc, x.m, x.n, x.j0, false);
 }
 
 /* The epilogue on hx_k_gemm_half's computed f32 tile ct (x.m x x.n,
  * compact), rounded into C. */
 static void store_tile(const gemm_args *g, const tile *x, float *ct)
 {
-    epilogue(g, ct, x->n, x->m, x->n, x->j0);
+    epilogue(g, ct, x->n, x->m, x->n, x->j0, true);
     uint16_t *C = (uint16_t *)(void *)g->C + x->b * g->sc + x->i0 * g->ldc + x->j0;
     for (int64_t i = 0; i < x->m; i++)
         hx_k_cast(C + i * g->ldc, g->round, ct + i * x->n, HX_K_F32, x->n, 1);
