@@ -289,7 +289,8 @@ LAUNCH(scatter_add)
 LAUNCH(causal_mask)
 {
     hx__mask_args m = hx__causal_mask_of(y);
-    hx_k_causal_mask_f32(out, X(0), m.batch, m.T, y->attr.f[0], NT);
+    if (F32) hx_k_causal_mask_f32(out, X(0), m.batch, m.T, y->attr.f[0], NT);
+    else hx_k_causal_mask_half(out, in[0], DT, m.batch, m.T, y->attr.f[0], NT);
     return HX_OK;
 }
 
@@ -425,7 +426,7 @@ static const hx_launch_fn cpu_kernels[HX_OP_COUNT] = {
  * float dtype, or are not float ops). */
 static const bool computes_f32[HX_OP_COUNT] = {
     [HX_OP_REDUCE_SUM] = 1,
-    [HX_OP_CAUSAL_MASK] = 1, [HX_OP_CROSS_ENTROPY] = 1, [HX_OP_BCE_LOGITS] = 1,
+    [HX_OP_CROSS_ENTROPY] = 1, [HX_OP_BCE_LOGITS] = 1,
     [HX_OP_DROPOUT] = 1, [HX_OP_SUM_TO] = 1, [HX_OP_SCATTER_ADD] = 1,
     [HX_OP_CROSS_ENTROPY_BACKWARD] = 1, [HX_OP_BCE_LOGITS_BACKWARD] = 1,
     [HX_OP_IM2COL] = 1, [HX_OP_COL2IM] = 1, [HX_OP_CONV_GEMM] = 1,

@@ -1507,7 +1507,22 @@ static void test_mask_dropout(test_rng *r)
         hx_k_causal_mask_f32(y2, x, B, T, -INFINITY, 2);
         CHECK(same_bits(y1, want, (size_t)t * 4) && same_bits(y2, want, (size_t)t * 4),
               "causal mask B=%lld T=%lld", (long long)B, (long long)T);
-        free(x), free(y1), free(y2), free(want);
+        /* 16-bit: every bit pattern (NaNs included) bitwise widen, mask, round */
+        uint16_t *h = malloc((size_t)t * 2), *g1 = malloc((size_t)t * 2), *g2 = malloc((size_t)t * 2);
+        uint16_t *hw = malloc((size_t)t * 2);
+        for (int d = 0; d < 2; d++) {
+            hx_kdtype dt = d ? HX_K_BF16 : HX_K_F16;
+            for (int64_t i = 0; i < t; i++) h[i] = (uint16_t)(test_rng_u64(r) >> 48);
+            hx_k_cast(x, HX_K_F32, h, dt, t, 1);
+            hx_k_causal_mask_f32(want, x, B, T, -INFINITY, 1);
+            hx_k_cast(hw, dt, want, HX_K_F32, t, 1);
+            hx_k_causal_mask_half(g1, h, dt, B, T, -INFINITY, 1);
+            hx_k_causal_mask_half(g2, h, dt, B, T, -INFINITY, 2);
+            CHECK(same_bits(g1, hw, (size_t)t * 2) && same_bits(g2, hw, (size_t)t * 2),
+                  "causal mask %s B=%lld T=%lld: not bitwise widen, mask, round",
+                  DT_NAMES[dt], (long long)B, (long long)T);
+        }
+        free(x), free(y1), free(y2), free(want), free(h), free(g1), free(g2), free(hw);
     }
 
     const int64_t n = 100003;

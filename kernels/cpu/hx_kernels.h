@@ -340,6 +340,11 @@ int hx_k_scatter_add_rows_f32(float *dtable, int64_t rows, int64_t dim, const fl
 /* x, y: (B, T, T). y = x where col <= row, `fill` above the diagonal. */
 void hx_k_causal_mask_f32(float *y, const float *x, int64_t batch, int64_t T, float fill,
                           int nthreads);
+/* The causal mask on x and y stored in dt (HX_K_F16 or HX_K_BF16), with no
+ * conversion: bitwise widening x, hx_k_causal_mask_f32 and rounding y (a
+ * NaN kept comes out quiet, fill is rounded to dt). */
+void hx_k_causal_mask_half(void *y, const void *x, hx_kdtype dt, int64_t batch, int64_t T,
+                           float fill, int nthreads);
 
 /* y[i] = keep(i) ? x[i] / (1 - p) : 0, where keep(i) is a pure function of
  * (seed, stream, i): the same mask at any thread count, and the backward pass

@@ -26,6 +26,31 @@ void hx_k_causal_mask_f32(float *y, const float *x, int64_t batch, int64_t T, fl
     for (int64_t br = 0; br < rows; br++) causal_mask_row(y + br * T, x + br * T, T, br % T, fill);
 }
 
+/* causal_mask_row on 16-bit values: x kept where col <= r (a NaN made
+ * quiet, as widening it does), fill above the diagonal; nan_above: |x| above
+ * it is a NaN (the dtype's inf), quiet: the quiet bit. */
+static void causal_mask_row_half(uint16_t *y, const uint16_t *x, int64_t T, int64_t r,
+                                 uint16_t fill, uint16_t nan_above, uint16_t quiet)
+{
+    for (int64_t c = 0; c < T; c++) {
+        uint16_t v = x[c];
+        y[c] = c > r ? fill : (v & 0x7FFF) > nan_above ? (uint16_t)(v | quiet) : v;
+    }
+}
+
+void hx_k_causal_mask_half(void *y, const void *x, hx_kdtype dt, int64_t batch, int64_t T,
+                           float fill, int nthreads)
+{
+    uint16_t f, *yh = y, inf = dt == HX_K_BF16 ? 0x7F80 : 0x7C00;
+    uint16_t quiet = dt == HX_K_BF16 ? 0x0040 : 0x0200;
+    const uint16_t *xh = x;
+    hx_k_cast(&f, dt, &fill, HX_K_F32, 1, 1);
+    int64_t rows = batch * T;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (hx_k_go_parallel(rows * T, nthreads))
+    for (int64_t br = 0; br < rows; br++)
+        causal_mask_row_half(yh + br * T, xh + br * T, T, br % T, f, inf, quiet);
+}
+
 /* ---- dropout ---------------------------------------------------------------- */
 
 /* splitmix64's output mixer. */
