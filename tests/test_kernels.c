@@ -1052,41 +1052,52 @@ static void test_gemm_on(test_rng *r)
         check_gemm(r, ta, 1, 1, 200, 530, 300, 0, 1.0f, 0.0f, 3);
 }
 
-/* f32 GEMM tile f32_tile_thread's arg asks for on a new thread: A
- * transposed or not; out: the threads holding oneDNN state while it ran. */
+/* The f32 GEMM (64 x N x 32, 1 thread) f32_tile_thread's arg asks for on
+ * a new thread: A transposed or not, N; out: the threads holding oneDNN
+ * state while it ran. */
 typedef struct f32_tile_run {
-    int ta, states;
+    int ta;
+    int64_t N;
+    int states;
 } f32_tile_run;
 
 static void *f32_tile_thread(void *arg)
 {
     f32_tile_run *run = arg;
-    float a[64 * 32], b[32 * 64], c[64 * 64];
-    for (int i = 0; i < 64 * 32; i++) a[i] = b[i] = (float)(i % 64) / 64.0f;
-    hx_k_gemm_f32(run->ta, 0, 1, 64, 64, 32, 1.0f, a, run->ta ? 64 : 32, 0, b, 64, 0, 0.0f, c,
-                  64, 0, 1);
+    int64_t N = run->N;
+    float *a = falloc(64 * 32), *b = falloc(32 * N), *c = falloc(64 * N);
+    for (int64_t i = 0; i < 32 * N; i++) b[i] = (float)(i % 64) / 64.0f;
+    for (int i = 0; i < 64 * 32; i++) a[i] = (float)(i % 32) / 32.0f;
+    hx_k_gemm_f32(run->ta, 0, 1, 64, N, 32, 1.0f, a, run->ta ? 64 : 32, 0, b, N, 0, 0.0f, c, N,
+                  0, 1);
     run->states = hx_k_gemm_thread_states();
+    free(a), free(b), free(c);
     return NULL;
 }
 
 /* Which f32 GEMMs oneDNN runs: on the ONEDNN engine a tile with A not
- * transposed (alpha 1, beta 0) leaves its thread holding oneDNN state,
- * one with A transposed does not (sgemm); on OPENBLAS neither does. */
+ * transposed (alpha 1, beta 0) of a GEMM cut into one column of tiles
+ * leaves its thread holding oneDNN state; with A transposed, or N cut into
+ * several column tiles (1040: 3), it does not (sgemm); on OPENBLAS neither
+ * does. */
 static void check_gemm_f32_route(void)
 {
+    static const struct { int ta; int64_t N; int dnnl; } cases[] = {
+        {0, 64, 1}, {1, 64, 0}, {0, 1040, 0}};
     for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++) {
         if ((int)hx_k_gemm_set_engine((hx_k_gemm_engine)e) != e) continue;
-        for (int ta = 0; ta < 2; ta++) {
+        for (int k = 0; k < 3; k++) {
             int before = hx_k_gemm_thread_states();
-            f32_tile_run run = {ta, -1};
+            f32_tile_run run = {cases[k].ta, cases[k].N, -1};
             pthread_t th;
             CHECK(pthread_create(&th, NULL, f32_tile_thread, &run) == 0 &&
                       pthread_join(th, NULL) == 0,
                   "gemm f32 route: the thread did not run");
-            int dnnl = e == HX_K_GEMM_ONEDNN && !ta;
-            CHECK(run.states == before + dnnl, "gemm f32 route %s ta=%d: %d threads hold oneDNN "
-                  "state during the tile, %d before (oneDNN %s)",
-                  hx_k_gemm_engine_name((hx_k_gemm_engine)e), ta, run.states, before,
+            int dnnl = e == HX_K_GEMM_ONEDNN && cases[k].dnnl;
+            CHECK(run.states == before + dnnl, "gemm f32 route %s ta=%d N=%lld: %d threads hold "
+                  "oneDNN state during the GEMM, %d before (oneDNN %s)",
+                  hx_k_gemm_engine_name((hx_k_gemm_engine)e), cases[k].ta,
+                  (long long)cases[k].N, run.states, before,
                   dnnl ? "should run it" : "should not");
         }
     }

@@ -52,19 +52,22 @@
  * sgemm's: not bitwise the widened path.
  *
  * On the same ONEDNN engine an f32 tile with A not transposed, at least
- * GEMM_DNNL_N_MIN columns, alpha 1 and beta 0 (every matmul of a training
- * step but the weight gradients x^T dy) is one single-threaded oneDNN f32
+ * GEMM_DNNL_N_MIN columns, alpha 1 and beta 0, of a GEMM whose tiles span
+ * all of N (gemm_tiling cut no columns), is one single-threaded oneDNN f32
  * matmul (its "gemm:jit" sgemm, gemm_dnnl.c), with the thread's oneDNN
- * state kept as for bf16. On the GPT example's tiles, one thread, best of
- * 10 (bench_gemm_half's f32_over_openblas, load 5.6, session 17): forward
- * and dX 0.97-1.18x OpenBLAS's time, attention q k^T 1.00-1.25x and p v
- * with 64 columns 0.96-1.20x; with A transposed (x^T dy) 0.90-1.02x, and
- * p v with 32 columns 0.74-0.77x: those stay with sgemm. It also leaves
- * out sgemm_beta's clearing of C (3.6% of an f32 step). The tiles are the
- * same, so the bits still do not depend on the thread count, but they are
- * oneDNN's, not sgemm's. hx_k_gemm_set_engine (and HX_GEMM=openblas) picks
- * OpenBLAS for every f32 tile and the widened path for bf16: A/B runs and
- * tests. */
+ * state kept as for bf16. On the GPT example's shapes (bench_gemm_half's
+ * f32_over_openblas, best of 20, 1 and 2 threads, load 3-5, session 17):
+ * forward and dX with N <= 512 1.10-1.29x OpenBLAS's speed, attention
+ * q k^T 1.14-1.41x and p v with 64 columns 1.18-1.37x; but N cut into
+ * several column tiles (fc forward: N 1024, 1536) 0.80-1.01x, A
+ * transposed (x^T dy) 0.98-1.01x and p v with 32 columns 0.74-0.97x: those
+ * stay with sgemm (the rule reads the shape only, never a leading
+ * dimension, so a tile read in place and the same tile read compact take
+ * the same engine). It also leaves out sgemm_beta's clearing of C (3.6% of
+ * an f32 step). The tiles are the same, so the bits still do not depend on
+ * the thread count, but they are oneDNN's, not sgemm's.
+ * hx_k_gemm_set_engine (and HX_GEMM=openblas) picks OpenBLAS for every f32
+ * tile and the widened path for bf16: A/B runs and tests. */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -85,7 +88,8 @@
 /* C (M, N) = alpha * op(A) (M, K) op(B) (K, N) + beta * C, one tile on
  * the calling thread: through oneDNN where dnnl (the ONEDNN engine) and the
  * tile is one oneDNN runs faster (A not transposed, at least
- * GEMM_DNNL_N_MIN columns, alpha 1, beta 0: the top of the file), else, or where oneDNN cannot make or run it (out of
+ * GEMM_DNNL_N_MIN columns, alpha 1, beta 0; the caller checks that the
+ * tiles span all of N: the top of the file), else, or where oneDNN cannot make or run it (out of
  * memory), one sgemm call */
 static void gemm_forward(bool dnnl, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
@@ -122,7 +126,8 @@ typedef struct gemm_args {
     hx_kdtype round;   /* the epilogue rounds through it after each stage (F32: not) */
     bool half;         /* hx_k_gemm_half: A and C stored in round */
     bool native;       /* half, bf16 through oneDNN: B stored in round too (not widened) */
-    bool dnnl;         /* the ONEDNN engine: f32 tiles of gemm_forward's rule through oneDNN */
+    bool dnnl;         /* the ONEDNN engine: f32 tiles of gemm_forward's rule through oneDNN
+                        * where the tiles span all of N (the top of the file) */
     float *work;       /* half: per thread, work_per floats ([an A panel,] a C tile) */
     int64_t work_per;
 } gemm_args;
@@ -170,7 +175,8 @@ static void gemm_tile(const gemm_args *g, int64_t t)
     const float *A = g->A + x.b * g->sa + (g->ta ? x.i0 : x.i0 * g->lda);
     const float *B = g->B + x.b * g->sb + (g->tb ? x.j0 * g->ldb : x.j0);
     float *C = g->C + x.b * g->sc + x.i0 * g->ldc + x.j0;
-    gemm_forward(g->dnnl, g->ta, g->tb, x.m, x.n, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+    gemm_forward(g->dnnl && g->tiles_n == 1, g->ta, g->tb, x.m, x.n, g->K, g->alpha, A, g->lda,
+                 B, g->ldb, g->beta, C, g->ldc);
     epilogue(g, C, g->ldc, x.m, x.n, x.j0, false);
 }
 
@@ -201,7 +207,8 @@ static void gemm_tile_half(const gemm_args *g, int64_t t, float *w, int64_t *pan
         *panel = key;
     }
     const float *B = g->B + x.b * g->sb + (g->tb ? x.j0 * g->ldb : x.j0);
-    gemm_forward(g->dnnl, g->ta, g->tb, x.m, x.n, K, 1.0f, ap, g->ta ? x.m : K, B, g->ldb, 0.0f, ct, x.n);
+    gemm_forward(g->dnnl && g->tiles_n == 1, g->ta, g->tb, x.m, x.n, K, 1.0f, ap,
+                 g->ta ? x.m : K, B, g->ldb, 0.0f, ct, x.n);
     store_tile(g, &x, ct);
 }
 

@@ -178,10 +178,12 @@ double hx_k_sumsq(const void *x, hx_kdtype dt, int64_t n, int nthreads);
  * element strides (stride 0 reuses one matrix for every batch). op(A) is
  * (M,K), op(B) is (K,N); lda/ldb/ldc are row-major leading dimensions.
  * The same bits at any thread count. On the ONEDNN engine
- * (hx_k_gemm_get_engine) a GEMM with A not transposed, alpha 1 and beta 0
- * is summed by oneDNN's f32 matmul, in its order (within the same bound of
- * the exact sum, not sgemm's bits); other GEMMs, and all on the OPENBLAS
- * engine, by OpenBLAS's sgemm. */
+ * (hx_k_gemm_get_engine) a GEMM with A not transposed, alpha 1, beta 0 and
+ * N from 64 to one column of tiles (gemm.c) is summed by oneDNN's f32
+ * matmul, in its order (within the same bound of the exact sum, not
+ * sgemm's bits); other GEMMs, and all on the OPENBLAS engine, by
+ * OpenBLAS's sgemm. Which engine runs a GEMM follows from its shape, never
+ * from its leading dimensions. */
 void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                    float alpha, const float *A, int64_t lda, int64_t stride_a,
                    const float *B, int64_t ldb, int64_t stride_b, float beta, float *C,
