@@ -50,7 +50,18 @@
  * worker sent the other in the exchange (rows touched, cached gradients).
  * Twenty steps warm up, not counted (a row is admitted when some worker
  * touches it a second time, in the same step or the next, so the caches
- * fill over steps). */
+ * fill over steps).
+ *
+ * `bench_ps devcache_shards` does it in collective mode at 2 ranks (each
+ * 2048 samples, the 1M x 16 Adagrad table sharded row-wise, eager), with
+ * the hot rows on both ranks (embedding/shard_hot.c) in caches of 250000
+ * and 500000 rows, "bench": "shard_devcache", a line per rank: rows moved
+ * a step without the cache are the ids this rank sent other owners (a row
+ * back in the lookup, a gradient row out in the update); with it, those
+ * of the rows not cached plus the cached rows' gradients to the other rank
+ * and the admitted rows from it (write-backs move nothing: every rank
+ * holds the replica); bytes a step are what the rank sent (the cache's
+ * exchange included); twenty steps warm up, not counted. */
 #define _GNU_SOURCE
 #include "bench/bench_ids.h"
 #include "bench/mpi_launch.h"
@@ -439,7 +450,83 @@ static hx_status devcache_mode(hx_comm *comm, int d, int64_t cache_rows, int ser
     return st;
 }
 
-static int devcache_main(bool workers)
+/* The shard's counts of t (collective) and its cache's bytes sent. */
+static void shard_counts(hx_embedding_table *t, hx_emb_shard_stats *ss, uint64_t *hot_bytes)
+{
+    hx_emb_shard *s = hx_emb_as_shard(t->impl);
+    hx_emb_devcache_stats ds = {0};
+    hx_emb_shard_stats_get(s, ss);
+    *hot_bytes = hx_emb_shard_hot_stats(s, &ds) ? ds.bytes_exchanged : 0;
+}
+
+/* Collective mode over comm, every rank its share of the global batch:
+ * the ids of distribution d, a fresh global batch a step, trained on a
+ * table without the device cache and on one with it, interleaved. */
+static hx_status shards_mode(hx_comm *comm, int d, int64_t cache_rows, const char *model, double load)
+{
+    int N = hx_comm_size(comm), rank = hx_comm_rank(comm);
+    hx_embedding_table *plain = table_as(comm, NULL, false, 0), *cached = table_as(comm, NULL, false, cache_rows);
+    int64_t nid = (int64_t)SAMPLES * FEATURES, mine = nid / N;
+    int64_t *ids = malloc(sizeof *ids * (size_t)(2 * nid));
+    float *out = malloc(sizeof *out * (size_t)(nid * DIM)), *dout = malloc(sizeof *dout * (size_t)(nid * DIM));
+    hx_status st = plain && cached && ids && out && dout ? HX_OK : HX_ERR_OUT_OF_MEMORY;
+    for (int64_t i = 0; i < nid * DIM && !st; i++) dout[i] = 1e-3f;
+    rng_state = 0x853C49E6748FEA9Bull + (uint64_t)d;
+    zipf z = zipf_make(1.05, (double)ROWS);
+    double t_plain = 0, t_cached = 0;
+    int64_t r_plain = 0, r_cached = 0;
+    uint64_t b_plain = 0, b_cached = 0, hits = 0, lookups = 0;
+    for (int s = -DEV_WARM_WORKERS; s < DEV_STEPS && !st; s++) {
+        for (int64_t i = 0; i < nid; i++) ids[i] = d ? zipf_draw(&z) - 1 : (int64_t)(rng_next() % ROWS);
+        hx_emb_query q = hx_emb_query_rows(ids + rank * mine, mine); /* this rank's samples */
+        hx_emb_shard_stats p0, p1, c0, c1;
+        uint64_t h0, h1, hb;
+        hx_emb_devcache_stats d0 = {0}, d1 = {0};
+        hx_emb_shard *cs = hx_emb_as_shard(cached->impl);
+        shard_counts(plain, &p0, &hb);
+        shard_counts(cached, &c0, &h0);
+        hx_emb_shard_hot_stats(cs, &d0);
+        double t0 = now();
+        st = train_step(plain, &q, out, dout, s + 1 + DEV_WARM_WORKERS);
+        double t1 = now();
+        if (!st) st = train_step(cached, &q, out, dout, s + 1 + DEV_WARM_WORKERS);
+        double t2 = now();
+        shard_counts(plain, &p1, &hb);
+        shard_counts(cached, &c1, &h1);
+        hx_emb_shard_hot_stats(cs, &d1);
+        if (s < 0) continue;
+        t_plain += t1 - t0;
+        t_cached += t2 - t1;
+        r_plain += p1.ids_remote - p0.ids_remote;
+        r_cached += c1.ids_remote - c0.ids_remote + c1.hot_rows - c0.hot_rows;
+        b_plain += p1.bytes_sent - p0.bytes_sent;
+        b_cached += c1.bytes_sent - c0.bytes_sent + h1 - h0;
+        hits += d1.hits - d0.hits;
+        lookups += d1.lookups - d0.lookups;
+    }
+    if (!st)
+        printf("{\"bench\": \"shard_devcache\", \"ranks\": %d, \"rank\": %d, \"ids\": \"%s\", \"samples\": %d, "
+               "\"steps\": %d, \"cache_rows\": %d, \"rows_moved_per_step\": %.0f, "
+               "\"rows_moved_per_step_no_cache\": %.0f, \"moved_over_no_cache\": %.4f, \"hit_rate\": %.4f, "
+               "\"bytes_per_step\": %.0f, \"bytes_per_step_no_cache\": %.0f, \"bytes_over_no_cache\": %.4f, "
+               "\"samples_per_s\": %.0f, \"samples_per_s_no_cache\": %.0f, \"time_over_no_cache\": %.3f, "
+               "\"machine\": \"%s\", \"load\": %.2f}\n",
+               N, rank, d ? "zipf1.05" : "uniform", SAMPLES, DEV_STEPS, (int)cache_rows, (double)r_cached / DEV_STEPS,
+               (double)r_plain / DEV_STEPS, r_plain ? (double)r_cached / (double)r_plain : 0.0,
+               lookups ? (double)hits / (double)lookups : 0.0, (double)b_cached / DEV_STEPS,
+               (double)b_plain / DEV_STEPS, b_plain ? (double)b_cached / (double)b_plain : 0.0,
+               SAMPLES * DEV_STEPS / t_cached, SAMPLES * DEV_STEPS / t_plain, t_cached / t_plain, model, load);
+    fflush(stdout);
+    free(ids);
+    free(out);
+    free(dout);
+    hx_embedding_table_free(cached);
+    hx_embedding_table_free(plain);
+    return st;
+}
+
+/* which: "devcache" (one worker), "devcache_workers" or "devcache_shards". */
+static int devcache_main(const char *which)
 {
     hx_comm *comm = NULL;
     if (hx_comm_create(NULL, &comm)) {
@@ -449,11 +536,13 @@ static int devcache_main(bool workers)
     char model[128];
     double load;
     machine(model, sizeof model, &load);
+    bool workers = !strcmp(which, "devcache_workers"), shards = !strcmp(which, "devcache_shards");
     hx_status st = HX_OK;
-    for (int c = 0; c < (workers ? 2 : 3); c++)
+    for (int c = 0; c < (workers || shards ? 2 : 3); c++)
         for (int d = 0; d < 2; d++) { /* all on every rank: the ps of each is collective */
-            hx_status s = workers ? devcache_mode(comm, d, ROWS / 4 << c, 1, model, load) /* 25%, 50% */
-                                  : devcache_mode(comm, d, DEV_CACHE_ROWS << c, hx_comm_size(comm) - 1, model, load);
+            hx_status s = shards    ? shards_mode(comm, d, ROWS / 4 << c, model, load) /* 25%, 50% */
+                          : workers ? devcache_mode(comm, d, ROWS / 4 << c, 1, model, load)
+                                    : devcache_mode(comm, d, DEV_CACHE_ROWS << c, hx_comm_size(comm) - 1, model, load);
             if (!st) st = s;
         }
     hx_comm_free(comm);
@@ -470,8 +559,12 @@ int main(int argc, char **argv)
         static const int ranks[1] = {3};
         return bench_mpi_main_at("bench_ps", argc, argv, rank_main, ranks, 1, "-x BENCH_PS_CASE=devcache_workers");
     }
+    if (argc > 1 && !strcmp(argv[1], "devcache_shards")) { /* at 2 ranks, collective */
+        static const int ranks[1] = {2};
+        return bench_mpi_main_at("bench_ps", argc, argv, rank_main, ranks, 1, "-x BENCH_PS_CASE=devcache_shards");
+    }
     const char *which = getenv("BENCH_PS_CASE");
     if (argc > 1 && !strcmp(argv[1], "--rank") && which && !strncmp(which, "devcache", 8))
-        return devcache_main(!strcmp(which, "devcache_workers"));
+        return devcache_main(which);
     return bench_mpi_main("bench_ps", argc, argv, rank_main);
 }

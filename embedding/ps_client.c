@@ -229,7 +229,7 @@ static hx_status pull_hot(hx_emb_ps *c, const hx_emb_route *r, const int64_t *id
                           int64_t need, int64_t width, float *got, hx_emb_err *err)
 {
     hx_ps *ps = c->ps;
-    hx_status st = hx__ps_hot_check(c->hot, err);
+    hx_status st = hx_emb_hot_check(c->hot, err);
     if (st) return st;
     hx_emb_route sub;
     memset(&sub, 0, sizeof sub);
@@ -246,9 +246,9 @@ static hx_status pull_hot(hx_emb_ps *c, const hx_emb_route *r, const int64_t *id
     for (int j = 0; j < ps->S && !st; j++) {
         sub.sdispl[j] = sub.U;
         for (int64_t u = r->sdispl[j]; u < r->sdispl[j] + r->scount[j]; u++) {
-            int32_t slot = hx__ps_hot_slot(c->hot, ids[r->first[u]]);
+            int32_t slot = hx_emb_hot_slot(c->hot, ids[r->first[u]]);
             if (slot >= 0) {
-                hx__ps_hot_read(c->hot, k, slot, tmp);
+                hx_emb_hot_read(c->hot, k, slot, tmp);
                 memcpy(got + u * width, tmp, (size_t)width * sizeof *got);
                 hits++;
                 continue;
@@ -263,7 +263,7 @@ static hx_status pull_hot(hx_emb_ps *c, const hx_emb_route *r, const int64_t *id
                                                 : pull(c, &sub, k, q, NULL, need, width, part, err);
     for (int64_t i = 0; i < sub.U && !st; i++)
         memcpy(got + at[i] * width, part + i * width, (size_t)width * sizeof *got);
-    if (!st && q) hx__ps_hot_count(c->hot, r->U, hits);
+    if (!st && q) hx_emb_hot_count(c->hot, r->U, hits);
     hx__shard_route_free(&sub);
     free(at);
     free(part);
@@ -463,7 +463,7 @@ bool hx__ps_device_stats(hx_emb_ps *c, hx_emb_devcache_stats *out)
 {
     if (!c->hot) return false;
     pthread_mutex_lock(&c->lock);
-    hx__ps_hot_stats(c->hot, out);
+    hx_emb_hot_stats(c->hot, out);
     pthread_mutex_unlock(&c->lock);
     return true;
 }

@@ -17,6 +17,7 @@
 
 #include "embedding/ps.h"
 #include "embedding/shard_impl.h"
+#include "embedding/hot.h"
 #include "dist/dist.h"
 
 #include <pthread.h>
@@ -115,7 +116,7 @@ struct hx_emb_ps {
     int64_t tpulls;       /* DYNAMIC: training pulls sent */
     struct ps_cache *cache; /* pulled rows kept (hx_ps_config.cache_rows), or NULL */
     hx_emb_table *dev;    /* the device cache in front of it (device_cache_rows, one worker), or NULL */
-    struct ps_hot *hot;   /* its hot rows replicated on every worker (device_cache_rows, several
+    hx_emb_hot *hot;      /* its hot rows replicated on every worker (device_cache_rows, several
                              workers: ps_hot.c), or NULL */
     double sent_at;       /* with a device cache: when it last sent the servers anything */
     pthread_mutex_t lock; /* one request at a time */
@@ -175,22 +176,14 @@ hx_status hx__ps_store_locked(hx_emb_ps *c, const int64_t *rows, int64_t n, cons
                               int64_t tag, hx_emb_err *err);
 
 /* ---- hot rows replicated on every worker (embedding/ps_hot.c) ----------------------------
- * device_cache_rows with several workers, synchronous: every call under
- * c's lock, on every worker alike (create, update, set_optim are
- * collective over the workers or change what they hold). */
-typedef struct ps_hot ps_hot;
+ * device_cache_rows with several workers, synchronous: embedding/hot.h's
+ * cache (c->hot, read with hx_emb_hot_*), every call under c's lock, on
+ * every worker alike (create, update, set_optim are collective over the
+ * workers or change what they hold). */
 /* c->hot for a table of tc (collective over the workers: a duplicate of
  * their communicator). */
 hx_status hx__ps_hot_create(hx_emb_ps *c, const hx_emb_table_config *tc, hx_emb_err *err);
 void hx__ps_hot_free(hx_emb_ps *c);
-/* The slot of a row (the table's), -1 when not cached. */
-int32_t hx__ps_hot_slot(const ps_hot *h, int64_t row);
-/* A slot's row (k HX_EMB_SHARD_ROWS, dim floats) or state array k. */
-void hx__ps_hot_read(ps_hot *h, int k, int32_t slot, float *out);
-/* HX_ERR_STATE once a failed fetch left slots without their rows. */
-hx_status hx__ps_hot_check(const ps_hot *h, hx_emb_err *err);
-/* A lookup's distinct rows and the cached ones among them. */
-void hx__ps_hot_count(ps_hot *h, int64_t lookups, int64_t hits);
 /* Step c->pushes's update g (skip[i]: entry i is not pushed; the cached
  * rows' entries are set -1): the workers' exchange, the replica's step,
  * the next step's rows (the victims stored by worker 0 now, the admitted
@@ -203,6 +196,5 @@ hx_status hx__ps_hot_flush(hx_emb_ps *c, hx_emb_err *err);
 /* Worker 0 stores the changed rows, every worker empties the cache and
  * takes optimizer o. */
 hx_status hx__ps_hot_set_optim(hx_emb_ps *c, const hx_emb_optim *o, hx_emb_err *err);
-void hx__ps_hot_stats(const ps_hot *h, hx_emb_devcache_stats *out);
 
 #endif

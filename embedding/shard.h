@@ -85,6 +85,16 @@ const hx_emb_optim *hx_emb_shard_optim(const hx_emb_shard *s);
 hx_status hx_emb_shard_set_optim(hx_emb_shard *s, const hx_emb_optim *o, int nthreads,
                                  hx_emb_err *err);
 
+/* A device cache of s's hot rows (its configuration's device_cache_rows;
+ * embedding/shard_hot.c): the same rows, with their optimizer state, on
+ * every rank, whose lookups read them there and whose updates apply every
+ * rank's gradients to them in rank order, as their owners would, so
+ * results are bitwise those without it. Collective (every rank's
+ * verdict); HX_ERR_UNSUPPORTED for a DYNAMIC table. */
+hx_status hx_emb_shard_hot_create(hx_emb_shard *s, hx_emb_err *err);
+/* Its counts; false where s has none. */
+bool hx_emb_shard_hot_stats(hx_emb_shard *s, hx_emb_devcache_stats *out);
+
 /* Collective reads and writes of rows named as the ops name them (each
  * rank its own ids; DYNAMIC: keys). read: k HX_EMB_SHARD_ROWS the rows
  * (dim floats each), else optimizer state array k (width floats each: dim, or 1 for
@@ -116,6 +126,10 @@ typedef struct hx_emb_shard_stats {
     int64_t exchanges;        /* started: lookups, updates, reads and writes of rows */
     int64_t ids_in;           /* positions the callers gave */
     int64_t ids_sent;         /* ids sent to owners (unique per call unless de-dup is off) */
+    int64_t ids_remote;       /* of those, to other ranks: each a row back (lookups) or a
+                                 gradient row out (updates) */
+    int64_t hot_rows;         /* a device cache's rows to or from other ranks: its cached rows'
+                                 gradients to every other rank, admitted rows from their owners */
     uint64_t bytes_sent;      /* to other ranks, all messages */
     int64_t out_of_range;     /* ids this rank fed outside a fixed table (OOB_ZERO) */
 } hx_emb_shard_stats;

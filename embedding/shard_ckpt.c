@@ -139,6 +139,8 @@ hx_status hx__shard_save(hx_emb_table *t, const char *path, hx_emb_err *err)
     int N = s->size;
     hx_emb_err mine;
     pthread_mutex_lock(&s->lock);
+    hx_status own = HX_OK;
+    hx__shard_hot_before(s, false, &own, &mine); /* the owners' rows current */
     /* the next generation and the shards of the one before: rank 0 reads them */
     int64_t gen[2] = {1, 0};
     manifest old;
@@ -152,9 +154,8 @@ hx_status hx__shard_save(hx_emb_table *t, const char *path, hx_emb_err *err)
     char *mine_path = st ? NULL : hx__shard_file(path, gen[0], s->rank, N);
     int64_t me[4] = {0, s->part ? s->local->base.rows : 0, 0, 0};
     int64_t *all = malloc((size_t)N * 4 * sizeof *all);
-    hx_status own = HX_OK;
-    if (!mine_path || !all) own = hx_emb_fail(&mine, HX_ERR_OUT_OF_MEMORY, "out of memory");
-    else if (s->part && !(own = hx_emb_table_save(s->part, mine_path, &mine)))
+    if (!own && (!mine_path || !all)) own = hx_emb_fail(&mine, HX_ERR_OUT_OF_MEMORY, "out of memory");
+    else if (!own && s->part && !(own = hx_emb_table_save(s->part, mine_path, &mine)))
         own = file_hash(mine_path, (uint64_t *)&me[3], &me[2], &mine);
     me[0] = own;
     if (!st && all) {
@@ -382,7 +383,9 @@ hx_status hx__shard_load(hx_emb_table *t, const char *path, hx_emb_err *err)
     memset(&m, 0, sizeof m);
     pthread_mutex_lock(&s->lock);
     hx_emb_table **src = NULL, *fresh = NULL, *fresh_part = NULL;
-    hx_status own = manifest_read(path, &m, &mine);
+    hx_status own = HX_OK;
+    hx__shard_hot_before(s, true, &own, &mine); /* rows back, the cache empty: the load replaces them */
+    if (!own) own = manifest_read(path, &m, &mine);
     if (!own) own = fits(&m, path, s->base.rows, s->base.dim, s->tc.dtype, s->dynamic, &mine);
     bool same = !own && m.shards == s->size && m.layout == (int64_t)s->table_wise &&
                 (!s->table_wise || m.owner == s->owner);

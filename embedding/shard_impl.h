@@ -4,6 +4,7 @@
 #define HX_EMBEDDING_SHARD_IMPL_H
 
 #include "embedding/embedding.h"
+#include "embedding/hot.h"
 #include "dist/dist.h"
 
 #include <pthread.h>
@@ -27,6 +28,8 @@ struct hx_emb_shard {
     hx_emb_workspace *ws;
     _Atomic int64_t oob_count;
     hx_emb_shard_stats stats;
+    hx_emb_hot *hot;        /* device_cache_rows: hot rows replicated on every rank
+                               (shard_hot.c), or NULL */
 };
 
 /* The kinds of exchange, checked against the peers' (a mismatch is a
@@ -125,5 +128,38 @@ hx_status hx__shard_rekey(hx_emb_table *const *src, int64_t nsrc, bool (*mine)(c
  * owners as one optimizer step. */
 hx_status hx__shard_update(hx_emb_shard *s, const hx_emb_sparse_grad *g, int64_t step,
                            int nthreads, hx_emb_err *err);
+
+/* ---- hot rows replicated on every rank (embedding/shard_hot.c) ---------------------------
+ * device_cache_rows on a fixed table: every call under s's lock, on every
+ * rank alike. */
+/* After the owners applied update g (its cached rows' entries marked
+ * skip < 0 by hx_emb_hot_mark, not sent): the cache's exchange and step,
+ * the victims written back, the admitted rows from their owners. */
+hx_status hx__shard_hot_step(hx_emb_shard *s, const hx_emb_sparse_grad *g, int64_t step, const signed char *skip,
+                             hx_emb_err *err);
+/* The changed cached rows written back to their owners' parts (a local
+ * copy on every rank); drop: the cache emptied then. */
+hx_status hx__shard_hot_flush(hx_emb_shard *s, bool drop, hx_emb_err *err);
+/* Before an exchange that reads the owners' rows (drop: or writes them):
+ * the flush on every rank, whatever its verdict (no-op without a cache);
+ * its failure becomes the verdict where there was none. */
+void hx__shard_hot_before(hx_emb_shard *s, bool drop, hx_status *verdict, hx_emb_err *mine);
+/* A lookup's positions whose row is cached: at[i] the index of its
+ * distinct cached row (slot[at[i]]), -1 for the others. */
+typedef struct hx_emb_shard_hits {
+    int64_t *at, H;
+    int32_t *slot;
+} hx_emb_shard_hits;
+/* ids[0 .. n): the cached positions (skip[i] == 0) get skip -1 (the route
+ * sends nothing for them) and their rows named in *hits (freed by
+ * hx__shard_hits_free, also on failure). */
+hx_status hx__shard_hot_split(hx_emb_shard *s, const int64_t *ids, int64_t n, signed char *skip,
+                              hx_emb_shard_hits *hits, hx_emb_err *err);
+/* After the reply (*rows: r->U rows): the cached rows appended from the
+ * replica, r's inv and U renamed to take them (for hx__shard_pool);
+ * counted as the cache's lookups and hits. */
+hx_status hx__shard_hot_rows(hx_emb_shard *s, const hx_emb_shard_hits *hits, hx_emb_route *r, float **rows,
+                             hx_emb_err *err);
+void hx__shard_hits_free(hx_emb_shard_hits *hits);
 
 #endif

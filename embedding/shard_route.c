@@ -181,6 +181,7 @@ hx_status hx__shard_exchange_ids(hx_emb_shard *s, hx_emb_xkind kind, hx_emb_rout
     s->stats.exchanges++;
     s->stats.ids_in += r->n;
     s->stats.ids_sent += r->U;
+    s->stats.ids_remote += r->scount ? r->U - r->scount[s->rank] : 0;
     /* round 1: (count, status, kind) to every rank */
     int64_t *hs = calloc((size_t)N * 3 * 2, sizeof *hs), *c3 = calloc((size_t)N * 2, sizeof *c3);
     int64_t *all = calloc((size_t)N * 2, sizeof *all);

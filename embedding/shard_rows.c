@@ -49,6 +49,7 @@ hx_status hx_emb_shard_read(hx_emb_shard *s, int k, const int64_t *ids, int64_t 
     hx_emb_route r;
     memset(&r, 0, sizeof r);
     pthread_mutex_lock(&s->lock);
+    hx__shard_hot_before(s, false, &verdict, &mine); /* the owners' rows current */
     if (!verdict) verdict = hx__shard_route_plan(s, ids, n, NULL, true, &r, &mine);
     hx_status st = hx__shard_exchange_ids(s, HX_EMB_X_READ, &r, verdict, &mine, err);
     float *owned = NULL, *got = NULL, *tmp = NULL;
@@ -96,6 +97,7 @@ hx_status hx_emb_shard_write(hx_emb_shard *s, const int64_t *ids, int64_t n, con
     hx_emb_route r;
     memset(&r, 0, sizeof r);
     pthread_mutex_lock(&s->lock);
+    hx__shard_hot_before(s, true, &verdict, &mine); /* the owners' rows current, the cache empty */
     /* no de-dup: an id written twice ends with its last row */
     if (!verdict) verdict = hx__shard_route_plan(s, ids, n, NULL, false, &r, &mine);
     hx_status st = hx__shard_exchange_ids(s, HX_EMB_X_WRITE, &r, verdict, &mine, err);

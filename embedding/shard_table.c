@@ -106,8 +106,10 @@ static hx_status shard_lookup(hx_emb_table *t, const hx_emb_query *q, float *out
     signed char *skip = NULL;
     hx_emb_route r;
     memset(&r, 0, sizeof r);
+    hx_emb_shard_hits hits = {0};
     pthread_mutex_lock(&s->lock);
     if (!verdict) verdict = hx__shard_ids_of(s, q, &ids, &skip, &mine);
+    if (!verdict && s->hot) verdict = hx__shard_hot_split(s, ids, q->n, skip, &hits, &mine); /* read here */
     if (!verdict) verdict = hx__shard_route_plan(s, ids, verdict ? 0 : q->n, skip, s->dedup, &r, &mine);
     hx_emb_xkind kind = q->train ? HX_EMB_X_TRAIN_LOOKUP : HX_EMB_X_LOOKUP;
     hx_status st = hx__shard_exchange_ids(s, kind, &r, verdict, &mine, err);
@@ -132,6 +134,7 @@ static hx_status shard_lookup(hx_emb_table *t, const hx_emb_query *q, float *out
         if (!own && r.nrecv) own = owner_lookup(s, q, &r, rcnt, owned, &mine);
         st = hx__shard_reply(s, kind, &r, owned, dim, own, &mine, rows, err);
     }
+    if (!st && s->hot) st = hx__shard_hot_rows(s, &hits, &r, &rows, err);
     pthread_mutex_unlock(&s->lock);
     if (!st) st = hx__shard_pool(s, q, &r, rows, out, argmax, err);
     free(owned);
@@ -140,6 +143,7 @@ static hx_status shard_lookup(hx_emb_table *t, const hx_emb_query *q, float *out
     free(skip);
     free(cnt);
     free(rcnt);
+    hx__shard_hits_free(&hits);
     hx__shard_route_free(&r);
     return st;
 }
@@ -159,6 +163,7 @@ static hx_status update(hx_emb_shard *s, const hx_emb_sparse_grad *g, int64_t st
     hx_emb_route r;
     memset(&r, 0, sizeof r);
     pthread_mutex_lock(&s->lock);
+    if (!verdict && s->hot) hx_emb_hot_mark(s->hot, g, skip); /* their gradients go to every rank */
     /* no de-dup: repeated ids of g reach their owner in order */
     if (!verdict) verdict = hx__shard_route_plan(s, g->ids, n, skip, false, &r, mine);
     hx_status st = hx__shard_exchange_ids(s, HX_EMB_X_UPDATE, &r, verdict, mine, err);
@@ -184,6 +189,7 @@ static hx_status update(hx_emb_shard *s, const hx_emb_sparse_grad *g, int64_t st
         }
         st = hx__shard_agree(s, HX_EMB_X_UPDATE, own, mine, err);
     }
+    if (!st && s->hot) st = hx__shard_hot_step(s, g, step, skip, err);
     pthread_mutex_unlock(&s->lock);
     free(send);
     free(recv);
@@ -227,6 +233,7 @@ static hx_status shard_backward_update(hx_emb_table *t, const hx_emb_query *q, c
 static void shard_free(hx_emb_table *t)
 {
     hx_emb_shard *s = (hx_emb_shard *)t;
+    hx_emb_hot_free(s->hot);
     hx_emb_table_free(s->part); /* a map's charge goes back with it */
     if (s->budget.parent) hx_emb_budget_give(s->budget.parent, atomic_load(&s->budget.used));
     hx_emb_workspace_free(s->ws);
@@ -266,8 +273,12 @@ void hx_emb_shard_stats_get(const hx_emb_shard *s, hx_emb_shard_stats *out)
 
 hx_status hx_emb_shard_set_optim(hx_emb_shard *s, const hx_emb_optim *o, int nthreads, hx_emb_err *err)
 {
-    hx_status st = s->local ? hx_emb_local_set_optim(&s->local->base, o, nthreads, err) : HX_OK;
+    pthread_mutex_lock(&s->lock);
+    hx_status st = s->hot ? hx__shard_hot_flush(s, true, err) : HX_OK; /* rows back, state re-read */
+    if (!st && s->local) st = hx_emb_local_set_optim(&s->local->base, o, nthreads, err);
+    if (!st && s->hot) st = hx_emb_local_set_optim(s->hot->rept, o, 1, err);
     if (!st) s->optim = *o;
+    pthread_mutex_unlock(&s->lock);
     return st;
 }
 
@@ -282,7 +293,7 @@ static uint64_t config_hash(const hx_emb_shard_config *c)
                     t->optim.l2, t->optim.l2_shrinkage, t->optim.lr_power};
     int64_t v[16] = {t->rows, t->dim, t->dtype, t->init.kind, (int64_t)t->init.seed, t->lazy_init, t->oob,
                      t->optim.kind, c->table_wise, c->owner, c->dynamic, c->mc.min_count,
-                     c->mc.expire_after, c->mc.on_full, (int64_t)c->mc.seed};
+                     c->mc.expire_after, c->mc.on_full, (int64_t)c->mc.seed, t->device_cache_rows};
     uint64_t h = 1469598103934665603ull;
     const unsigned char *p = (const unsigned char *)d;
     for (size_t i = 0; i < sizeof d; i++) h = (h ^ p[i]) * 1099511628211ull;
@@ -298,6 +309,7 @@ hx_status hx__shard_make_part(hx_emb_shard *s, hx_emb_table **part, hx_emb_table
     int64_t R = tc.rows, N = s->size;
     *part = *storage = NULL;
     tc.optim = s->optim;
+    tc.device_cache_rows = 0; /* the cache is the shard's (shard_hot.c) */
     if (s->table_wise) {
         if (s->rank != s->owner) return HX_OK;
     } else if (s->dynamic) {
@@ -393,7 +405,7 @@ hx_status hx_emb_shard_create(const hx_emb_shard_config *cfg, hx_emb_table **out
         if (all[j] != all[0])
             st = hx_emb_fail(err, HX_ERR_INVALID_ARGUMENT,
                              "sharded embedding: rank %d's table configuration differs from rank 0's "
-                             "(rows, dim, dtype, initialiser, seed, ids, sharding, optimizer): every "
+                             "(rows, dim, dtype, initialiser, seed, ids, sharding, optimizer, device cache): every "
                              "rank must create the table alike", j);
     free(all);
     hx_emb_err perr;

@@ -90,16 +90,11 @@ static hx_status to_configs(const hx_embedding_config *c, hx_emb_table_config *t
     if (c->device_cache_rows < 0)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s '%s': device_cache_rows %lld must be >= 0 "
                          "(0: no device cache)", fn, name, (long long)c->device_cache_rows);
-    if (c->device_cache_rows > 0 && (c->comm || c->ssd_path)) /* ps: hx__ps_table_create decides */
+    if (c->device_cache_rows > 0 && c->ssd_path) /* comm: shard_hot.c; ps: hx__ps_table_create decides */
         return hx__error(HX_ERR_UNSUPPORTED,
-                         "%s '%s': device_cache_rows with %s is not built: %s; leave "
-                         "device_cache_rows 0", fn, name, c->comm ? "comm" : "ssd_path",
-                         c->comm ? "a sharded row's update sums every rank's gradient at its "
-                                   "owner, so a rank's cached copy updated on its device with "
-                                   "its own gradient would not match the owner's row (server "
-                                   "mode with one worker has a device cache: hx_ps_create)"
-                                 : "the host cache of a table on disk would need to hand its "
-                                   "rows to a second cache");
+                         "%s '%s': device_cache_rows with ssd_path is not built: the host cache of a table "
+                         "on disk would need to hand its rows to a second cache; leave device_cache_rows 0",
+                         fn, name);
     if (c->rank_bytes && !c->comm && !c->ps)
         return hx__error(HX_ERR_INVALID_ARGUMENT, "%s '%s': rank_bytes %zu caps one rank's shard of a "
                          "sharded table: give comm or ps too, or leave it 0", fn, name, c->rank_bytes);
@@ -489,7 +484,9 @@ hx_status hx_embedding_table_load(hx_embedding_table *t, const char *path)
 static void device_cache_stats(const hx_embedding_table *t, hx_embedding_stats *out)
 {
     hx_emb_devcache_stats ds;
-    if (!t->dev && (!t->client || !hx__ps_device_stats(t->client, &ds))) return; /* several workers' (ps_hot.c) */
+    bool got = t->dev || (t->client && hx__ps_device_stats(t->client, &ds)) /* several workers' (ps_hot.c) */
+               || (t->shard && hx_emb_shard_hot_stats(t->shard, &ds)); /* collective (shard_hot.c) */
+    if (!got) return;
     pthread_mutex_lock((pthread_mutex_t *)&t->lock);
     if (t->dev) hx_emb_devcache_stats_get(t->dev, &ds);
     pthread_mutex_unlock((pthread_mutex_t *)&t->lock);

@@ -42,6 +42,10 @@ hx_status hx__embedding_shard_create(const hx_embedding_config *cfg, const hx_em
     if (st) return st;
     hx_emb_err err;
     st = hx_emb_shard_create(&sc, out, &err);
+    if (!st && tc->device_cache_rows > 0 && (st = hx_emb_shard_hot_create(hx_emb_as_shard(*out), &err))) {
+        hx_emb_table_free(*out);
+        *out = NULL;
+    }
     return st ? hx__emb_error(st, &err, "hx_embedding_table_create '%s'", cfg->name ? cfg->name : "embedding")
               : HX_OK;
 }

@@ -924,8 +924,22 @@ typedef struct hx_embedding_config {
      * With staleness > 0 and several workers (a worker running ahead would
      * miss the others' gradients of its cached rows), and for DYNAMIC
      * tables, it is refused on every rank (HX_ERR_UNSUPPORTED);
-     * hx_ps_config.cache_rows keeps pulled rows read-only instead. 0:
-     * none. */
+     * hx_ps_config.cache_rows keeps pulled rows read-only instead.
+     * With comm (collective mode: README, "Sharded embedding tables"),
+     * the same way: every rank caches the same hot rows with their state
+     * (host memory), chosen at each update from the rows every rank
+     * touched; a cached row's lookup reads the cache (no exchange for
+     * it), its update all-gathers the ranks' gradients and applies them
+     * in rank order on every rank, as its owner would (results bitwise
+     * those without the cache at the same rank count, checkpoints byte
+     * for byte); the rank that owns an evicted or changed row writes it
+     * into its shard from its own copy (no message); an admitted row comes
+     * from its owner with its state. Save, _read_rows and _read_state
+     * write the changed rows back first; _write_rows, _load and
+     * _set_optimizer also empty the cache. Every rank must create the
+     * table with the same device_cache_rows (it is part of the
+     * configuration compared at creation). DYNAMIC tables refuse it on
+     * every rank (HX_ERR_UNSUPPORTED). 0: none. */
     int64_t device_cache_rows;
     /* Tables over several processes (README, "Sharded tables"). comm NULL:
      * the table lives in this process. Else the table is sharded over
@@ -1028,8 +1042,9 @@ HX_API hx_embedding_config hx_embedding_config_default(void);
  *               worker's: server 0 silent for hx_ps_config.timeout_s).
  *               rank_bytes without comm or ps: HX_ERR_INVALID_ARGUMENT.
  *               device_cache_rows also: HX_ERR_INVALID_ARGUMENT (negative);
- *               HX_ERR_UNSUPPORTED (with comm or ssd_path; with a ps of
- *               several workers, or a DYNAMIC table with ps: every rank).
+ *               HX_ERR_UNSUPPORTED (with ssd_path; with a ps at staleness
+ *               > 0 and several workers, or a DYNAMIC table with comm or
+ *               ps: every rank).
  *   On failure: *out is NULL (unless out is NULL) and nothing is kept.
  *   Ownership:  cfg and its strings are copied; the table is the caller's:
  *               free it with hx_embedding_table_free.

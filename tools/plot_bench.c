@@ -174,6 +174,11 @@ static const bench_plot table[] = {
           "server mode, 2 workers' hot rows: rows moved, bytes, step time over no cache's (line at 1)"),
     BARS("ps-devcache-workers-", "-hits", "bench=ps_devcache_workers", "ids,cache_rows,worker", NULL, "hit_rate",
          "hit rate", "server mode, two workers: the hot rows' hit rate (distinct rows a lookup)"),
+    RATIO("shard-devcache-", "", "bench=shard_devcache", "ids,cache_rows,rank", NULL,
+          "moved_over_no_cache,bytes_over_no_cache,time_over_no_cache", "over no cache's",
+          "collective mode, 2 ranks' hot rows: rows moved, bytes, step time over no cache's (line at 1)"),
+    BARS("shard-devcache-", "-hits", "bench=shard_devcache", "ids,cache_rows,rank", NULL, "hit_rate", "hit rate",
+         "collective mode, two ranks: the hot rows' hit rate (distinct rows a lookup)"),
     RATIO("ps-devcache-pin-", "", "bench=ps_devcache", "ranks,ids,cache_rows", "variant", "time_over_no_cache",
           "step time over no cache's", "server mode, one worker: cached step time over uncached, before and "
           "after s16's read-ahead (line at 1; #k: k-th run)"),

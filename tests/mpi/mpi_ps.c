@@ -86,7 +86,6 @@
 #include "shard_model.h"
 #include "dyn_cap.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -753,26 +752,6 @@ static void serve_devcache(hx_ps *ps, const char *dir, int64_t cache_rows, bool 
             OK(hx_embedding_table_save(t[m][k], path));
             OK(hx_embedding_table_free(t[m][k]));
         }
-}
-
-/* Every file of dir/<a> equals the file of that name in dir/<b>, byte
- * for byte (and there is one). */
-static void same_files(const char *dir, const char *a, const char *b)
-{
-    char da[320], pa[640], pb[640];
-    snprintf(da, sizeof da, "%s/%s", dir, a);
-    DIR *d = opendir(da);
-    CHECK(d != NULL, "no folder %s", da);
-    int files = 0;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(pa, sizeof pa, "%s/%s", da, e->d_name);
-        snprintf(pb, sizeof pb, "%s/%s/%s", dir, b, e->d_name);
-        CHECK(test_same_file(pa, pb), "the checkpoint file %s differs from %s (or is missing there)", pa, pb);
-        files++;
-    }
-    if (d) closedir(d);
-    CHECK(files >= 2 * NT, "%d files in %s: a checkpoint of %d tables has more", files, da, NT);
 }
 
 /* Every rank here (an all-reduce: none leaves before all came). */

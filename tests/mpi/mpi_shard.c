@@ -26,10 +26,13 @@
 #include "mpi_world.h"
 #include "testutil.h"
 #include "tmpdir.h"
+#include "hetex_run.h"
 #include "shard_model.h"
 #include "dyn_cap.h"
 
 #include <mpi.h>
+
+#include <sys/stat.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -148,24 +151,6 @@ static void test_rows_collective(void)
     st = hx_embedding_table_read_state(t, 2, ids, N, s0);
     CHECK(st == HX_ERR_INVALID_ARGUMENT, "state array 2 of LazyAdam: %s", hx_status_name(st));
     OK(hx_embedding_table_free(t));
-}
-
-/* A device cache of hot rows (device_cache_rows) is not built for sharded
- * tables: every rank refuses it alike, before any exchange, saying why. */
-static void test_device_cache_refused(void)
-{
-    hx_embedding_config ec = hx_embedding_config_default();
-    ec.name = "cached";
-    ec.rows = 64;
-    ec.dim = D;
-    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
-    ec.comm = comm;
-    ec.device_cache_rows = 8;
-    hx_embedding_table *t = NULL;
-    CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_UNSUPPORTED && !t &&
-              strstr(hx_last_error(), "device_cache_rows") && strstr(hx_last_error(), "owner"),
-          "device cache with comm refused: %s", hx_last_error());
-    hx_embedding_table_free(t);
 }
 
 /* rank_bytes, the per-rank cap: a shard's bytes are its rows and Adagrad
@@ -498,6 +483,128 @@ static void test_checkpoint(void)
     model_free(&sh);
 }
 
+/* The dense parameters of two sessions bitwise. */
+static void same_dense(hx_session *sa, const model *a, hx_session *sb, const model *b, const char *when)
+{
+    const hx_tensor *ta[2] = {a->w1, a->w2}, *tb[2] = {b->w1, b->w2};
+    for (int j = 0; j < 2; j++) {
+        int64_t n = hx_tensor_numel(ta[j]);
+        float *p = malloc(sizeof(float) * (size_t)n), *q = malloc(sizeof(float) * (size_t)n);
+        OK(hx_session_read(sa, ta[j], p, sizeof(float) * (size_t)n));
+        OK(hx_session_read(sb, tb[j], q, sizeof(float) * (size_t)n));
+        CHECK(!memcmp(p, q, sizeof(float) * (size_t)n), "%s: parameter '%s' differs with the device cache (rank "
+              "%d of %d)", when, hx_tensor_name(ta[j]), rank, size);
+        free(p);
+        free(q);
+    }
+}
+
+enum { HOT_ROWS = 8, HOT_STEPS = 30, HOT_SAVE = 12 };
+
+/* A device cache of hot rows (device_cache_rows = 8 of each table's
+ * 40-97 rows) on the four tables (LazyAdam, Adagrad table-wise, row-wise
+ * Adagrad, FTRL in bf16): HOT_STEPS steps of the skewed batches, so rows
+ * come and go, against the same model without it: every loss, and at the
+ * end every row, state array and dense parameter, bitwise; a checkpoint
+ * taken mid-run byte-equal to the uncached one's; both loaded back and
+ * trained 3 more steps, still bitwise; the cache's hit rate reported and
+ * its write-backs counted. A DYNAMIC table's cache is refused on every
+ * rank, saying why. */
+static void test_device_cache(void)
+{
+    model plain, hot;
+    model_cache_rows = HOT_ROWS;
+    int bad = build(&hot, B / size, comm, NULL);
+    model_cache_rows = 0;
+    if (bad || build(&plain, B / size, comm, NULL)) {
+        CHECK(false, "build: %s", hx_last_error());
+        return;
+    }
+    hx_session_config cs = config(comm);
+    hx_session *sp = test_session_with(plain.g, &cs, "plain"), *sh = test_session_with(hot.g, &cs, "cached");
+    char dir[256] = "", pp[NT][400], ph[NT][400];
+    if (rank == 0 && !test_make_tmpdir(dir, sizeof dir, "hx-mpi-hot")) CHECK(false, "no temporary folder");
+    hx_coll *q = NULL;
+    OK(hx__comm_broadcast(comm, dir, sizeof dir / 8, HX_DTYPE_I64, 0, &q));
+    OK(hx__coll_wait(q));
+    if (rank == 0) {
+        snprintf(pp[0], sizeof pp[0], "%s/p", dir);
+        snprintf(ph[0], sizeof ph[0], "%s/h", dir);
+        CHECK(!mkdir(pp[0], 0700) && !mkdir(ph[0], 0700), "folders in %s", dir);
+    }
+    for (int k = 0; k < NT; k++) {
+        snprintf(pp[k], sizeof pp[k], "%s/p/%s", dir, specs[k].name);
+        snprintf(ph[k], sizeof ph[k], "%s/h/%s", dir, specs[k].name);
+    }
+    barrier();
+    batch bt;
+    for (int s = 0; s < HOT_STEPS && sp && sh; s++) {
+        make_batch(s, &bt);
+        float lp = 0, lh = 0;
+        OK(run(sp, &plain, &bt, rank * (B / size), &lp));
+        OK(run(sh, &hot, &bt, rank * (B / size), &lh));
+        CHECK(!memcmp(&lp, &lh, sizeof lp), "step %d: loss %.9g with the device cache, %.9g without (rank %d)", s,
+              lh, lp, rank);
+        fold(&lh, sizeof lh);
+        for (int k = 0; k < NT && s == HOT_SAVE; k++) {
+            OK(hx_embedding_table_save(plain.t[k], pp[k]));
+            OK(hx_embedding_table_save(hot.t[k], ph[k]));
+        }
+    }
+    for (int k = 0; k < NT && sp && sh; k++) compare_table(&hot, &plain, k, 0, "device cache, after 30 steps");
+    if (sp && sh) same_dense(sh, &hot, sp, &plain, "after 30 steps");
+    barrier();
+    if (rank == 0) same_files(dir, "p", "h");
+    hx_embedding_stats st;
+    for (int k = 0; k < NT; k++) {
+        OK(hx_embedding_table_stats(hot.t[k], &st));
+        CHECK(st.device_cache_rows == HOT_ROWS && st.device_cache_hits > 0 &&
+                  st.device_cache_hits < st.device_cache_lookups && st.device_rows_out > 0 &&
+                  st.device_rows_in + st.device_rows_init > HOT_ROWS,
+              "table '%s': %lld rows, %lld hits of %lld lookups, %lld rows in, %lld initialised, %lld written back",
+              specs[k].name, (long long)st.device_cache_rows, (long long)st.device_cache_hits,
+              (long long)st.device_cache_lookups, (long long)st.device_rows_in, (long long)st.device_rows_init,
+              (long long)st.device_rows_out);
+        if (rank == 0)
+            printf("table '%s' at %d ranks: device cache hit rate %.3f (%lld of %lld distinct rows a lookup), %lld "
+                   "rows in, %lld written back\n", specs[k].name, size,
+                   (double)st.device_cache_hits / (double)st.device_cache_lookups, (long long)st.device_cache_hits,
+                   (long long)st.device_cache_lookups, (long long)st.device_rows_in, (long long)st.device_rows_out);
+    }
+    /* both back to the mid-run checkpoint (the cache emptied), 3 more steps */
+    for (int k = 0; k < NT && sp && sh; k++) {
+        OK(hx_embedding_table_load(plain.t[k], pp[k]));
+        OK(hx_embedding_table_load(hot.t[k], pp[k]));
+    }
+    for (int s = 0; s < 3 && sp && sh; s++) {
+        make_batch(HOT_SAVE + 1 + s, &bt);
+        float lp = 0, lh = 0;
+        OK(run(sp, &plain, &bt, rank * (B / size), &lp));
+        OK(run(sh, &hot, &bt, rank * (B / size), &lh));
+        CHECK(!memcmp(&lp, &lh, sizeof lp), "after the load, step %d: loss %.9g cached, %.9g not", s, lh, lp);
+    }
+    for (int k = 0; k < NT && sp && sh; k++) compare_table(&hot, &plain, k, 0, "device cache, after a load");
+    barrier();
+    if (rank == 0 && *dir) test_remove_tree(dir);
+    hx_session_free(sp);
+    hx_session_free(sh);
+    model_free(&plain);
+    model_free(&hot);
+
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "cached";
+    ec.rows = 64;
+    ec.dim = D;
+    ec.ids = HX_EMBEDDING_IDS_DYNAMIC;
+    ec.comm = comm;
+    ec.device_cache_rows = 8;
+    hx_embedding_table *t = NULL;
+    CHECK(hx_embedding_table_create(&ec, &t) == HX_ERR_UNSUPPORTED && !t && strstr(hx_last_error(), "DYNAMIC") &&
+              strstr(hx_last_error(), "device_cache_rows") && strstr(hx_last_error(), "cached"),
+          "device cache of a DYNAMIC sharded table refused: %s", hx_last_error());
+    hx_embedding_table_free(t);
+}
+
 /* A lookup graph of n keys over DYNAMIC table t and its session (c: data
  * parallel over c, or one process). */
 static hx_session *dyn_session(hx_embedding_table *t, int64_t n, hx_comm *c, hx_graph **g, hx_tensor **ids,
@@ -772,7 +879,7 @@ int main(int argc, char **argv)
         {"checkpoint", test_checkpoint},
         {"dynamic_reshard", test_dynamic_reshard},
         {"tables_only", test_tables_only},
-        {"device_cache_refused", test_device_cache_refused},
+        {"device_cache", test_device_cache},
         {"rank_cap", test_rank_cap},
         {"dynamic_cap", test_dynamic_cap},
     };

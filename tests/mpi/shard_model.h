@@ -4,13 +4,16 @@
  * sum, mean with padding, max; f32 and bf16 storage; LazyAdam, Adagrad,
  * row-wise Adagrad, FTRL) and dense layers, the global batch of each
  * step, and comparisons of tables and parameters between two models
- * (folded into the digest the MPI tests print). Included once per test
- * program, after hetex_checks.h. */
+ * (folded into the digest the MPI tests print), and of checkpoints. Included once per
+ * test program, after hetex_checks.h. */
 #ifndef HX_TEST_SHARD_MODEL_H
 #define HX_TEST_SHARD_MODEL_H
 
 #include "hetex.h"
 #include "testutil.h"
+#include "hetex_run.h"
+
+#include <dirent.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -55,7 +58,8 @@ typedef struct model {
     int b; /* samples */
 } model;
 
-/* A server-mode table's device_cache_rows (mpi_ps.c's case devcache). */
+/* A sharded or server-mode table's device_cache_rows (mpi_shard.c's case
+ * device_cache, mpi_ps.c's devcache). */
 static int64_t model_cache_rows;
 
 static hx_embedding_table *make_table(const table_spec *sp, hx_comm *c, hx_ps *ps)
@@ -79,7 +83,7 @@ static hx_embedding_table *make_table(const table_spec *sp, hx_comm *c, hx_ps *p
     ec.n_threads = 1;
     ec.comm = c;
     ec.ps = ps;
-    ec.device_cache_rows = ps ? model_cache_rows : 0;
+    ec.device_cache_rows = ps || c ? model_cache_rows : 0;
     ec.sharding = sp->sharding;
     if (sp->sharding == HX_EMBEDDING_SHARD_TABLE && c) ec.shard_rank = hx_comm_size(c) - 1;
     if (sp->sharding == HX_EMBEDDING_SHARD_TABLE && ps) ec.shard_rank = 0;
@@ -227,6 +231,26 @@ static void compare_dense(hx_session *ss, const model *sh, hx_session *sa, const
         free(p);
         free(q);
     }
+}
+
+/* The checkpoint files of dir/a and dir/b byte for byte (manifests and
+ * shards): at least a manifest and a shard per table. */
+static void same_files(const char *dir, const char *a, const char *b)
+{
+    char da[320], pa[640], pb[640];
+    snprintf(da, sizeof da, "%s/%s", dir, a);
+    DIR *d = opendir(da);
+    CHECK(d != NULL, "no folder %s", da);
+    int files = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(pa, sizeof pa, "%s/%s", da, e->d_name);
+        snprintf(pb, sizeof pb, "%s/%s/%s", dir, b, e->d_name);
+        CHECK(test_same_file(pa, pb), "the checkpoint file %s differs from %s (or is missing there)", pa, pb);
+        files++;
+    }
+    if (d) closedir(d);
+    CHECK(files >= 2 * NT, "%d files in %s: a checkpoint of %d tables has more", files, da, NT);
 }
 
 #endif
