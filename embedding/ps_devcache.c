@@ -127,8 +127,6 @@ typedef struct pending_fetch {
     uint64_t bytes;
 } pending_fetch;
 
-size_t hx__ps_record(const hx_emb_ps *c) { return worker_record(c); }
-
 /* Sends the fetch of rows[0 .. n), answered once the servers have applied
  * every push this worker made; under c's lock. */
 static hx_status start_fetch(hx_emb_ps *c, const int64_t *rows, int64_t n, pending_fetch **out, hx_emb_err *err)

@@ -164,12 +164,11 @@ hx_status hx__ps_fetch_reply(const ps_entry *e, const ps_req *h, int64_t applied
 /* Server: store h's records into e's rows (all or, on failure, none). */
 hx_status hx__ps_store(ps_entry *e, const ps_req *h, hx_emb_err *err);
 
-/* Under c's lock (ps_devcache.c): bytes of a row's record (params and
- * state); a fetch of rows' records and cold flags (as the store's read),
+/* Under c's lock (ps_devcache.c): a fetch of rows' records and cold flags
+ * (as the store's read, records as hx_emb_hot_record sizes them),
  * answered once the servers have applied every push this worker made; a
  * store of records whose rows include `tag` steps (a server keeps a row
  * whose value includes more: ps_serve.c's e->ver). */
-size_t hx__ps_record(const hx_emb_ps *c);
 hx_status hx__ps_fetch_locked(hx_emb_ps *c, const int64_t *rows, int64_t n, char *recs, size_t stride,
                               uint8_t *cold, hx_emb_err *err);
 hx_status hx__ps_store_locked(hx_emb_ps *c, const int64_t *rows, int64_t n, const char *recs, size_t stride,
