@@ -309,16 +309,19 @@ static void disk_stats(const hx_embedding_stats *a, const hx_embedding_stats *b,
 }
 
 /* The deep table's device cache per step of an epoch (--device-cache):
- * rows moved with the cache (misses in, write-backs out; with several
- * workers, whose caches take in only the rows seen twice, also each miss
- * pulled and its update pushed) against the rows its lookups asked for
- * (each moved in, and its update out, without it). */
-static void device_stats(const hx_embedding_stats *a, const hx_embedding_stats *b, int64_t steps, bool workers)
+ * rows moved to and from the device with the cache (misses in,
+ * write-backs out; where several ranks replicate the hot rows, several
+ * workers or --shards, whose caches take in only the rows seen twice,
+ * also each miss pulled and its update pushed) against the rows its
+ * lookups asked for (each moved in, and its update out, without it). The
+ * ranks' exchange of the cached rows' gradients is traffic between
+ * ranks, not to the device: not counted here (bench_ps counts it). */
+static void device_stats(const hx_embedding_stats *a, const hx_embedding_stats *b, int64_t steps, bool replicated)
 {
     double n = (double)(steps ? steps : 1);
     int64_t lookups = b->device_cache_lookups - a->device_cache_lookups;
     double in = (double)(b->device_rows_in - a->device_rows_in), out = (double)(b->device_rows_out - a->device_rows_out);
-    double pulled = workers ? 2.0 * (double)(lookups - (b->device_cache_hits - a->device_cache_hits)) : 0.0;
+    double pulled = replicated ? 2.0 * (double)(lookups - (b->device_cache_hits - a->device_cache_hits)) : 0.0;
     printf("          deep table device cache: %lld rows, hit rate %.1f%%; per step %.0f rows in (%.0f "
            "ahead), %.0f written back, %.3f MB moved; %.0f rows looked up (%.1f%% fewer rows moved "
            "than without the cache)\n",
@@ -600,7 +603,8 @@ int wd_main(int argc, char **argv)
                "%.0f examples/s\n", e, loss, m.log_loss, m.auc, m.accuracy, rate);
         if (o->deep_on_disk) disk_stats(&before, &after, steps);
         if (o->device_cache_rows)
-            device_stats(&before, &after, steps, o->ps && hx_comm_size(hx_ps_workers(o->ps)) > 1);
+            device_stats(&before, &after, steps, o->ps ? hx_comm_size(hx_ps_workers(o->ps)) > 1
+                                                       : o->comm && hx_comm_size(o->comm) > 1);
         fflush(stdout);
         if (curve) fprintf(curve, "%d,%.6f,%.6f,%.6f,%.6f\n", e, loss, m.log_loss, m.auc, m.accuracy);
         cli_metrics_begin(&j.metrics, "epoch");
