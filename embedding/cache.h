@@ -167,6 +167,31 @@ typedef struct hx_emb_devcache_stats {
     int on_device;               /* 1: the slots are in a device's memory (bound) */
 } hx_emb_devcache_stats;
 
+/* ---- a cache's slots in a device's memory (emb_devmem.c) ------------------------------
+ * The slots of a cache (a local table of C rows: rows and optimizer
+ * state) live in host pages until a session moves them into its emulated
+ * device's memory (hx_emb_mem: counted against the device's cap, named in
+ * its report), and back when the session is freed. The one-worker cache
+ * (hx_emb_devcache_bind) and the hot rows several ranks replicate
+ * (hot.h's hx_emb_hot_bind) both move theirs with these. */
+typedef struct hx_emb_devmem {
+    hx_emb_local *spare; /* in a device's memory: the host-page slots, kept so that taking the
+                            slots back cannot fail; else NULL */
+    char what[200];      /* names the slots in the device's report */
+} hx_emb_devmem;
+
+/* Moves *slots into mem's memory (mem->what names them there), rows,
+ * state and the initial value cold rows take copied: nothing in the cache
+ * changes but where its slots live. mem NULL takes them back to host
+ * pages (never fails). On failure (the allocator's status: a device's
+ * cap; HX_ERR_STATE when already moved) *slots is as it was. */
+hx_status hx_emb_devmem_move(hx_emb_local **slots, hx_emb_devmem *m, const hx_emb_mem *mem, hx_emb_err *err);
+/* The slots' optimizer (as hx_emb_local_set_optim), and their host-page
+ * copy's while they are in a device's memory. */
+hx_status hx_emb_devmem_set_optim(hx_emb_local *slots, hx_emb_devmem *m, const hx_emb_optim *o, hx_emb_err *err);
+/* Frees the host-page copy (the slots themselves are the caller's). */
+void hx_emb_devmem_free(hx_emb_devmem *m);
+
 /* Tests: write-backs to skip (a broken cache that must fail them). */
 typedef struct hx_emb_devcache_faults {
     int64_t skip_writeback_row; /* a write-back of this row is dropped; -1: none */
@@ -226,13 +251,9 @@ hx_status hx_emb_devcache_drop(hx_emb_devcache *t, hx_emb_err *err);
 hx_status hx_emb_devcache_set_optim(hx_emb_devcache *t, const hx_emb_optim *optim, int nthreads,
                                     hx_emb_err *err);
 void hx_emb_devcache_stats_get(const hx_emb_devcache *t, hx_emb_devcache_stats *out);
-/* Moves the slots into mem's memory: new slots are allocated there
- * (mem->what names them in the device's report), the cache is written back
- * and emptied, and the host-page slots are kept aside. mem NULL takes them
- * back: written back, the device's slots freed, the host-page slots in use
- * again (never fails). On failure (the allocator's status: a device's cap;
- * HX_ERR_STATE when already bound) the cache is as it was. Rows fill the
- * slots again as calls use them. */
+/* Moves the slots into mem's memory, or (mem NULL) back to host pages
+ * (hx_emb_devmem_move: their rows and state go with them, so nothing is
+ * written back or read again). */
 hx_status hx_emb_devcache_bind(hx_emb_devcache *t, const hx_emb_mem *mem, hx_emb_err *err);
 /* Bytes of the slots (rows and optimizer state). */
 size_t hx_emb_devcache_bytes(const hx_emb_devcache *t);

@@ -18,8 +18,7 @@ struct hx_emb_devcache {
     hx_emb_local *host;           /* back, when it is a host local table; else NULL */
     hx_emb_local *cache;
     _Atomic int64_t *oob_count;
-    hx_emb_local *spare;          /* bound to a device: the host-page slots, kept so that
-                                     taking the cache back cannot fail; else NULL */
+    hx_emb_devmem dm;             /* where the slots live (a device's memory: bound) */
     hx_emb_slots slots;
     int64_t C;
     hx_emb_oob oob;
@@ -57,8 +56,6 @@ struct hx_emb_devcache {
     int64_t *aread, naread;
     int32_t *aat;
     float *tmp;
-    hx_emb_table_config ccfg; /* the cache's local table, as created */
-    char what[200];           /* names the slots in a device's memory report */
     uint64_t rows_in, rows_out, rows_init, prefetched;
     int64_t calls;
     hx_emb_devcache_faults faults;
@@ -501,9 +498,8 @@ hx_status hx_emb_devcache_set_optim(hx_emb_devcache *t, const hx_emb_optim *opti
 {
     hx_status st = hx_emb_devcache_drop(t, err);
     if (!st) st = t->store->set_optim(t->back, optim, nthreads, err);
-    if (!st) st = hx_emb_local_set_optim(&t->cache->base, optim, 1, err);
+    if (!st) st = hx_emb_devmem_set_optim(t->cache, &t->dm, optim, err);
     if (!st) touch_slots(t->cache);
-    if (!st && t->spare) st = hx_emb_local_set_optim(&t->spare->base, optim, 1, err);
     if (!st) {
         t->ns = hx_emb_optim_nstate(optim->kind);
         t->rowwise = optim->kind == HX_EMB_OPTIM_ROW_ADAGRAD;
@@ -514,33 +510,7 @@ hx_status hx_emb_devcache_set_optim(hx_emb_devcache *t, const hx_emb_optim *opti
 
 hx_status hx_emb_devcache_bind(hx_emb_devcache *t, const hx_emb_mem *mem, hx_emb_err *err)
 {
-    if (!mem) {
-        if (!t->spare) return HX_OK;
-        hx_emb_devcache_drop(t, err); /* a failed write-back (the servers) loses those rows: they
-                                         hold the last write-back */
-        hx_emb_table_free(&t->cache->base);
-        t->cache = t->spare;
-        t->spare = NULL;
-        return HX_OK;
-    }
-    if (t->spare) return hx_emb_fail(err, HX_ERR_STATE, "embedding device cache: already in a device's memory");
-    hx_emb_mem m = *mem;
-    snprintf(t->what, sizeof t->what, "%s", mem->what ? mem->what : "an embedding device cache");
-    m.what = t->what;
-    hx_emb_table_config cc = t->ccfg;
-    cc.mem = &m;
-    cc.optim = t->cache->optim;
-    hx_emb_table *nc;
-    hx_status st = hx_emb_local_create(&cc, &nc, err);
-    if (st) return st;
-    if ((st = hx_emb_devcache_drop(t, err))) { /* every dirty row written back: the new slots start empty */
-        hx_emb_table_free(nc);
-        return st;
-    }
-    t->spare = t->cache;
-    t->cache = hx_emb_as_local(nc);
-    t->cache->init = t->spare->init;
-    return HX_OK;
+    return hx_emb_devmem_move(&t->cache, &t->dm, mem, err);
 }
 
 size_t hx_emb_devcache_bytes(const hx_emb_devcache *t)
@@ -593,7 +563,7 @@ static void ops_free(hx_emb_table *tt)
     if (t->back && t->cache && t->store->persistent) /* the rows outlive it (a failed write-back: the */
         hx_emb_devcache_flush(t, &err);               /* store holds the last one) */
     hx_emb_table_free(t->cache ? &t->cache->base : NULL);
-    hx_emb_table_free(t->spare ? &t->spare->base : NULL);
+    hx_emb_devmem_free(&t->dm);
     hx_emb_table_free(t->back);
     hx_emb_slots_free(&t->slots);
     hx_emb_rowmap_free(&t->pmap);
@@ -739,7 +709,6 @@ hx_status hx_emb_devcache_create_over(const hx_emb_table_config *cfg, hx_emb_tab
     t->pbytes = (size_t)cfg->dim * t->cache->esize;
     t->sfloats = t->rowwise ? 1 : (size_t)cfg->dim;
     t->rec = t->pbytes + 2 * (size_t)cfg->dim * 4; /* room for any optimizer's state */
-    t->ccfg = cc;
     t->faults.skip_writeback_row = -1;
     t->mapped_n = -1;
     t->tmp = malloc((size_t)t->cache->gstride * sizeof *t->tmp);

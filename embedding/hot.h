@@ -27,6 +27,18 @@
  * owners (hx_emb_hot_update's evict) and fills the admitted slots from
  * their owners once these have applied the step (hx_emb_hot_take).
  *
+ * The replica's slots are host pages until a session binds them to its
+ * emulated device's memory (hx_emb_hot_bind, as the one-worker cache's:
+ * cache.h's hx_emb_devmem).
+ *
+ * Faults. A member whose fill or write-back failed (hx_emb_hot_fail) is
+ * broken: the rows it lost are no longer cached there (a lookup asks
+ * their owners, which hold them), and its next update still takes part
+ * in the exchange's first round, carrying its status, so that every
+ * member fails that update at once naming it and the cause, none waiting
+ * for a timeout. A broken cache stays broken: recreate the table and
+ * load its last checkpoint.
+ *
  * Threads: none of its own; the caller serialises the calls (its lock). */
 #ifndef HX_EMBEDDING_HOT_H
 #define HX_EMBEDDING_HOT_H
@@ -40,8 +52,8 @@ typedef struct hx_emb_hot {
     int W, w;
     const char *what;         /* names the cache in messages */
     const char *who;          /* a member, in messages: "worker", "rank" */
-    hx_emb_table *rept;       /* the replica: C slots, rows and state */
-    hx_emb_local *rep;
+    hx_emb_local *rep;        /* the replica: C slots, rows and state */
+    hx_emb_devmem dm;         /* where rep lives (a device's memory: bound) */
     hx_emb_slots slots;       /* row -> slot, LFU, dirty: changed since the owner had it */
     int64_t C, rows, dim;
     hx_emb_rowmap seen[2];    /* the rows some member touched: in this step, in the last one */
@@ -50,7 +62,11 @@ typedef struct hx_emb_hot {
     int64_t *fill_row, *fill_slot, nfill; /* admitted, to be filled from their owners */
     hx_emb_workspace *ws;
     float *tmp;
-    hx_status broken;         /* a fill failed: the slots are not the owners' rows */
+    char *rec;                /* one row's record (any optimizer's) */
+    hx_status broken;         /* a fill or write-back failed: the slots are not the owners' rows */
+    char why[200];            /* how (broken) */
+    uint8_t *lost;            /* per slot: its row never came in (broken) */
+    bool torn;                /* broken in the replica's own step: its rows are not to be read */
     uint64_t lookups, hits, rows_in, rows_out, rows_init, bytes_in, bytes_out, evictions;
     int64_t calls;
 } hx_emb_hot;
@@ -61,12 +77,24 @@ typedef struct hx_emb_hot {
 hx_status hx_emb_hot_create(hx_comm *comm, const hx_emb_table_config *tc, const char *what, const char *who,
                             hx_emb_hot **out, hx_emb_err *err);
 void hx_emb_hot_free(hx_emb_hot *h);
-/* The slot of a row (the table's), -1 when not cached. */
+/* The slot of a row (the table's), -1 when not cached (or lost). */
 int32_t hx_emb_hot_slot(const hx_emb_hot *h, int64_t row);
 /* A slot's row (k HX_EMB_SHARD_ROWS, dim floats) or state array k. */
 void hx_emb_hot_read(hx_emb_hot *h, int k, int32_t slot, float *out);
-/* HX_ERR_STATE once a failed fill left slots without their rows. */
+/* HX_ERR_STATE once a failed fill or write-back broke the cache. */
 hx_status hx_emb_hot_check(const hx_emb_hot *h, hx_emb_err *err);
+/* HX_ERR_STATE when the replica's rows cannot be read (broken in its own
+ * step); a cache broken otherwise still serves the rows it holds. */
+hx_status hx_emb_hot_readable(const hx_emb_hot *h, hx_emb_err *err);
+/* This member's cache breaks (st, why: how): the admitted rows not yet
+ * filled are lost (fill_row/fill_slot; nfill 0 after); its next update
+ * fails every member (hot.h's Faults). */
+void hx_emb_hot_fail(hx_emb_hot *h, hx_status st, const char *why);
+/* The replica's slots into mem's memory, or (mem NULL) back to host
+ * pages (hx_emb_devmem_move: their rows and state go with them). */
+hx_status hx_emb_hot_bind(hx_emb_hot *h, const hx_emb_mem *mem, hx_emb_err *err);
+/* The replica's optimizer (the caller empties it: hx_emb_hot_drop). */
+hx_status hx_emb_hot_set_optim(hx_emb_hot *h, const hx_emb_optim *o, hx_emb_err *err);
 /* A lookup's distinct rows and the cached ones among them. */
 void hx_emb_hot_count(hx_emb_hot *h, int64_t lookups, int64_t hits);
 /* Bytes of a row's record (hx_emb_local_pack_row's: params and state). */
@@ -83,10 +111,12 @@ void hx_emb_hot_mark(const hx_emb_hot *h, const hx_emb_sparse_grad *g, signed ch
  * optimizer's t) of gradient g, marked (hx_emb_hot_mark: skip[i] < 0 the
  * cached rows' entries, 0 the others, which the caller sends to their
  * owners): the members' exchange, the replica's step; then the next
- * step's rows: evict(ctx, victims) before the slots change (on failure
- * they do not), the admitted rows left in fill_row / fill_slot (nfill)
- * for the caller to fill (hx_emb_hot_take) once their owners applied the
- * step. Collective over the group. */
+ * step's rows: evict(ctx, victims) before the slots change, the
+ * admitted rows left in fill_row / fill_slot (nfill) for the caller to
+ * fill (hx_emb_hot_take) once their owners applied the step. A failure
+ * after the exchange (a write-back's) breaks this member's cache; a
+ * broken member fails every member in the exchange's first round, before
+ * anything changes. Collective over the group. */
 hx_status hx_emb_hot_update(hx_emb_hot *h, const hx_emb_sparse_grad *g, int64_t counter, int64_t step,
                             const signed char *skip, hx_emb_hot_evict_fn evict, void *ctx, hx_emb_err *err);
 
@@ -97,6 +127,11 @@ int64_t hx_emb_hot_dirty(const hx_emb_hot *h, const int64_t *slots, int64_t n, i
                          char *recs);
 /* Slots at[0 .. m) written back: clean, counted. */
 void hx_emb_hot_cleaned(hx_emb_hot *h, const int64_t *at, int64_t m);
+/* Each dirty row among slots[0 .. n) (NULL: every slot) to put(ctx, row,
+ * its record), one at a time, then clean and counted: no memory taken, so
+ * it cannot fail. */
+void hx_emb_hot_write_each(hx_emb_hot *h, const int64_t *slots, int64_t n,
+                           void (*put)(void *ctx, int64_t row, const char *rec), void *ctx);
 /* Admitted slot fill_slot[m] takes its owner's record (cold: the row was
  * never written, it takes its initial value and start state); counted. */
 void hx_emb_hot_take(hx_emb_hot *h, int64_t m, const char *rec, bool cold);

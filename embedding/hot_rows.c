@@ -26,7 +26,8 @@ static int seen_room(hx_emb_hot *h, int i, int64_t n)
 void hx_emb_hot_free(hx_emb_hot *h)
 {
     if (!h) return;
-    hx_emb_table_free(h->rept);
+    hx_emb_table_free(h->rep ? &h->rep->base : NULL);
+    hx_emb_devmem_free(&h->dm);
     hx_emb_slots_free(&h->slots);
     for (int i = 0; i < 2; i++) hx_emb_rowmap_free(&h->seen[i]);
     hx_emb_workspace_free(h->ws);
@@ -34,6 +35,8 @@ void hx_emb_hot_free(hx_emb_hot *h)
     free(h->fill_row);
     free(h->fill_slot);
     free(h->tmp);
+    free(h->rec);
+    free(h->lost);
     free(h);
 }
 
@@ -67,18 +70,22 @@ hx_status hx_emb_hot_create(hx_comm *comm, const hx_emb_table_config *tc, const 
     cc.oob = HX_EMB_OOB_ZERO;
     cc.row_stride = cc.row_offset = 0;
     cc.nthreads = 1;
-    if ((st = hx_emb_local_create(&cc, &h->rept, err))) {
+    hx_emb_table *rep;
+    if ((st = hx_emb_local_create(&cc, &rep, err))) {
         hx_emb_hot_free(h);
         return st;
     }
-    h->rep = hx_emb_as_local(h->rept);
+    h->rep = hx_emb_as_local(rep);
     h->rep->init = tc->init; /* a cold row's first value, as its owner would give it */
     h->fill_row = malloc((size_t)h->C * sizeof *h->fill_row);
     h->fill_slot = malloc((size_t)h->C * sizeof *h->fill_slot);
     h->tmp = malloc((size_t)h->rep->gstride * sizeof *h->tmp);
+    h->rec = malloc((size_t)h->dim * (h->rep->esize + 2 * sizeof(float))); /* two state arrays at most */
+    h->lost = calloc((size_t)h->C, 1);
     h->ws = hx_emb_workspace_create();
     int64_t direct = (uint64_t)h->rows <= (uint64_t)h->C * 16 ? h->rows : 0; /* as cheap as the slots */
-    if (!h->fill_row || !h->fill_slot || !h->tmp || !h->ws || hx_emb_slots_init(&h->slots, h->C, direct) ||
+    if (!h->fill_row || !h->fill_slot || !h->tmp || !h->rec || !h->lost || !h->ws ||
+        hx_emb_slots_init(&h->slots, h->C, direct) ||
         seen_room(h, 0, 1024) || seen_room(h, 1, 1024)) {
         hx_emb_hot_free(h);
         return hx_emb_fail(err, HX_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
@@ -87,7 +94,11 @@ hx_status hx_emb_hot_create(hx_comm *comm, const hx_emb_table_config *tc, const 
     return HX_OK;
 }
 
-int32_t hx_emb_hot_slot(const hx_emb_hot *h, int64_t row) { return hx_emb_rowmap_get(&h->slots.map, row); }
+int32_t hx_emb_hot_slot(const hx_emb_hot *h, int64_t row)
+{
+    int32_t k = hx_emb_rowmap_get(&h->slots.map, row);
+    return h->broken && k >= 0 && h->lost[k] ? -1 : k;
+}
 
 void hx_emb_hot_read(hx_emb_hot *h, int k, int32_t slot, float *out)
 {
@@ -97,10 +108,37 @@ void hx_emb_hot_read(hx_emb_hot *h, int k, int32_t slot, float *out)
 
 hx_status hx_emb_hot_check(const hx_emb_hot *h, hx_emb_err *err)
 {
-    return h->broken ? hx_emb_fail(err, HX_ERR_STATE, "%s: this table's device cache lost rows in a failed fetch "
-                                   "from their owners (%s): recreate the table and load its last checkpoint",
-                                   h->what, hx_status_name(h->broken))
+    return h->broken ? hx_emb_fail(err, HX_ERR_STATE, "%s: this %s's device cache of the table broke: %s (%s); "
+                                   "recreate the table and load its last checkpoint", h->what, h->who, h->why,
+                                   hx_status_name(h->broken))
                      : HX_OK;
+}
+
+hx_status hx_emb_hot_readable(const hx_emb_hot *h, hx_emb_err *err)
+{
+    return h->torn ? hx_emb_hot_check(h, err) : HX_OK;
+}
+
+void hx_emb_hot_fail(hx_emb_hot *h, hx_status st, const char *why)
+{
+    if (!h->broken) { /* its first failure (a long message cut) */
+        size_t n = strnlen(why, sizeof h->why - 1);
+        h->broken = st;
+        memcpy(h->why, why, n);
+        h->why[n] = 0;
+    }
+    for (int64_t m = 0; m < h->nfill; m++) h->lost[h->fill_slot[m]] = 1;
+    h->nfill = 0;
+}
+
+hx_status hx_emb_hot_bind(hx_emb_hot *h, const hx_emb_mem *mem, hx_emb_err *err)
+{
+    return hx_emb_devmem_move(&h->rep, &h->dm, mem, err);
+}
+
+hx_status hx_emb_hot_set_optim(hx_emb_hot *h, const hx_emb_optim *o, hx_emb_err *err)
+{
+    return hx_emb_devmem_set_optim(h->rep, &h->dm, o, err);
 }
 
 void hx_emb_hot_count(hx_emb_hot *h, int64_t lookups, int64_t hits)
@@ -139,6 +177,20 @@ void hx_emb_hot_cleaned(hx_emb_hot *h, const int64_t *at, int64_t m)
     for (int64_t i = 0; i < m; i++) h->slots.dirty[at[i]] = 0;
     h->rows_out += (uint64_t)m;
     h->bytes_out += (uint64_t)m * hx_emb_hot_record(h);
+}
+
+void hx_emb_hot_write_each(hx_emb_hot *h, const int64_t *slots, int64_t n,
+                           void (*put)(void *ctx, int64_t row, const char *rec), void *ctx)
+{
+    int ns = hx_emb_optim_nstate(h->rep->optim.kind);
+    bool rowwise = h->rep->optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD;
+    for (int64_t i = 0, len = slots ? n : h->C; i < len; i++) {
+        int64_t k = slots ? slots[i] : i;
+        if (h->slots.slot_row[k] < 0 || !h->slots.dirty[k]) continue;
+        hx_emb_local_pack_row(h->rep, k, ns, rowwise, h->rec);
+        put(ctx, h->slots.slot_row[k], h->rec);
+        hx_emb_hot_cleaned(h, &k, 1);
+    }
 }
 
 void hx_emb_hot_take(hx_emb_hot *h, int64_t m, const char *rec, bool cold)
@@ -227,9 +279,10 @@ static hx_status admit(hx_emb_hot *h, const int64_t *ids, const int64_t *cnt, co
     return HX_OK;
 }
 
-/* The members' exchange: every member's update counter, optimizer t and
- * counts (meta: 4 per member), then the rows (ids) and the cached rows'
- * gradients (grads), blocks in member order. */
+/* The members' exchange: every member's update counter, optimizer t,
+ * counts and status (meta: META per member), then the rows (ids) and the
+ * cached rows' gradients (grads), blocks in member order. */
+enum { META = 5, WHY_WORDS = 200 / 8 };
 typedef struct exchange {
     int64_t *meta, *ncached, *cnt, *gcount, *ids;
     float *grads;
@@ -243,28 +296,52 @@ static void exchange_free(exchange *x)
     free(x->grads);
 }
 
+/* Member `bad`, the first whose status in the exchange is not HX_OK
+ * (st), broke its cache: every member learns how (one more round, the
+ * members' `why`) and fails naming it. */
+static hx_status member_broke(hx_emb_hot *h, int bad, hx_status st, hx_emb_err *err)
+{
+    int64_t *why = calloc((size_t)(h->W + 1) * WHY_WORDS + h->W, sizeof *why), *counts = why + (h->W + 1) * WHY_WORDS;
+    if (!why) return oom(h, err); /* (the others wait in the round below until the timeout) */
+    memcpy(why, h->why, sizeof h->why);
+    for (int w = 0; w < h->W; w++) counts[w] = WHY_WORDS;
+    hx_status x = gather(h, why, why + WHY_WORDS, counts, HX_DTYPE_I64, err);
+    const char *text = (const char *)(why + (1 + bad) * WHY_WORDS);
+    if (!x)
+        x = bad == h->w ? hx_emb_hot_check(h, err)
+                        : hx_emb_fail(err, HX_ERR_STATE, "%s: %s %d's device cache of the table broke: %.*s (%s); so "
+                                      "every %s fails this update: recreate the table and load its last checkpoint",
+                                      h->what, h->who, bad, (int)sizeof h->why - 1, text, hx_status_name(st),
+                                      h->who);
+    free(why);
+    return x;
+}
+
 static hx_status exchange_rows(hx_emb_hot *h, const int64_t *mine, int64_t n, int64_t nc, const float *grad,
                                int64_t counter, int64_t step, exchange *x, hx_emb_err *err)
 {
     int W = h->W;
     memset(x, 0, sizeof *x);
-    if (!(x->meta = malloc((size_t)(8 * W + 4) * sizeof *x->meta))) return oom(h, err);
-    int64_t *all = x->meta + 4, *fours = all + 4 * W;
-    x->ncached = fours + W;
+    if (!(x->meta = malloc((size_t)((META + 4) * W + META) * sizeof *x->meta))) return oom(h, err);
+    int64_t *all = x->meta + META, *sizes = all + META * W;
+    x->ncached = sizes + W;
     x->cnt = x->ncached + W;
     x->gcount = x->cnt + W;
-    int64_t head[4] = {counter, step, nc, n};
-    for (int w = 0; w < W; w++) fours[w] = 4;
+    int64_t head[META] = {counter, step, nc, n, h->broken};
+    for (int w = 0; w < W; w++) sizes[w] = META;
     memcpy(x->meta, head, sizeof head);
-    hx_status st = gather(h, x->meta, all, fours, HX_DTYPE_I64, err);
+    hx_status st = gather(h, x->meta, all, sizes, HX_DTYPE_I64, err);
+    for (int w = 0; w < W && !st; w++)
+        if (all[META * w + 4]) st = member_broke(h, w, (hx_status)all[META * w + 4], err);
     for (int w = 0; w < W && !st; w++) {
-        if (all[4 * w] != counter || all[4 * w + 1] != step)
+        const int64_t *m = all + META * w;
+        if (m[0] != counter || m[1] != step)
             st = hx_emb_fail(err, HX_ERR_STATE, "%s: %s %d updates the table as its update %lld (optimizer t "
                              "%lld), %s %d as %lld (t %lld): every %s updates every step once, in order",
-                             h->what, h->who, w, (long long)all[4 * w], (long long)all[4 * w + 1], h->who, h->w,
+                             h->what, h->who, w, (long long)m[0], (long long)m[1], h->who, h->w,
                              (long long)counter, (long long)step, h->who);
-        x->ncached[w] = all[4 * w + 2];
-        x->cnt[w] = all[4 * w + 3];
+        x->ncached[w] = m[2];
+        x->cnt[w] = m[3];
         x->gcount[w] = x->ncached[w] * h->dim;
         x->total += x->cnt[w];
         x->totalc += x->ncached[w];
@@ -298,7 +375,7 @@ static hx_status replica_step(hx_emb_hot *h, const exchange *x, int64_t step, hx
     if (!st) {
         hx_emb_query q = hx_emb_query_rows(slot, x->totalc);
         hx_emb_grad_input gi = {x->grads, NULL, h->dim, HX_EMB_DEDUP_AUTO};
-        st = hx_emb_table_backward_update(h->rept, &q, &gi, step, h->ws, err);
+        st = hx_emb_table_backward_update(&h->rep->base, &q, &gi, step, h->ws, err);
     }
     for (int64_t i = 0; i < x->totalc && !st; i++) h->slots.dirty[slot[i]] = 1;
     free(slot);
@@ -314,31 +391,32 @@ void hx_emb_hot_mark(const hx_emb_hot *h, const hx_emb_sparse_grad *g, signed ch
 hx_status hx_emb_hot_update(hx_emb_hot *h, const hx_emb_sparse_grad *g, int64_t counter, int64_t step,
                             const signed char *skip, hx_emb_hot_evict_fn evict, void *ctx, hx_emb_err *err)
 {
-    hx_status st = hx_emb_hot_check(h, err);
-    if (st) return st;
-    int64_t dim = h->dim, nc = 0, n = 0;
+    int64_t dim = h->dim, nc = 0, n = 0, gn = h->broken ? 0 : g->n; /* broken: its status alone (exchange_rows) */
     /* this member's rows: the cached ones first (their gradients go to the members), then the others */
-    int64_t *mine = malloc((size_t)(g->n + 1) * sizeof *mine);
-    float *grad = malloc((size_t)(g->n * dim + 1) * sizeof *grad);
+    int64_t *mine = malloc((size_t)(gn + 1) * sizeof *mine);
+    float *grad = malloc((size_t)(gn * dim + 1) * sizeof *grad);
     if (!mine || !grad) {
         free(mine);
         free(grad);
         return oom(h, err);
     }
-    for (int64_t i = 0; i < g->n; i++)
+    for (int64_t i = 0; i < gn; i++)
         if (skip[i] < 0) {
             memcpy(grad + nc * dim, g->rows + i * g->stride, (size_t)dim * sizeof *grad);
             mine[nc++] = g->ids[i];
         }
     n = nc;
-    for (int64_t i = 0; i < g->n; i++)
+    for (int64_t i = 0; i < gn; i++)
         if (!skip[i]) mine[n++] = g->ids[i];
     exchange x;
-    st = exchange_rows(h, mine, n, nc, grad, counter, step, &x, err);
-    if (!st) st = replica_step(h, &x, step, err);
+    hx_status st = exchange_rows(h, mine, n, nc, grad, counter, step, &x, err);
+    bool exchanged = !st;
+    if (!st && (st = replica_step(h, &x, step, err))) h->torn = true;
     if (!st) h->calls++;
     /* membership for the next step; the victims' write-backs go before the admitted rows' fills */
     if (!st) st = admit(h, x.ids, x.cnt, x.ncached, evict, ctx, err);
+    if (st && exchanged) /* this member's replica or rows may now differ from the others' */
+        hx_emb_hot_fail(h, st, err ? err->msg : hx_status_name(st));
     exchange_free(&x);
     free(mine);
     free(grad);
@@ -357,5 +435,6 @@ void hx_emb_hot_stats(const hx_emb_hot *h, hx_emb_devcache_stats *out)
                                    .rows_init = h->rows_init, .bytes_in = h->bytes_in, .bytes_out = h->bytes_out,
                                    .bytes_exchanged = hx__comm_bytes_sent(h->comm),
                                    .evictions = h->evictions, .calls = h->calls,
-                                   .bytes = h->rep->reg[0].bytes + h->rep->reg[1].bytes + h->rep->reg[2].bytes};
+                                   .bytes = h->rep->reg[0].bytes + h->rep->reg[1].bytes + h->rep->reg[2].bytes,
+                                   .on_device = h->rep->mem.alloc != NULL};
 }

@@ -34,5 +34,8 @@ hx_status hx__ps_set_optim(hx_emb_ps *c, const hx_emb_optim *o, hx_emb_err *err)
 /* The counts of c's cache of hot rows (device_cache_rows with several
  * workers) into *out; false when it has none. */
 bool hx__ps_device_stats(hx_emb_ps *c, hx_emb_devcache_stats *out);
+/* Its replica's slots into mem's memory, or (mem NULL) back to host pages
+ * (hx_emb_hot_bind; embedding/ps_hot.c); none: nothing. */
+hx_status hx__ps_hot_bind(hx_emb_ps *c, const hx_emb_mem *mem, hx_emb_err *err);
 
 #endif

@@ -98,6 +98,7 @@ static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, const hx_emb_q
         free(buf);
         if (st) return hx_emb_fail(err, st, "server mode: %s", hx_last_error());
         bytes += n;
+        c->sent_at = hx__now();
     }
     int64_t stale = 0, rows = 0;
     for (int j = 0; j < ps->S && !st; j++) {
@@ -181,6 +182,7 @@ static hx_status pull_cached(hx_emb_ps *c, const hx_emb_route *r, int64_t need, 
         if (st) st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
         bytes += n;
         asked[j] = na;
+        c->sent_at = hx__now();
     }
     for (int j = 0; j < ps->S && !st; j++) {
         if (!asked[j]) continue;
@@ -224,13 +226,17 @@ static hx_status pull_cached(hx_emb_ps *c, const hx_emb_route *r, int64_t need, 
 /* Rows (k HX_EMB_SHARD_ROWS) or state array k of r's ids (global rows:
  * ids[r->first[u]]) with a cache of hot rows (ps_hot.c): the cached ones
  * read from their slots, the others pulled as the cache of pulled rows,
- * or a plain pull, would; got as pull's. Counts the lookup's hits. */
+ * or a plain pull, would; got as pull's. Counts the lookup's hits. A
+ * lookup that every slot serves sends the servers nothing: the worker
+ * says it lives (hx__ps_alive_locked), so that they can tell it from a
+ * dead one (ps_serve.c's check_silent). */
 static hx_status pull_hot(hx_emb_ps *c, const hx_emb_route *r, const int64_t *ids, int k, const hx_emb_query *q,
                           int64_t need, int64_t width, float *got, hx_emb_err *err)
 {
     hx_ps *ps = c->ps;
-    hx_status st = hx_emb_hot_check(c->hot, err);
+    hx_status st = hx_emb_hot_readable(c->hot, err);
     if (st) return st;
+    hx__ps_alive_locked(c);
     hx_emb_route sub;
     memset(&sub, 0, sizeof sub);
     int64_t *at = malloc((size_t)(r->U + 1) * sizeof *at);
@@ -327,7 +333,18 @@ static hx_status push(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, h
     hx_emb_route r;
     memset(&r, 0, sizeof r);
     pthread_mutex_lock(&c->lock);
+    hx_status was = c->hot ? c->hot->broken : HX_OK;
     hx_status st = c->hot ? hx__ps_hot_update(c, g, step, skip, err) : HX_OK;
+    /* this worker's cache broke after the workers' exchange (a store of
+     * victims failed): its push still goes, so that the step the others
+     * pushed is applied and none of them waits for it; the call fails,
+     * and the next exchange fails every worker */
+    hx_emb_err late = {""};
+    hx_status broke = st && !was && c->hot->broken ? st : HX_OK;
+    if (broke) {
+        late = *err;
+        st = HX_OK;
+    }
     if (!st) st = hx__shard_route_plan(&c->route, g->ids, n, skip, false, &r, err);
     ps_req h = {.kind = PS_PUSH, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq,
                 .step = c->pushes, .optim = c->route.optim.kind, .optstep = step};
@@ -349,6 +366,7 @@ static hx_status push(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, h
         free(buf);
         if (st) st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
         bytes += nb;
+        c->sent_at = hx__now();
     }
     if (!st) c->pushes++;
     if (c->hot) st = hx__ps_hot_fill(c, st, err);
@@ -359,6 +377,10 @@ static hx_status push(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, h
     ps->stats.steps = ps->stats.steps > pushes ? ps->stats.steps : pushes;
     ps->stats.push_bytes += bytes;
     pthread_mutex_unlock(&ps->lock);
+    if (broke && !st) {
+        st = broke;
+        *err = late;
+    }
     free(skip);
     hx__shard_route_free(&r);
     return st;

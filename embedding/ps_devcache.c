@@ -265,18 +265,21 @@ static hx_status store(hx_emb_table *back, const int64_t *rows, int64_t n, const
     return st;
 }
 
-/* A quarter of the timeout without a message: one to every server. */
+void hx__ps_alive_locked(hx_emb_ps *c)
+{
+    hx_ps *ps = c->ps;
+    if (hx__now() - c->sent_at <= ps->timeout_s / 4) return;
+    ps_req h = {.kind = PS_ALIVE, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq, .tpull = -1};
+    for (int j = 0; j < ps->S; j++) hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, &h, sizeof h); /* a failure
+                                                 shows at the next request that waits for an answer */
+    c->sent_at = hx__now();
+}
+
 static void touch(hx_emb_table *back)
 {
     hx_emb_ps *c = hx_emb_as_ps(back);
-    hx_ps *ps = c->ps;
     pthread_mutex_lock(&c->lock);
-    if (hx__now() - c->sent_at > ps->timeout_s / 4) {
-        ps_req h = {.kind = PS_ALIVE, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq, .tpull = -1};
-        for (int j = 0; j < ps->S; j++) hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, &h, sizeof h); /* a failure
-                                                     shows at the next fetch or store */
-        c->sent_at = hx__now();
-    }
+    hx__ps_alive_locked(c);
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -15,9 +15,16 @@
  * every worker fetches the admitted rows with their state from the
  * servers after its push, once they have applied the step. A save
  * stores the saving worker's changed rows first; hx_ps_finish, or the
- * table's free before it, worker 0's. */
+ * table's free before it, worker 0's.
+ *
+ * A failed fetch breaks the worker's cache (hot.h's Faults): the rows it
+ * lost are pulled from the servers (which hold them: admitted rows are
+ * not written before the next update), so its lookups go on and its next
+ * update fails every worker at once, naming it. So does a failed store of
+ * worker 0's, whose push still goes (push in ps_client.c). */
 #include "embedding/ps_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +41,14 @@ void hx__ps_hot_free(hx_emb_ps *c)
 hx_status hx__ps_hot_create(hx_emb_ps *c, const hx_emb_table_config *tc, hx_emb_err *err)
 {
     return hx_emb_hot_create(c->ps->role, tc, what, "worker", &c->hot, err);
+}
+
+hx_status hx__ps_hot_bind(hx_emb_ps *c, const hx_emb_mem *mem, hx_emb_err *err)
+{
+    pthread_mutex_lock(&c->lock);
+    hx_status st = c->hot ? hx_emb_hot_bind(c->hot, mem, err) : HX_OK;
+    pthread_mutex_unlock(&c->lock);
+    return st;
 }
 
 /* The dirty rows among slots[0 .. n) (NULL: every slot) stored on the
@@ -74,7 +89,7 @@ hx_status hx__ps_hot_fill(hx_emb_ps *c, hx_status pushed, hx_emb_err *err)
 {
     hx_emb_hot *h = c->hot;
     if (!h->nfill || pushed) { /* a failed push: the admitted slots stay empty */
-        if (h->nfill) h->broken = pushed;
+        if (h->nfill) hx_emb_hot_fail(h, pushed, "its push failed before the admitted rows' fetch");
         h->nfill = 0;
         return pushed;
     }
@@ -83,7 +98,11 @@ hx_status hx__ps_hot_fill(hx_emb_ps *c, hx_status pushed, hx_emb_err *err)
     uint8_t *cold = malloc((size_t)h->nfill);
     hx_status st = recs && cold ? hx__ps_fetch_locked(c, h->fill_row, h->nfill, recs, rec, cold, err) : oom(err);
     for (int64_t m = 0; m < h->nfill && !st; m++) hx_emb_hot_take(h, m, recs + (size_t)m * rec, cold[m]);
-    if (st) h->broken = st;
+    if (st) {
+        char why[HX_EMB_ERR_LEN + 64];
+        snprintf(why, sizeof why, "fetching the admitted rows from the servers: %s", err->msg);
+        hx_emb_hot_fail(h, st, why);
+    }
     h->nfill = 0;
     free(recs);
     free(cold);
@@ -100,7 +119,7 @@ hx_status hx__ps_hot_set_optim(hx_emb_ps *c, const hx_emb_optim *o, hx_emb_err *
 {
     hx_emb_hot *h = c->hot;
     hx_status st = h->w == 0 ? hx__ps_hot_flush(c, err) : hx_emb_hot_check(h, err);
-    if (!st) st = hx_emb_local_set_optim(h->rept, o, 1, err);
+    if (!st) st = hx_emb_hot_set_optim(h, o, err);
     if (!st) hx_emb_hot_drop(h);
     return st;
 }

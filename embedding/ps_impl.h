@@ -118,7 +118,7 @@ struct hx_emb_ps {
     hx_emb_table *dev;    /* the device cache in front of it (device_cache_rows, one worker), or NULL */
     hx_emb_hot *hot;      /* its hot rows replicated on every worker (device_cache_rows, several
                              workers: ps_hot.c), or NULL */
-    double sent_at;       /* with a device cache: when it last sent the servers anything */
+    double sent_at;       /* when it last sent the servers anything (a device cache's heartbeat) */
     pthread_mutex_t lock; /* one request at a time */
     _Atomic int64_t oob_count;
 };
@@ -157,6 +157,10 @@ hx_status hx__ps_server_failed(const hx_ps *ps, int j, const ps_reply *rp, size_
  * nothing for a quarter of the timeout says it lives (PS_ALIVE) at its
  * next call, so that the servers can tell a dead one (hx_ps_serve). */
 extern const hx_emb_devstore_ops hx__ps_devstore;
+/* Under c's lock: a PS_ALIVE to every server when c has sent them nothing
+ * for a quarter of the timeout (a worker whose device cache, of one worker
+ * or of hot rows on several, serves every row still says it lives). */
+void hx__ps_alive_locked(hx_emb_ps *c);
 /* Server: the reply to fetch h of table e (flags and records of its rows)
  * in *buf (*nb bytes, the caller frees it); fails naming what in err. */
 hx_status hx__ps_fetch_reply(const ps_entry *e, const ps_req *h, int64_t applied, char **buf, size_t *nb,

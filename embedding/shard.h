@@ -94,6 +94,9 @@ hx_status hx_emb_shard_set_optim(hx_emb_shard *s, const hx_emb_optim *o, int nth
 hx_status hx_emb_shard_hot_create(hx_emb_shard *s, hx_emb_err *err);
 /* Its counts; false where s has none. */
 bool hx_emb_shard_hot_stats(hx_emb_shard *s, hx_emb_devcache_stats *out);
+/* Its replica's slots into mem's memory, or (mem NULL) back to host pages
+ * (hx_emb_hot_bind; this rank's alone); none: nothing. */
+hx_status hx_emb_shard_hot_bind(hx_emb_shard *s, const hx_emb_mem *mem, hx_emb_err *err);
 
 /* Collective reads and writes of rows named as the ops name them (each
  * rank its own ids; DYNAMIC: keys). read: k HX_EMB_SHARD_ROWS the rows

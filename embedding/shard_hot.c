@@ -11,8 +11,10 @@
  * before the cache's exchange, so a failed input fails every rank before
  * anything changes.
  *
- * A failed fill or write-back breaks this rank's cache (every later call
- * fails: hx_emb_hot_check); the others' exchanges with it then time out.
+ * A failed fill breaks this rank's cache (hot.h's Faults): its next
+ * lookup or update fails every rank at once, naming it (the verdict every
+ * exchange of ids carries), before anything changes. Write-backs move
+ * nothing between ranks and take no memory: they cannot fail.
  *
  * Every rank holds the same rows and dirty flags, so write-backs move
  * nothing: each rank stores the changed rows it owns from its own
@@ -48,6 +50,14 @@ hx_status hx_emb_shard_hot_create(hx_emb_shard *s, hx_emb_err *err)
     return st;
 }
 
+hx_status hx_emb_shard_hot_bind(hx_emb_shard *s, const hx_emb_mem *mem, hx_emb_err *err)
+{
+    pthread_mutex_lock(&s->lock);
+    hx_status st = s->hot ? hx_emb_hot_bind(s->hot, mem, err) : HX_OK;
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
 bool hx_emb_shard_hot_stats(hx_emb_shard *s, hx_emb_devcache_stats *out)
 {
     pthread_mutex_lock(&s->lock);
@@ -57,39 +67,27 @@ bool hx_emb_shard_hot_stats(hx_emb_shard *s, hx_emb_devcache_stats *out)
     return on;
 }
 
+/* A changed row stored into this rank's part, if it owns it. */
+static void put_owned(void *ctx, int64_t row, const char *rec)
+{
+    hx_emb_shard *s = ctx;
+    int owner;
+    int64_t loc;
+    hx__shard_place(s, row, &owner, &loc);
+    if (owner != s->rank) return;
+    hx_emb_local_materialise(s->local, loc, s->hot->tmp);
+    hx_emb_local_unpack_row(s->local, loc, hx_emb_optim_nstate(s->optim.kind),
+                            s->optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD, rec);
+}
+
 /* The changed rows among slots[0 .. n) (NULL: every slot) stored into the
  * parts of their owners, on each rank those it owns (hx_emb_hot_evict_fn);
  * clean on every rank. */
 static hx_status write_back(void *ctx, const int64_t *slots, int64_t n, hx_emb_err *err)
 {
+    (void)err;
     hx_emb_shard *s = ctx;
-    hx_emb_hot *h = s->hot;
-    size_t rec = hx_emb_hot_record(h);
-    int64_t len = slots ? n : h->C;
-    int64_t *rows = malloc((size_t)(len + 1) * sizeof *rows), *at = malloc((size_t)(len + 1) * sizeof *at);
-    char *recs = malloc((size_t)(len + 1) * rec);
-    if (!rows || !at || !recs) { /* the other ranks go on: this one's cache is no longer theirs */
-        free(rows);
-        free(at);
-        free(recs);
-        h->broken = HX_ERR_OUT_OF_MEMORY;
-        return oom(err);
-    }
-    int64_t m = hx_emb_hot_dirty(h, slots, n, rows, at, recs);
-    int ns = hx_emb_optim_nstate(s->optim.kind);
-    bool rowwise = s->optim.kind == HX_EMB_OPTIM_ROW_ADAGRAD;
-    for (int64_t i = 0; i < m; i++) {
-        int owner;
-        int64_t loc;
-        hx__shard_place(s, rows[i], &owner, &loc);
-        if (owner != s->rank) continue;
-        hx_emb_local_materialise(s->local, loc, h->tmp);
-        hx_emb_local_unpack_row(s->local, loc, ns, rowwise, recs + (size_t)i * rec);
-    }
-    hx_emb_hot_cleaned(h, at, m);
-    free(rows);
-    free(at);
-    free(recs);
+    hx_emb_hot_write_each(s->hot, slots, n, put_owned, s);
     return HX_OK;
 }
 
@@ -136,7 +134,7 @@ static hx_status fill(hx_emb_shard *s, hx_emb_err *err)
         hx_emb_hot_take(h, m, (const char *)(w + 1), w[0]);
         s->stats.hot_rows += owner[m] != s->rank && !w[0];
     }
-    if (st) h->broken = st;
+    if (st) hx_emb_hot_fail(h, st, err->msg);
     free(next);
     free(mine);
     free(all);

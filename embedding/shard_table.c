@@ -163,6 +163,7 @@ static hx_status update(hx_emb_shard *s, const hx_emb_sparse_grad *g, int64_t st
     hx_emb_route r;
     memset(&r, 0, sizeof r);
     pthread_mutex_lock(&s->lock);
+    if (!verdict && s->hot) verdict = hx_emb_hot_check(s->hot, mine); /* broken: every rank fails, none changes */
     if (!verdict && s->hot) hx_emb_hot_mark(s->hot, g, skip); /* their gradients go to every rank */
     /* no de-dup: repeated ids of g reach their owner in order */
     if (!verdict) verdict = hx__shard_route_plan(s, g->ids, n, skip, false, &r, mine);
@@ -276,7 +277,7 @@ hx_status hx_emb_shard_set_optim(hx_emb_shard *s, const hx_emb_optim *o, int nth
     pthread_mutex_lock(&s->lock);
     hx_status st = s->hot ? hx__shard_hot_flush(s, true, err) : HX_OK; /* rows back, state re-read */
     if (!st && s->local) st = hx_emb_local_set_optim(&s->local->base, o, nthreads, err);
-    if (!st && s->hot) st = hx_emb_local_set_optim(s->hot->rept, o, 1, err);
+    if (!st && s->hot) st = hx_emb_hot_set_optim(s->hot, o, err);
     if (!st) s->optim = *o;
     pthread_mutex_unlock(&s->lock);
     return st;

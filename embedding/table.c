@@ -205,15 +205,30 @@ hx_emb_optim_kind hx__embedding_optim_kind(const hx_embedding_table *t)
 
 void hx__embedding_use(hx_embedding_table *t, int delta) { atomic_fetch_add(&t->graphs, delta); }
 
+/* The bytes of t's device cache: one worker's (t->dev) or the hot rows
+ * several ranks replicate (server mode's workers, a collective sharded
+ * table's ranks); false where it has none. */
+static bool device_cache_bytes(hx_embedding_table *t, size_t *bytes)
+{
+    hx_emb_devcache_stats ds;
+    if (t->dev) *bytes = hx_emb_devcache_bytes(t->dev);
+    else if ((t->client && hx__ps_device_stats(t->client, &ds)) || (t->shard && hx_emb_shard_hot_stats(t->shard, &ds)))
+        *bytes = ds.bytes;
+    else return false;
+    return true;
+}
+
 hx_status hx__embedding_cache_bind(hx_embedding_table *t, const hx_emb_mem *mem, const void *owner)
 {
-    if (!t->dev) return HX_OK;
+    size_t bytes;
+    if (!device_cache_bytes(t, &bytes)) return HX_OK;
     hx_status st = HX_OK;
     hx_emb_err err;
     pthread_mutex_lock(&t->lock);
     if (mem ? !t->dev_owner : t->dev_owner == owner) {
-        size_t bytes = hx_emb_devcache_bytes(t->dev);
-        st = hx_emb_devcache_bind(t->dev, mem, &err);
+        st = t->dev      ? hx_emb_devcache_bind(t->dev, mem, &err)
+             : t->client ? hx__ps_hot_bind(t->client, mem, &err)
+                         : hx_emb_shard_hot_bind(t->shard, mem, &err);
         if (!st) t->dev_owner = mem ? owner : NULL;
         else
             st = hx__error(st, "embedding table '%s': its device cache (device_cache_rows, %zu bytes of "

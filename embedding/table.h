@@ -77,14 +77,17 @@ hx_status hx__embedding_shard_stats(const hx_embedding_table *t, hx_embedding_st
 void hx__embedding_idmap_stats(const hx_embedding_table *t, const hx_emb_idmap *map,
                                hx_embedding_stats *out);
 
-/* A session puts the device cache of t (device_cache_rows) in its
- * device's memory (mem), or (mem NULL) takes it back to host pages: only
- * the session that put it there takes it back, and a cache another
- * session's device holds stays there. Under the table's lock; the cache is
- * written back and emptied (hx_emb_devcache_bind). Tables without a
- * device cache: nothing. Fails as the allocator does (the device's cap),
- * with hx_last_error() naming the table, the bytes and what to change;
- * the cache then stays where it was. */
+/* A session puts the device cache of t (device_cache_rows: one worker's,
+ * or the hot rows that server mode's workers or a sharded table's ranks
+ * replicate, this rank's replica) in its device's memory (mem), or (mem
+ * NULL) takes it back to host pages: only the session that put it there
+ * takes it back, and a cache another session's device holds stays there.
+ * Under the table's lock; the slots move with their rows and state
+ * (cache.h's hx_emb_devmem_move): nothing is written back, and no other
+ * rank takes part. Tables without a device cache: nothing. Fails as the
+ * allocator does (the device's cap), with hx_last_error() naming the
+ * table, the bytes and what to change; the cache then stays where it
+ * was. */
 hx_status hx__embedding_cache_bind(hx_embedding_table *t, const hx_emb_mem *mem, const void *owner);
 
 /* A graph starts (+1) or stops (-1) using t. */

@@ -882,12 +882,12 @@ typedef struct hx_embedding_config {
      * state in its device memory (counted against max_device_memory, in
      * hx_memory_stats.device_used_bytes; hx_session_create fails with
      * HX_ERR_DEVICE_OOM naming the table when they do not fit) from its
-     * creation until it is freed (the cache is then written back and
-     * returns to host memory); the lookups and updates of cached rows
+     * creation until it is freed (the cache then returns to host memory,
+     * its rows and state with it); the lookups and updates of cached rows
      * run the host's kernels on that memory, as every emulated kernel
      * does. Elsewhere (no session, or a CUDA device: the CUDA kernels
      * exist, kernels/gpu/emb_cache.cu, but are not wired) the cache is
-     * host memory. Not with comm or ssd_path (HX_ERR_UNSUPPORTED).
+     * host memory. Not with ssd_path (HX_ERR_UNSUPPORTED).
      * With ps (server mode) and a single worker (hx_ps_config.servers =
      * ranks - 1; ROWS or MODULO ids): the cache is on the worker, in
      * front of the servers, and owns the rows it holds (one worker: every
@@ -906,7 +906,7 @@ typedef struct hx_embedding_config {
      * hx_ps_finish, for timeout_s is taken for dead: hx_ps_serve fails
      * with HX_ERR_COMM naming it. With several workers, synchronous
      * (staleness 0), every worker caches the same hot rows with their
-     * state (host memory: not a session's device memory), chosen at each
+     * state (in its session's device memory as above), chosen at each
      * update from the rows every worker touched (their lists exchanged
      * over a duplicate of the workers' communicator): a cached row's
      * lookup reads the cache; its update sums the workers' gradients in
@@ -919,25 +919,34 @@ typedef struct hx_embedding_config {
      * table before it) worker 0's;
      * _read_rows and _read_state read cached rows from the cache. Every
      * worker must update the table every step and set its optimizer
-     * alike (that writes the cache back and empties it). The table's
-     * stats count the worker's own lookups, hits, fetches and write-backs.
+     * alike (that writes the cache back and empties it). Each says it
+     * lives as one worker does (above) while its lookups send the servers
+     * nothing. A worker whose fetch or write-back failed fails its call,
+     * and its next update fails on every worker at once, naming it and
+     * the cause (HX_ERR_STATE; recreate the table and load a checkpoint);
+     * its lookups until then ask the servers for the rows it lost. The
+     * table's stats count the worker's own lookups, hits, fetches and
+     * write-backs.
      * With staleness > 0 and several workers (a worker running ahead would
      * miss the others' gradients of its cached rows), and for DYNAMIC
      * tables, it is refused on every rank (HX_ERR_UNSUPPORTED);
      * hx_ps_config.cache_rows keeps pulled rows read-only instead.
      * With comm (collective mode: README, "Sharded embedding tables"),
      * the same way: every rank caches the same hot rows with their state
-     * (host memory), chosen at each update from the rows every rank
-     * touched; a cached row's lookup reads the cache (no exchange for
-     * it), its update all-gathers the ranks' gradients and applies them
+     * (in its session's device memory as above), chosen at each update
+     * from the rows every rank touched; a cached row's lookup reads the
+     * cache (no exchange for it), its update all-gathers the ranks'
+     * gradients and applies them
      * in rank order on every rank, as its owner would (results bitwise
      * those without the cache at the same rank count, checkpoints byte
      * for byte); the rank that owns an evicted or changed row writes it
      * into its shard from its own copy (no message); an admitted row comes
      * from its owner with its state. Save, _read_rows and _read_state
      * write the changed rows back first; _write_rows, _load and
-     * _set_optimizer also empty the cache. Every rank must create the
-     * table with the same device_cache_rows (it is part of the
+     * _set_optimizer also empty the cache. A rank whose fetch of
+     * admitted rows failed fails its next lookup or update on every rank
+     * at once, naming it, before anything changes. Every rank must create
+     * the table with the same device_cache_rows (it is part of the
      * configuration compared at creation). DYNAMIC tables refuse it on
      * every rank (HX_ERR_UNSUPPORTED). 0: none. */
     int64_t device_cache_rows;

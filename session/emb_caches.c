@@ -1,8 +1,9 @@
-/* The device caches of a session's embedding tables (device_cache_rows):
- * a session with an emulated accelerator puts each cache's slots in its
- * device's memory at creation (the persistent pool: counted against
- * max_device_memory and in the device's stats), and takes them back to
- * host pages when it is freed. On a CUDA device the slots stay in host
+/* The device caches of a session's embedding tables (device_cache_rows:
+ * one worker's, or this rank's replica of the hot rows of a server-mode
+ * or sharded table): a session with an emulated accelerator puts each
+ * cache's slots in its device's memory at creation (the persistent pool:
+ * counted against max_device_memory and in the device's stats), and takes
+ * them back to host pages when it is freed. On a CUDA device the slots stay in host
  * memory: the cache's CUDA path (kernels/gpu/emb_cache.cu) is not wired
  * into the table yet. */
 #include "session/session.h"

@@ -457,17 +457,36 @@ static void checkpoint(void)
     float l1[STEPS], l2[STEPS], w1[DIM * H + H], w2[DIM * H + H];
     if (!a || !b || !train(a, HX_EMBEDDING_IDS_DYNAMIC, false, l1, w1) || !train(b, HX_EMBEDDING_IDS_DYNAMIC, true, l2, w2))
         goto out;
-    /* The session wrote the cache back when it was freed; one more step
-     * on the tables alone leaves dirty rows for the save to write. */
+    /* The freed session took the cache back to host memory, its rows with
+     * it (evictions wrote some back while training); one more step on the
+     * tables alone leaves dirty rows for the save to write. */
     hx_embedding_stats s0, s1, s2;
     OK(hx_embedding_table_stats(b, &s0));
-    CHECK(!s0.device_cache_on_device && s0.device_rows_out > 0, "the freed session took the cache back, written back");
+    CHECK(!s0.device_cache_on_device && s0.device_rows_out > 0, "the freed session took the cache back (evictions "
+          "wrote rows back)");
     int64_t keys[ROWS];
     all_keys(HX_EMBEDDING_IDS_DYNAMIC, keys); /* steps on the pool's first 8 keys */
     test_rng ra = test_rng_make(12), rb = test_rng_make(12);
     OK(table_step(a, keys, 8, STEPS + 1, &ra));
     OK(table_step(b, keys, 8, STEPS + 1, &rb));
+    /* a session takes the cache, dirty rows and all, into its device and
+     * back: they move with it (nothing read in or written back) */
+    hx_embedding_stats m0, m1;
+    OK(hx_embedding_table_stats(b, &m0));
+    model mv;
+    if (model_make(&mv, b)) {
+        OK(hx_embedding_table_stats(b, &m1));
+        CHECK(m1.device_cache_on_device && m1.device_rows_in == m0.device_rows_in &&
+                  m1.device_rows_out == m0.device_rows_out,
+              "a session's device took the cache with its rows (%lld in, %lld out before; %lld, %lld after)",
+              (long long)m0.device_rows_in, (long long)m0.device_rows_out, (long long)m1.device_rows_in,
+              (long long)m1.device_rows_out);
+    }
+    model_free(&mv);
     OK(hx_embedding_table_stats(b, &s1));
+    CHECK(!s1.device_cache_on_device && s1.device_rows_in == m0.device_rows_in &&
+              s1.device_rows_out == m0.device_rows_out,
+          "the cache came back from the device with its rows");
     OK(hx_embedding_table_save(a, pa));
     OK(hx_embedding_table_save(b, pb));
     OK(hx_embedding_table_stats(b, &s2));
@@ -561,8 +580,8 @@ out:
 /* The slots in the emulated device's memory: the table's stats give their
  * bytes (rows and LazyAdam's two state arrays), the session's device
  * memory holds them beside the model's (against the same model without a
- * cache), and they go back to host memory, written back, with the
- * session. A device that holds the model but not the cache refuses the
+ * cache), and they go back to host memory, rows and state with them, with
+ * the session. A device that holds the model but not the cache refuses the
  * session, naming the table and what to change. */
 static void device_memory(void)
 {

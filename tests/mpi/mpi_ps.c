@@ -85,6 +85,7 @@
 #include "hetex_run.h"
 #include "shard_model.h"
 #include "dyn_cap.h"
+#include "embedding/ps_impl.h" /* hx_emb_hot_fail: a broken cache */
 
 #include <sys/stat.h>
 #include <time.h>
@@ -952,8 +953,9 @@ static void hot_run(int S, bool free_first)
     }
     set_lazy(pm.t[NT - 1]);
     set_lazy(dm.t[NT - 1]);
-    hx_session_config cp = config(wc), cd = config(wc);
+    hx_session_config cp = config_emu(wc, 0), cd = config_emu(wc, 0);
     hx_session *sp = test_session_with(pm.g, &cp, "no cache"), *sd = test_session_with(dm.g, &cd, "hot rows");
+    if (sp && sd) caches_on_device(sd, &dm, sp, "server mode, several workers");
     batch bt;
     for (int s = 0; s < STEPS && sp && sd; s++) {
         make_batch(s, &bt);
@@ -996,6 +998,7 @@ static void hot_run(int S, bool free_first)
     if (!free_first) OK(hx_ps_finish(ps)); /* worker 0 writes the cached rows back */
     hx_session_free(sp);
     hx_session_free(sd);
+    caches_on_host(&dm, "server mode, several workers, the session freed");
     model_free(&pm);
     model_free(&dm); /* else as it frees them */
     if (free_first) OK(hx_ps_finish(ps));
@@ -1029,6 +1032,112 @@ static void test_devcache_workers(void)
     }
     hot_run(size >= 4 ? 2 : 1, false); /* two workers */
     if (size >= 4) hot_run(1, true);   /* three: their sums' order shows (two gradients add alike either way) */
+}
+
+/* hot_alive: server mode with two workers (3 ranks; 4: two servers), a
+ * timeout of 1 s, a table of 8 rows whose cache holds them all. Two
+ * training steps on rows 0-3 admit them; then for 1.5 s each worker's
+ * lookups of them (no training) all hit, sending the servers nothing,
+ * but the workers say they live, so the servers go on; a training step
+ * after it succeeds and the servers' serve ends well. Then the last
+ * worker's cache breaks (a fill that failed, as hx_emb_hot_fail records
+ * it): the next step fails on every worker at once (in seconds, not the
+ * workers' communicator's 60 s), naming that worker, the last one with
+ * its cause; the servers' tables stay consistent (every worker's push of
+ * that step withheld) and hx_ps_finish ends serving. */
+enum { ALIVE_ROWS = 8, ALIVE_N = 4 };
+
+static hx_session *alive_session(hx_embedding_table *t, hx_graph **g, hx_tensor **ids, hx_tensor **x,
+                                 hx_tensor **loss)
+{
+    *g = hx_graph_create();
+    int64_t n = ALIVE_N, xs[2] = {ALIVE_N, D};
+    *ids = hx_graph_input(*g, "ids", HX_DTYPE_I64, 1, &n);
+    *x = hx_graph_input(*g, "x", HX_DTYPE_F32, 2, xs);
+    *loss = hx_reduce_sum(*g, hx_mul(*g, hx_embedding_lookup(*g, t, *ids), *x), 0, NULL, false);
+    OK(hx_graph_backward(*g, *loss));
+    hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    OK(hx_graph_apply_optimizer(*g, NULL, &sgd));
+    hx_session_config cfg = config(NULL);
+    return test_session_with(*g, &cfg, "hot rows, heartbeat");
+}
+
+static void test_hot_alive(void)
+{
+    if (size < 3) {
+        test_skip("2 ranks: one worker (mpi_ps_killed's devcache case says it lives)");
+        return;
+    }
+    hx_ps_config pc = hx_ps_config_default();
+    pc.comm = world;
+    pc.servers = size - 2; /* two workers */
+    pc.timeout_s = 1;
+    hx_ps *ps = NULL;
+    OK(hx_ps_create(&pc, &ps));
+    if (!ps) return;
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "alive";
+    ec.rows = ALIVE_ROWS;
+    ec.dim = D;
+    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_ADAGRAD);
+    ec.ps = ps;
+    ec.device_cache_rows = ALIVE_ROWS;
+    ec.n_threads = 1;
+    hx_embedding_table *t = NULL;
+    OK(hx_embedding_table_create(&ec, &t));
+    if (hx_ps_is_server(ps)) {
+        double t0 = hx__now();
+        hx_status st = hx_ps_serve(ps);
+        CHECK(st == HX_OK && hx__now() - t0 > 1.5, "server rank %d: serving through the workers' lookups of "
+              "cached rows ended after %.1f s: %s: %s", rank, hx__now() - t0, hx_status_name(st), hx_last_error());
+        OK(hx_embedding_table_free(t));
+        hx_ps_free(ps);
+        return;
+    }
+    int w = hx_ps_index(ps);
+    hx_graph *g = NULL;
+    hx_tensor *ids = NULL, *x = NULL, *loss = NULL;
+    hx_session *s = t ? alive_session(t, &g, &ids, &x, &loss) : NULL;
+    int64_t k[ALIVE_N] = {0, 1, 2, 3};
+    float xv[ALIVE_N * D];
+    for (int i = 0; i < ALIVE_N * D; i++) xv[i] = 0.1f * (float)(i % 7) - 0.3f;
+    hx_feed f[2] = {{NULL, ids, k, sizeof k}, {NULL, x, xv, sizeof xv}};
+    float l;
+    hx_fetch fl = {NULL, loss, &l, sizeof l};
+    for (int step = 0; step < 2 && s; step++) OK(hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN));
+    hx_embedding_stats a, b;
+    OK(hx_embedding_table_stats(t, &a));
+    double t0 = hx__now();
+    int runs = 0;
+    while (s && hx__now() - t0 < 1.5) {
+        OK(hx_session_run(s, f, 2, &fl, 1, 0)); /* the lookups alone */
+        runs++;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    OK(hx_embedding_table_stats(t, &b));
+    CHECK(runs > 10 && b.device_cache_lookups - a.device_cache_lookups == (int64_t)runs * ALIVE_N &&
+              b.device_cache_hits - a.device_cache_hits == (int64_t)runs * ALIVE_N,
+          "worker %d: %d lookups of the cached rows: %lld of %lld rows hit", w, runs,
+          (long long)(b.device_cache_hits - a.device_cache_hits),
+          (long long)(b.device_cache_lookups - a.device_cache_lookups));
+    if (s) OK(hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN)); /* the servers still serve */
+    /* the last worker's cache breaks */
+    if (t && w == 1) hx_emb_hot_fail(t->client->hot, HX_ERR_OUT_OF_MEMORY, "a fill failed (test)");
+    t0 = hx__now();
+    hx_status st = s ? hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN) : HX_ERR_STATE;
+    double dt = hx__now() - t0;
+    const char *e = hx_last_error();
+    if (w == 0) printf("a cache broken on worker 1: worker 0's step failed after %.3f s\n", dt);
+    CHECK(st == HX_ERR_STATE && dt < 10 &&
+              (w == 1 ? strstr(e, "a fill failed (test)") && strstr(e, "HX_ERR_OUT_OF_MEMORY")
+                      : strstr(e, "worker 1's device cache") && strstr(e, "a fill failed (test)")),
+          "a cache broken on worker 1: worker %d's step %s after %.1f s: %s", w, hx_status_name(st), dt, e);
+    OK(hx_ps_finish(ps));
+    hx_session_free(s);
+    hx_graph_free(g);
+    OK(hx_embedding_table_free(t));
+    hx_ps_free(ps);
 }
 
 static void test_refusals(void)
@@ -1088,6 +1197,7 @@ int main(int argc, char **argv)
         {"cache", test_cache},
         {"devcache", test_devcache},
         {"devcache_workers", test_devcache_workers},
+        {"hot_alive", test_hot_alive},
         {"refusals", test_refusals},
     };
     test_options o = {.setup = setup, .teardown = teardown};

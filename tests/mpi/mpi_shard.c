@@ -29,6 +29,7 @@
 #include "hetex_run.h"
 #include "shard_model.h"
 #include "dyn_cap.h"
+#include "embedding/shard_impl.h" /* hx_emb_hot_fail: a broken replica */
 
 #include <mpi.h>
 
@@ -499,7 +500,71 @@ static void same_dense(hx_session *sa, const model *a, hx_session *sb, const mod
     }
 }
 
-enum { HOT_ROWS = 8, HOT_STEPS = 30, HOT_SAVE = 12 };
+enum { HOT_ROWS = 8, HOT_STEPS = 30, HOT_SAVE = 12, BIG_ROWS = 100000, BIG_CACHE = 50000 };
+
+/* A session whose device cannot hold a sharded table's device cache (this
+ * rank's replica of BIG_CACHE rows of 64 bytes with LazyAdam's two state
+ * arrays: 9.6 MB against 4 MiB) is refused on every rank, naming the
+ * table, the bytes and max_device_memory; the cache stays in host memory. */
+static void cache_too_big(void)
+{
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "big";
+    ec.rows = BIG_ROWS;
+    ec.dim = D;
+    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_LAZY_ADAM);
+    ec.comm = comm;
+    ec.device_cache_rows = BIG_CACHE;
+    ec.n_threads = 1;
+    hx_embedding_table *t = NULL;
+    OK(hx_embedding_table_create(&ec, &t));
+    if (!t) return;
+    hx_graph *g = hx_graph_create();
+    int64_t n = 4;
+    hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
+    OK(hx_graph_backward(g, hx_reduce_sum(g, hx_embedding_lookup(g, t, ids), 0, NULL, false)));
+    hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    OK(hx_graph_apply_optimizer(g, NULL, &sgd));
+    hx_session_config cfg = config_emu(comm, (size_t)4 << 20);
+    hx_session *s = NULL;
+    hx_status st = hx_session_create(g, &cfg, &s);
+    char bytes[32];
+    snprintf(bytes, sizeof bytes, "%zu bytes", (size_t)BIG_CACHE * 3 * 64);
+    CHECK(st == HX_ERR_DEVICE_OOM && !s && strstr(hx_last_error(), "'big'") && strstr(hx_last_error(), bytes) &&
+              strstr(hx_last_error(), "max_device_memory"),
+          "a replica of hot rows larger than the device (rank %d): %s: %s", rank, hx_status_name(st),
+          hx_last_error());
+    hx_embedding_stats es;
+    OK(hx_embedding_table_stats(t, &es));
+    CHECK(!es.device_cache_on_device, "the refused session left the replica in host memory (rank %d)", rank);
+    hx_session_free(s);
+    hx_graph_free(g);
+    OK(hx_embedding_table_free(t));
+}
+
+/* The sharded table broken on the last rank (a fill that failed there,
+ * as hx_emb_hot_fail records it): the next step fails on every rank at
+ * once (in seconds, not the communicator's timeout), naming that rank,
+ * the last one with its cause. */
+static void broken_replica(hx_session *s, model *m)
+{
+    if (rank == size - 1) hx_emb_hot_fail(m->t[0]->shard->hot, HX_ERR_OUT_OF_MEMORY, "a fill failed (test)");
+    batch bt;
+    make_batch(HOT_STEPS + 1, &bt);
+    float loss;
+    double t0 = hx__now();
+    hx_status st = run(s, m, &bt, rank * (B / size), &loss);
+    double dt = hx__now() - t0;
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", size - 1);
+    const char *e = hx_last_error();
+    if (rank == 0) printf("a replica broken on rank %d: rank 0's step failed after %.3f s\n", size - 1, dt);
+    CHECK(st == HX_ERR_STATE && dt < 10 &&
+              (rank == size - 1 ? strstr(e, "a fill failed (test)") && strstr(e, "HX_ERR_OUT_OF_MEMORY")
+                                : strstr(e, who) != NULL),
+          "a replica broken on rank %d: rank %d's step %s after %.1f s: %s", size - 1, rank, hx_status_name(st), dt,
+          e);
+}
 
 /* A device cache of hot rows (device_cache_rows = 8 of each table's
  * 40-97 rows) on the four tables (LazyAdam, Adagrad table-wise, row-wise
@@ -508,8 +573,12 @@ enum { HOT_ROWS = 8, HOT_STEPS = 30, HOT_SAVE = 12 };
  * end every row, state array and dense parameter, bitwise; a checkpoint
  * taken mid-run byte-equal to the uncached one's; both loaded back and
  * trained 3 more steps, still bitwise; the cache's hit rate reported and
- * its write-backs counted. A DYNAMIC table's cache is refused on every
- * rank, saying why. */
+ * its write-backs counted. Both sessions have the emulated device, whose
+ * memory holds each rank's replica (the stats say so, and count its bytes
+ * beside the model's) until the session is freed; one whose device is too
+ * small for it is refused. A replica broken on one rank fails the next
+ * step on every rank. A DYNAMIC table's cache is refused on every rank,
+ * saying why. */
 static void test_device_cache(void)
 {
     model plain, hot;
@@ -520,8 +589,9 @@ static void test_device_cache(void)
         CHECK(false, "build: %s", hx_last_error());
         return;
     }
-    hx_session_config cs = config(comm);
+    hx_session_config cs = config_emu(comm, 0);
     hx_session *sp = test_session_with(plain.g, &cs, "plain"), *sh = test_session_with(hot.g, &cs, "cached");
+    if (sp && sh) caches_on_device(sh, &hot, sp, "sharded tables");
     char dir[256] = "", pp[NT][400], ph[NT][400];
     if (rank == 0 && !test_make_tmpdir(dir, sizeof dir, "hx-mpi-hot")) CHECK(false, "no temporary folder");
     hx_coll *q = NULL;
@@ -586,10 +656,13 @@ static void test_device_cache(void)
     for (int k = 0; k < NT && sp && sh; k++) compare_table(&hot, &plain, k, 0, "device cache, after a load");
     barrier();
     if (rank == 0 && *dir) test_remove_tree(dir);
+    if (sp && sh) broken_replica(sh, &hot);
     hx_session_free(sp);
     hx_session_free(sh);
+    caches_on_host(&hot, "sharded tables, the session freed");
     model_free(&plain);
     model_free(&hot);
+    cache_too_big();
 
     hx_embedding_config ec = hx_embedding_config_default();
     ec.name = "cached";

@@ -183,6 +183,53 @@ static hx_session_config config(hx_comm *c)
     return cfg;
 }
 
+/* config(c) with the emulated accelerator (cap: max_device_memory, 0 its
+ * default): the session holds its tables' device caches (this rank's
+ * replica of the hot rows) in its device's memory. */
+static hx_session_config config_emu(hx_comm *c, size_t cap)
+{
+    hx_session_config cfg = config(c);
+    cfg.accelerator = HX_ACCELERATOR_EMU;
+    cfg.max_device_memory = cap;
+    return cfg;
+}
+
+/* The device caches of m's tables in session s's device memory: each
+ * there, and s's device holding their bytes beside what session p's (the
+ * same model without caches, the same config) holds. */
+static void caches_on_device(hx_session *s, const model *m, hx_session *p, const char *when)
+{
+    size_t want = 0;
+    for (int k = 0; k < NT; k++) {
+        hx_embedding_stats es;
+        OK(hx_embedding_table_stats(m->t[k], &es));
+        CHECK(es.device_cache_on_device && es.device_cache_bytes > 0, "%s: table '%s''s device cache (%zu bytes) "
+              "is not in the session's device memory (rank %d)", when, specs[k].name, es.device_cache_bytes, rank);
+        want += es.device_cache_bytes;
+    }
+    hx_memory_stats a, b;
+    OK(hx_session_memory_stats(p, &a));
+    OK(hx_session_memory_stats(s, &b));
+    size_t diff = b.device_used_bytes - a.device_used_bytes;
+    if (rank == 0)
+        printf("%s: device memory %zu bytes without the caches, %zu with (the caches' %zu)\n", when,
+               a.device_used_bytes, b.device_used_bytes, want);
+    CHECK(b.device_used_bytes >= a.device_used_bytes + want && diff <= want + 3 * NT * 256,
+          "%s: the device holds %zu bytes more with the caches than without, they take %zu (rank %d)", when, diff,
+          want, rank);
+}
+
+/* m's tables' device caches back in host memory (their session freed). */
+static void caches_on_host(const model *m, const char *when)
+{
+    for (int k = 0; k < NT; k++) {
+        hx_embedding_stats es;
+        OK(hx_embedding_table_stats(m->t[k], &es));
+        CHECK(!es.device_cache_on_device && es.device_cache_bytes > 0, "%s: table '%s''s device cache is not back "
+              "in host memory (rank %d)", when, specs[k].name, rank);
+    }
+}
+
 static int nstate(hx_embedding_optimizer_kind k)
 {
     return k == HX_EMBEDDING_OPTIMIZER_LAZY_ADAM || k == HX_EMBEDDING_OPTIMIZER_FTRL ? 2 : 1;
