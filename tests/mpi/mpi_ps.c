@@ -1044,7 +1044,9 @@ static void test_devcache_workers(void)
  * it): the next step fails on every worker at once (in seconds, not the
  * workers' communicator's 60 s), naming that worker, the last one with
  * its cause; the servers' tables stay consistent (every worker's push of
- * that step withheld) and hx_ps_finish ends serving. */
+ * that step withheld) and hx_ps_finish ends serving. Before that, a table
+ * whose replica (9.6 MB) does not fit an emulated device of 4 MiB refuses
+ * a worker's session, naming it, its bytes and max_device_memory. */
 enum { ALIVE_ROWS = 8, ALIVE_N = 4 };
 
 static hx_session *alive_session(hx_embedding_table *t, hx_graph **g, hx_tensor **ids, hx_tensor **x,
@@ -1085,16 +1087,20 @@ static void test_hot_alive(void)
     ec.n_threads = 1;
     hx_embedding_table *t = NULL;
     OK(hx_embedding_table_create(&ec, &t));
+    hx_embedding_table *big = big_cached_table(NULL, ps);
     if (hx_ps_is_server(ps)) {
         double t0 = hx__now();
         hx_status st = hx_ps_serve(ps);
         CHECK(st == HX_OK && hx__now() - t0 > 1.5, "server rank %d: serving through the workers' lookups of "
               "cached rows ended after %.1f s: %s: %s", rank, hx__now() - t0, hx_status_name(st), hx_last_error());
+        OK(hx_embedding_table_free(big));
         OK(hx_embedding_table_free(t));
         hx_ps_free(ps);
         return;
     }
     int w = hx_ps_index(ps);
+    if (big) refused_on_small_device(big, NULL);
+    OK(hx_embedding_table_free(big));
     hx_graph *g = NULL;
     hx_tensor *ids = NULL, *x = NULL, *loss = NULL;
     hx_session *s = t ? alive_session(t, &g, &ids, &x, &loss) : NULL;

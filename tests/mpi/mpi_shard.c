@@ -500,47 +500,7 @@ static void same_dense(hx_session *sa, const model *a, hx_session *sb, const mod
     }
 }
 
-enum { HOT_ROWS = 8, HOT_STEPS = 30, HOT_SAVE = 12, BIG_ROWS = 100000, BIG_CACHE = 50000 };
-
-/* A session whose device cannot hold a sharded table's device cache (this
- * rank's replica of BIG_CACHE rows of 64 bytes with LazyAdam's two state
- * arrays: 9.6 MB against 4 MiB) is refused on every rank, naming the
- * table, the bytes and max_device_memory; the cache stays in host memory. */
-static void cache_too_big(void)
-{
-    hx_embedding_config ec = hx_embedding_config_default();
-    ec.name = "big";
-    ec.rows = BIG_ROWS;
-    ec.dim = D;
-    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_LAZY_ADAM);
-    ec.comm = comm;
-    ec.device_cache_rows = BIG_CACHE;
-    ec.n_threads = 1;
-    hx_embedding_table *t = NULL;
-    OK(hx_embedding_table_create(&ec, &t));
-    if (!t) return;
-    hx_graph *g = hx_graph_create();
-    int64_t n = 4;
-    hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
-    OK(hx_graph_backward(g, hx_reduce_sum(g, hx_embedding_lookup(g, t, ids), 0, NULL, false)));
-    hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
-    OK(hx_graph_apply_optimizer(g, NULL, &sgd));
-    hx_session_config cfg = config_emu(comm, (size_t)4 << 20);
-    hx_session *s = NULL;
-    hx_status st = hx_session_create(g, &cfg, &s);
-    char bytes[32];
-    snprintf(bytes, sizeof bytes, "%zu bytes", (size_t)BIG_CACHE * 3 * 64);
-    CHECK(st == HX_ERR_DEVICE_OOM && !s && strstr(hx_last_error(), "'big'") && strstr(hx_last_error(), bytes) &&
-              strstr(hx_last_error(), "max_device_memory"),
-          "a replica of hot rows larger than the device (rank %d): %s: %s", rank, hx_status_name(st),
-          hx_last_error());
-    hx_embedding_stats es;
-    OK(hx_embedding_table_stats(t, &es));
-    CHECK(!es.device_cache_on_device, "the refused session left the replica in host memory (rank %d)", rank);
-    hx_session_free(s);
-    hx_graph_free(g);
-    OK(hx_embedding_table_free(t));
-}
+enum { HOT_ROWS = 8, HOT_STEPS = 30, HOT_SAVE = 12 };
 
 /* The sharded table broken on the last rank (a fill that failed there,
  * as hx_emb_hot_fail records it): the next step fails on every rank at
@@ -662,7 +622,9 @@ static void test_device_cache(void)
     caches_on_host(&hot, "sharded tables, the session freed");
     model_free(&plain);
     model_free(&hot);
-    cache_too_big();
+    hx_embedding_table *big = big_cached_table(comm, NULL); /* collective */
+    if (big) refused_on_small_device(big, comm);
+    OK(hx_embedding_table_free(big));
 
     hx_embedding_config ec = hx_embedding_config_default();
     ec.name = "cached";

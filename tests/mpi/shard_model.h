@@ -219,6 +219,55 @@ static void caches_on_device(hx_session *s, const model *m, hx_session *p, const
           want, rank);
 }
 
+enum { BIG_ROWS = 100000, BIG_CACHE = 50000 };
+
+/* Table 'big' (BIG_ROWS rows of dim D, LazyAdam) sharded over c or served
+ * by ps's servers, with a device cache of BIG_CACHE rows: this rank's
+ * replica takes 9.6 MB (64-byte rows and two state arrays). Collective. */
+static hx_embedding_table *big_cached_table(hx_comm *c, hx_ps *ps)
+{
+    hx_embedding_config ec = hx_embedding_config_default();
+    ec.name = "big";
+    ec.rows = BIG_ROWS;
+    ec.dim = D;
+    ec.optimizer = hx_embedding_optimizer_default(HX_EMBEDDING_OPTIMIZER_LAZY_ADAM);
+    ec.comm = c;
+    ec.ps = ps;
+    ec.device_cache_rows = BIG_CACHE;
+    ec.n_threads = 1;
+    hx_embedding_table *t = NULL;
+    OK(hx_embedding_table_create(&ec, &t));
+    return t;
+}
+
+/* A session (data parallel over dp, or none) of a lookup of big_cached_table
+ * t on an emulated device of 4 MiB is refused on this rank, naming the
+ * table, the replica's bytes and max_device_memory; the replica stays in
+ * host memory. */
+static void refused_on_small_device(hx_embedding_table *t, hx_comm *dp)
+{
+    hx_graph *g = hx_graph_create();
+    int64_t n = 4;
+    hx_tensor *ids = hx_graph_input(g, "ids", HX_DTYPE_I64, 1, &n);
+    OK(hx_graph_backward(g, hx_reduce_sum(g, hx_embedding_lookup(g, t, ids), 0, NULL, false)));
+    hx_optimizer_config sgd = hx_optimizer_config_default(HX_OPTIMIZER_SGD);
+    OK(hx_graph_apply_optimizer(g, NULL, &sgd));
+    hx_session_config cfg = config_emu(dp, (size_t)4 << 20);
+    hx_session *s = NULL;
+    hx_status st = hx_session_create(g, &cfg, &s);
+    char bytes[32];
+    snprintf(bytes, sizeof bytes, "%zu bytes", (size_t)BIG_CACHE * 3 * 64);
+    CHECK(st == HX_ERR_DEVICE_OOM && !s && strstr(hx_last_error(), "'big'") && strstr(hx_last_error(), bytes) &&
+              strstr(hx_last_error(), "max_device_memory"),
+          "a replica of hot rows larger than the device (rank %d): %s: %s", rank, hx_status_name(st),
+          hx_last_error());
+    hx_embedding_stats es;
+    OK(hx_embedding_table_stats(t, &es));
+    CHECK(!es.device_cache_on_device, "the refused session left the replica in host memory (rank %d)", rank);
+    hx_session_free(s);
+    hx_graph_free(g);
+}
+
 /* m's tables' device caches back in host memory (their session freed). */
 static void caches_on_host(const model *m, const char *when)
 {
