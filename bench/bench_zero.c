@@ -48,7 +48,18 @@
  * sessions.
  * hidden_share = 1 - comm_wait_s (overlap) / comm_wait_s (no overlap): the
  * share of the collectives' time that the backward, the host update and
- * the next forward hide. The
+ * the next forward hide. The *_last figures leave out the skew: step k
+ * is the same training step on every rank, and the least of the ranks'
+ * waits in step k is that of the rank that came last to the step's
+ * collectives, which waited for the communication itself and not for
+ * another rank that was behind (on this shared 2-core machine a rank is
+ * often descheduled for a millisecond or more: the others then wait for
+ * it at the backward's end, with the overlap or without);
+ * wait_last_s is the median over the steps of that least wait,
+ * hidden_share_last = 1 - wait_last_s (overlap) / (no overlap). (A JSON
+ * line stays under 1024 bytes: mpirun forwards the ranks' output in
+ * pieces of that size, and a longer line interleaved with another
+ * rank's.) The
  * time progress takes inside the backward is in step_s, not in the
  * wait: both step times are printed. Stage 3 starts its sums after the
  * backward either way (its gathers share the communicator), so its share
@@ -56,6 +67,7 @@
  * 2-core machine step times do not scale with ranks: they are reported,
  * not tuned to. */
 #include "bench/mpi_launch.h"
+#include "dist/dist.h"
 #include "gpt.h"
 #include "hetex.h"
 
@@ -73,9 +85,8 @@ enum { GLOBAL_BATCH = 16, STEPS = 15 };
  * groups' blocks are exactly their chunks (no padding). */
 #define COUNTED "message bytes this rank passes to MPI_Isend (pairwise, exact blocks)"
 /* What comm_wait_s counts (hx_train_stats.comm_wait_s, per step). */
-#define WAITED "waits after the backward, after the updates, for the gradient norm's all-gather " \
-               "(stages 1-3), and in the next forward until a reader's all-gather is finished " \
-               "(stages 1-2 with overlap)"
+#define WAITED "after the backward and the updates, the gradient norm's all-gather (stages 1-3), " \
+               "the next forward's readers (stages 1-2, overlap)"
 
 static double now(void)
 {
@@ -120,6 +131,31 @@ static double comm_wait(const hx_session *s)
 {
     hx_train_stats t;
     return hx_session_train_stats(s, &t) ? 0 : t.comm_wait_s;
+}
+
+/* The median over the steps of the least of the ranks' waits in each
+ * step (waits: this rank's, STEPS per session, 2 sessions), per session
+ * into last[2]; every rank calls it. */
+static hx_status last_rank_waits(hx_comm *comm, const double waits[2][STEPS], double last[2])
+{
+    int n = hx_comm_size(comm);
+    double *all = malloc(sizeof *all * 2 * STEPS * (size_t)n);
+    if (!all) return HX_ERR_OUT_OF_MEMORY;
+    hx_coll *q = NULL;
+    hx_status st = hx__comm_all_gather(comm, waits, all, 2 * STEPS, HX_DTYPE_I64, &q); /* as bytes */
+    if (!st) st = hx__coll_wait(q);
+    for (int v = 0; v < 2 && !st; v++) {
+        double least[STEPS];
+        for (int k = 0; k < STEPS; k++) {
+            least[k] = all[v * STEPS + k];
+            for (int r = 1; r < n; r++)
+                if (all[(size_t)r * 2 * STEPS + (size_t)v * STEPS + k] < least[k])
+                    least[k] = all[(size_t)r * 2 * STEPS + (size_t)v * STEPS + k];
+        }
+        last[v] = median(least);
+    }
+    free(all);
+    return st;
 }
 
 /* One training step of s on feeds f: its time / STEPS added to *step_s,
@@ -172,6 +208,10 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
         if (!st && !blocks) st = timed_step(off.s, f_off, &step_off_s, &waits[1][k]);
     }
     for (int k = 0; k < STEPS && !st && blocks; k++) st = timed_step(off.s, f_off, &step_off_s, &waits[1][k]);
+    double last[2] = {0, 0};
+    if (st) memset(waits, 0, sizeof waits); /* a failed rank still takes part */
+    hx_status gathered = last_rank_waits(comm, waits, last);
+    if (!st) st = gathered;
     double wait_s = median(waits[0]), wait_off_s = median(waits[1]);
     hx_memory_stats ms;
     if (!st) st = hx_session_memory_stats(r.s, &ms);
@@ -205,7 +245,11 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
                ms.zero_sharded_bytes, ms.zero_grad_shard_bytes, ms.dp_chunk_bytes,
                ms.zero_gather_peak_bytes, ms.zero_gather_planned_bytes, step_s, step_off_s, wait_s,
                wait_off_s, WAITED, blocks ? "blocks" : "interleaved");
-        if (n > 1 && wait_off_s > 0) printf("%.4f}\n", 1 - wait_s / wait_off_s);
+        if (n > 1 && wait_off_s > 0) printf("%.4f", 1 - wait_s / wait_off_s);
+        else printf("null");
+        printf(", \"wait_last_s\": %.6f, \"wait_no_overlap_last_s\": %.6f, \"hidden_share_last\": ",
+               last[0], last[1]);
+        if (n > 1 && last[1] > 0) printf("%.4f}\n", 1 - last[0] / last[1]);
         else printf("null}\n");
         fflush(stdout);
     }

@@ -232,6 +232,12 @@ static const bench_plot table[] = {
     BARS("zero-cpu-2026-12-08-s17-norm", "-hidden", NULL, "rank,rep", "variant", "hidden_share",
          "1 - comm wait with overlap / without", "ZeRO stage 2, 2 ranks: hidden share per rank and run, "
          "the norm's all-gather not counted (before) or counted (after)"),
+    BARS("zero-cpu-2026-12-08-s18-hidden", "-hidden", "ranks=2", "round_set,rank,rep", "variant", "hidden_share",
+         "1 - comm wait with overlap / without", "ZeRO stage 2, 2 ranks: hidden share per rank and run, "
+         "main against the norm's sums taken in the backward (tried, not landed)"),
+    BARS("zero-cpu-2026-12-08-s18-hidden", "-last", "rank=0", "round_set,ranks,rep", "variant",
+         "hidden_share_last", "1 - last rank's wait with overlap / without", "ZeRO stage 2: hidden share "
+         "of the rank that came last to each step (skew left out), per run"),
     BARS("zero-cpu-2026-12-08-s17-memory", "-ratio", NULL, "stage,offload_param,rank", "layers",
          "memory_ratio", "model states over the formula", "ZeRO at 4 ranks: each rank's model-state "
          "bytes over the formula of its stage, the GPT at 2 and 8 layers (width 128)"),
