@@ -33,8 +33,8 @@ int gpt_zero_start(int stage, int global_batch, hx_comm **comm, int *local_batch
 }
 
 /* Model states per rank: parameters, f32 masters and Adam's moments
- * (persistent, device and host, or in the disk tier with
- * offload_param=disk: at stages 1-3 only this rank's shard of
+ * (persistent, the device's and the host's each printed, or in the disk
+ * tier with offload_param=disk: at stages 1-3 only this rank's shard of
  * masters and moments, at 3 of the 16-bit parameters too) and the
  * gradients (2 bytes each in bf16/f16, 4 in f32; at stages 2 and 3 the
  * rank's own chunks of them), against the ZeRO formula of the stage. */
@@ -50,12 +50,13 @@ void gpt_zero_print_memory(hx_session *s, const gpt_model *m, hx_comm *comm, int
     double formula[4] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n, 16 * psi / n};
     char on_disk[64] = "";
     if (disk > 0) snprintf(on_disk, sizeof on_disk, ", %.2f MiB in the disk tier", disk * mib);
-    printf("zero: rank %d of %.0f: model states %.2f MiB = %.2f bytes/param (persistent %.2f MiB "
-           "on device and host%s, %s gradients %.2f MiB), ZeRO stage %d formula %.2f MiB (%.2f "
+    printf("zero: rank %d of %.0f: model states %.2f MiB = %.2f bytes/param (persistent %.2f MiB: "
+           "%.2f on the device, %.2f on the host%s; %s gradients %.2f MiB), ZeRO stage %d formula %.2f MiB (%.2f "
            "bytes/param): ratio %.3f; the other stages at %.0f ranks: 16 %.2f, 4+12/N %.2f, "
            "2+14/N %.2f, 16/N %.2f MiB; sharded optimizer state here %.2f of %.2f MiB; plus the "
            "host chunks the ranks sum the gradients in: %.2f MiB\n",
-           hx_comm_rank(comm), n, states * mib, states / psi, persistent * mib, on_disk, hx_dtype_name(dt),
+           hx_comm_rank(comm), n, states * mib, states / psi, persistent * mib,
+           ms.device_persistent_bytes * mib, ms.persistent_bytes * mib, on_disk, hx_dtype_name(dt),
            grads * mib, stage, formula[stage] * mib, formula[stage] / psi, states / formula[stage],
            n, formula[0] * mib, formula[1] * mib, formula[2] * mib, formula[3] * mib,
            ms.zero_owned_bytes * mib, ms.zero_sharded_bytes * mib, ms.dp_chunk_bytes * mib);
