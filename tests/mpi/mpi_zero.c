@@ -32,7 +32,7 @@
  * bench_zero's GPT (its copies once ran ahead of the plan's order and
  * gathered more); a stage 3 run whose first gather is left out
  * (hx__zero3_test_break) does not match stage 0 (ranks > 1). Also: a NaN
- * on one rank skips the step on every rank at stages 2 and 3, and the
+ * on one rank skips the step on every rank at stages 1-3, and the
  * refusals (a stage without a communicator or out of range, stage 3
  * with parameters on the accelerator, stages that differ between ranks, the delayed
  * update, writes of sharded state, reads and fetches of
@@ -661,7 +661,7 @@ static void nan_case(int stage)
     deep_mlp_free(&m0);
 }
 
-static void test_nan_on_one_rank(void) { nan_case(2), nan_case(3); }
+static void test_nan_on_one_rank(void) { nan_case(1), nan_case(2), nan_case(3); }
 
 /* offload_param=disk failing on one rank (the last) at stage `stage`:
  * its directory missing, the session is refused on every rank (that rank
