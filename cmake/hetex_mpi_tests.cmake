@@ -41,6 +41,11 @@ if(HX_HAVE_MPI)
   foreach(np 1 2 4)
     add_test(NAME mpi_zero_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:mpi_zero>)
   endforeach()
+  # stages 1, 2 and 3 (the GPT in bf16, the f32 MLP): the same bits over
+  # shared memory, again, and over TCP
+  add_test(NAME mpi_zero_transports COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/same_over_tcp.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_zero> 2 --case gpt_host_stage1 --case gpt_host_stage2
+           --case gpt_host_stage3 --case mlp_cpu)
   # the bytes each rank sends per step against the minimum (tests/mpi/mpi_zero_bytes.c)
   add_executable(mpi_zero_bytes ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_zero_bytes.c ${HX_EXAMPLE_SOURCES_gpt})
   target_include_directories(mpi_zero_bytes PRIVATE ${PROJECT_SOURCE_DIR}/examples/gpt)
@@ -72,11 +77,16 @@ if(HX_HAVE_MPI)
   # a rank SIGKILLed mid-training: the others end within the timeout naming it
   add_executable(mpi_killed ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_killed.c)
   target_link_libraries(mpi_killed PRIVATE hx_testlib)
+  # mode midstep: the program's hook around the library's reduce-scatter (tests/mpi/mpi_killed.c)
+  target_link_options(mpi_killed PRIVATE -Wl,--wrap=hx__comm_reduce_scatter_v)
   add_test(NAME mpi_killed_rank COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/killed_rank.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_killed> 3)
   # ZeRO stage 2: a rank stopped before its all-gathers; the others' next call names it
   add_test(NAME mpi_killed_deferred COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/killed_rank.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_killed> 2 deferred)
+  # ZeRO stage 2: a rank SIGKILLed in the backward after posting a reduce-scatter; the others end naming it
+  add_test(NAME mpi_killed_midstep COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/killed_rank.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_killed> 3 midstep)
   # mpirun -np 2 hetex gpt --zero 0
   add_test(NAME mpi_gpt_zero COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/gpt_zero.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
@@ -140,8 +150,8 @@ if(HX_HAVE_MPI)
   # namespace can be made: tests/mpi/netns_tcp.sh)
   add_test(NAME mpi_netns_tcp COMMAND sh ${PROJECT_SOURCE_DIR}/tests/mpi/netns_tcp.sh
            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:hetex_cli>)
-  foreach(name mpi_netns_tcp mpi_gpt_zero mpi_gpt_zero_ckpt mpi_killed_rank mpi_killed_deferred mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
-          mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4 mpi_zero_ckpt
+  foreach(name mpi_netns_tcp mpi_gpt_zero mpi_gpt_zero_ckpt mpi_killed_rank mpi_killed_deferred mpi_killed_midstep mpi_collectives_np1 mpi_collectives_np2 mpi_collectives_np4 mpi_collectives_user mpi_transports
+          mpi_ddp_np2 mpi_ddp_transports mpi_zero_np1 mpi_zero_np2 mpi_zero_np4 mpi_zero_transports mpi_zero_ckpt
           mpi_zero_bytes_np1 mpi_zero_bytes_np2 mpi_zero_bytes_np4
           mpi_zero_overlap_np2 mpi_zero_overlap_np4 mpi_pin_np1 mpi_pin_np2 mpi_pin_np2_unbound)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${HX_MPI_ENV}")

@@ -9,8 +9,8 @@
  * for the dead rank). The script checks the lines. No test harness: a
  * rank that dies cannot report its checks.
  *
- * Mode "deferred": ZeRO stage 2 with the overlap, whose training run
- * returns with the all-gathers of its updates in flight. The last rank
+ * Mode "deferred": ZeRO stage 2 with the overlap (a 1 s timeout), whose
+ * training run returns with the all-gathers of its updates in flight. The last rank
  * stops before starting any of step 2's (hx__dp_defer_test 3) and
  * sleeps; every other rank's step 2 succeeds, and its next call
  * (hx_session_read) fails within the timeout with HX_ERR_COMM naming the
@@ -19,7 +19,19 @@
  * HX_ERR_STATE (the communicator takes no more), the step count
  * unchanged. Each survivor prints "hx-deferred: rank R: ..." lines (the
  * read's failure, the read after, the run) and "as expected" when all
- * are so, which killed_rank.sh's deferred mode checks. */
+ * are so, which killed_rank.sh's deferred mode checks.
+ *
+ * Mode "midstep": ZeRO stage 2 with the overlap, a 1 s timeout. In step 2
+ * the last rank SIGKILLs itself inside the backward, right after it has
+ * posted the step's first reduce-scatter (a chunk's gradient sums, started
+ * as soon as the backward completes that chunk; the parameters are in
+ * chunks of their own, so the backward has more to do): this program's
+ * hook on the library's hx__comm_reduce_scatter_v (linked with
+ * -Wl,--wrap, cmake/hetex_mpi_tests.cmake) posts it, prints
+ * "hx-midstep: rank R: SIGKILL ..." and raises the signal. Every other
+ * rank's step 2 must fail within the timeout with HX_ERR_COMM naming a
+ * reduce-scatter and the dead rank, the step count 2: the "hx-killed"
+ * lines as above. */
 #include "dist/dist.h"
 #include "session/session.h"
 #include "deep_mlp.h"
@@ -33,6 +45,26 @@
 
 enum { B = 4, W = 8 };
 
+/* Mode "midstep": armed, the next reduce-scatter this rank posts is its last act. */
+static bool kill_after_reduce_scatter;
+
+hx_status __real_hx__comm_reduce_scatter_v(hx_comm *c, const void *send, void *recv, const int64_t *counts,
+                                           hx_dtype dt, hx_coll **out);
+hx_status __wrap_hx__comm_reduce_scatter_v(hx_comm *c, const void *send, void *recv, const int64_t *counts,
+                                           hx_dtype dt, hx_coll **out);
+hx_status __wrap_hx__comm_reduce_scatter_v(hx_comm *c, const void *send, void *recv, const int64_t *counts,
+                                           hx_dtype dt, hx_coll **out)
+{
+    hx_status st = __real_hx__comm_reduce_scatter_v(c, send, recv, counts, dt, out);
+    if (kill_after_reduce_scatter) {
+        printf("hx-midstep: rank %d: SIGKILL in step 2 after posting its first reduce-scatter (%s)\n",
+               hx_comm_rank(c), hx_status_name(st));
+        fflush(stdout);
+        raise(SIGKILL);
+    }
+    return st;
+}
+
 /* Mode "deferred" (see the top): s at stage 2, trained one step. */
 static int deferred(hx_session *s, const deep_mlp *m, int rank, int size)
 {
@@ -44,7 +76,7 @@ static int deferred(hx_session *s, const deep_mlp *m, int rank, int size)
     if (rank == size - 1) hx__dp_defer_test = 3; /* stops before its all-gathers */
     hx_status st = hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN);
     if (rank == size - 1) {
-        sleep(4); /* the others' wait (2 s) ends meanwhile; then as if dead */
+        sleep(3); /* the others' wait (1 s) ends meanwhile; then as if dead */
         _exit(st == HX_OK ? 0 : 1);
     }
     bool ok = st == HX_OK;
@@ -70,16 +102,16 @@ static int deferred(hx_session *s, const deep_mlp *m, int rank, int size)
 int main(int argc, char **argv)
 {
     int rank, size;
-    hx_comm *c = mpi_world_open(2, &rank, &size);
+    bool defer = argc > 1 && !strcmp(argv[1], "deferred"), midstep = argc > 1 && !strcmp(argv[1], "midstep");
+    hx_comm *c = mpi_world_open(defer || midstep ? 1 : 2, &rank, &size);
     if (!c) return 1;
-    bool defer = argc > 1 && !strcmp(argv[1], "deferred");
     deep_mlp m;
     hx_session_config cfg = hx_session_config_default();
     cfg.n_threads = 1;
     cfg.accelerator = HX_ACCELERATOR_NONE;
     cfg.comm = c;
-    cfg.zero_stage = defer ? 2 : 0;
-    cfg.offload.chunk_size = defer ? 200 : cfg.offload.chunk_size; /* a chunk per parameter: both ranks own some */
+    cfg.zero_stage = defer || midstep ? 2 : 0;
+    if (defer || midstep) cfg.offload.chunk_size = 200; /* a chunk per parameter: every rank owns some */
     hx_session *s = NULL;
     if (deep_mlp_build(B, W, 2, &m) || hx_session_create(m.g, &cfg, &s)) {
         fprintf(stderr, "rank %d: %s\n", rank, hx_last_error());
@@ -90,7 +122,8 @@ int main(int argc, char **argv)
     hx_status st = HX_OK;
     for (int step = 0; step < 5 && st == HX_OK; step++) {
         if (step == 1 && defer) return deferred(s, &m, rank, size);
-        if (step == 2 && rank == size - 1) raise(SIGKILL);
+        if (step == 2 && rank == size - 1 && midstep) kill_after_reduce_scatter = true;
+        else if (step == 2 && rank == size - 1) raise(SIGKILL);
         test_fill_uniform(&g, x, B * W, -1, 1);
         test_fill_uniform(&g, y, B * W, -1, 1);
         hx_feed f[2] = {{NULL, m.x, x, sizeof x}, {NULL, m.y, y, sizeof y}};
@@ -99,7 +132,7 @@ int main(int argc, char **argv)
     char dead[32];
     snprintf(dead, sizeof dead, "rank(s) %d ", size - 1);
     bool ok = st == HX_ERR_COMM && strstr(hx_last_error(), dead) && strstr(hx_last_error(), "timed out") &&
-              hx_session_step(s) == 2;
+              hx_session_step(s) == 2 && (!midstep || strstr(hx_last_error(), "reduce_scatter"));
     printf("hx-killed: rank %d: %s after %lld steps: %s\n", rank, hx_status_name(st),
            (long long)hx_session_step(s), hx_last_error());
     fflush(stdout);
