@@ -65,11 +65,35 @@
  * backward either way (its gathers share the communicator), so its share
  * is about 0. On a
  * 2-core machine step times do not scale with ranks: they are reported,
- * not tuned to. */
+ * not tuned to.
+ *
+ * Host update: per stage and rank a second object ("part":
+ * "host_update"; one line would pass 1024 bytes): the bytes the host
+ * AdamW updates of the configured session move per step on this rank
+ * (its shard at stages 1-3, every parameter at stage 0: each update reads
+ * and writes its f32 master and both moments, reads its gradient and
+ * writes its bf16 copy, 28 bytes per parameter, as the kernel does),
+ * over the median over the steps of hx_train_stats.host_update_s's
+ * growth (each update from its launch to its end, pinning included),
+ * against a ceiling measured right after in the same run on this rank:
+ * bench_optim's loops of the mixed-precision Adam step's byte shape
+ * (bench/optim_ceiling.h: plain, prefetching, non-temporal half copy)
+ * over as many parameters, one thread, the best time of CEIL_REPS passes
+ * after an untimed one, the best loop's GB/s (update_ratio = GB/s over
+ * it). Those passes find their arrays in the caches (a shard of this
+ * GPT is 3-12 MB, the last-level cache here 32 MiB), as the update may
+ * find its own between a forward and a backward, or not:
+ * ceiling_cold_gbps is the same after each pass has evicted them
+ * (CEIL_COLD_REPS passes, each after a sweep over EVICT_BYTES), the
+ * ceiling from memory, as bench_optim's 64M-parameter cases measure it
+ * (update_ratio_cold = GB/s over it). */
+#include "bench/cpu_model.h"
 #include "bench/mpi_launch.h"
+#include "bench/optim_ceiling.h"
 #include "dist/dist.h"
 #include "gpt.h"
 #include "hetex.h"
+#include "session/session.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -77,7 +101,10 @@
 #include <string.h>
 #include <time.h>
 
-enum { GLOBAL_BATCH = 16, STEPS = 15 };
+enum { GLOBAL_BATCH = 16, STEPS = 15, CEIL_REPS = 20, CEIL_COLD_REPS = 5 };
+/* Twice this guest's last-level cache (32 MiB): passed over before each
+ * cold ceiling pass, it leaves none of the ceiling's arrays cached. */
+#define EVICT_BYTES ((size_t)64 << 20)
 
 /* How bytes_per_step is counted (hx_comm_bytes_sent): the bytes of the
  * messages this rank hands MPI_Isend; hetex's collectives are direct
@@ -87,6 +114,10 @@ enum { GLOBAL_BATCH = 16, STEPS = 15 };
 /* What comm_wait_s counts (hx_train_stats.comm_wait_s, per step). */
 #define WAITED "after the backward and the updates, the gradient norm's all-gather (stages 1-3), " \
                "the next forward's readers (stages 1-2, overlap)"
+
+/* What update_bytes_per_step and ceiling_gbps count (see the top). */
+#define UPDATED "this rank's host updates: f32 master, m, v read and written, gradient read, bf16 copy written"
+#define CEILED "bench_optim's mp-shape loops (28 B/param) over this rank's parameters, 1 thread, best pass"
 
 static double now(void)
 {
@@ -158,15 +189,88 @@ static hx_status last_rank_waits(hx_comm *comm, const double waits[2][STEPS], do
     return st;
 }
 
-/* One training step of s on feeds f: its time / STEPS added to *step_s,
- * its growth of comm_wait_s into *wait. */
-static hx_status timed_step(hx_session *s, const hx_feed *f, double *step_s, double *wait)
+static double host_update(const hx_session *s)
 {
-    double t0 = now(), w0 = comm_wait(s);
+    hx_train_stats t;
+    return hx_session_train_stats(s, &t) ? 0 : t.host_update_s;
+}
+
+/* One training step of s on feeds f: its time / STEPS added to *step_s,
+ * its growth of comm_wait_s into *wait, of host_update_s into *update. */
+static hx_status timed_step(hx_session *s, const hx_feed *f, double *step_s, double *wait, double *update)
+{
+    double t0 = now(), w0 = comm_wait(s), u0 = host_update(s);
     hx_status st = hx_session_run(s, f, 2, NULL, 0, HX_RUN_TRAIN);
     *step_s += (now() - t0) / STEPS;
     *wait = comm_wait(s) - w0;
+    *update = host_update(s) - u0;
     return st;
+}
+
+/* The bytes the dense updates this rank runs (not those ZeRO leaves to
+ * other ranks: engine.update_skip) move per step, as the kernels move
+ * them: each source read and written, but the gradient (src[1]) and the
+ * half copy (src[attr.i[0]] where > 0) only read or written; their
+ * parameters into *params. */
+static double update_bytes(const hx_session *s, int64_t *params)
+{
+    const hx_engine *e = &s->e;
+    double bytes = 0;
+    *params = 0;
+    for (int i = 0; i < e->g->n; i++) {
+        const hx_tensor *u = e->g->tensors[i];
+        if (!hx__is_dense_update(u) || (e->update_skip && e->update_skip[i])) continue;
+        *params += hx_tensor_numel(u);
+        for (int j = 0; j < u->n_src; j++)
+            bytes += (double)hx_tensor_nbytes(u->src[j]) * (j == 1 || j == u->attr.i[0] ? 1 : 2);
+    }
+    return bytes;
+}
+
+static volatile float ceiling_zero; /* 0, unknown to the compiler: the loops change nothing */
+
+/* Reads and writes every line of buf (bytes long) through the caches. */
+static void evict(uint64_t *buf, size_t bytes)
+{
+    for (size_t i = 0; i < bytes / 8; i += 8) buf[i] += 1;
+}
+
+/* The mixed-precision Adam step's ceiling over n parameters (see the
+ * top): the best GB/s of its loops, the best one's name into *loop;
+ * cold: each pass after evict() over EVICT_BYTES, so that its arrays come
+ * from memory. */
+static double update_ceiling(int64_t n, bool cold, const char **loop)
+{
+    static void (*const fn[3])(float *restrict, float *restrict, float *restrict, const uint16_t *restrict,
+                               uint16_t *restrict, float, int64_t) = {shape_mp, shape_mp_pf, shape_mp_nt};
+    static const char *const name[3] = {"ceiling-mp-shape", "ceiling-mp-shape-pf", "ceiling-mp-shape-nt"};
+    size_t f32 = ((size_t)n * 4 + 63) / 64 * 64, f16 = ((size_t)n * 2 + 63) / 64 * 64;
+    char *mem = aligned_alloc(64, 3 * f32 + 2 * f16); /* aligned: the non-temporal stores need it */
+    uint64_t *away = cold ? calloc(EVICT_BYTES / 8, 8) : NULL;
+    double best = 0;
+    *loop = "none";
+    if (!mem || n <= 0 || (cold && !away)) {
+        free(mem);
+        free(away);
+        return 0;
+    }
+    memset(mem, 0, 3 * f32 + 2 * f16);
+    float *p = (float *)mem, *m = (float *)(mem + f32), *v = (float *)(mem + 2 * f32);
+    uint16_t *g = (uint16_t *)(mem + 3 * f32), *h = (uint16_t *)(mem + 3 * f32 + f16);
+    for (int k = 0; k < 3; k++) {
+        double t = 1e30;
+        for (int r = -1; r < (cold ? CEIL_COLD_REPS : CEIL_REPS); r++) {
+            if (cold) evict(away, EVICT_BYTES);
+            double t0 = now();
+            fn[k](p, m, v, g, h, ceiling_zero, n);
+            if (r >= 0 && now() - t0 < t) t = now() - t0;
+        }
+        double gbps = (double)n * CEILING_MP_BYTES / t * 1e-9;
+        if (gbps > best) best = gbps, *loop = name[k];
+    }
+    free(mem);
+    free(away);
+    return best;
 }
 
 /* One stage; offload_param: the parameters on the host, streamed to emu chunk by chunk. */
@@ -199,20 +303,27 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
                         {NULL, off.m.targets, tgt, sizeof *tgt * nt}};
     hx_status st = hx_session_run(r.s, f, 2, NULL, 0, HX_RUN_TRAIN); /* warm-up: plans, arenas */
     if (!st) st = hx_session_run(off.s, f_off, 2, NULL, 0, HX_RUN_TRAIN);
-    double step_s = 0, step_off_s = 0, per_step = 0, waits[2][STEPS];
+    double step_s = 0, step_off_s = 0, per_step = 0, waits[2][STEPS], updates[2][STEPS];
     bool blocks = getenv("HX_BENCH_ZERO_INTERLEAVED") == NULL; /* each session's steps in a row */
     for (int k = 0; k < STEPS && !st; k++) { /* interleaved, the load changes both alike */
         uint64_t sent0 = hx_comm_bytes_sent(comm);
-        st = timed_step(r.s, f, &step_s, &waits[0][k]);
+        st = timed_step(r.s, f, &step_s, &waits[0][k], &updates[0][k]);
         per_step += (double)(hx_comm_bytes_sent(comm) - sent0) / STEPS;
-        if (!st && !blocks) st = timed_step(off.s, f_off, &step_off_s, &waits[1][k]);
+        if (!st && !blocks) st = timed_step(off.s, f_off, &step_off_s, &waits[1][k], &updates[1][k]);
     }
-    for (int k = 0; k < STEPS && !st && blocks; k++) st = timed_step(off.s, f_off, &step_off_s, &waits[1][k]);
+    for (int k = 0; k < STEPS && !st && blocks; k++)
+        st = timed_step(off.s, f_off, &step_off_s, &waits[1][k], &updates[1][k]);
     double last[2] = {0, 0};
     if (st) memset(waits, 0, sizeof waits); /* a failed rank still takes part */
     hx_status gathered = last_rank_waits(comm, waits, last);
     if (!st) st = gathered;
     double wait_s = median(waits[0]), wait_off_s = median(waits[1]);
+    /* the ceiling right after the collective: the ranks measure it together, as they update */
+    int64_t up_params;
+    double up_bytes = update_bytes(r.s, &up_params), up_s = st ? 0 : median(updates[0]);
+    const char *loop, *loop_cold;
+    double ceiling = st ? 0 : update_ceiling(up_params, false, &loop);
+    double ceiling_cold = st ? 0 : update_ceiling(up_params, true, &loop_cold);
     hx_memory_stats ms;
     if (!st) st = hx_session_memory_stats(r.s, &ms);
     if (st) {
@@ -251,6 +362,20 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
                last[0], last[1]);
         if (n > 1 && last[1] > 0) printf("%.4f}\n", 1 - last[0] / last[1]);
         else printf("null}\n");
+        fflush(stdout);
+        char cpu[128];
+        bench_cpu_model(cpu, sizeof cpu);
+        double gbps = up_s > 0 ? up_bytes / up_s * 1e-9 : 0;
+        printf("{\"bench\": \"zero\", \"part\": \"host_update\", \"stage\": %d, \"offload_param\": \"%s\", "
+               "\"ranks\": %d, \"rank\": %d, \"layers\": %d, \"params\": %.0f, \"update_params\": %lld, "
+               "\"update_bytes_per_step\": %.0f, \"update_bytes_counted\": \"%s\", \"host_update_s\": %.6f, "
+               "\"update_gbps\": %.3f, \"ceiling_gbps\": %.3f, \"ceiling_loop\": \"%s\", "
+               "\"ceiling_counted\": \"%s\", \"ceiling_reps\": %d, \"update_ratio\": %.4f, "
+               "\"ceiling_cold_gbps\": %.3f, \"ceiling_cold_loop\": \"%s\", \"update_ratio_cold\": %.4f, "
+               "\"cpu\": \"%s\"}\n",
+               stage, offload_param ? "cpu" : "none", n, rank, c.layers, psi, (long long)up_params,
+               up_bytes, UPDATED, up_s, gbps, ceiling, loop, CEILED, CEIL_REPS, ceiling > 0 ? gbps / ceiling : 0,
+               ceiling_cold, loop_cold, ceiling_cold > 0 ? gbps / ceiling_cold : 0, cpu);
         fflush(stdout);
     }
     free(tok);
