@@ -56,10 +56,8 @@
  * often descheduled for a millisecond or more: the others then wait for
  * it at the backward's end, with the overlap or without);
  * wait_last_s is the median over the steps of that least wait,
- * hidden_share_last = 1 - wait_last_s (overlap) / (no overlap). (A JSON
- * line stays under 1024 bytes: mpirun forwards the ranks' output in
- * pieces of that size, and a longer line interleaved with another
- * rank's.) The
+ * hidden_share_last = 1 - wait_last_s (overlap) / (no overlap). (Rank 0
+ * prints every rank's object, in rank order: print_objects.) The
  * time progress takes inside the backward is in step_s, not in the
  * wait: both step times are printed. Stage 3 starts its sums after the
  * backward either way (its gathers share the communicator), so its share
@@ -67,9 +65,8 @@
  * 2-core machine step times do not scale with ranks: they are reported,
  * not tuned to.
  *
- * Host update: per stage and rank a second object ("part":
- * "host_update"; one line would pass 1024 bytes): the bytes the host
- * AdamW updates of the configured session move per step on this rank
+ * Host update: update_gbps is the bytes the host AdamW updates of the
+ * configured session move per step on this rank
  * (its shard at stages 1-3, every parameter at stage 0: each update reads
  * and writes its f32 master and both moments, reads its gradient and
  * writes its bf16 copy, 28 bytes per parameter, as the kernel does),
@@ -116,8 +113,38 @@ enum { GLOBAL_BATCH = 16, STEPS = 15, CEIL_REPS = 20, CEIL_COLD_REPS = 5 };
                "the next forward's readers (stages 1-2, overlap)"
 
 /* What update_bytes_per_step and ceiling_gbps count (see the top). */
-#define UPDATED "this rank's host updates: f32 master, m, v read and written, gradient read, bf16 copy written"
-#define CEILED "bench_optim's mp-shape loops (28 B/param) over this rank's parameters, 1 thread, best pass"
+#define UPDATED "this rank's host updates: f32 master, m, v read and written, gradient read, " \
+                "bf16 copy written"
+#define CEILED "bench_optim's mp-shape loops (28 B/param) over this rank's parameters, 1 thread, " \
+               "best pass"
+
+/* The most bytes of one rank's object for a stage. */
+#define OBJECT_BYTES 4096
+
+/* Rank 0 prints every rank's object (text: this rank's, "" for none), in
+ * rank order: mpirun forwards each rank's output in pieces of 1024 bytes,
+ * and a longer line printed by several ranks interleaved with another
+ * rank's (stage 3 at 4 ranks, 1030-1040 bytes, did in session 18's first
+ * run); from one rank the pieces keep their order. Every rank calls it. */
+static hx_status print_objects(hx_comm *comm, const char *text)
+{
+    int n = hx_comm_size(comm);
+    int64_t mine[OBJECT_BYTES / 8] = {0};
+    char *all = malloc((size_t)n * OBJECT_BYTES);
+    if (!all) return HX_ERR_OUT_OF_MEMORY;
+    if (strlen(text) >= OBJECT_BYTES)
+        fprintf(stderr, "bench_zero: rank %d: its object is %zu bytes, over %d: left out\n",
+                hx_comm_rank(comm), strlen(text), OBJECT_BYTES);
+    else memcpy(mine, text, strlen(text));
+    hx_coll *q = NULL;
+    hx_status st = hx__comm_all_gather(comm, mine, all, OBJECT_BYTES / 8, HX_DTYPE_I64, &q); /* as bytes */
+    if (!st) st = hx__coll_wait(q);
+    for (int r = 0; r < n && !st && hx_comm_rank(comm) == 0; r++)
+        fputs(all + (size_t)r * OBJECT_BYTES, stdout); /* each slot ends in a 0 */
+    fflush(stdout);
+    free(all);
+    return st;
+}
 
 static double now(void)
 {
@@ -326,6 +353,8 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
     double ceiling_cold = st ? 0 : update_ceiling(up_params, true, &loop_cold);
     hx_memory_stats ms;
     if (!st) st = hx_session_memory_stats(r.s, &ms);
+    char *text = NULL; /* this rank's object */
+    size_t len = 0;
     if (st) {
         fprintf(stderr, "bench_zero: rank %d stage %d: %s\n", rank, stage, hx_last_error());
     } else {
@@ -336,48 +365,55 @@ static int run_stage(hx_comm *comm, int stage, bool offload_param)
         double formula[4] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n, 16 * psi / n};
         static const char *const min_formula[4] = {"2(N-1)/N x 2 Psi", "2(N-1)/N x 2 Psi",
                                                    "2(N-1)/N x 2 Psi", "3(N-1)/N x 2 Psi"};
-        printf("{\"bench\": \"zero\", \"stage\": %d, \"offload_param\": \"%s\", \"ranks\": %d, "
-               "\"rank\": %d, \"layers\": %d, \"params\": %.0f, \"bytes_per_step\": %.0f, "
-               "\"min_bytes_per_step\": %.0f, \"min_bytes_formula\": \"%s\", \"bytes_counted\": \"%s\", "
-               "\"bytes_ratio\": ",
-               stage, offload_param ? "cpu" : "none", n, rank, c.layers, psi, per_step, minimum,
-               min_formula[stage], COUNTED);
-        if (minimum > 0) printf("%.4f", per_step / minimum);
-        else printf("null");
-        /* stage 3 whose backward reads the device's copies from the forward: one gather a step */
-        if (stage == 3) printf(", \"min_bytes_gather_once\": %.0f", 2.0 * (n - 1) / n * grads);
-        printf(", \"model_state_bytes\": %.0f, \"formula_bytes\": %.0f, \"memory_ratio\": %.4f, "
-               "\"sharded_state_bytes_here\": %zu, \"sharded_state_bytes_all\": %zu, "
-               "\"grad_shard_bytes\": %zu, \"fixed_overhead_chunk_bytes\": %zu, "
-               "\"gathered_peak_bytes\": %zu, \"gathered_planned_bytes\": %zu, \"step_s\": %.4f, "
-               "\"step_no_overlap_s\": %.4f, \"comm_wait_s\": %.6f, \"comm_wait_no_overlap_s\": %.6f, "
-               "\"comm_wait_counted\": \"%s\", \"order\": \"%s\", \"hidden_share\": ",
-               states, formula[stage], states / formula[stage], ms.zero_owned_bytes,
-               ms.zero_sharded_bytes, ms.zero_grad_shard_bytes, ms.dp_chunk_bytes,
-               ms.zero_gather_peak_bytes, ms.zero_gather_planned_bytes, step_s, step_off_s, wait_s,
-               wait_off_s, WAITED, blocks ? "blocks" : "interleaved");
-        if (n > 1 && wait_off_s > 0) printf("%.4f", 1 - wait_s / wait_off_s);
-        else printf("null");
-        printf(", \"wait_last_s\": %.6f, \"wait_no_overlap_last_s\": %.6f, \"hidden_share_last\": ",
-               last[0], last[1]);
-        if (n > 1 && last[1] > 0) printf("%.4f}\n", 1 - last[0] / last[1]);
-        else printf("null}\n");
-        fflush(stdout);
-        char cpu[128];
-        bench_cpu_model(cpu, sizeof cpu);
-        double gbps = up_s > 0 ? up_bytes / up_s * 1e-9 : 0;
-        printf("{\"bench\": \"zero\", \"part\": \"host_update\", \"stage\": %d, \"offload_param\": \"%s\", "
-               "\"ranks\": %d, \"rank\": %d, \"layers\": %d, \"params\": %.0f, \"update_params\": %lld, "
-               "\"update_bytes_per_step\": %.0f, \"update_bytes_counted\": \"%s\", \"host_update_s\": %.6f, "
-               "\"update_gbps\": %.3f, \"ceiling_gbps\": %.3f, \"ceiling_loop\": \"%s\", "
-               "\"ceiling_counted\": \"%s\", \"ceiling_reps\": %d, \"update_ratio\": %.4f, "
-               "\"ceiling_cold_gbps\": %.3f, \"ceiling_cold_loop\": \"%s\", \"update_ratio_cold\": %.4f, "
-               "\"cpu\": \"%s\"}\n",
-               stage, offload_param ? "cpu" : "none", n, rank, c.layers, psi, (long long)up_params,
-               up_bytes, UPDATED, up_s, gbps, ceiling, loop, CEILED, CEIL_REPS, ceiling > 0 ? gbps / ceiling : 0,
-               ceiling_cold, loop_cold, ceiling_cold > 0 ? gbps / ceiling_cold : 0, cpu);
-        fflush(stdout);
+        FILE *o = open_memstream(&text, &len);
+        if (!o) {
+            fprintf(stderr, "bench_zero: rank %d: out of memory for its object\n", rank);
+            st = HX_ERR_OUT_OF_MEMORY;
+        } else {
+            fprintf(o, "{\"bench\": \"zero\", \"stage\": %d, \"offload_param\": \"%s\", \"ranks\": %d, "
+                       "\"rank\": %d, \"layers\": %d, \"params\": %.0f, \"bytes_per_step\": %.0f, "
+                       "\"min_bytes_per_step\": %.0f, \"min_bytes_formula\": \"%s\", "
+                       "\"bytes_counted\": \"%s\", \"bytes_ratio\": ",
+                       stage, offload_param ? "cpu" : "none", n, rank, c.layers, psi, per_step, minimum,
+                       min_formula[stage], COUNTED);
+            if (minimum > 0) fprintf(o, "%.4f", per_step / minimum);
+            else fprintf(o, "null");
+            /* stage 3 whose backward reads the device's copies from the forward: one gather a step */
+            if (stage == 3) fprintf(o, ", \"min_bytes_gather_once\": %.0f", 2.0 * (n - 1) / n * grads);
+            fprintf(o, ", \"model_state_bytes\": %.0f, \"formula_bytes\": %.0f, \"memory_ratio\": %.4f, "
+                       "\"sharded_state_bytes_here\": %zu, \"sharded_state_bytes_all\": %zu, "
+                       "\"grad_shard_bytes\": %zu, \"fixed_overhead_chunk_bytes\": %zu, "
+                       "\"gathered_peak_bytes\": %zu, \"gathered_planned_bytes\": %zu, \"step_s\": %.4f, "
+                       "\"step_no_overlap_s\": %.4f, \"comm_wait_s\": %.6f, "
+                       "\"comm_wait_no_overlap_s\": %.6f, "
+                       "\"comm_wait_counted\": \"%s\", \"order\": \"%s\", \"hidden_share\": ",
+                       states, formula[stage], states / formula[stage], ms.zero_owned_bytes,
+                       ms.zero_sharded_bytes, ms.zero_grad_shard_bytes, ms.dp_chunk_bytes,
+                       ms.zero_gather_peak_bytes, ms.zero_gather_planned_bytes, step_s, step_off_s, wait_s,
+                       wait_off_s, WAITED, blocks ? "blocks" : "interleaved");
+            if (n > 1 && wait_off_s > 0) fprintf(o, "%.4f", 1 - wait_s / wait_off_s);
+            else fprintf(o, "null");
+            fprintf(o, ", \"wait_last_s\": %.6f, \"wait_no_overlap_last_s\": %.6f, "
+                       "\"hidden_share_last\": ", last[0], last[1]);
+            if (n > 1 && last[1] > 0) fprintf(o, "%.4f", 1 - last[0] / last[1]);
+            else fprintf(o, "null");
+            char cpu[128];
+            bench_cpu_model(cpu, sizeof cpu);
+            double gbps = up_s > 0 ? up_bytes / up_s * 1e-9 : 0;
+            fprintf(o, ", \"update_params\": %lld, \"update_bytes_per_step\": %.0f, "
+                       "\"update_bytes_counted\": \"%s\", \"host_update_s\": %.6f, \"update_gbps\": %.3f, "
+                       "\"ceiling_gbps\": %.3f, \"ceiling_loop\": \"%s\", \"ceiling_counted\": \"%s\", "
+                       "\"ceiling_reps\": %d, \"update_ratio\": %.4f, \"ceiling_cold_gbps\": %.3f, "
+                       "\"ceiling_cold_loop\": \"%s\", \"update_ratio_cold\": %.4f, \"cpu\": \"%s\"}\n",
+                       (long long)up_params, up_bytes, UPDATED, up_s, gbps, ceiling, loop, CEILED, CEIL_REPS,
+                       ceiling > 0 ? gbps / ceiling : 0, ceiling_cold, loop_cold,
+                       ceiling_cold > 0 ? gbps / ceiling_cold : 0, cpu);
+            fclose(o);
+        }
     }
+    hx_status printed = print_objects(comm, text ? text : ""); /* a failed rank still takes part */
+    if (!st) st = printed;
+    free(text);
     free(tok);
     free(tgt);
     gpt_run_free(&r);
