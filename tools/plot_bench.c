@@ -238,6 +238,9 @@ static const bench_plot table[] = {
     BARS("zero-cpu-2026-12-08-s18-hidden", "-last", "rank=0", "round_set,ranks,rep", "variant",
          "hidden_share_last", "1 - last rank's wait with overlap / without", "ZeRO stage 2: hidden share "
          "of the rank that came last to each step (skew left out), per run"),
+    RATIO("zero-cpu-2026-12-08-s18-update", "", NULL, "stage,offload_param,ranks,rank", NULL,
+          "update_ratio,update_ratio_cold", "GB/s over the ceiling's", "ZeRO host AdamW per rank: GB/s "
+          "over its shape's ceiling, cached and from memory, same run (#k: k-th run)"),
     BARS("zero-cpu-2026-12-08-s17-memory", "-ratio", NULL, "stage,offload_param,rank", "layers",
          "memory_ratio", "model states over the formula", "ZeRO at 4 ranks: each rank's model-state "
          "bytes over the formula of its stage, the GPT at 2 and 8 layers (width 128)"),
