@@ -440,7 +440,8 @@ static void run_ceiling(data *d, int c, int nt)
  * whole, and the kernel, timed right after a row loop, ran from the cache
  * while the first row loop, timed after a dense one, ran from memory (it
  * beat that loop by 9-45%; with this, 0.94 at 4M params, but at 64M, 1
- * thread, still 1.03-1.15 on that guest: not all of it). */
+ * thread, still 1.03-1.15 on that guest, whose row loops had lost their
+ * prefetches too: see rows_prefetch). */
 static void rows_warm(data *d, int c, int nt)
 {
     if (case_rows(c)) run_ceiling(d, C_ROWS_SHAPE, nt);
