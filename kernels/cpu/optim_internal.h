@@ -14,7 +14,11 @@
  * plain-loop ceiling, this at about 1.0; 128 to 1024 measured alike); row
  * updates prefetch the rows of the entries this far ahead into L2
  * (prefetcht1: LazyAdam at 0.75 of the dense ceiling, prefetcht0: 0.59;
- * 16 to 64 entries ahead measured alike). */
+ * 16 to 64 entries ahead measured alike). On a 2-core AMD EPYC (Zen 4) VM
+ * the same choice holds: bench_optim's row loop at 64M params with
+ * prefetcht0, prefetchnta or prefetchw instead ran at 0.58-0.65 of its
+ * prefetcht1 rate (LazyAdam with prefetcht0: 0.65), and 16 to 64 entries
+ * ahead measured alike (8: up to 6% slower; under load, interleaved). */
 #define HX_OPTIM_PF_DIST 512
 #define HX_OPTIM_ROW_AHEAD 32
 #define HX_OPTIM_ROW_HINT 2
