@@ -1052,64 +1052,88 @@ static void test_gemm_on(test_rng *r)
         check_gemm(r, ta, 1, 1, 200, 530, 300, 0, 1.0f, 0.0f, 3);
 }
 
-/* The f32 GEMM (64 x N x 32, 1 thread) f32_tile_thread's arg asks for on
- * a new thread: A transposed or not, N; out: the threads holding oneDNN
- * state while it ran. */
+/* The f32 GEMM (64 x N x K, 1 thread) f32_tile_thread's arg asks for on
+ * a new thread: A transposed or not, N, K; out: the threads holding
+ * oneDNN state while it ran. */
 typedef struct f32_tile_run {
     int ta;
-    int64_t N;
+    int64_t N, K;
     int states;
 } f32_tile_run;
 
 static void *f32_tile_thread(void *arg)
 {
     f32_tile_run *run = arg;
-    int64_t N = run->N;
-    float *a = falloc(64 * 32), *b = falloc(32 * N), *c = falloc(64 * N);
-    for (int64_t i = 0; i < 32 * N; i++) b[i] = (float)(i % 64) / 64.0f;
-    for (int i = 0; i < 64 * 32; i++) a[i] = (float)(i % 32) / 32.0f;
-    hx_k_gemm_f32(run->ta, 0, 1, 64, N, 32, 1.0f, a, run->ta ? 64 : 32, 0, b, N, 0, 0.0f, c, N,
+    int64_t N = run->N, K = run->K;
+    float *a = falloc(64 * K), *b = falloc(K * N), *c = falloc(64 * N);
+    for (int64_t i = 0; i < K * N; i++) b[i] = (float)(i % 64) / 64.0f;
+    for (int64_t i = 0; i < 64 * K; i++) a[i] = (float)(i % 32) / 32.0f;
+    hx_k_gemm_f32(run->ta, 0, 1, 64, N, K, 1.0f, a, run->ta ? 64 : K, 0, b, N, 0, 0.0f, c, N,
                   0, 1);
     run->states = hx_k_gemm_thread_states();
     free(a), free(b), free(c);
     return NULL;
 }
 
-/* Which f32 GEMMs oneDNN runs: on the ONEDNN engine a tile with A not
- * transposed (alpha 1, beta 0) of a GEMM cut into one column of tiles
- * leaves its thread holding oneDNN state; with A transposed, or N cut into
- * several column tiles (1040: 3), it does not (sgemm); on OPENBLAS neither
- * does. */
+/* Which f32 GEMMs oneDNN runs, under each f32 rule: a tile that goes to
+ * oneDNN leaves its thread holding oneDNN state, one that goes to sgemm
+ * does not. whole_n: A not transposed, N from 64, N not cut into several
+ * column tiles (1040: 3); large: N and K from 64, transposed or not, cut
+ * or not. On OPENBLAS none. */
 static void check_gemm_f32_route(void)
 {
-    static const struct { int ta; int64_t N; int dnnl; } cases[] = {
-        {0, 64, 1}, {1, 64, 0}, {0, 1040, 0}};
+    static const struct { int ta; int64_t N, K; int whole_n, large; } cases[] = {
+        {0, 64, 32, 1, 0}, {0, 64, 64, 1, 1}, {1, 64, 64, 0, 1}, {0, 1040, 64, 0, 1},
+        {0, 32, 64, 0, 0}, {1, 64, 32, 0, 0}};
+    hx_k_gemm_f32_rule rule = hx_k_gemm_get_f32_rule();
     for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++) {
         if ((int)hx_k_gemm_set_engine((hx_k_gemm_engine)e) != e) continue;
-        for (int k = 0; k < 3; k++) {
-            int before = hx_k_gemm_thread_states();
-            f32_tile_run run = {cases[k].ta, cases[k].N, -1};
-            pthread_t th;
-            CHECK(pthread_create(&th, NULL, f32_tile_thread, &run) == 0 &&
-                      pthread_join(th, NULL) == 0,
-                  "gemm f32 route: the thread did not run");
-            int dnnl = e == HX_K_GEMM_ONEDNN && cases[k].dnnl;
-            CHECK(run.states == before + dnnl, "gemm f32 route %s ta=%d N=%lld: %d threads hold "
-                  "oneDNN state during the GEMM, %d before (oneDNN %s)",
-                  hx_k_gemm_engine_name((hx_k_gemm_engine)e), cases[k].ta,
-                  (long long)cases[k].N, run.states, before,
-                  dnnl ? "should run it" : "should not");
+        for (int ru = HX_K_GEMM_F32_WHOLE_N; ru <= HX_K_GEMM_F32_LARGE; ru++) {
+            hx_k_gemm_set_f32_rule((hx_k_gemm_f32_rule)ru);
+            for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+                int before = hx_k_gemm_thread_states();
+                f32_tile_run run = {cases[k].ta, cases[k].N, cases[k].K, -1};
+                pthread_t th;
+                CHECK(pthread_create(&th, NULL, f32_tile_thread, &run) == 0 &&
+                          pthread_join(th, NULL) == 0,
+                      "gemm f32 route: the thread did not run");
+                int dnnl = e == HX_K_GEMM_ONEDNN &&
+                           (ru == HX_K_GEMM_F32_LARGE ? cases[k].large : cases[k].whole_n);
+                CHECK(run.states == before + dnnl,
+                      "gemm f32 route %s %s ta=%d N=%lld K=%lld: %d threads hold oneDNN state "
+                      "during the GEMM, %d before (oneDNN %s)",
+                      hx_k_gemm_engine_name((hx_k_gemm_engine)e),
+                      hx_k_gemm_f32_rule_name((hx_k_gemm_f32_rule)ru), cases[k].ta,
+                      (long long)cases[k].N, (long long)cases[k].K, run.states, before,
+                      dnnl ? "should run it" : "should not");
+            }
         }
     }
+    hx_k_gemm_set_f32_rule(rule);
 }
 
-/* hx_k_gemm_f32 on each engine this build and CPU have, and which tiles
- * go to oneDNN. */
+/* fn on each engine this build and CPU have, the oneDNN engine under each
+ * f32 rule; then the engine and rule as they were. */
+static void on_each_gemm_engine(void (*fn)(test_rng *), test_rng *r)
+{
+    hx_k_gemm_engine engine = hx_k_gemm_get_engine();
+    hx_k_gemm_f32_rule rule = hx_k_gemm_get_f32_rule();
+    if (hx_k_gemm_set_engine(HX_K_GEMM_OPENBLAS) == HX_K_GEMM_OPENBLAS) fn(r);
+    for (int ru = HX_K_GEMM_F32_WHOLE_N;
+         hx_k_gemm_set_engine(HX_K_GEMM_ONEDNN) == HX_K_GEMM_ONEDNN && ru <= HX_K_GEMM_F32_LARGE;
+         ru++) {
+        hx_k_gemm_set_f32_rule((hx_k_gemm_f32_rule)ru);
+        fn(r);
+    }
+    hx_k_gemm_set_f32_rule(rule);
+    hx_k_gemm_set_engine(engine);
+}
+
+/* hx_k_gemm_f32 on each engine and rule, and which tiles go to oneDNN. */
 static void test_gemm(test_rng *r)
 {
     hx_k_gemm_engine engine = hx_k_gemm_get_engine();
-    for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++)
-        if ((int)hx_k_gemm_set_engine((hx_k_gemm_engine)e) == e) test_gemm_on(r);
+    on_each_gemm_engine(test_gemm_on, r);
     check_gemm_f32_route();
     hx_k_gemm_set_engine(engine);
 }
@@ -1206,13 +1230,7 @@ static void test_gemm_fused_on(test_rng *r)
         }
 }
 
-static void test_gemm_fused(test_rng *r)
-{
-    hx_k_gemm_engine engine = hx_k_gemm_get_engine();
-    for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++)
-        if ((int)hx_k_gemm_set_engine((hx_k_gemm_engine)e) == e) test_gemm_fused_on(r);
-    hx_k_gemm_set_engine(engine);
-}
+static void test_gemm_fused(test_rng *r) { on_each_gemm_engine(test_gemm_fused_on, r); }
 
 /* hx_k_gemm_half into got (nc elements at ldc/sc, padding as in keep, the
  * rows first filled with a pattern: every element must be written). */
@@ -1248,8 +1266,8 @@ static void half_chain(uint16_t *c16, const float *bias, int act, hx_kdtype dt, 
 
 /* hx_k_gemm_half on each engine this build and CPU have. OPENBLAS (and
  * ONEDNN where it widens: f16, K 0): bitwise what it replaces (A, B and the
- * bias widened with hx_k_cast, hx_k_gemm_bias_act_f32 rounding through dt,
- * C rounded) at 1 to 3 threads (thread ranges that start inside a row
+ * bias widened with hx_k_cast, hx_k_gemm_bias_act_f32 on the same engine
+ * rounding through dt, C rounded) at 1 to 3 threads (thread ranges that start inside a row
  * panel too). ONEDNN on bf16: bitwise the same at 1 to 3 threads, and with
  * a bias or activation bitwise its own plain product run through the
  * unfused chain (half_chain). Both: leading dimensions wider than the
@@ -1278,13 +1296,14 @@ static void check_gemm_half(test_rng *r, int ta, int tb, int64_t batch, int64_t 
     hx_k_cast(B, HX_K_F32, b16, dt, nbt, 1);
     hx_k_cast(bias, HX_K_F32, bias16, dt, N, 1);
     test_fill_uniform(r, C, nc, -9, 9);
-    hx_k_gemm_bias_act_f32(ta, tb, batch, M, N, K, A, lda, sa, B, ldb, sb,
-                           with_bias ? bias : NULL, act, dt, C, ldc, sc, 1);
-    hx_k_cast(want, dt, C, HX_K_F32, nc, 1);
     const uint16_t *bias_in = with_bias ? bias16 : NULL;
     float *gf = falloc(nc);
     for (int e = HX_K_GEMM_OPENBLAS; e <= HX_K_GEMM_ONEDNN; e++) {
         if ((int)hx_k_gemm_set_engine((hx_k_gemm_engine)e) != e) continue;
+        /* the widened path's reference on the same engine (its f32 tiles) */
+        hx_k_gemm_bias_act_f32(ta, tb, batch, M, N, K, A, lda, sa, B, ldb, sb,
+                               with_bias ? bias : NULL, act, dt, C, ldc, sc, 1);
+        hx_k_cast(want, dt, C, HX_K_F32, nc, 1);
         int native = e == HX_K_GEMM_ONEDNN && dt == HX_K_BF16 && K > 0;
         char what[192];
         snprintf(what, sizeof what, "gemm_half %s %s ta=%d tb=%d batch=%lld M=%lld N=%lld "

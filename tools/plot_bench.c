@@ -103,6 +103,17 @@ static const bench_plot table[] = {
          "table on disk, cache variants: I/O wait, the disk's bound for the step's I/O, the step"),
     BARS("embedding-ssd-", "", NULL, "case,ids", NULL, "samples_per_s", "samples/s",
          "a table of twice the RAM: on disk behind a cache (ssd), in memory, and on a backing file"),
+    RATIO("gemm-f32-rules-", "", "bench=gemm_f32", "config,case,threads", NULL,
+          "whole_n_speedup,large_speedup", "sgemm's time over the rule's",
+          "f32 GEMMs of a GPT step on the oneDNN engine under each f32 rule (whole_n, large): "
+          "OpenBLAS's median wall time over the rule's, same run (line at 1)"),
+    RATIO("gemm-f32-rules-", "-cpu", "threads=1", "config,case", NULL,
+          "whole_n_cpu_speedup,large_cpu_speedup", "sgemm's CPU time over the rule's",
+          "f32 GEMMs of a GPT step, 1 thread: OpenBLAS's median CPU time over each f32 rule's, "
+          "same run (line at 1)"),
+    BARS("gemm-f32-gpt-", "", "case=run", "config,threads,round", "engine", "tokens_per_s",
+         "tokens/s", "hetex gpt f32 on the CPU under each f32 GEMM rule and on OpenBLAS, "
+         "runs rotated"),
     BARS("gpt-capacity-", "", NULL, "case", "capacity_mib", "params_over_none",
          "parameters over no offload's", "largest GPT that trains under a device cap: "
          "parameters over no offload's (#2: a second run)"),

@@ -51,21 +51,37 @@
  * at any thread count, but the products are summed in oneDNN's order, not
  * sgemm's: not bitwise the widened path.
  *
- * On the same ONEDNN engine an f32 tile with A not transposed, at least
- * GEMM_DNNL_N_MIN columns, alpha 1 and beta 0, of a GEMM whose tiles span
- * all of N (gemm_tiling cut no columns), is one single-threaded oneDNN f32
- * matmul (its "gemm:jit" sgemm, gemm_dnnl.c), with the thread's oneDNN
- * state kept as for bf16. On the GPT example's shapes (bench_gemm_half's
- * f32_over_openblas, best of 20, 1 and 2 threads, load 3-5, session 17):
- * forward and dX with N <= 512 1.10-1.29x OpenBLAS's speed, attention
- * q k^T 1.14-1.41x and p v with 64 columns 1.18-1.37x; but N cut into
- * several column tiles (fc forward: N 1024, 1536) 0.80-1.01x, A
- * transposed (x^T dy) 0.98-1.01x and p v with 32 columns 0.74-0.97x: those
- * stay with sgemm (the rule reads the shape only, never a leading
+ * On the same ONEDNN engine the f32 tiles of the CPU's f32 rule are each
+ * one single-threaded oneDNN f32 matmul (its "gemm:jit" sgemm,
+ * gemm_dnnl.c), with the thread's oneDNN state kept as for bf16; the
+ * others, and all of them where alpha is not 1 or beta not 0, one sgemm
+ * call. The rule reads the tile's shape only (tile_dnnl), never a leading
  * dimension, so a tile read in place and the same tile read compact take
- * the same engine). It also leaves out sgemm_beta's clearing of C (3.6% of
- * an f32 step). The tiles are the same, so the bits still do not depend on
- * the thread count, but they are oneDNN's, not sgemm's.
+ * the same library; the tiles are the same, so the bits still do not
+ * depend on the thread count, but they are oneDNN's, not sgemm's. Which
+ * tiles pay differs by CPU, so the rule is the CPU's
+ * (hx_k_gemm_get_f32_rule), each measured on every f32 GEMM of a GPT
+ * training step (bench_gemm_f32):
+ * - WHOLE_N (Intel; measured on a Sapphire Rapids guest, bench_gemm_half's
+ *   f32_over_openblas, best of 20, 1 and 2 threads, load 3-5, session
+ *   17): a tile with A not transposed and at least GEMM_DNNL_MIN columns,
+ *   of a GEMM whose tiles span all of N (gemm_tiling cut no columns).
+ *   Forward and dX with N <= 512 ran at 1.10-1.29x OpenBLAS's speed,
+ *   attention q k^T 1.14-1.41x and p v with 64 columns 1.18-1.37x; but N
+ *   cut into several column tiles (fc forward: N 1024, 1536) 0.80-1.01x,
+ *   A transposed (x^T dy) 0.98-1.01x and p v with 32 columns 0.74-0.97x.
+ * - LARGE (AMD; measured on a Zen 4 EPYC guest, session 18): any tile
+ *   with at least GEMM_DNNL_MIN columns and K at least GEMM_DNNL_MIN,
+ *   transposed or not, cut into column tiles or not. At 1 thread in CPU
+ *   time (medians of 15, load 5-9 from other processes): forward and dX
+ *   1.04-1.18x sgemm's speed, the column-cut ones too (1.07-1.18x), the
+ *   weight gradients x^T dy 1.03-1.24x, attention with K 64 or 128
+ *   1.05-1.30x; but the default model's 64 x 64 x 32 scores and its 32
+ *   columns wide p v and dk 0.71-0.76x, and the head's 65 columns
+ *   0.94-0.98x (kept: too small to matter). Every f32 GEMM of a step:
+ *   WHOLE_N 1.04-1.06x, LARGE 1.07-1.11x sgemm's speed.
+ * Either leaves out sgemm_beta's clearing of C on its tiles (1.5-3.6% of
+ * an f32 step).
  * hx_k_gemm_set_engine (and HX_GEMM=openblas) picks OpenBLAS for every f32
  * tile and the widened path for bf16: A/B runs and tests. */
 #include <stdatomic.h>
@@ -83,14 +99,13 @@
 #define GEMM_TILE_AREA_MIN (128 * 256) /* no tile is halved below this for more tiles */
 #define GEMM_TILES_MIN 8               /* tiles a GEMM is cut into where its size allows */
 #define GEMM_PARALLEL_MIN_MNK (64 * 64 * 64) /* less work than this stays on one thread */
-#define GEMM_DNNL_N_MIN 64 /* f32 tiles narrower than this stay with sgemm (top of the file) */
+#define GEMM_DNNL_MIN 64 /* f32 tiles with fewer columns (or, LARGE, a shorter K) stay
+                          * with sgemm (the top of the file) */
 
 /* C (M, N) = alpha * op(A) (M, K) op(B) (K, N) + beta * C, one tile on
- * the calling thread: through oneDNN where dnnl (the ONEDNN engine) and the
- * tile is one oneDNN runs faster (A not transposed, at least
- * GEMM_DNNL_N_MIN columns, alpha 1, beta 0; the caller checks that the
- * tiles span all of N: the top of the file), else, or where oneDNN cannot make or run it (out of
- * memory), one sgemm call */
+ * the calling thread: through oneDNN where dnnl (tile_dnnl: the f32 rule
+ * says so; alpha 1, beta 0), else, or where oneDNN cannot make or run it
+ * (out of memory), one sgemm call */
 static void gemm_forward(bool dnnl, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                          float beta, float *C, int64_t ldc)
@@ -102,8 +117,7 @@ static void gemm_forward(bool dnnl, int trans_a, int trans_b, int64_t M, int64_t
         return;
     }
 #ifdef HX_HAVE_DNNL
-    if (dnnl && !trans_a && N >= GEMM_DNNL_N_MIN && alpha == 1.0f && beta == 0.0f &&
-        hx__dnnl_gemm_f32(0, trans_b, M, N, K, A, lda, B, ldb, C, ldc) == 0)
+    if (dnnl && hx__dnnl_gemm_f32(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc) == 0)
         return;
 #else
     (void)dnnl;
@@ -126,8 +140,9 @@ typedef struct gemm_args {
     hx_kdtype round;   /* the epilogue rounds through it after each stage (F32: not) */
     bool half;         /* hx_k_gemm_half: A and C stored in round */
     bool native;       /* half, bf16 through oneDNN: B stored in round too (not widened) */
-    bool dnnl;         /* the ONEDNN engine: f32 tiles of gemm_forward's rule through oneDNN
-                        * where the tiles span all of N (the top of the file) */
+    bool dnnl;         /* the ONEDNN engine: f32 tiles of the f32 rule through oneDNN
+                        * (tile_dnnl) */
+    hx_k_gemm_f32_rule rule;
     float *work;       /* half: per thread, work_per floats ([an A panel,] a C tile) */
     int64_t work_per;
 } gemm_args;
@@ -169,13 +184,24 @@ static void epilogue(const gemm_args *g, float *C, int64_t ldc, int64_t m, int64
     }
 }
 
+/* Whether an f32 tile of g with n columns goes to oneDNN: on the ONEDNN
+ * engine, alpha 1 and beta 0, as the f32 rule says (the top of the file).
+ * From the shape alone, never a leading dimension: a tile read in place
+ * and the same tile read compact take the same engine. */
+static bool tile_dnnl(const gemm_args *g, int64_t n)
+{
+    if (!g->dnnl || g->alpha != 1.0f || g->beta != 0.0f || n < GEMM_DNNL_MIN) return false;
+    return g->rule == HX_K_GEMM_F32_LARGE ? g->K >= GEMM_DNNL_MIN
+                                          : !g->ta && g->tiles_n == 1;
+}
+
 static void gemm_tile(const gemm_args *g, int64_t t)
 {
     tile x = tile_at(g, t);
     const float *A = g->A + x.b * g->sa + (g->ta ? x.i0 : x.i0 * g->lda);
     const float *B = g->B + x.b * g->sb + (g->tb ? x.j0 * g->ldb : x.j0);
     float *C = g->C + x.b * g->sc + x.i0 * g->ldc + x.j0;
-    gemm_forward(g->dnnl && g->tiles_n == 1, g->ta, g->tb, x.m, x.n, g->K, g->alpha, A, g->lda,
+    gemm_forward(tile_dnnl(g, x.n), g->ta, g->tb, x.m, x.n, g->K, g->alpha, A, g->lda,
                  B, g->ldb, g->beta, C, g->ldc);
     epilogue(g, C, g->ldc, x.m, x.n, x.j0, false);
 }
@@ -207,7 +233,7 @@ static void gemm_tile_half(const gemm_args *g, int64_t t, float *w, int64_t *pan
         *panel = key;
     }
     const float *B = g->B + x.b * g->sb + (g->tb ? x.j0 * g->ldb : x.j0);
-    gemm_forward(g->dnnl && g->tiles_n == 1, g->ta, g->tb, x.m, x.n, K, 1.0f, ap,
+    gemm_forward(tile_dnnl(g, x.n), g->ta, g->tb, x.m, x.n, K, 1.0f, ap,
                  g->ta ? x.m : K, B, g->ldb, 0.0f, ct, x.n);
     store_tile(g, &x, ct);
 }
@@ -316,7 +342,7 @@ void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
     gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = alpha,
                    .beta = beta, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc,
                    .sa = stride_a, .sb = stride_b, .sc = stride_c, .act = -1, .round = HX_K_F32,
-                   .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN};
+                   .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN, .rule = hx_k_gemm_get_f32_rule()};
     gemm_tiling(&g, batch);
     gemm_run(&g, batch, nthreads);
 }
@@ -331,7 +357,7 @@ void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, 
     gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = 1.0f,
                    .beta = 0.0f, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc,
                    .sa = stride_a, .sb = stride_b, .sc = stride_c, .bias = bias, .act = act,
-                   .round = round, .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN};
+                   .round = round, .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN, .rule = hx_k_gemm_get_f32_rule()};
     gemm_tiling(&g, batch);
     gemm_run(&g, batch, nthreads);
 }
@@ -371,6 +397,31 @@ const char *hx_k_gemm_engine_name(hx_k_gemm_engine engine)
     return engine == HX_K_GEMM_ONEDNN ? "onednn" : "openblas";
 }
 
+/* -1 until the first call: LARGE on AMD CPUs, else WHOLE_N (the top of
+ * the file); then as hx_k_gemm_set_f32_rule sets it. */
+static atomic_int rule_now = -1;
+
+hx_k_gemm_f32_rule hx_k_gemm_get_f32_rule(void)
+{
+    int r = atomic_load_explicit(&rule_now, memory_order_acquire);
+    if (r < 0) {
+        __builtin_cpu_init();
+        r = __builtin_cpu_is("amd") ? HX_K_GEMM_F32_LARGE : HX_K_GEMM_F32_WHOLE_N;
+        atomic_store_explicit(&rule_now, r, memory_order_release);
+    }
+    return (hx_k_gemm_f32_rule)r;
+}
+
+void hx_k_gemm_set_f32_rule(hx_k_gemm_f32_rule rule)
+{
+    atomic_store_explicit(&rule_now, (int)rule, memory_order_release);
+}
+
+const char *hx_k_gemm_f32_rule_name(hx_k_gemm_f32_rule rule)
+{
+    return rule == HX_K_GEMM_F32_LARGE ? "large" : "whole_n";
+}
+
 int hx_k_gemm_thread_states(void) { return hx__dnnl_thread_states(); }
 
 int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
@@ -382,7 +433,7 @@ int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
     gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = 1.0f,
                    .beta = 0.0f, .A = A, .C = C, .lda = lda, .ldc = ldc, .sa = stride_a,
                    .sc = stride_c, .act = act, .round = dt, .half = true,
-                   .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN};
+                   .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN, .rule = hx_k_gemm_get_f32_rule()};
     g.native = g.dnnl && dt == HX_K_BF16 && K > 0;
     gemm_tiling(&g, batch);
     int nt = gemm_go_parallel(&g, batch, nthreads) ? nthreads : 1;

@@ -178,12 +178,12 @@ double hx_k_sumsq(const void *x, hx_kdtype dt, int64_t n, int nthreads);
  * element strides (stride 0 reuses one matrix for every batch). op(A) is
  * (M,K), op(B) is (K,N); lda/ldb/ldc are row-major leading dimensions.
  * The same bits at any thread count. On the ONEDNN engine
- * (hx_k_gemm_get_engine) a GEMM with A not transposed, alpha 1, beta 0 and
- * N from 64 to one column of tiles (gemm.c) is summed by oneDNN's f32
+ * (hx_k_gemm_get_engine) the tiles of the f32 rule (hx_k_gemm_get_f32_rule:
+ * alpha 1, beta 0, at least 64 columns, ...) are summed by oneDNN's f32
  * matmul, in its order (within the same bound of the exact sum, not
- * sgemm's bits); other GEMMs, and all on the OPENBLAS engine, by
- * OpenBLAS's sgemm. Which engine runs a GEMM follows from its shape, never
- * from its leading dimensions. */
+ * sgemm's bits); other tiles, and all on the OPENBLAS engine, by
+ * OpenBLAS's sgemm. Which library runs a tile follows from its shape (and
+ * the CPU's rule), never from its leading dimensions. */
 void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                    float alpha, const float *A, int64_t lda, int64_t stride_a,
                    const float *B, int64_t ldb, int64_t stride_b, float beta, float *C,
@@ -243,6 +243,24 @@ hx_k_gemm_engine hx_k_gemm_get_engine(void);
 hx_k_gemm_engine hx_k_gemm_set_engine(hx_k_gemm_engine engine);
 /* "onednn" or "openblas" */
 const char *hx_k_gemm_engine_name(hx_k_gemm_engine engine);
+/* Which f32 tiles the ONEDNN engine computes with oneDNN's f32 matmul
+ * (each a oneDNN order of the sums, not sgemm's; gemm.c's top comment has
+ * the measurements): WHOLE_N, a tile with A not transposed and at least
+ * 64 columns of a GEMM whose tiles span all of N (N up to 512); LARGE, any
+ * tile with at least 64 columns and K at least 64. Alpha 1 and beta 0 in
+ * both; the others through sgemm. The default: LARGE on AMD CPUs
+ * (measured on Zen 4), WHOLE_N on the others (measured on Intel Sapphire
+ * Rapids). Read once; the setter is for tests and benchmarks (not while a
+ * GEMM runs). */
+typedef enum hx_k_gemm_f32_rule {
+    HX_K_GEMM_F32_WHOLE_N = 0,
+    HX_K_GEMM_F32_LARGE = 1
+} hx_k_gemm_f32_rule;
+hx_k_gemm_f32_rule hx_k_gemm_get_f32_rule(void);
+void hx_k_gemm_set_f32_rule(hx_k_gemm_f32_rule rule);
+/* "whole_n" or "large" */
+const char *hx_k_gemm_f32_rule_name(hx_k_gemm_f32_rule rule);
+
 /* The threads now holding ONEDNN state: each thread that ran a oneDNN tile
  * keeps its stream, scratchpad and memory objects for its later GEMMs
  * until it exits (then they are freed; those of threads still alive at
