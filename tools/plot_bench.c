@@ -111,9 +111,12 @@ static const bench_plot table[] = {
           "whole_n_cpu_speedup,large_cpu_speedup", "sgemm's CPU time over the rule's",
           "f32 GEMMs of a GPT step, 1 thread: OpenBLAS's median CPU time over each f32 rule's, "
           "same run (line at 1)"),
-    BARS("gemm-f32-gpt-", "", "case=run", "config,threads,round", "engine", "tokens_per_s",
-         "tokens/s", "hetex gpt f32 on the CPU under each f32 GEMM rule and on OpenBLAS, "
-         "runs rotated"),
+    BARS("gemm-f32-gpt-", "", "case=run", "config,dtype,threads,round", "engine", "tokens_per_s",
+         "tokens/s", "hetex gpt on the CPU: each f32 GEMM rule (whole_n: main's build), the "
+         "oneDNN engine and OpenBLAS, runs rotated"),
+    BARS("gemm-f32-gpt-", "-cpu", "threads=1", "config,dtype,round", "engine", "user_s",
+         "user CPU seconds (less: faster)", "hetex gpt on the CPU, 1 thread: the process's user "
+         "CPU time under each f32 GEMM rule, the oneDNN engine and OpenBLAS, runs rotated"),
     BARS("gpt-capacity-", "", NULL, "case", "capacity_mib", "params_over_none",
          "parameters over no offload's", "largest GPT that trains under a device cap: "
          "parameters over no offload's (#2: a second run)"),

@@ -72,14 +72,18 @@
  *   A transposed (x^T dy) 0.98-1.01x and p v with 32 columns 0.74-0.97x.
  * - LARGE (AMD; measured on a Zen 4 EPYC guest, session 18): any tile
  *   with at least GEMM_DNNL_MIN columns and K at least GEMM_DNNL_MIN,
- *   transposed or not, cut into column tiles or not. At 1 thread in CPU
- *   time (medians of 15, load 5-9 from other processes): forward and dX
- *   1.04-1.18x sgemm's speed, the column-cut ones too (1.07-1.18x), the
- *   weight gradients x^T dy 1.03-1.24x, attention with K 64 or 128
- *   1.05-1.30x; but the default model's 64 x 64 x 32 scores and its 32
- *   columns wide p v and dk 0.71-0.76x, and the head's 65 columns
- *   0.94-0.98x (kept: too small to matter). Every f32 GEMM of a step:
- *   WHOLE_N 1.04-1.06x, LARGE 1.07-1.11x sgemm's speed.
+ *   transposed or not, cut into column tiles or not. At 1 thread in
+ *   thread CPU time (medians of 15, load 4-5 from other processes:
+ *   bench/results/gemm-f32-rules-cpu-2026-12-08-s18-zen4.md): forward
+ *   and dX 1.06-1.18x sgemm's speed, column-cut qkv and fc dX 1.16-1.17x
+ *   (the fc forward with its GELU 0.94x), the weight gradients x^T dy
+ *   1.08-1.21x, attention with K 64 or 128 1.04-1.31x, the head's 65
+ *   columns 0.94-0.99x (kept: too small to matter); the default model's
+ *   64 x 64 x 32 scores, which WHOLE_N sends to oneDNN, ran at 0.81x
+ *   (K 32: sgemm here). A step's f32 GEMMs: WHOLE_N 1.03-1.06x, LARGE
+ *   1.11-1.12x sgemm's speed (2 threads, wall, noisy: 1.03-1.07x and
+ *   1.08-1.26x); `hetex gpt` 4x256 f32 at 1 thread 10% less CPU than
+ *   OpenBLAS or WHOLE_N.
  * Either leaves out sgemm_beta's clearing of C on its tiles (1.5-3.6% of
  * an f32 step).
  * hx_k_gemm_set_engine (and HX_GEMM=openblas) picks OpenBLAS for every f32
