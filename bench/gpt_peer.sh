@@ -44,7 +44,9 @@ for cfg in "${configs[@]}"; do
     common="--steps $steps --eval-every $steps --eval-iters 2 --dtype $dt"
     for ((r = 1; r <= reps; r++)); do
       l0=$(load)
-      out=$("$hetex" gpt $flags $common --accelerator none --threads "$threads" --quiet 2>&1)
+      # --sample 0: hetex's summary time includes the evaluation's generated text
+      # (100 characters: a third of a 4x256 run), which gpt_torch.py does not make
+      out=$("$hetex" gpt $flags $common --sample 0 --accelerator none --threads "$threads" --quiet 2>&1)
       tok_h=$(echo "$out" | sed -n 's/.*(\([0-9]*\) tokens\/s).*/\1/p' | tail -1)
       l1=$(load)
       tsteps=$steps # torch's CPU bf16 can be ~60x slower than its f32: fewer steps (a rate)
