@@ -337,6 +337,13 @@ static int gemm_run(gemm_args *g, int64_t batch, int nthreads)
     return gemm_tiles(g, tiles, NULL, g->work);
 }
 
+/* The engine and the f32 rule of g's tiles, read once a call. */
+static void gemm_engines(gemm_args *g)
+{
+    g->dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN;
+    g->rule = hx_k_gemm_get_f32_rule();
+}
+
 void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                    float alpha, const float *A, int64_t lda, int64_t stride_a,
                    const float *B, int64_t ldb, int64_t stride_b, float beta, float *C,
@@ -345,8 +352,8 @@ void hx_k_gemm_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
     if (batch <= 0 || M <= 0 || N <= 0) return;
     gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = alpha,
                    .beta = beta, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc,
-                   .sa = stride_a, .sb = stride_b, .sc = stride_c, .act = -1, .round = HX_K_F32,
-                   .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN, .rule = hx_k_gemm_get_f32_rule()};
+                   .sa = stride_a, .sb = stride_b, .sc = stride_c, .act = -1, .round = HX_K_F32};
+    gemm_engines(&g);
     gemm_tiling(&g, batch);
     gemm_run(&g, batch, nthreads);
 }
@@ -361,7 +368,8 @@ void hx_k_gemm_bias_act_f32(int trans_a, int trans_b, int64_t batch, int64_t M, 
     gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = 1.0f,
                    .beta = 0.0f, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc,
                    .sa = stride_a, .sb = stride_b, .sc = stride_c, .bias = bias, .act = act,
-                   .round = round, .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN, .rule = hx_k_gemm_get_f32_rule()};
+                   .round = round};
+    gemm_engines(&g);
     gemm_tiling(&g, batch);
     gemm_run(&g, batch, nthreads);
 }
@@ -436,8 +444,8 @@ int hx_k_gemm_half(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N
     if (batch <= 0 || M <= 0 || N <= 0) return 0;
     gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = 1.0f,
                    .beta = 0.0f, .A = A, .C = C, .lda = lda, .ldc = ldc, .sa = stride_a,
-                   .sc = stride_c, .act = act, .round = dt, .half = true,
-                   .dnnl = hx_k_gemm_get_engine() == HX_K_GEMM_ONEDNN, .rule = hx_k_gemm_get_f32_rule()};
+                   .sc = stride_c, .act = act, .round = dt, .half = true};
+    gemm_engines(&g);
     g.native = g.dnnl && dt == HX_K_BF16 && K > 0;
     gemm_tiling(&g, batch);
     int nt = gemm_go_parallel(&g, batch, nthreads) ? nthreads : 1;
