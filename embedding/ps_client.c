@@ -48,6 +48,13 @@ hx_status hx__ps_server_failed(const hx_ps *ps, int j, const ps_reply *rp, size_
                        (const char *)(rp + 1));
 }
 
+hx_status hx__ps_send(hx_emb_ps *c, int j, const void *buf, size_t n)
+{
+    hx_status st = hx__msg_send(c->ps->mb, c->ps->W + j, PS_TAG_REQ, buf, n);
+    if (!st) c->sent_at = hx__now();
+    return st;
+}
+
 /* One pull's figures into the stats (rows received, from the cache, found
  * unchanged by the servers; the staleness of what it used). */
 static void count_pull(hx_ps *ps, uint64_t bytes, int64_t rows, int64_t hits, int64_t current,
@@ -94,11 +101,10 @@ static hx_status pull(hx_emb_ps *c, const hx_emb_route *r, int k, const hx_emb_q
         memcpy(buf, &h, sizeof h);
         memcpy(buf + sizeof h, r->send + r->sdispl[j], (size_t)h.n * sizeof(int64_t));
         if (cnt) memcpy(buf + sizeof h + (size_t)h.n * sizeof(int64_t), cnt + r->sdispl[j], (size_t)h.n * sizeof(int64_t));
-        st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, n);
+        st = hx__ps_send(c, j, buf, n);
         free(buf);
         if (st) return hx_emb_fail(err, st, "server mode: %s", hx_last_error());
         bytes += n;
-        c->sent_at = hx__now();
     }
     int64_t stale = 0, rows = 0;
     for (int j = 0; j < ps->S && !st; j++) {
@@ -177,12 +183,11 @@ static hx_status pull_cached(hx_emb_ps *c, const hx_emb_route *r, int64_t need, 
         }
         memcpy(buf, &h, sizeof h);
         memcpy(buf + sizeof h, ask, 2 * (size_t)na * sizeof(int64_t));
-        st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, n);
+        st = hx__ps_send(c, j, buf, n);
         free(buf);
         if (st) st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
         bytes += n;
         asked[j] = na;
-        c->sent_at = hx__now();
     }
     for (int j = 0; j < ps->S && !st; j++) {
         if (!asked[j]) continue;
@@ -362,11 +367,10 @@ static hx_status push(hx_emb_ps *c, const hx_emb_sparse_grad *g, int64_t step, h
         float *rows = (float *)(buf + sizeof h + (size_t)h.n * sizeof(int64_t));
         for (int64_t u = 0; u < h.n; u++)
             memcpy(rows + u * dim, g->rows + r.first[r.sdispl[j] + u] * g->stride, (size_t)dim * sizeof(float));
-        st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, nb);
+        st = hx__ps_send(c, j, buf, nb);
         free(buf);
         if (st) st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
         bytes += nb;
-        c->sent_at = hx__now();
     }
     if (!st) c->pushes++;
     if (c->hot) st = hx__ps_hot_fill(c, st, err);
@@ -429,7 +433,7 @@ static hx_status ps_save(hx_emb_table *t, const char *path, hx_emb_err *err)
     memcpy(buf, &h, sizeof h);
     memcpy(buf + sizeof h, path, len);
     for (int j = 0; j < ps->S && !st; j++)
-        if ((st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, sizeof h + len)))
+        if ((st = hx__ps_send(c, j, buf, sizeof h + len)))
             st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
     free(buf);
     /* every server's answer (a failed save fails on all of them: the first one's message) */

@@ -109,12 +109,11 @@ static hx_status send_requests(hx_emb_ps *c, ps_req *h, const grouped *g, const 
         char *r = buf + sizeof *h + (size_t)h->n * sizeof(int64_t);
         for (int64_t i = 0; recs && i < h->n; i++)
             memcpy(r + (size_t)i * rec, recs + (size_t)g->at[g->displ[j] + i] * stride, rec);
-        if ((st = hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, buf, nb)))
+        if ((st = hx__ps_send(c, j, buf, nb)))
             st = hx_emb_fail(err, st, "server mode: %s", hx_last_error());
         free(buf);
         *bytes += nb;
     }
-    c->sent_at = hx__now();
     return st;
 }
 
@@ -270,9 +269,8 @@ void hx__ps_alive_locked(hx_emb_ps *c)
     hx_ps *ps = c->ps;
     if (hx__now() - c->sent_at <= ps->timeout_s / 4) return;
     ps_req h = {.kind = PS_ALIVE, .table = c->index, .hash = (int64_t)c->hash, .seq = ++c->seq, .tpull = -1};
-    for (int j = 0; j < ps->S; j++) hx__msg_send(ps->mb, ps->W + j, PS_TAG_REQ, &h, sizeof h); /* a failure
-                                                 shows at the next request that waits for an answer */
-    c->sent_at = hx__now();
+    for (int j = 0; j < ps->S; j++) hx__ps_send(c, j, &h, sizeof h); /* a failure shows at the next
+                                                                    request that waits for an answer */
 }
 
 static void touch(hx_emb_table *back)

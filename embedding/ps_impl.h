@@ -157,6 +157,9 @@ hx_status hx__ps_server_failed(const hx_ps *ps, int j, const ps_reply *rp, size_
  * nothing for a quarter of the timeout says it lives (PS_ALIVE) at its
  * next call, so that the servers can tell a dead one (hx_ps_serve). */
 extern const hx_emb_devstore_ops hx__ps_devstore;
+/* Under c's lock: request buf (n bytes) to server j of c's ps; c->sent_at
+ * stamped, since the servers hear the worker in any message. */
+hx_status hx__ps_send(hx_emb_ps *c, int j, const void *buf, size_t n);
 /* Under c's lock: a PS_ALIVE to every server when c has sent them nothing
  * for a quarter of the timeout (a worker whose device cache, of one worker
  * or of hot rows on several, serves every row still says it lives). */
